@@ -1,0 +1,108 @@
+"""Command-line entry point: `servetune simulate [hydra overrides...]`."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from servetune.errors import ServetuneError
+
+COMMANDS = ("simulate",)
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if hasattr(obj, "item"):
+        return _jsonable(obj.item())
+    return obj
+
+
+def _quiet_jax_logs() -> None:
+    import logging
+    for name in ("jax", "jax._src.xla_bridge", "absl"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def run_simulate(cfg: DictConfig) -> dict:
+    """Simulate the configured scenarios and write metrics.json, metrics.csv and
+    requests.parquet into the Hydra run directory. Returns the first scenario's metrics."""
+    from servetune.api import simulate_batch
+    from servetune.report import grid_summary, summary
+    from servetune.scenario import build
+
+    _quiet_jax_logs()
+    console = Console(stderr=True)
+    out = Path(HydraConfig.get().runtime.output_dir)
+    scenario = build(cfg)
+    n = len(scenario.seeds) * len(scenario.grid_points)
+    console.print(f"simulating {n} scenario(s) of {len(scenario.traces[0])} requests "
+                  f"(compiling on first use) ...")
+    if cfg.output.progress:
+        with Progress("[progress.description]{task.description}", BarColumn(),
+                      MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                      transient=True) as bar:
+            task = bar.add_task("requests taken", total=None)
+            result = simulate_batch(scenario, lambda d, t: bar.update(task, completed=d, total=t))
+    else:
+        result = simulate_batch(scenario)
+    (out / "config_resolved.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    doc = result.metrics[0] if n == 1 else {"scenarios": [
+        {"seed": row["seed"], "grid": pt, "metrics": m}
+        for row, pt, m in zip(result.table.to_dict("records"),
+                              scenario.grid_points * len(scenario.seeds), result.metrics)]}
+    doc = dict(doc, wall_s=result.wall_s)
+    (out / "metrics.json").write_text(json.dumps(_jsonable(doc), indent=2))
+    result.table.to_csv(out / "metrics.csv", index=False)
+    if cfg.output.request_table:
+        import pandas as pd
+        frames = []
+        for k, table in enumerate(result.requests):
+            frames.append(table.assign(scenario=k))
+        pd.concat(frames, ignore_index=True).to_parquet(out / "requests.parquet", index=False)
+    con = Console()
+    if n == 1:
+        summary(result.metrics[0], scenario.labels, console=con)
+    else:
+        grid_summary(result.table, console=con)
+    con.print(f"wrote {out}/metrics.json, metrics.csv"
+              + (", requests.parquet" if cfg.output.request_table else "")
+              + f"  ({result.wall_s:.1f} s wall)")
+    return result.metrics[0]
+
+
+@hydra.main(config_path="conf", config_name="config", version_base=None)
+def _simulate_app(cfg: DictConfig) -> None:
+    try:
+        run_simulate(cfg)
+    except ServetuneError as err:
+        Console(stderr=True).print(f"[red]error:[/red] {err}")
+        sys.exit(2)
+
+
+def main() -> None:
+    """Dispatch `servetune <command> [overrides]` to the command's Hydra app."""
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        print(f"usage: servetune {{{','.join(COMMANDS)}}} [key=value ...] [-m for multirun]\n"
+              f"example: servetune simulate workload=azure_conv policy.max_num_seqs=128",
+              file=sys.stderr)
+        sys.exit(2)
+    command = sys.argv.pop(1)
+    if command == "simulate":
+        _simulate_app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""End of an iteration: tokens computed, outputs emitted, requests retired."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from servetune.engine.scheduler import Batch
+from servetune.types import COMPLETED, DONE, Entries
+
+
+def advance(es: Entries, batch: Batch, t_end):
+    """Apply an iteration that ends at t_end (seconds).
+
+    A request whose known tokens (prompt + output so far) are all computed emits its next output
+    token; one that reaches its output length completes and frees its blocks.
+    Returns (entries, inter-token gaps [A] in seconds (nan where none), completed mask [A]).
+    """
+    computed = es.computed + batch.tokens
+    emit = (batch.tokens > 0) & (computed >= es.prompt + es.generated)
+    generated = es.generated + emit.astype(jnp.int32)
+    gap = jnp.where(emit & (es.generated > 0), t_end - es.last_emit, jnp.nan)
+    complete = emit & (generated >= es.output)
+    es = es.replace(
+        computed=computed,
+        generated=generated,
+        tokens_computed=es.tokens_computed + batch.tokens,
+        first_token=jnp.where(emit & (es.generated == 0), t_end, es.first_token),
+        last_emit=jnp.where(emit, t_end, es.last_emit),
+        status=jnp.where(complete, DONE, es.status),
+        end_state=jnp.where(complete, COMPLETED, es.end_state),
+        finish=jnp.where(complete, t_end, es.finish),
+        blocks=jnp.where(complete, 0, es.blocks),
+    )
+    return es, gap, complete

@@ -1,0 +1,57 @@
+"""Arrivals: move requests whose arrival time has passed into the instance's queue window."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from servetune import relax
+from servetune.types import DONE, EMPTY, REJECTED, WAITING, Entries, EngineConfig, PolicyParams, Workload
+
+
+def take_arrivals(e: Entries, t, next_req, wl: Workload, pol: PolicyParams, cfg: EngineConfig):
+    """Requests with arrival <= t join the queue in trace order, into free entries.
+
+    A request longer than max_model_len (prompt + output) is rejected, as is one that finds
+    `queue_cap` requests already waiting. Arrivals that find no free entry stay outside the
+    window, in order, and enter at a later iteration (never dropped).
+    Returns (entries, next_req, arrived requests left outside the window).
+    """
+    n_arrived = jnp.minimum(jnp.searchsorted(wl.arrival, t, side="right"), wl.n).astype(jnp.int32)
+    pending = n_arrived - next_req
+    empty = e.status == EMPTY
+    slot_rank = jnp.cumsum(empty, dtype=jnp.int32) - 1
+    take = empty & (slot_rank < pending)
+    n_take = jnp.sum(take, dtype=jnp.int32)
+    idx = jnp.clip(next_req + slot_rank, 0, wl.arrival.shape[0] - 1)
+
+    prompt = wl.prompt[idx]
+    output = wl.output[idx]
+    fits = prompt + output <= cfg.max_model_len
+    n_waiting = jnp.sum(e.status == WAITING, dtype=jnp.int32)
+    ok = take & fits
+    ok_rank = jnp.cumsum(ok, dtype=jnp.int32) - 1
+    accept = ok & relax.below(n_waiting + ok_rank, pol.queue_cap)
+    reject = take & ~accept
+
+    nan = jnp.full_like(e.finish, jnp.nan)
+    zero = jnp.zeros_like(e.computed)
+    sel = lambda new, old: jnp.where(take, new, old)  # noqa: E731
+    e = Entries(
+        req=sel(idx, e.req),
+        status=jnp.where(accept, WAITING, jnp.where(reject, DONE, e.status)),
+        arrival=sel(wl.arrival[idx], e.arrival),
+        prompt=sel(prompt, e.prompt),
+        output=sel(output, e.output),
+        predicted=sel(wl.predicted[idx], e.predicted),
+        computed=sel(zero, e.computed),
+        generated=sel(zero, e.generated),
+        blocks=sel(zero, e.blocks),
+        preempted=sel(jnp.zeros_like(e.preempted), e.preempted),
+        n_preempt=sel(zero, e.n_preempt),
+        tokens_computed=sel(zero, e.tokens_computed),
+        first_token=sel(nan, e.first_token),
+        last_emit=sel(nan, e.last_emit),
+        finish=sel(jnp.where(reject, t, nan), e.finish),
+        end_state=sel(jnp.where(reject, REJECTED, -1), e.end_state),
+    )
+    return e, next_req + n_take, pending - n_take

@@ -1,0 +1,93 @@
+"""One iteration's schedule (vLLM V1 semantics), computed on entries in scheduling order.
+
+1. Running requests, by priority, take their next tokens (a decode takes 1, a request
+   mid-prefill the next chunk) while the token budget lasts. KV blocks for the new tokens are
+   allocated; where they do not fit, the lowest-priority running requests are preempted (blocks
+   freed, progress dropped, back to the head of the queue) until they do.
+2. Only if nothing was preempted, waiting requests are admitted in order while the sequence cap,
+   the token budget and the blocks for their first chunk above the watermark allow; the first
+   that does not fit stops admission (no skipping ahead).
+Static batching admits a new batch only when nothing runs, with no token budget.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import struct
+
+from servetune import relax
+from servetune.engine.kv import blocks_for
+from servetune.types import RUNNING, WAITING, Entries, EngineConfig, Params
+
+_NO_BUDGET = 2**30
+
+
+@struct.dataclass
+class Batch:
+    """What one iteration computes, per entry in scheduling order."""
+
+    tokens: jnp.ndarray  # [A] i32 tokens computed for each entry this iteration
+    decode: jnp.ndarray  # [A] bool entry takes a decode token (not a prefill chunk)
+    preempted: jnp.ndarray  # [A] bool entry was preempted this iteration
+
+
+def _exclusive_cumsum(x):
+    return jnp.cumsum(x) - x
+
+
+def schedule(es: Entries, params: Params, cfg: EngineConfig):
+    """Schedule one iteration over entries `es` sorted by `policy.scheduling_order`.
+
+    Returns (entries with statuses, blocks and preemption counters updated, Batch).
+    """
+    pol, kv_total = params.policy, params.cost.kv_blocks
+    static = cfg.batching == "static"
+    budget = (jnp.asarray(_NO_BUDGET, jnp.float64) if static
+              else relax.integer_limit(pol.max_num_batched_tokens))
+
+    # 1. running requests, by priority
+    running = es.status == RUNNING
+    need = jnp.where(running, es.prompt + es.generated - es.computed, 0)
+    alloc = jnp.clip(budget - _exclusive_cumsum(need), 0, need).astype(jnp.int32)
+    new_blocks = jnp.where(running, jnp.maximum(blocks_for(es.computed + alloc, cfg) - es.blocks, 0), 0)
+    held = jnp.where(running, es.blocks, 0)
+    free = kv_total - jnp.sum(es.blocks)
+    # Keeping the first m requests costs their new blocks and frees the held blocks of the
+    # preempted tail; m is the largest prefix for which that fits (what vLLM's loop reaches).
+    keep = running & (jnp.cumsum(new_blocks) - (jnp.sum(held) - jnp.cumsum(held)) <= free)
+    preempt = running & ~keep
+    any_preempt = jnp.any(preempt)
+    alloc = jnp.where(keep, alloc, 0)
+    blocks = jnp.where(keep, es.blocks + new_blocks, jnp.where(preempt, 0, es.blocks))
+
+    # 2. admissions, only when nothing was preempted
+    n_running = jnp.sum(keep, dtype=jnp.int32)
+    free_after = kv_total - jnp.sum(blocks)
+    budget_left = budget - jnp.sum(alloc)
+    waiting = es.status == WAITING
+    need_w = jnp.where(waiting, es.prompt + es.generated, 0)
+    if cfg.chunked_prefill:
+        chunk = jnp.clip(budget_left - _exclusive_cumsum(need_w), 0, need_w)
+    else:
+        chunk = jnp.where(jnp.cumsum(need_w) <= budget_left, need_w, 0)
+    chunk = chunk.astype(jnp.int32)
+    first_blocks = jnp.where(waiting, blocks_for(chunk, cfg), 0)
+    rank = jnp.cumsum(waiting) - 1
+    gate = ~any_preempt
+    if static:
+        gate = gate & (n_running == 0)
+    watermark_blocks = pol.watermark * kv_total
+    admit = (waiting & gate & (chunk > 0)
+             & relax.below(rank, relax.integer_limit(pol.max_num_seqs) - n_running)
+             & relax.at_most(jnp.cumsum(first_blocks), free_after - watermark_blocks))
+
+    tokens = alloc + jnp.where(admit, chunk, 0)
+    decode = (alloc > 0) & (es.generated > 0) & (need == 1)
+    es = es.replace(
+        status=jnp.where(admit, RUNNING, jnp.where(preempt, WAITING, es.status)),
+        blocks=jnp.where(admit, first_blocks, blocks),
+        computed=jnp.where(preempt, 0, es.computed),
+        preempted=jnp.where(preempt, True, jnp.where(admit, False, es.preempted)),
+        n_preempt=es.n_preempt + preempt.astype(jnp.int32),
+    )
+    return es, Batch(tokens=tokens, decode=decode, preempted=preempt)

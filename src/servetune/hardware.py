@@ -1,0 +1,225 @@
+"""GPU and model catalogs, memory -> KV capacity, and the per-iteration cost model's parameters.
+
+Every catalog figure carries its public source. Prices are assumptions (list prices move);
+override them with `hardware.price_per_gpu_hour`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax.numpy as jnp
+
+from servetune.errors import ConfigError
+from servetune.types import CostParams
+
+GIB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class GPUSpec:
+    """One GPU: dense bf16 peak (FLOP/s), HBM bandwidth (bytes/s), memory (bytes), TP link, price."""
+
+    name: str
+    peak_flops: float
+    hbm_bytes_per_s: float
+    memory_bytes: float
+    link_bytes_per_s: float  # per-GPU interconnect bandwidth used by tensor-parallel all-reduce
+    price_per_gpu_hour: float  # USD, assumption (see module docstring)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer's shape, from its published config.json."""
+
+    name: str
+    params: float
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    max_context: int
+
+
+GPUS: dict[str, GPUSpec] = {
+    # NVIDIA A100 datasheet (SXM 80GB): BF16 tensor 312 TFLOPS dense, HBM2e 2,039 GB/s, 80 GB,
+    # NVLink 600 GB/s. Price: assumed on-demand cloud rate.
+    "a100_80gb": GPUSpec("A100-80GB", 312e12, 2039e9, 80e9, 600e9, 1.80),
+    # NVIDIA H100 datasheet (SXM): BF16 tensor 1,979 TFLOPS with sparsity = 989 dense,
+    # HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s. Price: assumed on-demand cloud rate.
+    "h100": GPUSpec("H100-SXM", 989e12, 3.35e12, 80e9, 900e9, 2.50),
+    # NVIDIA H200 datasheet (SXM): BF16 1,979 TFLOPS sparse = 989 dense, HBM3e 4.8 TB/s, 141 GB,
+    # NVLink 900 GB/s. Price: assumed on-demand cloud rate.
+    "h200": GPUSpec("H200", 989e12, 4.8e12, 141e9, 900e9, 3.50),
+    # NVIDIA L40S datasheet: BF16 tensor 362.05 TFLOPS dense (733 sparse), GDDR6 864 GB/s, 48 GB,
+    # PCIe Gen4 x16 64 GB/s. Price: assumed on-demand cloud rate.
+    "l40s": GPUSpec("L40S", 362.05e12, 864e9, 48e9, 64e9, 0.90),
+}
+
+MODELS: dict[str, ModelSpec] = {
+    # meta-llama/Meta-Llama-3-8B config.json: 32 layers, hidden 4096, 32 heads, 8 KV heads,
+    # max_position_embeddings 8192; 8.03e9 parameters (model card).
+    "llama3_8b": ModelSpec("Llama-3-8B", 8.03e9, 32, 4096, 32, 8, 128, 8192),
+    # meta-llama/Meta-Llama-3-70B config.json: 80 layers, hidden 8192, 64 heads, 8 KV heads,
+    # max_position_embeddings 8192; 70.6e9 parameters (model card).
+    "llama3_70b": ModelSpec("Llama-3-70B", 70.6e9, 80, 8192, 64, 8, 128, 8192),
+    # Qwen/Qwen2.5-7B-Instruct config.json: 28 layers, hidden 3584, 28 heads, 4 KV heads,
+    # max_position_embeddings 32768; 7.61e9 parameters (model card).
+    "qwen2_5_7b": ModelSpec("Qwen2.5-7B", 7.61e9, 28, 3584, 28, 4, 128, 32768),
+}
+
+_BITS = (4, 8, 16)
+
+
+def lookup(catalog: dict, name: str, key: str):
+    """Return catalog[name], or raise ConfigError naming `key` and the known names."""
+    if name not in catalog:
+        raise ConfigError(f"{key}: unknown name {name!r}; expected one of {sorted(catalog)}")
+    return catalog[name]
+
+
+def kv_bytes_per_token(model: ModelSpec, kv_bits: int) -> float:
+    """Bytes of K and V for one token across all layers at `kv_bits` precision."""
+    return 2.0 * model.layers * model.kv_heads * model.head_dim * kv_bits / 8.0
+
+
+def weight_bytes(model: ModelSpec, weight_bits: int) -> float:
+    """Bytes of model weights at `weight_bits` precision."""
+    return model.params * weight_bits / 8.0
+
+
+def kv_capacity_blocks(
+    gpu: GPUSpec,
+    model: ModelSpec,
+    *,
+    tp: int,
+    weight_bits: int,
+    kv_bits: int,
+    block_size: int,
+    gpu_memory_utilization: float,
+    activation_reserve_gib: float,
+    max_model_len: int,
+) -> int:
+    """KV-cache blocks that fit in the instance's memory after weights and activation reserve.
+
+    memory = tp x gpu memory x utilization; KV = memory - weights - tp x reserve.
+    Raises ConfigError when the weights do not fit, or when one max_model_len sequence does not
+    (as vLLM refuses to start in that case).
+    """
+    for key, bits in (("model.weight_bits", weight_bits), ("model.kv_bits", kv_bits)):
+        if bits not in _BITS:
+            raise ConfigError(f"{key}: got {bits}; expected one of {_BITS}")
+    if tp < 1 or model.heads % tp:
+        raise ConfigError(
+            f"hardware.tp: got {tp}; expected a positive divisor of {model.name}'s "
+            f"{model.heads} attention heads"
+        )
+    if not 0.0 < gpu_memory_utilization <= 1.0:
+        raise ConfigError(
+            f"engine.gpu_memory_utilization: got {gpu_memory_utilization}; expected in (0, 1]"
+        )
+    usable = tp * gpu.memory_bytes * gpu_memory_utilization
+    weights = weight_bytes(model, weight_bits)
+    kv_memory = usable - weights - tp * activation_reserve_gib * GIB
+    if kv_memory <= 0:
+        raise ConfigError(
+            f"model: {model.name} needs {weights / 1e9:.1f} GB of {weight_bits}-bit weights, "
+            f"but {tp} x {gpu.name} at gpu_memory_utilization={gpu_memory_utilization} leaves "
+            f"{usable / 1e9:.1f} GB minus {tp * activation_reserve_gib:.1f} GiB activation reserve; "
+            f"raise hardware.tp or lower model.weight_bits"
+        )
+    blocks = int(kv_memory // (block_size * kv_bytes_per_token(model, kv_bits)))
+    needed = -(-max_model_len // block_size)
+    if blocks < needed:
+        raise ConfigError(
+            f"engine.max_model_len: {max_model_len} tokens need {needed} KV blocks but "
+            f"{model.name} on {tp} x {gpu.name} has room for {blocks}; lower engine.max_model_len "
+            f"or add memory (hardware.tp, model.kv_bits)"
+        )
+    return blocks
+
+
+def roofline_cost_params(
+    gpu: GPUSpec,
+    model: ModelSpec,
+    *,
+    tp: int,
+    weight_bits: int,
+    kv_bits: int,
+    kv_blocks: int,
+    flops_efficiency: float,
+    bandwidth_efficiency: float,
+    overhead_s: float,
+    allreduce_latency_s: float,
+    activation_bits: int = 16,
+) -> CostParams:
+    """CostParams of the roofline step-time model for `model` on `tp` x `gpu`.
+
+    The tensor-parallel all-reduce (two per layer, ring algorithm) costs
+    2 x layers x (2 (tp-1)/tp x tokens x hidden x activation bytes / link bandwidth + latency).
+    """
+    comm_per_token = 0.0
+    comm_fixed = 0.0
+    if tp > 1:
+        ring = 2.0 * (tp - 1) / tp
+        comm_per_token = 2 * model.layers * ring * model.hidden * activation_bits / 8 / gpu.link_bytes_per_s
+        comm_fixed = 2 * model.layers * allreduce_latency_s
+    f = lambda x: jnp.asarray(x, jnp.float64)  # noqa: E731
+    return CostParams(
+        flops_per_token=f(2.0 * model.params),
+        attn_flops_per_token_ctx=f(4.0 * model.layers * model.heads * model.head_dim),
+        weight_bytes=f(weight_bytes(model, weight_bits)),
+        kv_bytes_per_token=f(kv_bytes_per_token(model, kv_bits)),
+        flops_rate=f(tp * gpu.peak_flops * flops_efficiency),
+        byte_rate=f(tp * gpu.hbm_bytes_per_s * bandwidth_efficiency),
+        overhead_s=f(overhead_s),
+        comm_s_per_token=f(comm_per_token),
+        comm_fixed_s=f(comm_fixed),
+        base_s=f(0.0),
+        per_prefill_token_s=f(0.0),
+        per_decode_seq_s=f(0.0),
+        per_ctx_token_s=f(0.0),
+        kv_blocks=jnp.asarray(kv_blocks, jnp.int32),
+    )
+
+
+def linear_cost_params(
+    *, base_s: float, per_prefill_token_s: float, per_decode_seq_s: float,
+    per_ctx_token_s: float, kv_blocks: int,
+) -> CostParams:
+    """CostParams of the linear step-time model (roofline fields zero)."""
+    for key, v in (("cost.base_s", base_s), ("cost.per_prefill_token_s", per_prefill_token_s),
+                   ("cost.per_decode_seq_s", per_decode_seq_s),
+                   ("cost.per_ctx_token_s", per_ctx_token_s)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ConfigError(f"{key}: got {v!r}; expected a finite number >= 0 (seconds)")
+    f = lambda x: jnp.asarray(x, jnp.float64)  # noqa: E731
+    z = f(0.0)
+    return CostParams(
+        flops_per_token=z, attn_flops_per_token_ctx=z, weight_bytes=z, kv_bytes_per_token=z,
+        flops_rate=f(1.0), byte_rate=f(1.0), overhead_s=z, comm_s_per_token=z, comm_fixed_s=z,
+        base_s=f(base_s), per_prefill_token_s=f(per_prefill_token_s),
+        per_decode_seq_s=f(per_decode_seq_s), per_ctx_token_s=f(per_ctx_token_s),
+        kv_blocks=jnp.asarray(kv_blocks, jnp.int32),
+    )
+
+
+def step_time(cost: CostParams, form: str, prefill_tokens, decode_seqs, ctx_read, attn_work):
+    """Seconds of one iteration for a batch.
+
+    prefill_tokens: prompt (or recomputed) tokens in the batch; decode_seqs: decoding sequences
+    (one token each); ctx_read: KV tokens read by attention; attn_work: sum over sequences of
+    new tokens x context length. An empty batch costs 0.
+    """
+    tokens = prefill_tokens + decode_seqs
+    if form == "linear":
+        t = (cost.base_s + cost.per_prefill_token_s * prefill_tokens
+             + cost.per_decode_seq_s * decode_seqs + cost.per_ctx_token_s * ctx_read)
+    else:
+        flops = cost.flops_per_token * tokens + cost.attn_flops_per_token_ctx * attn_work
+        bytes_moved = cost.weight_bytes + cost.kv_bytes_per_token * (ctx_read + tokens)
+        t = (jnp.maximum(flops / cost.flops_rate, bytes_moved / cost.byte_rate)
+             + cost.overhead_s + cost.comm_fixed_s + cost.comm_s_per_token * tokens)
+    return jnp.where(tokens > 0, t, 0.0)

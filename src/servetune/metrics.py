@@ -1,0 +1,154 @@
+"""Per-request table and aggregate metrics of a finished scenario (seconds, tokens, dollars)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from servetune import histogram
+from servetune.simulate import ScenarioResult
+from servetune.types import (
+    CANCELLED, COMPLETED, END_STATE_NAMES, EXPIRED, OUTSTANDING, REJECTED,
+)
+from servetune.workload import RequestTrace
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsSpec:
+    """What the metrics need beyond the simulation: SLOs, window, prices.
+
+    slo_*: targets in seconds (None = not checked). warmup_s: arrivals before it are not counted.
+    price_per_gpu_hour: USD; n_gpus: GPUs provisioned; kv_blocks: KV capacity of the instance.
+    """
+
+    slo_ttft_s: float | None
+    slo_tpot_s: float | None
+    slo_e2e_s: float | None
+    warmup_s: float
+    price_per_gpu_hour: float
+    n_gpus: int
+    kv_blocks: int
+
+
+def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -> pd.DataFrame:
+    """One row per request: times (seconds), tokens, end state, preemptions, SLO outcome."""
+    completed = res.end_state == COMPLETED
+    ttft = res.first_token - trace.arrival
+    o = trace.output.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(o > 1, (res.finish - res.first_token) / (o - 1), np.nan)
+    e2e = res.finish - trace.arrival
+    ok = completed.copy()
+    for target, value in ((spec.slo_ttft_s, ttft), (spec.slo_tpot_s, tpot), (spec.slo_e2e_s, e2e)):
+        if target is not None:
+            ok &= ~(value > target)  # nan (single-token TPOT) passes
+    counted = trace.arrival >= spec.warmup_s
+    names = np.asarray(trace.class_names, dtype=object)
+    return pd.DataFrame({
+        "request": np.arange(len(trace)),
+        "arrival_s": trace.arrival,
+        "prompt_tokens": trace.prompt,
+        "output_tokens": trace.output,
+        "class": names[trace.klass],
+        "first_token_s": res.first_token,
+        "finish_s": res.finish,
+        "output_tokens_delivered": res.generated,
+        "end_state": np.asarray(END_STATE_NAMES, dtype=object)[res.end_state],
+        "preemptions": res.n_preempt,
+        "tokens_computed": res.tokens_computed,
+        "ttft_s": np.where(np.isfinite(res.first_token), ttft, np.nan),
+        "tpot_s": np.where(completed, tpot, np.nan),
+        "e2e_s": np.where(completed, e2e, np.nan),
+        "qualifies": ok,
+        "counted": counted,
+    })
+
+
+def _stats(prefix: str, values: np.ndarray) -> dict:
+    v = values[np.isfinite(values)]
+    if len(v) == 0:
+        return {f"{prefix}_{k}_s": float("nan") for k in ("mean", "p50", "p90", "p99")}
+    return {f"{prefix}_mean_s": float(v.mean()), f"{prefix}_p50_s": float(np.percentile(v, 50)),
+            f"{prefix}_p90_s": float(np.percentile(v, 90)),
+            f"{prefix}_p99_s": float(np.percentile(v, 99))}
+
+
+def _core(table: pd.DataFrame, window_s: float, cost_usd: float) -> dict:
+    c = table[table["counted"]]
+    state = c["end_state"].to_numpy()
+    done = c[state == END_STATE_NAMES[COMPLETED]]
+    q = c[c["qualifies"].to_numpy()]
+    useful = float(q["output_tokens"].sum())
+    n = len(c)
+    m = {
+        "n_requests": n,
+        "offered_rps": n / window_s,
+        "n_completed": int((state == END_STATE_NAMES[COMPLETED]).sum()),
+        "n_rejected": int((state == END_STATE_NAMES[REJECTED]).sum()),
+        "n_cancelled": int((state == END_STATE_NAMES[CANCELLED]).sum()),
+        "n_expired": int((state == END_STATE_NAMES[EXPIRED]).sum()),
+        "n_outstanding": int((state == END_STATE_NAMES[OUTSTANDING]).sum()),
+    }
+    m.update(_stats("ttft", done["ttft_s"].to_numpy()))
+    m.update(_stats("tpot", done["tpot_s"].to_numpy()))
+    m.update(_stats("e2e", done["e2e_s"].to_numpy()))
+    m.update({
+        "throughput_rps": len(done) / window_s,
+        "output_tokens_per_s": float(done["output_tokens"].sum()) / window_s,
+        "goodput_rps": len(q) / window_s,
+        "slo_attainment": len(q) / n if n else float("nan"),
+        "useful_tokens": useful,
+        "useful_tokens_per_dollar": useful / cost_usd if cost_usd > 0 else float("nan"),
+        "cost_per_qualifying_request_usd": cost_usd / len(q) if len(q) else float("inf"),
+    })
+    return m
+
+
+def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
+                    table: pd.DataFrame | None = None) -> dict:
+    """Aggregate metrics over the measurement window (arrivals from warm-up to the last arrival).
+
+    Cost is the provisioned GPUs over the window: price x GPUs x window hours.
+    Utilization = busy time / simulated time; wasted_token_ratio = tokens computed for requests
+    that did not qualify, plus recomputation of those that did, over all tokens computed.
+    """
+    table = request_table(trace, res, spec) if table is None else table
+    last = float(trace.arrival[-1])
+    window_s = max(last - spec.warmup_s, 1e-9) if len(trace) > 1 else 1.0
+    cost_usd = spec.price_per_gpu_hour * spec.n_gpus * window_s / 3600.0
+    m = _core(table, window_s, cost_usd)
+    computed = table["tokens_computed"].to_numpy().astype(np.float64)
+    minimal = (table["prompt_tokens"] + table["output_tokens"] - 1).to_numpy().astype(np.float64)
+    qual = table["qualifies"].to_numpy()
+    wasted = np.where(qual, np.maximum(computed - minimal, 0.0), computed).sum()
+    st = res.stats
+    hist = np.asarray(st["itl_hist"])
+    sim_s = res.clock_s
+    m.update({
+        "itl_mean_s": histogram.mean(hist), "itl_p50_s": histogram.quantile(hist, 0.5),
+        "itl_p90_s": histogram.quantile(hist, 0.9), "itl_p99_s": histogram.quantile(hist, 0.99),
+        "cost_usd": cost_usd,
+        "utilization": float(np.sum(st["busy_s"])) / sim_s if sim_s > 0 else float("nan"),
+        "wasted_token_ratio": float(wasted / computed.sum()) if computed.sum() > 0 else 0.0,
+        "kv_peak_occupancy": float(np.max(st["kv_peak_blocks"])) / spec.kv_blocks,
+        "preemptions": int(st["preemptions"]),
+        "sim_duration_s": sim_s,
+        "window_s": window_s,
+        "iterations": int(st["steps"]),
+        "max_running": int(np.max(st["max_running"])),
+        "queue_window_overflow": int(st["window_overflow"]),
+        "stalled": bool(st["stalled"]),
+    })
+    by_class = {}
+    for name in trace.class_names:
+        sub = table[table["class"] == name]
+        if len(sub):
+            c = _core(sub, window_s, cost_usd)
+            by_class[name] = {k: c[k] for k in (
+                "n_requests", "n_completed", "n_rejected", "n_outstanding", "goodput_rps",
+                "slo_attainment", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+                "e2e_mean_s", "e2e_p99_s")}
+    m["by_class"] = by_class
+    return m

@@ -1,0 +1,103 @@
+"""Policy parameters, presets and the priority score the scheduler orders requests by."""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import jax.numpy as jnp
+import numpy as np
+
+from servetune.errors import ConfigError
+from servetune.types import RUNNING, WAITING, Entries, PolicyParams
+
+# Fields of PolicyParams, with their defaults (vLLM V1's defaults for an OpenAI server on an
+# 80 GB H100: max_num_seqs 1024, max_num_batched_tokens 8192 -- vllm/engine/arg_utils.py,
+# EngineArgs.get_batch_defaults; watermark 0.01 is vLLM V0's block-manager default).
+DEFAULTS: dict[str, float] = {
+    "max_num_seqs": 1024.0,
+    "max_num_batched_tokens": 8192.0,
+    "watermark": 0.01,
+    "queue_cap": math.inf,
+    "w_age": 1.0,
+    "w_prompt": 0.0,
+    "w_pred": 0.0,
+    "w_slack": 0.0,
+    "ttft_target_s": 2.0,
+}
+
+# Named orders: each is a setting of the score weights.
+ORDERS: dict[str, dict[str, float]] = {
+    "fcfs": {"w_age": 1.0, "w_prompt": 0.0, "w_pred": 0.0, "w_slack": 0.0},
+    # shortest predicted job first: fewest (prompt + predicted output) tokens first
+    "sjf": {"w_age": 0.0, "w_prompt": 1.0, "w_pred": 1.0, "w_slack": 0.0},
+    "parametric": {},
+}
+
+_BOUNDS = {
+    "max_num_seqs": (1.0, math.inf),
+    "max_num_batched_tokens": (1.0, math.inf),
+    "watermark": (0.0, 0.999),
+    "queue_cap": (0.0, math.inf),
+    "ttft_target_s": (0.0, math.inf),
+}
+
+
+def make_policy(values: Mapping[str, object] | None = None, order: str = "fcfs",
+                key_prefix: str = "policy") -> PolicyParams:
+    """Build PolicyParams from a mapping of field -> number or list of numbers (a grid axis).
+
+    Values are broadcast against each other; lists give a leading batch axis. `order` picks the
+    priority-score weights (fcfs, sjf, or parametric = take the w_* values as given).
+    Raises ConfigError naming `policy.<key>` for unknown keys and out-of-range values.
+    """
+    if order not in ORDERS:
+        raise ConfigError(f"{key_prefix}.order: got {order!r}; expected one of {sorted(ORDERS)}")
+    merged = dict(DEFAULTS)
+    merged.update(ORDERS[order])
+    for key, value in (values or {}).items():
+        if key not in DEFAULTS:
+            raise ConfigError(
+                f"{key_prefix}.{key}: unknown policy parameter; expected one of {sorted(DEFAULTS)}"
+            )
+        merged[key] = value
+    arrays = {}
+    for key, value in merged.items():
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{key_prefix}.{key}: got {value!r}; expected a number or a list of numbers"
+            ) from None
+        if np.isnan(arr).any():
+            raise ConfigError(f"{key_prefix}.{key}: got NaN; expected a number")
+        lo, hi = _BOUNDS.get(key, (-math.inf, math.inf))
+        if (arr < lo).any() or (arr > hi).any() or (np.isinf(arr).any() and key not in
+                                                      ("queue_cap", "max_num_batched_tokens")):
+            raise ConfigError(f"{key_prefix}.{key}: got {value!r}; expected within [{lo}, {hi}]")
+        arrays[key] = arr
+    shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
+    return PolicyParams(**{k: jnp.asarray(np.broadcast_to(a, shape)) for k, a in arrays.items()})
+
+
+def priority_score(e: Entries, t, pol: PolicyParams):
+    """Priority of each entry at time t (higher is served first), shape [A].
+
+    w_age x seconds since arrival - w_prompt x prompt ktokens - w_pred x predicted output ktokens
+    - w_slack x seconds of TTFT slack left (requests that already have a first token have none).
+    """
+    age = t - e.arrival
+    slack = jnp.where(e.generated > 0, 0.0, pol.ttft_target_s - age)
+    score = (pol.w_age * age - pol.w_prompt * e.prompt / 1000.0
+             - pol.w_pred * e.predicted / 1000.0 - pol.w_slack * slack)
+    return jnp.where(jnp.isfinite(score), score, 0.0)
+
+
+def scheduling_order(e: Entries, t, pol: PolicyParams):
+    """Permutation [A] of the entries: running by priority, then preempted waiting requests
+    (vLLM puts them back at the head of the queue), then the other waiting ones by priority,
+    then empty or finished entries. Ties go to the earlier request in trace order."""
+    group = jnp.where(e.status == RUNNING, 0,
+                      jnp.where(e.status == WAITING, jnp.where(e.preempted, 1, 2), 3))
+    score = priority_score(e, t, pol)
+    return jnp.lexsort((e.req, -score, group))

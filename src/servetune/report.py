@@ -1,0 +1,87 @@
+"""Human-readable summaries of simulation results."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "-"
+        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+            return f"{v:.3g}"
+        return f"{v:.3f}"
+    return str(v)
+
+
+def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
+            console: Console | None = None) -> None:
+    """Print one scenario's key metrics and its per-class breakdown."""
+    console = console or Console()
+    head = (f"{labels.get('workload')} | {labels.get('model')} on {labels.get('tp')} x "
+            f"{labels.get('gpu')} | {labels.get('kv_blocks')} KV blocks | order "
+            f"{labels.get('order')}")
+    m = metrics
+    t = Table(title=f"{title}\n{head}", show_header=False, box=None, padding=(0, 2))
+    t.add_column("metric", style="bold")
+    t.add_column("value", justify="right")
+    rows = [
+        ("requests counted (offered rps)", f"{m['n_requests']} ({_fmt(m['offered_rps'])}/s)"),
+        ("completed / rejected / outstanding",
+         f"{m['n_completed']} / {m['n_rejected']} / {m['n_outstanding']}"),
+        ("TTFT mean / p50 / p99 (s)",
+         " / ".join(_fmt(m[f"ttft_{q}_s"]) for q in ("mean", "p50", "p99"))),
+        ("TPOT mean / p50 / p99 (s)",
+         " / ".join(_fmt(m[f"tpot_{q}_s"]) for q in ("mean", "p50", "p99"))),
+        ("ITL p50 / p99 (s)", f"{_fmt(m['itl_p50_s'])} / {_fmt(m['itl_p99_s'])}"),
+        ("E2E mean / p99 (s)", f"{_fmt(m['e2e_mean_s'])} / {_fmt(m['e2e_p99_s'])}"),
+        ("throughput (req/s, output tok/s)",
+         f"{_fmt(m['throughput_rps'])}, {m['output_tokens_per_s']:,.0f}"),
+        ("goodput (req/s) / SLO attainment", f"{_fmt(m['goodput_rps'])} / {m['slo_attainment']:.1%}"),
+        ("useful tokens per dollar", f"{m['useful_tokens_per_dollar']:,.0f}"),
+        ("cost (USD) / per qualifying request",
+         f"{m['cost_usd']:.3f} / {_fmt(m['cost_per_qualifying_request_usd'])}"),
+        ("utilization / KV peak occupancy",
+         f"{m['utilization']:.1%} / {m['kv_peak_occupancy']:.1%}"),
+        ("preemptions / wasted token ratio", f"{m['preemptions']} / {m['wasted_token_ratio']:.2%}"),
+        ("iterations / simulated time (s)", f"{m['iterations']:,} / {m['sim_duration_s']:.1f}"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    console.print(t)
+    if m.get("by_class"):
+        c = Table(title="by class", show_header=True, box=None, padding=(0, 1))
+        for col in ("class", "requests", "completed", "SLO att.", "TTFT p99 s", "TPOT p99 s",
+                    "E2E mean s"):
+            c.add_column(col, justify="right")
+        for name, v in m["by_class"].items():
+            c.add_row(name, str(v["n_requests"]), str(v["n_completed"]),
+                      f"{v['slo_attainment']:.1%}", _fmt(v["ttft_p99_s"]), _fmt(v["tpot_p99_s"]),
+                      _fmt(v["e2e_mean_s"]))
+        console.print(c)
+    flags = []
+    if m.get("queue_window_overflow"):
+        flags.append(f"queue window overflow: up to {m['queue_window_overflow']} arrivals waited "
+                     f"outside the scheduler's window (raise engine.queue_window)")
+    if m.get("stalled"):
+        flags.append("STALLED: waiting requests could never be scheduled")
+    for f in flags:
+        console.print(f"[yellow]note:[/yellow] {f}")
+
+
+def grid_summary(table, console: Console | None = None, max_rows: int = 20) -> None:
+    """Print the per-scenario table of a batch (the first `max_rows` rows)."""
+    console = console or Console()
+    cols = [c for c in table.columns if c == "seed" or c.startswith("policy.")]
+    cols += ["goodput_rps", "slo_attainment", "ttft_p99_s", "tpot_p99_s",
+             "useful_tokens_per_dollar", "preemptions"]
+    t = Table(title=f"{len(table)} scenarios", show_header=True)
+    for c in cols:
+        t.add_column(c, justify="right")
+    for _, row in table.head(max_rows).iterrows():
+        t.add_row(*(_fmt(row[c]) for c in cols))
+    console.print(t)

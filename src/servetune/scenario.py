@@ -1,0 +1,224 @@
+"""Build simulator inputs from a Hydra/OmegaConf config, validating every key on the way."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from servetune import hardware, workload
+from servetune.errors import ConfigError
+from servetune.metrics import MetricsSpec
+from servetune.policy import DEFAULTS, make_policy
+from servetune.types import EngineConfig, Params, Workload
+
+
+@dataclasses.dataclass
+class Scenario:
+    """Everything one simulate call needs: S workloads x P policy points."""
+
+    traces: list  # [S] RequestTrace, one per seed
+    seeds: list  # [S] int
+    workloads: Workload  # leaves [S, N]
+    params: Params  # leaves [P]
+    grid_points: list  # [P] dict of the grid values of each policy point
+    engine: EngineConfig
+    metrics: MetricsSpec
+    labels: dict  # human-readable names (gpu, model, ...)
+
+
+def _get(cfg: DictConfig, key: str, default=None):
+    value = OmegaConf.select(cfg, key, default=default)
+    return value
+
+
+def _number(cfg, key, *, lo=-math.inf, hi=math.inf, integer=False, default=None, allow_none=False):
+    value = _get(cfg, key, default)
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key}: got {value!r}; expected a number")
+    if integer and value != int(value):
+        raise ConfigError(f"{key}: got {value!r}; expected an integer")
+    if not (lo <= value <= hi) or (isinstance(value, float) and math.isnan(value)):
+        raise ConfigError(f"{key}: got {value!r}; expected within [{lo}, {hi}]")
+    return int(value) if integer else float(value)
+
+
+def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
+    """The request trace of `workload.*` for one seed (trace replay or synthetic)."""
+    w = cfg.workload
+    kind = _get(cfg, "workload.kind")
+    if kind == "trace":
+        path = _get(cfg, "workload.path")
+        if path is None:
+            path = workload.bundled_path(_get(cfg, "workload.bundled"))
+        else:
+            path = Path(path).expanduser()
+            if not path.is_absolute():
+                base = Path(_get(cfg, "paths.root", ".") or ".")
+                path = base / path
+        trace = workload.load_trace(path, name=_get(cfg, "workload.name"))
+        trace = workload.slice_trace(
+            trace, start_s=_number(cfg, "workload.start_s", lo=0, default=0.0),
+            duration_s=_number(cfg, "workload.duration_s", lo=0, allow_none=True),
+            rate_scale=_number(cfg, "workload.rate_scale", lo=0, default=1.0),
+            max_requests=_number(cfg, "workload.max_requests", lo=1, integer=True,
+                                 allow_none=True))
+    elif kind == "synthetic":
+        trace = workload.synthetic(
+            rate=_number(cfg, "workload.rate", lo=0),
+            n_requests=_number(cfg, "workload.n_requests", lo=1, integer=True, allow_none=True),
+            duration_s=_number(cfg, "workload.duration_s", lo=0, allow_none=True),
+            arrival=str(_get(cfg, "workload.arrival", "poisson")),
+            cv=_number(cfg, "workload.cv", lo=0, default=1.0),
+            prompt=OmegaConf.to_container(w.prompt), output=OmegaConf.to_container(w.output),
+            seed=seed, name=str(_get(cfg, "workload.name", "synthetic")))
+        if len(trace) == 0:
+            raise ConfigError("workload: the synthetic workload is empty; raise rate or duration_s")
+    else:
+        raise ConfigError(f"workload.kind: got {kind!r}; expected trace or synthetic")
+    split = _number(cfg, "classes.prompt_split_tokens", lo=1, integer=True, allow_none=True)
+    if split is not None:
+        trace = workload.classify_by_prompt(trace, split)
+    return trace
+
+
+def _pad(n: int) -> int:
+    return max(64, 1 << (n - 1).bit_length())
+
+
+def stack_workloads(traces, predicted, drain_s: float) -> Workload:
+    """Pad traces to a common power-of-two length N and stack them: leaves [S, N]."""
+    n = _pad(max(len(t) for t in traces))
+    rows = []
+    for trace, pred in zip(traces, predicted):
+        k = len(trace)
+        pad = n - k
+        rows.append(dict(
+            arrival=np.concatenate([trace.arrival, np.full(pad, np.inf)]),
+            prompt=np.concatenate([trace.prompt, np.ones(pad, np.int32)]).astype(np.int32),
+            output=np.concatenate([trace.output, np.ones(pad, np.int32)]).astype(np.int32),
+            predicted=np.concatenate([pred, np.ones(pad)]),
+            klass=np.concatenate([trace.klass, np.zeros(pad, np.int32)]).astype(np.int32),
+            n=np.int32(k), t_stop=np.float64(trace.arrival[-1] + drain_s)))
+    return Workload(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
+
+
+def grid_points(cfg: DictConfig) -> list[dict]:
+    """The cartesian product of `grid.<policy key>: [values]` as a list of dicts ([{}] if none)."""
+    grid = _get(cfg, "grid") or {}
+    grid = OmegaConf.to_container(grid) if isinstance(grid, DictConfig) else dict(grid)
+    keys = list(grid)
+    for k in keys:
+        if not isinstance(grid[k], list) or not grid[k]:
+            raise ConfigError(f"grid.{k}: got {grid[k]!r}; expected a non-empty list of numbers")
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def build(cfg: DictConfig) -> Scenario:
+    """Validate `cfg` and build the scenario batch (seeds x grid points)."""
+    gpu = hardware.lookup(hardware.GPUS, _get(cfg, "hardware.gpu"), "hardware.gpu")
+    model = hardware.lookup(hardware.MODELS, _get(cfg, "model.name"), "model.name")
+    tp = _number(cfg, "hardware.tp", lo=1, integer=True, default=1)
+    wbits = _number(cfg, "model.weight_bits", integer=True, default=16)
+    kvbits = _number(cfg, "model.kv_bits", integer=True, default=16)
+    block = _number(cfg, "engine.block_size", lo=1, hi=4096, integer=True)
+    max_len = _number(cfg, "engine.max_model_len", lo=1, integer=True, allow_none=True)
+    max_len = model.max_context if max_len is None else max_len
+    if max_len > model.max_context:
+        raise ConfigError(f"engine.max_model_len: got {max_len}; {model.name} supports at most "
+                          f"{model.max_context} tokens")
+    kv_blocks = hardware.kv_capacity_blocks(
+        gpu, model, tp=tp, weight_bits=wbits, kv_bits=kvbits, block_size=block,
+        gpu_memory_utilization=_number(cfg, "engine.gpu_memory_utilization", lo=0, hi=1),
+        activation_reserve_gib=_number(cfg, "engine.activation_reserve_gib", lo=0),
+        max_model_len=max_len)
+    form = _get(cfg, "cost.form", "roofline")
+    if form == "roofline":
+        cost = hardware.roofline_cost_params(
+            gpu, model, tp=tp, weight_bits=wbits, kv_bits=kvbits, kv_blocks=kv_blocks,
+            flops_efficiency=_number(cfg, "hardware.flops_efficiency", lo=1e-6, hi=1),
+            bandwidth_efficiency=_number(cfg, "hardware.bandwidth_efficiency", lo=1e-6, hi=1),
+            overhead_s=_number(cfg, "hardware.overhead_s", lo=0),
+            allreduce_latency_s=_number(cfg, "hardware.allreduce_latency_s", lo=0, default=0.0))
+    elif form == "linear":
+        cost = hardware.linear_cost_params(
+            base_s=_number(cfg, "cost.base_s", lo=0),
+            per_prefill_token_s=_number(cfg, "cost.per_prefill_token_s", lo=0),
+            per_decode_seq_s=_number(cfg, "cost.per_decode_seq_s", lo=0),
+            per_ctx_token_s=_number(cfg, "cost.per_ctx_token_s", lo=0),
+            kv_blocks=_number(cfg, "cost.kv_blocks", lo=1, integer=True, default=kv_blocks))
+        kv_blocks = int(cost.kv_blocks)
+    else:
+        raise ConfigError(f"cost.form: got {form!r}; expected roofline or linear")
+
+    policy_cfg = OmegaConf.to_container(cfg.policy)
+    order = policy_cfg.pop("order", "fcfs")
+    policy_cfg = {k: (math.inf if v is None else v) for k, v in policy_cfg.items()}
+    points = grid_points(cfg)
+    for key in (points[0] if points else {}):
+        if key not in DEFAULTS:
+            raise ConfigError(f"grid.{key}: not a policy parameter")
+    columns = {k: [pt[k] for pt in points] for k in points[0]} if points[0] else {}
+    base = {k: np.full(len(points), v, dtype=np.float64) for k, v in policy_cfg.items()}
+    base.update(columns)
+    pol = make_policy(base, order=order)
+    max_seqs = float(np.max(np.asarray(pol.max_num_seqs)))
+    slots = _number(cfg, "engine.max_slots", lo=1, integer=True, allow_none=True)
+    if slots is None:
+        slots = int(math.ceil(max_seqs))
+    elif max_seqs > slots:
+        raise ConfigError(f"engine.max_slots: {slots} is below policy.max_num_seqs = {max_seqs:g}; "
+                          f"raise engine.max_slots (or leave it null for automatic)")
+    batching = _get(cfg, "engine.batching", "continuous")
+    layout = _get(cfg, "engine.kv_layout", "paged")
+    if batching not in ("continuous", "static"):
+        raise ConfigError(f"engine.batching: got {batching!r}; expected continuous or static")
+    if layout not in ("paged", "contiguous"):
+        raise ConfigError(f"engine.kv_layout: got {layout!r}; expected paged or contiguous")
+    engine = EngineConfig(
+        max_slots=slots,
+        queue_window=_number(cfg, "engine.queue_window", lo=1, integer=True),
+        block_size=block, max_model_len=max_len, batching=batching, kv_layout=layout,
+        chunked_prefill=bool(_get(cfg, "engine.chunked_prefill", True)), cost_form=form,
+        outbox=_number(cfg, "engine.outbox", lo=1, integer=True, default=2048),
+        max_steps_per_chunk=_number(cfg, "engine.max_steps_per_chunk", lo=1, integer=True,
+                                    default=200_000))
+    n_params = len(points)
+    cost = jax.tree.map(lambda x: jnp.broadcast_to(x, (n_params,) + x.shape), cost)
+
+    seed0 = _number(cfg, "seed", integer=True, default=0)
+    n_seeds = _number(cfg, "seeds", lo=1, integer=True, default=1)
+    seeds = [seed0 + k for k in range(n_seeds)]
+    sigma = _number(cfg, "workload.predictor.sigma", lo=0, default=0.0)
+    bias = _number(cfg, "workload.predictor.bias", lo=1e-9, default=1.0)
+    traces, preds = [], []
+    for s in seeds:
+        tr = load_workload(cfg, s) if (s == seeds[0] or _get(cfg, "workload.kind") == "synthetic") \
+            else traces[0]
+        traces.append(tr)
+        preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
+    drain = _number(cfg, "window.drain_s", lo=0)
+    warmup = _number(cfg, "window.warmup_s", lo=0, default=0.0)
+    for tr in traces:
+        if warmup >= tr.arrival[-1] and len(tr) > 1:
+            raise ConfigError(f"window.warmup_s: {warmup} s is past the last arrival "
+                              f"({tr.arrival[-1]:.1f} s) of {tr.name}; nothing would be counted")
+    slo = lambda k: _number(cfg, f"slo.{k}", lo=0, allow_none=True)  # noqa: E731
+    price = _number(cfg, "hardware.price_per_gpu_hour", lo=0, allow_none=True)
+    spec = MetricsSpec(slo_ttft_s=slo("ttft_s"), slo_tpot_s=slo("tpot_s"), slo_e2e_s=slo("e2e_s"),
+                       warmup_s=warmup,
+                       price_per_gpu_hour=gpu.price_per_gpu_hour if price is None else price,
+                       n_gpus=tp, kv_blocks=kv_blocks)
+    return Scenario(
+        traces=traces, seeds=seeds, workloads=stack_workloads(traces, preds, drain),
+        params=Params(policy=pol, cost=cost), grid_points=points, engine=engine, metrics=spec,
+        labels={"gpu": gpu.name, "model": model.name, "tp": tp, "workload": traces[0].name,
+                "kv_blocks": kv_blocks, "order": order})

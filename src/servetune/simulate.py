@@ -1,0 +1,178 @@
+"""Rollouts: a while_loop of iterations per compiled call, vmapped over workloads x policies.
+
+The host drives compiled chunks until every scenario is done, collecting the outbox of finished
+requests after each chunk; per-request results are assembled once, at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from servetune import histogram
+from servetune.engine.outbox import empty_outbox
+from servetune.step import step
+from servetune.types import (
+    DONE, EMPTY, OUTSTANDING, Entries, EngineConfig, Params, SimState, Stats, Workload,
+)
+
+
+def outbox_capacity(cfg: EngineConfig) -> int:
+    """R: at least twice the active set, so a chunk always makes progress."""
+    return max(cfg.outbox, 2 * cfg.n_entries)
+
+
+def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
+    """The initial carry; every array derives from an input so sharded vmaps place it right."""
+    zf = jnp.zeros_like(wl.t_stop, jnp.float64)
+    zi = jnp.zeros_like(wl.n, jnp.int32)
+    shape = (cfg.n_instances, cfg.n_entries)
+    full = lambda v, dtype: jnp.full(shape, v, dtype) + jnp.zeros_like(zi, dtype)  # noqa: E731
+    entries = Entries(
+        req=full(-1, jnp.int32), status=full(EMPTY, jnp.int32), arrival=full(jnp.nan, jnp.float64),
+        prompt=full(0, jnp.int32), output=full(0, jnp.int32), predicted=full(0.0, jnp.float64),
+        computed=full(0, jnp.int32), generated=full(0, jnp.int32), blocks=full(0, jnp.int32),
+        preempted=full(0, jnp.int32) > 0, n_preempt=full(0, jnp.int32),
+        tokens_computed=full(0, jnp.int32), first_token=full(jnp.nan, jnp.float64),
+        last_emit=full(jnp.nan, jnp.float64), finish=full(jnp.nan, jnp.float64),
+        end_state=full(-1, jnp.int32),
+    )
+    per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
+    stats = Stats(
+        steps=zi, busy_s=per_inst + zf, kv_peak_blocks=per_inst, kv_overflow=per_inst > 0,
+        clock_regress=per_inst > 0, preemptions=zi, prefill_tokens=zi.astype(jnp.int64),
+        decode_tokens=zi.astype(jnp.int64), window_overflow=zi, max_running=per_inst,
+        stalled=zi > 0, itl_hist=jnp.zeros((histogram.BINS,), jnp.float64) + zf,
+    )
+    return SimState(clock=per_inst + zf, entries=entries, next_req=zi,
+                    outbox=empty_outbox(outbox_capacity(cfg), zi), stats=stats, done=wl.n <= 0)
+
+
+def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
+    """Iterate one scenario until it is done, its outbox is nearly full, or the chunk's step
+    limit is reached. The outbox starts empty (the host has collected it)."""
+    cap = outbox_capacity(cfg)
+    state = state.replace(outbox=state.outbox.replace(count=state.outbox.count * 0))
+
+    def cond(carry):
+        s, k = carry
+        return (~s.done) & (s.outbox.count + cfg.n_entries <= cap) & (k < cfg.max_steps_per_chunk)
+
+    def body(carry):
+        s, k = carry
+        return step(s, wl, params, cfg), k + 1
+
+    state, _ = jax.lax.while_loop(cond, body, (state, jnp.zeros_like(state.next_req)))
+    return state
+
+
+def _batched(fn, cfg):
+    # workloads [S] on the outer axis, policies/costs [P] on the inner one: state is [S, P, ...]
+    inner = jax.vmap(functools.partial(fn, cfg=cfg), in_axes=(0, None, 0))
+    return jax.vmap(inner, in_axes=(0, 0, None))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def init_batch(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
+    """init_state for workloads [S] x params [P] -> state [S, P]."""
+    return jax.vmap(jax.vmap(functools.partial(init_state, cfg=cfg), in_axes=(None, 0)),
+                    in_axes=(0, None))(wl, params)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnums=(0,))
+def run_chunk_batch(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
+    """run_chunk over state [S, P], workloads [S], params [P] in one compiled call."""
+    return _batched(lambda s, w, p, cfg: run_chunk(s, w, p, cfg), cfg)(state, wl, params)
+
+
+# --------------------------------------------------------------------------- host side
+
+@dataclasses.dataclass
+class ScenarioResult:
+    """Per-request outcome arrays of one scenario ([N] each, in trace order) and its totals."""
+
+    end_state: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    generated: np.ndarray
+    n_preempt: np.ndarray
+    tokens_computed: np.ndarray
+    stats: dict
+    clock_s: float
+
+
+_FIELDS = ("end_state", "first_token", "finish", "generated", "n_preempt", "tokens_computed")
+
+
+def _collect(box, sink: list) -> None:
+    count = np.asarray(box.count)
+    cap = box.req.shape[-1]
+    valid = np.arange(cap) < count[..., None]
+    if valid.any():
+        sink.append((valid, {f: np.asarray(getattr(box, f)) for f in ("req",) + _FIELDS}))
+
+
+def rollout(wl: Workload, params: Params, cfg: EngineConfig, n_real: list[int],
+            progress=None) -> list[list[ScenarioResult]]:
+    """Run every scenario (workloads [S] x params [P]) to the end; results indexed [s][p].
+
+    `n_real[s]` is workload s's unpadded request count; `progress(done, total)` is called after
+    each compiled chunk.
+    """
+    state = init_batch(wl, params, cfg)
+    total = int(np.sum(n_real)) * int(jax.tree.leaves(params)[0].shape[0])
+    chunks: list = []
+    while True:
+        state = run_chunk_batch(state, wl, params, cfg)
+        box, done, next_req = jax.device_get((state.outbox, state.done, state.next_req))
+        _collect(box, chunks)
+        if progress is not None:
+            progress(int(np.sum(next_req)), total)
+        if bool(np.all(done)):
+            break
+    final = jax.device_get(state)
+    s_count, p_count = final.done.shape
+    results = []
+    for s in range(s_count):
+        row = []
+        for p in range(p_count):
+            row.append(_assemble(final, chunks, s, p, n_real[s]))
+        results.append(row)
+    return results
+
+
+def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> ScenarioResult:
+    out = {
+        "end_state": np.full(n, OUTSTANDING, np.int32),
+        "first_token": np.full(n, np.nan), "finish": np.full(n, np.nan),
+        "generated": np.zeros(n, np.int32), "n_preempt": np.zeros(n, np.int32),
+        "tokens_computed": np.zeros(n, np.int32),
+    }
+    seen = np.zeros(n, np.int32)
+    for valid, rec in chunks:
+        m = valid[s, p]
+        ids = rec["req"][s, p][m]
+        seen[ids] += 1
+        for f in _FIELDS:
+            out[f][ids] = rec[f][s, p][m]
+    # what is still in an active set at the end: running or waiting -> outstanding;
+    # finished but not yet collected -> its own end state
+    ent = jax.tree.map(lambda x: x[s, p].reshape(-1), final.entries)
+    live = ent.status != EMPTY
+    ids = ent.req[live]
+    seen[ids] += 1
+    for f in _FIELDS:
+        out[f][ids] = getattr(ent, f)[live]
+    out["end_state"][ids] = np.where(ent.status[live] == DONE, ent.end_state[live], OUTSTANDING)
+    if np.any(seen > 1):
+        raise AssertionError(f"request {int(np.argmax(seen > 1))} reported twice (scenario {s},{p})")
+    st = jax.tree.map(lambda x: np.asarray(x[s, p]), final.stats)
+    stats = {f.name: getattr(st, f.name) for f in dataclasses.fields(st)}
+    stats["requests_taken"] = int(final.next_req[s, p])
+    clock = float(np.max(final.clock[s, p]))
+    return ScenarioResult(stats=stats, clock_s=clock if math.isfinite(clock) else float("nan"), **out)

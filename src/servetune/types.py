@@ -1,0 +1,197 @@
+"""State and parameter dataclasses of the simulator.
+
+Shapes use these letters:
+  N  requests in the (padded) workload
+  A  active entries of one instance (running slots + queue window)
+  I  instances (one for now; replicas and P/D pools come later)
+  R  outbox capacity (finished-request records awaiting collection by the host)
+  H  bins of the inter-token-latency histogram
+Times are float64 seconds; token counts are int32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+from flax import struct
+
+# Entry status inside an instance's active set.
+EMPTY, WAITING, RUNNING, DONE = 0, 1, 2, 3
+
+# How a request ended. OUTSTANDING is assigned after the loop to what is unfinished.
+COMPLETED, REJECTED, CANCELLED, EXPIRED, OUTSTANDING = 0, 1, 2, 3, 4
+END_STATE_NAMES = ("completed", "rejected", "cancelled", "expired", "outstanding")
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """Static (structural) engine configuration. Changing any field recompiles.
+
+    Attributes:
+      max_slots: capacity for running requests; must be >= every max_num_seqs used.
+      queue_window: capacity for waiting requests visible to the scheduler. Arrivals beyond it
+        wait, in trace order, outside the window (counted as `window_overflow`), never dropped.
+      block_size: tokens per KV-cache block.
+      max_model_len: longest sequence (prompt + output tokens) the engine accepts.
+      batching: "continuous" (iteration-level) or "static" (batch held until all finish).
+      kv_layout: "paged" (blocks on demand) or "contiguous" (max_model_len reserved at admission).
+      chunked_prefill: split long prompts across iterations under the token budget.
+      cost_form: "roofline" or "linear" step-time model.
+      outbox: records buffered on device between host collections.
+      max_steps_per_chunk: iterations per compiled call before control returns to the host.
+      n_instances: instances in the simulation (the instance axis; 1 for now).
+    """
+
+    max_slots: int = 256
+    queue_window: int = 256
+    block_size: int = 16
+    max_model_len: int = 8192
+    batching: str = "continuous"
+    kv_layout: str = "paged"
+    chunked_prefill: bool = True
+    cost_form: str = "roofline"
+    outbox: int = 2048
+    max_steps_per_chunk: int = 200_000
+    n_instances: int = 1
+
+    @property
+    def n_entries(self) -> int:
+        """A: entries of an instance's active set."""
+        return self.max_slots + self.queue_window
+
+    @property
+    def max_blocks_per_request(self) -> int:
+        """Blocks reserved per request under contiguous KV layout."""
+        return -(-self.max_model_len // self.block_size)
+
+
+@struct.dataclass
+class PolicyParams:
+    """Tunable scheduler and admission parameters: traced float leaves, scalar or batched.
+
+    Integer limits are continuous thresholds here and rounded only when exported.
+    Priority score (higher runs first) =
+      w_age * age_s - w_prompt * prompt_ktok - w_pred * predicted_output_ktok - w_slack * ttft_slack_s
+    """
+
+    max_num_seqs: jnp.ndarray  # [] sequences running at once
+    max_num_batched_tokens: jnp.ndarray  # [] tokens per iteration
+    watermark: jnp.ndarray  # [] fraction of KV blocks kept free at admission
+    queue_cap: jnp.ndarray  # [] max waiting requests; arrivals beyond are rejected (inf = none)
+    w_age: jnp.ndarray  # [] priority weight per second waited since arrival
+    w_prompt: jnp.ndarray  # [] priority weight per 1000 prompt tokens (shorter first)
+    w_pred: jnp.ndarray  # [] priority weight per 1000 predicted output tokens (shorter first)
+    w_slack: jnp.ndarray  # [] priority weight per second of TTFT slack (less slack first)
+    ttft_target_s: jnp.ndarray  # [] TTFT target used for slack (seconds)
+
+
+@struct.dataclass
+class CostParams:
+    """Per-iteration step-time model and KV capacity of one instance: traced leaves.
+
+    Roofline: max(flops / flops_rate, bytes / byte_rate) + overhead_s + all-reduce time.
+    Linear: base_s + per_prefill_token_s * P + per_decode_seq_s * D + per_ctx_token_s * ctx.
+    """
+
+    flops_per_token: jnp.ndarray  # [] dense FLOPs per token (2 x parameters)
+    attn_flops_per_token_ctx: jnp.ndarray  # [] attention FLOPs per (new token x context token)
+    weight_bytes: jnp.ndarray  # [] bytes of weights read per iteration (whole model)
+    kv_bytes_per_token: jnp.ndarray  # [] KV-cache bytes per token (all layers)
+    flops_rate: jnp.ndarray  # [] effective FLOP/s of the instance (all GPUs)
+    byte_rate: jnp.ndarray  # [] effective HBM bytes/s of the instance (all GPUs)
+    overhead_s: jnp.ndarray  # [] fixed per-iteration overhead (seconds)
+    comm_s_per_token: jnp.ndarray  # [] tensor-parallel all-reduce seconds per batched token
+    comm_fixed_s: jnp.ndarray  # [] tensor-parallel all-reduce latency per iteration (seconds)
+    base_s: jnp.ndarray  # [] linear form: seconds per iteration
+    per_prefill_token_s: jnp.ndarray  # [] linear form: seconds per prefill token
+    per_decode_seq_s: jnp.ndarray  # [] linear form: seconds per decoding sequence
+    per_ctx_token_s: jnp.ndarray  # [] linear form: seconds per context token attended
+    kv_blocks: jnp.ndarray  # [] KV-cache blocks of the instance (int)
+
+
+@struct.dataclass
+class Params:
+    """Everything traced that a scenario can vary without recompiling."""
+
+    policy: PolicyParams
+    cost: CostParams
+
+
+@struct.dataclass
+class Workload:
+    """Arrival-sorted request arrays of one scenario, padded to N with arrival = +inf."""
+
+    arrival: jnp.ndarray  # [N] f64 arrival time (seconds)
+    prompt: jnp.ndarray  # [N] i32 prompt tokens
+    output: jnp.ndarray  # [N] i32 true output tokens (hidden from the scheduler)
+    predicted: jnp.ndarray  # [N] f64 predicted output tokens (what the scheduler sees)
+    klass: jnp.ndarray  # [N] i32 request class id
+    n: jnp.ndarray  # [] i32 number of real (unpadded) requests
+    t_stop: jnp.ndarray  # [] f64 time at which the simulation stops (last arrival + drain)
+
+
+@struct.dataclass
+class Entries:
+    """An instance's active set: running requests, the visible queue, finished records."""
+
+    req: jnp.ndarray  # [A] i32 request id (index into the workload), -1 when empty
+    status: jnp.ndarray  # [A] i32 EMPTY / WAITING / RUNNING / DONE
+    arrival: jnp.ndarray  # [A] f64 arrival time (seconds)
+    prompt: jnp.ndarray  # [A] i32 prompt tokens
+    output: jnp.ndarray  # [A] i32 true output tokens
+    predicted: jnp.ndarray  # [A] f64 predicted output tokens
+    computed: jnp.ndarray  # [A] i32 tokens whose KV is computed (prompt + output so far)
+    generated: jnp.ndarray  # [A] i32 output tokens emitted
+    blocks: jnp.ndarray  # [A] i32 KV blocks held
+    preempted: jnp.ndarray  # [A] bool waiting after a preemption (head of the queue)
+    n_preempt: jnp.ndarray  # [A] i32 times preempted
+    tokens_computed: jnp.ndarray  # [A] i32 tokens computed, recomputation included
+    first_token: jnp.ndarray  # [A] f64 time of the first output token (nan before)
+    last_emit: jnp.ndarray  # [A] f64 time of the latest output token (nan before)
+    finish: jnp.ndarray  # [A] f64 time the request ended (nan before)
+    end_state: jnp.ndarray  # [A] i32 end state once DONE
+
+
+@struct.dataclass
+class Outbox:
+    """Finished-request records since the host last collected them."""
+
+    req: jnp.ndarray  # [R] i32 request id
+    end_state: jnp.ndarray  # [R] i32 end state
+    first_token: jnp.ndarray  # [R] f64 first-token time (seconds; nan if none)
+    finish: jnp.ndarray  # [R] f64 end time (seconds)
+    generated: jnp.ndarray  # [R] i32 output tokens delivered
+    n_preempt: jnp.ndarray  # [R] i32 preemptions
+    tokens_computed: jnp.ndarray  # [R] i32 tokens computed for the request
+    count: jnp.ndarray  # [] i32 valid records
+
+
+@struct.dataclass
+class Stats:
+    """Running totals of one scenario."""
+
+    steps: jnp.ndarray  # [] i32 iterations executed (all instances)
+    busy_s: jnp.ndarray  # [I] f64 seconds spent in iterations
+    kv_peak_blocks: jnp.ndarray  # [I] i32 most KV blocks in use at once
+    kv_overflow: jnp.ndarray  # [I] bool KV use ever exceeded capacity (an invariant; must stay False)
+    clock_regress: jnp.ndarray  # [I] bool a clock ever went back (an invariant; must stay False)
+    preemptions: jnp.ndarray  # [] i32 preemption events
+    prefill_tokens: jnp.ndarray  # [] i64 prompt (and recomputed) tokens processed
+    decode_tokens: jnp.ndarray  # [] i64 decode tokens processed
+    window_overflow: jnp.ndarray  # [] i32 most arrived requests waiting outside the queue window
+    max_running: jnp.ndarray  # [I] i32 most requests running at once
+    stalled: jnp.ndarray  # [] bool waiting work that can never run (guards an infinite loop)
+    itl_hist: jnp.ndarray  # [H] f64 counts of inter-token gaps per log-spaced bin
+
+
+@struct.dataclass
+class SimState:
+    """The scan carry of one scenario."""
+
+    clock: jnp.ndarray  # [I] f64 each instance's clock (seconds)
+    entries: Entries  # fields [I, A]
+    next_req: jnp.ndarray  # [] i32 first workload request not yet taken into an active set
+    outbox: Outbox
+    stats: Stats
+    done: jnp.ndarray  # [] bool the scenario has finished (or hit t_stop)
