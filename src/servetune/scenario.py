@@ -103,6 +103,7 @@ def stack_workloads(traces, predicted, drain_s: float) -> Workload:
         pad = n - k
         rows.append(dict(
             arrival=np.concatenate([trace.arrival, np.full(pad, np.inf)]),
+            arrival_cumsum=np.concatenate([np.cumsum(trace.arrival), np.full(pad, np.inf)]),
             prompt=np.concatenate([trace.prompt, np.ones(pad, np.int32)]).astype(np.int32),
             output=np.concatenate([trace.output, np.ones(pad, np.int32)]).astype(np.int32),
             predicted=np.concatenate([pred, np.ones(pad)]),

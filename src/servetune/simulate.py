@@ -16,7 +16,7 @@ import numpy as np
 
 from servetune import histogram
 from servetune.engine.outbox import empty_outbox
-from servetune.step import step
+from servetune.step import step, step_with_info
 from servetune.types import (
     DONE, EMPTY, OUTSTANDING, Entries, EngineConfig, Params, SimState, Stats, Workload,
 )
@@ -47,6 +47,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         steps=zi, busy_s=per_inst + zf, kv_peak_blocks=per_inst, kv_overflow=per_inst > 0,
         clock_regress=per_inst > 0, preemptions=zi, prefill_tokens=zi.astype(jnp.int64),
         decode_tokens=zi.astype(jnp.int64), window_overflow=zi, max_running=per_inst,
+        occupancy_s=zf, ended=zi,
         stalled=zi > 0, itl_hist=jnp.zeros((histogram.BINS,), jnp.float64) + zf,
     )
     return SimState(clock=per_inst + zf, entries=entries, next_req=zi,
@@ -69,6 +70,24 @@ def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) 
 
     state, _ = jax.lax.while_loop(cond, body, (state, jnp.zeros_like(state.next_req)))
     return state
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "n_steps"))
+def step_trace(wl: Workload, params: Params, cfg: EngineConfig, n_steps: int):
+    """Run one scenario (unbatched wl and params) for `n_steps` iterations, recording each.
+
+    For golden tests and debugging: returns (final state, info) with info["t"], info["dur"] of
+    shape [n_steps], and info["req"], info["tokens"] of shape [n_steps, A] (the iterating
+    instance's entries). The outbox is reset every step: use it for schedules, not results.
+    """
+    state = init_state(wl, params, cfg)
+
+    def body(s, _):
+        s, info = step_with_info(s, wl, params, cfg)
+        s = s.replace(outbox=s.outbox.replace(count=s.outbox.count * 0))
+        return s, info
+
+    return jax.lax.scan(body, state, None, length=n_steps)
 
 
 def _batched(fn, cfg):

@@ -26,20 +26,38 @@ def batch_cost(es, batch, params: Params, cfg: EngineConfig):
     return step_time(params.cost, cfg.cost_form, prefill, decode, ctx_read, attn_work)
 
 
+def _occupancy(wl: Workload, t, t_next, n_arrived, ended_by_t):
+    """Integral over [t, t_next) of the requests in the system (arrived, not ended), in
+    request-seconds: those present at t for the whole interval, plus each arrival inside it
+    from its arrival time on. Requests end only at iteration boundaries."""
+    k2 = jnp.minimum(jnp.searchsorted(wl.arrival, t_next, side="right"), wl.n)
+    csum = lambda k: jnp.where(k > 0, wl.arrival_cumsum[jnp.maximum(k - 1, 0)], 0.0)  # noqa: E731
+    inside = (k2 - n_arrived) * t_next - (csum(k2) - csum(n_arrived))
+    return (n_arrived - ended_by_t) * (t_next - t) + inside
+
+
 def step(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     """Advance the scenario by one iteration of its earliest instance (a no-op once done)."""
+    return step_with_info(state, wl, params, cfg)[0]
+
+
+def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineConfig):
+    """`step`, also returning what the iteration did: a dict with the start time `t` and
+    duration `dur` (seconds), and per entry [A] the request id `req` and `tokens` computed."""
     i = jnp.argmin(state.clock)
     t = state.clock[i]
     e = jax.tree.map(lambda x: x[i], state.entries)
 
-    e, next_req, outside = take_arrivals(e, t, state.next_req, wl, params.policy, cfg)
+    e, next_req, outside, n_arrived, n_rejected = take_arrivals(
+        e, t, state.next_req, wl, params.policy, cfg)
     order = scheduling_order(e, t, params.policy)
     e = jax.tree.map(lambda x: x[order], e)
     e, batch = schedule(e, params, cfg)
     dur = batch_cost(e, batch, params, cfg)
+    batch_req = e.req
     blocks_in_use = jnp.sum(e.blocks, dtype=jnp.int32)
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
-    e, gaps, _ = advance(e, batch, t + dur)
+    e, gaps, completed = advance(e, batch, t + dur)
     e, box = outbox_lib.drain(e, state.outbox)
 
     busy = jnp.any(batch.tokens > 0)
@@ -53,6 +71,8 @@ def step(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Si
     all_done = (next_req >= wl.n) & jnp.all(e.status == EMPTY)
 
     st = state.stats
+    ended_by_t = st.ended + n_rejected
+    occupancy = _occupancy(wl, t, t_next, n_arrived, ended_by_t)
     stats = st.replace(
         steps=st.steps + busy.astype(jnp.int32),
         busy_s=st.busy_s.at[i].add(dur),
@@ -64,6 +84,8 @@ def step(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Si
         decode_tokens=st.decode_tokens + jnp.sum(batch.decode),
         window_overflow=jnp.maximum(st.window_overflow, outside),
         max_running=st.max_running.at[i].max(n_running),
+        occupancy_s=st.occupancy_s + occupancy,
+        ended=ended_by_t + jnp.sum(completed, dtype=jnp.int32),
         stalled=st.stalled | stalled,
         itl_hist=histogram.add(st.itl_hist, gaps),
     )
@@ -75,4 +97,7 @@ def step(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Si
         stats=stats,
         done=all_done | stalled | (t_next >= wl.t_stop),
     )
-    return jax.tree.map(lambda old, upd: jnp.where(state.done, old, upd), state, new)
+    info = {"t": t, "dur": jnp.where(state.done, 0.0, dur),
+            "req": batch_req, "tokens": jnp.where(state.done, 0, batch.tokens)}
+    info["req"] = jnp.where(info["tokens"] > 0, info["req"], -1)
+    return jax.tree.map(lambda old, upd: jnp.where(state.done, old, upd), state, new), info

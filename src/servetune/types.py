@@ -123,6 +123,7 @@ class Workload:
     """Arrival-sorted request arrays of one scenario, padded to N with arrival = +inf."""
 
     arrival: jnp.ndarray  # [N] f64 arrival time (seconds)
+    arrival_cumsum: jnp.ndarray  # [N] f64 running sum of arrival times (for occupancy integrals)
     prompt: jnp.ndarray  # [N] i32 prompt tokens
     output: jnp.ndarray  # [N] i32 true output tokens (hidden from the scheduler)
     predicted: jnp.ndarray  # [N] f64 predicted output tokens (what the scheduler sees)
@@ -181,6 +182,9 @@ class Stats:
     decode_tokens: jnp.ndarray  # [] i64 decode tokens processed
     window_overflow: jnp.ndarray  # [] i32 most arrived requests waiting outside the queue window
     max_running: jnp.ndarray  # [I] i32 most requests running at once
+    occupancy_s: jnp.ndarray  # [] f64 integral over time of requests in the system (arrived,
+    #                            not ended), request-seconds: mean concurrency x time
+    ended: jnp.ndarray  # [] i32 requests that ended (completed or rejected) so far
     stalled: jnp.ndarray  # [] bool waiting work that can never run (guards an infinite loop)
     itl_hist: jnp.ndarray  # [H] f64 counts of inter-token gaps per log-spaced bin
 

@@ -14,7 +14,8 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, pol: PolicyParams, cfg:
     A request longer than max_model_len (prompt + output) is rejected, as is one that finds
     `queue_cap` requests already waiting. Arrivals that find no free entry stay outside the
     window, in order, and enter at a later iteration (never dropped).
-    Returns (entries, next_req, arrived requests left outside the window).
+    Returns (entries, next_req, arrived requests left outside the window, requests arrived by t,
+    requests rejected).
     """
     n_arrived = jnp.minimum(jnp.searchsorted(wl.arrival, t, side="right"), wl.n).astype(jnp.int32)
     pending = n_arrived - next_req
@@ -54,4 +55,4 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, pol: PolicyParams, cfg:
         finish=sel(jnp.where(reject, t, nan), e.finish),
         end_state=sel(jnp.where(reject, REJECTED, -1), e.end_state),
     )
-    return e, next_req + n_take, pending - n_take
+    return e, next_req + n_take, pending - n_take, n_arrived, jnp.sum(reject, dtype=jnp.int32)
