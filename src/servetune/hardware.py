@@ -1,7 +1,9 @@
 """GPU and model catalogs, memory -> KV capacity, and the per-iteration cost model's parameters.
 
-Every catalog figure carries its public source. Prices are assumptions (list prices move);
-override them with `hardware.price_per_gpu_hour`.
+Every catalog figure carries its public source. Memory is the capacity the driver reports, in
+GiB: the "80 GB" of an A100/H100 is 80 GiB of HBM, the H200's "141 GB" about 140 GiB (143,771 MiB
+in nvidia-smi), the L40S's "48 GB" about 45 GiB (46,068 MiB). Prices are assumptions (list prices
+move); override them with `hardware.price_per_gpu_hour`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ class GPUSpec:
     """One GPU: dense bf16 peak (FLOP/s), HBM bandwidth (bytes/s), memory (bytes), TP link, price."""
 
     name: str
-    peak_flops: float
+    peak_flops: float  # dense bf16 FLOP/s
     hbm_bytes_per_s: float
     memory_bytes: float
     link_bytes_per_s: float  # per-GPU interconnect bandwidth used by tensor-parallel all-reduce
@@ -46,16 +48,16 @@ class ModelSpec:
 GPUS: dict[str, GPUSpec] = {
     # NVIDIA A100 datasheet (SXM 80GB): BF16 tensor 312 TFLOPS dense, HBM2e 2,039 GB/s, 80 GB,
     # NVLink 600 GB/s. Price: assumed on-demand cloud rate.
-    "a100_80gb": GPUSpec("A100-80GB", 312e12, 2039e9, 80e9, 600e9, 1.80),
+    "a100_80gb": GPUSpec("A100-80GB", 312e12, 2039e9, 80 * GIB, 600e9, 1.80),
     # NVIDIA H100 datasheet (SXM): BF16 tensor 1,979 TFLOPS with sparsity = 989 dense,
     # HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s. Price: assumed on-demand cloud rate.
-    "h100": GPUSpec("H100-SXM", 989e12, 3.35e12, 80e9, 900e9, 2.50),
+    "h100": GPUSpec("H100-SXM", 989e12, 3.35e12, 80 * GIB, 900e9, 2.50),
     # NVIDIA H200 datasheet (SXM): BF16 1,979 TFLOPS sparse = 989 dense, HBM3e 4.8 TB/s, 141 GB,
     # NVLink 900 GB/s. Price: assumed on-demand cloud rate.
-    "h200": GPUSpec("H200", 989e12, 4.8e12, 141e9, 900e9, 3.50),
+    "h200": GPUSpec("H200", 989e12, 4.8e12, 140 * GIB, 900e9, 3.50),
     # NVIDIA L40S datasheet: BF16 tensor 362.05 TFLOPS dense (733 sparse), GDDR6 864 GB/s, 48 GB,
     # PCIe Gen4 x16 64 GB/s. Price: assumed on-demand cloud rate.
-    "l40s": GPUSpec("L40S", 362.05e12, 864e9, 48e9, 64e9, 0.90),
+    "l40s": GPUSpec("L40S", 362.05e12, 864e9, 45 * GIB, 64e9, 0.90),
 }
 
 MODELS: dict[str, ModelSpec] = {
@@ -125,7 +127,8 @@ def kv_capacity_blocks(
     kv_memory = usable - weights - tp * activation_reserve_gib * GIB
     if kv_memory <= 0:
         raise ConfigError(
-            f"model: {model.name} needs {weights / 1e9:.1f} GB of {weight_bits}-bit weights, "
+            f"model: {model.name} does not fit: it needs {weights / 1e9:.1f} GB of "
+            f"{weight_bits}-bit weights, "
             f"but {tp} x {gpu.name} at gpu_memory_utilization={gpu_memory_utilization} leaves "
             f"{usable / 1e9:.1f} GB minus {tp * activation_reserve_gib:.1f} GiB activation reserve; "
             f"raise hardware.tp or lower model.weight_bits"

@@ -75,10 +75,15 @@ def _stats(prefix: str, values: np.ndarray) -> dict:
             f"{prefix}_p99_s": float(np.percentile(v, 99))}
 
 
-def _core(table: pd.DataFrame, window_s: float, cost_usd: float) -> dict:
+def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float) -> dict:
     c = table[table["counted"]]
     state = c["end_state"].to_numpy()
     done = c[state == END_STATE_NAMES[COMPLETED]]
+    # throughput: completions inside the window, whoever arrived when -- the service rate, which
+    # a backlogged engine cannot raise by finishing its queue during the drain
+    fin = table["finish_s"].to_numpy()
+    in_window = ((table["end_state"] == END_STATE_NAMES[COMPLETED]).to_numpy()
+                 & (fin >= warmup_s) & (fin <= warmup_s + window_s))
     q = c[c["qualifies"].to_numpy()]
     useful = float(q["output_tokens"].sum())
     n = len(c)
@@ -95,8 +100,8 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float) -> dict:
     m.update(_stats("tpot", done["tpot_s"].to_numpy()))
     m.update(_stats("e2e", done["e2e_s"].to_numpy()))
     m.update({
-        "throughput_rps": len(done) / window_s,
-        "output_tokens_per_s": float(done["output_tokens"].sum()) / window_s,
+        "throughput_rps": float(in_window.sum()) / window_s,
+        "output_tokens_per_s": float(table["output_tokens"].to_numpy()[in_window].sum()) / window_s,
         "goodput_rps": len(q) / window_s,
         "slo_attainment": len(q) / n if n else float("nan"),
         "useful_tokens": useful,
@@ -110,7 +115,9 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
                     table: pd.DataFrame | None = None) -> dict:
     """Aggregate metrics over the measurement window (arrivals from warm-up to the last arrival).
 
-    Cost is the provisioned GPUs over the window: price x GPUs x window hours.
+    Rates are per second of the window; throughput counts the completions that fall inside it
+    (the service rate), goodput the counted requests that qualify. Cost is the provisioned
+    GPUs over the window: price x GPUs x window hours.
     Utilization = busy time / simulated time; wasted_token_ratio = tokens computed for requests
     that did not qualify, plus recomputation of those that did, over all tokens computed.
     """
@@ -118,7 +125,7 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     last = float(trace.arrival[-1])
     window_s = max(last - spec.warmup_s, 1e-9) if len(trace) > 1 else 1.0
     cost_usd = spec.price_per_gpu_hour * spec.n_gpus * window_s / 3600.0
-    m = _core(table, window_s, cost_usd)
+    m = _core(table, window_s, cost_usd, spec.warmup_s)
     computed = table["tokens_computed"].to_numpy().astype(np.float64)
     minimal = (table["prompt_tokens"] + table["output_tokens"] - 1).to_numpy().astype(np.float64)
     qual = table["qualifies"].to_numpy()
@@ -146,7 +153,7 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     for name in trace.class_names:
         sub = table[table["class"] == name]
         if len(sub):
-            c = _core(sub, window_s, cost_usd)
+            c = _core(sub, window_s, cost_usd, spec.warmup_s)
             by_class[name] = {k: c[k] for k in (
                 "n_requests", "n_completed", "n_rejected", "n_outstanding", "goodput_rps",
                 "slo_attainment", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",

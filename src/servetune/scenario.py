@@ -116,6 +116,7 @@ def grid_points(cfg: DictConfig) -> list[dict]:
     """The cartesian product of `grid.<policy key>: [values]` as a list of dicts ([{}] if none)."""
     grid = _get(cfg, "grid") or {}
     grid = OmegaConf.to_container(grid) if isinstance(grid, DictConfig) else dict(grid)
+    grid = {k: v for k, v in grid.items() if v is not None}
     keys = list(grid)
     for k in keys:
         if not isinstance(grid[k], list) or not grid[k]:

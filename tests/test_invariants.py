@@ -1,0 +1,131 @@
+"""Invariants over many random configurations: no request lost or counted twice, KV never over
+capacity, clocks monotone, completed requests received exactly their output tokens, and the
+time-integral of requests in the system equals the sum of their sojourns (Little's law, exactly)."""
+
+import jax
+import numpy as np
+import pytest
+
+from helpers import batched, linear_params, run, trace_of
+from servetune.simulate import step_trace
+from servetune.scenario import stack_workloads
+from servetune.types import COMPLETED, OUTSTANDING, REJECTED, EngineConfig
+
+BASE = dict(max_slots=16, queue_window=16, block_size=4, max_model_len=256, cost_form="linear",
+            outbox=64)
+CONFIGS = {
+    "continuous-paged": EngineConfig(**BASE),
+    "static-contiguous": EngineConfig(**{**BASE, "batching": "static", "kv_layout": "contiguous",
+                                         "chunked_prefill": False}),
+    "continuous-no-chunking": EngineConfig(**{**BASE, "chunked_prefill": False}),
+}
+
+
+def random_traces(rng, n_traces=3, n=120):
+    traces = []
+    for _ in range(n_traces):
+        rate = rng.uniform(0.5, 8.0)
+        arrival = np.cumsum(rng.exponential(1 / rate, n))
+        arrival[rng.random(n) < 0.2] = 0  # bursts of simultaneous arrivals
+        arrival = np.sort(arrival)
+        prompt = rng.integers(1, 200, n)
+        output = rng.integers(1, 120, n)
+        traces.append(trace_of(np.stack([arrival, prompt, output], 1)))
+    return traces
+
+
+def random_params(rng, p, cfg):
+    need = cfg.max_blocks_per_request
+    kv = rng.integers(need + 1, 6 * need, p)
+    policy = {
+        "max_num_seqs": rng.integers(1, cfg.max_slots + 1, p).astype(float),
+        "max_num_batched_tokens": rng.choice([16.0, 64.0, 256.0, 1024.0], p),
+        "watermark": rng.uniform(0, 0.2, p) * (need / kv),  # a lone request always fits
+        "queue_cap": np.where(rng.random(p) < 0.3, rng.integers(1, 20, p), np.inf),
+        "w_age": rng.uniform(-1, 1, p), "w_prompt": rng.uniform(-1, 1, p),
+        "w_pred": rng.uniform(-1, 1, p), "w_slack": rng.uniform(-1, 1, p),
+    }
+    params = linear_params(policy, order="parametric", base_s=0.01, per_prefill_token_s=1e-4,
+                           per_decode_seq_s=1e-3, per_ctx_token_s=1e-6, kv_blocks=0)
+    return params.replace(cost=params.cost.replace(kv_blocks=jax.numpy.asarray(kv, "int32")))
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def batch(request):
+    cfg = CONFIGS[request.param]
+    rng = np.random.default_rng(abs(hash(request.param)) % 2**32)
+    traces = random_traces(rng)
+    params = random_params(rng, 12, cfg)
+    return cfg, traces, params, run(traces, params, cfg)
+
+
+def test_every_request_ends_once_with_its_tokens(batch):
+    cfg, traces, params, results = batch
+    for s, tr in enumerate(traces):
+        for p, res in enumerate(results[s]):
+            assert not res.stats["stalled"]
+            assert set(np.unique(res.end_state)) <= {COMPLETED, REJECTED}, "lost or outstanding"
+            assert int(res.stats["ended"]) == len(tr)
+            done = res.end_state == COMPLETED
+            np.testing.assert_array_equal(res.generated[done], tr.output[done])
+            assert np.all(res.generated[~done] == 0)
+            minimal = tr.prompt + tr.output - 1
+            assert np.all(res.tokens_computed[done] >= minimal[done])
+            clean = done & (res.n_preempt == 0)
+            np.testing.assert_array_equal(res.tokens_computed[clean], minimal[clean])
+            assert np.all(res.first_token[done] > tr.arrival[done])
+            assert np.all(res.finish[done] >= res.first_token[done])
+
+
+def test_kv_within_capacity_and_clocks_monotone(batch):
+    cfg, traces, params, results = batch
+    kv = np.asarray(params.cost.kv_blocks)
+    for s in range(len(traces)):
+        for p, res in enumerate(results[s]):
+            assert not res.stats["kv_overflow"].any()
+            assert not res.stats["clock_regress"].any()
+            assert res.stats["kv_peak_blocks"].max() <= kv[p]
+            assert res.stats["max_running"].max() <= np.floor(np.asarray(params.policy.max_num_seqs)[p])
+
+
+def test_littles_law_exact(batch):
+    cfg, traces, params, results = batch
+    for s, tr in enumerate(traces):
+        for res in results[s]:
+            sojourn = np.sum(res.finish - tr.arrival)
+            assert np.isclose(float(res.stats["occupancy_s"]), sojourn, rtol=1e-9)
+
+
+def test_queue_cap_rejections_only_when_capped(batch):
+    cfg, traces, params, results = batch
+    caps = np.asarray(params.policy.queue_cap)
+    for s, tr in enumerate(traces):
+        too_long = tr.prompt + tr.output > cfg.max_model_len
+        for p, res in enumerate(results[s]):
+            rejected = res.end_state == REJECTED
+            assert np.all(rejected[too_long])
+            if np.isinf(caps[p]):
+                np.testing.assert_array_equal(rejected, too_long)
+
+
+def test_step_clock_monotone_per_iteration():
+    cfg = CONFIGS["continuous-paged"]
+    rng = np.random.default_rng(5)
+    tr = random_traces(rng, 1, 60)[0]
+    params = random_params(rng, 1, cfg)
+    wl = stack_workloads([tr], [tr.output.astype(float)], 1e6)
+    one = jax.tree.map(lambda x: x[0], wl)
+    p0 = jax.tree.map(lambda x: x[0], batched(params))
+    _, info = step_trace(one, p0, cfg, 400)
+    t = np.asarray(info["t"])
+    assert np.all(np.diff(t) >= 0)
+    assert np.all(np.asarray(info["dur"]) >= 0)
+
+
+def test_drain_limit_leaves_requests_outstanding():
+    # a request needing 100 iterations of 1 s cannot finish within a 10 s drain
+    cfg = CONFIGS["continuous-paged"]
+    tr = trace_of([(0, 4, 100), (0, 4, 2)])
+    res = run(tr, linear_params(), cfg, drain_s=10.0)[0][0]
+    assert res.end_state.tolist() == [OUTSTANDING, COMPLETED]
+    assert 0 < res.generated[0] < 100
