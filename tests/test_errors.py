@@ -78,6 +78,8 @@ def test_missing_file(tmp_path):
     (["slo.ttft_s=fast"], "slo.ttft_s", "expected a number"),
     (["workload.bundled=nope.csv"], "workload.bundled", "no bundled trace"),
     (["grid.max_num_seqs=5"], "grid.max_num_seqs", "non-empty list"),
+    (["engine.chunked_prefill=false", "policy.max_num_batched_tokens=2048"],
+     "policy.max_num_batched_tokens", "could never be scheduled"),
 ])
 def test_bad_config_names_the_key(overrides, key, expect):
     with pytest.raises(ConfigError) as err:

@@ -77,16 +77,24 @@ def test_preemption_and_recompute():
     assert int(res.stats["kv_peak_blocks"][0]) == 4
 
 
-def test_watermark_holds_back_admission():
-    # 4 blocks, watermark 0.5 -> 2 blocks must stay free at admission.
-    # r0 (0, 4, 1) needs 2 blocks: 4 - 2 >= 2, admitted, done at 1.
-    # r1 (0, 6, 1) needs 3 blocks: never fits above the watermark while r0 holds 2,
-    # and after r0 ends 4 - 3 = 1 < 2: it could never be admitted -> the run flags a stall.
-    tr = trace_of([(0, 4, 1), (0, 6, 1)])
-    p = linear_params({"watermark": 0.5}, kv_blocks=4)
-    res = run(tr, p, CFG)[0][0]
-    assert res.end_state.tolist()[0] == COMPLETED
-    assert bool(res.stats["stalled"])
+@pytest.mark.parametrize("watermark,expected", [
+    # 4 blocks, watermark 0.25 -> 1 block must stay free after an admission.
+    # r0 (0, 4, 2) takes 2 blocks (2 left >= 1). r1 (0, 4, 1) would fit physically (2 free)
+    # but would leave 0 < 1: it waits; at [1,2) r0 grows to 3 blocks; r0 ends at 2, r1 runs
+    # [2,3). r2 (0, 8, 1) needs 4 blocks: never admissible above the watermark -> rejected.
+    (0.25, ([(1.0, 2.0), (3.0, 3.0)], ["completed", "completed", "rejected"])),
+    # no watermark: r0 and r1 are admitted together (4 blocks); r1 ends at 1, r0 at 2;
+    # r2 (4 blocks) waits for the engine to empty and runs [2,3).
+    (0.0, ([(1.0, 2.0), (1.0, 1.0), (3.0, 3.0)], ["completed"] * 3)),
+])
+def test_watermark_holds_back_admission(watermark, expected):
+    tr = trace_of([(0, 4, 2), (0, 4, 1), (0, 8, 1)])
+    res = run(tr, linear_params({"watermark": watermark}, kv_blocks=4), CFG)[0][0]
+    times, states = expected
+    names = np.array(["completed", "rejected", "cancelled", "expired", "outstanding"])
+    assert names[res.end_state].tolist() == states
+    assert _times(res)[:len(times)] == times
+    assert not res.stats["stalled"]
 
 
 def test_idle_clock_jumps_to_next_arrival():

@@ -96,16 +96,31 @@ def test_littles_law_exact(batch):
             assert np.isclose(float(res.stats["occupancy_s"]), sojourn, rtol=1e-9)
 
 
-def test_queue_cap_rejections_only_when_capped(batch):
+def _never_fits(tr, cfg, params, p):
+    """Requests no empty engine could admit: too long, or first chunk above the watermark."""
+    budget = np.floor(np.asarray(params.policy.max_num_batched_tokens)[p])
+    if cfg.batching == "static":
+        budget = np.inf
+    elif not cfg.chunked_prefill:
+        budget = max(budget, cfg.max_model_len)
+    chunk = np.maximum(np.minimum(tr.prompt + tr.output - 1, budget), 1)
+    blocks = (np.full(len(tr), cfg.max_blocks_per_request) if cfg.kv_layout == "contiguous"
+              else np.ceil(chunk / cfg.block_size))
+    kv = np.asarray(params.cost.kv_blocks)[p]
+    wm = np.asarray(params.policy.watermark)[p]
+    return (tr.prompt + tr.output > cfg.max_model_len) | (blocks > kv - wm * kv)
+
+
+def test_rejections_only_for_never_fitting_or_capped(batch):
     cfg, traces, params, results = batch
     caps = np.asarray(params.policy.queue_cap)
     for s, tr in enumerate(traces):
-        too_long = tr.prompt + tr.output > cfg.max_model_len
         for p, res in enumerate(results[s]):
+            never = _never_fits(tr, cfg, params, p)
             rejected = res.end_state == REJECTED
-            assert np.all(rejected[too_long])
+            assert np.all(rejected[never])
             if np.isinf(caps[p]):
-                np.testing.assert_array_equal(rejected, too_long)
+                np.testing.assert_array_equal(rejected, never)
 
 
 def test_step_clock_monotone_per_iteration():

@@ -193,6 +193,12 @@ def build(cfg: DictConfig) -> Scenario:
         outbox=_number(cfg, "engine.outbox", lo=1, integer=True, default=2048),
         max_steps_per_chunk=_number(cfg, "engine.max_steps_per_chunk", lo=1, integer=True,
                                     default=200_000))
+    budget = float(np.min(np.asarray(pol.max_num_batched_tokens)))
+    if batching == "continuous" and not engine.chunked_prefill and budget < max_len:
+        raise ConfigError(
+            f"policy.max_num_batched_tokens: {budget:g} is below engine.max_model_len = {max_len} "
+            f"with engine.chunked_prefill=false, so long prompts could never be scheduled (vLLM "
+            f"refuses this too); raise it, lower engine.max_model_len or enable chunked prefill")
     n_params = len(points)
     cost = jax.tree.map(lambda x: jnp.broadcast_to(x, (n_params,) + x.shape), cost)
 

@@ -49,7 +49,7 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     e = jax.tree.map(lambda x: x[i], state.entries)
 
     e, next_req, outside, n_arrived, n_rejected = take_arrivals(
-        e, t, state.next_req, wl, params.policy, cfg)
+        e, t, state.next_req, wl, params, cfg)
     order = scheduling_order(e, t, params.policy)
     e = jax.tree.map(lambda x: x[order], e)
     e, batch = schedule(e, params, cfg)
@@ -65,9 +65,9 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     next_arrival = jnp.where(next_req < wl.n, next_arrival, jnp.inf)
     t_next = jnp.where(busy, t + dur,
                        jnp.where(jnp.isfinite(next_arrival), jnp.maximum(t, next_arrival), t))
-    # Idle with waiting work and no future arrival: that work can never run (guarded against
-    # by validation; flagged rather than looping forever).
-    stalled = ~busy & ~jnp.isfinite(next_arrival) & jnp.any(e.status == WAITING)
+    # Idle with waiting work: an empty engine admits any request that passed the arrival checks,
+    # so this cannot happen; if it ever does, stop and flag it rather than loop forever.
+    stalled = ~busy & jnp.any(e.status == WAITING)
     all_done = (next_req >= wl.n) & jnp.all(e.status == EMPTY)
 
     st = state.stats

@@ -5,15 +5,19 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from servetune import relax
-from servetune.types import DONE, EMPTY, REJECTED, WAITING, Entries, EngineConfig, PolicyParams, Workload
+from servetune.engine.kv import blocks_for
+from servetune.engine.scheduler import token_budget
+from servetune.types import DONE, EMPTY, REJECTED, WAITING, Entries, EngineConfig, Params, Workload
 
 
-def take_arrivals(e: Entries, t, next_req, wl: Workload, pol: PolicyParams, cfg: EngineConfig):
+def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: EngineConfig):
     """Requests with arrival <= t join the queue in trace order, into free entries.
 
-    A request longer than max_model_len (prompt + output) is rejected, as is one that finds
-    `queue_cap` requests already waiting. Arrivals that find no free entry stay outside the
-    window, in order, and enter at a later iteration (never dropped).
+    Rejected on arrival: a request longer than max_model_len (prompt + output); one whose first
+    chunk could never be admitted, even into an empty engine, above the KV watermark (vLLM's
+    "never" allocation status); one that finds `queue_cap` requests already waiting.
+    Arrivals that find no free entry stay outside the window, in order, and enter at a later
+    iteration (never dropped).
     Returns (entries, next_req, arrived requests left outside the window, requests arrived by t,
     requests rejected).
     """
@@ -27,7 +31,11 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, pol: PolicyParams, cfg:
 
     prompt = wl.prompt[idx]
     output = wl.output[idx]
-    fits = prompt + output <= cfg.max_model_len
+    pol, kv_total = params.policy, params.cost.kv_blocks
+    # a recompute after preemption prefills up to prompt + output - 1 tokens
+    first_chunk = jnp.minimum(prompt + output - 1, token_budget(pol, cfg))
+    fits = ((prompt + output <= cfg.max_model_len)
+            & (blocks_for(jnp.maximum(first_chunk, 1), cfg) <= kv_total - pol.watermark * kv_total))
     n_waiting = jnp.sum(e.status == WAITING, dtype=jnp.int32)
     ok = take & fits
     ok_rank = jnp.cumsum(ok, dtype=jnp.int32) - 1

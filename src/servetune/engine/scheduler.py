@@ -31,6 +31,18 @@ class Batch:
     preempted: jnp.ndarray  # [A] bool entry was preempted this iteration
 
 
+def token_budget(pol, cfg: EngineConfig):
+    """Tokens one iteration may compute. Static batching has no budget. Without chunked prefill
+    a whole prompt must fit in one iteration, so (as vLLM enforces at startup) the budget is at
+    least max_model_len."""
+    if cfg.batching == "static":
+        return jnp.asarray(_NO_BUDGET, jnp.float64)
+    budget = relax.integer_limit(pol.max_num_batched_tokens)
+    if not cfg.chunked_prefill:
+        budget = jnp.maximum(budget, cfg.max_model_len)
+    return budget
+
+
 def _exclusive_cumsum(x):
     return jnp.cumsum(x) - x
 
@@ -42,8 +54,7 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
     """
     pol, kv_total = params.policy, params.cost.kv_blocks
     static = cfg.batching == "static"
-    budget = (jnp.asarray(_NO_BUDGET, jnp.float64) if static
-              else relax.integer_limit(pol.max_num_batched_tokens))
+    budget = token_budget(pol, cfg)
 
     # 1. running requests, by priority
     running = es.status == RUNNING
