@@ -144,3 +144,16 @@ def test_drain_limit_leaves_requests_outstanding():
     res = run(tr, linear_params(), cfg, drain_s=10.0)[0][0]
     assert res.end_state.tolist() == [OUTSTANDING, COMPLETED]
     assert 0 < res.generated[0] < 100
+
+
+@pytest.mark.parametrize("name", ["continuous-paged", "continuous-no-chunking"])
+def test_skipping_the_sort_when_order_cannot_matter_is_exact(name):
+    cfg = CONFIGS[name]
+    rng = np.random.default_rng(11)
+    tr = random_traces(rng, 1, 150)[0]
+    for p in range(3):  # one scenario at a time: the unbatched path where the sort is skipped
+        params = jax.tree.map(lambda x: x[p:p + 1], random_params(rng, 3, cfg))
+        lazy = run(tr, params, cfg)[0][0]
+        eager = run(tr, params, EngineConfig(**{**cfg.__dict__, "lazy_order": False}))[0][0]
+        for f in ("end_state", "first_token", "finish", "generated", "n_preempt"):
+            np.testing.assert_array_equal(getattr(lazy, f), getattr(eager, f))

@@ -91,9 +91,19 @@ def step_trace(wl: Workload, params: Params, cfg: EngineConfig, n_steps: int):
 
 
 def _batched(fn, cfg):
-    # workloads [S] on the outer axis, policies/costs [P] on the inner one: state is [S, P, ...]
+    """fn over state [S, P], workloads [S], params [P]. A 1 x 1 batch runs unbatched: under vmap
+    the loop's data-dependent branches (lax.cond) turn into selects that run both sides."""
     inner = jax.vmap(functools.partial(fn, cfg=cfg), in_axes=(0, None, 0))
-    return jax.vmap(inner, in_axes=(0, 0, None))
+    outer = jax.vmap(inner, in_axes=(0, 0, None))
+
+    def call(state, wl, params):
+        if state.done.shape == (1, 1):
+            out = fn(jax.tree.map(lambda x: x[0, 0], state), jax.tree.map(lambda x: x[0], wl),
+                     jax.tree.map(lambda x: x[0], params), cfg=cfg)
+            return jax.tree.map(lambda x: x[None, None], out)
+        return outer(state, wl, params)
+
+    return call
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))

@@ -9,7 +9,8 @@ from servetune import histogram
 from servetune.engine import outbox as outbox_lib
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
-from servetune.engine.scheduler import schedule
+from servetune.engine.kv import blocks_for
+from servetune.engine.scheduler import schedule, token_budget
 from servetune.hardware import step_time
 from servetune.policy import scheduling_order
 from servetune.types import EMPTY, RUNNING, WAITING, EngineConfig, Params, SimState, Workload
@@ -24,6 +25,19 @@ def batch_cost(es, batch, params: Params, cfg: EngineConfig):
     ctx_read = jnp.sum(jnp.where(in_batch, es.computed, 0))
     attn_work = jnp.sum(toks * (es.computed + (toks + 1) / 2.0))
     return step_time(params.cost, cfg.cost_form, prefill, decode, ctx_read, attn_work)
+
+
+def order_matters(e, params: Params, cfg: EngineConfig):
+    """Whether priority order can change this iteration's schedule: more than one request
+    waiting, or running requests that want more tokens than the budget or more KV blocks than
+    are free. Otherwise every running request gets all it needs and the lone waiting request (if
+    any) comes after them in any order, so the (costly) sort is skipped: same schedule."""
+    running = e.status == RUNNING
+    need = jnp.where(running, e.prompt + e.generated - e.computed, 0)
+    new_blocks = jnp.where(running, jnp.maximum(blocks_for(e.computed + need, cfg) - e.blocks, 0), 0)
+    free = params.cost.kv_blocks - jnp.sum(e.blocks)
+    over_budget = jnp.sum(need) > token_budget(params.policy, cfg)
+    return (jnp.sum(e.status == WAITING) > 1) | over_budget | (jnp.sum(new_blocks) > free)
 
 
 def _occupancy(wl: Workload, t, t_next, n_arrived, ended_by_t):
@@ -50,7 +64,10 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
 
     e, next_req, outside, n_arrived, n_rejected = take_arrivals(
         e, t, state.next_req, wl, params, cfg)
-    order = scheduling_order(e, t, params.policy)
+    sort = order_matters(e, params, cfg) if cfg.lazy_order else True
+    order = jax.lax.cond(sort,
+                         lambda: scheduling_order(e, t, params.policy),
+                         lambda: jnp.arange(e.req.shape[0]))
     e = jax.tree.map(lambda x: x[order], e)
     e, batch = schedule(e, params, cfg)
     dur = batch_cost(e, batch, params, cfg)

@@ -41,6 +41,8 @@ class EngineConfig:
       outbox: records buffered on device between host collections.
       max_steps_per_chunk: iterations per compiled call before control returns to the host.
       n_instances: instances in the simulation (the instance axis; 1 for now).
+      lazy_order: skip the priority sort in iterations where order cannot matter (exact; off
+        only to test that it is).
     """
 
     max_slots: int = 256
@@ -54,6 +56,7 @@ class EngineConfig:
     outbox: int = 2048
     max_steps_per_chunk: int = 200_000
     n_instances: int = 1
+    lazy_order: bool = True
 
     @property
     def n_entries(self) -> int:

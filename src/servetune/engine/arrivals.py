@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from servetune import ops
 from servetune import relax
 from servetune.engine.kv import blocks_for
 from servetune.engine.scheduler import token_budget
@@ -24,7 +25,7 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
     n_arrived = jnp.minimum(jnp.searchsorted(wl.arrival, t, side="right"), wl.n).astype(jnp.int32)
     pending = n_arrived - next_req
     empty = e.status == EMPTY
-    slot_rank = jnp.cumsum(empty, dtype=jnp.int32) - 1
+    slot_rank = ops.cumsum(empty, dtype=jnp.int32) - 1
     take = empty & (slot_rank < pending)
     n_take = jnp.sum(take, dtype=jnp.int32)
     idx = jnp.clip(next_req + slot_rank, 0, wl.arrival.shape[0] - 1)
@@ -38,7 +39,7 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
             & (blocks_for(jnp.maximum(first_chunk, 1), cfg) <= kv_total - pol.watermark * kv_total))
     n_waiting = jnp.sum(e.status == WAITING, dtype=jnp.int32)
     ok = take & fits
-    ok_rank = jnp.cumsum(ok, dtype=jnp.int32) - 1
+    ok_rank = ops.cumsum(ok, dtype=jnp.int32) - 1
     accept = ok & relax.below(n_waiting + ok_rank, pol.queue_cap)
     reject = take & ~accept
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from servetune import ops
 from servetune.types import DONE, EMPTY, Entries, Outbox
 
 
@@ -23,7 +24,7 @@ def drain(e: Entries, box: Outbox):
     """Move DONE entries into the outbox while it has room; their entries become EMPTY."""
     cap = box.req.shape[0]
     finished = e.status == DONE
-    pos = box.count + jnp.cumsum(finished, dtype=jnp.int32) - 1
+    pos = box.count + ops.cumsum(finished, dtype=jnp.int32) - 1
     put = finished & (pos < cap)
     where = jnp.where(put, pos, cap)  # out of range -> dropped by the scatter
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import struct
 
+from servetune import ops
 from servetune import relax
 from servetune.engine.kv import blocks_for
 from servetune.types import RUNNING, WAITING, Entries, EngineConfig, Params
@@ -44,7 +45,7 @@ def token_budget(pol, cfg: EngineConfig):
 
 
 def _exclusive_cumsum(x):
-    return jnp.cumsum(x) - x
+    return ops.cumsum(x) - x
 
 
 def schedule(es: Entries, params: Params, cfg: EngineConfig):
@@ -65,7 +66,7 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
     free = kv_total - jnp.sum(es.blocks)
     # Keeping the first m requests costs their new blocks and frees the held blocks of the
     # preempted tail; m is the largest prefix for which that fits (what vLLM's loop reaches).
-    keep = running & (jnp.cumsum(new_blocks) - (jnp.sum(held) - jnp.cumsum(held)) <= free)
+    keep = running & (ops.cumsum(new_blocks) - (jnp.sum(held) - ops.cumsum(held)) <= free)
     preempt = running & ~keep
     any_preempt = jnp.any(preempt)
     alloc = jnp.where(keep, alloc, 0)
@@ -80,17 +81,17 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
     if cfg.chunked_prefill:
         chunk = jnp.clip(budget_left - _exclusive_cumsum(need_w), 0, need_w)
     else:
-        chunk = jnp.where(jnp.cumsum(need_w) <= budget_left, need_w, 0)
+        chunk = jnp.where(ops.cumsum(need_w) <= budget_left, need_w, 0)
     chunk = chunk.astype(jnp.int32)
     first_blocks = jnp.where(waiting, blocks_for(chunk, cfg), 0)
-    rank = jnp.cumsum(waiting) - 1
+    rank = ops.cumsum(waiting) - 1
     gate = ~any_preempt
     if static:
         gate = gate & (n_running == 0)
     watermark_blocks = pol.watermark * kv_total
     admit = (waiting & gate & (chunk > 0)
              & relax.below(rank, relax.integer_limit(pol.max_num_seqs) - n_running)
-             & relax.at_most(jnp.cumsum(first_blocks), free_after - watermark_blocks))
+             & relax.at_most(ops.cumsum(first_blocks), free_after - watermark_blocks))
 
     tokens = alloc + jnp.where(admit, chunk, 0)
     decode = (alloc > 0) & (es.generated > 0) & (need == 1)
