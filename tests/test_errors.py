@@ -69,7 +69,6 @@ def test_missing_file(tmp_path):
     (["policy.max_num_seqs=0"], "policy.max_num_seqs", "expected within"),
     (["policy.watermark=1.5"], "policy.watermark", "expected within"),
     (["+policy.max_num_sequences=5"], "policy.max_num_sequences", "unknown policy parameter"),
-    (["engine.max_slots=8"], "engine.max_slots", "below policy.max_num_seqs"),
     (["engine.batching=dynamic"], "engine.batching", "expected continuous or static"),
     (["workload.rate_scale=0"], "workload.rate_scale", "expected"),
     (["workload.start_s=99999"], "workload.start_s", "holds no requests"),

@@ -97,6 +97,17 @@ def test_watermark_holds_back_admission(watermark, expected):
     assert not res.stats["stalled"]
 
 
+def test_slot_capacity_below_max_num_seqs_is_counted():
+    # max_num_seqs 4 but only 1 slot: behaves like max_num_seqs 1, and says so
+    cfg = EngineConfig(**{**CFG.__dict__, "max_slots": 1})
+    tr = trace_of([(0, 2, 2), (0, 2, 2)])
+    res = run(tr, linear_params({"max_num_seqs": 4}), cfg)[0][0]
+    assert _times(res) == [(1.0, 2.0), (3.0, 4.0)]
+    assert int(res.stats["slot_bound"]) == 2  # r1 held back at t=0 and t=1
+    exact = run(tr, linear_params({"max_num_seqs": 4}), CFG)[0][0]
+    assert _times(exact) == [(1.0, 2.0), (1.0, 2.0)] and int(exact.stats["slot_bound"]) == 0
+
+
 def test_idle_clock_jumps_to_next_arrival():
     tr = trace_of([(0, 2, 1), (10.0, 2, 2)])
     p = linear_params()

@@ -147,6 +147,7 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "iterations": int(st["steps"]),
         "max_running": int(np.max(st["max_running"])),
         "queue_window_overflow": int(st["window_overflow"]),
+        "slot_bound_iterations": int(st["slot_bound"]),
         "stalled": bool(st["stalled"]),
     })
     by_class = {}

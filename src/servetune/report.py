@@ -67,6 +67,10 @@ def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
     if m.get("queue_window_overflow"):
         flags.append(f"queue window overflow: up to {m['queue_window_overflow']} arrivals waited "
                      f"outside the scheduler's window (raise engine.queue_window)")
+    if m.get("slot_bound_iterations"):
+        flags.append(f"capacity bound: in {m['slot_bound_iterations']} iterations engine.max_slots, "
+                     f"not policy.max_num_seqs, held back admissions (raise engine.max_slots, or "
+                     f"null for exact results)")
     if m.get("stalled"):
         flags.append("STALLED: waiting requests could never be scheduled")
     for f in flags:

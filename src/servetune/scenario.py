@@ -174,11 +174,8 @@ def build(cfg: DictConfig) -> Scenario:
     pol = make_policy(base, order=order)
     max_seqs = float(np.max(np.asarray(pol.max_num_seqs)))
     slots = _number(cfg, "engine.max_slots", lo=1, integer=True, allow_none=True)
-    if slots is None:
+    if slots is None:  # exact: room for every sequence the policy may run
         slots = int(math.ceil(max_seqs))
-    elif max_seqs > slots:
-        raise ConfigError(f"engine.max_slots: {slots} is below policy.max_num_seqs = {max_seqs:g}; "
-                          f"raise engine.max_slots (or leave it null for automatic)")
     batching = _get(cfg, "engine.batching", "continuous")
     layout = _get(cfg, "engine.kv_layout", "paged")
     if batching not in ("continuous", "static"):

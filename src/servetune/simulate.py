@@ -47,7 +47,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         steps=zi, busy_s=per_inst + zf, kv_peak_blocks=per_inst, kv_overflow=per_inst > 0,
         clock_regress=per_inst > 0, preemptions=zi, prefill_tokens=zi.astype(jnp.int64),
         decode_tokens=zi.astype(jnp.int64), window_overflow=zi, max_running=per_inst,
-        occupancy_s=zf, ended=zi,
+        occupancy_s=zf, ended=zi, slot_bound=zi,
         stalled=zi > 0, itl_hist=jnp.zeros((histogram.BINS,), jnp.float64) + zf,
     )
     return SimState(clock=per_inst + zf, entries=entries, next_req=zi,

@@ -103,6 +103,7 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
         max_running=st.max_running.at[i].max(n_running),
         occupancy_s=st.occupancy_s + occupancy,
         ended=ended_by_t + jnp.sum(completed, dtype=jnp.int32),
+        slot_bound=st.slot_bound + batch.slot_bound.astype(jnp.int32),
         stalled=st.stalled | stalled,
         itl_hist=histogram.add(st.itl_hist, gaps),
     )

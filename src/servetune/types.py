@@ -29,7 +29,8 @@ class EngineConfig:
     """Static (structural) engine configuration. Changing any field recompiles.
 
     Attributes:
-      max_slots: capacity for running requests; must be >= every max_num_seqs used.
+      max_slots: capacity for running requests. Below max_num_seqs it caps the running set;
+        iterations where that changed an admission are counted (`slot_bound_iterations`).
       queue_window: capacity for waiting requests visible to the scheduler. Arrivals beyond it
         wait, in trace order, outside the window (counted as `window_overflow`), never dropped.
       block_size: tokens per KV-cache block.
@@ -188,6 +189,8 @@ class Stats:
     occupancy_s: jnp.ndarray  # [] f64 integral over time of requests in the system (arrived,
     #                            not ended), request-seconds: mean concurrency x time
     ended: jnp.ndarray  # [] i32 requests that ended (completed or rejected) so far
+    slot_bound: jnp.ndarray  # [] i32 iterations where engine.max_slots, not the policy, held
+    #                          back an admission (results then depend on the capacity)
     stalled: jnp.ndarray  # [] bool waiting work that can never run (guards an infinite loop)
     itl_hist: jnp.ndarray  # [H] f64 counts of inter-token gaps per log-spaced bin
 

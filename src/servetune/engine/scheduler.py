@@ -6,7 +6,9 @@
    freed, progress dropped, back to the head of the queue) until they do.
 2. Only if nothing was preempted, waiting requests are admitted in order while the sequence cap,
    the token budget and the blocks for their first chunk above the watermark allow; the first
-   that does not fit stops admission (no skipping ahead).
+   that does not fit stops admission (no skipping ahead). The static slot capacity
+   (engine.max_slots) caps the running set too; iterations where it, and not the policy,
+   stopped an admission are counted, so results that depend on it are flagged.
 Static batching admits a new batch only when nothing runs, with no token budget.
 """
 
@@ -30,6 +32,7 @@ class Batch:
     tokens: jnp.ndarray  # [A] i32 tokens computed for each entry this iteration
     decode: jnp.ndarray  # [A] bool entry takes a decode token (not a prefill chunk)
     preempted: jnp.ndarray  # [A] bool entry was preempted this iteration
+    slot_bound: jnp.ndarray  # [] bool the static slot capacity, not the policy, stopped admission
 
 
 def token_budget(pol, cfg: EngineConfig):
@@ -89,9 +92,11 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
     if static:
         gate = gate & (n_running == 0)
     watermark_blocks = pol.watermark * kv_total
-    admit = (waiting & gate & (chunk > 0)
-             & relax.below(rank, relax.integer_limit(pol.max_num_seqs) - n_running)
-             & relax.at_most(ops.cumsum(first_blocks), free_after - watermark_blocks))
+    admissible = (waiting & gate & (chunk > 0)
+                  & relax.below(rank, relax.integer_limit(pol.max_num_seqs) - n_running)
+                  & relax.at_most(ops.cumsum(first_blocks), free_after - watermark_blocks))
+    admit = admissible & (rank < cfg.max_slots - n_running)
+    slot_bound = jnp.any(admissible & ~admit)
 
     tokens = alloc + jnp.where(admit, chunk, 0)
     decode = (alloc > 0) & (es.generated > 0) & (need == 1)
@@ -102,4 +107,4 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
         preempted=jnp.where(preempt, True, jnp.where(admit, False, es.preempted)),
         n_preempt=es.n_preempt + preempt.astype(jnp.int32),
     )
-    return es, Batch(tokens=tokens, decode=decode, preempted=preempt)
+    return es, Batch(tokens=tokens, decode=decode, preempted=preempt, slot_bound=slot_bound)
