@@ -1,0 +1,85 @@
+"""Catalog, memory -> KV capacity, and the roofline step time against hand computation."""
+
+import numpy as np
+import pytest
+
+from servetune import hardware as hw
+
+H100, L8B = hw.GPUS["h100"], hw.MODELS["llama3_8b"]
+KW = dict(block_size=16, gpu_memory_utilization=0.9, activation_reserve_gib=2.0, max_model_len=8192)
+
+
+def blocks(gpu=H100, model=L8B, tp=1, wbits=16, kvbits=16):
+    return hw.kv_capacity_blocks(gpu, model, tp=tp, weight_bits=wbits, kv_bits=kvbits, **KW)
+
+
+def test_llama3_8b_kv_bytes_and_capacity_on_h100():
+    # 2 (K,V) x 32 layers x 8 KV heads x 128 dims x 2 bytes = 131,072 bytes per token
+    assert hw.kv_bytes_per_token(L8B, 16) == 131_072
+    kv_mem = 0.9 * 80 * hw.GIB - 8.03e9 * 2 - 2 * hw.GIB
+    assert blocks() == int(kv_mem // (16 * 131_072))
+
+
+def test_quantization_frees_memory_for_kv():
+    # 16 -> 4-bit weights frees 0.75 x 16.06 GB; within rounding of one block
+    freed = 8.03e9 * 2 * 0.75
+    gained = blocks(wbits=4) - blocks()
+    assert abs(gained - freed / (16 * 131_072)) <= 1
+    # 8-bit KV halves bytes per token: twice the blocks, within rounding
+    assert abs(blocks(kvbits=8) - 2 * blocks()) <= 1
+
+
+def test_tensor_parallel_adds_memory():
+    one, two = blocks(), blocks(tp=2)
+    assert two > 2 * one  # the weights are paid for once
+
+
+def _params(**kw):
+    base = dict(tp=1, weight_bits=16, kv_bits=16, kv_blocks=100, flops_efficiency=0.5,
+                bandwidth_efficiency=0.8, overhead_s=0.002, allreduce_latency_s=0.0)
+    base.update(kw)
+    return hw.roofline_cost_params(H100, L8B, **base)
+
+
+def test_decode_step_is_bandwidth_bound_and_matches_formula():
+    c = _params()
+    d, ctx = 32, 32 * 1000
+    t = float(hw.step_time(c, "roofline", 0, d, ctx, d * 1000.5))
+    bytes_moved = 8.03e9 * 2 + 131_072 * (ctx + d)
+    assert np.isclose(t, bytes_moved / (3.35e12 * 0.8) + 0.002)
+    # 4-bit weights: the weight-read part shrinks 4x, as the bandwidth model says
+    t4 = float(hw.step_time(_params(weight_bits=4), "roofline", 0, d, ctx, d * 1000.5))
+    assert np.isclose(t4, (8.03e9 * 0.5 + 131_072 * (ctx + d)) / (3.35e12 * 0.8) + 0.002)
+
+
+def test_prefill_step_is_compute_bound():
+    c = _params()
+    p = 8192
+    attn = p * (p + 1) / 2
+    t = float(hw.step_time(c, "roofline", p, 0, 0, attn))
+    flops = 2 * 8.03e9 * p + 4 * 32 * 32 * 128 * attn
+    assert np.isclose(t, flops / (989e12 * 0.5) + 0.002)
+
+
+def test_tensor_parallel_step_adds_allreduce():
+    one = float(hw.step_time(_params(), "roofline", 4096, 0, 0, 0.0))
+    two = float(hw.step_time(_params(tp=2, allreduce_latency_s=5e-6), "roofline", 4096, 0, 0, 0.0))
+    comm = 2 * 32 * (2 * 4096 * 4096 * 2 * 0.5 / 900e9 + 5e-6)
+    compute = 2 * 8.03e9 * 4096 / (2 * 989e12 * 0.5)
+    assert np.isclose(two, compute + 0.002 + comm)
+    assert two < one
+
+
+def test_linear_form_and_empty_batch():
+    c = hw.linear_cost_params(base_s=0.01, per_prefill_token_s=1e-4, per_decode_seq_s=1e-3,
+                              per_ctx_token_s=1e-6, kv_blocks=10)
+    assert np.isclose(float(hw.step_time(c, "linear", 100, 5, 1000, 0.0)),
+                      0.01 + 0.01 + 0.005 + 0.001)
+    assert float(hw.step_time(c, "linear", 0, 0, 0, 0.0)) == 0.0
+
+
+@pytest.mark.parametrize("name", list(hw.GPUS))
+def test_catalog_gpus_are_sane(name):
+    g = hw.GPUS[name]
+    assert 1e14 < g.peak_flops < 2e15 and 5e11 < g.hbm_bytes_per_s < 1e13
+    assert 40 * hw.GIB <= g.memory_bytes <= 141 * hw.GIB and g.price_per_gpu_hour > 0

@@ -1,0 +1,72 @@
+"""Workload generators and trace handling: rates, burstiness, lengths, slicing, prediction."""
+
+import numpy as np
+import pytest
+
+from servetune.workload import (
+    bundled_path, classify_by_prompt, load_trace, predict_output, slice_trace, synthetic,
+)
+
+LOGN = {"dist": "lognormal", "mean": 500, "cv": 1.0, "max": 10**6}
+
+
+@pytest.mark.parametrize("arrival,cv", [("poisson", 1.0), ("gamma", 0.5), ("gamma", 3.0)])
+def test_arrival_rate_and_burstiness(arrival, cv):
+    tr = synthetic(rate=4.0, n_requests=40_000, arrival=arrival, cv=cv, prompt=LOGN,
+                   output={"dist": "fixed", "value": 10}, seed=1)
+    gaps = np.diff(tr.arrival)
+    assert abs(1 / gaps.mean() / 4.0 - 1) < 0.03
+    assert abs(gaps.std() / gaps.mean() / cv - 1) < 0.06
+    assert np.all(gaps >= 0) and tr.arrival[0] == 0
+
+
+def test_length_distributions():
+    tr = synthetic(rate=1.0, n_requests=40_000, prompt=LOGN,
+                   output={"dist": "empirical", "trace": "azure_llm_2023_conv.csv",
+                           "column": "output"}, seed=2)
+    assert abs(tr.prompt.mean() / 500 - 1) < 0.05
+    assert abs(tr.prompt.std() / tr.prompt.mean() - 1.0) < 0.15
+    azure = load_trace(bundled_path("azure_llm_2023_conv.csv"))
+    assert set(np.unique(tr.output)) <= set(np.unique(azure.output))
+    assert abs(tr.output.mean() / azure.output.mean() - 1) < 0.05
+
+
+def test_duration_bounds_synthetic_arrivals():
+    tr = synthetic(rate=10.0, duration_s=60.0, prompt=LOGN, output=LOGN, seed=0)
+    assert tr.arrival.max() < 60.0 and abs(len(tr) / 600 - 1) < 0.15
+
+
+def test_bundled_azure_trace_matches_its_published_summary():
+    tr = load_trace(bundled_path("azure_llm_2023_conv.csv"))
+    # shared/traces/README.md: 19,366 rows, 3,502 s, prompt mean 1,155, output mean 211
+    assert len(tr) == 19_366
+    assert abs(tr.arrival[-1] - 3502) < 1
+    assert round(tr.prompt.mean()) == 1155 and round(tr.output.mean()) == 211
+    moon = load_trace(bundled_path("mooncake_conversation_600s.jsonl"))
+    assert len(moon) == 1750 and moon.arrival[-1] < 600
+
+
+def test_slice_rate_scale_and_cap():
+    tr = load_trace(bundled_path("azure_llm_2023_conv.csv"))
+    part = slice_trace(tr, start_s=600, duration_s=300)
+    inside = (tr.arrival >= 600) & (tr.arrival < 900)
+    assert len(part) == inside.sum() and part.arrival[0] >= 0 and part.arrival[-1] < 300
+    fast = slice_trace(tr, start_s=600, duration_s=300, rate_scale=2.0, max_requests=100)
+    assert len(fast) == 100
+    np.testing.assert_allclose(fast.arrival, part.arrival[:100] / 2.0)
+    np.testing.assert_array_equal(fast.prompt, part.prompt[:100])
+
+
+def test_predictor_noise():
+    tr = synthetic(rate=1.0, n_requests=20_000, prompt=LOGN, output=LOGN, seed=3)
+    np.testing.assert_array_equal(predict_output(tr), tr.output)  # oracle
+    noisy = predict_output(tr, sigma=0.5, seed=1)
+    ratio = np.log(noisy / tr.output)
+    assert abs(ratio.std() - 0.5) < 0.02 and abs(ratio.mean()) < 0.02
+    assert not np.array_equal(noisy, predict_output(tr, sigma=0.5, seed=2))
+
+
+def test_classes_by_prompt_length():
+    tr = classify_by_prompt(synthetic(rate=1.0, n_requests=1000, prompt=LOGN, output=LOGN), 500)
+    assert np.array_equal(tr.klass == 1, tr.prompt >= 500)
+    assert tr.class_names == ("prompt<500", "prompt>=500")
