@@ -62,7 +62,7 @@ def schedule(trace, params: Params, cfg, n_steps=20, drain_s=1e6):
 
 
 def spec(kv_blocks=10_000, **kw) -> MetricsSpec:
-    base = dict(slo_ttft_s=None, slo_tpot_s=None, slo_e2e_s=None, warmup_s=0.0,
-                price_per_gpu_hour=1.0, n_gpus=1, kv_blocks=kv_blocks)
+    base = {"slo_ttft_s": None, "slo_tpot_s": None, "slo_e2e_s": None, "warmup_s": 0.0,
+                "price_per_gpu_hour": 1.0, "n_gpus": 1, "kv_blocks": kv_blocks}
     base.update(kw)
     return MetricsSpec(**base)

@@ -33,8 +33,8 @@ ROW = "2023-11-16 18:15:46.6805900,374,44\n"
      "missing key 'output_length'"),
     ("negative_ts.jsonl", '{"timestamp": -5, "input_length": 5, "output_length": 3}\n', ":1:",
      "milliseconds >= 0"),
-    ("unsorted.jsonl", '{"timestamp": 10, "input_length": 5, "output_length": 3}\n'
-     '{"timestamp": 5, "input_length": 5, "output_length": 3}\n', ":2:", "goes back in time"),
+    ("unsorted.jsonl", ('{"timestamp": 10, "input_length": 5, "output_length": 3}\n'
+     '{"timestamp": 5, "input_length": 5, "output_length": 3}\n'), ":2:", "goes back in time"),
     ("zero_output.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 0}\n', ":1:",
      "'output_length' = '0'"),
     ("trace.txt", "whatever", "trace.txt", "expected .csv or .jsonl"),

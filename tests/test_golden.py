@@ -7,9 +7,9 @@ A request with O output tokens completes after its prefill iteration plus O-1 de
 
 import numpy as np
 import pytest
-
 from helpers import linear_params, run, schedule, trace_of
-from servetune.types import COMPLETED, EngineConfig
+
+from servetune.types import EngineConfig
 
 CFG = EngineConfig(max_slots=4, queue_window=4, block_size=2, max_model_len=64,
                    cost_form="linear", outbox=16)

@@ -6,7 +6,7 @@ import pytest
 from servetune import hardware as hw
 
 H100, L8B = hw.GPUS["h100"], hw.MODELS["llama3_8b"]
-KW = dict(block_size=16, gpu_memory_utilization=0.9, activation_reserve_gib=2.0, max_model_len=8192)
+KW = {"block_size": 16, "gpu_memory_utilization": 0.9, "activation_reserve_gib": 2.0, "max_model_len": 8192}
 
 
 def blocks(gpu=H100, model=L8B, tp=1, wbits=16, kvbits=16):
@@ -35,8 +35,8 @@ def test_tensor_parallel_adds_memory():
 
 
 def _params(**kw):
-    base = dict(tp=1, weight_bits=16, kv_bits=16, kv_blocks=100, flops_efficiency=0.5,
-                bandwidth_efficiency=0.8, overhead_s=0.002, allreduce_latency_s=0.0)
+    base = {"tp": 1, "weight_bits": 16, "kv_bits": 16, "kv_blocks": 100, "flops_efficiency": 0.5,
+                "bandwidth_efficiency": 0.8, "overhead_s": 0.002, "allreduce_latency_s": 0.0}
     base.update(kw)
     return hw.roofline_cost_params(H100, L8B, **base)
 

@@ -5,14 +5,14 @@ time-integral of requests in the system equals the sum of their sojourns (Little
 import jax
 import numpy as np
 import pytest
-
 from helpers import batched, linear_params, run, trace_of
-from servetune.simulate import step_trace
+
 from servetune.scenario import stack_workloads
+from servetune.simulate import step_trace
 from servetune.types import COMPLETED, OUTSTANDING, REJECTED, EngineConfig
 
-BASE = dict(max_slots=16, queue_window=16, block_size=4, max_model_len=256, cost_form="linear",
-            outbox=64)
+BASE = {"max_slots": 16, "queue_window": 16, "block_size": 4, "max_model_len": 256, "cost_form": "linear",
+            "outbox": 64}
 CONFIGS = {
     "continuous-paged": EngineConfig(**BASE),
     "static-contiguous": EngineConfig(**{**BASE, "batching": "static", "kv_layout": "contiguous",
@@ -60,7 +60,7 @@ def batch(request):
 
 
 def test_every_request_ends_once_with_its_tokens(batch):
-    cfg, traces, params, results = batch
+    _cfg, traces, _params, results = batch
     for s, tr in enumerate(traces):
         for p, res in enumerate(results[s]):
             assert not res.stats["stalled"]
@@ -78,7 +78,7 @@ def test_every_request_ends_once_with_its_tokens(batch):
 
 
 def test_kv_within_capacity_and_clocks_monotone(batch):
-    cfg, traces, params, results = batch
+    _cfg, traces, params, results = batch
     kv = np.asarray(params.cost.kv_blocks)
     for s in range(len(traces)):
         for p, res in enumerate(results[s]):
@@ -89,7 +89,7 @@ def test_kv_within_capacity_and_clocks_monotone(batch):
 
 
 def test_littles_law_exact(batch):
-    cfg, traces, params, results = batch
+    _cfg, traces, _params, results = batch
     for s, tr in enumerate(traces):
         for res in results[s]:
             sojourn = np.sum(res.finish - tr.arrival)
@@ -152,7 +152,7 @@ def test_skipping_the_sort_when_order_cannot_matter_is_exact(name):
     rng = np.random.default_rng(11)
     tr = random_traces(rng, 1, 150)[0]
     for p in range(3):  # one scenario at a time: the unbatched path where the sort is skipped
-        params = jax.tree.map(lambda x: x[p:p + 1], random_params(rng, 3, cfg))
+        params = jax.tree.map(lambda x, p=p: x[p:p + 1], random_params(rng, 3, cfg))
         lazy = run(tr, params, cfg)[0][0]
         eager = run(tr, params, EngineConfig(**{**cfg.__dict__, "lazy_order": False}))[0][0]
         for f in ("end_state", "first_token", "finish", "generated", "n_preempt"):

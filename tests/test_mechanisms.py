@@ -1,6 +1,5 @@
 """Mechanism on vs off: continuous vs static batching, paged vs contiguous KV."""
 
-import numpy as np
 import pytest
 
 from servetune.api import compose, simulate_batch

@@ -9,8 +9,8 @@ average, Pollaczek-Khinchine's Wq = rho D / (2 (1 - rho)).
 
 import numpy as np
 import pytest
-
 from helpers import linear_params, run
+
 from servetune.types import EngineConfig
 from servetune.workload import synthetic
 

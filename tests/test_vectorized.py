@@ -1,8 +1,8 @@
 """One compiled call for a batch; traced policy numbers never recompile; batch == alone."""
 
 import numpy as np
-
 from helpers import linear_params, run, trace_of
+
 from servetune.simulate import run_chunk_batch
 from servetune.types import EngineConfig
 from servetune.workload import synthetic

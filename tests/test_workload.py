@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 
 from servetune.workload import (
-    bundled_path, classify_by_prompt, load_trace, predict_output, slice_trace, synthetic,
+    bundled_path,
+    classify_by_prompt,
+    load_trace,
+    predict_output,
+    slice_trace,
+    synthetic,
 )
 
 LOGN = {"dist": "lognormal", "mean": 500, "cv": 1.0, "max": 10**6}

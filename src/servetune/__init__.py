@@ -9,7 +9,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from servetune.api import simulate, simulate_batch  # noqa: E402
+from servetune.api import simulate, simulate_batch
 
 __all__ = ["simulate", "simulate_batch"]
 __version__ = "0.1.0"

@@ -169,7 +169,7 @@ def roofline_cost_params(
         ring = 2.0 * (tp - 1) / tp
         comm_per_token = 2 * model.layers * ring * model.hidden * activation_bits / 8 / gpu.link_bytes_per_s
         comm_fixed = 2 * model.layers * allreduce_latency_s
-    f = lambda x: jnp.asarray(x, jnp.float64)  # noqa: E731
+    f = lambda x: jnp.asarray(x, jnp.float64)
     return CostParams(
         flops_per_token=f(2.0 * model.params),
         attn_flops_per_token_ctx=f(4.0 * model.layers * model.heads * model.head_dim),
@@ -198,7 +198,7 @@ def linear_cost_params(
                    ("cost.per_ctx_token_s", per_ctx_token_s)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ConfigError(f"{key}: got {v!r}; expected a finite number >= 0 (seconds)")
-    f = lambda x: jnp.asarray(x, jnp.float64)  # noqa: E731
+    f = lambda x: jnp.asarray(x, jnp.float64)
     z = f(0.0)
     return CostParams(
         flops_per_token=z, attn_flops_per_token_ctx=z, weight_bytes=z, kv_bytes_per_token=z,

@@ -10,7 +10,12 @@ import pandas as pd
 from servetune import histogram
 from servetune.simulate import ScenarioResult
 from servetune.types import (
-    CANCELLED, COMPLETED, END_STATE_NAMES, EXPIRED, OUTSTANDING, REJECTED,
+    CANCELLED,
+    COMPLETED,
+    END_STATE_NAMES,
+    EXPIRED,
+    OUTSTANDING,
+    REJECTED,
 )
 from servetune.workload import RequestTrace
 

@@ -101,14 +101,14 @@ def stack_workloads(traces, predicted, drain_s: float) -> Workload:
     for trace, pred in zip(traces, predicted):
         k = len(trace)
         pad = n - k
-        rows.append(dict(
-            arrival=np.concatenate([trace.arrival, np.full(pad, np.inf)]),
-            arrival_cumsum=np.concatenate([np.cumsum(trace.arrival), np.full(pad, np.inf)]),
-            prompt=np.concatenate([trace.prompt, np.ones(pad, np.int32)]).astype(np.int32),
-            output=np.concatenate([trace.output, np.ones(pad, np.int32)]).astype(np.int32),
-            predicted=np.concatenate([pred, np.ones(pad)]),
-            klass=np.concatenate([trace.klass, np.zeros(pad, np.int32)]).astype(np.int32),
-            n=np.int32(k), t_stop=np.float64(trace.arrival[-1] + drain_s)))
+        rows.append({
+            "arrival": np.concatenate([trace.arrival, np.full(pad, np.inf)]),
+            "arrival_cumsum": np.concatenate([np.cumsum(trace.arrival), np.full(pad, np.inf)]),
+            "prompt": np.concatenate([trace.prompt, np.ones(pad, np.int32)]).astype(np.int32),
+            "output": np.concatenate([trace.output, np.ones(pad, np.int32)]).astype(np.int32),
+            "predicted": np.concatenate([pred, np.ones(pad)]),
+            "klass": np.concatenate([trace.klass, np.zeros(pad, np.int32)]).astype(np.int32),
+            "n": np.int32(k), "t_stop": np.float64(trace.arrival[-1] + drain_s)})
     return Workload(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
 
 
@@ -175,7 +175,7 @@ def build(cfg: DictConfig) -> Scenario:
     max_seqs = float(np.max(np.asarray(pol.max_num_seqs)))
     slots = _number(cfg, "engine.max_slots", lo=1, integer=True, allow_none=True)
     if slots is None:  # exact: room for every sequence the policy may run
-        slots = int(math.ceil(max_seqs))
+        slots = math.ceil(max_seqs)
     batching = _get(cfg, "engine.batching", "continuous")
     layout = _get(cfg, "engine.kv_layout", "paged")
     if batching not in ("continuous", "static"):
@@ -216,7 +216,7 @@ def build(cfg: DictConfig) -> Scenario:
         if warmup >= tr.arrival[-1] and len(tr) > 1:
             raise ConfigError(f"window.warmup_s: {warmup} s is past the last arrival "
                               f"({tr.arrival[-1]:.1f} s) of {tr.name}; nothing would be counted")
-    slo = lambda k: _number(cfg, f"slo.{k}", lo=0, allow_none=True)  # noqa: E731
+    slo = lambda k: _number(cfg, f"slo.{k}", lo=0, allow_none=True)
     price = _number(cfg, "hardware.price_per_gpu_hour", lo=0, allow_none=True)
     spec = MetricsSpec(slo_ttft_s=slo("ttft_s"), slo_tpot_s=slo("tpot_s"), slo_e2e_s=slo("e2e_s"),
                        warmup_s=warmup,

@@ -18,7 +18,15 @@ from servetune import histogram
 from servetune.engine.outbox import empty_outbox
 from servetune.step import step, step_with_info
 from servetune.types import (
-    DONE, EMPTY, OUTSTANDING, Entries, EngineConfig, Params, SimState, Stats, Workload,
+    DONE,
+    EMPTY,
+    OUTSTANDING,
+    EngineConfig,
+    Entries,
+    Params,
+    SimState,
+    Stats,
+    Workload,
 )
 
 
@@ -32,7 +40,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     zf = jnp.zeros_like(wl.t_stop, jnp.float64)
     zi = jnp.zeros_like(wl.n, jnp.int32)
     shape = (cfg.n_instances, cfg.n_entries)
-    full = lambda v, dtype: jnp.full(shape, v, dtype) + jnp.zeros_like(zi, dtype)  # noqa: E731
+    full = lambda v, dtype: jnp.full(shape, v, dtype) + jnp.zeros_like(zi, dtype)
     entries = Entries(
         req=full(-1, jnp.int32), status=full(EMPTY, jnp.int32), arrival=full(jnp.nan, jnp.float64),
         prompt=full(0, jnp.int32), output=full(0, jnp.int32), predicted=full(0.0, jnp.float64),

@@ -45,7 +45,7 @@ def _occupancy(wl: Workload, t, t_next, n_arrived, ended_by_t):
     request-seconds: those present at t for the whole interval, plus each arrival inside it
     from its arrival time on. Requests end only at iteration boundaries."""
     k2 = jnp.minimum(jnp.searchsorted(wl.arrival, t_next, side="right"), wl.n)
-    csum = lambda k: jnp.where(k > 0, wl.arrival_cumsum[jnp.maximum(k - 1, 0)], 0.0)  # noqa: E731
+    csum = lambda k: jnp.where(k > 0, wl.arrival_cumsum[jnp.maximum(k - 1, 0)], 0.0)
     inside = (k2 - n_arrived) * t_next - (csum(k2) - csum(n_arrived))
     return (n_arrived - ended_by_t) * (t_next - t) + inside
 

@@ -42,7 +42,7 @@ class RequestTrace:
     def __len__(self) -> int:
         return len(self.arrival)
 
-    def subset(self, mask: np.ndarray) -> "RequestTrace":
+    def subset(self, mask: np.ndarray) -> RequestTrace:
         """The requests where `mask` holds, in order."""
         return dataclasses.replace(self, arrival=self.arrival[mask], prompt=self.prompt[mask],
                                    output=self.output[mask], klass=self.klass[mask])

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from servetune import ops
-from servetune import relax
+from servetune import ops, relax
 from servetune.engine.kv import blocks_for
 from servetune.engine.scheduler import token_budget
-from servetune.types import DONE, EMPTY, REJECTED, WAITING, Entries, EngineConfig, Params, Workload
+from servetune.types import DONE, EMPTY, REJECTED, WAITING, EngineConfig, Entries, Params, Workload
 
 
 def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: EngineConfig):
@@ -45,7 +44,7 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
 
     nan = jnp.full_like(e.finish, jnp.nan)
     zero = jnp.zeros_like(e.computed)
-    sel = lambda new, old: jnp.where(take, new, old)  # noqa: E731
+    sel = lambda new, old: jnp.where(take, new, old)
     e = Entries(
         req=sel(idx, e.req),
         status=jnp.where(accept, WAITING, jnp.where(reject, DONE, e.status)),

@@ -17,10 +17,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import struct
 
-from servetune import ops
-from servetune import relax
+from servetune import ops, relax
 from servetune.engine.kv import blocks_for
-from servetune.types import RUNNING, WAITING, Entries, EngineConfig, Params
+from servetune.types import RUNNING, WAITING, EngineConfig, Entries, Params
 
 _NO_BUDGET = 2**30
 
