@@ -16,7 +16,7 @@ import numpy as np
 
 from servetune import histogram
 from servetune.engine.outbox import empty_outbox
-from servetune.step import step, step_with_info
+from servetune.step import step, step_or_stay
 from servetune.types import (
     DONE,
     EMPTY,
@@ -91,7 +91,7 @@ def step_trace(wl: Workload, params: Params, cfg: EngineConfig, n_steps: int):
     state = init_state(wl, params, cfg)
 
     def body(s, _):
-        s, info = step_with_info(s, wl, params, cfg)
+        s, info = step_or_stay(s, wl, params, cfg)
         s = s.replace(outbox=s.outbox.replace(count=s.outbox.count * 0))
         return s, info
 

@@ -51,8 +51,18 @@ def _occupancy(wl: Workload, t, t_next, n_arrived, ended_by_t):
 
 
 def step(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
-    """Advance the scenario by one iteration of its earliest instance (a no-op once done)."""
+    """Advance the scenario by one iteration of its earliest instance.
+
+    Only for scenarios that are not done: the rollout's while_loop guarantees it (under vmap,
+    JAX keeps finished members' carries), so no per-iteration select over the whole state.
+    """
     return step_with_info(state, wl, params, cfg)[0]
+
+
+def step_or_stay(state: SimState, wl: Workload, params: Params, cfg: EngineConfig):
+    """`step_with_info`, but a no-op (zero-duration info) once the scenario is done."""
+    new, info = step_with_info(state, wl, params, cfg)
+    return jax.tree.map(lambda old, upd: jnp.where(state.done, old, upd), state, new), info
 
 
 def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineConfig):
@@ -116,6 +126,6 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
         done=all_done | stalled | (t_next >= wl.t_stop),
     )
     info = {"t": t, "dur": jnp.where(state.done, 0.0, dur),
-            "req": batch_req, "tokens": jnp.where(state.done, 0, batch.tokens)}
-    info["req"] = jnp.where(info["tokens"] > 0, info["req"], -1)
-    return jax.tree.map(lambda old, upd: jnp.where(state.done, old, upd), state, new), info
+            "tokens": jnp.where(state.done, 0, batch.tokens)}
+    info["req"] = jnp.where(info["tokens"] > 0, batch_req, -1)
+    return new, info
