@@ -77,6 +77,15 @@ def test_missing_file(tmp_path):
     (["slo.ttft_s=fast"], "slo.ttft_s", "expected a number"),
     (["workload.bundled=nope.csv"], "workload.bundled", "no bundled trace"),
     (["grid.max_num_seqs=5"], "grid.max_num_seqs", "non-empty list"),
+    (["policy.max_num_seqs=[1,2]"], "policy.max_num_seqs", "use grid.max_num_seqs"),
+    (["engine.queue_window=inf"], "engine.queue_window", "finite"),
+    (["hardware.overhead_s=inf"], "hardware.overhead_s", "finite"),
+    (["engine.chunked_prefill=maybe"], "engine.chunked_prefill", "true or false"),
+    (["+engine.n_instances=2"], "engine.n_instances", "only 1"),
+    (["cost=linear", "cost.kv_blocks=5"], "cost.kv_blocks", "cannot hold one"),
+    (["workload=poisson", "workload.prompt.dist=fixed"], "workload.prompt.value", "missing"),
+    (["workload=poisson", "workload.output.min=0"], "workload.output.min", ">= 1"),
+    (["workload=poisson", "workload.rate=inf"], "workload.rate", "finite"),
     (["engine.chunked_prefill=false", "policy.max_num_batched_tokens=2048"],
      "policy.max_num_batched_tokens", "could never be scheduled"),
 ])
@@ -85,6 +94,15 @@ def test_bad_config_names_the_key(overrides, key, expect):
         build(compose(overrides))
     msg = str(err.value)
     assert msg.startswith(key) and expect in msg, msg
+
+
+def test_linear_cost_config_builds_and_runs():
+    from servetune.api import simulate_batch
+    sc = build(compose(["cost=linear", "workload.duration_s=20", "output.progress=false"]))
+    assert sc.engine.cost_form == "linear" and sc.metrics.kv_blocks > 1000
+    m = simulate_batch(sc).metrics[0]
+    assert m["n_completed"] == m["n_requests"] > 0
+    assert abs(m["itl_p50_s"] / (0.005 + 1e-4 * m["max_running"]) - 1) < 1.0  # linear decodes
 
 
 def test_model_fits_with_quantization_or_tp():

@@ -108,7 +108,9 @@ def _never_fits(tr, cfg, params, p):
               else np.ceil(chunk / cfg.block_size))
     kv = np.asarray(params.cost.kv_blocks)[p]
     wm = np.asarray(params.policy.watermark)[p]
-    return (tr.prompt + tr.output > cfg.max_model_len) | (blocks > kv - wm * kv)
+    whole = (np.full(len(tr), cfg.max_blocks_per_request) if cfg.kv_layout == "contiguous"
+             else np.ceil((tr.prompt + tr.output - 1) / cfg.block_size))
+    return (tr.prompt + tr.output > cfg.max_model_len) | (blocks > kv - wm * kv) | (whole > kv)
 
 
 def test_rejections_only_for_never_fitting_or_capped(batch):

@@ -10,6 +10,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from servetune import metrics as metrics_lib
+from servetune.errors import ServetuneError
 from servetune.scenario import Scenario, build
 from servetune.simulate import rollout
 
@@ -41,6 +42,23 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
         return hydra_compose(config_name="config", overrides=list(overrides))
 
 
+class SimulationError(ServetuneError):
+    """The simulator broke one of its own invariants: a bug to report, not a user error."""
+
+
+def check_invariants(results) -> None:
+    """Raise SimulationError if any scenario's in-loop invariant flags were set: KV use above
+    capacity, a clock that went back, or waiting work an idle engine could not admit."""
+    for s, row in enumerate(results):
+        for p, res in enumerate(row):
+            st = res.stats
+            for flag, what in (("kv_overflow", "KV blocks in use exceeded capacity"),
+                               ("clock_regress", "an instance clock went back"),
+                               ("stalled", "an idle engine could not admit waiting requests")):
+                if bool(st[flag].any()):
+                    raise SimulationError(f"scenario (seed #{s}, grid point #{p}): {what}")
+
+
 def simulate_batch(scenario: Scenario, progress: Callable[[int, int], None] | None = None
                    ) -> SimulationResult:
     """Simulate every (seed, grid point) of `scenario` in one compiled rollout."""
@@ -48,6 +66,7 @@ def simulate_batch(scenario: Scenario, progress: Callable[[int, int], None] | No
     n_real = [len(t) for t in scenario.traces]
     results = rollout(scenario.workloads, scenario.params, scenario.engine, n_real, progress)
     wall = time.perf_counter() - start
+    check_invariants(results)
     all_metrics, tables, rows = [], [], []
     for s, seed in enumerate(scenario.seeds):
         trace = scenario.traces[s]

@@ -121,15 +121,20 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     """Aggregate metrics over the measurement window (arrivals from warm-up to the last arrival).
 
     Rates are per second of the window; throughput counts the completions that fall inside it
-    (the service rate), goodput the counted requests that qualify. Cost is the provisioned
-    GPUs over the window: price x GPUs x window hours.
+    (the service rate), goodput the counted requests that qualify. Cost is the GPUs provisioned
+    from the warm-up's end until the simulation ends (the drain that finishes counted requests
+    is paid for): price x GPUs x hours. Utilization is busy time over the whole simulated time.
+    ITL pools every inter-token gap of the run (warm-up included), from a histogram.
     Utilization = busy time / simulated time; wasted_token_ratio = tokens computed for requests
     that did not qualify, plus recomputation of those that did, over all tokens computed.
     """
     table = request_table(trace, res, spec) if table is None else table
-    last = float(trace.arrival[-1])
-    window_s = max(last - spec.warmup_s, 1e-9) if len(trace) > 1 else 1.0
-    cost_usd = spec.price_per_gpu_hour * spec.n_gpus * window_s / 3600.0
+    sim_s = res.clock_s
+    provisioned_s = max(sim_s - spec.warmup_s, 0.0)
+    window_s = float(trace.arrival[-1]) - spec.warmup_s
+    if window_s <= 0:  # every counted request arrived at once (an offline batch)
+        window_s = max(provisioned_s, 1e-9)
+    cost_usd = spec.price_per_gpu_hour * spec.n_gpus * provisioned_s / 3600.0
     m = _core(table, window_s, cost_usd, spec.warmup_s)
     computed = table["tokens_computed"].to_numpy().astype(np.float64)
     minimal = (table["prompt_tokens"] + table["output_tokens"] - 1).to_numpy().astype(np.float64)
@@ -137,7 +142,6 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     wasted = np.where(qual, np.maximum(computed - minimal, 0.0), computed).sum()
     st = res.stats
     hist = np.asarray(st["itl_hist"])
-    sim_s = res.clock_s
     m.update({
         "itl_mean_s": histogram.mean(hist), "itl_p50_s": histogram.quantile(hist, 0.5),
         "itl_p90_s": histogram.quantile(hist, 0.9), "itl_p99_s": histogram.quantile(hist, 0.99),
@@ -147,6 +151,7 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "kv_peak_occupancy": float(np.max(st["kv_peak_blocks"])) / spec.kv_blocks,
         "preemptions": int(st["preemptions"]),
         "sim_duration_s": sim_s,
+        "provisioned_s": provisioned_s,
         "mean_in_system": float(st["occupancy_s"]) / sim_s if sim_s > 0 else float("nan"),
         "window_s": window_s,
         "iterations": int(st["steps"]),

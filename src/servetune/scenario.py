@@ -38,17 +38,29 @@ def _get(cfg: DictConfig, key: str, default=None):
     return value
 
 
-def _number(cfg, key, *, lo=-math.inf, hi=math.inf, integer=False, default=None, allow_none=False):
+def _number(cfg, key, *, lo=-math.inf, hi=math.inf, integer=False, default=None, allow_none=False,
+            allow_inf=False):
     value = _get(cfg, key, default)
+    if value is None and default is not None:
+        value = default
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{key}: got {value!r}; expected a number")
+    if not allow_inf and not math.isfinite(value):
+        raise ConfigError(f"{key}: got {value!r}; expected a finite number")
     if integer and value != int(value):
         raise ConfigError(f"{key}: got {value!r}; expected an integer")
     if not (lo <= value <= hi) or (isinstance(value, float) and math.isnan(value)):
         raise ConfigError(f"{key}: got {value!r}; expected within [{lo}, {hi}]")
     return int(value) if integer else float(value)
+
+
+def _flag(cfg, key, default: bool) -> bool:
+    value = _get(cfg, key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: got {value!r}; expected true or false")
+    return value
 
 
 def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
@@ -68,7 +80,7 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
         trace = workload.slice_trace(
             trace, start_s=_number(cfg, "workload.start_s", lo=0, default=0.0),
             duration_s=_number(cfg, "workload.duration_s", lo=0, allow_none=True),
-            rate_scale=_number(cfg, "workload.rate_scale", lo=0, default=1.0),
+            rate_scale=_number(cfg, "workload.rate_scale", lo=1e-9, default=1.0),
             max_requests=_number(cfg, "workload.max_requests", lo=1, integer=True,
                                  allow_none=True))
     elif kind == "synthetic":
@@ -157,6 +169,7 @@ def build(cfg: DictConfig) -> Scenario:
             per_decode_seq_s=_number(cfg, "cost.per_decode_seq_s", lo=0),
             per_ctx_token_s=_number(cfg, "cost.per_ctx_token_s", lo=0),
             kv_blocks=_number(cfg, "cost.kv_blocks", lo=1, integer=True, default=kv_blocks))
+        # (a null cost.kv_blocks means: from hardware and model memory)
         kv_blocks = int(cost.kv_blocks)
     else:
         raise ConfigError(f"cost.form: got {form!r}; expected roofline or linear")
@@ -164,6 +177,10 @@ def build(cfg: DictConfig) -> Scenario:
     policy_cfg = OmegaConf.to_container(cfg.policy)
     order = policy_cfg.pop("order", "fcfs")
     policy_cfg = {k: (math.inf if v is None else v) for k, v in policy_cfg.items()}
+    for k, v in policy_cfg.items():
+        if isinstance(v, list):
+            raise ConfigError(f"policy.{k}: got a list {v}; a policy value is one number -- to "
+                              f"simulate several values in one call use grid.{k}={v}")
     points = grid_points(cfg)
     for key in (points[0] if points else {}):
         if key not in DEFAULTS:
@@ -186,7 +203,7 @@ def build(cfg: DictConfig) -> Scenario:
         max_slots=slots,
         queue_window=_number(cfg, "engine.queue_window", lo=1, integer=True),
         block_size=block, max_model_len=max_len, batching=batching, kv_layout=layout,
-        chunked_prefill=bool(_get(cfg, "engine.chunked_prefill", True)), cost_form=form,
+        chunked_prefill=_flag(cfg, "engine.chunked_prefill", True), cost_form=form,
         outbox=_number(cfg, "engine.outbox", lo=1, integer=True, default=2048),
         max_steps_per_chunk=_number(cfg, "engine.max_steps_per_chunk", lo=1, integer=True,
                                     default=200_000))
@@ -196,6 +213,15 @@ def build(cfg: DictConfig) -> Scenario:
             f"policy.max_num_batched_tokens: {budget:g} is below engine.max_model_len = {max_len} "
             f"with engine.chunked_prefill=false, so long prompts could never be scheduled (vLLM "
             f"refuses this too); raise it, lower engine.max_model_len or enable chunked prefill")
+    if _get(cfg, "engine.n_instances", 1) != 1:
+        raise ConfigError("engine.n_instances: only 1 instance is supported so far")
+    lone_blocks = engine.max_blocks_per_request
+    min_free = kv_blocks * (1 - float(np.max(np.asarray(pol.watermark))))
+    if lone_blocks > kv_blocks or (form == "linear" and lone_blocks > min_free):
+        raise ConfigError(
+            f"cost.kv_blocks: {kv_blocks} blocks of {block} tokens cannot hold one "
+            f"max_model_len = {max_len} sequence ({lone_blocks} blocks) above the watermark; "
+            f"raise it or lower engine.max_model_len")
     n_params = len(points)
     cost = jax.tree.map(lambda x: jnp.broadcast_to(x, (n_params,) + x.shape), cost)
 
@@ -210,10 +236,10 @@ def build(cfg: DictConfig) -> Scenario:
             else traces[0]
         traces.append(tr)
         preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
-    drain = _number(cfg, "window.drain_s", lo=0)
+    drain = _number(cfg, "window.drain_s", lo=0)  # finite: the drain limit bounds the run
     warmup = _number(cfg, "window.warmup_s", lo=0, default=0.0)
     for tr in traces:
-        if warmup >= tr.arrival[-1] and len(tr) > 1:
+        if warmup > 0 and warmup >= tr.arrival[-1]:
             raise ConfigError(f"window.warmup_s: {warmup} s is past the last arrival "
                               f"({tr.arrival[-1]:.1f} s) of {tr.name}; nothing would be counted")
     slo = lambda k: _number(cfg, f"slo.{k}", lo=0, allow_none=True)

@@ -9,8 +9,7 @@ from servetune import histogram
 from servetune.engine import outbox as outbox_lib
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
-from servetune.engine.kv import blocks_for
-from servetune.engine.scheduler import schedule, token_budget
+from servetune.engine.scheduler import new_blocks, pending_tokens, schedule, token_budget
 from servetune.hardware import step_time
 from servetune.policy import scheduling_order
 from servetune.types import EMPTY, RUNNING, WAITING, EngineConfig, Params, SimState, Workload
@@ -32,12 +31,11 @@ def order_matters(e, params: Params, cfg: EngineConfig):
     waiting, or running requests that want more tokens than the budget or more KV blocks than
     are free. Otherwise every running request gets all it needs and the lone waiting request (if
     any) comes after them in any order, so the (costly) sort is skipped: same schedule."""
-    running = e.status == RUNNING
-    need = jnp.where(running, e.prompt + e.generated - e.computed, 0)
-    new_blocks = jnp.where(running, jnp.maximum(blocks_for(e.computed + need, cfg) - e.blocks, 0), 0)
+    need = pending_tokens(e)
     free = params.cost.kv_blocks - jnp.sum(e.blocks)
     over_budget = jnp.sum(need) > token_budget(params.policy, cfg)
-    return (jnp.sum(e.status == WAITING) > 1) | over_budget | (jnp.sum(new_blocks) > free)
+    return ((jnp.sum(e.status == WAITING) > 1) | over_budget
+            | (jnp.sum(new_blocks(e, need, cfg)) > free))
 
 
 def _occupancy(wl: Workload, t, t_next, n_arrived, ended_by_t):

@@ -176,7 +176,7 @@ class Outbox:
 class Stats:
     """Running totals of one scenario."""
 
-    steps: jnp.ndarray  # [] i32 iterations executed (all instances)
+    steps: jnp.ndarray  # [] i32 iterations that computed tokens (idle clock jumps excluded)
     busy_s: jnp.ndarray  # [I] f64 seconds spent in iterations
     kv_peak_blocks: jnp.ndarray  # [I] i32 most KV blocks in use at once
     kv_overflow: jnp.ndarray  # [I] bool KV use ever exceeded capacity (an invariant; must stay False)

@@ -238,15 +238,25 @@ def slice_trace(trace: RequestTrace, *, start_s: float = 0.0, duration_s: float 
 
 # --------------------------------------------------------------------------- synthetic
 
+def _spec_number(spec: dict, name: str, key: str, lo: float) -> float:
+    if name not in spec or spec[name] is None:
+        raise ConfigError(f"{key}.{name}: missing; expected a number for dist={spec.get('dist')!r}")
+    value = spec[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < lo:
+        raise ConfigError(f"{key}.{name}: got {value!r}; expected a finite number >= {lo}")
+    return float(value)
+
+
 def _lengths(spec: dict, n: int, rng: np.random.Generator, key: str) -> np.ndarray:
     dist = spec.get("dist", "fixed")
-    lo, hi = int(spec.get("min", 1)), int(spec.get("max", 32768))
+    lo = _spec_number({"min": 1, **spec}, "min", key, 1)
+    hi = _spec_number({"max": 32768, **spec}, "max", key, lo)
     if dist == "fixed":
-        x = np.full(n, float(spec["value"]))
+        x = np.full(n, _spec_number(spec, "value", key, 1))
     elif dist == "lognormal":
-        mean, cv = float(spec["mean"]), float(spec.get("cv", 1.0))
-        if mean <= 0 or cv < 0:
-            raise ConfigError(f"{key}: lognormal needs mean > 0 and cv >= 0; got {spec}")
+        mean = _spec_number(spec, "mean", key, 1e-9)
+        cv = _spec_number({"cv": 1.0, **spec}, "cv", key, 0)
         sigma2 = math.log1p(cv * cv)
         x = rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), n)
     elif dist == "empirical":
@@ -254,7 +264,10 @@ def _lengths(spec: dict, n: int, rng: np.random.Generator, key: str) -> np.ndarr
         if src is None:
             raise ConfigError(f"{key}.trace: empirical lengths need a bundled trace name")
         trace = load_trace(bundled_path(src))
-        pool = trace.prompt if spec.get("column", "prompt") == "prompt" else trace.output
+        column = spec.get("column", "prompt")
+        if column not in ("prompt", "output"):
+            raise ConfigError(f"{key}.column: got {column!r}; expected prompt or output")
+        pool = trace.prompt if column == "prompt" else trace.output
         x = rng.choice(pool, n).astype(float)
     else:
         raise ConfigError(f"{key}.dist: got {dist!r}; expected fixed, lognormal or empirical")
@@ -270,19 +283,31 @@ def synthetic(*, rate: float, n_requests: int | None = None, duration_s: float |
         raise ConfigError(f"workload.rate: got {rate}; expected requests per second > 0")
     if n_requests is None and duration_s is None:
         raise ConfigError("workload: set n_requests or duration_s")
-    rng = np.random.default_rng(seed)
-    n_draw = int(n_requests) if n_requests is not None else int(rate * duration_s * 1.5 + 50)
-    if arrival == "poisson":
-        gaps = rng.exponential(1.0 / rate, n_draw)
-    elif arrival == "gamma":
-        if not cv > 0:
-            raise ConfigError(f"workload.cv: got {cv}; expected > 0")
-        shape = 1.0 / (cv * cv)
-        gaps = rng.gamma(shape, 1.0 / (rate * shape), n_draw)
-    else:
+    if arrival not in ("poisson", "gamma"):
         raise ConfigError(f"workload.arrival: got {arrival!r}; expected poisson or gamma")
-    times = np.cumsum(gaps) - gaps[0]
-    if duration_s is not None:
+    if arrival == "gamma" and not cv > 0:
+        raise ConfigError(f"workload.cv: got {cv}; expected > 0")
+    rng = np.random.default_rng(seed)
+
+    def draw(k):
+        if arrival == "poisson":
+            return rng.exponential(1.0 / rate, k)
+        shape = 1.0 / (cv * cv)
+        return rng.gamma(shape, 1.0 / (rate * shape), k)
+
+    if n_requests is not None:
+        gaps = draw(int(n_requests))
+        times = np.cumsum(gaps) - gaps[0]
+        if duration_s is not None:
+            times = times[times < duration_s]
+    else:  # draw until the duration is covered, however bursty the gaps
+        chunks, total = [], 0.0
+        while total < duration_s:
+            g = draw(int(rate * duration_s) + 64)
+            chunks.append(g)
+            total += g.sum()
+        gaps = np.concatenate(chunks)
+        times = np.cumsum(gaps) - gaps[0]
         times = times[times < duration_s]
     n = len(times)
     return RequestTrace(name, times.astype(np.float64), _lengths(prompt, n, rng, "workload.prompt"),

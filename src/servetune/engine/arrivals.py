@@ -13,9 +13,10 @@ from servetune.types import DONE, EMPTY, REJECTED, WAITING, EngineConfig, Entrie
 def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: EngineConfig):
     """Requests with arrival <= t join the queue in trace order, into free entries.
 
-    Rejected on arrival: a request longer than max_model_len (prompt + output); one whose first
-    chunk could never be admitted, even into an empty engine, above the KV watermark (vLLM's
-    "never" allocation status); one that finds `queue_cap` requests already waiting.
+    Rejected on arrival: a request longer than max_model_len (prompt + output) or than the whole
+    KV cache; one whose first chunk could never be admitted, even into an empty engine, above
+    the KV watermark (vLLM's "never" allocation status); one that finds `queue_cap` requests
+    already waiting.
     Arrivals that find no free entry stay outside the window, in order, and enter at a later
     iteration (never dropped).
     Returns (entries, next_req, arrived requests left outside the window, requests arrived by t,
@@ -35,7 +36,8 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
     # a recompute after preemption prefills up to prompt + output - 1 tokens
     first_chunk = jnp.minimum(prompt + output - 1, token_budget(pol, cfg))
     fits = ((prompt + output <= cfg.max_model_len)
-            & (blocks_for(jnp.maximum(first_chunk, 1), cfg) <= kv_total - pol.watermark * kv_total))
+            & (blocks_for(jnp.maximum(first_chunk, 1), cfg) <= kv_total - pol.watermark * kv_total)
+            & (blocks_for(prompt + output - 1, cfg) <= kv_total))
     n_waiting = jnp.sum(e.status == WAITING, dtype=jnp.int32)
     ok = take & fits
     ok_rank = ops.cumsum(ok, dtype=jnp.int32) - 1

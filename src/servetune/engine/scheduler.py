@@ -10,6 +10,10 @@
    (engine.max_slots) caps the running set too; iterations where it, and not the policy,
    stopped an admission are counted, so results that depend on it are flagged.
 Static batching admits a new batch only when nothing runs, with no token budget.
+
+Running requests are ordered by the policy score (FCFS: arrival time), so the preemption victim
+is the latest arrival; vLLM V1's FCFS pops the most recently admitted, which differs only when
+a re-admitted preempted request is among the running.
 """
 
 from __future__ import annotations
@@ -46,6 +50,18 @@ def token_budget(pol, cfg: EngineConfig):
     return budget
 
 
+def pending_tokens(e: Entries):
+    """[A] tokens each running request wants this iteration: its whole remaining prompt (or
+    recompute) when prefilling, 1 when decoding; 0 for entries not running."""
+    return jnp.where(e.status == RUNNING, e.prompt + e.generated - e.computed, 0)
+
+
+def new_blocks(e: Entries, tokens, cfg: EngineConfig):
+    """[A] KV blocks running requests must add to hold `tokens` more computed tokens."""
+    grow = jnp.maximum(blocks_for(e.computed + tokens, cfg) - e.blocks, 0)
+    return jnp.where(e.status == RUNNING, grow, 0)
+
+
 def _exclusive_cumsum(x):
     return ops.cumsum(x) - x
 
@@ -61,18 +77,18 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
 
     # 1. running requests, by priority
     running = es.status == RUNNING
-    need = jnp.where(running, es.prompt + es.generated - es.computed, 0)
+    need = pending_tokens(es)
     alloc = jnp.clip(budget - _exclusive_cumsum(need), 0, need).astype(jnp.int32)
-    new_blocks = jnp.where(running, jnp.maximum(blocks_for(es.computed + alloc, cfg) - es.blocks, 0), 0)
+    grow = new_blocks(es, alloc, cfg)
     held = jnp.where(running, es.blocks, 0)
     free = kv_total - jnp.sum(es.blocks)
     # Keeping the first m requests costs their new blocks and frees the held blocks of the
     # preempted tail; m is the largest prefix for which that fits (what vLLM's loop reaches).
-    keep = running & (ops.cumsum(new_blocks) - (jnp.sum(held) - ops.cumsum(held)) <= free)
+    keep = running & (ops.cumsum(grow) - (jnp.sum(held) - ops.cumsum(held)) <= free)
     preempt = running & ~keep
     any_preempt = jnp.any(preempt)
     alloc = jnp.where(keep, alloc, 0)
-    blocks = jnp.where(keep, es.blocks + new_blocks, jnp.where(preempt, 0, es.blocks))
+    blocks = jnp.where(keep, es.blocks + grow, jnp.where(preempt, 0, es.blocks))
 
     # 2. admissions, only when nothing was preempted
     n_running = jnp.sum(keep, dtype=jnp.int32)
