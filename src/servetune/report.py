@@ -55,7 +55,8 @@ def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
     console.print(t)
     if m.get("by_class"):
         c = Table(title="by class", show_header=True, box=None, padding=(0, 1))
-        for col in ("class", "requests", "completed", "SLO att.", "TTFT p99 s", "TPOT p99 s",
+        c.add_column("class", justify="right", no_wrap=True, min_width=14)
+        for col in ("requests", "completed", "SLO att.", "TTFT p99 s", "TPOT p99 s",
                     "E2E mean s"):
             c.add_column(col, justify="right")
         for name, v in m["by_class"].items():

@@ -66,7 +66,8 @@ def step_or_stay(state: SimState, wl: Workload, params: Params, cfg: EngineConfi
 def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineConfig):
     """`step`, also returning what the iteration did: a dict with the start time `t` and
     duration `dur` (seconds), and per entry [A] the request id `req` and `tokens` computed."""
-    i = jnp.argmin(state.clock)
+    # one instance: static indices, so no batched scatter into the [I, A] arrays under vmap
+    i = 0 if cfg.n_instances == 1 else jnp.argmin(state.clock)
     t = state.clock[i]
     e = jax.tree.map(lambda x: x[i], state.entries)
 
@@ -117,7 +118,8 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     )
     new = SimState(
         clock=state.clock.at[i].set(t_next),
-        entries=jax.tree.map(lambda all_, one: all_.at[i].set(one), state.entries, e),
+        entries=(jax.tree.map(lambda one: one[None], e) if cfg.n_instances == 1 else
+                 jax.tree.map(lambda all_, one: all_.at[i].set(one), state.entries, e)),
         next_req=next_req,
         outbox=box,
         stats=stats,
