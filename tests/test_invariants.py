@@ -73,6 +73,9 @@ def test_every_request_ends_once_with_its_tokens(batch):
             assert np.all(res.tokens_computed[done] >= minimal[done])
             clean = done & (res.n_preempt == 0)
             np.testing.assert_array_equal(res.tokens_computed[clean], minimal[clean])
+            # loop totals agree with per-request records
+            assert (int(res.stats["prefill_tokens"]) + int(res.stats["decode_tokens"])
+                    == int(res.tokens_computed.sum()))
             assert np.all(res.first_token[done] > tr.arrival[done])
             assert np.all(res.finish[done] >= res.first_token[done])
 

@@ -150,6 +150,8 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "wasted_token_ratio": float(wasted / computed.sum()) if computed.sum() > 0 else 0.0,
         "kv_peak_occupancy": float(np.max(st["kv_peak_blocks"])) / spec.kv_blocks,
         "preemptions": int(st["preemptions"]),
+        "prefill_tokens": int(st["prefill_tokens"]),  # prompt and recomputed tokens processed
+        "decode_tokens": int(st["decode_tokens"]),
         "sim_duration_s": sim_s,
         "provisioned_s": provisioned_s,
         "mean_in_system": float(st["occupancy_s"]) / sim_s if sim_s > 0 else float("nan"),

@@ -131,7 +131,7 @@ class Workload:
     prompt: jnp.ndarray  # [N] i32 prompt tokens
     output: jnp.ndarray  # [N] i32 true output tokens (hidden from the scheduler)
     predicted: jnp.ndarray  # [N] f64 predicted output tokens (what the scheduler sees)
-    klass: jnp.ndarray  # [N] i32 request class id
+    klass: jnp.ndarray  # [N] i32 request class id (for per-class mechanisms; metrics use the host copy)
     n: jnp.ndarray  # [] i32 number of real (unpadded) requests
     t_stop: jnp.ndarray  # [] f64 time at which the simulation stops (last arrival + drain)
 
