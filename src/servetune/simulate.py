@@ -124,7 +124,7 @@ def init_batch(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
 @functools.partial(jax.jit, static_argnames=("cfg",), donate_argnums=(0,))
 def run_chunk_batch(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     """run_chunk over state [S, P], workloads [S], params [P] in one compiled call."""
-    return _batched(lambda s, w, p, cfg: run_chunk(s, w, p, cfg), cfg)(state, wl, params)
+    return _batched(run_chunk, cfg)(state, wl, params)
 
 
 # --------------------------------------------------------------------------- host side

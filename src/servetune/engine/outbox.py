@@ -17,7 +17,7 @@ def empty_outbox(capacity: int, like) -> Outbox:
     zi = jnp.zeros((capacity,), jnp.int32) + jnp.zeros_like(like, jnp.int32)
     zf = jnp.full((capacity,), jnp.nan) + jnp.zeros_like(like, jnp.float64)
     return Outbox(req=zi - 1, end_state=zi - 1, first_token=zf, finish=zf, generated=zi,
-                  n_preempt=zi, tokens_computed=zi, count=jnp.sum(zi[:0]))
+                  n_preempt=zi, tokens_computed=zi, count=jnp.zeros_like(like, jnp.int32))
 
 
 def drain(e: Entries, box: Outbox):
