@@ -31,8 +31,8 @@ from servetune.types import (
 
 
 def outbox_capacity(cfg: EngineConfig) -> int:
-    """R: at least twice the active set, so a chunk always makes progress."""
-    return max(cfg.outbox, 2 * cfg.n_entries)
+    """R: at least two iterations' worth of drained records, so a chunk always makes progress."""
+    return max(cfg.outbox, 2 * cfg.drain_per_step)
 
 
 def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
@@ -70,7 +70,7 @@ def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) 
 
     def cond(carry):
         s, k = carry
-        return (~s.done) & (s.outbox.count + cfg.n_entries <= cap) & (k < cfg.max_steps_per_chunk)
+        return (~s.done) & (s.outbox.count + cfg.drain_per_step <= cap) & (k < cfg.max_steps_per_chunk)
 
     def body(carry):
         s, k = carry

@@ -84,7 +84,7 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     blocks_in_use = jnp.sum(e.blocks, dtype=jnp.int32)
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
     e, gaps, completed = advance(e, batch, t + dur)
-    e, box = outbox_lib.drain(e, state.outbox)
+    e, box = outbox_lib.drain(e, state.outbox, cfg.drain_per_step)
 
     busy = jnp.any(batch.tokens > 0)
     next_arrival = wl.arrival[jnp.minimum(next_req, wl.arrival.shape[0] - 1)]

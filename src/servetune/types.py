@@ -40,6 +40,8 @@ class EngineConfig:
       chunked_prefill: split long prompts across iterations under the token budget.
       cost_form: "roofline" or "linear" step-time model.
       outbox: records buffered on device between host collections.
+      drain_per_step: finished requests moved to the outbox per iteration at most (the rest
+        leave in later iterations; more costs time in every iteration).
       max_steps_per_chunk: iterations per compiled call before control returns to the host.
       n_instances: instances in the simulation (the instance axis; 1 for now).
       lazy_order: skip the priority sort in iterations where order cannot matter (exact; off
@@ -55,6 +57,7 @@ class EngineConfig:
     chunked_prefill: bool = True
     cost_form: str = "roofline"
     outbox: int = 2048
+    drain_per_step: int = 8
     max_steps_per_chunk: int = 200_000
     n_instances: int = 1
     lazy_order: bool = True

@@ -2,14 +2,21 @@
 
 Per-request results never live in trace-length arrays inside the loop (a batched scatter into
 them copies the whole array every iteration); the host assembles them once, after the loop.
+Each iteration moves at most `engine.drain_per_step` finished entries, as one contiguous
+slice written at the outbox's fill mark (a dynamic-update-slice, not a scatter over [A]);
+the rest stay finished in their entries and leave in the following iterations.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from servetune import ops
 from servetune.types import DONE, EMPTY, Entries, Outbox
+
+_RECORD_FIELDS = ("req", "end_state", "first_token", "finish", "generated", "n_preempt",
+                  "tokens_computed")
 
 
 def empty_outbox(capacity: int, like) -> Outbox:
@@ -20,26 +27,20 @@ def empty_outbox(capacity: int, like) -> Outbox:
                   n_preempt=zi, tokens_computed=zi, count=jnp.zeros_like(like, jnp.int32))
 
 
-def drain(e: Entries, box: Outbox):
-    """Move DONE entries into the outbox while it has room; their entries become EMPTY."""
-    cap = box.req.shape[0]
+def drain(e: Entries, box: Outbox, per_step: int):
+    """Move up to `per_step` DONE entries (the first in entry order) into the outbox; their
+    entries become EMPTY. The caller guarantees room: box.count + per_step <= capacity."""
     finished = e.status == DONE
-    pos = box.count + ops.cumsum(finished, dtype=jnp.int32) - 1
-    put = finished & (pos < cap)
-    where = jnp.where(put, pos, cap)  # out of range -> dropped by the scatter
-
-    def write(dst, src):
-        return dst.at[where].set(src, mode="drop")
-
-    box = Outbox(
-        req=write(box.req, e.req),
-        end_state=write(box.end_state, e.end_state),
-        first_token=write(box.first_token, e.first_token),
-        finish=write(box.finish, e.finish),
-        generated=write(box.generated, e.generated),
-        n_preempt=write(box.n_preempt, e.n_preempt),
-        tokens_computed=write(box.tokens_computed, e.tokens_computed),
-        count=box.count + jnp.sum(put, dtype=jnp.int32),
-    )
-    e = e.replace(status=jnp.where(put, EMPTY, e.status), req=jnp.where(put, -1, e.req))
+    rank = ops.cumsum(finished, dtype=jnp.int32)  # [A] finished entries up to and including i
+    # position of the k-th finished entry: how many entries have fewer than k+1 finished before
+    k = jnp.arange(per_step, dtype=jnp.int32)
+    pos = jnp.sum(rank[None, :] <= k[:, None], axis=1, dtype=jnp.int32)  # [F]; A when none
+    n_moved = jnp.minimum(rank[-1], per_step)
+    src = jnp.minimum(pos, e.req.shape[0] - 1)
+    # records past n_moved are junk beyond the fill mark: the next write starts over them
+    updates = {f: jax.lax.dynamic_update_slice(getattr(box, f), getattr(e, f)[src], (box.count,))
+               for f in _RECORD_FIELDS}
+    box = Outbox(**updates, count=box.count + n_moved)
+    moved = finished & (rank <= per_step)
+    e = e.replace(status=jnp.where(moved, EMPTY, e.status), req=jnp.where(moved, -1, e.req))
     return e, box
