@@ -10,12 +10,13 @@ RATIO = 1.02  # bin edges grow 2% per bin, so a bin's geometric midpoint is with
 BINS = int(np.ceil(np.log(1e5 / LOW_S) / np.log(RATIO)))  # up to 1e5 s
 
 
-def add(hist, gaps):
-    """Histogram `hist` [H] plus one count per finite entry of `gaps` (seconds)."""
+def add(hist, gaps, weights=1.0):
+    """Histogram `hist` [H] plus `weights` (default one) counts per finite entry of `gaps`
+    (seconds); `weights` broadcasts against `gaps`."""
     ok = jnp.isfinite(gaps)
     idx = jnp.floor(jnp.log(jnp.maximum(gaps, LOW_S) / LOW_S) / np.log(RATIO)).astype(jnp.int32)
     idx = jnp.where(ok, jnp.clip(idx, 0, BINS - 1), BINS)
-    return hist.at[idx].add(1.0, mode="drop")
+    return hist.at[idx].add(jnp.broadcast_to(weights, gaps.shape), mode="drop")
 
 
 def bin_values() -> np.ndarray:

@@ -206,7 +206,9 @@ def build(cfg: DictConfig) -> Scenario:
         chunked_prefill=_flag(cfg, "engine.chunked_prefill", True), cost_form=form,
         outbox=_number(cfg, "engine.outbox", lo=1, integer=True, default=2048),
         max_steps_per_chunk=_number(cfg, "engine.max_steps_per_chunk", lo=1, integer=True,
-                                    default=200_000))
+                                    default=200_000),
+        drain_per_step=_number(cfg, "engine.drain_per_step", lo=1, integer=True, default=8),
+        leap_max=_number(cfg, "engine.leap_max", lo=0, integer=True, default=64))
     budget = float(np.min(np.asarray(pol.max_num_batched_tokens)))
     if batching == "continuous" and not engine.chunked_prefill and budget < max_len:
         raise ConfigError(

@@ -52,7 +52,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
     stats = Stats(
-        steps=zi, busy_s=per_inst + zf, kv_peak_blocks=per_inst, kv_overflow=per_inst > 0,
+        steps=zi, leaped=zi, busy_s=per_inst + zf, kv_peak_blocks=per_inst, kv_overflow=per_inst > 0,
         clock_regress=per_inst > 0, preemptions=zi, prefill_tokens=zi.astype(jnp.int64),
         decode_tokens=zi.astype(jnp.int64), window_overflow=zi, max_running=per_inst,
         occupancy_s=zf, ended=zi, slot_bound=zi,
@@ -87,7 +87,9 @@ def step_trace(wl: Workload, params: Params, cfg: EngineConfig, n_steps: int):
     For golden tests and debugging: returns (final state, info) with info["t"], info["dur"] of
     shape [n_steps], and info["req"], info["tokens"] of shape [n_steps, A] (the iterating
     instance's entries). The outbox is reset every step: use it for schedules, not results.
+    Event skipping is off here, so every step is one iteration.
     """
+    cfg = dataclasses.replace(cfg, leap_max=0)
     state = init_state(wl, params, cfg)
 
     def body(s, _):

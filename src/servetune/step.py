@@ -9,6 +9,7 @@ from servetune import histogram
 from servetune.engine import outbox as outbox_lib
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
+from servetune.engine.leap import leap
 from servetune.engine.scheduler import new_blocks, pending_tokens, schedule, token_budget
 from servetune.hardware import step_time
 from servetune.policy import scheduling_order
@@ -65,7 +66,10 @@ def step_or_stay(state: SimState, wl: Workload, params: Params, cfg: EngineConfi
 
 def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineConfig):
     """`step`, also returning what the iteration did: a dict with the start time `t` and
-    duration `dur` (seconds), and per entry [A] the request id `req` and `tokens` computed."""
+    duration `dur` (seconds), and per entry [A] the request id `req` and `tokens` computed.
+
+    With engine.leap_max > 0 the step also applies the run of uniform decode iterations that
+    follows the first one (engine/leap.py); `info` then describes the first iteration only."""
     # one instance: static indices, so no batched scatter into the [I, A] arrays under vmap
     i = 0 if cfg.n_instances == 1 else jnp.argmin(state.clock)
     t = state.clock[i]
@@ -84,7 +88,6 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     blocks_in_use = jnp.sum(e.blocks, dtype=jnp.int32)
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
     e, gaps, completed = advance(e, batch, t + dur)
-    e, box = outbox_lib.drain(e, state.outbox, cfg.drain_per_step)
 
     busy = jnp.any(batch.tokens > 0)
     next_arrival = wl.arrival[jnp.minimum(next_req, wl.arrival.shape[0] - 1)]
@@ -94,36 +97,56 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     # Idle with waiting work: an empty engine admits any request that passed the arrival checks,
     # so this cannot happen; if it ever does, stop and flag it rather than loop forever.
     stalled = ~busy & jnp.any(e.status == WAITING)
+
+    # then the run of uniform decode iterations that follows, if any, in closed form
+    n_completed = jnp.sum(completed, dtype=jnp.int32)
+    t_end, n_leap, leap_busy_s, leap_tokens = t_next, 0, 0.0, 0
+    if cfg.leap_max > 0:
+        n_leap_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
+        e, t_end, n_leap, leap_dur, leap_gaps, leap_blocks, leap_done = leap(
+            e, t_next, jnp.minimum(next_arrival, wl.t_stop), params, cfg)
+        blocks_in_use = jnp.where(n_leap > 0, jnp.maximum(blocks_in_use, leap_blocks),
+                                  blocks_in_use)
+        gaps = (jnp.concatenate([gaps, leap_gaps[0]]),
+                jnp.concatenate([jnp.ones_like(gaps), leap_gaps[1]]))
+        leap_busy_s, leap_tokens = jnp.sum(leap_dur), n_leap * n_leap_running
+        n_completed = n_completed + jnp.sum(leap_done, dtype=jnp.int32)
+    else:
+        gaps = (gaps, 1.0)
+    e, box = outbox_lib.drain(e, state.outbox, cfg.drain_per_step)
     all_done = (next_req >= wl.n) & jnp.all(e.status == EMPTY)
 
     st = state.stats
     ended_by_t = st.ended + n_rejected
-    occupancy = _occupancy(wl, t, t_next, n_arrived, ended_by_t)
+    # requests completed by the first iteration leave at t_next, before the run
+    occupancy = (_occupancy(wl, t, t_end, n_arrived, ended_by_t)
+                 - jnp.sum(completed) * (t_end - t_next))
     stats = st.replace(
-        steps=st.steps + busy.astype(jnp.int32),
-        busy_s=st.busy_s.at[i].add(dur),
+        steps=st.steps + busy.astype(jnp.int32) + n_leap,
+        leaped=st.leaped + n_leap,
+        busy_s=st.busy_s.at[i].add(dur + leap_busy_s),
         kv_peak_blocks=st.kv_peak_blocks.at[i].max(blocks_in_use),
         kv_overflow=st.kv_overflow.at[i].max(blocks_in_use > params.cost.kv_blocks),
-        clock_regress=st.clock_regress.at[i].max(t_next < t),
+        clock_regress=st.clock_regress.at[i].max((t_next < t) | (t_end < t_next)),
         preemptions=st.preemptions + jnp.sum(batch.preempted, dtype=jnp.int32),
         prefill_tokens=st.prefill_tokens + jnp.sum(jnp.where(batch.decode, 0, batch.tokens)),
-        decode_tokens=st.decode_tokens + jnp.sum(batch.decode),
+        decode_tokens=st.decode_tokens + jnp.sum(batch.decode) + leap_tokens,
         window_overflow=jnp.maximum(st.window_overflow, outside),
         max_running=st.max_running.at[i].max(n_running),
         occupancy_s=st.occupancy_s + occupancy,
-        ended=ended_by_t + jnp.sum(completed, dtype=jnp.int32),
+        ended=ended_by_t + n_completed,
         slot_bound=st.slot_bound + batch.slot_bound.astype(jnp.int32),
         stalled=st.stalled | stalled,
-        itl_hist=histogram.add(st.itl_hist, gaps),
+        itl_hist=histogram.add(st.itl_hist, *gaps),
     )
     new = SimState(
-        clock=state.clock.at[i].set(t_next),
+        clock=state.clock.at[i].set(t_end),
         entries=(jax.tree.map(lambda one: one[None], e) if cfg.n_instances == 1 else
                  jax.tree.map(lambda all_, one: all_.at[i].set(one), state.entries, e)),
         next_req=next_req,
         outbox=box,
         stats=stats,
-        done=all_done | stalled | (t_next >= wl.t_stop),
+        done=all_done | stalled | (t_end >= wl.t_stop),
     )
     info = {"t": t, "dur": jnp.where(state.done, 0.0, dur),
             "tokens": jnp.where(state.done, 0, batch.tokens)}

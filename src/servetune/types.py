@@ -44,6 +44,8 @@ class EngineConfig:
         leave in later iterations; more costs time in every iteration).
       max_steps_per_chunk: iterations per compiled call before control returns to the host.
       n_instances: instances in the simulation (the instance axis; 1 for now).
+      leap_max: most uniform decode iterations advanced at once in closed form (event
+        skipping, engine/leap.py); 0 steps every iteration.
       lazy_order: skip the priority sort in iterations where order cannot matter (exact; off
         only to test that it is).
     """
@@ -58,6 +60,7 @@ class EngineConfig:
     cost_form: str = "roofline"
     outbox: int = 2048
     drain_per_step: int = 8
+    leap_max: int = 64
     max_steps_per_chunk: int = 200_000
     n_instances: int = 1
     lazy_order: bool = True
@@ -180,6 +183,7 @@ class Stats:
     """Running totals of one scenario."""
 
     steps: jnp.ndarray  # [] i32 iterations that computed tokens (idle clock jumps excluded)
+    leaped: jnp.ndarray  # [] i32 of those, iterations applied in closed form (event skipping)
     busy_s: jnp.ndarray  # [I] f64 seconds spent in iterations
     kv_peak_blocks: jnp.ndarray  # [I] i32 most KV blocks in use at once
     kv_overflow: jnp.ndarray  # [I] bool KV use ever exceeded capacity (an invariant; must stay False)
