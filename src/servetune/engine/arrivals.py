@@ -41,7 +41,7 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
     n_waiting = jnp.sum(e.status == WAITING, dtype=jnp.int32)
     ok = take & fits
     ok_rank = ops.cumsum(ok, dtype=jnp.int32) - 1
-    accept = ok & relax.below(n_waiting + ok_rank, pol.queue_cap)
+    accept = ok & relax.below(n_waiting + ok_rank, relax.integer_limit(pol.queue_cap))
     reject = take & ~accept
 
     nan = jnp.full_like(e.finish, jnp.nan)

@@ -1,0 +1,294 @@
+"""Export a tuned policy: a `policy=` config file, vLLM and SGLang launch arguments, and the
+tuned knobs no engine flag expresses (with how to apply them).
+
+Integer limits are continuous thresholds while tuning; here they become the integers the
+simulator enforces for them, so the exported policy simulates exactly like the tuned one:
+  max_num_seqs, max_num_batched_tokens, queue_cap: floor (relax.integer_limit), the first two
+    kept at least 1; an infinite queue_cap stays unbounded (null in the YAML, as in the conf
+    files) and a queue_cap of 0 rejects every arrival.
+
+Flag names come from the engines' own documentation:
+  vLLM engine arguments: https://docs.vllm.ai/en/latest/serving/engine_args.html and
+    SchedulerConfig (policy "fcfs" | "priority"; lower priority value is served first, ties by
+    arrival): https://docs.vllm.ai/en/stable/api/vllm/config/scheduler/
+  SGLang server arguments: https://docs.sglang.io/advanced_features/server_arguments.html and
+    the schedule-policy choices in sgl-project/sglang python/sglang/srt/managers/schedule_policy.py
+    (fcfs, lof, random, routing-key; cache-aware lpm, dfs-weight, hrrn, shortest-prefill-first).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from servetune.errors import ConfigError
+from servetune.policy import _BOUNDS, DEFAULTS, ORDERS
+
+# Tuned keys that are not PolicyParams but engine settings: speculative draft tokens per step.
+EXTRA_KEYS: dict[str, tuple[float, float]] = {"spec_k": (0.0, 64.0)}
+FLOORED = ("max_num_seqs", "max_num_batched_tokens")
+WEIGHTS = ("w_age", "w_prompt", "w_pred", "w_slack")
+# gateway priority = round(PRIORITY_SCALE * sort key): integer, resolution 1e-3 of the key
+PRIORITY_SCALE = 1000
+
+
+def _number(key: str, value) -> float:
+    """One validated float for policy key `key` (inf allowed only for queue_cap)."""
+    lo, hi = EXTRA_KEYS.get(key) or _BOUNDS.get(key, (-math.inf, math.inf))
+    allow_inf = key == "queue_cap"
+    expect = (f"expected a number within [{lo}, {hi}] (inf or null = unbounded)" if allow_inf
+              else f"expected a finite number within [{lo}, {hi}]")
+    if value is None and allow_inf:
+        return math.inf
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"policy.{key}: got {value!r}; {expect}") from None
+    if arr.size != 1 or isinstance(value, bool):
+        raise ConfigError(f"policy.{key}: got {value!r}; {expect} (one number)")
+    x = float(arr.reshape(()))
+    if math.isnan(x) or (math.isinf(x) and not allow_inf) or not lo <= x <= hi:
+        raise ConfigError(f"policy.{key}: got {value!r}; {expect}")
+    return x
+
+
+def _effective(values: Mapping[str, object], order: str) -> dict[str, float]:
+    """Defaults, then the order's weights, then `values` (as make_policy merges them),
+    validated and with integer limits rounded. Speculation (`spec_k`) is kept if given."""
+    if order not in ORDERS:
+        raise ConfigError(f"policy.order: got {order!r}; expected one of {sorted(ORDERS)}")
+    for key in values:
+        if key not in DEFAULTS and key not in EXTRA_KEYS:
+            raise ConfigError(f"policy.{key}: unknown policy parameter; expected one of "
+                              f"{sorted(DEFAULTS) + sorted(EXTRA_KEYS)}")
+    merged = {**DEFAULTS, **ORDERS[order], **values}
+    out = {key: _number(key, value) for key, value in merged.items()}
+    for key in FLOORED:
+        out[key] = max(1, math.floor(out[key]))
+    if math.isfinite(out["queue_cap"]):
+        out["queue_cap"] = math.floor(out["queue_cap"])
+    if "spec_k" in out:
+        out["spec_k"] = math.floor(out["spec_k"])
+    return out
+
+
+def _engine_dict(engine) -> dict:
+    if isinstance(engine, DictConfig):
+        engine = OmegaConf.to_container(engine, resolve=True)
+    engine = dict(engine or {})
+    if engine.get("batching", "continuous") != "continuous" or \
+            engine.get("kv_layout", "paged") != "paged":
+        raise ConfigError(f"engine: batching={engine.get('batching')!r}, kv_layout="
+                          f"{engine.get('kv_layout')!r}; vLLM and SGLang export needs continuous "
+                          f"batching with a paged KV cache")
+    return engine
+
+
+def _infer_order(values: Mapping[str, object]) -> str:
+    eff = _effective(values, "parametric")  # parametric: the weights as given, else defaults
+    return "fcfs" if {k: eff[k] for k in WEIGHTS} == ORDERS["fcfs"] else "parametric"
+
+
+def policy_to_config(values: Mapping[str, object], order: str, engine: Mapping | None = None
+                     ) -> dict:
+    """The tuned policy as a `policy=` config-group dict (keys as conf/policy/vllm_default.yaml,
+    plus the priority weights), standalone (no defaults list) so it loads with or without Hydra.
+
+    Every PolicyParams field is written with its effective value (defaults and the order's
+    weights filled in), so the file reproduces the policy even if defaults change. Units:
+    max_num_seqs sequences, max_num_batched_tokens tokens per iteration, watermark a fraction of
+    KV blocks, queue_cap waiting requests (None = unbounded), w_* per second / per 1000 tokens,
+    ttft_target_s seconds. `spec_k` (an engine setting) is not part of it. `engine` is unused
+    (accepted for symmetry with the engine exporters).
+    """
+    eff = _effective(values, order)
+    cfg: dict = {"order": order}
+    for key in DEFAULTS:
+        value = eff[key]
+        cfg[key] = None if value == math.inf else value
+    return cfg
+
+
+def vllm_args(values: Mapping[str, object], engine: Mapping, order: str | None = None) -> dict:
+    """vLLM engine arguments (EngineArgs field names) for the tuned policy on `engine`.
+
+    max_num_seqs (sequences) and max_num_batched_tokens (tokens per iteration) are rounded as
+    the simulator enforces them; enable_chunked_prefill, block_size (tokens) and max_model_len
+    (tokens; omitted when null = the model's) come from `engine`, gpu_memory_utilization
+    (fraction) only if `engine` sets it; speculative_config.num_speculative_tokens only if
+    `values` has spec_k > 0. scheduling_policy is "fcfs" for the fcfs order, else "priority"
+    (the per-request priority then comes from a gateway: see unmapped_knobs). `order` defaults
+    to what the w_* weights in `values` imply; pass it for sjf.
+    """
+    order = _infer_order(values) if order is None else order
+    eff, eng = _effective(values, order), _engine_dict(engine)
+    args: dict = {
+        "max_num_seqs": eff["max_num_seqs"],
+        "max_num_batched_tokens": eff["max_num_batched_tokens"],
+        "enable_chunked_prefill": bool(eng.get("chunked_prefill", True)),
+        "block_size": int(eng.get("block_size", 16)),
+    }
+    if eng.get("max_model_len") is not None:
+        args["max_model_len"] = int(eng["max_model_len"])
+    args["scheduling_policy"] = "fcfs" if order == "fcfs" else "priority"
+    if eng.get("gpu_memory_utilization") is not None:
+        args["gpu_memory_utilization"] = float(eng["gpu_memory_utilization"])
+    if eff.get("spec_k", 0) > 0:
+        # current vLLM takes speculation as one JSON argument (method and draft model to add)
+        args["speculative_config"] = {"num_speculative_tokens": eff["spec_k"]}
+    return args
+
+
+def sglang_args(values: Mapping[str, object], engine: Mapping, order: str | None = None) -> dict:
+    """SGLang server arguments (ServerArgs field names) for the tuned policy on `engine`.
+
+    max_running_requests = max_num_seqs; chunked_prefill_size and max_prefill_tokens = the token
+    budget (chunked_prefill_size -1 when chunked prefill is off), with enable_mixed_chunk so
+    prefill chunks share iterations with decodes as in vLLM; page_size = block_size (tokens);
+    context_length = max_model_len (tokens, if set); max_queued_requests = queue_cap (if finite).
+    schedule_policy is "fcfs"; for other orders SGLang has no equivalent policy, so priority
+    scheduling is enabled (lower value first, as vLLM; no priority preemption, as simulated)
+    and a gateway sets the priority (see unmapped_knobs).
+    """
+    order = _infer_order(values) if order is None else order
+    eff, eng = _effective(values, order), _engine_dict(engine)
+    chunked = bool(eng.get("chunked_prefill", True))
+    budget = eff["max_num_batched_tokens"]
+    args: dict = {
+        "max_running_requests": eff["max_num_seqs"],
+        "chunked_prefill_size": budget if chunked else -1,
+        "max_prefill_tokens": budget,
+        "enable_mixed_chunk": chunked,
+        "page_size": int(eng.get("block_size", 16)),
+    }
+    if eng.get("max_model_len") is not None:
+        args["context_length"] = int(eng["max_model_len"])
+    args["schedule_policy"] = "fcfs"
+    if order != "fcfs":
+        args["enable_priority_scheduling"] = True
+        args["schedule_low_priority_values_first"] = True
+        args["disable_priority_preemption"] = True
+    if math.isfinite(eff["queue_cap"]):
+        args["max_queued_requests"] = eff["queue_cap"]
+    return args
+
+
+def _flags(args: Mapping[str, object], negatable: bool) -> list[str]:
+    out: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                out.append(flag)
+            elif negatable:
+                out.append("--no-" + flag[2:])
+        elif isinstance(value, Mapping):
+            out += [flag, json.dumps(value, separators=(",", ":"))]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def vllm_flags(args: Mapping[str, object]) -> list[str]:
+    """`vllm serve` command-line flags for vllm_args(): `--max-num-seqs 128 ...`; booleans as
+    `--enable-x` / `--no-enable-x`, dicts as one JSON argument."""
+    return _flags(args, negatable=True)
+
+
+def sglang_flags(args: Mapping[str, object]) -> list[str]:
+    """`python -m sglang.launch_server` flags for sglang_args(): `--max-running-requests 128 ...`;
+    SGLang booleans are store-true switches, so a false one is left out."""
+    return _flags(args, negatable=False)
+
+
+def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | None = None
+                   ) -> list[dict]:
+    """Tuned knobs with no (faithful) engine flag: dicts of name, value, engines (those lacking
+    it) and a one-line note on how to apply it. Priority orders become a per-request integer
+    `priority` a gateway computes (lower first in both engines, with the flags exported)."""
+    eff = _effective(values, order)
+    both = ["vllm", "sglang"]
+    out = [{"name": "watermark", "value": eff["watermark"], "engines": both,
+            "note": "no admission watermark in vLLM V1 or SGLang (the simulated scheduler kept "
+                    "this fraction of KV blocks free when admitting); re-simulate with "
+                    "watermark=0 to see what dropping it costs"}]
+    if math.isfinite(eff["queue_cap"]):
+        out.append({"name": "queue_cap", "value": eff["queue_cap"], "engines": ["vllm"],
+                    "note": "vLLM has no queue limit: a gateway rejects (429/503) an arrival that "
+                            "finds this many requests waiting (vllm:num_requests_waiting); "
+                            "SGLang: --max-queued-requests"})
+    w = {k: eff[k] for k in WEIGHTS}
+    if order != "fcfs":
+        key = (f"{w['w_age'] + w['w_slack']:g} * arrival_s + {w['w_prompt']:g} * prompt_tokens"
+               f" / 1000 + {w['w_pred']:g} * predicted_output_tokens / 1000")
+        out.append({"name": "order", "value": order, "engines": both,
+                    "note": f"gateway sets each request's priority = round({PRIORITY_SCALE} * "
+                            f"({key})), lower first; SGLang's schedule policies (lpm, dfs-weight, "
+                            f"lof, random, shortest-prefill-first) are not this order"})
+        terms = {"w_age": "per second since arrival (older first)",
+                 "w_prompt": "per 1000 prompt tokens (shorter first)",
+                 "w_pred": "per 1000 predicted output tokens (shorter first; the gateway needs "
+                           "an output-length predictor)",
+                 "w_slack": "per second of TTFT slack; for a request without a first token it "
+                            "adds to the arrival weight (exact while waiting; the simulator "
+                            "drops it once a token is out, a static priority cannot)"}
+        for k in WEIGHTS:
+            out.append({"name": k, "value": w[k], "engines": both,
+                        "note": f"term of the gateway priority, {terms[k]}"})
+        if w["w_slack"] != 0:
+            out.append({"name": "ttft_target_s", "value": eff["ttft_target_s"], "engines": both,
+                        "note": "only shifts every waiting request's priority equally; "
+                                "nothing to set"})
+    out.append({"name": "max_num_batched_tokens", "value": eff["max_num_batched_tokens"],
+                "engines": ["sglang"],
+                "note": "approximate: SGLang budgets prefill tokens (--chunked-prefill-size, "
+                        "--max-prefill-tokens); vLLM's budget also counts decode tokens"})
+    if eff.get("spec_k", 0) > 0:
+        k = eff["spec_k"]
+        out.append({"name": "spec_k", "value": k, "engines": ["sglang"],
+                    "note": f"SGLang needs --speculative-algorithm and a draft model; with EAGLE: "
+                            f"--speculative-num-steps {k} --speculative-eagle-topk 1 "
+                            f"--speculative-num-draft-tokens {k + 1} (vLLM: add method and "
+                            f"model to --speculative-config)"})
+    if engine is not None and _engine_dict(engine).get("gpu_memory_utilization") is not None:
+        out.append({"name": "gpu_memory_utilization",
+                    "value": float(_engine_dict(engine)["gpu_memory_utilization"]),
+                    "engines": ["sglang"],
+                    "note": "SGLang's --mem-fraction-static covers weights + KV only (not "
+                            "activations); set it so the KV pool matches the simulated one"})
+    return out
+
+
+def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine: Mapping,
+                 extra: dict | None = None) -> dict[str, Path]:
+    """Write tuned_policy.yaml, vllm_args.json, sglang_args.json (args plus the "flags" command
+    line) and unmapped_knobs.json into `out_dir` (created; files there are replaced). `extra`
+    (e.g. the objective and scenario it was tuned on) goes into each JSON file under "extra" and
+    into the YAML as comments. Returns {name: path}."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {name: out_dir / name for name in
+             ("tuned_policy.yaml", "vllm_args.json", "sglang_args.json", "unmapped_knobs.json")}
+    header = [f"# servetune tuned policy (order {order}). To simulate it, put it at",
+              "# <dir>/policy/tuned_policy.yaml and pass "
+              + "hydra.searchpath=[file://<dir>] policy=tuned_policy"]
+    header += [f"# {k}: {json.dumps(v, default=str)}" for k, v in (extra or {}).items()]
+    yaml = OmegaConf.to_yaml(OmegaConf.create(policy_to_config(values, order, engine)))
+    paths["tuned_policy.yaml"].write_text("\n".join(header) + "\n" + yaml)
+
+    def dump(name: str, payload: dict) -> None:
+        if extra:
+            payload["extra"] = extra
+        paths[name].write_text(json.dumps(payload, indent=2, default=str) + "\n")
+
+    v_args, s_args = vllm_args(values, engine, order), sglang_args(values, engine, order)
+    dump("vllm_args.json", {"args": v_args, "flags": shlex.join(vllm_flags(v_args))})
+    dump("sglang_args.json", {"args": s_args, "flags": shlex.join(sglang_flags(s_args))})
+    dump("unmapped_knobs.json", {"unmapped": unmapped_knobs(values, order, engine)})
+    return paths

@@ -1,0 +1,181 @@
+"""Exporting a tuned policy: config round trip, exact engine flags, rounding, errors, and an
+exported policy that simulates exactly like the tuned one."""
+
+import json
+import math
+import shlex
+from importlib import resources
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from servetune import api, scenario
+from servetune.errors import ConfigError
+from servetune.export import (
+    policy_to_config,
+    sglang_args,
+    sglang_flags,
+    unmapped_knobs,
+    vllm_args,
+    vllm_flags,
+    write_export,
+)
+from servetune.policy import make_policy
+
+ENGINE = {"batching": "continuous", "kv_layout": "paged", "chunked_prefill": True,
+          "block_size": 16, "max_model_len": 8192, "gpu_memory_utilization": 0.9}
+TUNED = {"max_num_seqs": 127.9, "max_num_batched_tokens": 4096.7, "watermark": 0.02,
+         "queue_cap": 64.2, "w_age": 1.0, "w_prompt": 0.25, "w_pred": 0.5}
+
+
+def test_config_rounds_integer_limits_like_the_simulator():
+    cfg = policy_to_config(TUNED, "parametric", ENGINE)
+    assert cfg == {"order": "parametric", "max_num_seqs": 127, "max_num_batched_tokens": 4096,
+                   "watermark": 0.02, "queue_cap": 64, "w_age": 1.0, "w_prompt": 0.25,
+                   "w_pred": 0.5, "w_slack": 0.0, "ttft_target_s": 2.0}
+    assert isinstance(cfg["max_num_seqs"], int) and isinstance(cfg["queue_cap"], int)
+    # limits stay >= 1; an unbounded queue is null, as in the conf files
+    low = policy_to_config({"max_num_seqs": 1.0, "queue_cap": 0.3}, "fcfs")
+    assert (low["max_num_seqs"], low["queue_cap"]) == (1, 0)
+    assert policy_to_config({"queue_cap": math.inf}, "fcfs")["queue_cap"] is None
+    assert policy_to_config({"queue_cap": None}, "sjf")["queue_cap"] is None
+    # the order's weights are written out (sjf: shortest prompt + predicted output first)
+    sjf = policy_to_config({}, "sjf")
+    assert (sjf["w_age"], sjf["w_prompt"], sjf["w_pred"]) == (0.0, 1.0, 1.0)
+    # numpy / jax scalars, as a tuner hands them over, are fine
+    assert policy_to_config({"max_num_seqs": np.float32(8.5)}, "fcfs")["max_num_seqs"] == 8
+
+
+def test_yaml_loads_back_as_the_rounded_policy(tmp_path):
+    paths = write_export(tmp_path / "policy", TUNED, "parametric", ENGINE)
+    loaded = OmegaConf.to_container(OmegaConf.load(paths["tuned_policy.yaml"]))
+    default = OmegaConf.load(resources.files("servetune.conf") / "policy" / "vllm_default.yaml")
+    assert set(default) <= set(loaded)
+    order = loaded.pop("order")
+    got = make_policy({k: math.inf if v is None else v for k, v in loaded.items()}, order)
+    want = make_policy({**TUNED, "max_num_seqs": 127, "max_num_batched_tokens": 4096,
+                        "queue_cap": 64}, "parametric")
+    for field in want.__dataclass_fields__:
+        assert float(getattr(got, field)) == float(getattr(want, field)), field
+
+
+def test_vllm_flags_exact():
+    args = vllm_args({**TUNED, "spec_k": 3.0}, ENGINE, order="parametric")
+    assert vllm_flags(args) == [
+        "--max-num-seqs", "127", "--max-num-batched-tokens", "4096", "--enable-chunked-prefill",
+        "--block-size", "16", "--max-model-len", "8192", "--scheduling-policy", "priority",
+        "--gpu-memory-utilization", "0.9",
+        "--speculative-config", '{"num_speculative_tokens":3}']
+    plain = vllm_args({"max_num_seqs": 64}, {**ENGINE, "chunked_prefill": False,
+                                             "max_model_len": None,
+                                             "gpu_memory_utilization": None})
+    assert vllm_flags(plain) == [
+        "--max-num-seqs", "64", "--max-num-batched-tokens", "8192",
+        "--no-enable-chunked-prefill", "--block-size", "16", "--scheduling-policy", "fcfs"]
+    # without `order`, the weights in the values decide; sjf needs order= to be said
+    assert vllm_args(TUNED, ENGINE)["scheduling_policy"] == "priority"
+    assert vllm_args({}, ENGINE, order="sjf")["scheduling_policy"] == "priority"
+
+
+def test_sglang_flags_exact():
+    args = sglang_args(TUNED, ENGINE, order="parametric")
+    assert sglang_flags(args) == [
+        "--max-running-requests", "127", "--chunked-prefill-size", "4096",
+        "--max-prefill-tokens", "4096", "--enable-mixed-chunk", "--page-size", "16",
+        "--context-length", "8192", "--schedule-policy", "fcfs",
+        "--enable-priority-scheduling", "--schedule-low-priority-values-first",
+        "--disable-priority-preemption", "--max-queued-requests", "64"]
+    off = sglang_args({"max_num_batched_tokens": 8192}, {**ENGINE, "chunked_prefill": False},
+                      order="fcfs")
+    assert sglang_flags(off) == [
+        "--max-running-requests", "1024", "--chunked-prefill-size", "-1",
+        "--max-prefill-tokens", "8192", "--page-size", "16", "--context-length", "8192",
+        "--schedule-policy", "fcfs"]
+
+
+def test_unmapped_knobs_name_what_needs_a_gateway():
+    fcfs = unmapped_knobs({"max_num_seqs": 128}, "fcfs")
+    assert [k["name"] for k in fcfs] == ["watermark", "max_num_batched_tokens"]
+    sjf = {k["name"]: k for k in unmapped_knobs({"queue_cap": 10.5, "spec_k": 2}, "sjf", ENGINE)}
+    assert list(sjf) == ["watermark", "queue_cap", "order", "w_age", "w_prompt", "w_pred",
+                         "w_slack", "max_num_batched_tokens", "spec_k", "gpu_memory_utilization"]
+    assert sjf["queue_cap"]["value"] == 10 and sjf["queue_cap"]["engines"] == ["vllm"]
+    assert ("priority = round(1000 * (0 * arrival_s + 1 * prompt_tokens / 1000 + "
+            "1 * predicted_output_tokens / 1000))") in sjf["order"]["note"]
+    for knob in sjf.values():
+        assert set(knob) == {"name", "value", "engines", "note"} and knob["note"]
+    slack = {k["name"]: k for k in unmapped_knobs({"w_slack": 0.5, "w_age": 0.25}, "parametric")}
+    assert "0.75 * arrival_s" in slack["order"]["note"]
+    assert slack["ttft_target_s"]["value"] == 2.0
+
+
+@pytest.mark.parametrize("values,order,engine,match", [
+    ({"max_seqs": 4}, "fcfs", ENGINE, r"policy\.max_seqs: unknown"),
+    ({"watermark": float("nan")}, "fcfs", ENGINE, r"policy\.watermark: .*\[0\.0, 0\.999\]"),
+    ({"max_num_seqs": math.inf}, "fcfs", ENGINE,
+     r"policy\.max_num_seqs: .*finite number within \[1\.0, inf\]"),
+    ({"max_num_batched_tokens": math.inf}, "fcfs", ENGINE, r"policy\.max_num_batched_tokens"),
+    ({"max_num_seqs": 0.5}, "fcfs", ENGINE, r"policy\.max_num_seqs: got 0\.5; .*\[1\.0, inf\]"),
+    ({"w_prompt": math.inf}, "parametric", ENGINE, r"policy\.w_prompt: .*finite"),
+    ({"max_num_seqs": [4, 8]}, "fcfs", ENGINE, r"policy\.max_num_seqs: .*one number"),
+    ({"queue_cap": "ten"}, "fcfs", ENGINE, r"policy\.queue_cap: got 'ten'"),
+    ({"spec_k": -1}, "fcfs", ENGINE, r"policy\.spec_k: .*\[0\.0, 64\.0\]"),
+    ({}, "lifo", ENGINE, r"policy\.order: got 'lifo'"),
+    ({}, "fcfs", {**ENGINE, "batching": "static"}, r"engine: batching='static'"),
+])
+def test_bad_values_raise_config_error(tmp_path, values, order, engine, match):
+    with pytest.raises(ConfigError, match=match):
+        write_export(tmp_path, values, order, engine)
+
+
+def test_write_export_files(tmp_path):
+    out = tmp_path / "a" / "b"
+    paths = write_export(out, TUNED, "parametric", ENGINE, extra={"goodput_rps": 3.5})
+    assert sorted(p.name for p in out.iterdir()) == sorted(paths) == sorted(
+        ["tuned_policy.yaml", "vllm_args.json", "sglang_args.json", "unmapped_knobs.json"])
+    assert all(p.parent == out for p in paths.values())
+    for name, flags in (("vllm_args.json", vllm_flags), ("sglang_args.json", sglang_flags)):
+        doc = json.loads(paths[name].read_text())
+        assert shlex.split(doc["flags"]) == flags(doc["args"])
+        assert doc["extra"] == {"goodput_rps": 3.5}
+    assert json.loads(paths["unmapped_knobs.json"].read_text())["unmapped"][0]["name"] == \
+        "watermark"
+    assert "# goodput_rps: 3.5" in paths["tuned_policy.yaml"].read_text()
+
+
+def _same_metrics(a: dict, b: dict):
+    # exact, nested, and NaN (no requests of a class) equal to NaN
+    dump = lambda m: json.dumps(m, sort_keys=True, default=str)
+    assert dump(a) == dump(b)
+
+
+def test_exported_policy_simulates_like_the_tuned_one(tmp_path):
+    # small and overloaded, so max_num_seqs, the token budget and queue_cap all bind
+    base = ["workload=poisson", "workload.rate=30", "workload.duration_s=8",
+            "engine.max_slots=8", "engine.queue_window=16"]
+    tuned = {"max_num_seqs": 4.7, "max_num_batched_tokens": 1000.9, "queue_cap": 5.5,
+             "w_prompt": 0.3, "w_pred": 0.5}
+    engine = OmegaConf.to_container(api.compose(base).engine)
+    write_export(tmp_path / "policy", tuned, "parametric", engine)
+
+    def simulate(overrides):
+        sc = scenario.build(api.compose(base + overrides))
+        return sc.params.policy, api.simulate_batch(sc).metrics[0]
+
+    def as_overrides(values):
+        return ["policy=parametric"] + [f"policy.{k}={v}" for k, v in values.items()]
+
+    exported_pol, exported = simulate([f"hydra.searchpath=[file://{tmp_path}]",
+                                       "policy=tuned_policy"])
+    rounded = {**tuned, "max_num_seqs": 4, "max_num_batched_tokens": 1000, "queue_cap": 5}
+    rounded_pol, by_rounded = simulate(as_overrides(rounded))
+    _, by_tuned = simulate(as_overrides(tuned))
+    for field in exported_pol.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(exported_pol, field), getattr(rounded_pol, field))
+    _same_metrics(exported, by_rounded)
+    _same_metrics(exported, by_tuned)  # rounding changed nothing the simulator enforces
+    assert exported["n_rejected"] > 0
+    # and the cap binds: one more waiting place changes the rejections
+    _, looser = simulate(as_overrides({**rounded, "queue_cap": 6}))
+    assert looser["n_rejected"] != exported["n_rejected"]
