@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from servetune.errors import ServetuneError
 
-COMMANDS = ("simulate",)
+COMMANDS = ("simulate", "calibrate")
 
 
 def _jsonable(obj):
@@ -102,6 +102,9 @@ def main() -> None:
     command = sys.argv.pop(1)
     if command == "simulate":
         _simulate_app()
+    elif command == "calibrate":
+        from servetune.calibrate import calibrate_app
+        calibrate_app()
 
 
 if __name__ == "__main__":
