@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from servetune.errors import ServetuneError
 
-COMMANDS = ("simulate", "calibrate")
+COMMANDS = ("simulate", "tune", "calibrate")
 
 
 def _jsonable(obj):
@@ -92,6 +92,42 @@ def _simulate_app(cfg: DictConfig) -> None:
         sys.exit(2)
 
 
+def run_tune(cfg: DictConfig):
+    """Tune the policy (tune.* settings) and write history.csv, evaluation.csv, convergence.png,
+    checkpoint.json and export/ into the Hydra run directory. Returns the TuneResult."""
+    from rich.table import Table
+
+    from servetune.tune import tune
+
+    _quiet_jax_logs()
+    console = Console()
+    out = Path(HydraConfig.get().runtime.output_dir)
+    (out / "config_resolved.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    result = tune(cfg, out_dir=out, log=lambda line: console.print(line, highlight=False))
+    table = Table(title=f"start vs tuned ({result.scenarios_simulated} scenarios simulated, "
+                        f"{result.wall_s:.0f} s)")
+    cols = ["policy", "split", "objective", "slo_attainment", "useful_tokens_per_dollar",
+            "ttft_p99_s", "tpot_p99_s"]
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("policy", "split") else "right")
+    for row in result.evaluation.to_dict("records"):
+        table.add_row(*[f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c])
+                        for c in cols])
+    console.print(table)
+    console.print("tuned policy: " + ", ".join(f"{k}={v:.4g}" for k, v in result.best.items()))
+    console.print(f"wrote {out}/history.csv, evaluation.csv, convergence.png, export/")
+    return result
+
+
+@hydra.main(config_path="conf", config_name="config", version_base=None)
+def _tune_app(cfg: DictConfig) -> None:
+    try:
+        run_tune(cfg)
+    except ServetuneError as err:
+        Console(stderr=True).print(f"[red]error:[/red] {err}")
+        sys.exit(2)
+
+
 def main() -> None:
     """Dispatch `servetune <command> [overrides]` to the command's Hydra app."""
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
@@ -102,6 +138,8 @@ def main() -> None:
     command = sys.argv.pop(1)
     if command == "simulate":
         _simulate_app()
+    elif command == "tune":
+        _tune_app()
     elif command == "calibrate":
         from servetune.calibrate import calibrate_app
         calibrate_app()

@@ -1,0 +1,304 @@
+"""The tuning loop: ES gradients into optax, dual ascent on the SLO constraint, checkpoints,
+a held-out evaluation of the best policy against the starting one, and exports."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from servetune import export
+from servetune.errors import ConfigError
+from servetune.scenario import build
+from servetune.tune import checkpoint, es
+from servetune.tune.evaluator import Evaluator
+from servetune.tune.objective import Objective
+from servetune.tune.space import SearchSpace, space_from_config
+
+OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What `tune.*` configures (see conf/tune/es.yaml for the meaning of each key)."""
+
+    estimator: str
+    iterations: int
+    pairs: int
+    sigma: float
+    optimizer: str
+    learning_rate: float
+    seed: int
+    resume: bool
+    checkpoint_every: int
+    batch_mode: str
+    objective: Objective
+    lambda_init: float
+    lambda_learning_rate: float
+    space: SearchSpace
+    eval_seeds: int
+    eval_seed_offset: int
+    holdout: list
+    export: bool
+
+
+def _num(t, key, kind=float, lo=-math.inf, hi=math.inf):
+    value = OmegaConf.select(t, key)
+    where = f"tune.{key}"
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: got {value!r}; expected a number")
+    if kind is int and value != int(value):
+        raise ConfigError(f"{where}: got {value!r}; expected an integer")
+    if not (lo <= value <= hi) or not math.isfinite(value):
+        raise ConfigError(f"{where}: got {value!r}; expected within [{lo}, {hi}]")
+    return kind(value)
+
+
+def _choice(t, key, options):
+    value = OmegaConf.select(t, key)
+    if value not in options:
+        raise ConfigError(f"tune.{key}: got {value!r}; expected one of {list(options)}")
+    return value
+
+
+def _holdout(value) -> list[str]:
+    items = list(value or [])
+    for item in items:
+        if not isinstance(item, str) or "=" not in item:
+            raise ConfigError(f"tune.eval.holdout: got {item!r}; expected overrides like "
+                              f"'workload.start_s=1200'")
+    return items
+
+
+def settings_from_config(cfg: DictConfig) -> Settings:
+    """Validated tuning settings from the `tune` section; errors name the `tune.<key>`."""
+    t = cfg.get("tune")
+    if t is None:
+        raise ConfigError("tune: missing; add tune=es (the evolution-strategies tuner)")
+    estimator = _choice(t, "estimator", ("es",))
+    return Settings(
+        estimator=estimator,
+        iterations=_num(t, "iterations", int, 1),
+        pairs=_num(t, "pairs", int, 1),
+        sigma=_num(t, "sigma", float, 1e-6),
+        optimizer=_choice(t, "optimizer", OPTIMIZERS),
+        learning_rate=_num(t, "learning_rate", float, 0),
+        seed=_num(t, "seed", int),
+        resume=bool(OmegaConf.select(t, "resume", default=True)),
+        checkpoint_every=_num(t, "checkpoint_every", int, 1),
+        batch_mode=_choice(t, "batch_mode", ("auto", "loop", "vmap")),
+        objective=Objective(slo_target=_num(t, "objective.slo_target", float, 0, 1),
+                            aggregate=_choice(t, "objective.aggregate", ("mean", "cvar")),
+                            cvar_alpha=_num(t, "objective.cvar_alpha", float, 1e-6, 1)),
+        lambda_init=_num(t, "dual.lambda_init", float, 0),
+        lambda_learning_rate=_num(t, "dual.learning_rate", float, 0),
+        space=space_from_config(OmegaConf.to_container(t.space)),
+        eval_seeds=_num(t, "eval.seeds", int, 0),
+        eval_seed_offset=_num(t, "eval.seed_offset", int, 0),
+        holdout=_holdout(OmegaConf.select(t, "eval.holdout")),
+        export=bool(OmegaConf.select(t, "export", default=True)),
+    )
+
+
+@dataclasses.dataclass
+class TuneResult:
+    """What a tuning run found: values (policy key -> float) of the start and the best policy,
+    the per-iteration history, the held-out evaluation table, scenarios simulated, wall seconds,
+    and the output directory (checkpoint, history.csv, evaluation.csv, convergence.png, export/)."""
+
+    start: dict
+    best: dict
+    best_summary: dict
+    history: pd.DataFrame
+    evaluation: pd.DataFrame
+    scenarios_simulated: int
+    wall_s: float
+    out_dir: Path
+
+
+def _order(cfg: DictConfig) -> str:
+    return OmegaConf.select(cfg, "policy.order", default="fcfs") or "fcfs"
+
+
+def _prepare(cfg: DictConfig, space: SearchSpace) -> DictConfig:
+    """A copy of cfg whose engine has a running slot for every max_num_seqs the space allows
+    (so no result depends on the static capacity) and no grid."""
+    cfg = copy.deepcopy(cfg)
+    OmegaConf.set_struct(cfg, False)
+    for dim in space.dims:
+        if dim.key == "max_num_seqs":
+            cfg.engine.max_slots = math.ceil(dim.high)
+    if "grid" in cfg:
+        for k in cfg.grid:
+            cfg.grid[k] = None
+    return cfg
+
+
+def _better(a: dict | None, b: dict) -> bool:
+    """Is summary b better than a: feasible beats infeasible; then objective, or violation."""
+    if a is None:
+        return True
+    fa, fb = a["violation"] <= 0, b["violation"] <= 0
+    if fa != fb:
+        return fb
+    return b["objective"] > a["objective"] if fb else b["violation"] < a["violation"]
+
+
+def _plain(values: dict) -> dict:
+    return {k: float(np.asarray(v)) for k, v in values.items()}
+
+
+def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
+         log: Callable[[str], None] = print, stop_after: int | None = None) -> TuneResult:
+    """Tune the policy keys of `tune.space` for the configured scenario; see the module doc.
+
+    cfg: a composed config (or Hydra overrides for api.compose). Results, checkpoints and
+    exports go to out_dir; a checkpoint there is resumed from when tune.resume is true.
+    stop_after: stop (as if killed) after that many iterations of this call, for tests.
+    """
+    if not isinstance(cfg, DictConfig):
+        from servetune.api import compose
+        cfg = compose(list(cfg))
+    start_time = time.perf_counter()
+    out_dir = Path(out_dir)
+    st = settings_from_config(cfg)
+    space = st.space
+    cfg = _prepare(cfg, space)
+    order = _order(cfg)
+    scenario = build(cfg)
+    evaluator = Evaluator(scenario, order, st.batch_mode)
+    start_values = dict(evaluator.base)
+    theta = space.point(start_values)
+    m, dim = st.pairs, len(space.dims)
+    opt = OPTIMIZERS[st.optimizer](st.learning_rate)
+    dual = optax.sgd(st.lambda_learning_rate)
+    opt_state = opt.init(jnp.asarray(theta))
+    state = {"iteration": 0, "theta": theta, "lambda": st.lambda_init, "history": [],
+             "best": None, "best_values": None, "scenarios": 0}
+    loaded = checkpoint.load(out_dir, opt_state) if st.resume else None
+    if loaded is not None:
+        state, opt_state = loaded
+        log(f"resuming from {out_dir / checkpoint.NAME} at iteration {state['iteration']}")
+    evaluator.scenarios_simulated = state["scenarios"]
+
+    done_here = 0
+    while state["iteration"] < st.iterations:
+        it = state["iteration"]
+        theta, lam = np.asarray(state["theta"]), float(state["lambda"])
+        eps = es.perturbations(st.seed, it, m, dim)
+        points = es.population(theta, eps, st.sigma)
+        columns = evaluator(space.values(points))
+        summaries = [st.objective.summarize(col, lam) for col in columns]
+        lagr = np.array([s["lagrangian"] for s in summaries])
+        grad = es.gradient(lagr[1:1 + m], lagr[1 + m:], eps, st.sigma)
+        updates, opt_state = opt.update(jnp.asarray(-grad), opt_state, jnp.asarray(theta))
+        new_theta = np.asarray(optax.apply_updates(jnp.asarray(theta), updates))
+        # dual ascent: raise lambda while the center misses the target, lower it with slack
+        gap = st.objective.slo_target - summaries[0]["slo_attainment"]
+        lam_step, _ = dual.update(jnp.asarray(-gap), dual.init(jnp.asarray(lam)))
+        new_lam = max(0.0, float(lam + lam_step))
+        for k, s in enumerate(summaries):
+            if _better(state["best"], s):
+                state["best"] = s
+                state["best_values"] = _plain({**start_values,
+                                               **space.values(points[k])})
+        center = _plain(space.values(theta))
+        row = {"iteration": it, "scenarios_simulated": evaluator.scenarios_simulated,
+               "lambda": lam, "grad_norm": float(np.linalg.norm(grad)),
+               **{f"center_{k}": v for k, v in summaries[0].items()},
+               **{f"best_{k}": v for k, v in state["best"].items()},
+               **{f"policy.{k}": v for k, v in center.items()}}
+        state["history"].append(row)
+        log(f"iter {it:3d}  objective {row['center_objective']:.4f}  attainment "
+            f"{row['center_slo_attainment']:.4f}  lambda {lam:.2f}  best {row['best_objective']:.4f}"
+            f" (att {row['best_slo_attainment']:.4f})  scenarios {row['scenarios_simulated']}")
+        state.update(iteration=it + 1, theta=new_theta, **{"lambda": new_lam},
+                     scenarios=evaluator.scenarios_simulated)
+        if (it + 1) % st.checkpoint_every == 0 or it + 1 == st.iterations:
+            checkpoint.save(out_dir, state, opt_state)
+        done_here += 1
+        if stop_after is not None and done_here >= stop_after and state["iteration"] < st.iterations:
+            raise KeyboardInterrupt(f"stopped after {done_here} iterations (stop_after)")
+
+    history = pd.DataFrame(state["history"])
+    history.to_csv(out_dir / "history.csv", index=False)
+    best = state["best_values"]
+    evaluation = evaluate_policies(cfg, {"start": start_values, "tuned": best}, st, order)
+    evaluation.to_csv(out_dir / "evaluation.csv", index=False)
+    _plot(history, out_dir / "convergence.png", st.objective.slo_target)
+    if st.export:
+        engine = OmegaConf.to_container(cfg.engine, resolve=True)
+        export.write_export(out_dir / "export", {k: best[k] for k in best}, order, engine,
+                            extra={"scenarios_simulated": int(state["scenarios"])})
+    wall = time.perf_counter() - start_time
+    summary = {"start": start_values, "best": best, "best_summary": state["best"],
+               "scenarios_simulated": int(state["scenarios"]), "wall_s": wall}
+    (out_dir / "tune_summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    return TuneResult(start_values, best, state["best"], history, evaluation,
+                      int(state["scenarios"]), wall, out_dir)
+
+
+def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st: Settings, order: str
+                      ) -> pd.DataFrame:
+    """Each named policy (values dict) on the training scenario, on held-out seeds, and on the
+    held-out workload (tune.eval.holdout overrides): one row per (policy, split)."""
+    splits = {"train": cfg}
+    if st.eval_seeds > 0:
+        held = copy.deepcopy(cfg)
+        held.seed = int(cfg.seed) + st.eval_seed_offset
+        held.seeds = st.eval_seeds
+        splits["heldout_seeds"] = held
+    if st.holdout:
+        try:
+            held = OmegaConf.merge(cfg, OmegaConf.from_dotlist(st.holdout))
+        except OmegaConfBaseException as err:  # its message names the key
+            raise ConfigError(f"tune.eval.holdout: {err}") from None
+        splits["holdout_workload"] = held
+    names = list(policies)
+    values = {k: np.array([float(policies[n][k]) for n in names]) for k in policies[names[0]]}
+    rows = []
+    for split, split_cfg in splits.items():
+        ev = Evaluator(build(split_cfg), order, st.batch_mode)
+        for name, column in zip(names, ev(values)):
+            s = st.objective.summarize(column, 0.0)
+            rows.append({"policy": name, "split": split, "objective": s["objective"],
+                         "slo_attainment": s["slo_attainment"],
+                         "meets_target": s["violation"] <= 0,
+                         "useful_tokens_per_dollar": s["useful_tokens_per_dollar"],
+                         "goodput_rps": float(np.mean([m["goodput_rps"] for m in column])),
+                         "ttft_p99_s": float(np.mean([m["ttft_p99_s"] for m in column])),
+                         "tpot_p99_s": float(np.mean([m["tpot_p99_s"] for m in column]))})
+    return pd.DataFrame(rows)
+
+
+def _plot(history: pd.DataFrame, path: Path, target: float) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    x = history["scenarios_simulated"]
+    ax1.plot(x, history["center_objective"], "o-", label="current policy")
+    ax1.plot(x, history["best_objective"], "s--", label="best so far")
+    ax1.set_ylabel("log(useful tokens / USD)")
+    ax1.legend()
+    ax2.plot(x, history["center_slo_attainment"], "o-", label="current policy")
+    ax2.plot(x, history["best_slo_attainment"], "s--", label="best so far")
+    ax2.axhline(target, color="gray", lw=1, ls=":", label="target")
+    ax2.set_ylabel("SLO attainment")
+    ax2.set_xlabel("scenarios simulated")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,98 @@
+"""Search space: tunable policy keys as bounded transforms of an unconstrained vector.
+
+The tuner moves a point z in R^d; each coordinate maps to its policy value through a sigmoid
+onto [low, high], on a log scale for limits that span orders of magnitude (max_num_seqs,
+max_num_batched_tokens, queue_cap) or a linear one (the KV watermark, priority weights).
+Integer limits stay continuous here; the engine floors them (relax.integer_limit) and the
+exporter rounds them the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from servetune.errors import ConfigError
+from servetune.policy import DEFAULTS
+
+_EDGE = 0.02  # initial points are kept this far inside the bounds (sigmoid units), where
+#               a perturbation of the coordinate still moves the value
+
+
+@dataclasses.dataclass(frozen=True)
+class Dimension:
+    """One tunable key: value = low..high through a sigmoid of z, on a `log` or `linear` scale."""
+
+    key: str
+    low: float
+    high: float
+    scale: str = "linear"
+
+    def value(self, z: np.ndarray) -> np.ndarray:
+        """Policy value(s) of coordinate(s) z."""
+        u = 1.0 / (1.0 + np.exp(-np.asarray(z, np.float64)))
+        if self.scale == "log":
+            v = np.exp(math.log(self.low) + (math.log(self.high) - math.log(self.low)) * u)
+        else:
+            v = self.low + (self.high - self.low) * u
+        return np.clip(v, self.low, self.high)  # exp(log(x)) may round past a bound
+
+    def coordinate(self, value: float) -> float:
+        """The z whose value is `value` (clipped just inside the bounds)."""
+        if self.scale == "log":
+            u = (math.log(value) - math.log(self.low)) / (math.log(self.high) - math.log(self.low))
+        else:
+            u = (value - self.low) / (self.high - self.low)
+        u = min(max(u, _EDGE), 1.0 - _EDGE)
+        return math.log(u / (1.0 - u))
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSpace:
+    """The ordered tunable dimensions."""
+
+    dims: tuple[Dimension, ...]
+
+    @property
+    def keys(self) -> list[str]:
+        """Tuned policy keys, in coordinate order."""
+        return [d.key for d in self.dims]
+
+    def values(self, z: np.ndarray) -> dict[str, np.ndarray]:
+        """Policy values of points z [..., d]: a dict key -> array [...]."""
+        z = np.asarray(z, np.float64)
+        return {d.key: d.value(z[..., k]) for k, d in enumerate(self.dims)}
+
+    def point(self, values: Mapping[str, float]) -> np.ndarray:
+        """The z [d] of a policy (missing keys take the policy defaults)."""
+        return np.array([d.coordinate(float(values.get(d.key, DEFAULTS[d.key])))
+                         for d in self.dims])
+
+
+def space_from_config(spec: Mapping[str, Mapping], key_prefix: str = "tune.space") -> SearchSpace:
+    """Build a SearchSpace from {key: {low, high, scale}}; errors name `tune.space.<key>`."""
+    dims = []
+    for key, d in (spec or {}).items():
+        where = f"{key_prefix}.{key}"
+        if key not in DEFAULTS:
+            raise ConfigError(f"{where}: not a policy parameter; expected one of {sorted(DEFAULTS)}")
+        if not isinstance(d, Mapping) or not {"low", "high"} <= set(d):
+            raise ConfigError(f"{where}: got {d!r}; expected {{low: ..., high: ..., scale: log|linear}}")
+        scale = d.get("scale", "linear")
+        try:
+            low, high = float(d["low"]), float(d["high"])
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: low/high must be numbers; got {d['low']!r}, {d['high']!r}") from None
+        if scale not in ("log", "linear"):
+            raise ConfigError(f"{where}.scale: got {scale!r}; expected log or linear")
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ConfigError(f"{where}: expected finite low < high; got [{low}, {high}]")
+        if scale == "log" and low <= 0:
+            raise ConfigError(f"{where}.low: got {low}; a log scale needs low > 0")
+        dims.append(Dimension(key, low, high, scale))
+    if not dims:
+        raise ConfigError(f"{key_prefix}: empty; name at least one policy key to tune")
+    return SearchSpace(tuple(dims))

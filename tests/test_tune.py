@@ -1,0 +1,122 @@
+"""The ES tuner: its gradient estimate, the objective, end-to-end improvement, resume, export."""
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from servetune.errors import ConfigError
+from servetune.simulate import run_chunk_batch
+from servetune.tune import es, tune
+from servetune.tune.objective import Objective
+from servetune.tune.space import space_from_config
+
+SPACE = {"max_num_seqs": {"low": 8, "high": 512, "scale": "log"},
+         "watermark": {"low": 0.0, "high": 0.1, "scale": "linear"}}
+# an overloaded engine: the defaults miss the SLOs, so the policy matters
+SMALL = ["workload=poisson", "workload.rate=35", "workload.duration_s=20", "window.drain_s=60",
+         "output.progress=false", "tune.pairs=2", "tune.eval.seeds=1", "tune.resume=true",
+         "tune.space.max_num_seqs.high=256"]
+
+
+def test_space_maps_values_both_ways_and_validates():
+    space = space_from_config(SPACE)
+    z = space.point({"max_num_seqs": 64.0, "watermark": 0.03})
+    back = space.values(z)
+    assert math.isclose(back["max_num_seqs"], 64.0, rel_tol=1e-12)
+    assert math.isclose(back["watermark"], 0.03, rel_tol=1e-12)
+    # values outside the bounds start just inside them; any z maps inside the bounds
+    assert 8 <= space.values(space.point({"max_num_seqs": 1024.0}))["max_num_seqs"] < 512
+    far = space.values(np.array([[50.0, -50.0], [-50.0, 50.0]]))
+    assert np.all((far["max_num_seqs"] >= 8) & (far["max_num_seqs"] <= 512))
+    with pytest.raises(ConfigError, match=r"tune.space.max_num_seqs.low: got 0.0"):
+        space_from_config({"max_num_seqs": {"low": 0, "high": 8, "scale": "log"}})
+    with pytest.raises(ConfigError, match=r"tune.space.speed: not a policy parameter"):
+        space_from_config({"speed": {"low": 0, "high": 1}})
+    with pytest.raises(ConfigError, match=r"tune.space.watermark: expected finite low < high"):
+        space_from_config({"watermark": {"low": 0.2, "high": 0.1}})
+
+
+def test_es_gradient_points_along_the_true_gradient():
+    # a smooth objective with a known gradient: f(z) = -|z - z*|^2
+    target = np.array([1.0, -2.0, 0.5, 3.0])
+    theta = np.zeros(4)
+    f = lambda pts: -np.sum((pts - target) ** 2, axis=-1)
+    eps = es.perturbations(0, 0, 400, 4)
+    pts = es.population(theta, eps, 0.1)
+    for shaping in (True, False):
+        g = es.gradient(f(pts[1:401]), f(pts[401:]), eps, 0.1, rank_shaping=shaping)
+        true = 2 * (target - theta)
+        assert g @ true / np.linalg.norm(g) / np.linalg.norm(true) >= 0.95
+    # without shaping, the antithetic estimate of a quadratic's gradient is unbiased
+    assert np.linalg.norm(g - true) <= 0.15 * np.linalg.norm(true)
+
+
+def test_centered_ranks_and_perturbations_are_deterministic():
+    r = es.centered_ranks(np.array([3.0, np.nan, 1.0, 2.0]))
+    assert np.allclose(r, [0.5, -0.5, -1 / 6, 1 / 6])
+    assert np.array_equal(es.perturbations(7, 3, 2, 2), es.perturbations(7, 3, 2, 2))
+    assert not np.array_equal(es.perturbations(7, 3, 2, 2), es.perturbations(7, 4, 2, 2))
+
+
+def test_objective_violation_and_cvar():
+    obj = Objective(slo_target=0.9, aggregate="cvar", cvar_alpha=0.5)
+    ms = [{"useful_tokens": math.e ** 3, "cost_usd": 1.0, "slo_attainment": 0.8,
+           "useful_tokens_per_dollar": 1.0},
+          {"useful_tokens": math.e ** 5, "cost_usd": 1.0, "slo_attainment": 1.0,
+           "useful_tokens_per_dollar": 1.0}]
+    s = obj.summarize(ms, multiplier=10.0)
+    assert math.isclose(s["objective"], 3.0)  # worst half
+    assert math.isclose(s["violation"], 0.05)  # (0.1 + 0) / 2
+    assert math.isclose(s["lagrangian"], 3.0 - 10 * 0.1)
+    assert Objective().value({"useful_tokens": 0.0, "cost_usd": 1.0}) < -20  # finite
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight")
+    return tune(SMALL + ["tune.iterations=3"], out_dir=out, log=lambda _: None)
+
+
+def test_tuning_improves_the_constrained_objective(straight):
+    ev = straight.evaluation.set_index(["policy", "split"])
+    lam = 20.0
+    score = lambda p: (ev.loc[(p, "train"), "objective"]
+                       - lam * max(0.0, 0.99 - ev.loc[(p, "train"), "slo_attainment"]))
+    assert score("tuned") > score("start")
+    assert straight.scenarios_simulated == 3 * 5
+    assert set(ev.index.get_level_values("split")) == {"train", "heldout_seeds"}
+    for name in ("history.csv", "evaluation.csv", "convergence.png", "checkpoint.json",
+                 "export/tuned_policy.yaml", "export/vllm_args.json"):
+        assert (straight.out_dir / name).exists(), name
+
+
+def test_interrupted_run_resumes_to_the_same_result(straight, tmp_path):
+    compiled = run_chunk_batch._cache_size()
+    with pytest.raises(KeyboardInterrupt):
+        tune(SMALL + ["tune.iterations=3"], out_dir=tmp_path, stop_after=1, log=lambda _: None)
+    assert run_chunk_batch._cache_size() == compiled, "new policy values recompiled"
+    lines = []
+    resumed = tune(SMALL + ["tune.iterations=3"], out_dir=tmp_path, log=lines.append)
+    assert any("resuming" in line for line in lines)
+    pd.testing.assert_frame_equal(resumed.history, straight.history)
+    assert resumed.best == straight.best
+
+
+def test_bad_tune_settings_name_the_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"tune.pairs: got 0"):
+        tune(SMALL + ["tune.pairs=0"], out_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"tune.optimizer: got 'lbfgs'"):
+        tune(SMALL + ["tune.optimizer=lbfgs"], out_dir=tmp_path)
+
+
+def test_cli_tune_writes_exports(tmp_path):
+    args = [sys.executable, "-m", "servetune.cli", "tune", *SMALL, "tune.iterations=1",
+            "tune.eval.seeds=0", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "start vs tuned" in proc.stdout
+    assert (tmp_path / "export" / "sglang_args.json").exists()
