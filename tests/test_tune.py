@@ -120,3 +120,29 @@ def test_cli_tune_writes_exports(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "start vs tuned" in proc.stdout
     assert (tmp_path / "export" / "sglang_args.json").exists()
+
+
+def test_sigkilled_run_resumes_to_the_same_result(straight, tmp_path):
+    import json
+    import os
+    import signal
+    import time
+
+    code = ("import sys; from servetune.tune import tune; "
+            f"tune({SMALL + ['tune.iterations=3']!r}, out_dir=sys.argv[1], log=lambda _: None)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)])
+    ckpt = tmp_path / "checkpoint.json"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if ckpt.exists() and json.loads(ckpt.read_text())["iteration"] >= 1:
+            break
+        time.sleep(0.05)
+    finished_first = proc.poll() is not None
+    if not finished_first:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert finished_first or proc.returncode == -signal.SIGKILL
+    assert json.loads(ckpt.read_text())["iteration"] >= 1  # a whole checkpoint survived
+    resumed = tune(SMALL + ["tune.iterations=3"], out_dir=tmp_path, log=lambda _: None)
+    pd.testing.assert_frame_equal(resumed.history, straight.history)
+    assert resumed.best == straight.best
