@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from servetune import histogram
+from servetune import histogram, shard
 from servetune.engine.outbox import empty_outbox
 from servetune.step import step, step_or_stay
 from servetune.types import (
@@ -157,24 +157,35 @@ def _collect(box, sink: list) -> None:
 
 
 def rollout(wl: Workload, params: Params, cfg: EngineConfig, n_real: list[int],
-            progress=None) -> list[list[ScenarioResult]]:
+            progress=None, devices=None) -> list[list[ScenarioResult]]:
     """Run every scenario (workloads [S] x params [P]) to the end; results indexed [s][p].
 
     `n_real[s]` is workload s's unpadded request count; `progress(done, total)` is called after
-    each compiled chunk.
+    each compiled chunk. With several `devices` (default: all, every process's) the batch is
+    sharded over them (servetune/shard.py); results do not depend on it.
     """
-    state = init_batch(wl, params, cfg)
-    total = int(np.sum(n_real)) * int(jax.tree.leaves(params)[0].shape[0])
+    n_p = int(jax.tree.leaves(params)[0].shape[0])
+    lay = shard.layout(len(n_real), n_p, devices)
+    if lay is None:
+        state = init_batch(wl, params, cfg)
+        chunk = lambda s: run_chunk_batch(s, wl, params, cfg)
+        fetch = jax.device_get
+    else:
+        wl, params = lay.place(wl, params)
+        state = shard.init(lay, wl, params, cfg)
+        chunk = lambda s: shard.run_chunk(lay, s, wl, params, cfg)
+        fetch = lay.fetch
+    total = int(np.sum(n_real)) * n_p
     chunks: list = []
     while True:
-        state = run_chunk_batch(state, wl, params, cfg)
-        box, done, next_req = jax.device_get((state.outbox, state.done, state.next_req))
+        state = chunk(state)
+        box, done, next_req = fetch((state.outbox, state.done, state.next_req))
         _collect(box, chunks)
         if progress is not None:
             progress(int(np.sum(next_req)), total)
         if bool(np.all(done)):
             break
-    final = jax.device_get(state)
+    final = fetch(state)
     s_count, p_count = final.done.shape
     results = []
     for s in range(s_count):
