@@ -222,7 +222,8 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
         state["history"].append(row)
         log(f"iter {it:3d}  objective {row['center_objective']:.4f}  attainment "
             f"{row['center_slo_attainment']:.4f}  lambda {lam:.2f}  best {row['best_objective']:.4f}"
-            f" (att {row['best_slo_attainment']:.4f})  scenarios {row['scenarios_simulated']}")
+            f" (att {row['best_slo_attainment']:.4f})  scenarios {row['scenarios_simulated']}  "
+            + " ".join(f"{k}={center[k]:.4g}" for k in space.keys))
         state.update(iteration=it + 1, theta=new_theta, **{"lambda": new_lam},
                      scenarios=evaluator.scenarios_simulated)
         if (it + 1) % st.checkpoint_every == 0 or it + 1 == st.iterations:
