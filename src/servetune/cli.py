@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from servetune.errors import ServetuneError
 
-COMMANDS = ("simulate", "tune", "calibrate")
+COMMANDS = ("simulate", "tune", "calibrate", "report")
 
 
 def _jsonable(obj):
@@ -132,10 +132,14 @@ def main() -> None:
     """Dispatch `servetune <command> [overrides]` to the command's Hydra app."""
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         print(f"usage: servetune {{{','.join(COMMANDS)}}} [key=value ...] [-m for multirun]\n"
+              f"       servetune report DIR [--out OUT]\n"
               f"example: servetune simulate workload=azure_conv policy.max_num_seqs=128",
               file=sys.stderr)
         sys.exit(2)
     command = sys.argv.pop(1)
+    if command == "report":  # argparse, not Hydra: servetune report DIR [--out OUT]
+        from servetune.reporting.cli import main as report_main
+        sys.exit(report_main(sys.argv[1:]))
     if command == "simulate":
         _simulate_app()
     elif command == "tune":

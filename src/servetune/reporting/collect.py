@@ -1,0 +1,218 @@
+"""Find the runs under a directory and collect them into one table, one row per scenario.
+
+A run is a directory holding metrics.csv (written by `servetune simulate`: one row per scenario,
+with its seed, grid values and scalar metrics). Its configuration comes from Hydra's
+`.hydra/overrides.yaml` (the values this job was given) and config_resolved.yaml; a multirun's
+`multirun.yaml` says which keys were swept and in what order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+from hydra.errors import OverrideParseException
+
+from servetune.errors import ServetuneError
+
+# Resolved config values copied into every row, for context (they are not point keys).
+CONTEXT_KEYS = ("workload.name", "model.name", "hardware.gpu", "policy.order")
+
+
+class ReportError(ServetuneError):
+    """Nothing to report, or a run directory that cannot be read."""
+
+
+@dataclasses.dataclass
+class Collection:
+    """Every scenario found under `root`.
+
+    runs: one row per scenario: `run` (directory relative to root), `scenario` (index within the
+      run, as in its requests.parquet), the run's overrides, `seed`, grid columns (`policy.*`),
+      context columns (CONTEXT_KEYS) and every scalar metric of metrics.csv.
+    keys: point keys, the configuration columns whose values differ between scenarios (seed
+      excluded), in sweep order; rows that agree on them are seeds of one point.
+    overrides: every override key seen, in order.
+    run_dirs: absolute path of each run, by `run`.
+    """
+
+    root: Path
+    runs: pd.DataFrame
+    keys: list
+    overrides: list
+    run_dirs: dict
+
+    def numeric_keys(self) -> list:
+        """Point keys whose values are all numbers (plotted on a numeric axis)."""
+        return [k for k in self.keys if is_numeric(self.runs[k])]
+
+
+def is_numeric(col: pd.Series) -> bool:
+    return (pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+            and bool(col.notna().all()))
+
+
+def _natural(path: Path):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
+
+
+def find_runs(root: Path, exclude: Path | None = None) -> list[Path]:
+    """Directories under `root` (itself included) that hold metrics.csv, in natural order
+    (job 2 before job 10); anything under `exclude` (the report's own folder) is skipped."""
+    root = Path(root)
+    found = []
+    for path in root.rglob("metrics.csv"):
+        d = path.parent
+        if exclude is not None and (d == exclude or exclude in d.parents):
+            continue
+        found.append(d)
+    return sorted(found, key=_natural)
+
+
+def _scalar(value):
+    """A table cell for an override value: lists and dicts become JSON text."""
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value)
+    return value
+
+
+def parse_overrides(lines: list[str]) -> tuple[dict, list[str]]:
+    """Hydra override strings -> ({key: value}, [keys that are sweeps]), in order.
+
+    Uses Hydra's own parser, so `a=1`, `+a=1`, `group=option`, `a=[1,2]` and `a=1,2` (a sweep)
+    read as Hydra reads them. Deletions (`~a`) are left out.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    values, swept = {}, []
+    for o in OverridesParser.create().parse_overrides([str(x) for x in lines]):
+        if o.is_delete():
+            continue
+        key = o.key_or_group
+        if o.is_sweep_override():
+            swept.append(key)
+            values[key] = None
+        else:
+            values[key] = _scalar(o.value())
+    return values, swept
+
+
+def _read_yaml(path: Path):
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ReportError(f"{path}: cannot read ({err})") from None
+
+
+def sweep_order(root: Path) -> list[str]:
+    """Keys swept by the multiruns under `root` (from each multirun.yaml), in override order."""
+    keys: list[str] = []
+    for path in sorted(Path(root).rglob("multirun.yaml"), key=_natural):
+        doc = _read_yaml(path) or {}
+        task = (((doc.get("hydra") or {}).get("overrides") or {}).get("task")) or []
+        try:
+            _, swept = parse_overrides(task)
+        except OverrideParseException:  # written by another Hydra version: not ours to judge
+            continue
+        keys += [k for k in swept if k not in keys]
+    return keys
+
+
+def _select(doc, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(doc, dict) or part not in doc:
+            return None
+        doc = doc[part]
+    return doc if not isinstance(doc, (dict, list)) else None
+
+
+def read_run(run_dir: Path) -> tuple[pd.DataFrame, dict]:
+    """One run's metrics.csv rows and its overrides {key: value}."""
+    try:
+        table = pd.read_csv(run_dir / "metrics.csv")
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise ReportError(f"{run_dir / 'metrics.csv'}: cannot read ({err})") from None
+    overrides: dict = {}
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if path.exists():
+        overrides, _ = parse_overrides(_read_yaml(path) or [])
+    resolved = run_dir / "config_resolved.yaml"
+    context = {}
+    if resolved.exists():
+        doc = _read_yaml(resolved) or {}
+        context = {k: _select(doc, k) for k in CONTEXT_KEYS}
+    for k, v in context.items():
+        if k not in table.columns:
+            table[k] = v
+    return table, overrides
+
+
+def _tidy(col: pd.Series) -> pd.Series:
+    """One type per column (parquet needs it): numbers stay numbers, anything mixed is text."""
+    values = [v for v in col if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if all(isinstance(v, bool) for v in values):
+        return col
+    if all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+           for v in values):
+        return pd.to_numeric(col)
+    return col.map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v))
+                   else str(v)).astype(object)
+
+
+def collect(root: Path | str, exclude: Path | None = None) -> Collection:
+    """Collect every run under `root` into a Collection (see its docstring)."""
+    root = Path(root).resolve()
+    if not root.is_dir():
+        raise ReportError(f"{root}: not a directory")
+    dirs = find_runs(root, exclude.resolve() if exclude is not None else None)
+    if not dirs:
+        raise ReportError(f"{root}: no runs found (no metrics.csv under it; is this the output "
+                          f"directory of `servetune simulate`?)")
+    frames, order, run_dirs = [], [], {}
+    for d in dirs:
+        table, overrides = read_run(d)
+        name = str(d.relative_to(root)) if d != root else "."
+        run_dirs[name] = d
+        order += [k for k in overrides if k not in order]
+        rows = table.assign(run=name, scenario=np.arange(len(table)))
+        for key, value in overrides.items():
+            if key in rows.columns and key not in CONTEXT_KEYS:
+                continue  # a grid column or the seed: metrics.csv holds the simulated value
+            rows[key] = [value] * len(rows)
+        frames.append(rows)
+    runs = pd.concat(frames, ignore_index=True)
+    for c in runs.columns:
+        if runs[c].dtype == object:
+            runs[c] = _tidy(runs[c])
+    grid_cols = [c for c in runs.columns if c.startswith("policy.") and c not in CONTEXT_KEYS
+                 and c not in order]
+    candidates = sweep_order(root)
+    candidates += [k for k in order + grid_cols if k not in candidates]
+    keys = [k for k in candidates if k in runs.columns and k != "seed"
+            and runs[k].astype(str).nunique(dropna=False) > 1]
+    front = ["run", "scenario"] + [k for k in order if k != "seed"] + ["seed"] + \
+        [c for c in grid_cols if c not in order] + list(CONTEXT_KEYS)
+    front = [c for c in dict.fromkeys(front) if c in runs.columns]
+    runs = runs[front + [c for c in runs.columns if c not in front]]
+    return Collection(root=root, runs=runs, keys=keys, overrides=order, run_dirs=run_dirs)
+
+
+def point_label(row: dict | pd.Series, keys: list) -> str:
+    """'key=value, ...' of a point ('all' when nothing varies)."""
+    if not keys:
+        return "all"
+    return ", ".join(f"{k}={_fmt(row[k])}" for k in keys)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):.4g}"
+    return str(v)

@@ -1,0 +1,65 @@
+"""Rich console tables of a report's points and verdicts (one screen)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+COLUMNS = (("goodput_rps", "goodput rps"), ("slo_attainment", "SLO att."),
+           ("ttft_p99_s", "P99 TTFT s"), ("tpot_p99_s", "P99 TPOT s"),
+           ("useful_tokens_per_dollar", "useful tok/$"))
+
+
+def _num(v, digits=4) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    if isinstance(v, float):
+        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+            return f"{v:.3g}"
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def _cell(row: pd.Series, metric: str, ci: bool) -> str:
+    text = _num(row.get(f"{metric}_mean"))
+    std = row.get(f"{metric}_std", math.nan)
+    if isinstance(std, float) and math.isfinite(std):
+        text += f" ±{_num(std, 2)}"
+    lo, hi = row.get(f"{metric}_ci_lo", math.nan), row.get(f"{metric}_ci_hi", math.nan)
+    if ci and isinstance(lo, float) and math.isfinite(lo):
+        text += f" [{_num(lo, 3)}, {_num(hi, 3)}]"
+    return text
+
+
+def points_table(points: pd.DataFrame, keys: list, title: str, max_rows: int = 20,
+                 columns=COLUMNS, ci: bool = True) -> Table:
+    """One row per point: its key values, seeds, and mean ±std of each column, with the
+    bootstrap interval [lo, hi] of the P99 columns when `ci`."""
+    t = Table(title=title, show_header=True, header_style="bold")
+    shown = keys or ["point"]
+    for k in shown:
+        t.add_column(k, justify="right", no_wrap=True)
+    t.add_column("n", justify="right")
+    for _, label in columns:
+        t.add_column(label, justify="right", overflow="fold")
+    for _, row in points.head(max_rows).iterrows():
+        t.add_row(*[_num(row[k]) for k in shown], str(int(row["n"])),
+                  *[_cell(row, m, ci and m.endswith('_p99_s')) for m, _ in columns])
+    if len(points) > max_rows:
+        t.caption = f"... and {len(points) - max_rows} more points"
+    return t
+
+
+def print_report(rep, console: Console | None = None) -> None:
+    """The points table, the verdicts and the files written."""
+    console = console or Console()
+    console.print(points_table(rep.points, rep.keys,
+                               f"{len(rep.runs)} scenarios in {rep.runs['run'].nunique()} run(s), "
+                               f"{len(rep.points)} point(s): mean ±std [95% CI]"))
+    for line in rep.verdicts:
+        console.print(f"- {line}", highlight=False, soft_wrap=True)
+    console.print(f"wrote {rep.out_dir}/: " + ", ".join(p.name for p in rep.files),
+                  highlight=False, soft_wrap=True)

@@ -1,0 +1,229 @@
+"""Uncertainty: bootstrap replicates from request tables, seeds aggregated into points
+(mean +- std and a bootstrap confidence interval), and which points are not distinguishable.
+
+The bootstrap resamples a scenario's requests with replacement and recomputes each statistic;
+a point's interval is the 2.5-97.5 percentile range of the mean over its seeds of those
+replicates. Requests in a queue are correlated (one burst delays many), so these intervals are
+optimistic; the spread over seeds (std) is the honest one when there are several.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from servetune.reporting.collect import Collection, point_label
+
+LATENCIES = ("ttft", "tpot", "e2e")
+STATS = ("mean", "p50", "p90", "p99")
+QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+# Metrics with bootstrap intervals: every latency statistic, SLO attainment and goodput.
+CI_METRICS = tuple(f"{m}_{s}_s" for m in LATENCIES for s in STATS) + ("slo_attainment",
+                                                                        "goodput_rps")
+# Headline metrics and which way is better (+1 higher, -1 lower).
+HEADLINE = {"goodput_rps": 1, "slo_attainment": 1, "useful_tokens_per_dollar": 1,
+            "ttft_p99_s": -1, "tpot_p99_s": -1}
+LEVEL = 0.95
+
+
+def _resamples(n: int, n_boot: int, rng: np.random.Generator):
+    """Index arrays [k, n] of resamples with replacement, n_boot rows in all, in chunks of at
+    most ~2M entries."""
+    chunk = max(1, min(n_boot, 2_000_000 // max(n, 1)))
+    for start in range(0, n_boot, chunk):
+        yield rng.integers(0, n, (min(chunk, n_boot - start), n))
+
+
+def _replicate_stats(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> dict:
+    """{mean, p50, p90, p99: [n_boot]} of resamples of `values` (finite, 1-D)."""
+    if len(values) == 0:
+        return {s: np.full(n_boot, np.nan) for s in STATS}
+    out = {s: [] for s in STATS}
+    for idx in _resamples(len(values), n_boot, rng):
+        sample = values[idx]
+        out["mean"].append(sample.mean(axis=1))
+        qs = np.percentile(sample, list(QUANTILES.values()), axis=1)
+        for name, q in zip(QUANTILES, qs):
+            out[name].append(q)
+    return {s: np.concatenate(v) for s, v in out.items()}
+
+
+def bootstrap_scenario(requests: pd.DataFrame, window_s: float, n_boot: int,
+                       rng: np.random.Generator) -> dict:
+    """Replicates [n_boot] of every CI_METRICS entry for one scenario's request table, over the
+    same requests the metrics use (counted; latencies of completed requests)."""
+    counted = requests[requests["counted"].to_numpy(bool)]
+    done = counted[(counted["end_state"] == "completed").to_numpy()]
+    reps = {}
+    for lat in LATENCIES:
+        v = done[f"{lat}_s"].to_numpy(np.float64)
+        for s, r in _replicate_stats(v[np.isfinite(v)], n_boot, rng).items():
+            reps[f"{lat}_{s}_s"] = r
+    q = counted["qualifies"].to_numpy(np.float64)
+    n = len(q)
+    if n:
+        att = np.concatenate([q[idx].mean(axis=1) for idx in _resamples(n, n_boot, rng)])
+    else:
+        att = np.full(n_boot, np.nan)
+    reps["slo_attainment"] = att
+    reps["goodput_rps"] = att * n / window_s if window_s > 0 else np.full(n_boot, np.nan)
+    return reps
+
+
+def bootstrap(col: Collection, n_boot: int = 1000, seed: int = 0) -> dict:
+    """{row index of col.runs: {metric: replicates [n_boot]}} for every scenario whose run has
+    a requests.parquet; deterministic in `seed`."""
+    if n_boot <= 0:
+        return {}
+    rng = np.random.default_rng(seed)
+    out = {}
+    for run, rows in col.runs.groupby("run", sort=False):
+        path = col.run_dirs[run] / "requests.parquet"
+        if not path.exists():
+            continue
+        table = pd.read_parquet(path)
+        by_scenario = dict(tuple(table.groupby("scenario"))) if "scenario" in table else {0: table}
+        for idx, row in rows.iterrows():
+            req = by_scenario.get(int(row["scenario"]))
+            if req is None:
+                continue
+            out[idx] = bootstrap_scenario(req, float(row.get("window_s", np.nan)), n_boot, rng)
+    return out
+
+
+def metric_columns(runs: pd.DataFrame, keys: list) -> list:
+    """The numeric metric columns of a runs table (configuration columns excluded)."""
+    skip = set(keys) | {"scenario", "seed"}
+    return [c for c in runs.columns if c not in skip and not c.startswith("policy.")
+            and "." not in c and pd.api.types.is_numeric_dtype(runs[c])
+            and not pd.api.types.is_bool_dtype(runs[c])]
+
+
+def aggregate(col: Collection, replicates: dict | None = None) -> pd.DataFrame:
+    """One row per point (rows that agree on col.keys): the key values, `point` (a label),
+    `n` (seeds), and for each metric M: M_mean, M_std (ddof 1; NaN with one seed) and, where
+    replicates exist for every seed, M_ci_lo and M_ci_hi (a LEVEL bootstrap interval of the
+    mean over seeds)."""
+    runs = col.runs
+    replicates = replicates or {}
+    metrics = metric_columns(runs, col.keys)
+    if col.keys:
+        groups = runs.groupby([runs[k].astype(str) for k in col.keys], sort=False, dropna=False)
+        parts = [g for _, g in groups]
+    else:
+        parts = [runs]
+    lo_q, hi_q = 50 * (1 - LEVEL), 50 * (1 + LEVEL)
+    rows = []
+    for g in parts:
+        first = g.iloc[0]
+        row = {k: first[k] for k in col.keys}
+        row["point"] = point_label(first, col.keys)
+        row["n"] = len(g)
+        row["seeds"] = " ".join(str(s) for s in g["seed"]) if "seed" in g else ""
+        for m in metrics:
+            v = g[m].to_numpy(np.float64)
+            finite = v[np.isfinite(v)]
+            row[f"{m}_mean"] = float(finite.mean()) if len(finite) else float(np.nan)
+            row[f"{m}_std"] = float(finite.std(ddof=1)) if len(finite) > 1 else float(np.nan)
+        for m in CI_METRICS:
+            reps = [replicates[i][m] for i in g.index if i in replicates]
+            if len(reps) == len(g) and reps:
+                mean_rep = np.mean(np.stack(reps), axis=0)
+                mean_rep = mean_rep[np.isfinite(mean_rep)]
+                if len(mean_rep):
+                    row[f"{m}_ci_lo"], row[f"{m}_ci_hi"] = np.percentile(mean_rep, [lo_q, hi_q])
+                    continue
+            row[f"{m}_ci_lo"] = row[f"{m}_ci_hi"] = float(np.nan)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def runs_ci(col: Collection, replicates: dict) -> pd.DataFrame:
+    """col.runs with M_ci_lo / M_ci_hi columns (one scenario's bootstrap interval) appended."""
+    runs = col.runs.copy()
+    lo_q, hi_q = 50 * (1 - LEVEL), 50 * (1 + LEVEL)
+    for m in CI_METRICS:
+        lo, hi = np.full(len(runs), np.nan), np.full(len(runs), np.nan)
+        for pos, idx in enumerate(runs.index):
+            r = replicates.get(idx, {}).get(m)
+            if r is not None and np.isfinite(r).any():
+                lo[pos], hi[pos] = np.percentile(r[np.isfinite(r)], [lo_q, hi_q])
+        runs[f"{m}_ci_lo"], runs[f"{m}_ci_hi"] = lo, hi
+    return runs
+
+
+def interval(points: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's uncertainty interval for `metric`: mean +- std over seeds, widened to the
+    bootstrap interval where there is one; NaN where there is neither (one seed, no CI)."""
+    mean = points[f"{metric}_mean"].to_numpy(np.float64)
+    std = points.get(f"{metric}_std", pd.Series(np.nan, index=points.index)).to_numpy(np.float64)
+    lo = np.where(np.isfinite(std), mean - std, np.nan)
+    hi = np.where(np.isfinite(std), mean + std, np.nan)
+    if f"{metric}_ci_lo" in points:
+        clo = points[f"{metric}_ci_lo"].to_numpy(np.float64)
+        chi = points[f"{metric}_ci_hi"].to_numpy(np.float64)
+        lo = np.fmin(lo, clo)
+        hi = np.fmax(hi, chi)
+    return lo, hi
+
+
+def compare(points: pd.DataFrame, metrics: dict = HEADLINE) -> pd.DataFrame:
+    """For each headline metric, the best point against every other: columns metric, best,
+    other, best_mean, other_mean, distinguishable (True: the intervals do not overlap; False:
+    they overlap, the two cannot be told apart; None: no interval to judge by)."""
+    rows = []
+    if len(points) < 2:
+        return pd.DataFrame(rows, columns=["metric", "best", "other", "best_mean", "other_mean",
+                                           "distinguishable"])
+    for metric, sign in metrics.items():
+        if f"{metric}_mean" not in points:
+            continue
+        mean = points[f"{metric}_mean"].to_numpy(np.float64)
+        if not np.isfinite(mean).any():
+            continue
+        best = int(np.nanargmax(sign * mean))
+        lo, hi = interval(points, metric)
+        for j in range(len(points)):
+            if j == best:
+                continue
+            if np.isfinite([lo[best], hi[best], lo[j], hi[j]]).all():
+                dist = bool(hi[j] < lo[best] or hi[best] < lo[j])
+            else:
+                dist = None
+            rows.append({"metric": metric, "best": points["point"].iloc[best],
+                         "other": points["point"].iloc[j], "best_mean": mean[best],
+                         "other_mean": mean[j], "distinguishable": dist})
+    return pd.DataFrame(rows, columns=["metric", "best", "other", "best_mean", "other_mean",
+                                       "distinguishable"])
+
+
+def verdicts(comparisons: pd.DataFrame) -> list[str]:
+    """One sentence per headline metric: the best point and those it cannot be told from."""
+    lines = []
+    for metric, g in comparisons.groupby("metric", sort=False):
+        best = g["best"].iloc[0]
+        same = [o for o, d in zip(g["other"], g["distinguishable"]) if d is not None and not d]
+        unknown = list(g.loc[g["distinguishable"].isna(), "other"])
+        text = f"{metric}: best {best}"
+        if same:
+            text += "; not distinguishable from " + "; ".join(same)
+        if unknown:
+            text += f"; no interval to compare with {len(unknown)} point(s) (one seed, no CI)"
+        if not same and not unknown:
+            text += "; distinguishable from every other point"
+        lines.append(text)
+    return lines
+
+
+def series(points: pd.DataFrame, keys: list, x: str) -> list:
+    """Split points into the lines of a figure over `x`: [(label, rows sorted by x)], one per
+    combination of the other point keys (label '' when there are none)."""
+    others = [k for k in keys if k != x]
+    numeric = x in points and pd.api.types.is_numeric_dtype(points[x]) \
+        and not pd.api.types.is_bool_dtype(points[x])
+    if others:
+        groups = points.groupby([points[k].astype(str) for k in others], sort=False)
+        parts = [(point_label(g.iloc[0], others), g) for _, g in groups]
+    else:
+        parts = [("", points)]
+    return [(label, g.sort_values(x) if numeric else g) for label, g in parts]
