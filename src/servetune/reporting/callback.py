@@ -1,0 +1,154 @@
+"""Hydra callback (conf/config.yaml, hydra.callbacks): JAX's persistent compilation cache for
+every run, a record of how often the simulator compiled, and a one-screen summary at the end of
+a multirun.
+
+- on_run_start / on_multirun_start / on_job_start: point JAX's persistent compilation cache at
+  `compilation_cache.dir` (null: leave JAX's setting alone; so does a JAX_COMPILATION_CACHE_DIR
+  in the environment), so a structural change compiles once per machine, not once per process.
+- on_job_end: write jit_cache.json into the job's output directory: the process id and how many
+  executables the simulator's jitted functions hold in this process so far (one per distinct
+  static config and shape; Hydra's basic launcher runs every job in one process, so a sweep over
+  traced policy values keeps run_chunk_batch at 1).
+- on_multirun_end: print the sweep's points (overrides -> goodput, SLO attainment, P99 TTFT;
+  seeds averaged), how often the simulator compiled, and the report command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+# (module, function) of the jitted simulator entry points whose compilations are counted
+JITTED = (("servetune.simulate", "run_chunk_batch"), ("servetune.simulate", "init_batch"),
+          ("servetune.shard", "run_chunk"))
+STATS_FILE = "jit_cache.json"
+
+
+def enable_compilation_cache(directory: str | None, min_compile_time_s: float = 1.0) -> str | None:
+    """Use JAX's persistent compilation cache in `directory` (~ expanded); returns the directory
+    used, or None when `directory` is None or JAX_COMPILATION_CACHE_DIR is set (JAX's own)."""
+    if not directory or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return None
+    import jax
+
+    path = str(Path(directory).expanduser())
+    if jax.config.jax_compilation_cache_dir != path:
+        jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
+    return path
+
+
+def jit_cache_sizes() -> dict:
+    """{function name: executables in its jit cache} for the simulator's jitted functions that
+    this process has imported."""
+    sizes = {}
+    for module, name in JITTED:
+        fn = getattr(sys.modules.get(module), name, None)
+        if fn is not None and hasattr(fn, "_cache_size"):
+            sizes[name] = int(fn._cache_size())
+    return sizes
+
+
+def compile_summary(root: Path) -> dict | None:
+    """From the jit_cache.json files of a sweep: jobs, processes and compilations of each
+    function (per process the last job's count, summed over processes)."""
+    per_pid: dict = {}
+    jobs = 0
+    for path in Path(root).rglob(STATS_FILE):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        jobs += 1
+        pid = doc.get("pid")
+        for name, n in (doc.get("jit_cache") or {}).items():
+            per_pid.setdefault(pid, {})
+            per_pid[pid][name] = max(per_pid[pid].get(name, 0), int(n))
+    if not jobs:
+        return None
+    total: dict = {}
+    for sizes in per_pid.values():
+        for name, n in sizes.items():
+            total[name] = total.get(name, 0) + n
+    return {"jobs": jobs, "processes": len(per_pid), "compilations": total}
+
+
+class ServetuneCallback(Callback):
+    """See the module docstring. `summary`: print the end-of-sweep table; `max_rows`: its rows."""
+
+    def __init__(self, summary: bool = True, max_rows: int = 20) -> None:
+        self.summary = summary
+        self.max_rows = max_rows
+
+    @staticmethod
+    def _cache(config: DictConfig) -> None:
+        directory = OmegaConf.select(config, "compilation_cache.dir", default=None)
+        min_s = OmegaConf.select(config, "compilation_cache.min_compile_time_s", default=1.0)
+        enable_compilation_cache(directory, 1.0 if min_s is None else min_s)
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._cache(config)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._cache(config)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._cache(config)  # launchers may run jobs in other processes
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        sizes = jit_cache_sizes()
+        out = OmegaConf.select(config, "hydra.runtime.output_dir", default=None)
+        if not sizes or out is None:
+            return
+        try:
+            doc = {"pid": os.getpid(), "job": OmegaConf.select(config, "hydra.job.num"),
+                   "jit_cache": sizes}
+            (Path(out) / STATS_FILE).write_text(json.dumps(doc) + "\n")
+        except OSError:
+            pass
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if not self.summary:
+            return
+        root = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
+        try:
+            print_sweep_summary(root, self.max_rows)
+        except Exception as err:  # noqa: BLE001 -- a summary must never fail the sweep
+            from rich.console import Console
+            Console(stderr=True).print(f"[yellow]sweep summary unavailable:[/yellow] {err}",
+                                       highlight=False, soft_wrap=True)
+
+
+def print_sweep_summary(root: Path, max_rows: int = 20, console=None) -> bool:
+    """Print the one-screen summary of the runs under `root`; False if there are none."""
+    from rich.console import Console
+
+    from servetune.reporting.collect import ReportError, collect
+    from servetune.reporting.console import points_table
+    from servetune.reporting.stats import aggregate
+
+    console = console or Console()
+    try:
+        col = collect(root)
+    except ReportError:
+        return False
+    points = aggregate(col)
+    cols = (("goodput_rps", "goodput rps"), ("slo_attainment", "SLO att."),
+            ("ttft_p99_s", "P99 TTFT s"))
+    console.print(points_table(points, col.keys, f"sweep: {col.runs['run'].nunique()} job(s), "
+                               f"{len(points)} point(s), mean ±std over seeds", max_rows,
+                               columns=cols, ci=False))
+    comp = compile_summary(root)
+    if comp is not None and comp["compilations"]:
+        counts = ", ".join(f"{name} {n}x" for name, n in comp["compilations"].items() if n)
+        console.print(f"simulator compilations: {counts or 'none'} in {comp['processes']} "
+                      f"process(es) across {comp['jobs']} job(s)",
+                      highlight=False, soft_wrap=True)
+    console.print(f"report: servetune report {root}", highlight=False, soft_wrap=True)
+    return True
