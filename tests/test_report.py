@@ -1,0 +1,173 @@
+"""Sweeps and reports: a tiny multirun end to end, then `servetune report` on it; the simulator
+compiles once across the multirun's jobs (and a later process reuses the compiled simulator from
+the persistent cache); the statistics behind the report's verdicts.
+
+CLI runs go through a subprocess: Hydra's logging setup interferes with pytest's capture.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from servetune.reporting import report
+from servetune.reporting.collect import collect, parse_overrides
+from servetune.reporting.stats import aggregate, bootstrap, compare, verdicts
+
+SWEEP = ["workload=poisson", "workload.duration_s=8", "window.drain_s=30",
+         "policy.max_num_seqs=8,32", "seed=0,1", "output.progress=false"]
+
+
+def _env():
+    env = dict(os.environ, JAX_LOG_COMPILES="1")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    return env
+
+
+def _servetune(*args, timeout=600):
+    cmd = [sys.executable, "-m", "servetune.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                          env=_env())
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """A 2 x 2 multirun (max_num_seqs x seed), 4 jobs in one process, with its own
+    persistent compilation cache."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    cache = tmp / "jax_cache"
+    proc = _servetune("simulate", "-m", *SWEEP, f"compilation_cache.dir={cache}",
+                      "compilation_cache.min_compile_time_s=0", f"hydra.sweep.dir={tmp / 'mr'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return tmp / "mr", cache, proc
+
+
+def test_multirun_compiles_the_simulator_once(sweep):
+    root, cache, proc = sweep
+    stats = [json.loads((root / str(k) / "jit_cache.json").read_text()) for k in range(4)]
+    # Hydra's basic launcher: every job in one process, whose jit cache holds one executable
+    assert len({s["pid"] for s in stats}) == 1
+    assert [s["jit_cache"]["run_chunk_batch"] for s in stats] == [1, 1, 1, 1]
+    # JAX's own compile log agrees: run_chunk_batch compiled once across the four jobs
+    log = proc.stdout + proc.stderr
+    assert len(re.findall(r"Compiling jit\(run_chunk_batch\)", log)) == 1
+    # the end-of-sweep summary: the swept values, the compile count, the report command
+    assert "sweep: 4 job(s), 2 point(s)" in proc.stdout
+    assert re.search(r"compilations: run_chunk_batch 1x.* in 1 process\(es\) across 4 job\(s\)",
+                     proc.stdout)
+    assert f"servetune report {root}" in proc.stdout
+    # and the persistent cache holds it for later processes
+    assert any(p.name.startswith("jit_run_chunk_batch") for p in cache.iterdir())
+
+
+def test_a_later_process_loads_the_simulator_from_the_persistent_cache(sweep, tmp_path):
+    _, cache, _ = sweep
+    proc = _servetune("simulate", "workload=poisson", "workload.duration_s=8",
+                      "window.drain_s=30", "policy.max_num_seqs=16", "output.progress=false",
+                      f"compilation_cache.dir={cache}", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Persistent compilation cache hit for 'jit_run_chunk_batch'" in proc.stdout + proc.stderr
+
+
+def test_report_on_a_multirun(sweep, tmp_path):
+    root, _, _ = sweep
+    out = tmp_path / "rep"
+    proc = _servetune("report", str(root), "--out", str(out), "--bootstrap", "300")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert len(runs) == 4
+    assert {"run", "scenario", "policy.max_num_seqs", "seed", "workload", "goodput_rps",
+            "slo_attainment", "ttft_p99_s", "tpot_p99_s", "useful_tokens_per_dollar",
+            "ttft_p99_s_ci_lo", "ttft_p99_s_ci_hi"} <= set(runs.columns)
+    assert sorted(zip(runs["policy.max_num_seqs"], runs["seed"])) == \
+        [(8, 0), (8, 1), (32, 0), (32, 1)]
+    assert set(runs["workload"]) == {"poisson"} and set(runs["workload.duration_s"]) == {8}
+    csv = pd.read_csv(out / "runs.csv")
+    assert len(csv) == 4 and np.allclose(csv["goodput_rps"], runs["goodput_rps"])
+    # each run's numbers are its own metrics.csv's
+    for _, row in runs.iterrows():
+        own = pd.read_csv(root / row["run"] / "metrics.csv").iloc[0]
+        assert own["seed"] == row["seed"] and own["goodput_rps"] == row["goodput_rps"]
+        assert row["ttft_p99_s_ci_lo"] <= row["ttft_p99_s"] <= row["ttft_p99_s_ci_hi"]
+    points = pd.read_csv(out / "points.csv")
+    assert list(points["policy.max_num_seqs"]) == [8, 32] and list(points["n"]) == [2, 2]
+    for _, p in points.iterrows():
+        seeds = runs[runs["policy.max_num_seqs"] == p["policy.max_num_seqs"]]
+        assert np.isclose(p["goodput_rps_mean"], seeds["goodput_rps"].mean())
+        assert np.isclose(p["goodput_rps_std"], seeds["goodput_rps"].std(ddof=1))
+        assert p["ttft_p99_s_ci_lo"] < p["ttft_p99_s_ci_hi"]
+    png = out / "fig_policy.max_num_seqs.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (out / "report.html").read_text()
+    # self-contained: plotly.js inline, no script from the network
+    assert "<script src=" not in page and "Plotly.newPlot" in page and len(page) > 1_000_000
+    data = json.loads(re.search(r"id='servetune-runs'>(.*?)</script>", page, re.DOTALL)
+                      .group(1).replace("<\\/", "</"))
+    assert sorted(r["policy.max_num_seqs"] for r in data) == [8, 8, 32, 32]
+    assert np.allclose(sorted(r["goodput_rps"] for r in data), sorted(runs["goodput_rps"]))
+    for label in ("P99", "P90", "P50", "mean", "y log", "x log", "togglegroup"):
+        assert label in page
+    assert "distinguishable" in page and "distinguishable" in proc.stdout
+
+
+def test_report_without_runs_is_a_clear_error(tmp_path):
+    proc = _servetune("report", str(tmp_path))
+    assert proc.returncode == 2
+    assert "no runs found" in proc.stderr
+
+
+def _fake_run(path, overrides, seed, ttft, window_s=10.0):
+    """A run directory as `servetune simulate` writes it, with made-up requests."""
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    n = len(ttft)
+    req = pd.DataFrame({"counted": np.ones(n, bool), "end_state": ["completed"] * n,
+                        "ttft_s": ttft, "tpot_s": np.full(n, 0.01), "e2e_s": ttft + 1.0,
+                        "qualifies": ttft < 2.0, "scenario": np.zeros(n, int)})
+    req.to_parquet(path / "requests.parquet")
+    metrics = {"seed": seed, "goodput_rps": req["qualifies"].sum() / window_s,
+               "slo_attainment": req["qualifies"].mean(), "window_s": window_s,
+               "ttft_p99_s": np.percentile(ttft, 99), "tpot_p99_s": 0.01,
+               "useful_tokens_per_dollar": 1000.0 * req["qualifies"].mean()}
+    pd.DataFrame([metrics]).to_csv(path / "metrics.csv", index=False)
+
+
+def test_points_verdicts_and_overrides(tmp_path):
+    rng = np.random.default_rng(1)
+    scale = {"a": 0.5, "b": 0.5, "c": 5.0}  # a and b: one distribution; c: ten times slower
+    job = 0
+    for policy, s in scale.items():
+        for seed in (0, 1):
+            _fake_run(tmp_path / str(job), [f"policy={policy}", f"seed={seed}", "x=[1,2]"],
+                      seed, rng.exponential(s, 400))
+            job += 1
+    col = collect(tmp_path)
+    assert col.keys == ["policy"] and len(col.runs) == 6
+    assert set(col.runs["x"]) == {"[1, 2]"}  # a list override is one text cell
+    reps = bootstrap(col, 400)
+    points = aggregate(col, reps)
+    assert list(points["point"]) == ["policy=a", "policy=b", "policy=c"]
+    assert list(points["n"]) == [2, 2, 2]
+    comp = compare(points)
+    ttft = comp[comp["metric"] == "ttft_p99_s"].set_index("other")["distinguishable"]
+    best = comp[comp["metric"] == "ttft_p99_s"]["best"].iloc[0]
+    assert best in ("policy=a", "policy=b")
+    assert ttft["policy=c"] == True
+    twin = "policy=b" if best == "policy=a" else "policy=a"
+    assert ttft[twin] == False
+    lines = verdicts(comp)
+    assert any(line.startswith("ttft_p99_s: best") and "not distinguishable from " + twin in line
+               for line in lines)
+    rep = report(tmp_path, tmp_path / "out", n_boot=200, html=False)
+    assert (tmp_path / "out" / "fig_policy.png").exists() and len(rep.runs) == 6
+
+
+def test_parse_overrides_reads_as_hydra_does():
+    values, swept = parse_overrides(["a.b=1", "+c=x", "d=1,2", "e=[1,2]", "f=null", "~g"])
+    assert values == {"a.b": 1, "c": "x", "d": None, "e": "[1, 2]", "f": None}
+    assert swept == ["d"]
