@@ -1,6 +1,8 @@
 """Workloads: synthetic generators and trace loaders -> arrival-sorted request arrays.
 
-Loaders check every row and raise TraceError naming the file, the line and what was expected.
+Loaders check every row and raise TraceError naming the file, the line, the bad value and what
+was expected; nothing malformed reaches numpy or JAX. Rows must be sorted by arrival (a row that
+goes back in time is an error, never silently reordered).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -18,6 +21,16 @@ import numpy as np
 from servetune.errors import ConfigError, TraceError
 
 MAX_TOKENS = 10_000_000  # a per-request token count above this is a corrupt row, not a request
+# Longest span of arrival times a trace may cover: about 31.7 years. Beyond it float64 seconds
+# lose the sub-microsecond resolution the simulated clock relies on; such spans are corrupt rows
+# (a millisecond column read as seconds, a stray 1e308) rather than workloads.
+MAX_SPAN_S = 1e9
+# Most requests a synthetic workload may draw (memory: a few arrays of this length per seed).
+MAX_SYNTHETIC_REQUESTS = 1 << 26
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # only these end a line (str.splitlines also splits
+# on U+2028, form feeds and other characters that may sit inside a field)
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)",
+                     re.IGNORECASE)
 
 
 @dataclasses.dataclass
@@ -50,50 +63,72 @@ class RequestTrace:
 
 # --------------------------------------------------------------------------- loaders
 
+def _show(raw, limit: int = 40) -> str:
+    """repr of a cell for a message, shortened: a corrupt row can hold megabytes."""
+    text = repr(raw)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _int_field(raw: str, path, line: int, column: str, minimum: int) -> int:
+    if not (raw or "").strip():
+        raise TraceError(f"{path}:{line}: column {column!r} is empty; expected an integer token "
+                         f"count >= {minimum}")
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise TraceError(f"{path}:{line}: column {column!r} = {raw!r}; expected an integer "
+        raise TraceError(f"{path}:{line}: column {column!r} = {_show(raw)}; expected an integer "
                          f"token count >= {minimum}") from None
     if not math.isfinite(value) or value != int(value) or value < minimum or value > MAX_TOKENS:
-        raise TraceError(f"{path}:{line}: column {column!r} = {raw!r}; expected an integer "
+        raise TraceError(f"{path}:{line}: column {column!r} = {_show(raw)}; expected an integer "
                          f"token count in [{minimum}, {MAX_TOKENS}]")
     return int(value)
 
 
-def _parse_timestamp(raw: str, path, line: int) -> float:
+def _parse_timestamp(raw: str, path, line: int) -> tuple[float, str]:
+    """Seconds of an Azure TIMESTAMP cell and its kind: 'seconds' (a plain number), 'naive' or
+    'aware' (an ISO date-time without / with a UTC offset; naive ones are read as UTC)."""
     text = (raw or "").strip()
     if not text:
         raise TraceError(f"{path}:{line}: column 'TIMESTAMP' is empty; expected a timestamp")
-    if "." in text:  # Azure writes 7 fractional digits; Python parses at most 6
-        head, frac = text.split(".", 1)
-        text = f"{head}.{frac[:6]}"
-    try:
-        stamp = dt.datetime.fromisoformat(text)
-    except ValueError:
+    if _NUMBER.fullmatch(text):
+        value, kind = float(text), "seconds"
+    else:
+        # Azure writes 7 fractional digits; Python parses at most 6 (keep any UTC offset)
+        iso = re.sub(r"(\.\d{6})\d+", r"\1", text)
         try:
-            return float(text)
+            stamp = dt.datetime.fromisoformat(iso)
         except ValueError:
-            raise TraceError(f"{path}:{line}: column 'TIMESTAMP' = {raw!r}; expected "
+            raise TraceError(f"{path}:{line}: column 'TIMESTAMP' = {_show(raw)}; expected "
                              f"'YYYY-MM-DD HH:MM:SS.ffffff' or seconds") from None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=dt.timezone.utc)
-    return stamp.timestamp()
+        kind = "naive" if stamp.tzinfo is None else "aware"
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=dt.timezone.utc)
+        value = stamp.timestamp()
+    if not math.isfinite(value):
+        raise TraceError(f"{path}:{line}: column 'TIMESTAMP' = {_show(raw)} is not finite; expected "
+                         f"a time")
+    return value, kind
 
 
 def _check_sorted(arrival: np.ndarray, lines: list[int], path, what: str) -> None:
     if len(arrival) == 0:
         raise TraceError(f"{path}: no requests; expected at least one data row")
+    if not np.all(np.isfinite(arrival)):
+        k = int(np.nonzero(~np.isfinite(arrival))[0][0])
+        raise TraceError(f"{path}:{lines[k]}: {what} = {arrival[k]} is not finite; expected a "
+                         f"time")
     back = np.nonzero(np.diff(arrival) < 0)[0]
     if len(back):
         k = back[0] + 1
         raise TraceError(f"{path}:{lines[k]}: {what} goes back in time "
                          f"({arrival[k]:.6f} after {arrival[k - 1]:.6f}); expected rows sorted "
                          f"by arrival")
-    if not np.all(np.isfinite(arrival)):
-        k = int(np.nonzero(~np.isfinite(arrival))[0][0])
-        raise TraceError(f"{path}:{lines[k]}: {what} is not finite; expected a time")
+    far = np.nonzero(arrival - arrival[0] > MAX_SPAN_S)[0]
+    if len(far):
+        k = int(far[0])
+        raise TraceError(f"{path}:{lines[k]}: {what} = {arrival[k]:.6g} is "
+                         f"{arrival[k] - arrival[0]:.3g} s after the first row; expected a trace "
+                         f"spanning at most {MAX_SPAN_S:.0e} s (wrong unit or a corrupt row?)")
 
 
 def _open_text(path: Path):
@@ -103,21 +138,60 @@ def _open_text(path: Path):
         raise TraceError(f"{path}: file not found") from None
     except IsADirectoryError:
         raise TraceError(f"{path}: is a directory; expected a trace file") from None
+    except OSError as err:
+        raise TraceError(f"{path}: cannot be read ({err.strerror or err}); expected a readable "
+                         f"trace file") from None
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise TraceError(f"{path}: UTF-16 text (byte-order mark); expected a UTF-8 CSV or JSONL "
+                         f"trace (re-encode it, e.g. iconv -f UTF-16 -t UTF-8)")
     try:
-        return data.decode("utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise TraceError(f"{path}: not UTF-8 text (byte {err.start}); expected a UTF-8 "
-                         f"CSV or JSONL trace") from None
+        line = data.count(b"\n", 0, err.start) + 1
+        raise TraceError(f"{path}:{line}: not UTF-8 text (byte {err.start} = "
+                         f"0x{data[err.start]:02x}); expected a UTF-8 CSV or JSONL trace") from None
+    if "\x00" in text:
+        at = text.index("\x00")
+        line = text.count("\n", 0, at) + 1
+        raise TraceError(f"{path}:{line}: NUL byte at offset {at} (binary data); expected a "
+                         f"UTF-8 CSV or JSONL trace")
+    return text
+
+
+def _lines(text: str) -> list[str]:
+    lines = _LINE_BREAK.split(text)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
     """Load a CSV trace: Azure LLM 2023 (TIMESTAMP, ContextTokens, GeneratedTokens) or plain
-    (arrival_s, prompt_tokens, output_tokens). Arrival times become seconds from the first row."""
+    (arrival_s, prompt_tokens, output_tokens). Arrival times become seconds from the first row.
+
+    Extra columns are ignored; a row may not carry non-empty fields beyond the header's."""
     path = Path(path)
     text = _open_text(path)
-    reader = csv.reader(text.splitlines())
-    header = next(reader, None)
-    if header is None or not any(h.strip() for h in header):
+    reader = csv.reader(_lines(text))
+
+    def rows():
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as err:
+                raise TraceError(f"{path}:{reader.line_num}: unreadable CSV ({err}); expected "
+                                 f"comma-separated fields") from None
+            yield reader.line_num, row
+
+    records = rows()
+    header, header_line = None, 1
+    for header_line, row in records:  # the first non-blank line is the header
+        if any(cell.strip() for cell in row):
+            header = row
+            break
+    if header is None:
         raise TraceError(f"{path}: empty file; expected a header line and data rows")
     header = [h.strip() for h in header]
     formats = {
@@ -128,24 +202,46 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
         if all(c in header for c in cols):
             break
     else:
-        raise TraceError(f"{path}:1: header {header}; expected columns "
+        raise TraceError(f"{path}:{header_line}: header {_show(header, 120)}; expected columns "
                          f"{list(formats['azure'])} (Azure LLM 2023) or {list(formats['plain'])}")
+    for c in cols:
+        if header.count(c) > 1:
+            raise TraceError(f"{path}:{header_line}: column {c!r} appears {header.count(c)} "
+                             f"times in the header; expected each column once")
     t_col, p_col, o_col = (header.index(c) for c in cols)
     arrival, prompt, output, lines = [], [], [], []
-    for line, row in enumerate(reader, start=2):
+    first_kind = None
+    for line, row in records:
         if not row or all(not cell.strip() for cell in row):
             continue
+        if [cell.strip() for cell in row] == header:
+            raise TraceError(f"{path}:{line}: the header line again; expected data rows "
+                             f"(concatenated files?)")
         if len(row) < len(header):
             raise TraceError(f"{path}:{line}: {len(row)} fields; expected {len(header)} "
                              f"({', '.join(header)})")
+        if any(cell.strip() for cell in row[len(header):]):
+            raise TraceError(f"{path}:{line}: {len(row)} fields; expected {len(header)} "
+                             f"({', '.join(header)}) -- an unquoted comma?")
         if kind == "azure":
-            arrival.append(_parse_timestamp(row[t_col], path, line))
+            value, stamp_kind = _parse_timestamp(row[t_col], path, line)
+            if first_kind is None:
+                first_kind = (stamp_kind, line)
+            elif stamp_kind != first_kind[0]:
+                raise TraceError(f"{path}:{line}: column 'TIMESTAMP' = {_show(row[t_col])} is "
+                                 f"{_KIND_NAMES[stamp_kind]} but line {first_kind[1]} is "
+                                 f"{_KIND_NAMES[first_kind[0]]}; expected one kind of timestamp")
+            arrival.append(value)
         else:
             try:
-                arrival.append(float(row[t_col]))
+                value = float(row[t_col])
             except ValueError:
-                raise TraceError(f"{path}:{line}: column 'arrival_s' = {row[t_col]!r}; "
+                raise TraceError(f"{path}:{line}: column 'arrival_s' = {_show(row[t_col])}; "
                                  f"expected seconds") from None
+            if not math.isfinite(value):
+                raise TraceError(f"{path}:{line}: column 'arrival_s' = {_show(row[t_col])} is not "
+                                 f"finite; expected seconds >= 0")
+            arrival.append(value)
         prompt.append(_int_field(row[p_col], path, line, cols[1], 1))
         output.append(_int_field(row[o_col], path, line, cols[2], 1))
         lines.append(line)
@@ -157,13 +253,17 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
                         np.asarray(output, np.int32))
 
 
+_KIND_NAMES = {"seconds": "a number of seconds", "naive": "a date-time without UTC offset",
+               "aware": "a date-time with a UTC offset"}
+
+
 def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
     """Load a Mooncake JSONL trace: one object per line with `timestamp` (ms), `input_length`,
     `output_length` (and optional `hash_ids`). Arrival times become seconds from the first row."""
     path = Path(path)
     text = _open_text(path)
     arrival, prompt, output, lines = [], [], [], []
-    for line, raw in enumerate(text.splitlines(), start=1):
+    for line, raw in enumerate(_lines(text), start=1):
         if not raw.strip():
             continue
         try:
@@ -171,6 +271,9 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
         except json.JSONDecodeError as err:
             raise TraceError(f"{path}:{line}: not valid JSON ({err.msg}); expected one object "
                              f"per line") from None
+        except (ValueError, RecursionError) as err:  # an integer of > 4300 digits, deep nesting
+            raise TraceError(f"{path}:{line}: unreadable JSON ({str(err)[:80]}); expected one "
+                             f"object per line") from None
         if not isinstance(obj, dict):
             raise TraceError(f"{path}:{line}: got {type(obj).__name__}; expected a JSON object")
         for key in ("timestamp", "input_length", "output_length"):
@@ -178,21 +281,31 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
                 raise TraceError(f"{path}:{line}: missing key {key!r}; expected timestamp (ms), "
                                  f"input_length, output_length")
         stamp = obj["timestamp"]
-        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp) or stamp < 0:
-            raise TraceError(f"{path}:{line}: 'timestamp' = {stamp!r}; expected milliseconds >= 0")
+        ok = not isinstance(stamp, bool) and isinstance(stamp, (int, float))
+        if ok:
+            try:
+                stamp = float(stamp)
+            except OverflowError:  # an integer beyond float range
+                ok = False
+        if not ok or not math.isfinite(stamp) or stamp < 0:
+            raise TraceError(f"{path}:{line}: 'timestamp' = {_show(obj['timestamp'])}; expected "
+                             f"milliseconds >= 0")
         arrival.append(stamp / 1000.0)
         for key, store in (("input_length", prompt), ("output_length", output)):
             value = obj[key]
             if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                raise TraceError(f"{path}:{line}: {key!r} = {value!r}; expected an integer "
+                raise TraceError(f"{path}:{line}: {key!r} = {_show(value)}; expected an integer "
                                  f"token count >= 1")
+            if isinstance(value, int) and abs(value) > MAX_TOKENS:
+                raise TraceError(f"{path}:{line}: {key!r} = {str(value)[:40]}; expected an integer "
+                                 f"token count in [1, {MAX_TOKENS}]")
             store.append(_int_field(str(value), path, line, key, 1))
         lines.append(line)
     if not arrival:
         raise TraceError(f"{path}: empty file; expected JSON lines with timestamp, "
                          f"input_length, output_length")
     arr = np.asarray(arrival, np.float64)
-    _check_sorted(arr, lines, path, "'timestamp'")
+    _check_sorted(arr, lines, path, "'timestamp' (in seconds)")
     return RequestTrace(name or path.stem, arr - arr[0], np.asarray(prompt, np.int32),
                         np.asarray(output, np.int32))
 
@@ -200,15 +313,18 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
 def load_trace(path: str | Path, name: str | None = None) -> RequestTrace:
     """Load a trace file by extension: .csv (Azure or plain) or .jsonl (Mooncake)."""
     path = Path(path)
-    if path.suffix == ".jsonl":
+    if path.suffix.lower() == ".jsonl":
         return load_jsonl(path, name)
-    if path.suffix == ".csv":
+    if path.suffix.lower() == ".csv":
         return load_csv(path, name)
     raise TraceError(f"{path}: unknown trace format {path.suffix!r}; expected .csv or .jsonl")
 
 
 def bundled_path(filename: str) -> Path:
     """Path of a trace shipped inside the package (see servetune/data/README.md)."""
+    if not isinstance(filename, str) or not filename or Path(filename).name != filename:
+        raise ConfigError(f"workload.bundled: got {filename!r}; expected the file name of a "
+                          f"bundled trace (or set workload.path)")
     path = Path(str(resources.files("servetune") / "data" / filename))
     if not path.exists():
         raise ConfigError(f"workload.bundled: no bundled trace {filename!r}; expected one of "
@@ -233,30 +349,47 @@ def slice_trace(trace: RequestTrace, *, start_s: float = 0.0, duration_s: float 
                           f"{trace.name} holds no requests (trace spans "
                           f"{trace.arrival[-1]:.1f} s)")
     out.arrival = (out.arrival - start_s) / rate_scale
+    if not out.arrival[-1] <= MAX_SPAN_S:
+        raise ConfigError(f"workload.rate_scale: got {rate_scale}; the slice would span "
+                          f"{out.arrival[-1]:.3g} s, expected at most {MAX_SPAN_S:.0e} s")
     return out
 
 
 # --------------------------------------------------------------------------- synthetic
 
-def _spec_number(spec: dict, name: str, key: str, lo: float) -> float:
+def _as_float(value) -> float | None:
+    """float(value) for a real number (not a bool); None for anything else or an int beyond
+    float range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
+def _spec_number(spec: dict, name: str, key: str, lo: float, hi: float = math.inf) -> float:
     if name not in spec or spec[name] is None:
         raise ConfigError(f"{key}.{name}: missing; expected a number for dist={spec.get('dist')!r}")
-    value = spec[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < lo:
-        raise ConfigError(f"{key}.{name}: got {value!r}; expected a finite number >= {lo}")
-    return float(value)
+    value = _as_float(spec[name])
+    if value is None or not math.isfinite(value) or not lo <= value <= hi:
+        expect = f">= {lo}" if hi == math.inf else f">= {lo} and <= {hi}"
+        raise ConfigError(f"{key}.{name}: got {spec[name]!r}; expected a finite number {expect}")
+    return value
 
 
 def _lengths(spec: dict, n: int, rng: np.random.Generator, key: str) -> np.ndarray:
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{key}: got {spec!r}; expected a mapping like {{dist: lognormal, "
+                          f"mean: 1000, cv: 1.0, min: 1, max: 6000}}")
     dist = spec.get("dist", "fixed")
-    lo = _spec_number({"min": 1, **spec}, "min", key, 1)
-    hi = _spec_number({"max": 32768, **spec}, "max", key, lo)
+    lo = _spec_number({"min": 1, **spec}, "min", key, 1, MAX_TOKENS)
+    hi = _spec_number({"max": 32768, **spec}, "max", key, lo, MAX_TOKENS)
     if dist == "fixed":
         x = np.full(n, _spec_number(spec, "value", key, 1))
     elif dist == "lognormal":
         mean = _spec_number(spec, "mean", key, 1e-9)
-        cv = _spec_number({"cv": 1.0, **spec}, "cv", key, 0)
+        cv = _spec_number({"cv": 1.0, **spec}, "cv", key, 0, 1e3)
         sigma2 = math.log1p(cv * cv)
         x = rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), n)
     elif dist == "empirical":
@@ -279,14 +412,25 @@ def synthetic(*, rate: float, n_requests: int | None = None, duration_s: float |
               seed: int = 0, name: str = "synthetic") -> RequestTrace:
     """Synthetic requests: Poisson or Gamma inter-arrivals (rate in req/s, burstiness `cv` =
     coefficient of variation of the gaps) and fixed / lognormal / empirical lengths."""
-    if not rate > 0:
+    if not rate > 0 or not math.isfinite(rate):
         raise ConfigError(f"workload.rate: got {rate}; expected requests per second > 0")
     if n_requests is None and duration_s is None:
         raise ConfigError("workload: set n_requests or duration_s")
     if arrival not in ("poisson", "gamma"):
         raise ConfigError(f"workload.arrival: got {arrival!r}; expected poisson or gamma")
-    if arrival == "gamma" and not cv > 0:
-        raise ConfigError(f"workload.cv: got {cv}; expected > 0")
+    if arrival == "gamma" and not 1e-3 <= cv <= 1e3:
+        raise ConfigError(f"workload.cv: got {cv}; expected within [0.001, 1000] (the "
+                          f"coefficient of variation of the inter-arrival gaps)")
+    if n_requests is not None and not 1 <= n_requests <= MAX_SYNTHETIC_REQUESTS:
+        raise ConfigError(f"workload.n_requests: got {n_requests}; expected within "
+                          f"[1, {MAX_SYNTHETIC_REQUESTS}]")
+    if duration_s is not None and not 0 < duration_s <= MAX_SPAN_S:
+        raise ConfigError(f"workload.duration_s: got {duration_s}; expected seconds within "
+                          f"(0, {MAX_SPAN_S:.0e}]")
+    if n_requests is None and rate * duration_s > MAX_SYNTHETIC_REQUESTS:
+        raise ConfigError(f"workload.rate: {rate} requests/s over workload.duration_s = "
+                          f"{duration_s} s is {rate * duration_s:.3g} requests; expected at most "
+                          f"{MAX_SYNTHETIC_REQUESTS} (lower the rate or the duration)")
     rng = np.random.default_rng(seed)
 
     def draw(k):
@@ -295,20 +439,33 @@ def synthetic(*, rate: float, n_requests: int | None = None, duration_s: float |
         shape = 1.0 / (cv * cv)
         return rng.gamma(shape, 1.0 / (rate * shape), k)
 
-    if n_requests is not None:
-        gaps = draw(int(n_requests))
-        times = np.cumsum(gaps) - gaps[0]
-        if duration_s is not None:
+    with np.errstate(over="ignore", invalid="ignore"):
+        if n_requests is not None:
+            gaps = draw(int(n_requests))
+            times = np.cumsum(gaps) - gaps[0]
+            if duration_s is not None:
+                times = times[times < duration_s]
+        else:  # draw until the duration is covered, however bursty the gaps
+            chunks, total, drawn = [], 0.0, 0
+            while total < duration_s:
+                k = int(rate * duration_s) + 64
+                drawn += k
+                if drawn > 4 * MAX_SYNTHETIC_REQUESTS + 1024:
+                    raise ConfigError(f"workload.cv: got {cv}; gaps this bursty do not cover "
+                                      f"workload.duration_s = {duration_s} s within "
+                                      f"{drawn} draws; lower cv")
+                g = draw(k)
+                chunks.append(g)
+                total += g.sum()
+            gaps = np.concatenate(chunks)
+            times = np.cumsum(gaps) - gaps[0]
             times = times[times < duration_s]
-    else:  # draw until the duration is covered, however bursty the gaps
-        chunks, total = [], 0.0
-        while total < duration_s:
-            g = draw(int(rate * duration_s) + 64)
-            chunks.append(g)
-            total += g.sum()
-        gaps = np.concatenate(chunks)
-        times = np.cumsum(gaps) - gaps[0]
-        times = times[times < duration_s]
+    if len(times) == 0:
+        raise ConfigError("workload: the synthetic workload is empty; raise rate or duration_s")
+    if not (np.all(np.isfinite(times)) and times[-1] <= MAX_SPAN_S):
+        raise ConfigError(f"workload.rate: got {rate}; {len(times)} arrivals would span "
+                          f"{times[-1]:.3g} s, expected at most {MAX_SPAN_S:.0e} s (raise the "
+                          f"rate or set workload.duration_s)")
     n = len(times)
     return RequestTrace(name, times.astype(np.float64), _lengths(prompt, n, rng, "workload.prompt"),
                         _lengths(output, n, rng, "workload.output"))
@@ -329,9 +486,15 @@ def predict_output(trace: RequestTrace, *, sigma: float = 0.0, bias: float = 1.0
 
     sigma = 0 and bias = 1 is an oracle. Returns [N] float64 tokens (>= 1).
     """
-    if sigma < 0 or bias <= 0:
+    if not (0 <= sigma < math.inf and 0 < bias < math.inf):
         raise ConfigError(f"workload.predictor: got sigma={sigma}, bias={bias}; expected "
-                          f"sigma >= 0 and bias > 0")
+                          f"finite sigma >= 0 and bias > 0")
     rng = np.random.default_rng([seed, 7919])
-    noise = np.exp(sigma * rng.standard_normal(len(trace))) if sigma > 0 else 1.0
-    return np.maximum(trace.output * bias * noise, 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        noise = np.exp(sigma * rng.standard_normal(len(trace))) if sigma > 0 else 1.0
+        pred = np.maximum(trace.output * bias * noise, 1.0)
+    if not np.all(np.isfinite(pred)):
+        raise ConfigError(f"workload.predictor: sigma={sigma}, bias={bias} overflow the "
+                          f"predicted output lengths to infinity; expected a noise scale that "
+                          f"keeps them finite (sigma of a few units, bias near 1)")
+    return pred
