@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from servetune import histogram
+from servetune.errors import ServetuneError
 from servetune.simulate import ScenarioResult
 from servetune.types import (
     CANCELLED,
@@ -127,6 +128,13 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     ITL pools every inter-token gap of the run (warm-up included), from a histogram.
     Utilization = busy time / simulated time; wasted_token_ratio = tokens computed for requests
     that did not qualify, plus recomputation of those that did, over all tokens computed.
+
+    Not-a-number only where a metric is undefined (see ALWAYS_FINITE for the ones that never
+    are): TTFT/TPOT/E2E statistics with no completed counted request (TPOT also when every
+    completion has one output token), ITL statistics with no inter-token gap, utilization and
+    mean_in_system when no simulated time passed, useful_tokens_per_dollar when the cost is 0
+    (a price of 0), slo_attainment with no counted request; cost_per_qualifying_request_usd is
+    inf when nothing qualifies. Any other non-finite value raises ServetuneError.
     """
     table = request_table(trace, res, spec) if table is None else table
     sim_s = res.clock_s
@@ -173,4 +181,19 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
                 "slo_attainment", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
                 "e2e_mean_s", "e2e_p99_s")}
     m["by_class"] = by_class
+    _check_finite(m)
     return m
+
+
+# Metrics that are finite in every run; a NaN or inf here means the simulation went wrong (e.g.
+# a clock that overflowed), and is raised rather than reported.
+ALWAYS_FINITE = ("offered_rps", "throughput_rps", "output_tokens_per_s", "goodput_rps",
+                 "useful_tokens", "cost_usd", "wasted_token_ratio", "kv_peak_occupancy",
+                 "sim_duration_s", "provisioned_s", "window_s")
+
+
+def _check_finite(m: dict) -> None:
+    bad = {k: m[k] for k in ALWAYS_FINITE if not np.isfinite(m[k])}
+    if bad:
+        raise ServetuneError(f"metrics: {bad} not finite; every input was validated, so this is "
+                             f"a simulator bug (or times beyond float range) -- please report it")

@@ -33,6 +33,20 @@ class Scenario:
     labels: dict  # human-readable names (gpu, model, ...)
 
 
+# Upper bounds that keep every array allocation and every simulated time finite and sane.
+MAX_CAPACITY = 1 << 20  # engine.max_slots / queue_window / outbox: entries allocated per scenario
+MAX_VECTOR = 1 << 16  # engine.leap_max / drain_per_step: vector lengths inside every iteration
+MAX_INT32 = 2**31 - 1  # counters and KV block ids are int32 on device
+MAX_SECONDS = 1e9  # any duration or cost-model time in seconds (~31.7 years)
+MAX_PRICE = 1e6  # USD per GPU-hour
+MAX_SEEDS = 1 << 16
+
+# Config sections build() reads: required ones must be present; all must be mappings.
+_SECTIONS = {"workload": True, "hardware": True, "model": True, "policy": True, "engine": True,
+             "window": True, "cost": False, "slo": False, "classes": False, "grid": False,
+             "paths": False}
+
+
 def _get(cfg: DictConfig, key: str, default=None):
     value = OmegaConf.select(cfg, key, default=default)
     return value
@@ -47,13 +61,42 @@ def _number(cfg, key, *, lo=-math.inf, hi=math.inf, integer=False, default=None,
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{key}: got {value!r}; expected a number")
-    if not allow_inf and not math.isfinite(value):
+    try:
+        as_float = float(value)
+    except OverflowError:  # an integer beyond float range
+        raise ConfigError(f"{key}: got {str(value)[:30]}... ({len(str(value))} digits); expected "
+                          f"within [{lo}, {hi}]") from None
+    if math.isnan(as_float):
+        raise ConfigError(f"{key}: got {value!r}; expected a finite number")
+    if not allow_inf and not math.isfinite(as_float):
         raise ConfigError(f"{key}: got {value!r}; expected a finite number")
     if integer and value != int(value):
         raise ConfigError(f"{key}: got {value!r}; expected an integer")
-    if not (lo <= value <= hi) or (isinstance(value, float) and math.isnan(value)):
+    if not (lo <= value <= hi):
         raise ConfigError(f"{key}: got {value!r}; expected within [{lo}, {hi}]")
     return int(value) if integer else float(value)
+
+
+def _string(cfg, key, default=None, allow_none=False):
+    value = _get(cfg, key, default)
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: got {value!r}; expected a string")
+    return value
+
+
+def _check_sections(cfg: DictConfig) -> None:
+    """Every section build() reads is a mapping; the required ones are present."""
+    for section, required in _SECTIONS.items():
+        node = _get(cfg, section)
+        if node is None:
+            if required:
+                raise ConfigError(f"{section}: missing; expected the {section}.* section "
+                                  f"(choose one with {section}=<name>)")
+            continue
+        if not isinstance(node, DictConfig):
+            raise ConfigError(f"{section}: got {node!r}; expected a mapping of {section}.* keys")
 
 
 def _flag(cfg, key, default: bool) -> bool:
@@ -67,31 +110,43 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
     """The request trace of `workload.*` for one seed (trace replay or synthetic)."""
     w = cfg.workload
     kind = _get(cfg, "workload.kind")
+    name = _get(cfg, "workload.name")
+    if name is not None and not isinstance(name, (str, int)):
+        raise ConfigError(f"workload.name: got {name!r}; expected a string")
+    name = None if name is None else str(name)
     if kind == "trace":
-        path = _get(cfg, "workload.path")
+        path = _string(cfg, "workload.path", allow_none=True)
         if path is None:
             path = workload.bundled_path(_get(cfg, "workload.bundled"))
         else:
             path = Path(path).expanduser()
             if not path.is_absolute():
-                base = Path(_get(cfg, "paths.root", ".") or ".")
+                base = Path(_string(cfg, "paths.root", allow_none=True) or ".")
                 path = base / path
-        trace = workload.load_trace(path, name=_get(cfg, "workload.name"))
+        trace = workload.load_trace(path, name=name)
         trace = workload.slice_trace(
-            trace, start_s=_number(cfg, "workload.start_s", lo=0, default=0.0),
-            duration_s=_number(cfg, "workload.duration_s", lo=0, allow_none=True),
+            trace, start_s=_number(cfg, "workload.start_s", lo=0, hi=MAX_SECONDS, default=0.0),
+            duration_s=_number(cfg, "workload.duration_s", lo=0, hi=MAX_SECONDS,
+                               allow_none=True),
             rate_scale=_number(cfg, "workload.rate_scale", lo=1e-9, default=1.0),
             max_requests=_number(cfg, "workload.max_requests", lo=1, integer=True,
                                  allow_none=True))
     elif kind == "synthetic":
+        for part in ("prompt", "output"):
+            if not isinstance(_get(cfg, f"workload.{part}"), DictConfig):
+                raise ConfigError(f"workload.{part}: got {_get(cfg, f'workload.{part}')!r}; "
+                                  f"expected a mapping like {{dist: lognormal, mean: 1000, cv: 1.0, "
+                                  f"min: 1, max: 6000}}")
         trace = workload.synthetic(
             rate=_number(cfg, "workload.rate", lo=0),
-            n_requests=_number(cfg, "workload.n_requests", lo=1, integer=True, allow_none=True),
-            duration_s=_number(cfg, "workload.duration_s", lo=0, allow_none=True),
+            n_requests=_number(cfg, "workload.n_requests", lo=1,
+                               hi=workload.MAX_SYNTHETIC_REQUESTS, integer=True, allow_none=True),
+            duration_s=_number(cfg, "workload.duration_s", lo=0, hi=workload.MAX_SPAN_S,
+                               allow_none=True),
             arrival=str(_get(cfg, "workload.arrival", "poisson")),
             cv=_number(cfg, "workload.cv", lo=0, default=1.0),
             prompt=OmegaConf.to_container(w.prompt), output=OmegaConf.to_container(w.output),
-            seed=seed, name=str(_get(cfg, "workload.name", "synthetic")))
+            seed=seed, name=name or "synthetic")
         if len(trace) == 0:
             raise ConfigError("workload: the synthetic workload is empty; raise rate or duration_s")
     else:
@@ -124,27 +179,46 @@ def stack_workloads(traces, predicted, drain_s: float) -> Workload:
     return Workload(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
 
 
+def _is_real(v) -> bool:
+    """A number (not a bool, not NaN) that converts to float."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return not math.isnan(float(v))
+    except OverflowError:
+        return False
+
+
 def grid_points(cfg: DictConfig) -> list[dict]:
     """The cartesian product of `grid.<policy key>: [values]` as a list of dicts ([{}] if none)."""
     grid = _get(cfg, "grid") or {}
+    if not isinstance(grid, (DictConfig, dict)):
+        raise ConfigError(f"grid: got {grid!r}; expected a mapping of policy key -> list of "
+                          f"values, e.g. grid.max_num_seqs=[64,128]")
     grid = OmegaConf.to_container(grid) if isinstance(grid, DictConfig) else dict(grid)
     grid = {k: v for k, v in grid.items() if v is not None}
     keys = list(grid)
     for k in keys:
-        if not isinstance(grid[k], list) or not grid[k]:
+        if not isinstance(grid[k], list) or not grid[k] or not all(
+                _is_real(v) for v in grid[k]):
             raise ConfigError(f"grid.{k}: got {grid[k]!r}; expected a non-empty list of numbers")
     return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
 def build(cfg: DictConfig) -> Scenario:
-    """Validate `cfg` and build the scenario batch (seeds x grid points)."""
+    """Validate `cfg` and build the scenario batch (seeds x grid points).
+
+    Every key is checked before anything is compiled or allocated on device; a bad value raises
+    ConfigError naming the key, the value and what was expected (TraceError for a bad trace)."""
+    _check_sections(cfg)
     gpu = hardware.lookup(hardware.GPUS, _get(cfg, "hardware.gpu"), "hardware.gpu")
     model = hardware.lookup(hardware.MODELS, _get(cfg, "model.name"), "model.name")
     tp = _number(cfg, "hardware.tp", lo=1, integer=True, default=1)
     wbits = _number(cfg, "model.weight_bits", integer=True, default=16)
     kvbits = _number(cfg, "model.kv_bits", integer=True, default=16)
     block = _number(cfg, "engine.block_size", lo=1, hi=4096, integer=True)
-    max_len = _number(cfg, "engine.max_model_len", lo=1, integer=True, allow_none=True)
+    max_len = _number(cfg, "engine.max_model_len", lo=1, hi=MAX_INT32, integer=True,
+                      allow_none=True)
     max_len = model.max_context if max_len is None else max_len
     if max_len > model.max_context:
         raise ConfigError(f"engine.max_model_len: got {max_len}; {model.name} supports at most "
@@ -152,7 +226,7 @@ def build(cfg: DictConfig) -> Scenario:
     kv_blocks = hardware.kv_capacity_blocks(
         gpu, model, tp=tp, weight_bits=wbits, kv_bits=kvbits, block_size=block,
         gpu_memory_utilization=_number(cfg, "engine.gpu_memory_utilization", lo=0, hi=1),
-        activation_reserve_gib=_number(cfg, "engine.activation_reserve_gib", lo=0),
+        activation_reserve_gib=_number(cfg, "engine.activation_reserve_gib", lo=0, hi=1e4),
         max_model_len=max_len)
     form = _get(cfg, "cost.form", "roofline")
     if form == "roofline":
@@ -160,15 +234,17 @@ def build(cfg: DictConfig) -> Scenario:
             gpu, model, tp=tp, weight_bits=wbits, kv_bits=kvbits, kv_blocks=kv_blocks,
             flops_efficiency=_number(cfg, "hardware.flops_efficiency", lo=1e-6, hi=1),
             bandwidth_efficiency=_number(cfg, "hardware.bandwidth_efficiency", lo=1e-6, hi=1),
-            overhead_s=_number(cfg, "hardware.overhead_s", lo=0),
-            allreduce_latency_s=_number(cfg, "hardware.allreduce_latency_s", lo=0, default=0.0))
+            overhead_s=_number(cfg, "hardware.overhead_s", lo=0, hi=MAX_SECONDS),
+            allreduce_latency_s=_number(cfg, "hardware.allreduce_latency_s", lo=0,
+                                        hi=MAX_SECONDS, default=0.0))
     elif form == "linear":
         cost = hardware.linear_cost_params(
-            base_s=_number(cfg, "cost.base_s", lo=0),
-            per_prefill_token_s=_number(cfg, "cost.per_prefill_token_s", lo=0),
-            per_decode_seq_s=_number(cfg, "cost.per_decode_seq_s", lo=0),
-            per_ctx_token_s=_number(cfg, "cost.per_ctx_token_s", lo=0),
-            kv_blocks=_number(cfg, "cost.kv_blocks", lo=1, integer=True, default=kv_blocks))
+            base_s=_number(cfg, "cost.base_s", lo=0, hi=MAX_SECONDS),
+            per_prefill_token_s=_number(cfg, "cost.per_prefill_token_s", lo=0, hi=MAX_SECONDS),
+            per_decode_seq_s=_number(cfg, "cost.per_decode_seq_s", lo=0, hi=MAX_SECONDS),
+            per_ctx_token_s=_number(cfg, "cost.per_ctx_token_s", lo=0, hi=MAX_SECONDS),
+            kv_blocks=_number(cfg, "cost.kv_blocks", lo=1, hi=MAX_INT32, integer=True,
+                              default=kv_blocks))
         # (a null cost.kv_blocks means: from hardware and model memory)
         kv_blocks = int(cost.kv_blocks)
     else:
@@ -176,11 +252,26 @@ def build(cfg: DictConfig) -> Scenario:
 
     policy_cfg = OmegaConf.to_container(cfg.policy)
     order = policy_cfg.pop("order", "fcfs")
-    policy_cfg = {k: (math.inf if v is None else v) for k, v in policy_cfg.items()}
+    if not isinstance(order, str):
+        raise ConfigError(f"policy.order: got {order!r}; expected one of fcfs, sjf, parametric")
+    unlimited = ("queue_cap", "max_num_batched_tokens")  # null or inf: no limit
     for k, v in policy_cfg.items():
         if isinstance(v, list):
             raise ConfigError(f"policy.{k}: got a list {v}; a policy value is one number -- to "
                               f"simulate several values in one call use grid.{k}={v}")
+        if k not in DEFAULTS or (v is None and k in unlimited):
+            continue  # unknown keys: make_policy names them
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ConfigError(f"policy.{k}: got {v!r}; expected a number")
+        try:
+            v = float(v)
+        except OverflowError:  # an integer beyond float range
+            raise ConfigError(f"policy.{k}: got an integer of {len(str(v))} digits; expected a "
+                              f"number within float range") from None
+        if math.isinf(v) and k not in unlimited:
+            raise ConfigError(f"policy.{k}: got {v!r}; expected a finite number (only "
+                              f"{' and '.join(unlimited)} may be unlimited)")
+    policy_cfg = {k: (math.inf if v is None else v) for k, v in policy_cfg.items()}
     points = grid_points(cfg)
     for key in (points[0] if points else {}):
         if key not in DEFAULTS:
@@ -190,8 +281,13 @@ def build(cfg: DictConfig) -> Scenario:
     base.update(columns)
     pol = make_policy(base, order=order)
     max_seqs = float(np.max(np.asarray(pol.max_num_seqs)))
-    slots = _number(cfg, "engine.max_slots", lo=1, integer=True, allow_none=True)
+    slots = _number(cfg, "engine.max_slots", lo=1, hi=MAX_CAPACITY, integer=True,
+                    allow_none=True)
     if slots is None:  # exact: room for every sequence the policy may run
+        if max_seqs > MAX_CAPACITY:
+            raise ConfigError(f"engine.max_slots: null sizes the slots to policy.max_num_seqs = "
+                              f"{max_seqs:g}, expected at most {MAX_CAPACITY}; set "
+                              f"engine.max_slots (admissions it holds back are counted)")
         slots = math.ceil(max_seqs)
     batching = _get(cfg, "engine.batching", "continuous")
     layout = _get(cfg, "engine.kv_layout", "paged")
@@ -201,14 +297,15 @@ def build(cfg: DictConfig) -> Scenario:
         raise ConfigError(f"engine.kv_layout: got {layout!r}; expected paged or contiguous")
     engine = EngineConfig(
         max_slots=slots,
-        queue_window=_number(cfg, "engine.queue_window", lo=1, integer=True),
+        queue_window=_number(cfg, "engine.queue_window", lo=1, hi=MAX_CAPACITY, integer=True),
         block_size=block, max_model_len=max_len, batching=batching, kv_layout=layout,
         chunked_prefill=_flag(cfg, "engine.chunked_prefill", True), cost_form=form,
-        outbox=_number(cfg, "engine.outbox", lo=1, integer=True, default=2048),
-        max_steps_per_chunk=_number(cfg, "engine.max_steps_per_chunk", lo=1, integer=True,
-                                    default=200_000),
-        drain_per_step=_number(cfg, "engine.drain_per_step", lo=1, integer=True, default=8),
-        leap_max=_number(cfg, "engine.leap_max", lo=0, integer=True, default=64))
+        outbox=_number(cfg, "engine.outbox", lo=1, hi=MAX_CAPACITY, integer=True, default=2048),
+        max_steps_per_chunk=_number(cfg, "engine.max_steps_per_chunk", lo=1, hi=MAX_INT32,
+                                    integer=True, default=200_000),
+        drain_per_step=_number(cfg, "engine.drain_per_step", lo=1, hi=MAX_VECTOR, integer=True,
+                               default=8),
+        leap_max=_number(cfg, "engine.leap_max", lo=0, hi=MAX_VECTOR, integer=True, default=64))
     budget = float(np.min(np.asarray(pol.max_num_batched_tokens)))
     if batching == "continuous" and not engine.chunked_prefill and budget < max_len:
         raise ConfigError(
@@ -227,8 +324,8 @@ def build(cfg: DictConfig) -> Scenario:
     n_params = len(points)
     cost = jax.tree.map(lambda x: jnp.broadcast_to(x, (n_params,) + x.shape), cost)
 
-    seed0 = _number(cfg, "seed", integer=True, default=0)
-    n_seeds = _number(cfg, "seeds", lo=1, integer=True, default=1)
+    seed0 = _number(cfg, "seed", lo=0, hi=2**63 - 1, integer=True, default=0)
+    n_seeds = _number(cfg, "seeds", lo=1, hi=MAX_SEEDS, integer=True, default=1)
     seeds = [seed0 + k for k in range(n_seeds)]
     sigma = _number(cfg, "workload.predictor.sigma", lo=0, default=0.0)
     bias = _number(cfg, "workload.predictor.bias", lo=1e-9, default=1.0)
@@ -239,13 +336,13 @@ def build(cfg: DictConfig) -> Scenario:
         traces.append(tr)
         preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
     drain = _number(cfg, "window.drain_s", lo=0)  # finite: the drain limit bounds the run
-    warmup = _number(cfg, "window.warmup_s", lo=0, default=0.0)
+    warmup = _number(cfg, "window.warmup_s", lo=0, hi=MAX_SECONDS, default=0.0)
     for tr in traces:
         if warmup > 0 and warmup >= tr.arrival[-1]:
             raise ConfigError(f"window.warmup_s: {warmup} s is past the last arrival "
                               f"({tr.arrival[-1]:.1f} s) of {tr.name}; nothing would be counted")
     slo = lambda k: _number(cfg, f"slo.{k}", lo=0, allow_none=True)
-    price = _number(cfg, "hardware.price_per_gpu_hour", lo=0, allow_none=True)
+    price = _number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE, allow_none=True)
     spec = MetricsSpec(slo_ttft_s=slo("ttft_s"), slo_tpot_s=slo("tpot_s"), slo_e2e_s=slo("e2e_s"),
                        warmup_s=warmup,
                        price_per_gpu_hour=gpu.price_per_gpu_hour if price is None else price,
