@@ -27,6 +27,11 @@ def batch_cost(es, batch, params: Params, cfg: EngineConfig):
     return step_time(params.cost, cfg.cost_form, prefill, decode, ctx_read, attn_work)
 
 
+def _in_scheduling_order(e, t, pol):
+    order = scheduling_order(e, t, pol)
+    return jax.tree.map(lambda x: x[order], e)
+
+
 def order_matters(e, params: Params, cfg: EngineConfig):
     """Whether priority order can change this iteration's schedule: more than one request
     waiting, or running requests that want more tokens than the budget or more KV blocks than
@@ -43,7 +48,9 @@ def _occupancy(wl: Workload, t, t_next, n_arrived, ended_by_t):
     """Integral over [t, t_next) of the requests in the system (arrived, not ended), in
     request-seconds: those present at t for the whole interval, plus each arrival inside it
     from its arrival time on. Requests end only at iteration boundaries."""
-    k2 = jnp.minimum(jnp.searchsorted(wl.arrival, t_next, side="right"), wl.n)
+    # unrolled binary search: log2(N) fused steps, not a nested while loop of kernels
+    k2 = jnp.minimum(jnp.searchsorted(wl.arrival, t_next, side="right", method="scan_unrolled"),
+                     wl.n)
     csum = lambda k: jnp.where(k > 0, wl.arrival_cumsum[jnp.maximum(k - 1, 0)], 0.0)
     inside = (k2 - n_arrived) * t_next - (csum(k2) - csum(n_arrived))
     return (n_arrived - ended_by_t) * (t_next - t) + inside
@@ -78,10 +85,8 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     e, next_req, outside, n_arrived, n_rejected = take_arrivals(
         e, t, state.next_req, wl, params, cfg)
     sort = order_matters(e, params, cfg) if cfg.lazy_order else True
-    order = jax.lax.cond(sort,
-                         lambda: scheduling_order(e, t, params.policy),
-                         lambda: jnp.arange(e.req.shape[0]))
-    e = jax.tree.map(lambda x: x[order], e)
+    # the permutation (16 gathers) runs only with the sort; under vmap both branches run
+    e = jax.lax.cond(sort, _in_scheduling_order, lambda e, t, pol: e, e, t, params.policy)
     e, batch = schedule(e, params, cfg)
     dur = batch_cost(e, batch, params, cfg)
     batch_req = e.req

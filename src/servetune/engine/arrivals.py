@@ -22,7 +22,9 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
     Returns (entries, next_req, arrived requests left outside the window, requests arrived by t,
     requests rejected).
     """
-    n_arrived = jnp.minimum(jnp.searchsorted(wl.arrival, t, side="right"), wl.n).astype(jnp.int32)
+    # unrolled binary search: log2(N) fused steps, not a nested while loop of kernels
+    n_arrived = jnp.minimum(jnp.searchsorted(wl.arrival, t, side="right",
+                                             method="scan_unrolled"), wl.n).astype(jnp.int32)
     pending = n_arrived - next_req
     empty = e.status == EMPTY
     slot_rank = ops.cumsum(empty, dtype=jnp.int32) - 1
