@@ -127,13 +127,12 @@ class ServetuneCallback(Callback):
 
 def print_sweep_summary(root: Path, max_rows: int = 20, console=None) -> bool:
     """Print the one-screen summary of the runs under `root`; False if there are none."""
-    from rich.console import Console
 
     from servetune.reporting.collect import ReportError, collect
-    from servetune.reporting.console import points_table
+    from servetune.reporting.console import points_table, wide_console
     from servetune.reporting.stats import aggregate
 
-    console = console or Console()
+    console = console or wide_console()
     try:
         col = collect(root)
     except ReportError:

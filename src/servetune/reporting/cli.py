@@ -30,7 +30,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command; returns the exit status (2 for a user error)."""
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
-    from servetune.reporting.console import print_report
+    from servetune.reporting.console import print_report, wide_console
     from servetune.reporting.report import report
 
     try:
@@ -39,5 +39,5 @@ def main(argv: list[str] | None = None) -> int:
     except ServetuneError as err:
         Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
         return 2
-    print_report(rep, Console())
+    print_report(rep, wide_console())
     return 0

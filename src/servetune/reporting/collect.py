@@ -203,11 +203,21 @@ def collect(root: Path | str, exclude: Path | None = None) -> Collection:
     return Collection(root=root, runs=runs, keys=keys, overrides=order, run_dirs=run_dirs)
 
 
+def short_names(keys: list) -> dict:
+    """{key: display name}: a dotted prefix shared by every key is dropped ("policy.")."""
+    parts = [k.split(".") for k in keys]
+    common = 0
+    while parts and all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
+        common += 1
+    return {k: ".".join(p[common:]) for k, p in zip(keys, parts)}
+
+
 def point_label(row: dict | pd.Series, keys: list) -> str:
-    """'key=value, ...' of a point ('all' when nothing varies)."""
+    """'key=value, ...' of a point ('all' when nothing varies), keys as short_names gives."""
     if not keys:
         return "all"
-    return ", ".join(f"{k}={_fmt(row[k])}" for k in keys)
+    names = short_names(keys)
+    return ", ".join(f"{names[k]}={_fmt(row[k])}" for k in keys)
 
 
 def _fmt(v) -> str:

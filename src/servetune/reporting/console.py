@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
+
+from servetune.reporting.collect import short_names
 
 COLUMNS = (("goodput_rps", "goodput rps"), ("slo_attainment", "SLO att."),
            ("ttft_p99_s", "P99 TTFT s"), ("tpot_p99_s", "P99 TPOT s"),
@@ -23,8 +26,14 @@ def _num(v, digits=4) -> str:
     return str(v)
 
 
+def wide_console() -> Console:
+    """A console for tables: the terminal's width, or 160 columns when writing to a file or a
+    pipe (logs are not 80 columns wide)."""
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
 def _cell(row: pd.Series, metric: str, ci: bool) -> str:
-    text = _num(row.get(f"{metric}_mean"))
+    text = _num(row.get(f"{metric}_mean"), 3)
     std = row.get(f"{metric}_std", math.nan)
     if isinstance(std, float) and math.isfinite(std):
         text += f" ±{_num(std, 2)}"
@@ -37,17 +46,18 @@ def _cell(row: pd.Series, metric: str, ci: bool) -> str:
 def points_table(points: pd.DataFrame, keys: list, title: str, max_rows: int = 20,
                  columns=COLUMNS, ci: bool = True) -> Table:
     """One row per point: its key values, seeds, and mean ±std of each column, with the
-    bootstrap interval [lo, hi] of the P99 columns when `ci`."""
+    bootstrap interval [lo, hi] of P99 TTFT when `ci`."""
     t = Table(title=title, show_header=True, header_style="bold")
     shown = keys or ["point"]
+    names = short_names(shown)
     for k in shown:
-        t.add_column(k, justify="right", no_wrap=True)
+        t.add_column(names[k], justify="right", no_wrap=True)
     t.add_column("n", justify="right")
     for _, label in columns:
         t.add_column(label, justify="right", overflow="fold")
     for _, row in points.head(max_rows).iterrows():
         t.add_row(*[_num(row[k]) for k in shown], str(int(row["n"])),
-                  *[_cell(row, m, ci and m.endswith('_p99_s')) for m, _ in columns])
+                  *[_cell(row, m, ci and m == "ttft_p99_s") for m, _ in columns])
     if len(points) > max_rows:
         t.caption = f"... and {len(points) - max_rows} more points"
     return t

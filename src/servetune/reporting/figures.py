@@ -66,7 +66,7 @@ def draw(points: pd.DataFrame, keys: list, out_dir: Path) -> list[Path]:
                 y = g[f"{metric}_mean"].to_numpy(np.float64)
                 err = np.nan_to_num(g[f"{metric}_std"].to_numpy(np.float64))
                 ax.errorbar(xv, y, yerr=err, color=color, marker="o", ms=4, capsize=3,
-                            label=label or None)
+                            ls="-" if numeric else "none", label=label or None)
                 if f"{metric}_ci_lo" in g:
                     lo = g[f"{metric}_ci_lo"].to_numpy(np.float64)
                     hi = g[f"{metric}_ci_hi"].to_numpy(np.float64)
@@ -90,8 +90,9 @@ def draw(points: pd.DataFrame, keys: list, out_dir: Path) -> list[Path]:
                 ax.set_ylim(top=1.02)
         if any(label for label, _ in lines):
             axes[0].legend(fontsize=7, loc="best")
-        seeds = points["n"].max() if "n" in points else 1
-        fig.suptitle(f"{x}: mean over seeds (up to {seeds}); bars +- std, shaded "
+        n = sorted(set(points["n"])) if "n" in points else [1]
+        seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
+        fig.suptitle(f"{x}: mean over {seeds} seed(s) per point; bars +- std, shaded "
                      f"{LEVEL:.0%} bootstrap CI", fontsize=11)
         path = out_dir / f"fig_{_safe(x)}.png"
         fig.savefig(path, dpi=100)

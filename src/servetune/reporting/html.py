@@ -92,7 +92,8 @@ def figure(points: pd.DataFrame, keys: list, x: str):
                 fill="toself" if numeric and len(g) > 1 else None, opacity=0.25,
                 fillcolor=color, name=f"{name} CI"), row=row, col=colno)
             fig.add_trace(go.Scatter(
-                **_main(g, metric, xs), mode="lines+markers", name=name, legendgroup=name,
+                **_main(g, metric, xs), mode="lines+markers" if numeric else "markers",
+                name=name, legendgroup=name,
                 showlegend=p == 0, line={"color": color}, marker={"size": 7},
                 hovertemplate=HOVER), row=row, col=colno)
             if lat is not None:
@@ -128,6 +129,8 @@ def figure(points: pd.DataFrame, keys: list, x: str):
                       "type": "buttons", "direction": "right",
                       "active": 1 if log_scale(points[x]) else 0, "x": 0.66, "y": 1.13,
                       "xanchor": "left"})
+    if not numeric:
+        fig.update_layout(scattermode="group")  # series side by side at each category
     fig.update_layout(updatemenus=menus, height=720, template="plotly_white",
                       legend={"groupclick": "togglegroup", "title": {"text": "series"}},
                       margin={"t": 110, "l": 60, "r": 20, "b": 50})

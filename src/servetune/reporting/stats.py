@@ -204,9 +204,13 @@ def verdicts(comparisons: pd.DataFrame) -> list[str]:
         best = g["best"].iloc[0]
         same = [o for o, d in zip(g["other"], g["distinguishable"]) if d is not None and not d]
         unknown = list(g.loc[g["distinguishable"].isna(), "other"])
-        text = f"{metric}: best {best}"
-        if same:
-            text += "; not distinguishable from " + "; ".join(same)
+        text = f"{metric}: best {best} ({g['best_mean'].iloc[0]:.4g})"
+        if same and len(same) == len(g):
+            text += f"; not distinguishable from any of the {len(g)} other point(s)"
+        elif same:
+            more = f" and {len(same) - 4} more" if len(same) > 4 else ""
+            text += (f"; not distinguishable from {len(same)} of {len(g)} other(s): "
+                     + "; ".join(same[:4]) + more)
         if unknown:
             text += f"; no interval to compare with {len(unknown)} point(s) (one seed, no CI)"
         if not same and not unknown:
