@@ -81,6 +81,10 @@ def draw(points: pd.DataFrame, keys: list, out_dir: Path) -> list[Path]:
             if numeric:
                 if log_scale(points[x]):
                     ax.set_xscale("log")
+                ticks = sorted({float(v) for v in points[x]})
+                if len(ticks) <= 12:  # the swept values themselves
+                    ax.minorticks_off()
+                    ax.set_xticks(ticks, [f"{v:g}" for v in ticks])
                 ax.set_xlabel(x)
             else:
                 ax.set_xticks(range(len(cats)), cats, rotation=20 if len(cats) > 4 else 0,

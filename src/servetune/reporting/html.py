@@ -129,17 +129,19 @@ def figure(points: pd.DataFrame, keys: list, x: str):
                       "type": "buttons", "direction": "right",
                       "active": 1 if log_scale(points[x]) else 0, "x": 0.66, "y": 1.13,
                       "xanchor": "left"})
-    if not numeric:
-        fig.update_layout(scattermode="group")  # series side by side at each category
     fig.update_layout(updatemenus=menus, height=720, template="plotly_white",
                       legend={"groupclick": "togglegroup", "title": {"text": "series"}},
                       margin={"t": 110, "l": 60, "r": 20, "b": 50})
+    ticks = sorted({float(v) for v in points[x]}) if numeric else None
     for i in range(1, 7):
         fig.update_xaxes(title_text=x if i > 3 else None, row=(i - 1) // 3 + 1,
                          col=(i - 1) % 3 + 1,
                          type="log" if numeric and log_scale(points[x]) else None,
+                         tickmode="array" if numeric and len(ticks) <= 12 else None,
+                         tickvals=ticks if numeric and len(ticks) <= 12 else None,
                          categoryorder="array" if not numeric else None,
-                         categoryarray=cats if not numeric else None)
+                         categoryarray=cats if not numeric else None,
+                         range=[-0.5, len(cats) - 0.5] if not numeric else None)
     return fig
 
 
@@ -177,7 +179,8 @@ def _json(df: pd.DataFrame) -> str:
     return text.replace("</", "<\\/")
 
 
-CSS = """body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1400px;color:#222}
+CSS = """body{font-family:system-ui,sans-serif;margin:24px auto;padding:0 16px;max-width:1360px;
+color:#222}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;
 padding:3px 8px;text-align:right}th{background:#f4f4f4}small{color:#666}
 .note{color:#555;font-size:13px;max-width:1000px}li{margin:3px 0}"""
