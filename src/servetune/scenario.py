@@ -128,7 +128,7 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
             trace, start_s=_number(cfg, "workload.start_s", lo=0, hi=MAX_SECONDS, default=0.0),
             duration_s=_number(cfg, "workload.duration_s", lo=0, hi=MAX_SECONDS,
                                allow_none=True),
-            rate_scale=_number(cfg, "workload.rate_scale", lo=1e-9, default=1.0),
+            rate_scale=_number(cfg, "workload.rate_scale", lo=1e-9, hi=1e9, default=1.0),
             max_requests=_number(cfg, "workload.max_requests", lo=1, integer=True,
                                  allow_none=True))
     elif kind == "synthetic":
@@ -138,7 +138,7 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
                                   f"expected a mapping like {{dist: lognormal, mean: 1000, cv: 1.0, "
                                   f"min: 1, max: 6000}}")
         trace = workload.synthetic(
-            rate=_number(cfg, "workload.rate", lo=0),
+            rate=_number(cfg, "workload.rate", lo=0, hi=workload.MAX_RATE),
             n_requests=_number(cfg, "workload.n_requests", lo=1,
                                hi=workload.MAX_SYNTHETIC_REQUESTS, integer=True, allow_none=True),
             duration_s=_number(cfg, "workload.duration_s", lo=0, hi=workload.MAX_SPAN_S,

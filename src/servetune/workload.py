@@ -25,6 +25,9 @@ MAX_TOKENS = 10_000_000  # a per-request token count above this is a corrupt row
 # lose the sub-microsecond resolution the simulated clock relies on; such spans are corrupt rows
 # (a millisecond column read as seconds, a stray 1e308) rather than workloads.
 MAX_SPAN_S = 1e9
+# Highest synthetic arrival rate (requests/s): a 1 ns mean gap. Faster gaps approach the
+# subnormal floats, and rates over such windows overflow.
+MAX_RATE = 1e9
 # Most requests a synthetic workload may draw (memory: a few arrays of this length per seed).
 MAX_SYNTHETIC_REQUESTS = 1 << 26
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # only these end a line (str.splitlines also splits
@@ -51,6 +54,7 @@ class RequestTrace:
     def __post_init__(self):
         if self.klass is None:
             self.klass = np.zeros(len(self.arrival), np.int32)
+        self.arrival = flush_subnormal(self.arrival)
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -59,6 +63,18 @@ class RequestTrace:
         """The requests where `mask` holds, in order."""
         return dataclasses.replace(self, arrival=self.arrival[mask], prompt=self.prompt[mask],
                                    output=self.output[mask], klass=self.klass[mask])
+
+
+def flush_subnormal(times):
+    """Times below the smallest normal float64 (2.2e-308 s) as exactly 0.
+
+    XLA on CPU flushes subnormal floats to zero, so the simulator already sees such an arrival
+    at t = 0; the host-side metrics must agree (else a request seems rejected before it arrived
+    and a 1e-313 s window makes every rate infinite)."""
+    times = np.asarray(times)
+    if times.dtype.kind == "f" and np.any((times != 0) & (np.abs(times) < np.finfo(times.dtype).tiny)):
+        times = np.where(np.abs(times) < np.finfo(times.dtype).tiny, 0.0, times).astype(times.dtype)
+    return times
 
 
 # --------------------------------------------------------------------------- loaders
@@ -336,8 +352,8 @@ def slice_trace(trace: RequestTrace, *, start_s: float = 0.0, duration_s: float 
                 rate_scale: float = 1.0, max_requests: int | None = None) -> RequestTrace:
     """Requests arriving in [start_s, start_s + duration_s) of the trace, re-based to time 0,
     with time compressed by `rate_scale` (2.0 doubles the rate), keeping at most `max_requests`."""
-    if not rate_scale > 0:
-        raise ConfigError(f"workload.rate_scale: got {rate_scale}; expected > 0")
+    if not 0 < rate_scale <= 1e9:
+        raise ConfigError(f"workload.rate_scale: got {rate_scale}; expected > 0 and <= 1e9")
     if start_s < 0:
         raise ConfigError(f"workload.start_s: got {start_s}; expected >= 0")
     end = math.inf if duration_s is None else start_s + duration_s
@@ -348,7 +364,7 @@ def slice_trace(trace: RequestTrace, *, start_s: float = 0.0, duration_s: float 
         raise ConfigError(f"workload.start_s/duration_s: the slice [{start_s}, {end}) s of "
                           f"{trace.name} holds no requests (trace spans "
                           f"{trace.arrival[-1]:.1f} s)")
-    out.arrival = (out.arrival - start_s) / rate_scale
+    out.arrival = flush_subnormal((out.arrival - start_s) / rate_scale)
     if not out.arrival[-1] <= MAX_SPAN_S:
         raise ConfigError(f"workload.rate_scale: got {rate_scale}; the slice would span "
                           f"{out.arrival[-1]:.3g} s, expected at most {MAX_SPAN_S:.0e} s")
@@ -412,8 +428,9 @@ def synthetic(*, rate: float, n_requests: int | None = None, duration_s: float |
               seed: int = 0, name: str = "synthetic") -> RequestTrace:
     """Synthetic requests: Poisson or Gamma inter-arrivals (rate in req/s, burstiness `cv` =
     coefficient of variation of the gaps) and fixed / lognormal / empirical lengths."""
-    if not rate > 0 or not math.isfinite(rate):
-        raise ConfigError(f"workload.rate: got {rate}; expected requests per second > 0")
+    if not 0 < rate <= MAX_RATE:
+        raise ConfigError(f"workload.rate: got {rate}; expected requests per second > 0 and "
+                          f"<= {MAX_RATE:.0e}")
     if n_requests is None and duration_s is None:
         raise ConfigError("workload: set n_requests or duration_s")
     if arrival not in ("poisson", "gamma"):
