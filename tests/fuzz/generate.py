@@ -86,6 +86,7 @@ def files() -> dict[str, bytes]:
         "ok_plain_trailing_comma.csv": PL + "0,3,4,\n1.5,30,40,\n",
         "ok_plain_simultaneous.csv": PL + "0,3,4\n0,5,6\n0,7,8\n",
         "ok_plain_upper_suffix.CSV": PL + "0,3,4\n2,5,6\n",
+        "ok_plain_subnormal_arrival.csv": PL + "0,3,4\n1e-320,5,6\n2,7,8\n",
         "plain_wrong_suffix.txt": PL + "0,3,4\n",
         # --- Mooncake JSONL
         "mooncake_truncated.jsonl": mc(0) + mc(1000)[:25],
