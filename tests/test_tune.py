@@ -106,6 +106,11 @@ def test_interrupted_run_resumes_to_the_same_result(straight, tmp_path):
     assert resumed.best == straight.best
 
 
+def test_resuming_under_a_different_problem_is_refused(straight):
+    with pytest.raises(ConfigError, match=r"checkpoint.json: written by a run with a different"):
+        tune(SMALL + ["tune.iterations=3", "tune.sigma=0.1"], out_dir=straight.out_dir)
+
+
 def test_bad_tune_settings_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"tune.pairs: got 0"):
         tune(SMALL + ["tune.pairs=0"], out_dir=tmp_path)

@@ -145,6 +145,19 @@ def _prepare(cfg: DictConfig, space: SearchSpace) -> DictConfig:
     return cfg
 
 
+def _fingerprint(cfg: DictConfig) -> str:
+    """A hash of everything that shapes the search (not the iteration count, evaluation or
+    output settings), so a checkpoint is never resumed under a different problem."""
+    import hashlib
+
+    c = OmegaConf.to_container(cfg, resolve=False)
+    c.pop("hydra", None)
+    c.pop("output", None)
+    for key in ("iterations", "eval", "export", "resume", "checkpoint_every", "batch_mode"):
+        c.get("tune", {}).pop(key, None)
+    return hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def _better(a: dict | None, b: dict) -> bool:
     """Is summary b better than a: feasible beats infeasible; then objective, or violation."""
     if a is None:
@@ -184,10 +197,16 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     opt = OPTIMIZERS[st.optimizer](st.learning_rate)
     dual = optax.sgd(st.lambda_learning_rate)
     opt_state = opt.init(jnp.asarray(theta))
+    fingerprint = _fingerprint(cfg)
     state = {"iteration": 0, "theta": theta, "lambda": st.lambda_init, "history": [],
-             "best": None, "best_values": None, "scenarios": 0}
+             "best": None, "best_values": None, "scenarios": 0, "fingerprint": fingerprint}
     loaded = checkpoint.load(out_dir, opt_state) if st.resume else None
     if loaded is not None:
+        if loaded[0].get("fingerprint") != fingerprint:
+            raise ConfigError(
+                f"{out_dir / checkpoint.NAME}: written by a run with a different scenario or "
+                f"tune settings; resume with the same config, or use another output directory "
+                f"(or tune.resume=false to start over there)")
         state, opt_state = loaded
         log(f"resuming from {out_dir / checkpoint.NAME} at iteration {state['iteration']}")
     evaluator.scenarios_simulated = state["scenarios"]
