@@ -86,7 +86,8 @@ def test_corpus_is_complete():
     listed = [e["file"] for e in MANIFEST["traces"]]
     assert len(listed) == len(set(listed)), "a trace is listed twice"
     assert files == set(listed), f"unlisted: {files - set(listed)}; missing: {set(listed) - files}"
-    errors_expected = [e for s in ("traces", "configs", "tune") for e in MANIFEST[s] if "error" in e]
+    errors_expected = [e for s in ("traces", "configs", "tune") for e in MANIFEST[s]
+                       if "error" in e]
     assert len(errors_expected) >= 50
     for e in errors_expected:
         assert e["error"] in CLASSES

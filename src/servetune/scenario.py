@@ -135,8 +135,8 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
         for part in ("prompt", "output"):
             if not isinstance(_get(cfg, f"workload.{part}"), DictConfig):
                 raise ConfigError(f"workload.{part}: got {_get(cfg, f'workload.{part}')!r}; "
-                                  f"expected a mapping like {{dist: lognormal, mean: 1000, cv: 1.0, "
-                                  f"min: 1, max: 6000}}")
+                                  f"expected a mapping like {{dist: lognormal, mean: 1000, "
+                                  f"cv: 1.0, min: 1, max: 6000}}")
         trace = workload.synthetic(
             rate=_number(cfg, "workload.rate", lo=0, hi=workload.MAX_RATE),
             n_requests=_number(cfg, "workload.n_requests", lo=1,

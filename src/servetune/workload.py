@@ -72,8 +72,11 @@ def flush_subnormal(times):
     at t = 0; the host-side metrics must agree (else a request seems rejected before it arrived
     and a 1e-313 s window makes every rate infinite)."""
     times = np.asarray(times)
-    if times.dtype.kind == "f" and np.any((times != 0) & (np.abs(times) < np.finfo(times.dtype).tiny)):
-        times = np.where(np.abs(times) < np.finfo(times.dtype).tiny, 0.0, times).astype(times.dtype)
+    if times.dtype.kind != "f":
+        return times
+    tiny = np.abs(times) < np.finfo(times.dtype).tiny
+    if np.any(tiny & (times != 0)):
+        times = np.where(tiny, 0.0, times).astype(times.dtype)
     return times
 
 
@@ -121,8 +124,8 @@ def _parse_timestamp(raw: str, path, line: int) -> tuple[float, str]:
             stamp = stamp.replace(tzinfo=dt.timezone.utc)
         value = stamp.timestamp()
     if not math.isfinite(value):
-        raise TraceError(f"{path}:{line}: column 'TIMESTAMP' = {_show(raw)} is not finite; expected "
-                         f"a time")
+        raise TraceError(f"{path}:{line}: column 'TIMESTAMP' = {_show(raw)} is not finite; "
+                         f"expected a time")
     return value, kind
 
 

@@ -31,7 +31,7 @@ def files() -> dict[str, bytes]:
         # --- Azure CSV: truncation, encodings, binary
         "azure_truncated_row.csv": AZ + R1 + R2 + "2023-11-16 18:15:51.0,100",
         "azure_truncated_timestamp.csv": AZ + R1 + "2023-11-16 18:1",
-        "azure_latin1.csv": (AZ + R1).encode() + "2023-11-16 18:15:47.1,3\xe974,44\n".encode("latin-1"),
+        "azure_latin1.csv": (AZ + R1 + "2023-11-16 18:15:47.1,3\xe974,44\n").encode("latin-1"),
         "azure_utf16_bom.csv": (AZ + R1 + R2).encode("utf-16"),
         "azure_utf16le_no_bom.csv": (AZ + R1 + R2).encode("utf-16-le"),
         "binary_garbage.csv": bytes(rng.randrange(256) for _ in range(4096)),
