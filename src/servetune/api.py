@@ -10,7 +10,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from servetune import metrics as metrics_lib
-from servetune.errors import ServetuneError
+from servetune.errors import ConfigError, ServetuneError
 from servetune.scenario import Scenario, build
 from servetune.simulate import rollout
 
@@ -35,11 +35,26 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
 
-    if GlobalHydra.instance().is_initialized():
-        GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="servetune.conf", version_base=None):
-        return hydra_compose(config_name="config", overrides=list(overrides))
+    def attempt(ovr):
+        if GlobalHydra.instance().is_initialized():
+            GlobalHydra.instance().clear()
+        with initialize_config_module(config_module="servetune.conf", version_base=None):
+            return hydra_compose(config_name="config", overrides=list(ovr))
+
+    try:
+        return attempt(overrides)
+    except (HydraException, ValueError) as err:
+        # name the override that fails on its own, in the project's "key: problem" form
+        culprit = "overrides"
+        for ovr in overrides:
+            try:
+                attempt([ovr])
+            except (HydraException, ValueError):
+                culprit = ovr.split("=", 1)[0].lstrip("+~")
+                break
+        raise ConfigError(f"{culprit}: {' '.join(str(err).split())}") from None
 
 
 class SimulationError(ServetuneError):

@@ -72,6 +72,13 @@ def _choice(t, key, options):
     return value
 
 
+def _flag(t, key, default: bool) -> bool:
+    value = OmegaConf.select(t, key, default=default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"tune.{key}: got {value!r}; expected true or false")
+    return value
+
+
 def _holdout(value) -> list[str]:
     items = list(value or [])
     for item in items:
@@ -79,6 +86,14 @@ def _holdout(value) -> list[str]:
             raise ConfigError(f"tune.eval.holdout: got {item!r}; expected overrides like "
                               f"'workload.start_s=1200'")
     return items
+
+
+def _mapping(t, key) -> dict:
+    value = OmegaConf.select(t, key)
+    if not isinstance(value, DictConfig):
+        raise ConfigError(f"tune.{key}: got {value!r}; expected a mapping of policy key -> "
+                          f"{{low, high, scale}}")
+    return OmegaConf.to_container(value)
 
 
 def settings_from_config(cfg: DictConfig) -> Settings:
@@ -94,8 +109,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         sigma=_num(t, "sigma", float, 1e-6),
         optimizer=_choice(t, "optimizer", OPTIMIZERS),
         learning_rate=_num(t, "learning_rate", float, 0),
-        seed=_num(t, "seed", int),
-        resume=bool(OmegaConf.select(t, "resume", default=True)),
+        seed=_num(t, "seed", int, 0),
+        resume=_flag(t, "resume", True),
         checkpoint_every=_num(t, "checkpoint_every", int, 1),
         batch_mode=_choice(t, "batch_mode", ("auto", "loop", "vmap")),
         objective=Objective(slo_target=_num(t, "objective.slo_target", float, 0, 1),
@@ -103,11 +118,11 @@ def settings_from_config(cfg: DictConfig) -> Settings:
                             cvar_alpha=_num(t, "objective.cvar_alpha", float, 1e-6, 1)),
         lambda_init=_num(t, "dual.lambda_init", float, 0),
         lambda_learning_rate=_num(t, "dual.learning_rate", float, 0),
-        space=space_from_config(OmegaConf.to_container(t.space)),
+        space=space_from_config(_mapping(t, "space")),
         eval_seeds=_num(t, "eval.seeds", int, 0),
         eval_seed_offset=_num(t, "eval.seed_offset", int, 0),
         holdout=_holdout(OmegaConf.select(t, "eval.holdout")),
-        export=bool(OmegaConf.select(t, "export", default=True)),
+        export=_flag(t, "export", True),
     )
 
 
