@@ -9,13 +9,14 @@ at most 10% of the grid's scenarios. Every policy is then re-simulated on minute
 out). Prints the table and writes it (and the grid) under --out.
 
     python benchmarks/bench_tune.py                  # grid (cached in --out) + tuning
-    python benchmarks/bench_tune.py --grid-only
+    python benchmarks/bench_tune.py --grid-only      # or --tune-only: one half, cached
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import time
 from pathlib import Path
@@ -60,6 +61,16 @@ def run_grid(out: Path) -> pd.DataFrame:
     return df
 
 
+def run_tuner(out: Path, iterations: int, pairs: int) -> dict:
+    """Tune (or load a finished run's tune_summary.json from `out`)."""
+    path = out / "tune_summary.json"
+    if not path.exists():
+        tune(compose(BASE + [f"tune.iterations={iterations}", f"tune.pairs={pairs}",
+                             "tune.eval.seeds=0", "tune.eval.holdout=['workload.start_s=1200']"]),
+             out_dir=out)
+    return json.loads(path.read_text())
+
+
 def grid_best(df: pd.DataFrame) -> dict:
     best = None
     for row in df.to_dict("records"):
@@ -80,10 +91,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="outputs/bench_tune")
     ap.add_argument("--grid-only", action="store_true")
+    ap.add_argument("--tune-only", action="store_true")
     ap.add_argument("--iterations", type=int, default=7)
     ap.add_argument("--pairs", type=int, default=3)
     args = ap.parse_args()
     out = Path(args.out)
+    if args.tune_only:
+        run_tuner(out / "tuned", args.iterations, args.pairs)
+        return
     t0 = time.perf_counter()
     grid = run_grid(out)
     grid_wall = float(grid["wall_s"].iloc[0]) if "wall_s" in grid else time.perf_counter() - t0
@@ -91,17 +106,12 @@ def main() -> None:
     print(f"grid: {len(grid)} points, {grid_wall:.0f} s; best {gbest}")
     if args.grid_only:
         return
-    t1 = time.perf_counter()
-    res = tune(compose(BASE + [f"tune.iterations={args.iterations}", f"tune.pairs={args.pairs}",
-                               "tune.eval.seeds=0", "tune.resume=false",
-                               "tune.eval.holdout=['workload.start_s=1200']"]),
-               out_dir=out / "tuned")
-    tune_wall = time.perf_counter() - t1
+    tuned = run_tuner(out / "tuned", args.iterations, args.pairs)
     named = {"vLLM defaults": {}, "grid best": {k: gbest[k] for k in GRID},
-             "tuned (ES)": {k: res.best[k] for k in GRID}}
+             "tuned (ES)": {k: tuned["best"][k] for k in GRID}}
     train, held = evaluate(named, []), evaluate(named, HOLDOUT)
     cost = {"vLLM defaults": (1, 0.0), "grid best": (len(grid), grid_wall),
-            "tuned (ES)": (res.scenarios_simulated, tune_wall)}
+            "tuned (ES)": (tuned["scenarios_simulated"], tuned["wall_s"])}
     rows = []
     for (name, vals), tr, ho in zip(named.items(), train, held):
         rows.append({"policy": name,
@@ -117,7 +127,7 @@ def main() -> None:
     print(table.to_string(index=False))
     gap = (table.objective[2] - table.objective[1]) / abs(table.objective[1])
     print(f"tuned vs grid best objective: {100 * gap:+.2f}% with "
-          f"{100 * res.scenarios_simulated / len(grid):.1f}% of the grid's scenarios")
+          f"{100 * tuned['scenarios_simulated'] / len(grid):.1f}% of the grid's scenarios")
 
 
 if __name__ == "__main__":
