@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from servetune import histogram, shard
-from servetune.engine.outbox import empty_outbox
-from servetune.step import step, step_or_stay
+from servetune.engine.outbox import RECORD_FIELDS, empty_outbox
+from servetune.step import step, step_grid, step_or_stay
 from servetune.types import (
     DONE,
     EMPTY,
@@ -100,11 +100,64 @@ def step_trace(wl: Workload, params: Params, cfg: EngineConfig, n_steps: int):
     return jax.lax.scan(body, state, None, length=n_steps)
 
 
+def _grid(fn):
+    """fn(state, wl, params) vmapped over state [S, P], workloads [S], params [P]."""
+    return jax.vmap(jax.vmap(fn, in_axes=(0, None, 0)), in_axes=(0, 0, None))
+
+
+def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
+    """run_chunk over state [S, P], workloads [S], params [P]: one loop that steps every
+    scenario still active (same iterations, same results as vmapping run_chunk).
+
+    Vmapping a while_loop makes every iteration select each carry leaf between old and new for
+    every scenario, the whole outbox included ([R] records x 7 fields, though an iteration
+    writes at most drain_per_step of them). Here each iteration's step drains into a scratch
+    outbox of drain_per_step records, which are then written at the fill mark only for the
+    scenarios that are active (a slice read and write, not a select over [R]).
+    """
+    cap = outbox_capacity(cfg)
+    per = cfg.drain_per_step
+    box0 = state.outbox.replace(count=state.outbox.count * 0)
+    state = state.replace(outbox=box0)
+    scratch = box0.replace(**{f: getattr(box0, f)[..., :per] for f in RECORD_FIELDS})
+
+    def active(s, k):
+        return (~s.done) & (s.outbox.count + per <= cap) & (k < cfg.max_steps_per_chunk)
+
+    def write(old, rec, at, on):  # one scenario: records [per] at the fill mark, if active
+        cur = jax.lax.dynamic_slice(old, (at,), (per,))
+        return jax.lax.dynamic_update_slice(old, jnp.where(on, rec, cur), (at,))
+
+    write_all = jax.vmap(jax.vmap(write))
+
+    def body(carry):
+        s, k = carry
+        on = active(s, k)
+        new = step_grid(s.replace(outbox=scratch), wl, params, cfg, on)
+        box, rec = s.outbox, new.outbox
+        fields = {f: write_all(getattr(box, f), getattr(rec, f), box.count, on)
+                  for f in RECORD_FIELDS}
+        box = box.replace(**fields, count=box.count + jnp.where(on, rec.count, 0))
+        rest = jax.tree.map(lambda a, b: jnp.where(on.reshape(on.shape + (1,) * (a.ndim - 2)),
+                                                   a, b),
+                            new.replace(outbox=None), s.replace(outbox=None))
+        return rest.replace(outbox=box), k + on.astype(k.dtype)
+
+    def cond(carry):
+        return jnp.any(active(*carry))
+
+    state, _ = jax.lax.while_loop(cond, body, (state, jnp.zeros_like(state.next_req)))
+    return state
+
+
 def _batched(fn, cfg):
     """fn over state [S, P], workloads [S], params [P]. A 1 x 1 batch runs unbatched: under vmap
-    the loop's data-dependent branches (lax.cond) turn into selects that run both sides."""
-    inner = jax.vmap(functools.partial(fn, cfg=cfg), in_axes=(0, None, 0))
-    outer = jax.vmap(inner, in_axes=(0, 0, None))
+    the loop's data-dependent branches (lax.cond) turn into selects that run both sides.
+    run_chunk runs as run_chunk_grid."""
+    if fn is run_chunk:
+        outer = functools.partial(run_chunk_grid, cfg=cfg)
+    else:
+        outer = _grid(functools.partial(fn, cfg=cfg))
 
     def call(state, wl, params):
         if state.done.shape == (1, 1):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -13,7 +15,16 @@ from servetune.engine.leap import leap
 from servetune.engine.scheduler import new_blocks, pending_tokens, schedule, token_budget
 from servetune.hardware import step_time
 from servetune.policy import scheduling_order
-from servetune.types import EMPTY, RUNNING, WAITING, EngineConfig, Params, SimState, Workload
+from servetune.types import (
+    EMPTY,
+    RUNNING,
+    WAITING,
+    EngineConfig,
+    Entries,
+    Params,
+    SimState,
+    Workload,
+)
 
 
 def batch_cost(es, batch, params: Params, cfg: EngineConfig):
@@ -77,16 +88,87 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
 
     With engine.leap_max > 0 the step also applies the run of uniform decode iterations that
     follows the first one (engine/leap.py); `info` then describes the first iteration only."""
+    a = _arrive(state, wl, params, cfg)
+    # the permutation (16 gathers) runs only with the sort; under vmap both branches run
+    e = jax.lax.cond(a.sort, _in_scheduling_order, lambda e, t, pol: e, a.e, a.t,
+                     params.policy)
+    return _proceed(state, wl, params, cfg, a, e)
+
+
+class _Arrived(NamedTuple):
+    """The first phase of an iteration: its start time `t` (seconds), the instance's entries
+    after arrivals, and whether the priority order can matter (`sort`)."""
+
+    t: jnp.ndarray
+    e: Entries
+    next_req: jnp.ndarray
+    outside: jnp.ndarray
+    n_arrived: jnp.ndarray
+    n_rejected: jnp.ndarray
+    sort: jnp.ndarray
+
+
+def _instance(state: SimState, cfg: EngineConfig):
     # one instance: static indices, so no batched scatter into the [I, A] arrays under vmap
-    i = 0 if cfg.n_instances == 1 else jnp.argmin(state.clock)
+    return 0 if cfg.n_instances == 1 else jnp.argmin(state.clock)
+
+
+def _arrive(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> _Arrived:
+    i = _instance(state, cfg)
     t = state.clock[i]
     e = jax.tree.map(lambda x: x[i], state.entries)
-
     e, next_req, outside, n_arrived, n_rejected = take_arrivals(
         e, t, state.next_req, wl, params, cfg)
-    sort = order_matters(e, params, cfg) if cfg.lazy_order else True
-    # the permutation (16 gathers) runs only with the sort; under vmap both branches run
-    e = jax.lax.cond(sort, _in_scheduling_order, lambda e, t, pol: e, e, t, params.policy)
+    sort = order_matters(e, params, cfg) if cfg.lazy_order else jnp.ones_like(t, jnp.bool_)
+    return _Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort)
+
+
+def step_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, active):
+    """`step` over state [S, P], workloads [S], params [P] (scenarios where `active` [S, P] is
+    False step too; the caller discards their result).
+
+    Vmapping `step` would sort every scenario in every iteration (its lax.cond becomes a
+    select that runs both sides). Here only the scenarios whose order can matter are sorted:
+    they are gathered into a block of at most ceil(S x P / 8) rows (all rows when more need
+    it; none when none does), sorted and written back.
+    """
+    grid = lambda f: jax.vmap(jax.vmap(f, in_axes=(0, None, 0)), in_axes=(0, 0, None))
+    a = grid(lambda s, w, p: _arrive(s, w, p, cfg))(state, wl, params)
+    n_s, n_p = a.sort.shape
+    n = n_s * n_p
+    flat = lambda x: x.reshape((n,) + x.shape[2:])
+    e, t = jax.tree.map(flat, a.e), flat(a.t)
+    pol = jax.tree.map(lambda x: flat(jnp.broadcast_to(x, (n_s,) + x.shape)), params.policy)
+    need = flat(a.sort & active)
+    permute = jax.vmap(_in_scheduling_order)
+    block = -(-n // 8)
+
+    def some():
+        rows = jnp.nonzero(need, size=block, fill_value=n)[0]
+        take = lambda x: x[jnp.minimum(rows, n - 1)]
+        out = permute(jax.tree.map(take, e), take(t), jax.tree.map(take, pol))
+        return jax.tree.map(lambda x, y: x.at[rows].set(y, mode="drop"), e, out)
+
+    def every():
+        out = permute(e, t, pol)
+        return jax.tree.map(lambda x, y: jnp.where(need.reshape((n,) + (1,) * (x.ndim - 1)), y, x),
+                            e, out)
+
+    count = jnp.sum(need, dtype=jnp.int32)
+    which = jnp.where(count == 0, 0, jnp.where(count <= block, 1, 2))
+    e = jax.lax.switch(which, (lambda: e, some, every))
+    e = jax.tree.map(lambda x: x.reshape((n_s, n_p) + x.shape[1:]), e)
+    proceed = lambda s, w, p, a, e: _proceed(s, w, p, cfg, a, e)[0]
+    return jax.vmap(jax.vmap(proceed, in_axes=(0, None, 0, 0, 0)),
+                    in_axes=(0, 0, None, 0, 0))(state, wl, params, a, e)
+
+
+def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a: _Arrived,
+             e: Entries):
+    """The rest of the iteration, on entries `e` in scheduling order."""
+    i = _instance(state, cfg)
+    t, next_req, outside, n_arrived, n_rejected = (a.t, a.next_req, a.outside, a.n_arrived,
+                                                   a.n_rejected)
     e, batch = schedule(e, params, cfg)
     dur = batch_cost(e, batch, params, cfg)
     batch_req = e.req

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from servetune import ops
 from servetune.types import DONE, EMPTY, Entries, Outbox
 
-_RECORD_FIELDS = ("req", "end_state", "first_token", "finish", "generated", "n_preempt",
+RECORD_FIELDS = ("req", "end_state", "first_token", "finish", "generated", "n_preempt",
                   "tokens_computed")
 
 
@@ -39,7 +39,7 @@ def drain(e: Entries, box: Outbox, per_step: int):
     src = jnp.minimum(pos, e.req.shape[0] - 1)
     # records past n_moved are junk beyond the fill mark: the next write starts over them
     updates = {f: jax.lax.dynamic_update_slice(getattr(box, f), getattr(e, f)[src], (box.count,))
-               for f in _RECORD_FIELDS}
+               for f in RECORD_FIELDS}
     box = Outbox(**updates, count=box.count + n_moved)
     moved = finished & (rank <= per_step)
     e = e.replace(status=jnp.where(moved, EMPTY, e.status), req=jnp.where(moved, -1, e.req))
