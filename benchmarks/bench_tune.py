@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from servetune.api import compose
+from servetune.policy import DEFAULTS
 from servetune.scenario import build
 from servetune.tune.evaluator import Evaluator
 from servetune.tune.objective import Objective
@@ -107,7 +108,7 @@ def main() -> None:
     if args.grid_only:
         return
     tuned = run_tuner(out / "tuned", args.iterations, args.pairs)
-    named = {"vLLM defaults": {}, "grid best": {k: gbest[k] for k in GRID},
+    named = {"vLLM defaults": {k: DEFAULTS[k] for k in GRID}, "grid best": {k: gbest[k] for k in GRID},
              "tuned (ES)": {k: tuned["best"][k] for k in GRID}}
     train, held = evaluate(named, []), evaluate(named, HOLDOUT)
     cost = {"vLLM defaults": (1, 0.0), "grid best": (len(grid), grid_wall),
