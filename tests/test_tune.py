@@ -111,6 +111,20 @@ def test_resuming_under_a_different_problem_is_refused(straight):
         tune(SMALL + ["tune.iterations=3", "tune.sigma=0.1"], out_dir=straight.out_dir)
 
 
+def test_tuning_over_several_workloads_aggregates_them(tmp_path):
+    two = ["tune.workloads=[[],['workload.rate=20']]", "tune.objective.aggregate=cvar",
+           "tune.objective.cvar_alpha=0.5", "tune.iterations=1", "tune.eval.seeds=0"]
+    res = tune(SMALL + two, out_dir=tmp_path, log=lambda _: None)
+    assert res.scenarios_simulated == 2 * 5  # each policy on both workloads
+    ev = res.evaluation.set_index(["policy", "split"])
+    assert {"train[0]", "train[1]"} <= set(ev.index.get_level_values("split"))
+    # CVaR at alpha 0.5 over two workloads is the worse one: the heavier load scores lower
+    worst = min(ev.loc[("tuned", "train[0]"), "objective"], ev.loc[("tuned", "train[1]"), "objective"])
+    assert res.best_summary["objective"] <= max(ev.loc[("tuned", "train[0]"), "objective"],
+                                                ev.loc[("tuned", "train[1]"), "objective"])
+    assert math.isclose(res.best_summary["objective"], worst, rel_tol=1e-12)
+
+
 def test_bad_tune_settings_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"tune.pairs: got 0"):
         tune(SMALL + ["tune.pairs=0"], out_dir=tmp_path)

@@ -71,3 +71,28 @@ class Evaluator:
         metric = functools.partial(metrics_lib.compute_metrics, spec=sc.metrics)
         return [[metric(sc.traces[s], results[s][p]) for s in range(len(sc.traces))]
                 for p in range(n_pol)]
+
+
+class MultiEvaluator:
+    """Several Evaluators (one per workload) as one: a policy's column is the concatenation
+    of its metrics on every workload, so the objective aggregates over all of them."""
+
+    def __init__(self, evaluators: list[Evaluator]):
+        self.evaluators = evaluators
+        self.base = evaluators[0].base
+
+    @property
+    def scenarios_simulated(self) -> int:
+        """Scenarios simulated by all the evaluators together."""
+        return sum(ev.scenarios_simulated for ev in self.evaluators)
+
+    @scenarios_simulated.setter
+    def scenarios_simulated(self, value: int) -> None:
+        for ev in self.evaluators:
+            ev.scenarios_simulated = 0
+        self.evaluators[0].scenarios_simulated = value
+
+    def __call__(self, values: Mapping[str, np.ndarray]) -> list[list[dict]]:
+        """Metrics [P][W x S] of each policy over every workload's scenarios."""
+        per = [ev(values) for ev in self.evaluators]
+        return [[m for cols in per for m in cols[p]] for p in range(len(per[0]))]

@@ -22,7 +22,7 @@ from servetune import export
 from servetune.errors import ConfigError
 from servetune.scenario import build
 from servetune.tune import checkpoint, es
-from servetune.tune.evaluator import Evaluator
+from servetune.tune.evaluator import Evaluator, MultiEvaluator
 from servetune.tune.objective import Objective
 from servetune.tune.space import SearchSpace, space_from_config
 
@@ -50,6 +50,7 @@ class Settings:
     eval_seeds: int
     eval_seed_offset: int
     holdout: list
+    workloads: list
     export: bool
 
 
@@ -79,13 +80,24 @@ def _flag(t, key, default: bool) -> bool:
     return value
 
 
-def _holdout(value) -> list[str]:
-    items = list(value or [])
+def _holdout(value, key: str = "tune.eval.holdout") -> list[str]:
+    if isinstance(value, str) or not hasattr(value, "__iter__"):
+        raise ConfigError(f"{key}: got {value!r}; expected a list of overrides like "
+                          f"['workload.start_s=1200']")
+    items = list(value)
     for item in items:
         if not isinstance(item, str) or "=" not in item:
-            raise ConfigError(f"tune.eval.holdout: got {item!r}; expected overrides like "
+            raise ConfigError(f"{key}: got {item!r}; expected overrides like "
                               f"'workload.start_s=1200'")
     return items
+
+
+def _with_overrides(cfg: DictConfig, overrides: list[str], key: str) -> DictConfig:
+    """cfg with dotted `key=value` overrides merged in; errors name `key`."""
+    try:
+        return OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
+    except OmegaConfBaseException as err:  # its message names the key
+        raise ConfigError(f"{key}: {err}") from None
 
 
 def _mapping(t, key) -> dict:
@@ -122,6 +134,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         eval_seeds=_num(t, "eval.seeds", int, 0),
         eval_seed_offset=_num(t, "eval.seed_offset", int, 0),
         holdout=_holdout(OmegaConf.select(t, "eval.holdout")),
+        workloads=[_holdout(w, "tune.workloads") for w in (OmegaConf.select(t, "workloads") or [])],
         export=_flag(t, "export", True),
     )
 
@@ -204,8 +217,12 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     space = st.space
     cfg = _prepare(cfg, space)
     order = _order(cfg)
-    scenario = build(cfg)
-    evaluator = Evaluator(scenario, order, st.batch_mode)
+    if st.workloads:  # tune over several workloads at once
+        evaluator = MultiEvaluator([
+            Evaluator(build(_with_overrides(cfg, w, "tune.workloads")), order, st.batch_mode)
+            for w in st.workloads])
+    else:
+        evaluator = Evaluator(build(cfg), order, st.batch_mode)
     start_values = dict(evaluator.base)
     theta = space.point(start_values)
     m, dim = st.pairs, len(space.dims)
@@ -289,17 +306,16 @@ def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st: Settings, 
     """Each named policy (values dict) on the training scenario, on held-out seeds, and on the
     held-out workload (tune.eval.holdout overrides): one row per (policy, split)."""
     splits = {"train": cfg}
+    if st.workloads:
+        splits = {f"train[{i}]": _with_overrides(cfg, w, "tune.workloads")
+                  for i, w in enumerate(st.workloads)}
     if st.eval_seeds > 0:
         held = copy.deepcopy(cfg)
         held.seed = int(cfg.seed) + st.eval_seed_offset
         held.seeds = st.eval_seeds
         splits["heldout_seeds"] = held
     if st.holdout:
-        try:
-            held = OmegaConf.merge(cfg, OmegaConf.from_dotlist(st.holdout))
-        except OmegaConfBaseException as err:  # its message names the key
-            raise ConfigError(f"tune.eval.holdout: {err}") from None
-        splits["holdout_workload"] = held
+        splits["holdout_workload"] = _with_overrides(cfg, st.holdout, "tune.eval.holdout")
     names = list(policies)
     values = {k: np.array([float(policies[n][k]) for n in names]) for k in policies[names[0]]}
     rows = []
