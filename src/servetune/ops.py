@@ -47,3 +47,28 @@ def cumsum(x, dtype=None):
     offsets = within[..., -1] @ _upper(nb, True)  # sum of the blocks before each block
     out = (within + offsets[..., None]).reshape(x.shape[:-1] + (nb * _BLOCK,))
     return out[..., :n].astype(x.dtype)
+
+
+def count_at_most(sorted_x, t, lo, window: int | None = 64):
+    """How many entries of the ascending array `sorted_x` [N] are <= t, given that the first
+    `lo` of them are (a lower bound the caller knows). Exact.
+
+    With `window`, the `window` entries from `lo` on are counted directly (one contiguous read)
+    and a binary search of the whole array runs only when they are all <= t: per-call cost
+    then does not grow with N. Under vmap both run (lax.cond becomes a select), so batched
+    callers pass window=None: an unrolled binary search (log2(N) fused steps).
+    """
+    n = sorted_x.shape[-1]
+
+    def search():
+        return jnp.searchsorted(sorted_x, t, side="right", method="scan_unrolled").astype(
+            jnp.int32)
+
+    if window is None or n < window:
+        return search()
+    start = jnp.clip(lo, 0, n - window).astype(jnp.int32)
+    # entries before `start` are <= t: they come before `lo` or are <= sorted_x[lo - 1]
+    near = start + jnp.sum(jax.lax.dynamic_slice(sorted_x, (start,), (window,)) <= t,
+                           dtype=jnp.int32)
+    inside = (near < start + window) | (start + window >= n)
+    return jax.lax.cond(inside, lambda: near, search)

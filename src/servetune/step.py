@@ -7,7 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from servetune import histogram
+from servetune import histogram, ops
 from servetune.engine import outbox as outbox_lib
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
@@ -55,13 +55,11 @@ def order_matters(e, params: Params, cfg: EngineConfig):
             | (jnp.sum(new_blocks(e, need, cfg)) > free))
 
 
-def _occupancy(wl: Workload, t, t_next, n_arrived, ended_by_t):
+def _occupancy(wl: Workload, t, t_next, n_arrived, ended_by_t, search_window=64):
     """Integral over [t, t_next) of the requests in the system (arrived, not ended), in
     request-seconds: those present at t for the whole interval, plus each arrival inside it
     from its arrival time on. Requests end only at iteration boundaries."""
-    # unrolled binary search: log2(N) fused steps, not a nested while loop of kernels
-    k2 = jnp.minimum(jnp.searchsorted(wl.arrival, t_next, side="right", method="scan_unrolled"),
-                     wl.n)
+    k2 = jnp.minimum(ops.count_at_most(wl.arrival, t_next, n_arrived, search_window), wl.n)
     csum = lambda k: jnp.where(k > 0, wl.arrival_cumsum[jnp.maximum(k - 1, 0)], 0.0)
     inside = (k2 - n_arrived) * t_next - (csum(k2) - csum(n_arrived))
     return (n_arrived - ended_by_t) * (t_next - t) + inside
@@ -88,11 +86,16 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
 
     With engine.leap_max > 0 the step also applies the run of uniform decode iterations that
     follows the first one (engine/leap.py); `info` then describes the first iteration only."""
-    a = _arrive(state, wl, params, cfg)
+    a = _arrive(state, wl, params, cfg, _SEARCH_WINDOW)
     # the permutation (16 gathers) runs only with the sort; under vmap both branches run
     e = jax.lax.cond(a.sort, _in_scheduling_order, lambda e, t, pol: e, a.e, a.t,
                      params.policy)
-    return _proceed(state, wl, params, cfg, a, e)
+    return _proceed(state, wl, params, cfg, a, e, _SEARCH_WINDOW)
+
+
+# arrival counts: a direct count of the next 64 requests, a binary search only beyond them
+# (ops.count_at_most); batched steps search (under vmap both would run)
+_SEARCH_WINDOW = 64
 
 
 class _Arrived(NamedTuple):
@@ -113,12 +116,13 @@ def _instance(state: SimState, cfg: EngineConfig):
     return 0 if cfg.n_instances == 1 else jnp.argmin(state.clock)
 
 
-def _arrive(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> _Arrived:
+def _arrive(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
+            search_window) -> _Arrived:
     i = _instance(state, cfg)
     t = state.clock[i]
     e = jax.tree.map(lambda x: x[i], state.entries)
     e, next_req, outside, n_arrived, n_rejected = take_arrivals(
-        e, t, state.next_req, wl, params, cfg)
+        e, t, state.next_req, wl, params, cfg, search_window)
     sort = order_matters(e, params, cfg) if cfg.lazy_order else jnp.ones_like(t, jnp.bool_)
     return _Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort)
 
@@ -133,7 +137,7 @@ def step_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, 
     it; none when none does), sorted and written back.
     """
     grid = lambda f: jax.vmap(jax.vmap(f, in_axes=(0, None, 0)), in_axes=(0, 0, None))
-    a = grid(lambda s, w, p: _arrive(s, w, p, cfg))(state, wl, params)
+    a = grid(lambda s, w, p: _arrive(s, w, p, cfg, None))(state, wl, params)
     n_s, n_p = a.sort.shape
     n = n_s * n_p
     flat = lambda x: x.reshape((n,) + x.shape[2:])
@@ -158,13 +162,13 @@ def step_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, 
     which = jnp.where(count == 0, 0, jnp.where(count <= block, 1, 2))
     e = jax.lax.switch(which, (lambda: e, some, every))
     e = jax.tree.map(lambda x: x.reshape((n_s, n_p) + x.shape[1:]), e)
-    proceed = lambda s, w, p, a, e: _proceed(s, w, p, cfg, a, e)[0]
+    proceed = lambda s, w, p, a, e: _proceed(s, w, p, cfg, a, e, None)[0]
     return jax.vmap(jax.vmap(proceed, in_axes=(0, None, 0, 0, 0)),
                     in_axes=(0, 0, None, 0, 0))(state, wl, params, a, e)
 
 
 def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a: _Arrived,
-             e: Entries):
+             e: Entries, search_window):
     """The rest of the iteration, on entries `e` in scheduling order."""
     i = _instance(state, cfg)
     t, next_req, outside, n_arrived, n_rejected = (a.t, a.next_req, a.outside, a.n_arrived,
@@ -206,7 +210,7 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     st = state.stats
     ended_by_t = st.ended + n_rejected
     # requests completed by the first iteration leave at t_next, before the run
-    occupancy = (_occupancy(wl, t, t_end, n_arrived, ended_by_t)
+    occupancy = (_occupancy(wl, t, t_end, n_arrived, ended_by_t, search_window)
                  - jnp.sum(completed) * (t_end - t_next))
     stats = st.replace(
         steps=st.steps + busy.astype(jnp.int32) + n_leap,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from servetune import ops, relax
@@ -10,7 +11,8 @@ from servetune.engine.scheduler import token_budget
 from servetune.types import DONE, EMPTY, REJECTED, WAITING, EngineConfig, Entries, Params, Workload
 
 
-def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: EngineConfig):
+def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: EngineConfig,
+                  search_window: int | None = 64):
     """Requests with arrival <= t join the queue in trace order, into free entries.
 
     Rejected on arrival: a request longer than max_model_len (prompt + output) or than the whole
@@ -20,20 +22,29 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
     Arrivals that find no free entry stay outside the window, in order, and enter at a later
     iteration (never dropped).
     Returns (entries, next_req, arrived requests left outside the window, requests arrived by t,
-    requests rejected).
+    requests rejected). `search_window`: see ops.count_at_most (None under vmap).
     """
-    # unrolled binary search: log2(N) fused steps, not a nested while loop of kernels
-    n_arrived = jnp.minimum(jnp.searchsorted(wl.arrival, t, side="right",
-                                             method="scan_unrolled"), wl.n).astype(jnp.int32)
+    n_arrived = jnp.minimum(ops.count_at_most(wl.arrival, t, next_req, search_window),
+                            wl.n).astype(jnp.int32)
     pending = n_arrived - next_req
     empty = e.status == EMPTY
     slot_rank = ops.cumsum(empty, dtype=jnp.int32) - 1
     take = empty & (slot_rank < pending)
     n_take = jnp.sum(take, dtype=jnp.int32)
     idx = jnp.clip(next_req + slot_rank, 0, wl.arrival.shape[0] - 1)
+    # requests taken are next_req, next_req + 1, ... (fewer than A): read them from one
+    # contiguous window of the trace, not by gathering A indices from the whole [N] array
+    # (XLA:CPU costs a gather by its operand size and splits big ones across threads)
+    n, a = wl.arrival.shape[0], e.req.shape[0]
+    if n > a:
+        start = jnp.minimum(next_req, n - a)
+        local = jnp.clip(idx - start, 0, a - 1)
+        read = lambda x: jax.lax.dynamic_slice(x, (start,), (a,))[local]
+    else:
+        read = lambda x: x[idx]
 
-    prompt = wl.prompt[idx]
-    output = wl.output[idx]
+    prompt = read(wl.prompt)
+    output = read(wl.output)
     pol, kv_total = params.policy, params.cost.kv_blocks
     # a recompute after preemption prefills up to prompt + output - 1 tokens
     first_chunk = jnp.minimum(prompt + output - 1, token_budget(pol, cfg))
@@ -52,10 +63,10 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
     e = Entries(
         req=sel(idx, e.req),
         status=jnp.where(accept, WAITING, jnp.where(reject, DONE, e.status)),
-        arrival=sel(wl.arrival[idx], e.arrival),
+        arrival=sel(read(wl.arrival), e.arrival),
         prompt=sel(prompt, e.prompt),
         output=sel(output, e.output),
-        predicted=sel(wl.predicted[idx], e.predicted),
+        predicted=sel(read(wl.predicted), e.predicted),
         computed=sel(zero, e.computed),
         generated=sel(zero, e.generated),
         blocks=sel(zero, e.blocks),
