@@ -16,7 +16,7 @@ from servetune import ops
 from servetune.types import DONE, EMPTY, Entries, Outbox
 
 RECORD_FIELDS = ("req", "end_state", "first_token", "finish", "generated", "n_preempt",
-                  "tokens_computed")
+                 "tokens_computed")
 
 
 def empty_outbox(capacity: int, like) -> Outbox:
