@@ -179,3 +179,14 @@ def test_exported_policy_simulates_like_the_tuned_one(tmp_path):
     # and the cap binds: one more waiting place changes the rejections
     _, looser = simulate(as_overrides({**rounded, "queue_cap": 6}))
     assert looser["n_rejected"] != exported["n_rejected"]
+
+
+def test_vllm_refusals_are_flagged(tmp_path):
+    from servetune.export import vllm_warnings
+    ok = vllm_args(TUNED, ENGINE, "parametric")
+    assert vllm_warnings(ok) == []
+    tight = vllm_args({**TUNED, "max_num_batched_tokens": 100.5}, ENGINE, "parametric")
+    (msg,) = vllm_warnings(tight)
+    assert msg.startswith("max_num_batched_tokens (100) < max_num_seqs (127)")
+    paths = write_export(tmp_path, {**TUNED, "max_num_batched_tokens": 100.5}, "parametric", ENGINE)
+    assert json.loads(paths["vllm_args.json"].read_text())["warnings"] == [msg]

@@ -265,6 +265,20 @@ def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | N
     return out
 
 
+def vllm_warnings(args: Mapping[str, object]) -> list[str]:
+    """Settings vLLM would refuse at startup, as messages (empty when it would accept them).
+
+    vLLM's SchedulerConfig requires max_num_batched_tokens >= max_num_seqs (each running
+    sequence must be able to take a token in one iteration); the simulator does not need it.
+    """
+    out = []
+    if args["max_num_batched_tokens"] < args["max_num_seqs"]:
+        out.append(f"max_num_batched_tokens ({args['max_num_batched_tokens']}) < max_num_seqs "
+                   f"({args['max_num_seqs']}): vLLM refuses this at startup; raise the token "
+                   f"budget to at least max_num_seqs, or lower max_num_seqs, and re-simulate")
+    return out
+
+
 def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine: Mapping,
                  extra: dict | None = None) -> dict[str, Path]:
     """Write tuned_policy.yaml, vllm_args.json, sglang_args.json (args plus the "flags" command
@@ -288,7 +302,8 @@ def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine
         paths[name].write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
     v_args, s_args = vllm_args(values, engine, order), sglang_args(values, engine, order)
-    dump("vllm_args.json", {"args": v_args, "flags": shlex.join(vllm_flags(v_args))})
+    dump("vllm_args.json", {"args": v_args, "flags": shlex.join(vllm_flags(v_args)),
+                            "warnings": vllm_warnings(v_args)})
     dump("sglang_args.json", {"args": s_args, "flags": shlex.join(sglang_flags(s_args))})
     dump("unmapped_knobs.json", {"unmapped": unmapped_knobs(values, order, engine)})
     return paths

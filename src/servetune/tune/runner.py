@@ -293,6 +293,8 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
         engine = OmegaConf.to_container(cfg.engine, resolve=True)
         export.write_export(out_dir / "export", {k: best[k] for k in best}, order, engine,
                             extra={"scenarios_simulated": int(state["scenarios"])})
+        for warning in export.vllm_warnings(export.vllm_args(best, engine, order)):
+            log(f"warning (export/vllm_args.json): {warning}")
     wall = time.perf_counter() - start_time
     summary = {"start": start_values, "best": best, "best_summary": state["best"],
                "scenarios_simulated": int(state["scenarios"]), "wall_s": wall}
