@@ -61,6 +61,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from servetune import hardware
 from servetune.errors import ConfigError, ServetuneError, TraceError
+from servetune.workload import read_text
 
 REQUIRED = ("prefill_tokens", "decode_seqs", "ctx_tokens", "seconds")
 FEATURES = ("prefill_tokens", "decode_seqs", "ctx_tokens", "attn_work")
@@ -153,15 +154,7 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
     TraceError naming file:line, the column and what was expected on any bad row.
     """
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except FileNotFoundError:
-        raise TraceError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: is a directory; expected a CSV of measured iterations") from None
-    except UnicodeDecodeError as err:
-        raise TraceError(f"{path}: not UTF-8 text (byte {err.start}); expected a CSV of "
-                         f"measured iterations") from None
+    text = read_text(path, "CSV of measured iterations")
     reader = csv.reader(text.splitlines())
     header = next(reader, None)
     if header is None or not any(h.strip() for h in header):

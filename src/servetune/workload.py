@@ -150,16 +150,18 @@ def _check_sorted(arrival: np.ndarray, lines: list[int], path, what: str) -> Non
                          f"spanning at most {MAX_SPAN_S:.0e} s (wrong unit or a corrupt row?)")
 
 
-def _open_text(path: Path):
+def read_text(path: Path, what: str = "trace file") -> str:
+    """The UTF-8 text of `path` (a BOM is dropped); TraceError naming the file (and line, for a
+    bad byte) when it is missing, unreadable, UTF-16 or binary. `what` names the expected file."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise TraceError(f"{path}: file not found") from None
     except IsADirectoryError:
-        raise TraceError(f"{path}: is a directory; expected a trace file") from None
+        raise TraceError(f"{path}: is a directory; expected a {what}") from None
     except OSError as err:
         raise TraceError(f"{path}: cannot be read ({err.strerror or err}); expected a readable "
-                         f"trace file") from None
+                         f"{what}") from None
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise TraceError(f"{path}: UTF-16 text (byte-order mark); expected a UTF-8 CSV or JSONL "
                          f"trace (re-encode it, e.g. iconv -f UTF-16 -t UTF-8)")
@@ -190,7 +192,7 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
 
     Extra columns are ignored; a row may not carry non-empty fields beyond the header's."""
     path = Path(path)
-    text = _open_text(path)
+    text = read_text(path)
     reader = csv.reader(_lines(text))
 
     def rows():
@@ -280,7 +282,7 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
     """Load a Mooncake JSONL trace: one object per line with `timestamp` (ms), `input_length`,
     `output_length` (and optional `hash_ids`). Arrival times become seconds from the first row."""
     path = Path(path)
-    text = _open_text(path)
+    text = read_text(path)
     arrival, prompt, output, lines = [], [], [], []
     for line, raw in enumerate(_lines(text), start=1):
         if not raw.strip():
