@@ -47,7 +47,6 @@ import dataclasses
 import functools
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
@@ -60,7 +59,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from servetune import hardware
-from servetune.errors import ConfigError, ServetuneError, TraceError
+from servetune.errors import ConfigError, TraceError
 from servetune.workload import read_text
 
 REQUIRED = ("prefill_tokens", "decode_seqs", "ctx_tokens", "seconds")
@@ -580,10 +579,6 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
 @hydra.main(config_path="conf", config_name="calibrate", version_base=None)
 def calibrate_app(cfg: DictConfig) -> None:
     """Hydra entry point of `servetune calibrate`: exit 2 with the message on a user error."""
-    try:
-        run_calibrate(cfg)
-    except ServetuneError as err:
-        from rich.console import Console
+    from servetune.cli import exit_on_user_error
 
-        Console(stderr=True).print(f"[red]error:[/red] {err}")
-        sys.exit(2)
+    exit_on_user_error(run_calibrate, cfg)

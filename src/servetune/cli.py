@@ -83,13 +83,18 @@ def run_simulate(cfg: DictConfig) -> dict:
     return result.metrics[0]
 
 
-@hydra.main(config_path="conf", config_name="config", version_base=None)
-def _simulate_app(cfg: DictConfig) -> None:
+def exit_on_user_error(run, cfg: DictConfig) -> None:
+    """Call run(cfg); a ServetuneError (a user error) prints its message and exits with 2."""
     try:
-        run_simulate(cfg)
+        run(cfg)
     except ServetuneError as err:
         Console(stderr=True).print(f"[red]error:[/red] {err}")
         sys.exit(2)
+
+
+@hydra.main(config_path="conf", config_name="config", version_base=None)
+def _simulate_app(cfg: DictConfig) -> None:
+    exit_on_user_error(run_simulate, cfg)
 
 
 def run_tune(cfg: DictConfig):
@@ -121,11 +126,7 @@ def run_tune(cfg: DictConfig):
 
 @hydra.main(config_path="conf", config_name="config", version_base=None)
 def _tune_app(cfg: DictConfig) -> None:
-    try:
-        run_tune(cfg)
-    except ServetuneError as err:
-        Console(stderr=True).print(f"[red]error:[/red] {err}")
-        sys.exit(2)
+    exit_on_user_error(run_tune, cfg)
 
 
 def main() -> None:
