@@ -99,6 +99,9 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float
         "n_completed": int((state == END_STATE_NAMES[COMPLETED]).sum()),
         "n_rejected": int((state == END_STATE_NAMES[REJECTED]).sum()),
         "n_cancelled": int((state == END_STATE_NAMES[CANCELLED]).sum()),
+        # of those, cancelled after their first token (the client aborted mid-stream)
+        "n_cancelled_mid_stream": int(((state == END_STATE_NAMES[CANCELLED])
+                                       & np.isfinite(c["first_token_s"].to_numpy())).sum()),
         "n_expired": int((state == END_STATE_NAMES[EXPIRED]).sum()),
         "n_outstanding": int((state == END_STATE_NAMES[OUTSTANDING]).sum()),
     }

@@ -16,7 +16,7 @@ from servetune import hardware, workload
 from servetune.errors import ConfigError
 from servetune.metrics import MetricsSpec
 from servetune.policy import DEFAULTS, make_policy
-from servetune.types import EngineConfig, Params, Workload
+from servetune.types import CANCELLED, EXPIRED, EngineConfig, Params, Workload
 
 
 @dataclasses.dataclass
@@ -157,6 +157,20 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
     return trace
 
 
+def _with_abandonment(cfg: DictConfig, trace: workload.RequestTrace, seed: int):
+    """`workload.patience` (client cancellation) and `workload.deadline_s` applied to a trace."""
+    patience = _get(cfg, "workload.patience")
+    if patience is not None and not isinstance(patience, DictConfig):
+        raise ConfigError(f"workload.patience: got {patience!r}; expected a mapping like "
+                          f"{{dist: exponential, mean_s: 30, fraction: 1.0}} or null")
+    deadline = _get(cfg, "workload.deadline_s")
+    if patience is None and deadline is None:
+        return trace
+    return workload.with_abandonment(
+        trace, patience=None if patience is None else OmegaConf.to_container(patience),
+        deadline_s=deadline, seed=seed)
+
+
 def _pad(n: int) -> int:
     return max(64, 1 << (n - 1).bit_length())
 
@@ -175,7 +189,13 @@ def stack_workloads(traces, predicted, drain_s: float) -> Workload:
             "output": np.concatenate([trace.output, np.ones(pad, np.int32)]).astype(np.int32),
             "predicted": np.concatenate([pred, np.ones(pad)]),
             "klass": np.concatenate([trace.klass, np.zeros(pad, np.int32)]).astype(np.int32),
-            "n": np.int32(k), "t_stop": np.float64(trace.arrival[-1] + drain_s)})
+            "n": np.int32(k), "t_stop": np.float64(trace.arrival[-1] + drain_s),
+            "give_up_at": np.concatenate([
+                trace.arrival + np.minimum(trace.cancel_after, trace.deadline),
+                np.full(pad, np.inf)]),
+            "give_up_state": np.concatenate([
+                np.where(trace.cancel_after <= trace.deadline, CANCELLED, EXPIRED),
+                np.full(pad, -1)]).astype(np.int32)})
     return Workload(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
 
 
@@ -330,9 +350,11 @@ def build(cfg: DictConfig) -> Scenario:
     sigma = _number(cfg, "workload.predictor.sigma", lo=0, default=0.0)
     bias = _number(cfg, "workload.predictor.bias", lo=1e-9, default=1.0)
     traces, preds = [], []
+    synthetic = _get(cfg, "workload.kind") == "synthetic"
+    replayed = None if synthetic else load_workload(cfg, seeds[0])  # one trace, every seed
     for s in seeds:
-        tr = load_workload(cfg, s) if (s == seeds[0] or _get(cfg, "workload.kind") == "synthetic") \
-            else traces[0]
+        tr = load_workload(cfg, s) if synthetic else replayed
+        tr = _with_abandonment(cfg, tr, s)  # patience draws differ per seed
         traces.append(tr)
         preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
     drain = _number(cfg, "window.drain_s", lo=0)  # finite: the drain limit bounds the run
@@ -347,6 +369,8 @@ def build(cfg: DictConfig) -> Scenario:
                        warmup_s=warmup,
                        price_per_gpu_hour=gpu.price_per_gpu_hour if price is None else price,
                        n_gpus=tp, kv_blocks=kv_blocks)
+    if any(tr.gives_up for tr in traces):  # the engine checks for give-ups only when needed
+        engine = dataclasses.replace(engine, abandonment=True)
     return Scenario(
         traces=traces, seeds=seeds, workloads=stack_workloads(traces, preds, drain),
         params=Params(policy=pol, cost=cost), grid_points=points, engine=engine, metrics=spec,

@@ -48,7 +48,8 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         preempted=full(0, jnp.int32) > 0, n_preempt=full(0, jnp.int32),
         tokens_computed=full(0, jnp.int32), first_token=full(jnp.nan, jnp.float64),
         last_emit=full(jnp.nan, jnp.float64), finish=full(jnp.nan, jnp.float64),
-        end_state=full(-1, jnp.int32),
+        end_state=full(-1, jnp.int32), give_up_at=full(jnp.inf, jnp.float64),
+        give_up_state=full(-1, jnp.int32),
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
     stats = Stats(

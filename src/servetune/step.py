@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from servetune import histogram, ops
 from servetune.engine import outbox as outbox_lib
+from servetune.engine.abandon import abandon, next_give_up
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
 from servetune.engine.leap import leap
@@ -109,6 +110,7 @@ class _Arrived(NamedTuple):
     n_arrived: jnp.ndarray
     n_rejected: jnp.ndarray
     sort: jnp.ndarray
+    n_abandoned: jnp.ndarray
 
 
 def _instance(state: SimState, cfg: EngineConfig):
@@ -123,8 +125,11 @@ def _arrive(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
     e = jax.tree.map(lambda x: x[i], state.entries)
     e, next_req, outside, n_arrived, n_rejected = take_arrivals(
         e, t, state.next_req, wl, params, cfg, search_window)
+    n_abandoned = jnp.zeros_like(n_rejected)
+    if cfg.abandonment:  # cancelled and expired requests leave before scheduling
+        e, n_abandoned = abandon(e, t)
     sort = order_matters(e, params, cfg) if cfg.lazy_order else jnp.ones_like(t, jnp.bool_)
-    return _Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort)
+    return _Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort, n_abandoned)
 
 
 def step_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, active):
@@ -194,8 +199,11 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     t_end, n_leap, leap_busy_s, leap_tokens = t_next, 0, 0.0, 0
     if cfg.leap_max > 0:
         n_leap_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
+        t_limit = jnp.minimum(next_arrival, wl.t_stop)
+        if cfg.abandonment:  # the iteration that notices a give-up is stepped
+            t_limit = jnp.minimum(t_limit, next_give_up(e))
         e, t_end, n_leap, leap_dur, leap_gaps, leap_blocks, leap_done = leap(
-            e, t_next, jnp.minimum(next_arrival, wl.t_stop), params, cfg)
+            e, t_next, t_limit, params, cfg)
         blocks_in_use = jnp.where(n_leap > 0, jnp.maximum(blocks_in_use, leap_blocks),
                                   blocks_in_use)
         gaps = (jnp.concatenate([gaps, leap_gaps[0]]),
@@ -208,7 +216,7 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     all_done = (next_req >= wl.n) & jnp.all(e.status == EMPTY)
 
     st = state.stats
-    ended_by_t = st.ended + n_rejected
+    ended_by_t = st.ended + n_rejected + a.n_abandoned
     # requests completed by the first iteration leave at t_next, before the run
     occupancy = (_occupancy(wl, t, t_end, n_arrived, ended_by_t, search_window)
                  - jnp.sum(completed) * (t_end - t_next))

@@ -48,6 +48,8 @@ class EngineConfig:
         skipping, engine/leap.py); 0 steps every iteration.
       lazy_order: skip the priority sort in iterations where order cannot matter (exact; off
         only to test that it is).
+      abandonment: requests may end early, cancelled by their client or expired at their
+        deadline (engine/abandon.py); off, the engine never checks (the workload has none).
     """
 
     max_slots: int = 256
@@ -64,6 +66,7 @@ class EngineConfig:
     max_steps_per_chunk: int = 200_000
     n_instances: int = 1
     lazy_order: bool = True
+    abandonment: bool = False
 
     @property
     def n_entries(self) -> int:
@@ -140,6 +143,9 @@ class Workload:
     klass: jnp.ndarray  # [N] i32 request class id (for per-class mechanisms; metrics use the host copy)
     n: jnp.ndarray  # [] i32 number of real (unpadded) requests
     t_stop: jnp.ndarray  # [] f64 time at which the simulation stops (last arrival + drain)
+    give_up_at: jnp.ndarray  # [N] f64 time the request is cancelled or expires if not done
+    #                          (seconds; inf = never)
+    give_up_state: jnp.ndarray  # [N] i32 CANCELLED or EXPIRED: how it ends at give_up_at
 
 
 @struct.dataclass
@@ -162,6 +168,8 @@ class Entries:
     last_emit: jnp.ndarray  # [A] f64 time of the latest output token (nan before)
     finish: jnp.ndarray  # [A] f64 time the request ended (nan before)
     end_state: jnp.ndarray  # [A] i32 end state once DONE
+    give_up_at: jnp.ndarray  # [A] f64 time the request is cancelled or expires (inf = never)
+    give_up_state: jnp.ndarray  # [A] i32 CANCELLED or EXPIRED: its end state at give_up_at
 
 
 @struct.dataclass

@@ -41,7 +41,11 @@ class RequestTrace:
     """Requests of one workload, sorted by arrival (host-side numpy arrays).
 
     arrival: [N] float64 seconds from the trace start; prompt, output: [N] int32 tokens;
-    klass: [N] int32 class id (names in `class_names`).
+    klass: [N] int32 class id (names in `class_names`);
+    cancel_after: [N] float64 seconds after arrival at which the client cancels the request
+      (gives up waiting, or aborts mid-stream) if it has not completed; inf = never;
+    deadline: [N] float64 seconds after arrival by which the request must complete, or the
+      server drops it (expired); inf = none.
     """
 
     name: str
@@ -50,19 +54,34 @@ class RequestTrace:
     output: np.ndarray
     klass: np.ndarray = None
     class_names: tuple = ("all",)
+    cancel_after: np.ndarray = None
+    deadline: np.ndarray = None
 
     def __post_init__(self):
+        n = len(self.arrival)
         if self.klass is None:
-            self.klass = np.zeros(len(self.arrival), np.int32)
+            self.klass = np.zeros(n, np.int32)
+        if self.cancel_after is None:
+            self.cancel_after = np.full(n, np.inf)
+        if self.deadline is None:
+            self.deadline = np.full(n, np.inf)
         self.arrival = flush_subnormal(self.arrival)
 
     def __len__(self) -> int:
         return len(self.arrival)
 
     def subset(self, mask: np.ndarray) -> RequestTrace:
-        """The requests where `mask` holds, in order."""
-        return dataclasses.replace(self, arrival=self.arrival[mask], prompt=self.prompt[mask],
-                                   output=self.output[mask], klass=self.klass[mask])
+        """The requests where `mask` holds, in order (every per-request [N] field)."""
+        n = len(self)
+        per_request = {f.name: getattr(self, f.name)[mask] for f in dataclasses.fields(self)
+                       if isinstance(getattr(self, f.name), np.ndarray)
+                       and getattr(self, f.name).shape[:1] == (n,)}
+        return dataclasses.replace(self, **per_request)
+
+    @property
+    def gives_up(self) -> bool:
+        """Whether any request can end by cancellation or deadline (the engine then checks)."""
+        return bool(np.any(np.isfinite(self.cancel_after)) or np.any(np.isfinite(self.deadline)))
 
 
 def flush_subnormal(times):
@@ -520,3 +539,50 @@ def predict_output(trace: RequestTrace, *, sigma: float = 0.0, bias: float = 1.0
                           f"predicted output lengths to infinity; expected a noise scale that "
                           f"keeps them finite (sigma of a few units, bias near 1)")
     return pred
+
+
+# --------------------------------------------------------------------------- client patience
+
+def with_abandonment(trace: RequestTrace, *, patience: dict | None = None,
+                     deadline_s: float | None = None, seed: int = 0,
+                     key: str = "workload") -> RequestTrace:
+    """The trace with client patience and server deadlines set (seconds after arrival).
+
+    patience: {dist: exponential | lognormal | fixed, mean_s, cv (lognormal), fraction}: each
+      request, with probability `fraction` (default 1), gets a patience drawn from the
+      distribution; its client cancels it that long after arrival unless it has completed
+      (while queued or mid-stream). An explicit `cancel_after` already in the trace is kept
+      where it is earlier. None or dist: none = patient clients.
+    deadline_s: every request must complete within this many seconds of arrival, or the server
+      drops it (expired); None = no deadline.
+    Draws are seeded by `seed`, independently of arrivals and lengths.
+    """
+    n = len(trace)
+    cancel_after = trace.cancel_after.copy()
+    if patience is not None and patience.get("dist", "none") not in (None, "none"):
+        pk = f"{key}.patience"
+        dist = patience["dist"]
+        rng = np.random.default_rng([seed, 104729])
+        mean = _spec_number(patience, "mean_s", pk, 1e-9, MAX_SPAN_S)
+        if dist == "exponential":
+            draw = rng.exponential(mean, n)
+        elif dist == "lognormal":
+            cv = _spec_number({"cv": 1.0, **patience}, "cv", pk, 0, 1e3)
+            sigma2 = math.log1p(cv * cv)
+            draw = rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), n)
+        elif dist == "fixed":
+            draw = np.full(n, mean)
+        else:
+            raise ConfigError(f"{pk}.dist: got {dist!r}; expected none, exponential, lognormal "
+                              f"or fixed")
+        fraction = _spec_number({"fraction": 1.0, **patience}, "fraction", pk, 0.0, 1.0)
+        impatient = rng.random(n) < fraction
+        cancel_after = np.where(impatient, np.minimum(cancel_after, draw), cancel_after)
+    deadline = trace.deadline.copy()
+    if deadline_s is not None:
+        value = _as_float(deadline_s)
+        if value is None or not 0 < value <= MAX_SPAN_S:
+            raise ConfigError(f"{key}.deadline_s: got {deadline_s!r}; expected seconds > 0 "
+                              f"and <= {MAX_SPAN_S:.0e}, or null for none")
+        deadline = np.minimum(deadline, value)
+    return dataclasses.replace(trace, cancel_after=cancel_after, deadline=deadline)
