@@ -30,8 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 from servetune.errors import ConfigError
 from servetune.policy import _BOUNDS, DEFAULTS, ORDERS
 
-# Tuned keys that are not PolicyParams but engine settings: speculative draft tokens per step.
-EXTRA_KEYS: dict[str, tuple[float, float]] = {"spec_k": (0.0, 64.0)}
+# Tuned keys that are not PolicyParams (none since spec_k became one; kept for engine settings).
+EXTRA_KEYS: dict[str, tuple[float, float]] = {}
 FLOORED = ("max_num_seqs", "max_num_batched_tokens")
 WEIGHTS = ("w_age", "w_prompt", "w_pred", "w_slack")
 # gateway priority = round(PRIORITY_SCALE * sort key): integer, resolution 1e-3 of the key
@@ -104,7 +104,7 @@ def policy_to_config(values: Mapping[str, object], order: str, engine: Mapping |
     weights filled in), so the file reproduces the policy even if defaults change. Units:
     max_num_seqs sequences, max_num_batched_tokens tokens per iteration, watermark a fraction of
     KV blocks, queue_cap waiting requests (None = unbounded), w_* per second / per 1000 tokens,
-    ttft_target_s seconds. `spec_k` (an engine setting) is not part of it. `engine` is unused
+    ttft_target_s seconds, spec_k draft tokens per iteration (floored). `engine` is unused
     (accepted for symmetry with the engine exporters).
     """
     eff = _effective(values, order)

@@ -70,6 +70,10 @@ MODELS: dict[str, ModelSpec] = {
     # Qwen/Qwen2.5-7B-Instruct config.json: 28 layers, hidden 3584, 28 heads, 4 KV heads,
     # max_position_embeddings 32768; 7.61e9 parameters (model card).
     "qwen2_5_7b": ModelSpec("Qwen2.5-7B", 7.61e9, 28, 3584, 28, 4, 128, 32768),
+    # meta-llama/Llama-3.2-1B config.json: 16 layers, hidden 2048, 32 heads, 8 KV heads,
+    # head_dim 64, max_position_embeddings 131072; 1.24e9 parameters (model card: 1.23B).
+    # Shares Llama 3's tokenizer, so it can draft for Llama-3-8B/70B.
+    "llama3_2_1b": ModelSpec("Llama-3.2-1B", 1.24e9, 16, 2048, 32, 8, 64, 131072),
 }
 
 _BITS = (4, 8, 16)
@@ -103,10 +107,14 @@ def kv_capacity_blocks(
     gpu_memory_utilization: float,
     activation_reserve_gib: float,
     max_model_len: int,
+    extra_weight_bytes: float = 0.0,
+    extra_kv_bytes_per_token: float = 0.0,
 ) -> int:
     """KV-cache blocks that fit in the instance's memory after weights and activation reserve.
 
     memory = tp x gpu memory x utilization; KV = memory - weights - tp x reserve.
+    extra_*: what a second model on the same GPUs (a speculative draft) adds: its weights, and
+    its KV bytes per token (each block then holds both models' KV of its tokens).
     Raises ConfigError when the weights do not fit, or when one max_model_len sequence does not
     (as vLLM refuses to start in that case).
     """
@@ -123,7 +131,7 @@ def kv_capacity_blocks(
             f"engine.gpu_memory_utilization: got {gpu_memory_utilization}; expected in (0, 1]"
         )
     usable = tp * gpu.memory_bytes * gpu_memory_utilization
-    weights = weight_bytes(model, weight_bits)
+    weights = weight_bytes(model, weight_bits) + extra_weight_bytes
     kv_memory = usable - weights - tp * activation_reserve_gib * GIB
     if kv_memory <= 0:
         raise ConfigError(
@@ -133,7 +141,8 @@ def kv_capacity_blocks(
             f"{usable / 1e9:.1f} GB minus {tp * activation_reserve_gib:.1f} GiB activation reserve; "
             f"raise hardware.tp or lower model.weight_bits"
         )
-    blocks = int(kv_memory // (block_size * kv_bytes_per_token(model, kv_bits)))
+    per_token = kv_bytes_per_token(model, kv_bits) + extra_kv_bytes_per_token
+    blocks = int(kv_memory // (block_size * per_token))
     needed = -(-max_model_len // block_size)
     if blocks < needed:
         raise ConfigError(

@@ -174,6 +174,13 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "slot_bound_iterations": int(st["slot_bound"]),
         "stalled": bool(st["stalled"]),
     })
+    passes = float(st["spec_passes"])
+    m.update({  # speculative decoding (nan without draft passes)
+        "spec_acceptance_rate": (float(st["spec_accepted"]) / float(st["spec_proposed"])
+                                 if st["spec_proposed"] > 0 else float("nan")),
+        "spec_tokens_per_pass": float(st["spec_emitted"]) / passes if passes else float("nan"),
+        "spec_draft_tokens": int(st["spec_proposed"]),
+    })
     by_class = {}
     for name in trace.class_names:
         sub = table[table["class"] == name]

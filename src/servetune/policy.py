@@ -24,6 +24,7 @@ DEFAULTS: dict[str, float] = {
     "w_pred": 0.0,
     "w_slack": 0.0,
     "ttft_target_s": 2.0,
+    "spec_k": 0.0,
 }
 
 # Named orders: each is a setting of the score weights.
@@ -40,6 +41,7 @@ _BOUNDS = {
     "watermark": (0.0, 0.999),
     "queue_cap": (0.0, math.inf),
     "ttft_target_s": (0.0, math.inf),
+    "spec_k": (0.0, 64.0),
 }
 
 

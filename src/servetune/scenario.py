@@ -44,7 +44,7 @@ MAX_SEEDS = 1 << 16
 # Config sections build() reads: required ones must be present; all must be mappings.
 _SECTIONS = {"workload": True, "hardware": True, "model": True, "policy": True, "engine": True,
              "window": True, "cost": False, "slo": False, "classes": False, "grid": False,
-             "paths": False}
+             "paths": False, "speculation": False}
 
 
 def _get(cfg: DictConfig, key: str, default=None):
@@ -157,6 +157,41 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
     return trace
 
 
+@dataclasses.dataclass(frozen=True)
+class _Speculation:
+    draft: hardware.ModelSpec
+    weight_bits: int
+    kv_bits: int
+    acceptance: tuple  # per-token acceptance rate per request class
+    overhead_s: float  # fixed seconds per draft pass
+
+
+def _speculation(cfg: DictConfig, model: hardware.ModelSpec, form: str) -> _Speculation | None:
+    """The `speculation.*` section: a draft model from the catalog and acceptance rates."""
+    name = _get(cfg, "speculation.draft")
+    if name is None:
+        return None
+    draft = hardware.lookup(hardware.MODELS, name, "speculation.draft")
+    if form != "roofline":
+        raise ConfigError("speculation.draft: speculative decoding needs cost.form=roofline "
+                          "(the draft's step time comes from its size on the GPU)")
+    if draft.params >= model.params:
+        raise ConfigError(f"speculation.draft: {draft.name} is not smaller than the target "
+                          f"{model.name}; expected a smaller draft model")
+    acc = _get(cfg, "speculation.acceptance", 0.7)
+    values = list(acc) if not isinstance(acc, (int, float)) or isinstance(acc, bool) else [acc]
+    if not values or not all(_is_real(v) and 0.0 <= float(v) <= 1.0 for v in values):
+        raise ConfigError(f"speculation.acceptance: got {acc!r}; expected a per-token acceptance "
+                          f"rate in [0, 1], or a list of them, one per request class")
+    return _Speculation(
+        draft=draft,
+        weight_bits=_number(cfg, "speculation.draft_weight_bits", integer=True, default=16),
+        kv_bits=_number(cfg, "speculation.draft_kv_bits", integer=True, default=16),
+        overhead_s=_number(cfg, "speculation.draft_overhead_s", lo=0, hi=MAX_SECONDS,
+                           default=0.0003),
+        acceptance=tuple(float(v) for v in values))
+
+
 def _with_abandonment(cfg: DictConfig, trace: workload.RequestTrace, seed: int):
     """`workload.patience` (client cancellation) and `workload.deadline_s` applied to a trace."""
     patience = _get(cfg, "workload.patience")
@@ -175,11 +210,18 @@ def _pad(n: int) -> int:
     return max(64, 1 << (n - 1).bit_length())
 
 
-def stack_workloads(traces, predicted, drain_s: float) -> Workload:
-    """Pad traces to a common power-of-two length N and stack them: leaves [S, N]."""
+def stack_workloads(traces, predicted, drain_s: float, *, spec_alpha=None,
+                    seeds=None) -> Workload:
+    """Pad traces to a common power-of-two length N and stack them: leaves [S, N].
+
+    spec_alpha: per-class draft acceptance rates (a sequence indexed by class id; speculation);
+    seeds: one per trace, salting the engine's counter-based random draws (default 0, 1, ...).
+    """
     n = _pad(max(len(t) for t in traces))
     rows = []
-    for trace, pred in zip(traces, predicted):
+    seeds = range(len(traces)) if seeds is None else seeds
+    alpha_of_class = np.asarray([0.0] if spec_alpha is None else spec_alpha, np.float64)
+    for trace, pred, seed in zip(traces, predicted, seeds):
         k = len(trace)
         pad = n - k
         rows.append({
@@ -195,7 +237,11 @@ def stack_workloads(traces, predicted, drain_s: float) -> Workload:
                 np.full(pad, np.inf)]),
             "give_up_state": np.concatenate([
                 np.where(trace.cancel_after <= trace.deadline, CANCELLED, EXPIRED),
-                np.full(pad, -1)]).astype(np.int32)})
+                np.full(pad, -1)]).astype(np.int32),
+            "spec_alpha": np.concatenate([
+                alpha_of_class[np.minimum(trace.klass, len(alpha_of_class) - 1)],
+                np.zeros(pad)]),
+            "salt": np.uint32(seed % (1 << 32))})
     return Workload(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
 
 
@@ -243,20 +289,38 @@ def build(cfg: DictConfig) -> Scenario:
     if max_len > model.max_context:
         raise ConfigError(f"engine.max_model_len: got {max_len}; {model.name} supports at most "
                           f"{model.max_context} tokens")
+    form = _get(cfg, "cost.form", "roofline")
+    draft_spec = _speculation(cfg, model, form)
+    if draft_spec is not None:
+        for key, bits in (("speculation.draft_weight_bits", draft_spec.weight_bits),
+                          ("speculation.draft_kv_bits", draft_spec.kv_bits)):
+            if bits not in (4, 8, 16):
+                raise ConfigError(f"{key}: got {bits}; expected one of (4, 8, 16)")
+    extra = {} if draft_spec is None else {
+        "extra_weight_bytes": hardware.weight_bytes(draft_spec.draft, draft_spec.weight_bits),
+        "extra_kv_bytes_per_token": hardware.kv_bytes_per_token(draft_spec.draft,
+                                                                draft_spec.kv_bits)}
     kv_blocks = hardware.kv_capacity_blocks(
-        gpu, model, tp=tp, weight_bits=wbits, kv_bits=kvbits, block_size=block,
+        gpu, model, tp=tp, weight_bits=wbits, kv_bits=kvbits, block_size=block, **extra,
         gpu_memory_utilization=_number(cfg, "engine.gpu_memory_utilization", lo=0, hi=1),
         activation_reserve_gib=_number(cfg, "engine.activation_reserve_gib", lo=0, hi=1e4),
         max_model_len=max_len)
-    form = _get(cfg, "cost.form", "roofline")
+    draft_cost = None
     if form == "roofline":
+        gpu_figures = {
+            "flops_efficiency": _number(cfg, "hardware.flops_efficiency", lo=1e-6, hi=1),
+            "bandwidth_efficiency": _number(cfg, "hardware.bandwidth_efficiency", lo=1e-6, hi=1),
+            "overhead_s": _number(cfg, "hardware.overhead_s", lo=0, hi=MAX_SECONDS),
+            "allreduce_latency_s": _number(cfg, "hardware.allreduce_latency_s", lo=0,
+                                        hi=MAX_SECONDS, default=0.0)}
         cost = hardware.roofline_cost_params(
             gpu, model, tp=tp, weight_bits=wbits, kv_bits=kvbits, kv_blocks=kv_blocks,
-            flops_efficiency=_number(cfg, "hardware.flops_efficiency", lo=1e-6, hi=1),
-            bandwidth_efficiency=_number(cfg, "hardware.bandwidth_efficiency", lo=1e-6, hi=1),
-            overhead_s=_number(cfg, "hardware.overhead_s", lo=0, hi=MAX_SECONDS),
-            allreduce_latency_s=_number(cfg, "hardware.allreduce_latency_s", lo=0,
-                                        hi=MAX_SECONDS, default=0.0))
+            **gpu_figures)
+        if draft_spec is not None:  # the draft runs on the same GPUs, as tensor parallel
+            draft_cost = hardware.roofline_cost_params(
+                gpu, draft_spec.draft, tp=tp, weight_bits=draft_spec.weight_bits,
+                kv_bits=draft_spec.kv_bits, kv_blocks=kv_blocks,
+                **{**gpu_figures, "overhead_s": draft_spec.overhead_s})
     elif form == "linear":
         cost = hardware.linear_cost_params(
             base_s=_number(cfg, "cost.base_s", lo=0, hi=MAX_SECONDS),
@@ -342,7 +406,9 @@ def build(cfg: DictConfig) -> Scenario:
             f"max_model_len = {max_len} sequence ({lone_blocks} blocks) above the watermark; "
             f"raise it or lower engine.max_model_len")
     n_params = len(points)
-    cost = jax.tree.map(lambda x: jnp.broadcast_to(x, (n_params,) + x.shape), cost)
+    widen = lambda tree: jax.tree.map(lambda x: jnp.broadcast_to(x, (n_params,) + x.shape), tree)
+    cost = widen(cost)
+    draft_cost = None if draft_cost is None else widen(draft_cost)
 
     seed0 = _number(cfg, "seed", lo=0, hi=2**63 - 1, integer=True, default=0)
     n_seeds = _number(cfg, "seeds", lo=1, hi=MAX_SEEDS, integer=True, default=1)
@@ -371,8 +437,18 @@ def build(cfg: DictConfig) -> Scenario:
                        n_gpus=tp, kv_blocks=kv_blocks)
     if any(tr.gives_up for tr in traces):  # the engine checks for give-ups only when needed
         engine = dataclasses.replace(engine, abandonment=True)
+    if draft_spec is not None:
+        n_classes = len(traces[0].class_names)
+        if len(draft_spec.acceptance) not in (1, n_classes):
+            raise ConfigError(f"speculation.acceptance: got {len(draft_spec.acceptance)} rates; "
+                              f"expected one, or one per request class {traces[0].class_names}")
+        engine = dataclasses.replace(engine, speculation=True)
     return Scenario(
-        traces=traces, seeds=seeds, workloads=stack_workloads(traces, preds, drain),
-        params=Params(policy=pol, cost=cost), grid_points=points, engine=engine, metrics=spec,
+        traces=traces, seeds=seeds,
+        workloads=stack_workloads(traces, preds, drain, seeds=seeds,
+                                  spec_alpha=None if draft_spec is None else draft_spec.acceptance),
+        params=Params(policy=pol, cost=cost, draft=draft_cost), grid_points=points,
+        engine=engine, metrics=spec,
         labels={"gpu": gpu.name, "model": model.name, "tp": tp, "workload": traces[0].name,
-                "kv_blocks": kv_blocks, "order": order})
+                "kv_blocks": kv_blocks, "order": order,
+                "draft": None if draft_spec is None else draft_spec.draft.name})

@@ -49,7 +49,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         tokens_computed=full(0, jnp.int32), first_token=full(jnp.nan, jnp.float64),
         last_emit=full(jnp.nan, jnp.float64), finish=full(jnp.nan, jnp.float64),
         end_state=full(-1, jnp.int32), give_up_at=full(jnp.inf, jnp.float64),
-        give_up_state=full(-1, jnp.int32),
+        give_up_state=full(-1, jnp.int32), spec_alpha=full(0.0, jnp.float64),
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
     stats = Stats(
@@ -58,6 +58,8 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         decode_tokens=zi.astype(jnp.int64), window_overflow=zi, max_running=per_inst,
         occupancy_s=zf, ended=zi, slot_bound=zi,
         stalled=zi > 0, itl_hist=jnp.zeros((histogram.BINS,), jnp.float64) + zf,
+        spec_passes=zi.astype(jnp.int64), spec_proposed=zi.astype(jnp.int64),
+        spec_accepted=zi.astype(jnp.int64), spec_emitted=zi.astype(jnp.int64),
     )
     return SimState(clock=per_inst + zf, entries=entries, next_req=zi,
                     outbox=empty_outbox(outbox_capacity(cfg), zi), stats=stats, done=wl.n <= 0)

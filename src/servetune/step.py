@@ -9,11 +9,12 @@ import jax.numpy as jnp
 
 from servetune import histogram, ops
 from servetune.engine import outbox as outbox_lib
+from servetune.engine import speculation
 from servetune.engine.abandon import abandon, next_give_up
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
 from servetune.engine.leap import leap
-from servetune.engine.scheduler import new_blocks, pending_tokens, schedule, token_budget
+from servetune.engine.scheduler import new_blocks, schedule, token_budget, wanted_tokens
 from servetune.hardware import step_time
 from servetune.policy import scheduling_order
 from servetune.types import (
@@ -29,14 +30,29 @@ from servetune.types import (
 
 
 def batch_cost(es, batch, params: Params, cfg: EngineConfig):
-    """Seconds the iteration lasts, from the roofline or linear cost model."""
+    """Seconds the iteration lasts, from the roofline or linear cost model. A decode computes
+    one token; the positions a speculative decode verifies beyond it count as prefill tokens.
+    With speculation the draft model's passes are added (engine/speculation.py)."""
     toks = batch.tokens
     in_batch = toks > 0
-    prefill = jnp.sum(jnp.where(batch.decode, 0, toks))
+    prefill = jnp.sum(jnp.where(batch.decode, toks - 1, toks))
     decode = jnp.sum(batch.decode)
     ctx_read = jnp.sum(jnp.where(in_batch, es.computed, 0))
     attn_work = jnp.sum(toks * (es.computed + (toks + 1) / 2.0))
-    return step_time(params.cost, cfg.cost_form, prefill, decode, ctx_read, attn_work)
+    dur = step_time(params.cost, cfg.cost_form, prefill, decode, ctx_read, attn_work)
+    if cfg.speculation:
+        new_prompt = jnp.sum(jnp.where(batch.decode, 0, toks))
+        decode_ctx = jnp.sum(jnp.where(batch.decode, es.computed, 0))
+        dur = dur + speculation.draft_time(params.draft, cfg, speculation.draft_tokens(
+            params.policy), new_prompt, decode, decode_ctx)
+    return dur
+
+
+def _verify(e, batch, wl: Workload):
+    """The batch with the draft tokens each decoding request gets accepted (speculation)."""
+    drafts = jnp.where(batch.decode, batch.tokens - 1, 0)
+    u = speculation.uniform(e.req, e.generated, wl.salt)
+    return batch.replace(accepted=speculation.accepted(u, e.spec_alpha, drafts))
 
 
 def _in_scheduling_order(e, t, pol):
@@ -49,7 +65,7 @@ def order_matters(e, params: Params, cfg: EngineConfig):
     waiting, or running requests that want more tokens than the budget or more KV blocks than
     are free. Otherwise every running request gets all it needs and the lone waiting request (if
     any) comes after them in any order, so the (costly) sort is skipped: same schedule."""
-    need = pending_tokens(e)
+    need, _ = wanted_tokens(e, params, cfg)
     free = params.cost.kv_blocks - jnp.sum(e.blocks)
     over_budget = jnp.sum(need) > token_budget(params.policy, cfg)
     return ((jnp.sum(e.status == WAITING) > 1) | over_budget
@@ -179,10 +195,13 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     t, next_req, outside, n_arrived, n_rejected = (a.t, a.next_req, a.outside, a.n_arrived,
                                                    a.n_rejected)
     e, batch = schedule(e, params, cfg)
+    if cfg.speculation:
+        batch = _verify(e, batch, wl)
     dur = batch_cost(e, batch, params, cfg)
     batch_req = e.req
     blocks_in_use = jnp.sum(e.blocks, dtype=jnp.int32)
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
+    generated0 = e.generated
     e, gaps, completed = advance(e, batch, t + dur)
 
     busy = jnp.any(batch.tokens > 0)
@@ -197,7 +216,7 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     # then the run of uniform decode iterations that follows, if any, in closed form
     n_completed = jnp.sum(completed, dtype=jnp.int32)
     t_end, n_leap, leap_busy_s, leap_tokens = t_next, 0, 0.0, 0
-    if cfg.leap_max > 0:
+    if cfg.leap_max > 0 and not cfg.speculation:
         n_leap_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
         t_limit = jnp.minimum(next_arrival, wl.t_stop)
         if cfg.abandonment:  # the iteration that notices a give-up is stepped
@@ -229,7 +248,8 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         clock_regress=st.clock_regress.at[i].max((t_next < t) | (t_end < t_next)),
         preemptions=st.preemptions + jnp.sum(batch.preempted, dtype=jnp.int32),
         prefill_tokens=st.prefill_tokens + jnp.sum(jnp.where(batch.decode, 0, batch.tokens)),
-        decode_tokens=st.decode_tokens + jnp.sum(batch.decode) + leap_tokens,
+        decode_tokens=(st.decode_tokens + jnp.sum(jnp.where(batch.decode, batch.tokens, 0))
+                       + leap_tokens),
         window_overflow=jnp.maximum(st.window_overflow, outside),
         max_running=st.max_running.at[i].max(n_running),
         occupancy_s=st.occupancy_s + occupancy,
@@ -238,6 +258,14 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         stalled=st.stalled | stalled,
         itl_hist=histogram.add(st.itl_hist, *gaps),
     )
+    if cfg.speculation:
+        drafted = batch.decode & (batch.tokens > 1)
+        stats = stats.replace(
+            spec_passes=st.spec_passes + jnp.sum(drafted),
+            spec_proposed=st.spec_proposed + jnp.sum(jnp.where(drafted, batch.tokens - 1, 0)),
+            spec_accepted=st.spec_accepted + jnp.sum(jnp.where(drafted, batch.accepted, 0)),
+            spec_emitted=st.spec_emitted + jnp.sum(jnp.where(drafted, e.generated - generated0,
+                                                             0)))
     new = SimState(
         clock=state.clock.at[i].set(t_end),
         entries=(jax.tree.map(lambda one: one[None], e) if cfg.n_instances == 1 else

@@ -50,6 +50,9 @@ class EngineConfig:
         only to test that it is).
       abandonment: requests may end early, cancelled by their client or expired at their
         deadline (engine/abandon.py); off, the engine never checks (the workload has none).
+      speculation: a draft model proposes policy.spec_k tokens per decoding request per
+        iteration (engine/speculation.py); params.draft holds its cost. Event skipping is off
+        with it (iterations are no longer uniform).
     """
 
     max_slots: int = 256
@@ -67,6 +70,7 @@ class EngineConfig:
     n_instances: int = 1
     lazy_order: bool = True
     abandonment: bool = False
+    speculation: bool = False
 
     @property
     def n_entries(self) -> int:
@@ -97,6 +101,8 @@ class PolicyParams:
     w_pred: jnp.ndarray  # [] priority weight per 1000 predicted output tokens (shorter first)
     w_slack: jnp.ndarray  # [] priority weight per second of TTFT slack (less slack first)
     ttft_target_s: jnp.ndarray  # [] TTFT target used for slack (seconds)
+    spec_k: jnp.ndarray  # [] draft tokens proposed per decoding request per iteration
+    #                      (speculative decoding; floored; 0 = off)
 
 
 @struct.dataclass
@@ -129,6 +135,7 @@ class Params:
 
     policy: PolicyParams
     cost: CostParams
+    draft: CostParams | None = None  # the draft model's step cost (speculation), else None
 
 
 @struct.dataclass
@@ -146,6 +153,8 @@ class Workload:
     give_up_at: jnp.ndarray  # [N] f64 time the request is cancelled or expires if not done
     #                          (seconds; inf = never)
     give_up_state: jnp.ndarray  # [N] i32 CANCELLED or EXPIRED: how it ends at give_up_at
+    spec_alpha: jnp.ndarray  # [N] f64 per-token draft acceptance rate (speculation)
+    salt: jnp.ndarray  # [] u32 scenario seed for counter-based random draws
 
 
 @struct.dataclass
@@ -170,6 +179,7 @@ class Entries:
     end_state: jnp.ndarray  # [A] i32 end state once DONE
     give_up_at: jnp.ndarray  # [A] f64 time the request is cancelled or expires (inf = never)
     give_up_state: jnp.ndarray  # [A] i32 CANCELLED or EXPIRED: its end state at give_up_at
+    spec_alpha: jnp.ndarray  # [A] f64 per-token draft acceptance rate (speculation)
 
 
 @struct.dataclass
@@ -208,6 +218,11 @@ class Stats:
     #                          back an admission (results then depend on the capacity)
     stalled: jnp.ndarray  # [] bool waiting work that can never run (guards an infinite loop)
     itl_hist: jnp.ndarray  # [H] f64 counts of inter-token gaps per log-spaced bin
+    #                        (gaps between output-bearing events: the delivery cadence)
+    spec_passes: jnp.ndarray  # [] i64 decode passes (one request, one iteration) with drafts
+    spec_proposed: jnp.ndarray  # [] i64 draft tokens proposed
+    spec_accepted: jnp.ndarray  # [] i64 draft tokens accepted (before output-length caps)
+    spec_emitted: jnp.ndarray  # [] i64 tokens emitted by those passes
 
 
 @struct.dataclass

@@ -12,12 +12,21 @@ def advance(es: Entries, batch: Batch, t_end):
     """Apply an iteration that ends at t_end (seconds).
 
     A request whose known tokens (prompt + output so far) are all computed emits its next output
-    token; one that reaches its output length completes and frees its blocks.
+    token; one that reaches its output length completes and frees its blocks. With speculation
+    (`batch.accepted` set), a decoding request emits 1 + its accepted draft tokens in one event,
+    at most up to its output length, and only the emitted positions stay computed.
     Returns (entries, inter-token gaps [A] in seconds (nan where none), completed mask [A]).
     """
-    computed = es.computed + batch.tokens
-    emit = (batch.tokens > 0) & (computed >= es.prompt + es.generated)
-    generated = es.generated + emit.astype(jnp.int32)
+    if batch.accepted is None:
+        computed = es.computed + batch.tokens
+        emit = (batch.tokens > 0) & (computed >= es.prompt + es.generated)
+        n_new = emit.astype(jnp.int32)
+    else:
+        spec_emit = jnp.minimum(1 + batch.accepted, es.output - es.generated)
+        computed = es.computed + jnp.where(batch.decode, spec_emit, batch.tokens)
+        emit = (batch.tokens > 0) & (computed >= es.prompt + es.generated)
+        n_new = jnp.where(batch.decode, spec_emit, emit.astype(jnp.int32))
+    generated = es.generated + n_new
     gap = jnp.where(emit & (es.generated > 0), t_end - es.last_emit, jnp.nan)
     complete = emit & (generated >= es.output)
     es = es.replace(

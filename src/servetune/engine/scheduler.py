@@ -23,6 +23,7 @@ from flax import struct
 
 from servetune import ops, relax
 from servetune.engine.kv import blocks_for
+from servetune.engine.speculation import draft_tokens
 from servetune.types import RUNNING, WAITING, EngineConfig, Entries, Params
 
 _NO_BUDGET = 2**30
@@ -36,6 +37,7 @@ class Batch:
     decode: jnp.ndarray  # [A] bool entry takes a decode token (not a prefill chunk)
     preempted: jnp.ndarray  # [A] bool entry was preempted this iteration
     slot_bound: jnp.ndarray  # [] bool the static slot capacity, not the policy, stopped admission
+    accepted: jnp.ndarray | None = None  # [A] i32 draft tokens accepted (speculation), else None
 
 
 def token_budget(pol, cfg: EngineConfig):
@@ -54,6 +56,19 @@ def pending_tokens(e: Entries):
     """[A] tokens each running request wants this iteration: its whole remaining prompt (or
     recompute) when prefilling, 1 when decoding; 0 for entries not running."""
     return jnp.where(e.status == RUNNING, e.prompt + e.generated - e.computed, 0)
+
+
+def wanted_tokens(e: Entries, params: Params, cfg: EngineConfig):
+    """[A] tokens each running request asks for this iteration (`pending_tokens`); with
+    speculation a decoding request asks for 1 + spec_k positions to verify, fewer where the
+    sequence would pass max_model_len. Returns (tokens [A], decoding [A] bool)."""
+    need = pending_tokens(e)
+    decoding = (e.status == RUNNING) & (e.generated > 0) & (need == 1)
+    if cfg.speculation:
+        k = draft_tokens(params.policy)
+        room = jnp.maximum(cfg.max_model_len - e.computed, 1)
+        need = jnp.where(decoding, jnp.minimum(1 + k, room), need)
+    return need, decoding
 
 
 def new_blocks(e: Entries, tokens, cfg: EngineConfig):
@@ -77,7 +92,7 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
 
     # 1. running requests, by priority
     running = es.status == RUNNING
-    need = pending_tokens(es)
+    need, decoding = wanted_tokens(es, params, cfg)
     alloc = jnp.clip(budget - _exclusive_cumsum(need), 0, need).astype(jnp.int32)
     grow = new_blocks(es, alloc, cfg)
     held = jnp.where(running, es.blocks, 0)
@@ -114,7 +129,7 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
     slot_bound = jnp.any(admissible & ~admit)
 
     tokens = alloc + jnp.where(admit, chunk, 0)
-    decode = (alloc > 0) & (es.generated > 0) & (need == 1)
+    decode = (alloc > 0) & decoding
     es = es.replace(
         status=jnp.where(admit, RUNNING, jnp.where(preempt, WAITING, es.status)),
         blocks=jnp.where(admit, first_blocks, blocks),

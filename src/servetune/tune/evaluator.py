@@ -47,9 +47,11 @@ class Evaluator:
         merged.update({k: np.asarray(v, np.float64) for k, v in values.items()})
         # the base values carry the order's score weights already: take them as given
         pol = make_policy(merged, order="parametric")
-        cost = jax.tree.map(lambda x: jnp.broadcast_to(x[0], (n,) + x.shape[1:]),
-                            self.scenario.params.cost)
-        return Params(policy=pol, cost=cost)
+        widen = lambda tree: jax.tree.map(lambda x: jnp.broadcast_to(x[0], (n,) + x.shape[1:]),
+                                          tree)
+        base = self.scenario.params
+        return Params(policy=pol, cost=widen(base.cost),
+                      draft=None if base.draft is None else widen(base.draft))
 
     def __call__(self, values: Mapping[str, np.ndarray]) -> list[list[dict]]:
         """Metrics [P][S] of each policy (a column per policy) on every workload."""
