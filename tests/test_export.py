@@ -33,7 +33,8 @@ def test_config_rounds_integer_limits_like_the_simulator():
     cfg = policy_to_config(TUNED, "parametric", ENGINE)
     assert cfg == {"order": "parametric", "max_num_seqs": 127, "max_num_batched_tokens": 4096,
                    "watermark": 0.02, "queue_cap": 64, "w_age": 1.0, "w_prompt": 0.25,
-                   "w_pred": 0.5, "w_slack": 0.0, "ttft_target_s": 2.0, "spec_k": 0}
+                   "w_pred": 0.5, "w_slack": 0.0, "ttft_target_s": 2.0, "spec_k": 0,
+                   "kv_compress_ratio": 2.0}
     assert isinstance(cfg["max_num_seqs"], int) and isinstance(cfg["queue_cap"], int)
     # limits stay >= 1; an unbounded queue is null, as in the conf files
     low = policy_to_config({"max_num_seqs": 1.0, "queue_cap": 0.3}, "fcfs")

@@ -14,6 +14,7 @@ from servetune.types import (
     CANCELLED,
     COMPLETED,
     END_STATE_NAMES,
+    EVICTED,
     EXPIRED,
     OUTSTANDING,
     REJECTED,
@@ -36,6 +37,7 @@ class MetricsSpec:
     price_per_gpu_hour: float
     n_gpus: int
     kv_blocks: int
+    kv_compress_fail_prob: float = 0.0  # quality cost of KV compression (engine/pressure.py)
 
 
 def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -> pd.DataFrame:
@@ -50,6 +52,12 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
     for target, value in ((spec.slo_ttft_s, ttft), (spec.slo_tpot_s, tpot), (spec.slo_e2e_s, e2e)):
         if target is not None:
             ok &= ~(value > target)  # nan (single-token TPOT) passes
+    # a request whose KV was compressed fails its task check with kv_compress_fail_prob; the
+    # draw is a fixed uniform per request (the same for every policy: paired comparisons)
+    compressed = res.kv_ratio > 1.0
+    if spec.kv_compress_fail_prob > 0 and compressed.any():
+        u = np.random.default_rng([len(trace), 7177]).random(len(trace))
+        ok &= ~(compressed & (u < spec.kv_compress_fail_prob))
     counted = trace.arrival >= spec.warmup_s
     names = np.asarray(trace.class_names, dtype=object)
     return pd.DataFrame({
@@ -64,6 +72,7 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
         "end_state": np.asarray(END_STATE_NAMES, dtype=object)[res.end_state],
         "preemptions": res.n_preempt,
         "tokens_computed": res.tokens_computed,
+        "kv_compressed": compressed,
         "ttft_s": np.where(np.isfinite(res.first_token), ttft, np.nan),
         "tpot_s": np.where(completed, tpot, np.nan),
         "e2e_s": np.where(completed, e2e, np.nan),
@@ -103,6 +112,7 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float
         "n_cancelled_mid_stream": int(((state == END_STATE_NAMES[CANCELLED])
                                        & np.isfinite(c["first_token_s"].to_numpy())).sum()),
         "n_expired": int((state == END_STATE_NAMES[EXPIRED]).sum()),
+        "n_evicted": int((state == END_STATE_NAMES[EVICTED]).sum()),
         "n_outstanding": int((state == END_STATE_NAMES[OUTSTANDING]).sum()),
     }
     m.update(_stats("ttft", done["ttft_s"].to_numpy()))
@@ -136,7 +146,8 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     are): TTFT/TPOT/E2E statistics with no completed counted request (TPOT also when every
     completion has one output token), ITL statistics with no inter-token gap, utilization and
     mean_in_system when no simulated time passed, useful_tokens_per_dollar when the cost is 0
-    (a price of 0), slo_attainment with no counted request; cost_per_qualifying_request_usd is
+    (a price of 0), slo_attainment with no counted request, spec_acceptance_rate and
+    spec_tokens_per_pass without a draft pass; cost_per_qualifying_request_usd is
     inf when nothing qualifies. Any other non-finite value raises ServetuneError.
     """
     table = request_table(trace, res, spec) if table is None else table
@@ -159,6 +170,10 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "cost_usd": cost_usd,
         "utilization": float(np.sum(st["busy_s"])) / sim_s if sim_s > 0 else float("nan"),
         "wasted_token_ratio": float(wasted / computed.sum()) if computed.sum() > 0 else 0.0,
+        # useful output per unit of compute: useful tokens / tokens computed (all requests)
+        "useful_tokens_per_computed_token": (m["useful_tokens"] / computed.sum()
+                                             if computed.sum() > 0 else 0.0),
+        "n_kv_compressed": int(table["kv_compressed"].sum()),
         "kv_peak_occupancy": float(np.max(st["kv_peak_blocks"])) / spec.kv_blocks,
         "preemptions": int(st["preemptions"]),
         "prefill_tokens": int(st["prefill_tokens"]),  # prompt and recomputed tokens processed

@@ -25,6 +25,7 @@ DEFAULTS: dict[str, float] = {
     "w_slack": 0.0,
     "ttft_target_s": 2.0,
     "spec_k": 0.0,
+    "kv_compress_ratio": 2.0,
 }
 
 # Named orders: each is a setting of the score weights.
@@ -42,6 +43,7 @@ _BOUNDS = {
     "queue_cap": (0.0, math.inf),
     "ttft_target_s": (0.0, math.inf),
     "spec_k": (0.0, 64.0),
+    "kv_compress_ratio": (1.0, 16.0),
 }
 
 

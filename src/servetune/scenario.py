@@ -13,6 +13,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from servetune import hardware, workload
+from servetune.engine.pressure import POLICIES
 from servetune.errors import ConfigError
 from servetune.metrics import MetricsSpec
 from servetune.policy import DEFAULTS, make_policy
@@ -375,6 +376,11 @@ def build(cfg: DictConfig) -> Scenario:
         slots = math.ceil(max_seqs)
     batching = _get(cfg, "engine.batching", "continuous")
     layout = _get(cfg, "engine.kv_layout", "paged")
+    kv_pressure = _get(cfg, "engine.kv_pressure", "preempt")
+    if kv_pressure not in POLICIES:
+        raise ConfigError(f"engine.kv_pressure: got {kv_pressure!r}; expected one of {POLICIES}")
+    if kv_pressure == "compress" and layout != "paged":
+        raise ConfigError("engine.kv_pressure: compress needs engine.kv_layout=paged")
     if batching not in ("continuous", "static"):
         raise ConfigError(f"engine.batching: got {batching!r}; expected continuous or static")
     if layout not in ("paged", "contiguous"):
@@ -389,7 +395,8 @@ def build(cfg: DictConfig) -> Scenario:
                                     integer=True, default=200_000),
         drain_per_step=_number(cfg, "engine.drain_per_step", lo=1, hi=MAX_VECTOR, integer=True,
                                default=8),
-        leap_max=_number(cfg, "engine.leap_max", lo=0, hi=MAX_VECTOR, integer=True, default=64))
+        leap_max=_number(cfg, "engine.leap_max", lo=0, hi=MAX_VECTOR, integer=True, default=64),
+        kv_pressure=kv_pressure)
     budget = float(np.min(np.asarray(pol.max_num_batched_tokens)))
     if batching == "continuous" and not engine.chunked_prefill and budget < max_len:
         raise ConfigError(
@@ -433,6 +440,8 @@ def build(cfg: DictConfig) -> Scenario:
     price = _number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE, allow_none=True)
     spec = MetricsSpec(slo_ttft_s=slo("ttft_s"), slo_tpot_s=slo("tpot_s"), slo_e2e_s=slo("e2e_s"),
                        warmup_s=warmup,
+                       kv_compress_fail_prob=_number(cfg, "engine.kv_compress_fail_prob", lo=0,
+                                                     hi=1, default=0.0),
                        price_per_gpu_hour=gpu.price_per_gpu_hour if price is None else price,
                        n_gpus=tp, kv_blocks=kv_blocks)
     if any(tr.gives_up for tr in traces):  # the engine checks for give-ups only when needed

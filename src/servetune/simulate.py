@@ -50,6 +50,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         last_emit=full(jnp.nan, jnp.float64), finish=full(jnp.nan, jnp.float64),
         end_state=full(-1, jnp.int32), give_up_at=full(jnp.inf, jnp.float64),
         give_up_state=full(-1, jnp.int32), spec_alpha=full(0.0, jnp.float64),
+        kv_ratio=full(1.0, jnp.float64),
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
     stats = Stats(
@@ -197,11 +198,13 @@ class ScenarioResult:
     generated: np.ndarray
     n_preempt: np.ndarray
     tokens_computed: np.ndarray
+    kv_ratio: np.ndarray
     stats: dict
     clock_s: float
 
 
-_FIELDS = ("end_state", "first_token", "finish", "generated", "n_preempt", "tokens_computed")
+_FIELDS = ("end_state", "first_token", "finish", "generated", "n_preempt", "tokens_computed",
+           "kv_ratio")
 
 
 def _collect(box, sink: list) -> None:
@@ -257,7 +260,7 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
         "end_state": np.full(n, OUTSTANDING, np.int32),
         "first_token": np.full(n, np.nan), "finish": np.full(n, np.nan),
         "generated": np.zeros(n, np.int32), "n_preempt": np.zeros(n, np.int32),
-        "tokens_computed": np.zeros(n, np.int32),
+        "tokens_computed": np.zeros(n, np.int32), "kv_ratio": np.ones(n),
     }
     seen = np.zeros(n, np.int32)
     for valid, rec in chunks:

@@ -195,6 +195,8 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     t, next_req, outside, n_arrived, n_rejected = (a.t, a.next_req, a.outside, a.n_arrived,
                                                    a.n_rejected)
     e, batch = schedule(e, params, cfg)
+    if cfg.kv_pressure in ("evict", "reject"):  # requests the scheduler ended, at t
+        e = e.replace(finish=jnp.where(batch.ended, t, e.finish))
     if cfg.speculation:
         batch = _verify(e, batch, wl)
     dur = batch_cost(e, batch, params, cfg)
@@ -235,7 +237,7 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     all_done = (next_req >= wl.n) & jnp.all(e.status == EMPTY)
 
     st = state.stats
-    ended_by_t = st.ended + n_rejected + a.n_abandoned
+    ended_by_t = st.ended + n_rejected + a.n_abandoned + jnp.sum(batch.ended, dtype=jnp.int32)
     # requests completed by the first iteration leave at t_next, before the run
     occupancy = (_occupancy(wl, t, t_end, n_arrived, ended_by_t, search_window)
                  - jnp.sum(completed) * (t_end - t_next))

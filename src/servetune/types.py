@@ -19,9 +19,10 @@ from flax import struct
 # Entry status inside an instance's active set.
 EMPTY, WAITING, RUNNING, DONE = 0, 1, 2, 3
 
-# How a request ended. OUTSTANDING is assigned after the loop to what is unfinished.
-COMPLETED, REJECTED, CANCELLED, EXPIRED, OUTSTANDING = 0, 1, 2, 3, 4
-END_STATE_NAMES = ("completed", "rejected", "cancelled", "expired", "outstanding")
+# How a request ended. OUTSTANDING is assigned after the loop to what is unfinished. EVICTED:
+# dropped under KV pressure (engine.kv_pressure=evict), its compute wasted.
+COMPLETED, REJECTED, CANCELLED, EXPIRED, OUTSTANDING, EVICTED = 0, 1, 2, 3, 4, 5
+END_STATE_NAMES = ("completed", "rejected", "cancelled", "expired", "outstanding", "evicted")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +54,10 @@ class EngineConfig:
       speculation: a draft model proposes policy.spec_k tokens per decoding request per
         iteration (engine/speculation.py); params.draft holds its cost. Event skipping is off
         with it (iterations are no longer uniform).
+      kv_pressure: what gives when running requests need more KV blocks than are free
+        (engine/pressure.py): "preempt" (vLLM: recompute later), "evict" (drop the lowest-value
+        request), "compress" (compress the KV of low-priority requests), "reject" (reserve
+        predicted footprints at admission and reject new work that does not fit).
     """
 
     max_slots: int = 256
@@ -71,6 +76,7 @@ class EngineConfig:
     lazy_order: bool = True
     abandonment: bool = False
     speculation: bool = False
+    kv_pressure: str = "preempt"
 
     @property
     def n_entries(self) -> int:
@@ -103,6 +109,8 @@ class PolicyParams:
     ttft_target_s: jnp.ndarray  # [] TTFT target used for slack (seconds)
     spec_k: jnp.ndarray  # [] draft tokens proposed per decoding request per iteration
     #                      (speculative decoding; floored; 0 = off)
+    kv_compress_ratio: jnp.ndarray  # [] KV bytes per token shrink by this factor for requests
+    #                                 compressed under pressure (engine.kv_pressure=compress)
 
 
 @struct.dataclass
@@ -180,6 +188,7 @@ class Entries:
     give_up_at: jnp.ndarray  # [A] f64 time the request is cancelled or expires (inf = never)
     give_up_state: jnp.ndarray  # [A] i32 CANCELLED or EXPIRED: its end state at give_up_at
     spec_alpha: jnp.ndarray  # [A] f64 per-token draft acceptance rate (speculation)
+    kv_ratio: jnp.ndarray  # [A] f64 KV compression factor of the request (1 = uncompressed)
 
 
 @struct.dataclass
@@ -193,6 +202,7 @@ class Outbox:
     generated: jnp.ndarray  # [R] i32 output tokens delivered
     n_preempt: jnp.ndarray  # [R] i32 preemptions
     tokens_computed: jnp.ndarray  # [R] i32 tokens computed for the request
+    kv_ratio: jnp.ndarray  # [R] f64 KV compression factor it ended with (1 = never compressed)
     count: jnp.ndarray  # [] i32 valid records
 
 

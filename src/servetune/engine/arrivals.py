@@ -80,5 +80,6 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
         give_up_at=sel(read(wl.give_up_at), e.give_up_at),
         give_up_state=sel(read(wl.give_up_state), e.give_up_state),
         spec_alpha=sel(read(wl.spec_alpha), e.spec_alpha) if cfg.speculation else e.spec_alpha,
+        kv_ratio=sel(jnp.ones_like(e.kv_ratio), e.kv_ratio),
     )
     return e, next_req + n_take, pending - n_take, n_arrived, jnp.sum(reject, dtype=jnp.int32)

@@ -7,13 +7,17 @@ import jax.numpy as jnp
 from servetune.types import EngineConfig
 
 
-def blocks_for(tokens, cfg: EngineConfig):
+def blocks_for(tokens, cfg: EngineConfig, ratio=None):
     """KV blocks a sequence holding `tokens` computed tokens needs ([A] int32).
 
     paged: ceil(tokens / block_size), allocated on demand; contiguous: the whole
     max_model_len reserved as soon as the sequence holds any token (the pre-paging baseline).
+    `ratio` [A] (paged only): KV compressed by this factor takes ceil(tokens / ratio) tokens'
+    worth of blocks.
     """
     tokens = jnp.asarray(tokens, jnp.int32)
     if cfg.kv_layout == "contiguous":
         return jnp.where(tokens > 0, cfg.max_blocks_per_request, 0).astype(jnp.int32)
+    if ratio is not None:
+        tokens = jnp.ceil(tokens / ratio).astype(jnp.int32)
     return ((tokens + cfg.block_size - 1) // cfg.block_size).astype(jnp.int32)

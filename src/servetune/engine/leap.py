@@ -15,6 +15,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from servetune import histogram, ops, relax
+from servetune.engine import pressure
 from servetune.engine.kv import blocks_for
 from servetune.engine.scheduler import pending_tokens, token_budget
 from servetune.hardware import step_time
@@ -30,6 +31,8 @@ def _admission_blocked(e: Entries, n_running, budget, free, params: Params, cfg:
     waiting = e.status == WAITING
     if cfg.batching == "static":  # the batch is held while anything runs
         return jnp.asarray(True)
+    if cfg.kv_pressure == "reject":  # a waiting request may be turned away at any boundary
+        return ~jnp.any(waiting)
     seq_cap = ~relax.below(0, relax.integer_limit(params.policy.max_num_seqs) - n_running)
     budget_left = budget - n_running
     need_w = e.prompt + e.generated
@@ -74,7 +77,7 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig):
     grow = running & (k > 0)
     generated = e.generated + jnp.where(grow, k, 0)
     computed = e.computed + jnp.where(grow, k, 0)
-    blocks = jnp.where(grow, blocks_for(computed, cfg), e.blocks)
+    blocks = jnp.where(grow, blocks_for(computed, cfg, pressure.ratio(e, cfg)), e.blocks)
     blocks_in_use = jnp.sum(blocks, dtype=jnp.int32)
     complete = grow & (generated >= e.output)
     # gaps: each request's first token of the run from its own last emission, then one gap

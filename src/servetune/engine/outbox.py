@@ -16,7 +16,7 @@ from servetune import ops
 from servetune.types import DONE, EMPTY, Entries, Outbox
 
 RECORD_FIELDS = ("req", "end_state", "first_token", "finish", "generated", "n_preempt",
-                 "tokens_computed")
+                 "tokens_computed", "kv_ratio")
 
 
 def empty_outbox(capacity: int, like) -> Outbox:
@@ -24,7 +24,8 @@ def empty_outbox(capacity: int, like) -> Outbox:
     zi = jnp.zeros((capacity,), jnp.int32) + jnp.zeros_like(like, jnp.int32)
     zf = jnp.full((capacity,), jnp.nan) + jnp.zeros_like(like, jnp.float64)
     return Outbox(req=zi - 1, end_state=zi - 1, first_token=zf, finish=zf, generated=zi,
-                  n_preempt=zi, tokens_computed=zi, count=jnp.zeros_like(like, jnp.int32))
+                  n_preempt=zi, tokens_computed=zi, kv_ratio=zf,
+                  count=jnp.zeros_like(like, jnp.int32))
 
 
 def drain(e: Entries, box: Outbox, per_step: int):

@@ -22,9 +22,19 @@ import jax.numpy as jnp
 from flax import struct
 
 from servetune import ops, relax
+from servetune.engine import pressure
 from servetune.engine.kv import blocks_for
 from servetune.engine.speculation import draft_tokens
-from servetune.types import RUNNING, WAITING, EngineConfig, Entries, Params
+from servetune.types import (
+    DONE,
+    EVICTED,
+    REJECTED,
+    RUNNING,
+    WAITING,
+    EngineConfig,
+    Entries,
+    Params,
+)
 
 _NO_BUDGET = 2**30
 
@@ -37,6 +47,8 @@ class Batch:
     decode: jnp.ndarray  # [A] bool entry takes a decode token (not a prefill chunk)
     preempted: jnp.ndarray  # [A] bool entry was preempted this iteration
     slot_bound: jnp.ndarray  # [] bool the static slot capacity, not the policy, stopped admission
+    ended: jnp.ndarray  # [A] bool requests the scheduler ended: evicted, or rejected under
+    #                     KV pressure (their finish time is the iteration's start)
     accepted: jnp.ndarray | None = None  # [A] i32 draft tokens accepted (speculation), else None
 
 
@@ -73,7 +85,8 @@ def wanted_tokens(e: Entries, params: Params, cfg: EngineConfig):
 
 def new_blocks(e: Entries, tokens, cfg: EngineConfig):
     """[A] KV blocks running requests must add to hold `tokens` more computed tokens."""
-    grow = jnp.maximum(blocks_for(e.computed + tokens, cfg) - e.blocks, 0)
+    ratio = pressure.ratio(e, cfg)
+    grow = jnp.maximum(blocks_for(e.computed + tokens, cfg, ratio) - e.blocks, 0)
     return jnp.where(e.status == RUNNING, grow, 0)
 
 
@@ -97,9 +110,15 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
     grow = new_blocks(es, alloc, cfg)
     held = jnp.where(running, es.blocks, 0)
     free = kv_total - jnp.sum(es.blocks)
+    kv_ratio = es.kv_ratio
+    if cfg.kv_pressure == "compress":
+        compress, grow = pressure.compress_tail(es, running, alloc, grow, held, free,
+                                                pol.kv_compress_ratio, cfg)
     # Keeping the first m requests costs their new blocks and frees the held blocks of the
     # preempted tail; m is the largest prefix for which that fits (what vLLM's loop reaches).
-    keep = running & (ops.cumsum(grow) - (jnp.sum(held) - ops.cumsum(held)) <= free)
+    keep = pressure.keep_prefix(running, grow, held, free)
+    if cfg.kv_pressure == "compress":
+        kv_ratio = jnp.where(compress & keep, jnp.maximum(pol.kv_compress_ratio, 1.0), kv_ratio)
     preempt = running & ~keep
     any_preempt = jnp.any(preempt)
     alloc = jnp.where(keep, alloc, 0)
@@ -116,25 +135,49 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
     else:
         chunk = jnp.where(ops.cumsum(need_w) <= budget_left, need_w, 0)
     chunk = chunk.astype(jnp.int32)
-    first_blocks = jnp.where(waiting, blocks_for(chunk, cfg), 0)
+    first_blocks = jnp.where(waiting, blocks_for(chunk, cfg, pressure.ratio(es, cfg)), 0)
     rank = ops.cumsum(waiting) - 1
     gate = ~any_preempt
     if static:
         gate = gate & (n_running == 0)
     watermark_blocks = pol.watermark * kv_total
+    if cfg.kv_pressure == "reject":  # predicted footprints, reserved in full
+        reserved = jnp.sum(jnp.where(keep, jnp.maximum(pressure.footprint(es, cfg) - blocks, 0),
+                                     0))
+        room = free_after - reserved - watermark_blocks
+        # a preempted request resumes on its first chunk's blocks, as without reservations
+        # (its footprint, once overrun, could exceed the whole cache)
+        resumed = es.preempted | (es.generated > 0)
+        want = jnp.where(waiting, jnp.where(resumed, first_blocks, pressure.footprint(es, cfg)),
+                         0)
+    else:
+        room = free_after - watermark_blocks
+        want = first_blocks
     admissible = (waiting & gate & (chunk > 0)
                   & relax.below(rank, relax.integer_limit(pol.max_num_seqs) - n_running)
-                  & relax.at_most(ops.cumsum(first_blocks), free_after - watermark_blocks))
+                  & relax.at_most(ops.cumsum(want), room))
     admit = admissible & (rank < cfg.max_slots - n_running)
     slot_bound = jnp.any(admissible & ~admit)
+    ended = jnp.zeros_like(admit)
+    if cfg.kv_pressure == "reject":  # new work that does not fit is turned away at once
+        room_left = room - jnp.sum(jnp.where(admit, want, 0))
+        ended = waiting & ~admit & ~resumed & (want > room_left)
+    if cfg.kv_pressure == "evict":  # the victims end instead of waiting for a recompute
+        ended = preempt
 
     tokens = alloc + jnp.where(admit, chunk, 0)
     decode = (alloc > 0) & decoding
+    requeue = preempt & ~ended
     es = es.replace(
-        status=jnp.where(admit, RUNNING, jnp.where(preempt, WAITING, es.status)),
-        blocks=jnp.where(admit, first_blocks, blocks),
-        computed=jnp.where(preempt, 0, es.computed),
-        preempted=jnp.where(preempt, True, jnp.where(admit, False, es.preempted)),
-        n_preempt=es.n_preempt + preempt.astype(jnp.int32),
+        status=jnp.where(admit, RUNNING,
+                         jnp.where(ended, DONE, jnp.where(requeue, WAITING, es.status))),
+        end_state=jnp.where(ended, EVICTED if cfg.kv_pressure == "evict" else REJECTED,
+                            es.end_state),
+        blocks=jnp.where(admit, first_blocks, jnp.where(ended, 0, blocks)),
+        computed=jnp.where(requeue, 0, es.computed),
+        preempted=jnp.where(requeue, True, jnp.where(admit, False, es.preempted)),
+        n_preempt=es.n_preempt + requeue.astype(jnp.int32),
+        kv_ratio=kv_ratio,
     )
-    return es, Batch(tokens=tokens, decode=decode, preempted=preempt, slot_bound=slot_bound)
+    return es, Batch(tokens=tokens, decode=decode, preempted=requeue, slot_bound=slot_bound,
+                     ended=ended)
