@@ -40,13 +40,14 @@ def simulate_job(cfg: DictConfig):
     requests.parquet into the Hydra run directory. Returns (SimulationResult, objective), the
     objective being the float a sweeper maximizes (servetune/sweep.py, `sweep.*` keys)."""
     from servetune.api import simulate_batch
+    from servetune.progress import console as progress_console
     from servetune.progress import simulation_progress
     from servetune.report import grid_summary, summary
     from servetune.scenario import build
     from servetune.sweep import sweep_objective
 
     _quiet_jax_logs()
-    console = Console(stderr=True)
+    console = progress_console(stderr=True)
     out = Path(HydraConfig.get().runtime.output_dir)
     scenario = build(cfg)
     n = len(scenario.seeds) * len(scenario.grid_points)
@@ -72,7 +73,7 @@ def simulate_job(cfg: DictConfig):
         for k, table in enumerate(result.requests):
             frames.append(table.assign(scenario=k))
         pd.concat(frames, ignore_index=True).to_parquet(out / "requests.parquet", index=False)
-    con = Console()
+    con = progress_console()
     if n == 1:
         summary(result.metrics[0], scenario.labels, console=con)
     else:

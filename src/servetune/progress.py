@@ -145,6 +145,15 @@ class SweepProgress:
         atexit.unregister(self.stop)
 
 
+def console(stderr: bool = False) -> Console:
+    """A console for a job's output: while this process draws the sweep's live bar, its console
+    (printing above the bar; a console of its own would write through it) when the stream is a
+    terminal too; otherwise a plain Console on stdout or stderr."""
+    con = Console(stderr=stderr)
+    live = _LIVE
+    return live.console if live is not None and con.is_terminal else con
+
+
 @contextmanager
 def simulation_progress(enabled: bool = True, label: str = "requests taken",
                         console: Console | None = None
