@@ -1,7 +1,7 @@
 """Sweeps at scale: the Optuna sweeper end to end (the float `servetune simulate` returns, the
 study's results file, a sqlite storage), the joblib launcher's parallel workers, the Ray
-launcher on a local Ray instance (slow), the sweep objective, job counting and the progress
-display.
+launcher on a local Ray instance and submitit's local executor (slow, skipped without the
+`ray` / `slurm` extras), the sweep objective, job counting and the progress display.
 
 CLI runs go through a subprocess: Hydra's logging setup interferes with pytest's capture.
 """
@@ -133,6 +133,22 @@ def test_ray_launcher_on_a_local_ray_instance(tmp_path, cache):
     assert all(math.isfinite(obj) for _, obj, _ in jobs.values())
     assert "sweep: 2/2 job(s) done" in proc.stderr
     assert "sweep: 2 job(s), 2 point(s)" in proc.stdout
+
+
+@pytest.mark.slow
+def test_submitit_launcher_locally(tmp_path, cache):
+    """hydra/launcher=submitit_local: the SLURM launcher's plugin with local processes (what
+    hydra/launcher=slurm runs on a cluster, less the queue)."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    root = tmp_path / "mr"
+    proc = _servetune("simulate", "-m", "hydra/launcher=submitit_local",
+                      "hydra.launcher.timeout_min=10", *TINY, "policy.max_num_seqs=8,32",
+                      f"hydra.sweep.dir={root}", cache=cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = _jobs(root)
+    assert sorted(jobs) == [0, 1]
+    assert len({s["pid"] for _, _, s in jobs.values()}) == 2  # one process per job
+    assert "sweep: 2/2 job(s) done" in proc.stderr
 
 
 def _metrics(useful=1000.0, cost=0.01, att=1.0, goodput=2.0):
