@@ -171,7 +171,10 @@ def test_sweep_objective():
     with pytest.raises(ConfigError, match="sweep.objective: got 'by_class'.*goodput_rps"):
         sweep_objective(cfg, [_metrics()])
     cfg.sweep.objective, cfg.sweep.penalty = "penalized", -1.0
-    with pytest.raises(ConfigError, match="sweep.penalty"):
+    with pytest.raises(ConfigError, match="sweep.penalty: got -1.0"):
+        sweep_objective(cfg, [_metrics()])
+    cfg.sweep.objective, cfg.sweep.penalty = 3, 100.0
+    with pytest.raises(ConfigError, match="sweep.objective: got 3"):
         sweep_objective(cfg, [_metrics()])
 
 

@@ -44,18 +44,18 @@ def simulate_job(cfg: DictConfig):
     from servetune.progress import simulation_progress
     from servetune.report import grid_summary, summary
     from servetune.scenario import build
-    from servetune.sweep import sweep_objective
+    from servetune.sweep import check_config, sweep_objective
 
     _quiet_jax_logs()
     console = progress_console(stderr=True)
     out = Path(HydraConfig.get().runtime.output_dir)
+    check_config(cfg)
     scenario = build(cfg)
     n = len(scenario.seeds) * len(scenario.grid_points)
     console.print(f"simulating {n} scenario(s) of {len(scenario.traces[0])} requests "
                   f"(compiling on first use) ...")
     with simulation_progress(bool(cfg.output.progress), console=console) as progress:
         result = simulate_batch(scenario, progress)
-    objective = sweep_objective(cfg, result.metrics)
     (out / "config_resolved.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     doc = result.metrics[0] if n == 1 else {"scenarios": [
         {"seed": row["seed"], "grid": pt, "metrics": m}
@@ -63,9 +63,6 @@ def simulate_job(cfg: DictConfig):
                               scenario.grid_points * len(scenario.seeds), result.metrics)]}
     doc = dict(doc, wall_s=result.wall_s)
     (out / "metrics.json").write_text(json.dumps(_jsonable(doc), indent=2))
-    (out / "objective.json").write_text(json.dumps(_jsonable(
-        {"objective": objective, "sweep.objective": OmegaConf.select(cfg, "sweep.objective"),
-         "scenarios": n}), indent=2) + "\n")
     result.table.to_csv(out / "metrics.csv", index=False)
     if cfg.output.request_table:
         import pandas as pd
@@ -73,6 +70,10 @@ def simulate_job(cfg: DictConfig):
         for k, table in enumerate(result.requests):
             frames.append(table.assign(scenario=k))
         pd.concat(frames, ignore_index=True).to_parquet(out / "requests.parquet", index=False)
+    objective = sweep_objective(cfg, result.metrics)  # after the outputs: a bad key loses none
+    (out / "objective.json").write_text(json.dumps(_jsonable(
+        {"objective": objective, "sweep.objective": OmegaConf.select(cfg, "sweep.objective"),
+         "scenarios": n}), indent=2) + "\n")
     con = progress_console()
     if n == 1:
         summary(result.metrics[0], scenario.labels, console=con)

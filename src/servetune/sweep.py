@@ -27,17 +27,29 @@ from servetune.errors import ConfigError
 DEFAULT = "penalized"
 
 
+def check_config(cfg: DictConfig) -> tuple[str, float]:
+    """(sweep.objective, sweep.penalty), checked before anything is simulated."""
+    name = OmegaConf.select(cfg, "sweep.objective", default=DEFAULT)
+    if name is None:
+        name = DEFAULT
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"sweep.objective: got {name!r}; expected {DEFAULT!r} or the name of "
+                          f"a numeric metric")
+    penalty = OmegaConf.select(cfg, "sweep.penalty", default=100.0)
+    if (isinstance(penalty, bool) or not isinstance(penalty, (int, float))
+            or not math.isfinite(penalty) or penalty < 0):
+        raise ConfigError(f"sweep.penalty: got {penalty!r}; expected a finite number >= 0")
+    return name, float(penalty)
+
+
 def sweep_objective(cfg: DictConfig, metrics: list[dict]) -> float:
     """The float a sweeper maximizes for one job whose scenarios produced `metrics`."""
     from servetune.tune.objective import Objective
 
-    name = str(OmegaConf.select(cfg, "sweep.objective", default=DEFAULT) or DEFAULT)
+    name, penalty = check_config(cfg)
     if not metrics:
         return float("nan")
     if name == DEFAULT:
-        penalty = float(OmegaConf.select(cfg, "sweep.penalty", default=100.0))
-        if not (math.isfinite(penalty) and penalty >= 0):
-            raise ConfigError(f"sweep.penalty: got {penalty}; expected a finite number >= 0")
         obj = Objective(
             slo_target=float(OmegaConf.select(cfg, "tune.objective.slo_target", default=0.99)),
             aggregate=str(OmegaConf.select(cfg, "tune.objective.aggregate", default="mean")),
