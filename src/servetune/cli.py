@@ -11,7 +11,6 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from servetune.errors import ServetuneError
 
@@ -36,28 +35,27 @@ def _quiet_jax_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def run_simulate(cfg: DictConfig) -> dict:
-    """Simulate the configured scenarios and write metrics.json, metrics.csv and
-    requests.parquet into the Hydra run directory. Returns the first scenario's metrics."""
+def simulate_job(cfg: DictConfig):
+    """Simulate the configured scenarios and write metrics.json, metrics.csv, objective.json and
+    requests.parquet into the Hydra run directory. Returns (SimulationResult, objective), the
+    objective being the float a sweeper maximizes (servetune/sweep.py, `sweep.*` keys)."""
     from servetune.api import simulate_batch
+    from servetune.progress import console as progress_console
+    from servetune.progress import simulation_progress
     from servetune.report import grid_summary, summary
     from servetune.scenario import build
+    from servetune.sweep import check_config, sweep_objective
 
     _quiet_jax_logs()
-    console = Console(stderr=True)
+    console = progress_console(stderr=True)
     out = Path(HydraConfig.get().runtime.output_dir)
+    check_config(cfg)
     scenario = build(cfg)
     n = len(scenario.seeds) * len(scenario.grid_points)
     console.print(f"simulating {n} scenario(s) of {len(scenario.traces[0])} requests "
                   f"(compiling on first use) ...")
-    if cfg.output.progress:
-        with Progress("[progress.description]{task.description}", BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                      transient=True) as bar:
-            task = bar.add_task("requests taken", total=None)
-            result = simulate_batch(scenario, lambda d, t: bar.update(task, completed=d, total=t))
-    else:
-        result = simulate_batch(scenario)
+    with simulation_progress(bool(cfg.output.progress), console=console) as progress:
+        result = simulate_batch(scenario, progress)
     (out / "config_resolved.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     doc = result.metrics[0] if n == 1 else {"scenarios": [
         {"seed": row["seed"], "grid": pt, "metrics": m}
@@ -72,29 +70,41 @@ def run_simulate(cfg: DictConfig) -> dict:
         for k, table in enumerate(result.requests):
             frames.append(table.assign(scenario=k))
         pd.concat(frames, ignore_index=True).to_parquet(out / "requests.parquet", index=False)
-    con = Console()
+    objective = sweep_objective(cfg, result.metrics)  # after the outputs: a bad key loses none
+    (out / "objective.json").write_text(json.dumps(_jsonable(
+        {"objective": objective, "sweep.objective": OmegaConf.select(cfg, "sweep.objective"),
+         "scenarios": n}), indent=2) + "\n")
+    con = progress_console()
     if n == 1:
         summary(result.metrics[0], scenario.labels, console=con)
     else:
         grid_summary(result.table, console=con)
-    con.print(f"wrote {out}/metrics.json, metrics.csv"
+    con.print(f"objective ({OmegaConf.select(cfg, 'sweep.objective')}): {objective:.6g}",
+              highlight=False)
+    con.print(f"wrote {out}/metrics.json, metrics.csv, objective.json"
               + (", requests.parquet" if cfg.output.request_table else "")
               + f"  ({result.wall_s:.1f} s wall)")
-    return result.metrics[0]
+    return result, objective
 
 
-def exit_on_user_error(run, cfg: DictConfig) -> None:
-    """Call run(cfg); a ServetuneError (a user error) prints its message and exits with 2."""
+def run_simulate(cfg: DictConfig) -> dict:
+    """simulate_job; returns the first scenario's metrics."""
+    return simulate_job(cfg)[0].metrics[0]
+
+
+def exit_on_user_error(run, cfg: DictConfig):
+    """Return run(cfg); a ServetuneError (a user error) prints its message and exits with 2."""
     try:
-        run(cfg)
+        return run(cfg)
     except ServetuneError as err:
         Console(stderr=True).print(f"[red]error:[/red] {err}")
         sys.exit(2)
 
 
 @hydra.main(config_path="conf", config_name="config", version_base=None)
-def _simulate_app(cfg: DictConfig) -> None:
-    exit_on_user_error(run_simulate, cfg)
+def _simulate_app(cfg: DictConfig) -> float:
+    # the job's return value is what a sweeper such as Optuna maximizes (sweep.objective)
+    return exit_on_user_error(lambda c: simulate_job(c)[1], cfg)
 
 
 def run_tune(cfg: DictConfig):

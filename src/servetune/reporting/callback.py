@@ -9,8 +9,10 @@ a multirun.
   executables the simulator's jitted functions hold in this process so far (one per distinct
   static config and shape; Hydra's basic launcher runs every job in one process, so a sweep over
   traced policy values keeps run_chunk_batch at 1).
-- on_multirun_end: print the sweep's points (overrides -> goodput, SLO attainment, P99 TTFT;
-  seeds averaged), how often the simulator compiled, and the report command.
+- on_multirun_start / on_multirun_end: a progress bar over the sweep's jobs (servetune/progress.py:
+  job k of n, elapsed, ETA; plain lines at most every `progress_every_s` when not a terminal),
+  then the sweep's points (overrides -> goodput, SLO attainment, P99 TTFT; seeds averaged), how
+  often the simulator compiled, and the report command.
 """
 
 from __future__ import annotations
@@ -79,12 +81,50 @@ def compile_summary(root: Path) -> dict | None:
     return {"jobs": jobs, "processes": len(per_pid), "compilations": total}
 
 
-class ServetuneCallback(Callback):
-    """See the module docstring. `summary`: print the end-of-sweep table; `max_rows`: its rows."""
+def count_jobs(config: DictConfig) -> int | None:
+    """How many jobs the multirun of `config` will launch: the product of the swept values for
+    Hydra's basic sweeper (hydra.sweeper.params, then command-line overrides, the later one
+    winning per key, as the sweeper does), n_trials for Optuna; None when it cannot tell."""
+    target = str(OmegaConf.select(config, "hydra.sweeper._target_", default="") or "")
+    if target.endswith("OptunaSweeper"):
+        n = OmegaConf.select(config, "hydra.sweeper.n_trials", default=None)
+        return int(n) if n is not None else None
+    if not target.endswith("BasicSweeper"):
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    def __init__(self, summary: bool = True, max_rows: int = 20) -> None:
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    args = [f"{k}={v}" for k, v in params.items()]
+    args += list(OmegaConf.select(config, "hydra.overrides.task", default=None) or [])
+    try:
+        parsed = OverridesParser.create().parse_overrides(args)
+        counts = {o.get_key_element(): (len(list(o.sweep_string_iterator()))
+                                        if o.is_sweep_override() else 1) for o in parsed}
+    except Exception:  # noqa: BLE001 -- the sweeper reports bad overrides itself
+        return None
+    total = 1
+    for n in counts.values():
+        total *= n
+    return total
+
+
+class ServetuneCallback(Callback):
+    """See the module docstring. `summary`: print the end-of-sweep table; `max_rows`: its rows;
+    `progress`: show the sweep's progress (a live bar on a terminal, else a plain line at most
+    every `progress_every_s` seconds and one at the end)."""
+
+    def __init__(self, summary: bool = True, max_rows: int = 20, progress: bool = True,
+                 progress_every_s: float = 30.0) -> None:
         self.summary = summary
         self.max_rows = max_rows
+        self.progress = progress
+        self.progress_every_s = progress_every_s
+        self._bar = None
+
+    def __getstate__(self) -> dict:
+        # parallel launchers (joblib, Ray) pickle the callbacks into their workers; the
+        # progress display stays in the sweep's process
+        return dict(self.__dict__, _bar=None)
 
     @staticmethod
     def _cache(config: DictConfig) -> None:
@@ -97,23 +137,34 @@ class ServetuneCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._cache(config)
+        if self.progress:
+            from servetune.progress import SweepProgress
+
+            root = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
+            self._bar = SweepProgress(root, count_jobs(config), STATS_FILE,
+                                      every_s=float(self.progress_every_s)).start()
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._cache(config)  # launchers may run jobs in other processes
 
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
-        sizes = jit_cache_sizes()
+        # written at every job's end (the sweep's progress counts these files)
         out = OmegaConf.select(config, "hydra.runtime.output_dir", default=None)
-        if not sizes or out is None:
+        if out is None:
             return
         try:
             doc = {"pid": os.getpid(), "job": OmegaConf.select(config, "hydra.job.num"),
-                   "jit_cache": sizes}
+                   "jit_cache": jit_cache_sizes()}
             (Path(out) / STATS_FILE).write_text(json.dumps(doc) + "\n")
         except OSError:
             pass
+        if self._bar is not None:  # jobs in this process: count it now
+            self._bar.poll()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
         if not self.summary:
             return
         root = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
