@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from servetune import histogram
+from servetune import histogram, quality
 from servetune.errors import ServetuneError
 from servetune.simulate import ScenarioResult
 from servetune.types import (
@@ -27,6 +27,8 @@ class MetricsSpec:
 
     slo_*: targets in seconds (None = not checked). warmup_s: arrivals before it are not counted.
     price_per_gpu_hour: USD; n_gpus: GPUs provisioned; kv_blocks: KV capacity of the instance.
+    quality: the quality model and the scenario's precision (servetune.quality), or None (every
+    completed request passes its task check).
     """
 
     slo_ttft_s: float | None
@@ -36,10 +38,33 @@ class MetricsSpec:
     price_per_gpu_hour: float
     n_gpus: int
     kv_blocks: int
+    quality: quality.QualitySpec | None = None
+
+
+def quality_outcome(trace: RequestTrace, spec: MetricsSpec, extra_hazard=0.0
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(difficulty [N], quality_ok [N]) of every request: ok iff its uniform draw u is at least
+    P(fail) (common random numbers, see servetune.quality). Without a quality model every
+    request passes; a trace without draws (one not built by scenario.build) gets seed 0's.
+    extra_hazard: per-request hazard of mechanisms that degrade single requests."""
+    n = len(trace)
+    q = spec.quality
+    if q is None:
+        d = trace.difficulty if trace.difficulty is not None else np.full(n, np.nan)
+        return np.asarray(d, np.float64), np.ones(n, bool)
+    if trace.quality_u is None:  # scenario.build sets both u and the resolved difficulty
+        d, u = quality.draws(n, 0, q.difficulty, trace.difficulty, trace.name)
+    else:
+        d, u = trace.difficulty, trace.quality_u
+        if d is None:
+            d = quality.draws(n, 0, q.difficulty, None, trace.name)[0]
+    return np.asarray(d, np.float64), u >= q.failure_prob(d, extra_hazard)
 
 
 def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -> pd.DataFrame:
-    """One row per request: times (seconds), tokens, end state, preemptions, SLO outcome."""
+    """One row per request: times (seconds), tokens, end state, preemptions, SLO outcome,
+    difficulty and quality outcome. `slo_ok`: completed within every SLO; `quality_ok`: passes
+    its task check (whatever its end state); `qualifies`: both."""
     completed = res.end_state == COMPLETED
     ttft = res.first_token - trace.arrival
     o = trace.output.astype(np.float64)
@@ -51,6 +76,7 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
         if target is not None:
             ok &= ~(value > target)  # nan (single-token TPOT) passes
     counted = trace.arrival >= spec.warmup_s
+    difficulty, quality_ok = quality_outcome(trace, spec)
     names = np.asarray(trace.class_names, dtype=object)
     return pd.DataFrame({
         "request": np.arange(len(trace)),
@@ -67,7 +93,10 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
         "ttft_s": np.where(np.isfinite(res.first_token), ttft, np.nan),
         "tpot_s": np.where(completed, tpot, np.nan),
         "e2e_s": np.where(completed, e2e, np.nan),
-        "qualifies": ok,
+        "difficulty": difficulty,
+        "slo_ok": ok,
+        "quality_ok": quality_ok,
+        "qualifies": ok & quality_ok,
         "counted": counted,
     })
 
@@ -92,6 +121,10 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float
                  & (fin >= warmup_s) & (fin <= warmup_s + window_s))
     q = c[c["qualifies"].to_numpy()]
     useful = float(q["output_tokens"].sum())
+    failed_check = ~c["quality_ok"].to_numpy()
+    lost = c[c["slo_ok"].to_numpy() & failed_check]  # on time, but failed the task check
+    n_failed = int((failed_check & (state == END_STATE_NAMES[COMPLETED])).sum())
+    n_done = int((state == END_STATE_NAMES[COMPLETED]).sum())
     n = len(c)
     m = {
         "n_requests": n,
@@ -113,6 +146,10 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float
         "useful_tokens": useful,
         "useful_tokens_per_dollar": useful / cost_usd if cost_usd > 0 else float("nan"),
         "cost_per_qualifying_request_usd": cost_usd / len(q) if len(q) else float("inf"),
+        "n_quality_failed": n_failed,
+        "quality_failure_rate": n_failed / n_done if n_done else float("nan"),
+        "goodput_lost_to_quality_rps": len(lost) / window_s,
+        "useful_tokens_lost_to_quality": float(lost["output_tokens"].sum()),
     })
     return m
 
@@ -133,8 +170,14 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     are): TTFT/TPOT/E2E statistics with no completed counted request (TPOT also when every
     completion has one output token), ITL statistics with no inter-token gap, utilization and
     mean_in_system when no simulated time passed, useful_tokens_per_dollar when the cost is 0
-    (a price of 0), slo_attainment with no counted request; cost_per_qualifying_request_usd is
-    inf when nothing qualifies. Any other non-finite value raises ServetuneError.
+    (a price of 0), slo_attainment with no counted request, quality_failure_rate with no
+    completed counted request; cost_per_qualifying_request_usd is inf when nothing qualifies.
+    Any other non-finite value raises ServetuneError.
+
+    Quality (servetune.quality): n_quality_failed counts the completed counted requests that
+    failed their task check, quality_failure_rate is their share of the completed ones, and
+    goodput_lost_to_quality_rps / useful_tokens_lost_to_quality are the requests (per second
+    of the window) and output tokens that met every SLO but do not qualify because of it.
     """
     table = request_table(trace, res, spec) if table is None else table
     sim_s = res.clock_s
@@ -189,7 +232,8 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
 # a clock that overflowed), and is raised rather than reported.
 ALWAYS_FINITE = ("offered_rps", "throughput_rps", "output_tokens_per_s", "goodput_rps",
                  "useful_tokens", "cost_usd", "wasted_token_ratio", "kv_peak_occupancy",
-                 "sim_duration_s", "provisioned_s", "window_s")
+                 "sim_duration_s", "provisioned_s", "window_s", "goodput_lost_to_quality_rps",
+                 "useful_tokens_lost_to_quality")
 
 
 def _check_finite(m: dict) -> None:

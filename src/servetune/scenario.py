@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from servetune import hardware, workload
+from servetune import hardware, quality, workload
 from servetune.errors import ConfigError
 from servetune.metrics import MetricsSpec
 from servetune.policy import DEFAULTS, make_policy
@@ -44,7 +44,7 @@ MAX_SEEDS = 1 << 16
 # Config sections build() reads: required ones must be present; all must be mappings.
 _SECTIONS = {"workload": True, "hardware": True, "model": True, "policy": True, "engine": True,
              "window": True, "cost": False, "slo": False, "classes": False, "grid": False,
-             "paths": False}
+             "paths": False, "quality": False}
 
 
 def _get(cfg: DictConfig, key: str, default=None):
@@ -228,6 +228,10 @@ def build(cfg: DictConfig) -> Scenario:
         gpu_memory_utilization=_number(cfg, "engine.gpu_memory_utilization", lo=0, hi=1),
         activation_reserve_gib=_number(cfg, "engine.activation_reserve_gib", lo=0, hi=1e4),
         max_model_len=max_len)
+    qsection = _get(cfg, "quality")
+    qspec = quality.from_config(  # None when quality.enabled is false
+        None if qsection is None else OmegaConf.to_container(qsection),
+        {"weight_bits": wbits, "kv_bits": kvbits})
     form = _get(cfg, "cost.form", "roofline")
     if form == "roofline":
         cost = hardware.roofline_cost_params(
@@ -335,6 +339,9 @@ def build(cfg: DictConfig) -> Scenario:
             else traces[0]
         traces.append(tr)
         preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
+    if qspec is not None:  # per seed: difficulty and the quality check's uniform draw (CRN)
+        traces = [dataclasses.replace(tr, **dict(zip(("difficulty", "quality_u"), quality.draws(
+            len(tr), s, qspec.difficulty, tr.difficulty, tr.name)))) for tr, s in zip(traces, seeds)]
     drain = _number(cfg, "window.drain_s", lo=0)  # finite: the drain limit bounds the run
     warmup = _number(cfg, "window.warmup_s", lo=0, hi=MAX_SECONDS, default=0.0)
     for tr in traces:
@@ -346,7 +353,7 @@ def build(cfg: DictConfig) -> Scenario:
     spec = MetricsSpec(slo_ttft_s=slo("ttft_s"), slo_tpot_s=slo("tpot_s"), slo_e2e_s=slo("e2e_s"),
                        warmup_s=warmup,
                        price_per_gpu_hour=gpu.price_per_gpu_hour if price is None else price,
-                       n_gpus=tp, kv_blocks=kv_blocks)
+                       n_gpus=tp, kv_blocks=kv_blocks, quality=qspec)
     return Scenario(
         traces=traces, seeds=seeds, workloads=stack_workloads(traces, preds, drain),
         params=Params(policy=pol, cost=cost), grid_points=points, engine=engine, metrics=spec,
