@@ -199,6 +199,7 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "cost_usd": cost_usd,
         "utilization": float(np.sum(st["busy_s"])) / sim_s if sim_s > 0 else float("nan"),
         "wasted_token_ratio": float(wasted / computed.sum()) if computed.sum() > 0 else 0.0,
+        "kv_blocks": int(spec.kv_blocks),  # KV capacity (after weights, at kv_bits)
         "kv_peak_occupancy": float(np.max(st["kv_peak_blocks"])) / spec.kv_blocks,
         "preemptions": int(st["preemptions"]),
         "prefill_tokens": int(st["prefill_tokens"]),  # prompt and recomputed tokens processed
