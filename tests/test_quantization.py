@@ -215,3 +215,18 @@ def test_bad_quality_config_names_the_key(override, key):
     with pytest.raises(ConfigError) as err:
         build([override])
     assert str(err.value).startswith(key + ":"), str(err.value)
+
+
+def test_study_config_composes_and_builds():
+    """sweeps/quantization: the experiment builds at every precision it sweeps (5 seeds, 70B
+    on two H100s) without simulating."""
+    from importlib import resources
+
+    from omegaconf import OmegaConf
+    path = resources.files("servetune") / "conf" / "experiment" / "quantization.yaml"
+    params = OmegaConf.load(str(path)).hydra.sweeper.params
+    assert params["model.weight_bits"] == "16,8,4" and params["model.kv_bits"] == "16,8,4"
+    for w in (16, 8, 4):
+        sc = build(["+experiment=quantization", f"model.weight_bits={w}", "model.kv_bits=4"])
+        assert sc.labels["model"] == "Llama-3-70B" and sc.labels["tp"] == 2 and len(sc.seeds) == 5
+        assert sc.metrics.quality.setting == {"weight_bits": w, "kv_bits": 4}
