@@ -207,7 +207,6 @@ def test_trace_difficulty_column(tmp_path):
     ("quality.difficulty.value=2", "quality.difficulty.value"),
     ("+quality.bogus=1", "quality.bogus"),
     ("+quality.difficulty.mean=0.3", "quality.difficulty.mean"),
-    ("quality.weight_bits={16: 0, 4: 0.1}", "quality.weight_bits"),  # no 8-bit delta
     ("quality.difficulty.source=trace", "quality.difficulty.source"),  # azure has none
     ("quality=7", "quality"),
 ])
@@ -230,3 +229,17 @@ def test_study_config_composes_and_builds():
         sc = build(["+experiment=quantization", f"model.weight_bits={w}", "model.kv_bits=4"])
         assert sc.labels["model"] == "Llama-3-70B" and sc.labels["tp"] == 2 and len(sc.seeds) == 5
         assert sc.metrics.quality.setting == {"weight_bits": w, "kv_bits": 4}
+
+
+@pytest.mark.parametrize("section, key", [
+    ({"weight_bits": {"16": 0, "4": 0.1}}, "quality.weight_bits"),  # no 8-bit delta
+    ({"kv_bits": {16: 0, "16": 0, 8: 0, 4: 0}}, "quality.kv_bits.16"),  # a level twice
+    ({"components": {"tier": []}}, "quality.components.tier"),
+    ({"components": {"tier": {"small": 1.5}}}, "quality.components.tier.small"),
+    ({"difficulty": {"dist": "beta", "a": 0}}, "quality.difficulty.a"),
+])
+def test_bad_quality_section_names_the_key(section, key):
+    with pytest.raises(ConfigError) as err:
+        quality.from_config(section, {"weight_bits": 16, "kv_bits": 16})
+    assert str(err.value).startswith(key + ":"), str(err.value)
+    assert quality.from_config({"enabled": False}, {}) is None
