@@ -226,7 +226,7 @@ def _check_documented_nan(m: dict, tr, res, done) -> None:
         "itl_": True,  # any gap at all (also from unfinished requests) makes it finite
         "utilization": res.clock_s == 0, "mean_in_system": res.clock_s == 0,
         "useful_tokens_per_dollar": m["cost_usd"] == 0,
-        "slo_attainment": m["n_requests"] == 0,
+        "slo_attainment": m["n_requests"] == 0, "quality_failure_rate": not done.any(),
         # speculation metrics: undefined without a draft pass
         "spec_acceptance_rate": m["spec_draft_tokens"] == 0,
         "spec_tokens_per_pass": m["spec_draft_tokens"] == 0,

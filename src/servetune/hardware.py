@@ -169,6 +169,12 @@ def roofline_cost_params(
 ) -> CostParams:
     """CostParams of the roofline step-time model for `model` on `tp` x `gpu`.
 
+    Precision: an iteration reads every weight once (params x weight_bits / 8 bytes) and the
+    KV of its context plus writes its new tokens' KV (kv_bits), so a memory-bound decode step
+    shrinks with both. Quantization is weight-only (W8A16 / W4A16, as GPTQ/AWQ kernels in vLLM
+    run it): matmuls still run in 16-bit, so FLOPs and the FLOP rate do not change with bits,
+    and dequantization overhead and the scales' few extra bits per group are not modeled.
+
     The tensor-parallel all-reduce (two per layer, ring algorithm) costs
     2 x layers x (2 (tp-1)/tp x tokens x hidden x activation bytes / link bandwidth + latency).
     """

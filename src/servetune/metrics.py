@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from servetune import histogram
+from servetune import histogram, quality
 from servetune.errors import ServetuneError
 from servetune.simulate import ScenarioResult
 from servetune.types import (
@@ -28,6 +28,8 @@ class MetricsSpec:
 
     slo_*: targets in seconds (None = not checked). warmup_s: arrivals before it are not counted.
     price_per_gpu_hour: USD; n_gpus: GPUs provisioned; kv_blocks: KV capacity of the instance.
+    quality: the quality model and the scenario's precision (servetune.quality), or None (every
+    completed request passes its task check).
     """
 
     slo_ttft_s: float | None
@@ -38,10 +40,33 @@ class MetricsSpec:
     n_gpus: int
     kv_blocks: int
     kv_compress_fail_prob: float = 0.0  # quality cost of KV compression (engine/pressure.py)
+    quality: quality.QualitySpec | None = None
+
+
+def quality_outcome(trace: RequestTrace, spec: MetricsSpec, extra_hazard=0.0
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(difficulty [N], quality_ok [N]) of every request: ok iff its uniform draw u is at least
+    P(fail) (common random numbers, see servetune.quality). Without a quality model every
+    request passes; a trace without draws (one not built by scenario.build) gets seed 0's.
+    extra_hazard: per-request hazard of mechanisms that degrade single requests."""
+    n = len(trace)
+    q = spec.quality
+    if q is None:
+        d = trace.difficulty if trace.difficulty is not None else np.full(n, np.nan)
+        return np.asarray(d, np.float64), np.ones(n, bool)
+    if trace.quality_u is None:  # scenario.build sets both u and the resolved difficulty
+        d, u = quality.draws(n, 0, q.difficulty, trace.difficulty, trace.name)
+    else:
+        d, u = trace.difficulty, trace.quality_u
+        if d is None:
+            d = quality.draws(n, 0, q.difficulty, None, trace.name)[0]
+    return np.asarray(d, np.float64), u >= q.failure_prob(d, extra_hazard)
 
 
 def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -> pd.DataFrame:
-    """One row per request: times (seconds), tokens, end state, preemptions, SLO outcome."""
+    """One row per request: times (seconds), tokens, end state, preemptions, SLO outcome,
+    difficulty and quality outcome. `slo_ok`: completed within every SLO; `quality_ok`: passes
+    its task check (whatever its end state); `qualifies`: both."""
     completed = res.end_state == COMPLETED
     ttft = res.first_token - trace.arrival
     o = trace.output.astype(np.float64)
@@ -52,13 +77,15 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
     for target, value in ((spec.slo_ttft_s, ttft), (spec.slo_tpot_s, tpot), (spec.slo_e2e_s, e2e)):
         if target is not None:
             ok &= ~(value > target)  # nan (single-token TPOT) passes
-    # a request whose KV was compressed fails its task check with kv_compress_fail_prob; the
-    # draw is a fixed uniform per request (the same for every policy: paired comparisons)
+    counted = trace.arrival >= spec.warmup_s
+    difficulty, quality_ok = quality_outcome(trace, spec)
+    # a request whose KV was compressed under pressure also fails its task check with
+    # kv_compress_fail_prob, by its own uniform draw: fixed per request, the same for every
+    # policy (paired comparisons), independent of the precision model's draw
     compressed = res.kv_ratio > 1.0
     if spec.kv_compress_fail_prob > 0 and compressed.any():
         u = np.random.default_rng([len(trace), 7177]).random(len(trace))
-        ok &= ~(compressed & (u < spec.kv_compress_fail_prob))
-    counted = trace.arrival >= spec.warmup_s
+        quality_ok = quality_ok & ~(compressed & (u < spec.kv_compress_fail_prob))
     names = np.asarray(trace.class_names, dtype=object)
     return pd.DataFrame({
         "request": np.arange(len(trace)),
@@ -76,7 +103,10 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
         "ttft_s": np.where(np.isfinite(res.first_token), ttft, np.nan),
         "tpot_s": np.where(completed, tpot, np.nan),
         "e2e_s": np.where(completed, e2e, np.nan),
-        "qualifies": ok,
+        "difficulty": difficulty,
+        "slo_ok": ok,
+        "quality_ok": quality_ok,
+        "qualifies": ok & quality_ok,
         "counted": counted,
     })
 
@@ -101,6 +131,10 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float
                  & (fin >= warmup_s) & (fin <= warmup_s + window_s))
     q = c[c["qualifies"].to_numpy()]
     useful = float(q["output_tokens"].sum())
+    failed_check = ~c["quality_ok"].to_numpy()
+    lost = c[c["slo_ok"].to_numpy() & failed_check]  # on time, but failed the task check
+    n_failed = int((failed_check & (state == END_STATE_NAMES[COMPLETED])).sum())
+    n_done = int((state == END_STATE_NAMES[COMPLETED]).sum())
     n = len(c)
     m = {
         "n_requests": n,
@@ -126,6 +160,10 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float
         "useful_tokens": useful,
         "useful_tokens_per_dollar": useful / cost_usd if cost_usd > 0 else float("nan"),
         "cost_per_qualifying_request_usd": cost_usd / len(q) if len(q) else float("inf"),
+        "n_quality_failed": n_failed,
+        "quality_failure_rate": n_failed / n_done if n_done else float("nan"),
+        "goodput_lost_to_quality_rps": len(lost) / window_s,
+        "useful_tokens_lost_to_quality": float(lost["output_tokens"].sum()),
     })
     return m
 
@@ -146,9 +184,15 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     are): TTFT/TPOT/E2E statistics with no completed counted request (TPOT also when every
     completion has one output token), ITL statistics with no inter-token gap, utilization and
     mean_in_system when no simulated time passed, useful_tokens_per_dollar when the cost is 0
-    (a price of 0), slo_attainment with no counted request, spec_acceptance_rate and
-    spec_tokens_per_pass without a draft pass; cost_per_qualifying_request_usd is
-    inf when nothing qualifies. Any other non-finite value raises ServetuneError.
+    (a price of 0), slo_attainment with no counted request, quality_failure_rate with no
+    completed counted request, spec_acceptance_rate and spec_tokens_per_pass without a draft
+    pass; cost_per_qualifying_request_usd is inf when nothing qualifies.
+    Any other non-finite value raises ServetuneError.
+
+    Quality (servetune.quality): n_quality_failed counts the completed counted requests that
+    failed their task check, quality_failure_rate is their share of the completed ones, and
+    goodput_lost_to_quality_rps / useful_tokens_lost_to_quality are the requests (per second
+    of the window) and output tokens that met every SLO but do not qualify because of it.
     """
     table = request_table(trace, res, spec) if table is None else table
     sim_s = res.clock_s
@@ -174,6 +218,7 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "useful_tokens_per_computed_token": (m["useful_tokens"] / computed.sum()
                                              if computed.sum() > 0 else 0.0),
         "n_kv_compressed": int(table["kv_compressed"].sum()),
+        "kv_blocks": int(spec.kv_blocks),  # KV capacity (after weights, at kv_bits)
         "kv_peak_occupancy": float(np.max(st["kv_peak_blocks"])) / spec.kv_blocks,
         "preemptions": int(st["preemptions"]),
         "prefill_tokens": int(st["prefill_tokens"]),  # prompt and recomputed tokens processed
@@ -214,7 +259,8 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
 # a clock that overflowed), and is raised rather than reported.
 ALWAYS_FINITE = ("offered_rps", "throughput_rps", "output_tokens_per_s", "goodput_rps",
                  "useful_tokens", "cost_usd", "wasted_token_ratio", "kv_peak_occupancy",
-                 "sim_duration_s", "provisioned_s", "window_s")
+                 "sim_duration_s", "provisioned_s", "window_s", "goodput_lost_to_quality_rps",
+                 "useful_tokens_lost_to_quality")
 
 
 def _check_finite(m: dict) -> None:

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from servetune import hardware, workload
+from servetune import hardware, quality, workload
 from servetune.engine.pressure import POLICIES
 from servetune.errors import ConfigError
 from servetune.metrics import MetricsSpec
@@ -45,7 +45,7 @@ MAX_SEEDS = 1 << 16
 # Config sections build() reads: required ones must be present; all must be mappings.
 _SECTIONS = {"workload": True, "hardware": True, "model": True, "policy": True, "engine": True,
              "window": True, "cost": False, "slo": False, "classes": False, "grid": False,
-             "paths": False, "speculation": False}
+             "paths": False, "speculation": False, "quality": False}
 
 
 def _get(cfg: DictConfig, key: str, default=None):
@@ -307,6 +307,10 @@ def build(cfg: DictConfig) -> Scenario:
         activation_reserve_gib=_number(cfg, "engine.activation_reserve_gib", lo=0, hi=1e4),
         max_model_len=max_len)
     draft_cost = None
+    qsection = _get(cfg, "quality")
+    qspec = quality.from_config(  # None when quality.enabled is false
+        None if qsection is None else OmegaConf.to_container(qsection),
+        {"weight_bits": wbits, "kv_bits": kvbits})
     if form == "roofline":
         gpu_figures = {
             "flops_efficiency": _number(cfg, "hardware.flops_efficiency", lo=1e-6, hi=1),
@@ -430,6 +434,9 @@ def build(cfg: DictConfig) -> Scenario:
         tr = _with_abandonment(cfg, tr, s)  # patience draws differ per seed
         traces.append(tr)
         preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
+    if qspec is not None:  # per seed: difficulty and the quality check's uniform draw (CRN)
+        traces = [dataclasses.replace(tr, **dict(zip(("difficulty", "quality_u"), quality.draws(
+            len(tr), s, qspec.difficulty, tr.difficulty, tr.name)))) for tr, s in zip(traces, seeds)]
     drain = _number(cfg, "window.drain_s", lo=0)  # finite: the drain limit bounds the run
     warmup = _number(cfg, "window.warmup_s", lo=0, hi=MAX_SECONDS, default=0.0)
     for tr in traces:
@@ -443,7 +450,7 @@ def build(cfg: DictConfig) -> Scenario:
                        kv_compress_fail_prob=_number(cfg, "engine.kv_compress_fail_prob", lo=0,
                                                      hi=1, default=0.0),
                        price_per_gpu_hour=gpu.price_per_gpu_hour if price is None else price,
-                       n_gpus=tp, kv_blocks=kv_blocks)
+                       n_gpus=tp, kv_blocks=kv_blocks, quality=qspec)
     if any(tr.gives_up for tr in traces):  # the engine checks for give-ups only when needed
         engine = dataclasses.replace(engine, abandonment=True)
     if draft_spec is not None:

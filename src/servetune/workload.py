@@ -45,7 +45,10 @@ class RequestTrace:
     cancel_after: [N] float64 seconds after arrival at which the client cancels the request
       (gives up waiting, or aborts mid-stream) if it has not completed; inf = never;
     deadline: [N] float64 seconds after arrival by which the request must complete, or the
-      server drops it (expired); inf = none.
+      server drops it (expired); inf = none;
+    difficulty: [N] float64 in [0, 1] from the trace's optional `difficulty` column, or None;
+    quality_u: [N] float64 uniform draw of each request's quality check (servetune.quality;
+      set per seed by scenario.build), or None.
     """
 
     name: str
@@ -56,6 +59,8 @@ class RequestTrace:
     class_names: tuple = ("all",)
     cancel_after: np.ndarray = None
     deadline: np.ndarray = None
+    difficulty: np.ndarray | None = None
+    quality_u: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.arrival)
@@ -120,6 +125,29 @@ def _int_field(raw: str, path, line: int, column: str, minimum: int) -> int:
         raise TraceError(f"{path}:{line}: column {column!r} = {_show(raw)}; expected an integer "
                          f"token count in [{minimum}, {MAX_TOKENS}]")
     return int(value)
+
+
+def _difficulty_field(raw, path, line: int) -> float:
+    """A request's difficulty cell: a number in [0, 1] (servetune.quality)."""
+    try:
+        value = float(raw)
+    except (TypeError, ValueError, OverflowError):
+        value = math.nan
+    if isinstance(raw, bool) or not 0.0 <= value <= 1.0:
+        raise TraceError(f"{path}:{line}: 'difficulty' = {_show(raw)}; expected a number in "
+                         f"[0, 1]")
+    return value
+
+
+def _difficulties(values: list, lines: list[int], path) -> np.ndarray | None:
+    """[N] difficulties, None when no row has one; every row or none must."""
+    if all(v is None for v in values):
+        return None
+    for v, line in zip(values, lines):
+        if v is None:
+            raise TraceError(f"{path}:{line}: no 'difficulty' where other rows have one; "
+                             f"expected it on every row or on none")
+    return np.asarray(values, np.float64)
 
 
 def _parse_timestamp(raw: str, path, line: int) -> tuple[float, str]:
@@ -209,7 +237,8 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
     """Load a CSV trace: Azure LLM 2023 (TIMESTAMP, ContextTokens, GeneratedTokens) or plain
     (arrival_s, prompt_tokens, output_tokens). Arrival times become seconds from the first row.
 
-    Extra columns are ignored; a row may not carry non-empty fields beyond the header's."""
+    An optional `difficulty` column (in [0, 1]) feeds the quality model. Extra columns are
+    ignored; a row may not carry non-empty fields beyond the header's."""
     path = Path(path)
     text = read_text(path)
     reader = csv.reader(_lines(text))
@@ -244,12 +273,13 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
     else:
         raise TraceError(f"{path}:{header_line}: header {_show(header, 120)}; expected columns "
                          f"{list(formats['azure'])} (Azure LLM 2023) or {list(formats['plain'])}")
-    for c in cols:
+    for c in cols + ("difficulty",):
         if header.count(c) > 1:
             raise TraceError(f"{path}:{header_line}: column {c!r} appears {header.count(c)} "
                              f"times in the header; expected each column once")
     t_col, p_col, o_col = (header.index(c) for c in cols)
-    arrival, prompt, output, lines = [], [], [], []
+    d_col = header.index("difficulty") if "difficulty" in header else None
+    arrival, prompt, output, lines, difficulty = [], [], [], [], []
     first_kind = None
     for line, row in records:
         if not row or all(not cell.strip() for cell in row):
@@ -284,13 +314,16 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
             arrival.append(value)
         prompt.append(_int_field(row[p_col], path, line, cols[1], 1))
         output.append(_int_field(row[o_col], path, line, cols[2], 1))
+        if d_col is not None:
+            difficulty.append(_difficulty_field(row[d_col].strip(), path, line))
         lines.append(line)
     arr = np.asarray(arrival, np.float64)
     _check_sorted(arr, lines, path, f"column {cols[0]!r}")
     if kind == "plain" and arr[0] < 0:
         raise TraceError(f"{path}:{lines[0]}: arrival_s = {arr[0]}; expected >= 0")
     return RequestTrace(name or path.stem, arr - arr[0], np.asarray(prompt, np.int32),
-                        np.asarray(output, np.int32))
+                        np.asarray(output, np.int32),
+                        difficulty=np.asarray(difficulty, np.float64) if difficulty else None)
 
 
 _KIND_NAMES = {"seconds": "a number of seconds", "naive": "a date-time without UTC offset",
@@ -299,10 +332,11 @@ _KIND_NAMES = {"seconds": "a number of seconds", "naive": "a date-time without U
 
 def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
     """Load a Mooncake JSONL trace: one object per line with `timestamp` (ms), `input_length`,
-    `output_length` (and optional `hash_ids`). Arrival times become seconds from the first row."""
+    `output_length` (and optional `hash_ids`, and `difficulty` in [0, 1] for the quality model).
+    Arrival times become seconds from the first row."""
     path = Path(path)
     text = read_text(path)
-    arrival, prompt, output, lines = [], [], [], []
+    arrival, prompt, output, lines, difficulty = [], [], [], [], []
     for line, raw in enumerate(_lines(text), start=1):
         if not raw.strip():
             continue
@@ -340,6 +374,8 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
                 raise TraceError(f"{path}:{line}: {key!r} = {str(value)[:40]}; expected an integer "
                                  f"token count in [1, {MAX_TOKENS}]")
             store.append(_int_field(str(value), path, line, key, 1))
+        difficulty.append(_difficulty_field(obj["difficulty"], path, line)
+                          if "difficulty" in obj else None)
         lines.append(line)
     if not arrival:
         raise TraceError(f"{path}: empty file; expected JSON lines with timestamp, "
@@ -347,7 +383,8 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
     arr = np.asarray(arrival, np.float64)
     _check_sorted(arr, lines, path, "'timestamp' (in seconds)")
     return RequestTrace(name or path.stem, arr - arr[0], np.asarray(prompt, np.int32),
-                        np.asarray(output, np.int32))
+                        np.asarray(output, np.int32),
+                        difficulty=_difficulties(difficulty, lines, path))
 
 
 def load_trace(path: str | Path, name: str | None = None) -> RequestTrace:
