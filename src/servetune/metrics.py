@@ -168,6 +168,18 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float
     return m
 
 
+def _mean_in_system(trace: RequestTrace, res: ScenarioResult, st: dict, sim_s: float) -> float:
+    """Time-average of requests arrived and not ended. One instance integrates it in the loop;
+    with several (their iterations overlap in time) it is integrated here from each request's
+    arrival and end (outstanding ones until the simulation's end)."""
+    if sim_s <= 0:
+        return float("nan")
+    if np.size(st["busy_s"]) == 1:
+        return float(st["occupancy_s"]) / sim_s
+    end = np.where(np.isfinite(res.finish), np.minimum(res.finish, sim_s), sim_s)
+    return float(np.sum(np.maximum(end - trace.arrival, 0.0))) / sim_s
+
+
 def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
                     table: pd.DataFrame | None = None) -> dict:
     """Aggregate metrics over the measurement window (arrivals from warm-up to the last arrival).
@@ -212,7 +224,9 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "itl_mean_s": histogram.mean(hist), "itl_p50_s": histogram.quantile(hist, 0.5),
         "itl_p90_s": histogram.quantile(hist, 0.9), "itl_p99_s": histogram.quantile(hist, 0.99),
         "cost_usd": cost_usd,
-        "utilization": float(np.sum(st["busy_s"])) / sim_s if sim_s > 0 else float("nan"),
+        # busy time over provisioned instance time (averaged over instances)
+        "utilization": (float(np.sum(st["busy_s"])) / (sim_s * np.size(st["busy_s"]))
+                        if sim_s > 0 else float("nan")),
         "wasted_token_ratio": float(wasted / computed.sum()) if computed.sum() > 0 else 0.0,
         # useful output per unit of compute: useful tokens / tokens computed (all requests)
         "useful_tokens_per_computed_token": (m["useful_tokens"] / computed.sum()
@@ -225,7 +239,7 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "decode_tokens": int(st["decode_tokens"]),
         "sim_duration_s": sim_s,
         "provisioned_s": provisioned_s,
-        "mean_in_system": float(st["occupancy_s"]) / sim_s if sim_s > 0 else float("nan"),
+        "mean_in_system": _mean_in_system(trace, res, st, sim_s),
         "window_s": window_s,
         "iterations": int(st["steps"]),
         "leaped_iterations": int(st["leaped"]),

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from servetune import hardware, quality, workload
 from servetune.engine.pressure import POLICIES
+from servetune.engine.routing import ROUTERS
 from servetune.errors import ConfigError
 from servetune.metrics import MetricsSpec
 from servetune.policy import DEFAULTS, make_policy
@@ -41,6 +42,7 @@ MAX_INT32 = 2**31 - 1  # counters and KV block ids are int32 on device
 MAX_SECONDS = 1e9  # any duration or cost-model time in seconds (~31.7 years)
 MAX_PRICE = 1e6  # USD per GPU-hour
 MAX_SEEDS = 1 << 16
+MAX_INSTANCES = 1024  # engine.n_instances: replicas per scenario
 
 # Config sections build() reads: required ones must be present; all must be mappings.
 _SECTIONS = {"workload": True, "hardware": True, "model": True, "policy": True, "engine": True,
@@ -380,6 +382,9 @@ def build(cfg: DictConfig) -> Scenario:
         slots = math.ceil(max_seqs)
     batching = _get(cfg, "engine.batching", "continuous")
     layout = _get(cfg, "engine.kv_layout", "paged")
+    routing = _get(cfg, "engine.routing", "round_robin")
+    if routing not in ROUTERS:
+        raise ConfigError(f"engine.routing: got {routing!r}; expected one of {ROUTERS}")
     kv_pressure = _get(cfg, "engine.kv_pressure", "preempt")
     if kv_pressure not in POLICIES:
         raise ConfigError(f"engine.kv_pressure: got {kv_pressure!r}; expected one of {POLICIES}")
@@ -400,15 +405,18 @@ def build(cfg: DictConfig) -> Scenario:
         drain_per_step=_number(cfg, "engine.drain_per_step", lo=1, hi=MAX_VECTOR, integer=True,
                                default=8),
         leap_max=_number(cfg, "engine.leap_max", lo=0, hi=MAX_VECTOR, integer=True, default=64),
-        kv_pressure=kv_pressure)
+        kv_pressure=kv_pressure,
+        n_instances=_number(cfg, "engine.n_instances", lo=1, hi=MAX_INSTANCES, integer=True,
+                            default=1),
+        routing=routing,
+        route_window=_number(cfg, "engine.route_window", lo=1, hi=MAX_VECTOR, integer=True,
+                             default=64))
     budget = float(np.min(np.asarray(pol.max_num_batched_tokens)))
     if batching == "continuous" and not engine.chunked_prefill and budget < max_len:
         raise ConfigError(
             f"policy.max_num_batched_tokens: {budget:g} is below engine.max_model_len = {max_len} "
             f"with engine.chunked_prefill=false, so long prompts could never be scheduled (vLLM "
             f"refuses this too); raise it, lower engine.max_model_len or enable chunked prefill")
-    if _get(cfg, "engine.n_instances", 1) != 1:
-        raise ConfigError("engine.n_instances: only 1 instance is supported so far")
     lone_blocks = engine.max_blocks_per_request
     min_free = kv_blocks * (1 - float(np.max(np.asarray(pol.watermark))))
     if lone_blocks > kv_blocks or (form == "linear" and lone_blocks > min_free):
@@ -450,7 +458,7 @@ def build(cfg: DictConfig) -> Scenario:
                        kv_compress_fail_prob=_number(cfg, "engine.kv_compress_fail_prob", lo=0,
                                                      hi=1, default=0.0),
                        price_per_gpu_hour=gpu.price_per_gpu_hour if price is None else price,
-                       n_gpus=tp, kv_blocks=kv_blocks, quality=qspec)
+                       n_gpus=tp * engine.n_instances, kv_blocks=kv_blocks, quality=qspec)
     if any(tr.gives_up for tr in traces):  # the engine checks for give-ups only when needed
         engine = dataclasses.replace(engine, abandonment=True)
     if draft_spec is not None:

@@ -63,7 +63,8 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         spec_accepted=zi.astype(jnp.int64), spec_emitted=zi.astype(jnp.int64),
     )
     return SimState(clock=per_inst + zf, entries=entries, next_req=zi,
-                    outbox=empty_outbox(outbox_capacity(cfg), zi), stats=stats, done=wl.n <= 0)
+                    outbox=empty_outbox(outbox_capacity(cfg), zi), stats=stats, done=wl.n <= 0,
+                    mid_ended=per_inst, mid_blocks=per_inst)
 
 
 def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from servetune import histogram, ops
 from servetune.engine import outbox as outbox_lib
-from servetune.engine import speculation
+from servetune.engine import routing, speculation
 from servetune.engine.abandon import abandon, next_give_up
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
@@ -127,25 +127,45 @@ class _Arrived(NamedTuple):
     n_rejected: jnp.ndarray
     sort: jnp.ndarray
     n_abandoned: jnp.ndarray
+    entries_all: Entries | None = None  # [I, A] every instance's entries after routing (I > 1)
 
 
 def _instance(state: SimState, cfg: EngineConfig):
-    # one instance: static indices, so no batched scatter into the [I, A] arrays under vmap
-    return 0 if cfg.n_instances == 1 else jnp.argmin(state.clock)
+    """The instance that iterates next: the earliest clock; among equal clocks, one that holds
+    work first (so an idle instance never holds back the others), then the first listed."""
+    if cfg.n_instances == 1:  # static index: no batched scatter into [I, A] arrays under vmap
+        return 0
+    empty = jnp.all(state.entries.status == EMPTY, axis=1)
+    return jnp.lexsort((jnp.arange(cfg.n_instances), empty, state.clock))[0]
+
+
+def _at_instance(params: Params, i, cfg: EngineConfig) -> Params:
+    """Params as instance i sees them (its own cost params where they have an instance axis)."""
+    if cfg.n_instances == 1:
+        return params
+    return params.replace(cost=routing.instance_cost(params.cost, i))
 
 
 def _arrive(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
             search_window) -> _Arrived:
     i = _instance(state, cfg)
     t = state.clock[i]
-    e = jax.tree.map(lambda x: x[i], state.entries)
-    e, next_req, outside, n_arrived, n_rejected = take_arrivals(
-        e, t, state.next_req, wl, params, cfg, search_window)
+    entries_all = None
+    if cfg.n_instances == 1:
+        e = jax.tree.map(lambda x: x[i], state.entries)
+        e, next_req, outside, n_arrived, n_rejected = take_arrivals(
+            e, t, state.next_req, wl, params, cfg, search_window)
+    else:  # every arrival by t goes to an instance first, then instance i iterates
+        entries_all, next_req, outside, n_arrived, n_rejected = routing.route(
+            state, t, wl, params, cfg, search_window)
+        e = jax.tree.map(lambda x: x[i], entries_all)
+    params = _at_instance(params, i, cfg)
     n_abandoned = jnp.zeros_like(n_rejected)
     if cfg.abandonment:  # cancelled and expired requests leave before scheduling
         e, n_abandoned = abandon(e, t)
     sort = order_matters(e, params, cfg) if cfg.lazy_order else jnp.ones_like(t, jnp.bool_)
-    return _Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort, n_abandoned)
+    return _Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort, n_abandoned,
+                    entries_all)
 
 
 def step_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, active):
@@ -192,6 +212,7 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
              e: Entries, search_window):
     """The rest of the iteration, on entries `e` in scheduling order."""
     i = _instance(state, cfg)
+    params = _at_instance(params, i, cfg)
     t, next_req, outside, n_arrived, n_rejected = (a.t, a.next_req, a.outside, a.n_arrived,
                                                    a.n_rejected)
     e, batch = schedule(e, params, cfg)
@@ -211,6 +232,9 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     next_arrival = jnp.where(next_req < wl.n, next_arrival, jnp.inf)
     t_next = jnp.where(busy, t + dur,
                        jnp.where(jnp.isfinite(next_arrival), jnp.maximum(t, next_arrival), t))
+    if cfg.n_instances > 1:  # idle for good: wait for the other instances (no arrival left)
+        t_next = jnp.where(~busy & ~jnp.isfinite(next_arrival),
+                           jnp.maximum(t, jnp.max(state.clock)), t_next)
     # Idle with waiting work: an empty engine admits any request that passed the arrival checks,
     # so this cannot happen; if it ever does, stop and flag it rather than loop forever.
     stalled = ~busy & jnp.any(e.status == WAITING)
@@ -241,6 +265,8 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     # requests completed by the first iteration leave at t_next, before the run
     occupancy = (_occupancy(wl, t, t_end, n_arrived, ended_by_t, search_window)
                  - jnp.sum(completed) * (t_end - t_next))
+    if cfg.n_instances > 1:  # instances' iterations overlap in time: the host integrates it
+        occupancy = 0.0
     stats = st.replace(
         steps=st.steps + busy.astype(jnp.int32) + n_leap,
         leaped=st.leaped + n_leap,
@@ -268,14 +294,22 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
             spec_accepted=st.spec_accepted + jnp.sum(jnp.where(drafted, batch.accepted, 0)),
             spec_emitted=st.spec_emitted + jnp.sum(jnp.where(drafted, e.generated - generated0,
                                                              0)))
+    clock = state.clock.at[i].set(t_end)
+    if cfg.n_instances == 1:
+        entries = jax.tree.map(lambda one: one[None], e)
+    else:  # done when every instance is empty, or every clock passed the stop time
+        entries = jax.tree.map(lambda all_, one: all_.at[i].set(one), a.entries_all, e)
+        all_done = (next_req >= wl.n) & jnp.all(entries.status == EMPTY)
+        t_end = jnp.min(clock)
     new = SimState(
-        clock=state.clock.at[i].set(t_end),
-        entries=(jax.tree.map(lambda one: one[None], e) if cfg.n_instances == 1 else
-                 jax.tree.map(lambda all_, one: all_.at[i].set(one), state.entries, e)),
+        clock=clock,
+        entries=entries,
         next_req=next_req,
         outbox=box,
         stats=stats,
         done=all_done | stalled | (t_end >= wl.t_stop),
+        mid_ended=state.mid_ended.at[i].set(n_completed),
+        mid_blocks=state.mid_blocks.at[i].set(blocks_in_use),
     )
     info = {"t": t, "dur": jnp.where(state.done, 0.0, dur),
             "tokens": jnp.where(state.done, 0, batch.tokens)}

@@ -44,7 +44,11 @@ class EngineConfig:
       drain_per_step: finished requests moved to the outbox per iteration at most (the rest
         leave in later iterations; more costs time in every iteration).
       max_steps_per_chunk: iterations per compiled call before control returns to the host.
-      n_instances: instances in the simulation (the instance axis; 1 for now).
+      n_instances: engine replicas in the simulation, each with its own clock, batch and KV
+        cache (cost params may carry an instance axis [I] for different GPUs or models).
+      routing: how arrivals are assigned to instances (engine/routing.py): round_robin, jsq,
+        least_kv, p2c or score.
+      route_window: most arrivals routed per iteration (more wait outside, counted).
       leap_max: most uniform decode iterations advanced at once in closed form (event
         skipping, engine/leap.py); 0 steps every iteration.
       lazy_order: skip the priority sort in iterations where order cannot matter (exact; off
@@ -77,6 +81,8 @@ class EngineConfig:
     abandonment: bool = False
     speculation: bool = False
     kv_pressure: str = "preempt"
+    routing: str = "round_robin"
+    route_window: int = 64
 
     @property
     def n_entries(self) -> int:
@@ -111,6 +117,9 @@ class PolicyParams:
     #                      (speculative decoding; floored; 0 = off)
     kv_compress_ratio: jnp.ndarray  # [] KV bytes per token shrink by this factor for requests
     #                                 compressed under pressure (engine.kv_pressure=compress)
+    route_w_queue: jnp.ndarray  # [] routing score weight per request in an instance
+    route_w_kv: jnp.ndarray  # [] routing score weight per fraction of KV blocks in use
+    route_w_work: jnp.ndarray  # [] routing score weight per 1000 tokens of predicted work
 
 
 @struct.dataclass
@@ -245,3 +254,6 @@ class SimState:
     outbox: Outbox
     stats: Stats
     done: jnp.ndarray  # [] bool the scenario has finished (or hit t_stop)
+    mid_ended: jnp.ndarray  # [I] i32 requests each instance's latest iteration ended at its
+    #                         end (still in the instance for a router looking at earlier times)
+    mid_blocks: jnp.ndarray  # [I] i32 KV blocks each instance held during that iteration

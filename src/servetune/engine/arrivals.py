@@ -43,6 +43,14 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
     else:
         read = lambda x: x[idx]
 
+    e, n_rejected = fill(e, t, take, idx, read, wl, params, cfg)
+    return e, next_req + n_take, pending - n_take, n_arrived, n_rejected
+
+
+def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: EngineConfig):
+    """Put arriving requests into the entries where `take` [A] holds: entry k gets request
+    idx[k], whose fields `read(wl.field)` gives ([A]). Applies the arrival checks (too long,
+    never fits above the watermark, queue cap: rejected). Returns (entries, rejected count)."""
     prompt = read(wl.prompt)
     output = read(wl.output)
     pol, kv_total = params.policy, params.cost.kv_blocks
@@ -82,4 +90,4 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
         spec_alpha=sel(read(wl.spec_alpha), e.spec_alpha) if cfg.speculation else e.spec_alpha,
         kv_ratio=sel(jnp.ones_like(e.kv_ratio), e.kv_ratio),
     )
-    return e, next_req + n_take, pending - n_take, n_arrived, jnp.sum(reject, dtype=jnp.int32)
+    return e, jnp.sum(reject, dtype=jnp.int32)
