@@ -50,12 +50,20 @@ def _pm(mean: float, std: float, scale: float, fmt: str) -> str:
     return f"{m} +- {fmt.format(std * scale)}"
 
 
+def _ci(p: pd.Series, metric: str, scale: float, fmt: str) -> str:
+    """ [lo, hi]: the report's 95% bootstrap interval, for P99 metrics (empty where none)."""
+    lo, hi = p.get(f"{metric}_ci_lo", np.nan), p.get(f"{metric}_ci_hi", np.nan)
+    if "p99" not in metric or not np.isfinite([lo, hi]).all():
+        return ""
+    return f" [{fmt.format(lo * scale)}, {fmt.format(hi * scale)}]"
+
+
 def table(points: pd.DataFrame) -> str:
     rows = ["| rate (req/s) | spec_k | " + " | ".join(t for _, t, _, _ in COLS) + " |",
             "|---" * (len(COLS) + 2) + "|"]
     for _, p in points.sort_values([X, K]).iterrows():
         cells = [_pm(p.get(f"{m}_mean", np.nan), p.get(f"{m}_std", np.nan), s, f)
-                 for m, _, s, f in COLS]
+                 + _ci(p, m, s, f) for m, _, s, f in COLS]
         rows.append(f"| {p[X]:g} | {int(p[K])} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

@@ -73,6 +73,14 @@ def _pm(mean: float, std: float, scale: float, fmt: str) -> str:
     return f"{m} +- {fmt.format(std * scale)}"
 
 
+def _ci(p: pd.Series, metric: str, scale: float, fmt: str) -> str:
+    """ [lo, hi]: the report's 95% bootstrap interval, for P99 metrics (empty where none)."""
+    lo, hi = p.get(f"{metric}_ci_lo", np.nan), p.get(f"{metric}_ci_hi", np.nan)
+    if "p99" not in metric or not np.isfinite([lo, hi]).all():
+        return ""
+    return f" [{fmt.format(lo * scale)}, {fmt.format(hi * scale)}]"
+
+
 def table(agg: pd.DataFrame) -> str:
     rows = ["| rate scale | policy | kv_pressure | " + " | ".join(t for _, t, _, _ in COLS) + " |",
             "|---" * (len(COLS) + 3) + "|"]
@@ -82,7 +90,8 @@ def table(agg: pd.DataFrame) -> str:
             if p.empty:
                 continue
             p = p.iloc[0]
-            cells = [_pm(p[f"{m}_mean"], p[f"{m}_std"], s, f) for m, _, s, f in COLS]
+            cells = [_pm(p[f"{m}_mean"], p[f"{m}_std"], s, f) + _ci(p, m, s, f)
+                     for m, _, s, f in COLS]
             rows.append(f"| {x:g} | {pol} | {kv} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
