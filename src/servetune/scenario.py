@@ -13,6 +13,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from servetune import hardware, workload
+from servetune.engine import prefix as prefix_lib
 from servetune.errors import ConfigError
 from servetune.metrics import MetricsSpec
 from servetune.policy import DEFAULTS, make_policy
@@ -157,12 +158,40 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
     return trace
 
 
+def _prefix_engine(cfg, block: int, layout: str, kv_blocks: int) -> dict:
+    """EngineConfig fields of prefix caching (engine/prefix.py): `engine.prefix_cache`,
+    `engine.prefix_block_tokens` (the trace's prefix block size, Mooncake 512) and
+    `engine.prefix_cache_entries` (table slots; null = twice the prefix blocks the KV cache
+    holds, so the table itself rarely binds), checked here."""
+    if not _flag(cfg, "engine.prefix_cache", False):
+        return {}
+    if layout != "paged":
+        raise ConfigError(f"engine.prefix_cache: needs engine.kv_layout=paged (got {layout})")
+    tokens = _number(cfg, "engine.prefix_block_tokens", lo=1, hi=MAX_CAPACITY, integer=True,
+                     default=512)
+    if tokens % block:
+        raise ConfigError(f"engine.prefix_block_tokens: got {tokens}; expected a multiple of "
+                          f"engine.block_size = {block}")
+    ways = prefix_lib.WAYS
+    entries = _number(cfg, "engine.prefix_cache_entries", lo=ways, hi=MAX_CAPACITY,
+                      integer=True, allow_none=True)
+    if entries is None:
+        entries = min(MAX_CAPACITY, 1 << max(ways - 1, 2 * kv_blocks * block // tokens - 1)
+                      .bit_length())
+    if entries % ways:
+        raise ConfigError(f"engine.prefix_cache_entries: got {entries}; expected a multiple of "
+                          f"{ways} (slots per set)")
+    return {"prefix_cache": True, "prefix_block_tokens": tokens, "prefix_cache_entries": entries}
+
+
 def _pad(n: int) -> int:
     return max(64, 1 << (n - 1).bit_length())
 
 
-def stack_workloads(traces, predicted, drain_s: float) -> Workload:
-    """Pad traces to a common power-of-two length N and stack them: leaves [S, N]."""
+def stack_workloads(traces, predicted, drain_s: float, engine: EngineConfig | None = None
+                    ) -> Workload:
+    """Pad traces to a common power-of-two length N and stack them: leaves [S, N]. With
+    `engine.prefix_cache`, also the prefix block ids [S, N, Hp] (engine/prefix.py)."""
     n = _pad(max(len(t) for t in traces))
     rows = []
     for trace, pred in zip(traces, predicted):
@@ -176,6 +205,8 @@ def stack_workloads(traces, predicted, drain_s: float) -> Workload:
             "predicted": np.concatenate([pred, np.ones(pad)]),
             "klass": np.concatenate([trace.klass, np.zeros(pad, np.int32)]).astype(np.int32),
             "n": np.int32(k), "t_stop": np.float64(trace.arrival[-1] + drain_s)})
+        if engine is not None and engine.prefix_cache:
+            rows[-1]["prefix_ids"] = prefix_lib.workload_ids(trace, trace.prompt, engine, n)
     return Workload(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
 
 
@@ -305,7 +336,8 @@ def build(cfg: DictConfig) -> Scenario:
                                     integer=True, default=200_000),
         drain_per_step=_number(cfg, "engine.drain_per_step", lo=1, hi=MAX_VECTOR, integer=True,
                                default=8),
-        leap_max=_number(cfg, "engine.leap_max", lo=0, hi=MAX_VECTOR, integer=True, default=64))
+        leap_max=_number(cfg, "engine.leap_max", lo=0, hi=MAX_VECTOR, integer=True, default=64),
+        **_prefix_engine(cfg, block, layout, kv_blocks))
     budget = float(np.min(np.asarray(pol.max_num_batched_tokens)))
     if batching == "continuous" and not engine.chunked_prefill and budget < max_len:
         raise ConfigError(
@@ -335,6 +367,9 @@ def build(cfg: DictConfig) -> Scenario:
             else traces[0]
         traces.append(tr)
         preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
+    if engine.prefix_cache and any(tr.hash_ids is None for tr in traces):
+        raise ConfigError(f"engine.prefix_cache: the workload {traces[0].name} has no prefix "
+                          f"block ids (a Mooncake trace's hash_ids); expected a trace with them")
     drain = _number(cfg, "window.drain_s", lo=0)  # finite: the drain limit bounds the run
     warmup = _number(cfg, "window.warmup_s", lo=0, hi=MAX_SECONDS, default=0.0)
     for tr in traces:
@@ -348,7 +383,7 @@ def build(cfg: DictConfig) -> Scenario:
                        price_per_gpu_hour=gpu.price_per_gpu_hour if price is None else price,
                        n_gpus=tp, kv_blocks=kv_blocks)
     return Scenario(
-        traces=traces, seeds=seeds, workloads=stack_workloads(traces, preds, drain),
+        traces=traces, seeds=seeds, workloads=stack_workloads(traces, preds, drain, engine),
         params=Params(policy=pol, cost=cost), grid_points=points, engine=engine, metrics=spec,
         labels={"gpu": gpu.name, "model": model.name, "tp": tp, "workload": traces[0].name,
                 "kv_blocks": kv_blocks, "order": order})

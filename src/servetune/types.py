@@ -48,6 +48,12 @@ class EngineConfig:
         skipping, engine/leap.py); 0 steps every iteration.
       lazy_order: skip the priority sort in iterations where order cannot matter (exact; off
         only to test that it is).
+      prefix_cache: automatic prefix caching (vLLM APC, engine/prefix.py): full prompt blocks
+        are shared between requests through a cache table, evicted LRU under KV pressure.
+      prefix_cache_entries: capacity of the cache table, in prefix blocks (a multiple of
+        engine/prefix.py's WAYS).
+      prefix_block_tokens: tokens per prefix block, the granularity of the trace's prefix ids
+        (Mooncake: 512); a multiple of block_size.
     """
 
     max_slots: int = 256
@@ -64,6 +70,9 @@ class EngineConfig:
     max_steps_per_chunk: int = 200_000
     n_instances: int = 1
     lazy_order: bool = True
+    prefix_cache: bool = False
+    prefix_cache_entries: int = 1024
+    prefix_block_tokens: int = 512
 
     @property
     def n_entries(self) -> int:
@@ -74,6 +83,11 @@ class EngineConfig:
     def max_blocks_per_request(self) -> int:
         """Blocks reserved per request under contiguous KV layout."""
         return -(-self.max_model_len // self.block_size)
+
+    @property
+    def prefix_width(self) -> int:
+        """Hp: prefix blocks tracked per request (full blocks of the longest prompt)."""
+        return max(1, self.max_model_len // self.prefix_block_tokens)
 
 
 @struct.dataclass
@@ -140,6 +154,8 @@ class Workload:
     klass: jnp.ndarray  # [N] i32 request class id (for per-class mechanisms; metrics use the host copy)
     n: jnp.ndarray  # [] i32 number of real (unpadded) requests
     t_stop: jnp.ndarray  # [] f64 time at which the simulation stops (last arrival + drain)
+    # prefix caching only (engine/prefix.py), else None:
+    prefix_ids: jnp.ndarray | None = None  # [N, Hp] i32 ids of the full prompt prefix blocks, -1 after
 
 
 @struct.dataclass
@@ -162,6 +178,11 @@ class Entries:
     last_emit: jnp.ndarray  # [A] f64 time of the latest output token (nan before)
     finish: jnp.ndarray  # [A] f64 time the request ended (nan before)
     end_state: jnp.ndarray  # [A] i32 end state once DONE
+    # prefix caching only (engine/prefix.py), else None:
+    pfx_ids: jnp.ndarray | None = None  # [A, Hp] i32 the request's full prompt block ids, -1 after
+    pfx_slot: jnp.ndarray | None = None  # [A, Hp] i32 cache-table slot of each block it references, -1
+    pfx_n: jnp.ndarray | None = None  # [A] i32 blocks it references (KV counted once, in the cache)
+    pfx_next: jnp.ndarray | None = None  # [A] i32 next block to insert into the cache
 
 
 @struct.dataclass
@@ -212,3 +233,21 @@ class SimState:
     outbox: Outbox
     stats: Stats
     done: jnp.ndarray  # [] bool the scenario has finished (or hit t_stop)
+    prefix: PrefixCache | None = None  # prefix caching only (engine/prefix.py)
+
+
+@struct.dataclass
+class PrefixCache:
+    """The prefix-cache table of each instance (engine/prefix.py) and its running totals.
+    C = engine.prefix_cache_entries slots, set-associative."""
+
+    ids: jnp.ndarray  # [I, C] i32 prefix block id held by each slot, -1 when empty
+    ref: jnp.ndarray  # [I, C] i32 running requests referencing it (0: cached, evictable)
+    last: jnp.ndarray  # [I, C] f64 time it was last released (LRU key, seconds)
+    depth: jnp.ndarray  # [I, C] i32 block position in its prompt (deeper evicted first on ties)
+    hit_tokens: jnp.ndarray  # [] i64 prompt tokens found cached at admission
+    prompt_tokens: jnp.ndarray  # [] i64 prompt tokens of admissions (re-admissions included)
+    evictions: jnp.ndarray  # [] i32 blocks evicted (KV pressure or table conflicts)
+    insert_failed: jnp.ndarray  # [] i32 blocks not cached: their table set was all referenced
+    insert_deferred: jnp.ndarray  # [] i32 iterations with more blocks to insert than one
+    #                                iteration inserts (inserted in the next iterations)

@@ -42,6 +42,8 @@ class RequestTrace:
 
     arrival: [N] float64 seconds from the trace start; prompt, output: [N] int32 tokens;
     klass: [N] int32 class id (names in `class_names`).
+    hash_ids: [N, H] int32 ids of the prompt's prefix blocks (Mooncake `hash_ids`: one per
+    512-token block, equal ids = equal prefixes), -1 padded; None when the trace has none.
     """
 
     name: str
@@ -50,6 +52,7 @@ class RequestTrace:
     output: np.ndarray
     klass: np.ndarray = None
     class_names: tuple = ("all",)
+    hash_ids: np.ndarray | None = None
 
     def __post_init__(self):
         if self.klass is None:
@@ -62,7 +65,9 @@ class RequestTrace:
     def subset(self, mask: np.ndarray) -> RequestTrace:
         """The requests where `mask` holds, in order."""
         return dataclasses.replace(self, arrival=self.arrival[mask], prompt=self.prompt[mask],
-                                   output=self.output[mask], klass=self.klass[mask])
+                                   output=self.output[mask], klass=self.klass[mask],
+                                   hash_ids=None if self.hash_ids is None
+                                   else self.hash_ids[mask])
 
 
 def flush_subnormal(times):
@@ -283,7 +288,7 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
     `output_length` (and optional `hash_ids`). Arrival times become seconds from the first row."""
     path = Path(path)
     text = read_text(path)
-    arrival, prompt, output, lines = [], [], [], []
+    arrival, prompt, output, lines, hashes = [], [], [], [], []
     for line, raw in enumerate(_lines(text), start=1):
         if not raw.strip():
             continue
@@ -321,14 +326,39 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
                 raise TraceError(f"{path}:{line}: {key!r} = {str(value)[:40]}; expected an integer "
                                  f"token count in [1, {MAX_TOKENS}]")
             store.append(_int_field(str(value), path, line, key, 1))
+        hashes.append(_hash_ids(obj.get("hash_ids"), path, line))
         lines.append(line)
     if not arrival:
         raise TraceError(f"{path}: empty file; expected JSON lines with timestamp, "
                          f"input_length, output_length")
     arr = np.asarray(arrival, np.float64)
     _check_sorted(arr, lines, path, "'timestamp' (in seconds)")
+    hash_ids = None
+    if any(h is not None for h in hashes):  # rows without hash_ids have no prefix blocks
+        width = max(1, max(len(h) for h in hashes if h is not None))
+        hash_ids = np.full((len(hashes), width), -1, np.int32)
+        for k, h in enumerate(hashes):
+            if h:
+                hash_ids[k, :len(h)] = h
     return RequestTrace(name or path.stem, arr - arr[0], np.asarray(prompt, np.int32),
-                        np.asarray(output, np.int32))
+                        np.asarray(output, np.int32), hash_ids=hash_ids)
+
+
+MAX_HASH_ID = 2**31 - 2  # prefix block ids are int32 on device (-1 marks "none")
+
+
+def _hash_ids(value, path, line: int) -> list[int] | None:
+    """A Mooncake row's `hash_ids`: a list of integer block ids in [0, MAX_HASH_ID] (or absent)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise TraceError(f"{path}:{line}: 'hash_ids' = {_show(value)}; expected a list of "
+                         f"integer prefix block ids")
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_HASH_ID:
+            raise TraceError(f"{path}:{line}: 'hash_ids' holds {_show(v)}; expected integer "
+                             f"prefix block ids in [0, {MAX_HASH_ID}]")
+    return value
 
 
 def load_trace(path: str | Path, name: str | None = None) -> RequestTrace:

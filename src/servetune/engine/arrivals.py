@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import ops, relax
+from servetune.engine import prefix as prefix_lib
 from servetune.engine.kv import blocks_for
 from servetune.engine.scheduler import token_budget
 from servetune.types import DONE, EMPTY, REJECTED, WAITING, EngineConfig, Entries, Params, Workload
@@ -57,6 +58,7 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
     accept = ok & relax.below(n_waiting + ok_rank, relax.integer_limit(pol.queue_cap))
     reject = take & ~accept
 
+    pfx = prefix_lib.arrive(e, take, idx, next_req, wl) if cfg.prefix_cache else {}
     nan = jnp.full_like(e.finish, jnp.nan)
     zero = jnp.zeros_like(e.computed)
     sel = lambda new, old: jnp.where(take, new, old)
@@ -77,5 +79,6 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
         last_emit=sel(nan, e.last_emit),
         finish=sel(jnp.where(reject, t, nan), e.finish),
         end_state=sel(jnp.where(reject, REJECTED, -1), e.end_state),
+        **pfx,
     )
     return e, next_req + n_take, pending - n_take, n_arrived, jnp.sum(reject, dtype=jnp.int32)
