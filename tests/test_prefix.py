@@ -12,6 +12,7 @@ from test_invariants import random_params
 
 from servetune import workload
 from servetune.api import compose, simulate_batch
+from servetune.engine import prefix as prefix_lib
 from servetune.errors import ConfigError, TraceError
 from servetune.scenario import build, stack_workloads
 from servetune.simulate import rollout, step_trace
@@ -220,22 +221,6 @@ def test_caching_without_reuse_schedules_exactly_like_no_caching():
 
 # --------------------------------------------------------------------------- Mooncake
 
-def trace_reuse(trace: RequestTrace, t_blk: int, admitted: np.ndarray) -> float:
-    """The trace's own prefix reuse under an infinite cache, in the simulator's terms:
-    prompt tokens of the leading full blocks whose id appeared in an earlier admitted request
-    (capped at prompt - 1 tokens, in whole blocks), over all admitted prompt tokens."""
-    seen, hit = set(), 0
-    for r in np.nonzero(admitted)[0]:
-        p, ids = int(trace.prompt[r]), trace.hash_ids[r]
-        full = p // t_blk
-        k = 0
-        while k < full and ids[k] in seen:
-            k += 1
-        hit += min(k, (p - 1) // t_blk) * t_blk
-        seen.update(ids[:full].tolist())
-    return hit / trace.prompt[admitted].sum()
-
-
 MOON = ["workload=mooncake_synthetic", "workload.duration_s=150", "model=qwen2_5_7b",
         "window.drain_s=300", "seed=0"]
 
@@ -258,7 +243,7 @@ def test_mooncake_hit_rate_matches_the_traces_prefix_reuse(mooncake):
     sc, on = mooncake["on"]
     tr = sc.traces[0]
     admitted = tr.prompt + tr.output <= sc.engine.max_model_len
-    reuse = trace_reuse(tr, 512, admitted)
+    reuse = prefix_lib.trace_reuse(tr, 512, admitted)
     assert 0.05 < reuse < 0.5  # the trace reuses prefixes
     assert on["n_rejected"] == int((~admitted).sum()) and on["preemptions"] == 0
     # a large cache: blocks are cached from the iteration after they are computed, not at

@@ -176,7 +176,7 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
                                                    a.n_rejected)
     if cfg.prefix_cache:  # engine/prefix.py: lookups before, references and eviction after
         pc = prefix_lib.instance(state.prefix, i)
-        hits = prefix_lib.hits(e, pc, cfg)
+        hits = prefix_lib.hits(e, pc, params.cost.kv_blocks, cfg)
         e, batch = schedule(e, params, cfg, hits)
         e, pc, pfx_blocks = prefix_lib.after_schedule(e, batch, hits, pc, t,
                                                       params.cost.kv_blocks, cfg)

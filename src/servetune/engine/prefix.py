@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from servetune import ops
+from servetune.engine.kv import blocks_for
 from servetune.types import RUNNING, WAITING, EngineConfig, Entries, PrefixCache
 
 WAYS = 8  # slots per set of the cache table
@@ -154,24 +155,40 @@ def kv_offset(e: Entries, pc: PrefixCache, cfg: EngineConfig):
             - b * jnp.sum(jnp.where(e.status == RUNNING, e.pfx_n, 0), dtype=jnp.int32))
 
 
-def hits(e: Entries, pc: PrefixCache, cfg: EngineConfig) -> Hits:
-    """Cache lookups for waiting requests and the KV view of running ones."""
+def hits(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig) -> Hits:
+    """Cache lookups for waiting requests and the KV view of running ones. The [A, Hp] work
+    (gathers) runs only when needed: lookups when someone waits, the exclusive counts when
+    the running requests' growth could exceed the free blocks (a preemption)."""
     b, t_blk = blocks_per_prefix(cfg), cfg.prefix_block_tokens
     waiting = e.status == WAITING
-    slots = lookup(pc.ids, jnp.where(waiting[:, None], e.pfx_ids, -1))
-    lead = jnp.sum(jnp.cumprod(slots >= 0, axis=1), axis=1, dtype=jnp.int32)
-    n_hit = jnp.where(waiting, jnp.minimum(lead, (e.prompt - 1) // t_blk), 0).astype(jnp.int32)
-    in_hit = jnp.arange(slots.shape[1])[None, :] < n_hit[:, None]
-    free_hit = in_hit & (pc.ref[jnp.maximum(slots, 0)] == 0)
-    held = e.pfx_slot >= 0
-    only = held & (pc.ref[jnp.maximum(e.pfx_slot, 0)] == 1)
     running = e.status == RUNNING
+    width = e.pfx_ids.shape[1]
+
+    def look():
+        slots = lookup(pc.ids, jnp.where(waiting[:, None], e.pfx_ids, -1))
+        lead = jnp.sum(jnp.cumprod(slots >= 0, axis=1), axis=1, dtype=jnp.int32)
+        n_hit = jnp.where(waiting, jnp.minimum(lead, (e.prompt - 1) // t_blk), 0)
+        in_hit = jnp.arange(width)[None, :] < n_hit[:, None]
+        free_hit = in_hit & (pc.ref[jnp.maximum(slots, 0)] == 0)
+        return slots, n_hit.astype(jnp.int32), b * jnp.sum(free_hit, axis=1, dtype=jnp.int32)
+
+    def none():
+        z = jnp.zeros_like(e.pfx_n)
+        return jnp.full(e.pfx_ids.shape, -1, jnp.int32), z, z
+
+    slots, n_hit, claim = jax.lax.cond(jnp.any(waiting), look, none)
+    offset = kv_offset(e, pc, cfg)
+    grow = jnp.where(running, blocks_for(e.prompt + e.generated, cfg) - e.blocks, 0)
+    tight = jnp.sum(grow) > kv_total - jnp.sum(e.blocks) - offset
+
+    def exclusive():
+        only = (e.pfx_slot >= 0) & (pc.ref[jnp.maximum(e.pfx_slot, 0)] == 1)
+        return jnp.where(running, b * jnp.sum(only, axis=1, dtype=jnp.int32), 0)
+
     return Hits(
-        waiting=waiting, slots=slots, n_hit=n_hit, cached=n_hit * t_blk,
-        claim=b * jnp.sum(free_hit, axis=1, dtype=jnp.int32),
-        exclusive=jnp.where(running, b * jnp.sum(only, axis=1, dtype=jnp.int32), 0),
-        shared=jnp.where(running, b * e.pfx_n, 0),
-        kv_offset=kv_offset(e, pc, cfg))
+        waiting=waiting, slots=slots, n_hit=n_hit, cached=n_hit * t_blk, claim=claim,
+        exclusive=jax.lax.cond(tight, exclusive, lambda: jnp.zeros_like(e.pfx_n)),
+        shared=jnp.where(running, b * e.pfx_n, 0), kv_offset=offset)
 
 
 def _release(pc: PrefixCache, slots, mask, t):
@@ -232,8 +249,11 @@ def after_schedule(e: Entries, batch, h: Hits, pc: PrefixCache, t, kv_total, cfg
     e, pc = release(e, pc, batch.preempted, t)
     in_hit = admitted[:, None] & (jnp.arange(h.slots.shape[1])[None, :] < h.n_hit[:, None])
     c = pc.ids.shape[0]
+    ref = jax.lax.cond(jnp.any(admitted & (h.n_hit > 0)),  # an [A, Hp] scatter: only if needed
+                       lambda: pc.ref.at[jnp.where(in_hit, h.slots, c)].add(1, mode="drop"),
+                       lambda: pc.ref)
     pc = pc.replace(
-        ref=pc.ref.at[jnp.where(in_hit, h.slots, c)].add(1, mode="drop"),
+        ref=ref,
         hit_tokens=pc.hit_tokens + jnp.sum(jnp.where(admitted, h.cached, 0), dtype=jnp.int64),
         prompt_tokens=pc.prompt_tokens + jnp.sum(jnp.where(admitted, e.prompt, 0),
                                                  dtype=jnp.int64))
@@ -323,3 +343,20 @@ def after_leap(e: Entries, done, leap_blocks, pc: PrefixCache, t_end, kv_total,
     pc, peak = make_room(e, pc, kv_total, cfg, blocks_sum=leap_blocks)
     e, pc = release(e, pc, done, t_end)
     return e, pc, peak
+
+
+def trace_reuse(trace, block_tokens: int, admitted: np.ndarray) -> float:
+    """Host-side reference: the trace's own prefix reuse under an infinite cache that holds a
+    block from its request's arrival on, in the simulator's terms: prompt tokens of each
+    admitted request's leading full blocks whose id appeared in an earlier admitted request
+    (capped at prompt - 1 tokens, in whole blocks), over all admitted prompt tokens."""
+    seen, hit = set(), 0
+    for r in np.nonzero(admitted)[0]:
+        p, ids = int(trace.prompt[r]), trace.hash_ids[r]
+        full = p // block_tokens
+        k = 0
+        while k < full and ids[k] in seen:
+            k += 1
+        hit += min(k, (p - 1) // block_tokens) * block_tokens
+        seen.update(ids[:full].tolist())
+    return hit / max(int(trace.prompt[admitted].sum()), 1)
