@@ -46,13 +46,14 @@ def main() -> None:
             rows.append((name, on, reuse, m, wall, sc.labels["kv_blocks"]))
     print(f"{args.workload}, {base[1:]}; trace reuse = the trace's own prefix reuse "
           f"(infinite cache)")
-    head = ("deploy", "KV blocks", "cache", "trace reuse", "hit rate", "evictions",
-            "prefill tok", "TTFT mean", "TTFT p50", "TTFT p99", "E2E mean", "wall s")
+    head = ("deploy", "KV blocks", "cache", "trace reuse", "hit rate", "evictions", "not cached",
+            "prefill tok", "TTFT mean", "TTFT p50", "TTFT p99", "E2E mean", "wall s (+compile)")
     print(" | ".join(head))
     for name, on, reuse, m, wall, kv in rows:
         hit = f"{m['prefix_hit_rate']:.4f}" if on else "-"
         ev = f"{m['prefix_evictions']}" if on else "-"
-        print(" | ".join([name, str(kv), "on" if on else "off", f"{reuse:.4f}", hit, ev,
+        failed = f"{m['prefix_insert_failed']}" if on else "-"
+        print(" | ".join([name, str(kv), "on" if on else "off", f"{reuse:.4f}", hit, ev, failed,
                           f"{m['prefill_tokens']:,}", f"{m['ttft_mean_s']:.4f}",
                           f"{m['ttft_p50_s']:.4f}", f"{m['ttft_p99_s']:.4f}",
                           f"{m['e2e_mean_s']:.3f}", f"{wall:.1f}"]))
