@@ -30,8 +30,19 @@ B = T / block_size KV blocks. Only full blocks are cached (vLLM hashes full bloc
   blocks (ties: deepest first, so a prefix outlives its extensions) are evicted until the
   blocks in use fit the KV capacity again, so `kv_peak_blocks <= kv_blocks` holds exactly.
 
-Per iteration the work is O(A x Hp x WAYS) for the lookup, O(C log C) only in iterations that
-evict under KV pressure, and O(MAX_INSERTS^2) for insertion; nothing scales with the trace.
+Per iteration the work is O(A x Hp x WAYS) for the lookup (only when a request waits), O(A x Hp)
+for reference updates (only when a request is admitted, completes or is preempted), O(C log C)
+only in iterations that evict under KV pressure and O(MAX_INSERTS^2) for insertion (only when
+a block is due); nothing scales with the trace.
+
+Known differences from vLLM, beyond the granularity: blocks become findable at the end of the
+iteration that computed them (vLLM: once scheduled); two requests computing the same new block
+at once end up sharing one copy (vLLM keeps both); two requests admitted in one iteration that
+reuse the same unreferenced blocks each count them against the free blocks (conservative); the
+KV watermark applies to an admission's new blocks, not to the cached blocks it reuses; when
+preempting, blocks referenced by several victims and nobody else are not counted as freed
+(conservative: at most an extra preemption); only prompt blocks are cached (the trace has no
+ids for output blocks); conflicts in a full table set evict that set's LRU block.
 """
 
 from __future__ import annotations
