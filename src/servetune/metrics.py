@@ -264,6 +264,16 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
                 "n_requests", "n_completed", "n_rejected", "n_outstanding", "goodput_rps",
                 "slo_attainment", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
                 "e2e_mean_s", "e2e_p99_s")}
+    if "prefix_hit_tokens" in st:  # prefix caching (engine/prefix.py)
+        prompt = int(st["prefix_prompt_tokens"])
+        m.update({
+            "prefix_hit_rate": int(st["prefix_hit_tokens"]) / prompt if prompt else float("nan"),
+            "prefix_cached_tokens": int(st["prefix_hit_tokens"]),
+            "prefix_admitted_prompt_tokens": prompt,
+            "prefix_evictions": int(st["prefix_evictions"]),
+            "prefix_insert_failed": int(st["prefix_insert_failed"]),
+            "prefix_insert_deferred_iterations": int(st["prefix_insert_deferred"]),
+        })
     m["by_class"] = by_class
     _check_finite(m)
     return m

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from servetune import histogram, ops
 from servetune.engine import outbox as outbox_lib
+from servetune.engine import prefix as prefix_lib
 from servetune.engine import routing, speculation
 from servetune.engine.abandon import abandon, next_give_up
 from servetune.engine.advance import advance
@@ -215,7 +216,14 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     params = _at_instance(params, i, cfg)
     t, next_req, outside, n_arrived, n_rejected = (a.t, a.next_req, a.outside, a.n_arrived,
                                                    a.n_rejected)
-    e, batch = schedule(e, params, cfg)
+    if cfg.prefix_cache:  # engine/prefix.py: lookups before, references and eviction after
+        pc = prefix_lib.instance(state.prefix, i)
+        hits = prefix_lib.hits(e, pc, params.cost.kv_blocks, cfg)
+        e, batch = schedule(e, params, cfg, hits)
+        e, pc, pfx_blocks = prefix_lib.after_schedule(e, batch, hits, pc, t,
+                                                      params.cost.kv_blocks, cfg)
+    else:
+        e, batch = schedule(e, params, cfg)
     if cfg.kv_pressure in ("evict", "reject"):  # requests the scheduler ended, at t
         e = e.replace(finish=jnp.where(batch.ended, t, e.finish))
     if cfg.speculation:
@@ -226,6 +234,9 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
     generated0 = e.generated
     e, gaps, completed = advance(e, batch, t + dur)
+    if cfg.prefix_cache:  # blocks computed enter the cache; completed requests release theirs
+        blocks_in_use = pfx_blocks
+        e, pc, pfx_deferred = prefix_lib.after_advance(e, completed, pc, t + dur, cfg)
 
     busy = jnp.any(batch.tokens > 0)
     next_arrival = wl.arrival[jnp.minimum(next_req, wl.arrival.shape[0] - 1)]
@@ -244,11 +255,17 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     t_end, n_leap, leap_busy_s, leap_tokens = t_next, 0, 0.0, 0
     if cfg.leap_max > 0 and not cfg.speculation:
         n_leap_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
-        t_limit = jnp.minimum(next_arrival, wl.t_stop)
+        t_limit, kv_offset = jnp.minimum(next_arrival, wl.t_stop), None
         if cfg.abandonment:  # the iteration that notices a give-up is stepped
             t_limit = jnp.minimum(t_limit, next_give_up(e))
+        if cfg.prefix_cache:  # no skipping while cache insertions are still due
+            t_limit = jnp.where(pfx_deferred, t_next, t_limit)
+            kv_offset = prefix_lib.kv_offset(e, pc, cfg)
         e, t_end, n_leap, leap_dur, leap_gaps, leap_blocks, leap_done = leap(
-            e, t_next, t_limit, params, cfg)
+            e, t_next, t_limit, params, cfg, kv_offset)
+        if cfg.prefix_cache:
+            e, pc, leap_blocks = prefix_lib.after_leap(e, leap_done, leap_blocks, pc, t_end,
+                                                       params.cost.kv_blocks, cfg)
         blocks_in_use = jnp.where(n_leap > 0, jnp.maximum(blocks_in_use, leap_blocks),
                                   blocks_in_use)
         gaps = (jnp.concatenate([gaps, leap_gaps[0]]),
@@ -311,6 +328,8 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         mid_ended=state.mid_ended.at[i].set(n_completed),
         mid_blocks=state.mid_blocks.at[i].set(blocks_in_use),
     )
+    if cfg.prefix_cache:
+        new = new.replace(prefix=prefix_lib.store(state.prefix, pc, cfg, i))
     info = {"t": t, "dur": jnp.where(state.done, 0.0, dur),
             "tokens": jnp.where(state.done, 0, batch.tokens)}
     info["req"] = jnp.where(info["tokens"] > 0, batch_req, -1)

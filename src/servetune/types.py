@@ -62,6 +62,12 @@ class EngineConfig:
         (engine/pressure.py): "preempt" (vLLM: recompute later), "evict" (drop the lowest-value
         request), "compress" (compress the KV of low-priority requests), "reject" (reserve
         predicted footprints at admission and reject new work that does not fit).
+      prefix_cache: automatic prefix caching (vLLM APC, engine/prefix.py): full prompt blocks
+        are shared between requests through a cache table, evicted LRU under KV pressure.
+      prefix_cache_entries: capacity of the cache table, in prefix blocks (a multiple of
+        engine/prefix.py's WAYS).
+      prefix_block_tokens: tokens per prefix block, the granularity of the trace's prefix ids
+        (Mooncake: 512); a multiple of block_size.
     """
 
     max_slots: int = 256
@@ -83,6 +89,9 @@ class EngineConfig:
     kv_pressure: str = "preempt"
     routing: str = "round_robin"
     route_window: int = 64
+    prefix_cache: bool = False
+    prefix_cache_entries: int = 1024
+    prefix_block_tokens: int = 512
 
     @property
     def n_entries(self) -> int:
@@ -93,6 +102,11 @@ class EngineConfig:
     def max_blocks_per_request(self) -> int:
         """Blocks reserved per request under contiguous KV layout."""
         return -(-self.max_model_len // self.block_size)
+
+    @property
+    def prefix_width(self) -> int:
+        """Hp: prefix blocks tracked per request (full blocks of the longest prompt)."""
+        return max(1, self.max_model_len // self.prefix_block_tokens)
 
 
 @struct.dataclass
@@ -172,6 +186,8 @@ class Workload:
     give_up_state: jnp.ndarray  # [N] i32 CANCELLED or EXPIRED: how it ends at give_up_at
     spec_alpha: jnp.ndarray  # [N] f64 per-token draft acceptance rate (speculation)
     salt: jnp.ndarray  # [] u32 scenario seed for counter-based random draws
+    # prefix caching only (engine/prefix.py), else None:
+    prefix_ids: jnp.ndarray | None = None  # [N, Hp] i32 ids of the full prompt prefix blocks, -1 after
 
 
 @struct.dataclass
@@ -198,6 +214,11 @@ class Entries:
     give_up_state: jnp.ndarray  # [A] i32 CANCELLED or EXPIRED: its end state at give_up_at
     spec_alpha: jnp.ndarray  # [A] f64 per-token draft acceptance rate (speculation)
     kv_ratio: jnp.ndarray  # [A] f64 KV compression factor of the request (1 = uncompressed)
+    # prefix caching only (engine/prefix.py), else None:
+    pfx_ids: jnp.ndarray | None = None  # [A, Hp] i32 the request's full prompt block ids, -1 after
+    pfx_slot: jnp.ndarray | None = None  # [A, Hp] i32 cache-table slot of each block it references, -1
+    pfx_n: jnp.ndarray | None = None  # [A] i32 blocks it references (KV counted once, in the cache)
+    pfx_next: jnp.ndarray | None = None  # [A] i32 next block to insert into the cache
 
 
 @struct.dataclass
@@ -257,3 +278,21 @@ class SimState:
     mid_ended: jnp.ndarray  # [I] i32 requests each instance's latest iteration ended at its
     #                         end (still in the instance for a router looking at earlier times)
     mid_blocks: jnp.ndarray  # [I] i32 KV blocks each instance held during that iteration
+    prefix: PrefixCache | None = None  # prefix caching only (engine/prefix.py)
+
+
+@struct.dataclass
+class PrefixCache:
+    """The prefix-cache table of each instance (engine/prefix.py) and its running totals.
+    C = engine.prefix_cache_entries slots, set-associative."""
+
+    ids: jnp.ndarray  # [I, C] i32 prefix block id held by each slot, -1 when empty
+    ref: jnp.ndarray  # [I, C] i32 running requests referencing it (0: cached, evictable)
+    last: jnp.ndarray  # [I, C] f64 time it was last released (LRU key, seconds)
+    depth: jnp.ndarray  # [I, C] i32 block position in its prompt (deeper evicted first on ties)
+    hit_tokens: jnp.ndarray  # [] i64 prompt tokens found cached at admission
+    prompt_tokens: jnp.ndarray  # [] i64 prompt tokens of admissions (re-admissions included)
+    evictions: jnp.ndarray  # [] i32 blocks evicted (KV pressure or table conflicts)
+    insert_failed: jnp.ndarray  # [] i32 blocks not cached: their table set was all referenced
+    insert_deferred: jnp.ndarray  # [] i32 iterations with more blocks to insert than one
+    #                                iteration inserts (inserted in the next iterations)
