@@ -80,11 +80,12 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
     counted = trace.arrival >= spec.warmup_s
     difficulty, quality_ok = quality_outcome(trace, spec)
     # a request whose KV was compressed under pressure also fails its task check with
-    # kv_compress_fail_prob, by its own uniform draw: fixed per request, the same for every
-    # policy (paired comparisons), independent of the precision model's draw
+    # kv_compress_fail_prob, by its own uniform draw: fixed per request and seed, the same for
+    # every policy (paired comparisons), independent of the precision model's draw
     compressed = res.kv_ratio > 1.0
     if spec.kv_compress_fail_prob > 0 and compressed.any():
-        u = np.random.default_rng([len(trace), 7177]).random(len(trace))
+        u = (trace.compress_u if trace.compress_u is not None
+             else np.random.default_rng([0, 7177]).random(len(trace)))
         quality_ok = quality_ok & ~(compressed & (u < spec.kv_compress_fail_prob))
     names = np.asarray(trace.class_names, dtype=object)
     return pd.DataFrame({

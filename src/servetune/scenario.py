@@ -473,6 +473,9 @@ def build(cfg: DictConfig) -> Scenario:
         tr = _with_abandonment(cfg, tr, s)  # patience draws differ per seed
         traces.append(tr)
         preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
+    if engine.kv_pressure == "compress":  # per seed: the compression quality check's draw
+        traces = [dataclasses.replace(tr, compress_u=np.random.default_rng([s, 7177]).random(
+            len(tr))) for tr, s in zip(traces, seeds)]
     if qspec is not None:  # per seed: difficulty and the quality check's uniform draw (CRN)
         traces = [dataclasses.replace(tr, **dict(zip(("difficulty", "quality_u"), quality.draws(
             len(tr), s, qspec.difficulty, tr.difficulty, tr.name)))) for tr, s in zip(traces, seeds)]

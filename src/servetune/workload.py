@@ -50,7 +50,9 @@ class RequestTrace:
     quality_u: [N] float64 uniform draw of each request's quality check (servetune.quality;
       set per seed by scenario.build), or None;
     hash_ids: [N, H] int32 ids of the prompt's prefix blocks (Mooncake `hash_ids`: one per
-      512-token block, equal ids = equal prefixes), -1 padded; None when the trace has none.
+      512-token block, equal ids = equal prefixes), -1 padded; None when the trace has none;
+    compress_u: [N] float64 uniform draw of each request's KV-compression quality check (set
+      per seed by scenario.build with engine.kv_pressure=compress), or None.
     """
 
     name: str
@@ -64,6 +66,7 @@ class RequestTrace:
     difficulty: np.ndarray | None = None
     quality_u: np.ndarray | None = None
     hash_ids: np.ndarray | None = None
+    compress_u: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.arrival)
