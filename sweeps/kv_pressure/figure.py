@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from servetune.reporting.stats import interval
+from servetune.reporting.stats import format_ci, format_mean_std, interval
 
 X, P = "workload.rate_scale", "engine.kv_pressure"
 ORDER = ("preempt", "evict", "compress", "reject")
@@ -45,21 +45,6 @@ TABLE = (("useful_tokens", "useful tokens (k)", 1e-3, "{:.0f}"),
          ("n_quality_failed", "failed check", 1.0, "{:.0f}"))
 
 
-def _pm(mean: float, std: float, scale: float, fmt: str) -> str:
-    m = fmt.format(mean * scale)
-    if not np.isfinite(std) or std <= 1e-9 * abs(mean):
-        return m
-    return f"{m} +- {fmt.format(std * scale)}"
-
-
-def _ci(p: pd.Series, metric: str, scale: float, fmt: str) -> str:
-    """ [lo, hi]: the report's 95% bootstrap interval, for P99 metrics (empty where none)."""
-    lo, hi = p.get(f"{metric}_ci_lo", np.nan), p.get(f"{metric}_ci_hi", np.nan)
-    if "p99" not in metric or not np.isfinite([lo, hi]).all():
-        return ""
-    return f" [{fmt.format(lo * scale)}, {fmt.format(hi * scale)}]"
-
-
 def table(points: pd.DataFrame) -> str:
     rows = ["| rate scale | kv_pressure | " + " | ".join(t for _, t, _, _ in TABLE) + " |",
             "|---" * (len(TABLE) + 2) + "|"]
@@ -69,7 +54,7 @@ def table(points: pd.DataFrame) -> str:
             if p.empty:
                 continue
             p = p.iloc[0]
-            cells = [_pm(p[f"{m}_mean"], p[f"{m}_std"], s, f) + _ci(p, m, s, f)
+            cells = [format_mean_std(p[f"{m}_mean"], p[f"{m}_std"], s, f) + format_ci(p, m, s, f)
                      for m, _, s, f in TABLE]
             rows.append(f"| {x:g} | {mode} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
@@ -122,9 +107,10 @@ def kv_table(kv: pd.DataFrame) -> str:
             if p.empty:
                 continue
             p = p.iloc[0]
-            rows.append(f"| {x:g} | {mode} | "
-                        f"{_pm(p[('useful', 'mean')], p[('useful', 'std')], 1e-3, '{:.0f}')} | "
-                        f"{_pm(p[('per_computed', 'mean')], p[('per_computed', 'std')], 1.0, '{:.4f}')} |")
+            useful = format_mean_std(p[("useful", "mean")], p[("useful", "std")], 1e-3, "{:.0f}")
+            per = format_mean_std(p[("per_computed", "mean")], p[("per_computed", "std")], 1.0,
+                                  "{:.4f}")
+            rows.append(f"| {x:g} | {mode} | {useful} | {per} |")
     return "\n".join(rows)
 
 

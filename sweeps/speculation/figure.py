@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from servetune.reporting.stats import interval
+from servetune.reporting.stats import format_ci, format_mean_std, interval
 
 X, K = "workload.rate", "policy.spec_k"
 PANELS = (
@@ -41,29 +41,12 @@ COLS = (("tpot_mean_s", "mean TPOT (ms)", 1e3, "{:.1f}"),
         ("spec_tokens_per_pass", "tokens per pass", 1.0, "{:.2f}"))
 
 
-def _pm(mean: float, std: float, scale: float, fmt: str) -> str:
-    if not np.isfinite(mean):
-        return "-"
-    m = fmt.format(mean * scale)
-    if not np.isfinite(std) or std <= 1e-9 * abs(mean):
-        return m
-    return f"{m} +- {fmt.format(std * scale)}"
-
-
-def _ci(p: pd.Series, metric: str, scale: float, fmt: str) -> str:
-    """ [lo, hi]: the report's 95% bootstrap interval, for P99 metrics (empty where none)."""
-    lo, hi = p.get(f"{metric}_ci_lo", np.nan), p.get(f"{metric}_ci_hi", np.nan)
-    if "p99" not in metric or not np.isfinite([lo, hi]).all():
-        return ""
-    return f" [{fmt.format(lo * scale)}, {fmt.format(hi * scale)}]"
-
-
 def table(points: pd.DataFrame) -> str:
     rows = ["| rate (req/s) | spec_k | " + " | ".join(t for _, t, _, _ in COLS) + " |",
             "|---" * (len(COLS) + 2) + "|"]
     for _, p in points.sort_values([X, K]).iterrows():
-        cells = [_pm(p.get(f"{m}_mean", np.nan), p.get(f"{m}_std", np.nan), s, f)
-                 + _ci(p, m, s, f) for m, _, s, f in COLS]
+        cells = [format_mean_std(p.get(f"{m}_mean", np.nan), p.get(f"{m}_std", np.nan), s, f)
+                 + format_ci(p, m, s, f) for m, _, s, f in COLS]
         rows.append(f"| {p[X]:g} | {int(p[K])} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -107,7 +90,8 @@ def paired(runs: pd.DataFrame, metrics=("tpot_mean_s", "itl_mean_s", "throughput
         cells = []
         for m in metrics:
             r = (on[m] / off[m]).dropna().to_numpy(np.float64)
-            cells.append(_pm(r.mean(), r.std(ddof=1) if len(r) > 1 else np.nan, 1.0, "{:.3f}"))
+            spread = r.std(ddof=1) if len(r) > 1 else np.nan
+            cells.append(format_mean_std(r.mean(), spread, 1.0, "{:.3f}"))
         rows.append(f"| {x:g} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

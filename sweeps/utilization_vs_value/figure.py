@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from servetune.reporting.stats import interval
+from servetune.reporting.stats import format_ci, format_mean_std, interval
 
 X, POL, KV = "workload.rate_scale", "policy", "engine.kv_pressure"
 ARMS = (("utilization_max", "preempt"), ("utilization_max", "reject"),
@@ -66,21 +66,6 @@ def aggregate(runs: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     return agg.merge(points[[X, POL, KV, "n"] + ci], on=[X, POL, KV], how="left")
 
 
-def _pm(mean: float, std: float, scale: float, fmt: str) -> str:
-    m = fmt.format(mean * scale)
-    if not np.isfinite(std) or std <= 1e-9 * max(abs(mean), 1e-12):
-        return m
-    return f"{m} +- {fmt.format(std * scale)}"
-
-
-def _ci(p: pd.Series, metric: str, scale: float, fmt: str) -> str:
-    """ [lo, hi]: the report's 95% bootstrap interval, for P99 metrics (empty where none)."""
-    lo, hi = p.get(f"{metric}_ci_lo", np.nan), p.get(f"{metric}_ci_hi", np.nan)
-    if "p99" not in metric or not np.isfinite([lo, hi]).all():
-        return ""
-    return f" [{fmt.format(lo * scale)}, {fmt.format(hi * scale)}]"
-
-
 def table(agg: pd.DataFrame) -> str:
     rows = ["| rate scale | policy | kv_pressure | " + " | ".join(t for _, t, _, _ in COLS) + " |",
             "|---" * (len(COLS) + 3) + "|"]
@@ -90,7 +75,7 @@ def table(agg: pd.DataFrame) -> str:
             if p.empty:
                 continue
             p = p.iloc[0]
-            cells = [_pm(p[f"{m}_mean"], p[f"{m}_std"], s, f) + _ci(p, m, s, f)
+            cells = [format_mean_std(p[f"{m}_mean"], p[f"{m}_std"], s, f) + format_ci(p, m, s, f)
                      for m, _, s, f in COLS]
             rows.append(f"| {x:g} | {pol} | {kv} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
