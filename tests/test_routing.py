@@ -126,3 +126,14 @@ def test_bad_routing_config_names_the_key():
                        "engine.routing=random"]))
     with pytest.raises(ConfigError, match=r"engine\.n_instances"):
         build(compose(["workload=poisson", "workload.duration_s=5", "engine.n_instances=0"]))
+
+
+def test_a_grid_of_policies_matches_separate_runs():
+    base = ["workload=poisson", "workload.rate=20", "workload.duration_s=10",
+            "engine.n_instances=3", "engine.routing=jsq", "seeds=2"]
+    grid = simulate_batch(build(compose(base + ["grid.max_num_seqs=[8,32]"]))).metrics
+    for k, seqs in enumerate((8, 32)):
+        alone = simulate_batch(build(compose(base + [f"policy.max_num_seqs={seqs}"]))).metrics
+        for s in range(2):  # metrics are ordered seed-major, then grid point
+            assert grid[2 * s + k]["ttft_p99_s"] == alone[s]["ttft_p99_s"]
+            assert grid[2 * s + k]["n_completed"] == alone[s]["n_completed"]
