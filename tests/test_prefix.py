@@ -300,3 +300,14 @@ def test_mooncake_hash_ids_loaded_and_checked(tmp_path):
                    '"hash_ids": [1, -3]}\n')
     with pytest.raises(TraceError, match=r"bad.jsonl:2: 'hash_ids' holds -3"):
         workload.load_trace(bad)
+
+
+@pytest.mark.parametrize("override,key", [
+    ("engine.n_instances=2", "engine.n_instances"),
+    ("engine.kv_pressure=evict", "engine.kv_pressure"),
+    ("speculation=draft", "speculation.draft"),
+])
+def test_combinations_not_supported_yet_are_refused(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        build(compose(["workload=mooncake_synthetic", "model=qwen2_5_7b",
+                       "engine.prefix_cache=true", "workload.duration_s=10", override]))

@@ -482,9 +482,7 @@ def build(cfg: DictConfig) -> Scenario:
     if engine.prefix_cache:
         for key, combined in (("engine.n_instances", engine.n_instances > 1),
                               ("engine.kv_pressure", engine.kv_pressure != "preempt"),
-                              ("speculation.draft", draft_spec is not None),
-                              ("workload.patience/deadline_s",
-                               any(tr.gives_up for tr in traces))):
+                              ("speculation.draft", draft_spec is not None)):
             if combined:  # their block accounting does not track shared cache references yet
                 raise ConfigError(f"{key}: not supported together with engine.prefix_cache "
                                   f"yet; turn one of them off")

@@ -19,6 +19,7 @@ from servetune.engine.scheduler import new_blocks, schedule, token_budget, wante
 from servetune.hardware import step_time
 from servetune.policy import scheduling_order
 from servetune.types import (
+    DONE,
     EMPTY,
     RUNNING,
     WAITING,
@@ -218,6 +219,8 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
                                                    a.n_rejected)
     if cfg.prefix_cache:  # engine/prefix.py: lookups before, references and eviction after
         pc = prefix_lib.instance(state.prefix, i)
+        if cfg.abandonment:  # requests that gave up at t release their cached blocks
+            e, pc = prefix_lib.release(e, pc, (e.status == DONE) & (e.pfx_n > 0), t)
         hits = prefix_lib.hits(e, pc, params.cost.kv_blocks, cfg)
         e, batch = schedule(e, params, cfg, hits)
         e, pc, pfx_blocks = prefix_lib.after_schedule(e, batch, hits, pc, t,
