@@ -441,6 +441,8 @@ def build(cfg: DictConfig) -> Scenario:
         routing=routing,
         route_window=_number(cfg, "engine.route_window", lo=1, hi=MAX_VECTOR, integer=True,
                              default=64),
+        prefill_instances=_number(cfg, "engine.prefill_instances", lo=0, hi=MAX_INSTANCES,
+                                  integer=True, default=0),
         **_prefix_engine(cfg, block, layout, kv_blocks))
     budget = float(np.min(np.asarray(pol.max_num_batched_tokens)))
     if batching == "continuous" and not engine.chunked_prefill and budget < max_len:
@@ -455,6 +457,15 @@ def build(cfg: DictConfig) -> Scenario:
             f"cost.kv_blocks: {kv_blocks} blocks of {block} tokens cannot hold one "
             f"max_model_len = {max_len} sequence ({lone_blocks} blocks) above the watermark; "
             f"raise it or lower engine.max_model_len")
+    if engine.prefill_instances and engine.prefill_instances >= engine.n_instances:
+        raise ConfigError(f"engine.prefill_instances: got {engine.prefill_instances} of "
+                          f"engine.n_instances = {engine.n_instances}; expected fewer, so that "
+                          f"at least one instance decodes (0 = colocated)")
+    cost = cost.replace(
+        link_bytes_per_s=jnp.asarray(_number(cfg, "hardware.kv_link_bytes_per_s", lo=1,
+                                             hi=1e15, default=25e9), jnp.float64),
+        link_latency_s=jnp.asarray(_number(cfg, "hardware.kv_link_latency_s", lo=0,
+                                           hi=MAX_SECONDS, default=1e-4), jnp.float64))
     n_params = len(points)
     widen = lambda tree: jax.tree.map(lambda x: jnp.broadcast_to(x, (n_params,) + x.shape), tree)
     cost = widen(cost)

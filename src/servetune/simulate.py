@@ -51,7 +51,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         last_emit=full(jnp.nan, jnp.float64), finish=full(jnp.nan, jnp.float64),
         end_state=full(-1, jnp.int32), give_up_at=full(jnp.inf, jnp.float64),
         give_up_state=full(-1, jnp.int32), spec_alpha=full(0.0, jnp.float64),
-        kv_ratio=full(1.0, jnp.float64),
+        kv_ratio=full(1.0, jnp.float64), ready_at=full(-jnp.inf, jnp.float64),
         **(prefix_lib.init_entries(shape, zi, cfg) if cfg.prefix_cache else {}),
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
@@ -66,7 +66,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     )
     return SimState(clock=per_inst + zf, entries=entries, next_req=zi,
                     outbox=empty_outbox(outbox_capacity(cfg), zi), stats=stats, done=wl.n <= 0,
-                    mid_ended=per_inst, mid_blocks=per_inst,
+                    mid_ended=per_inst, mid_blocks=per_inst, stuck=per_inst > 0,
                     prefix=prefix_lib.init_cache(cfg, zi) if cfg.prefix_cache else None)
 
 

@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from servetune import histogram, ops
+from servetune.engine import disagg, routing, speculation
 from servetune.engine import outbox as outbox_lib
 from servetune.engine import prefix as prefix_lib
-from servetune.engine import routing, speculation
 from servetune.engine.abandon import abandon, next_give_up
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
@@ -21,6 +21,8 @@ from servetune.policy import scheduling_order
 from servetune.types import (
     DONE,
     EMPTY,
+    HANDOFF,
+    INFLIGHT,
     RUNNING,
     WAITING,
     EngineConfig,
@@ -137,8 +139,9 @@ def _instance(state: SimState, cfg: EngineConfig):
     work first (so an idle instance never holds back the others), then the first listed."""
     if cfg.n_instances == 1:  # static index: no batched scatter into [I, A] arrays under vmap
         return 0
-    empty = jnp.all(state.entries.status == EMPTY, axis=1)
-    return jnp.lexsort((jnp.arange(cfg.n_instances), empty, state.clock))[0]
+    s = state.entries.status
+    idle = ~jnp.any((s == WAITING) | (s == RUNNING) | (s == DONE), axis=1) | state.stuck
+    return jnp.lexsort((jnp.arange(cfg.n_instances), idle, state.clock))[0]
 
 
 def _at_instance(params: Params, i, cfg: EngineConfig) -> Params:
@@ -160,7 +163,11 @@ def _arrive(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
     else:  # every arrival by t goes to an instance first, then instance i iterates
         entries_all, next_req, outside, n_arrived, n_rejected = routing.route(
             state, t, wl, params, cfg, search_window)
+        if cfg.prefill_instances > 0:  # prefilled requests move to decode instances
+            entries_all = disagg.hand_off(entries_all, i, t, params.cost, cfg)
         e = jax.tree.map(lambda x: x[i], entries_all)
+        if cfg.prefill_instances > 0:
+            e = disagg.land(e, t)
     params = _at_instance(params, i, cfg)
     n_abandoned = jnp.zeros_like(n_rejected)
     if cfg.abandonment:  # cancelled and expired requests leave before scheduling
@@ -237,6 +244,8 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
     generated0 = e.generated
     e, gaps, completed = advance(e, batch, t + dur)
+    if cfg.prefill_instances > 0:  # a prefill instance hands prefilled requests on
+        e = disagg.to_handoff(e, i, cfg)
     if cfg.prefix_cache:  # blocks computed enter the cache; completed requests release theirs
         blocks_in_use = pfx_blocks
         e, pc, pfx_deferred = prefix_lib.after_advance(e, completed, pc, t + dur, cfg)
@@ -246,12 +255,20 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     next_arrival = jnp.where(next_req < wl.n, next_arrival, jnp.inf)
     t_next = jnp.where(busy, t + dur,
                        jnp.where(jnp.isfinite(next_arrival), jnp.maximum(t, next_arrival), t))
-    if cfg.n_instances > 1:  # idle for good: wait for the other instances (no arrival left)
-        t_next = jnp.where(~busy & ~jnp.isfinite(next_arrival),
-                           jnp.maximum(t, jnp.max(state.clock)), t_next)
+    if cfg.n_instances > 1:  # idle: wait for the next event elsewhere (an arrival it may be
+        # routed, another instance's next boundary), not only the next arrival
+        others = jnp.where(jnp.arange(cfg.n_instances) != i, state.clock, jnp.inf)
+        later = jnp.min(jnp.where(others > t, others, jnp.inf))
+        wake = jnp.minimum(jnp.where(next_arrival > t, next_arrival, jnp.inf), later)
+        if cfg.prefill_instances > 0:  # or a transfer landing here
+            landing = disagg.next_landing(e)
+            wake = jnp.minimum(wake, jnp.where(landing > t, landing, jnp.inf))
+        t_next = jnp.where(busy, t_next, jnp.where(jnp.isfinite(wake), wake, t))
     # Idle with waiting work: an empty engine admits any request that passed the arrival checks,
     # so this cannot happen; if it ever does, stop and flag it rather than loop forever.
     stalled = ~busy & jnp.any(e.status == WAITING)
+    if cfg.prefill_instances > 0:  # back-pressure: KV held for a decode instance frees later
+        stalled = stalled & ~jnp.any((e.status == HANDOFF) | (e.status == INFLIGHT))
 
     # then the run of uniform decode iterations that follows, if any, in closed form
     n_completed = jnp.sum(completed, dtype=jnp.int32)
@@ -261,6 +278,8 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         t_limit, kv_offset = jnp.minimum(next_arrival, wl.t_stop), None
         if cfg.abandonment:  # the iteration that notices a give-up is stepped
             t_limit = jnp.minimum(t_limit, next_give_up(e))
+        if cfg.prefill_instances > 0:  # and the one that sees a transfer land
+            t_limit = jnp.minimum(t_limit, disagg.next_landing(e))
         if cfg.prefix_cache:  # no skipping while cache insertions are still due
             t_limit = jnp.where(pfx_deferred, t_next, t_limit)
             kv_offset = prefix_lib.kv_offset(e, pc, cfg)
@@ -321,6 +340,10 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         entries = jax.tree.map(lambda all_, one: all_.at[i].set(one), a.entries_all, e)
         all_done = (next_req >= wl.n) & jnp.all(entries.status == EMPTY)
         t_end = jnp.min(clock)
+    stuck = state.stuck.at[i].set(~busy & (clock[i] <= t))
+    if cfg.n_instances > 1:  # every instance idle with nothing to wait for: nothing can move
+        stalled = stalled | jnp.all(stuck)
+        stats = stats.replace(stalled=stats.stalled | stalled)
     new = SimState(
         clock=clock,
         entries=entries,
@@ -330,6 +353,7 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         done=all_done | stalled | (t_end >= wl.t_stop),
         mid_ended=state.mid_ended.at[i].set(n_completed),
         mid_blocks=state.mid_blocks.at[i].set(blocks_in_use),
+        stuck=stuck,
     )
     if cfg.prefix_cache:
         new = new.replace(prefix=prefix_lib.store(state.prefix, pc, cfg, i))

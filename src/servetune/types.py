@@ -16,8 +16,10 @@ import dataclasses
 import jax.numpy as jnp
 from flax import struct
 
-# Entry status inside an instance's active set.
-EMPTY, WAITING, RUNNING, DONE = 0, 1, 2, 3
+# Entry status inside an instance's active set. With prefill/decode disaggregation
+# (engine/disagg.py): HANDOFF, prefilled on a prefill instance and waiting for a decode instance
+# with room; INFLIGHT, on a decode instance with its KV still on the link (until ready_at).
+EMPTY, WAITING, RUNNING, DONE, HANDOFF, INFLIGHT = 0, 1, 2, 3, 4, 5
 
 # How a request ended. OUTSTANDING is assigned after the loop to what is unfinished. EVICTED:
 # dropped under KV pressure (engine.kv_pressure=evict), its compute wasted.
@@ -49,6 +51,9 @@ class EngineConfig:
       routing: how arrivals are assigned to instances (engine/routing.py): round_robin, jsq,
         least_kv, p2c or score.
       route_window: most arrivals routed per iteration (more wait outside, counted).
+      prefill_instances: P > 0 disaggregates: instances 0..P-1 only prefill (arrivals are
+        routed to them), the rest only decode; a prefilled request's KV moves over the link
+        (engine/disagg.py). 0 = every instance does both (colocated).
       leap_max: most uniform decode iterations advanced at once in closed form (event
         skipping, engine/leap.py); 0 steps every iteration.
       lazy_order: skip the priority sort in iterations where order cannot matter (exact; off
@@ -89,6 +94,7 @@ class EngineConfig:
     kv_pressure: str = "preempt"
     routing: str = "round_robin"
     route_window: int = 64
+    prefill_instances: int = 0
     prefix_cache: bool = False
     prefix_cache_entries: int = 1024
     prefix_block_tokens: int = 512
@@ -158,6 +164,9 @@ class CostParams:
     per_decode_seq_s: jnp.ndarray  # [] linear form: seconds per decoding sequence
     per_ctx_token_s: jnp.ndarray  # [] linear form: seconds per context token attended
     kv_blocks: jnp.ndarray  # [] KV-cache blocks of the instance (int)
+    link_bytes_per_s: jnp.ndarray = 25e9  # [] KV transfer bandwidth out of the instance
+    #                                       (disaggregation; default 200 Gb/s InfiniBand)
+    link_latency_s: jnp.ndarray = 1e-4  # [] fixed seconds per KV transfer
 
 
 @struct.dataclass
@@ -214,6 +223,7 @@ class Entries:
     give_up_state: jnp.ndarray  # [A] i32 CANCELLED or EXPIRED: its end state at give_up_at
     spec_alpha: jnp.ndarray  # [A] f64 per-token draft acceptance rate (speculation)
     kv_ratio: jnp.ndarray  # [A] f64 KV compression factor of the request (1 = uncompressed)
+    ready_at: jnp.ndarray  # [A] f64 time its KV lands on this decode instance (INFLIGHT)
     # prefix caching only (engine/prefix.py), else None:
     pfx_ids: jnp.ndarray | None = None  # [A, Hp] i32 the request's full prompt block ids, -1 after
     pfx_slot: jnp.ndarray | None = None  # [A, Hp] i32 cache-table slot of each block it references, -1
@@ -278,6 +288,8 @@ class SimState:
     mid_ended: jnp.ndarray  # [I] i32 requests each instance's latest iteration ended at its
     #                         end (still in the instance for a router looking at earlier times)
     mid_blocks: jnp.ndarray  # [I] i32 KV blocks each instance held during that iteration
+    stuck: jnp.ndarray  # [I] bool the instance's latest step computed nothing and left its
+    #                     clock where it was (it yields to the others at the same time)
     prefix: PrefixCache | None = None  # prefix caching only (engine/prefix.py)
 
 

@@ -93,6 +93,7 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
         give_up_state=sel(read(wl.give_up_state), e.give_up_state),
         spec_alpha=sel(read(wl.spec_alpha), e.spec_alpha) if cfg.speculation else e.spec_alpha,
         kv_ratio=sel(jnp.ones_like(e.kv_ratio), e.kv_ratio),
+        ready_at=e.ready_at,
         **(extra or {}),
     )
     return e, jnp.sum(reject, dtype=jnp.int32)

@@ -78,6 +78,8 @@ def route(state: SimState, t, wl: Workload, params: Params, cfg: EngineConfig,
     arrival, prompt, predicted = win(wl.arrival), win(wl.prompt), win(wl.predicted)
 
     queue, blocks, work, room = _loads(state, cfg)
+    if cfg.prefill_instances > 0:  # disaggregated: arrivals go to prefill instances only
+        room = jnp.where(jnp.arange(n_inst) < cfg.prefill_instances, room, 0)
     cost, pol = params.cost, params.policy
     kv_total = jnp.broadcast_to(cost.kv_blocks, (n_inst,)).astype(jnp.float64)
     rank = _tie_rank(cost, n_inst)

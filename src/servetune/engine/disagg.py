@@ -1,0 +1,96 @@
+"""Prefill/decode disaggregation (DistServe, Splitwise).
+
+With engine.prefill_instances = P, instances 0..P-1 only prefill: arrivals are routed to them,
+and a request whose prompt is done emits its first token there and becomes HANDOFF. At the
+prefill instance's next iteration boundary (the end of the one that prefilled it), each
+HANDOFF request moves to the decode instance (P..I-1) with the lowest KV use that has a free
+entry and room for the request's KV blocks: the blocks are reserved there at once, so they are
+free when the transfer lands, and the request's KV leaves the prefill instance. Its KV takes
+link_latency_s + tokens x kv_bytes_per_token / link_bytes_per_s (the prefill instance's cost
+params) to arrive; until then it is INFLIGHT and the decode instance does not schedule it. If
+no decode instance has room, the request waits on the prefill instance, holding its blocks
+(back-pressure). TTFT is the prefill instance's; the transfer delays the second token, so it
+counts in TPOT, as in a real deployment.
+
+Causality: the handoff happens when the prefill instance has the earliest clock, so every
+decode instance is at or past the send time, and it schedules the request only at an
+iteration boundary at or after the landing time.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from servetune.engine.kv import blocks_for
+from servetune.types import EMPTY, HANDOFF, INFLIGHT, RUNNING, EngineConfig, Entries
+
+
+def is_prefill(i, cfg: EngineConfig):
+    """Whether instance i (traced) is a prefill instance."""
+    return i < cfg.prefill_instances
+
+
+def to_handoff(e: Entries, i, cfg: EngineConfig):
+    """On a prefill instance, requests that have their first token (and did not complete)
+    stop running there and wait for a decode instance."""
+    done_prefill = (e.status == RUNNING) & (e.generated > 0) & is_prefill(i, cfg)
+    return e.replace(status=jnp.where(done_prefill, HANDOFF, e.status))
+
+
+def land(e: Entries, t):
+    """INFLIGHT requests whose KV has arrived by t (seconds) run from this iteration on."""
+    return e.replace(status=jnp.where((e.status == INFLIGHT) & (e.ready_at <= t), RUNNING,
+                                      e.status))
+
+
+def next_landing(e: Entries):
+    """[] earliest landing time of an INFLIGHT request (inf when none): event skipping stops
+    before the iteration that would see it."""
+    return jnp.min(jnp.where(e.status == INFLIGHT, e.ready_at, jnp.inf))
+
+
+def hand_off(entries: Entries, i, t, cost, cfg: EngineConfig):
+    """Move instance i's HANDOFF requests (i a prefill instance, its clock t) to decode
+    instances, as many as fit. `cost`: CostParams with leaves [] or [I]. Returns entries
+    [I, A]."""
+    n_inst = cfg.n_instances
+    per = lambda x: jnp.broadcast_to(x, (n_inst,))
+    kv_total = per(cost.kv_blocks).astype(jnp.int32)
+    decode = jnp.arange(n_inst) >= cfg.prefill_instances
+    link_bw = per(cost.link_bytes_per_s)[i]
+    link_lat = per(cost.link_latency_s)[i]
+    kv_bytes = per(cost.kv_bytes_per_token)[i]
+
+    def pending(entries):
+        return (entries.status[i] == HANDOFF) & is_prefill(i, cfg)
+
+    def cond(c):
+        entries, go = c
+        return go & jnp.any(pending(entries))
+
+    def body(c):
+        entries, _ = c
+        k = jnp.argmax(pending(entries))  # the first waiting request, in entry order
+        need = blocks_for(entries.computed[i, k], cfg)
+        used = jnp.sum(entries.blocks, axis=1)
+        room = jnp.any(entries.status == EMPTY, axis=1)
+        ok = decode & room & (kv_total - used >= need)
+        value = jnp.where(ok, used / kv_total, jnp.inf)
+        j = jnp.argmin(value)
+        go = jnp.isfinite(value[j])
+        slot = jnp.argmax(entries.status[j] == EMPTY)
+        ready = t + link_lat + entries.computed[i, k] * kv_bytes / link_bw
+
+        def move(entries):
+            moved = jax.tree.map(lambda x: x.at[j, slot].set(x[i, k]), entries)
+            return moved.replace(
+                status=moved.status.at[j, slot].set(INFLIGHT).at[i, k].set(EMPTY),
+                ready_at=moved.ready_at.at[j, slot].set(ready),
+                blocks=moved.blocks.at[j, slot].set(need).at[i, k].set(0),
+                req=moved.req.at[i, k].set(-1))
+
+        return jax.lax.cond(go, move, lambda x: x, entries), go
+
+    entries, _ = jax.lax.while_loop(cond, body, (entries, jnp.asarray(True)))
+    return entries
