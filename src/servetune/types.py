@@ -111,6 +111,8 @@ class PolicyParams:
     #                      (speculative decoding; floored; 0 = off)
     kv_compress_ratio: jnp.ndarray  # [] KV bytes per token shrink by this factor for requests
     #                                 compressed under pressure (engine.kv_pressure=compress)
+    score_net: jnp.ndarray | None = None  # [W] flat weights of the neural priority score
+    #                                        (servetune.neural; None = the linear score alone)
 
 
 @struct.dataclass
