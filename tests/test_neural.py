@@ -195,3 +195,15 @@ def test_neural_family_settings_are_checked(tmp_path):
         tune(NEURAL_TUNE + ["tune.policy_family=deep"], out_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"tune.net.hidden: got 0"):
         tune(NEURAL_TUNE + ["tune.net.hidden=0"], out_dir=tmp_path)
+
+
+def test_cli_tunes_a_network(tmp_path):
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "servetune.cli", "tune", *NEURAL_TUNE, "tune.iterations=1",
+            "tune.pairs=1", "tune.eval.seeds=0", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"score_net=[{neural.n_weights(3)} weights" in proc.stdout
+    assert (tmp_path / "export" / "priority.py").exists()
