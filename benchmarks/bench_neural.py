@@ -12,12 +12,13 @@ same thing:
           linear score, starting there with zero output weights (tune.policy_family=neural),
           so the family contains the linear policy it starts from.
 
-Both train on minutes 0-20 (seed 0) only. Every policy, with FCFS and SJF as references, is then
-re-simulated on held-out predictor seeds of the same minutes and on two other slices: minutes
-40-60 (moderate load) and 20-40 (overload: no order meets the SLOs there).
+Both train on one 20-minute slice (seed 0) only: minutes 0-20 by default, or 20-40 (an
+overload no order meets the SLOs in) with --train-start 1200. Every policy, with FCFS and SJF
+as references, is then re-simulated on held-out predictor seeds of the same minutes and on the
+two other slices (minutes 40-60 are moderate load).
 
     python benchmarks/bench_neural.py                       # both tunings (cached in --out), table
-    python benchmarks/bench_neural.py --iterations-neural 20 --pairs-neural 12
+    python benchmarks/bench_neural.py --train-start 1200 --out outputs/bench_neural_overload
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from servetune.tune import tune
 from servetune.tune.evaluator import Evaluator
 from servetune.tune.objective import Objective
 
-BASE = ["workload=azure_conv", "workload.start_s=0", "workload.duration_s=1200",
+BASE = ["workload=azure_conv", "workload.duration_s=1200",
         "workload.rate_scale=4", "workload.predictor.sigma=0.5", "window.drain_s=300",
         "hardware=h100", "model=llama3_8b", "policy=parametric", "engine.max_slots=512",
         "output.progress=false"]
@@ -48,18 +49,30 @@ LINEAR_SPACE = ["+tune.space.w_age={low: 0.0, high: 2.0, scale: linear}",
                 "+tune.space.w_prompt={low: 0.0, high: 4.0, scale: linear}",
                 "+tune.space.w_pred={low: 0.0, high: 4.0, scale: linear}",
                 "+tune.space.w_slack={low: -2.0, high: 2.0, scale: linear}"]
-SPLITS = {"train (min 0-20, seed 0)": ["seed=0"],
-          "held-out seeds (min 0-20, seeds 1000-1002)": ["seed=1000", "seeds=3"],
-          "min 40-60 (seeds 0-1)": ["workload.start_s=2400", "seeds=2"],
-          "min 20-40, overload (seeds 0-1)": ["workload.start_s=1200", "seeds=2"]}
+SLICES = {0: "min 0-20", 1200: "min 20-40 (overload)", 2400: "min 40-60"}
+
+
+def splits(train_start: int) -> dict[str, list[str]]:
+    """Training slice (seed 0), its held-out predictor seeds, and the other two slices."""
+    name = SLICES[train_start]
+    here = f"workload.start_s={train_start}"
+    out = {f"train: {name}, seed 0": [here, "seed=0"],
+           f"held-out seeds: {name}, seeds 1000-1002": [here, "seed=1000", "seeds=3"]}
+    for start, other in SLICES.items():
+        if start != train_start:
+            out[f"other slice: {other}, seeds 0-1"] = [f"workload.start_s={start}", "seeds=2"]
+    return out
 OBJECTIVE = Objective(slo_target=0.99)
+
+
+TRAIN: list[str] = []  # the training slice's overrides (set by main)
 
 
 def run(out: Path, overrides: list[str]) -> dict:
     """Tune (or load a finished run's tune_summary.json from `out`)."""
     path = out / "tune_summary.json"
     if not path.exists():
-        tune(compose(BASE + overrides + ["tune.eval.seeds=0", "tune.export=true"]), out_dir=out)
+        tune(compose(BASE + TRAIN + overrides + ["tune.eval.seeds=0", "tune.export=true"]), out_dir=out)
     return json.loads(path.read_text())
 
 
@@ -87,8 +100,14 @@ def main() -> None:
     ap.add_argument("--iterations-neural", type=int, default=10)
     ap.add_argument("--pairs-neural", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=6)
+    ap.add_argument("--from-fcfs", action="store_true",
+                    help="also tune a network added to FCFS (not to the best linear score): can "
+                         "ES find the linear policy's gains through the network alone?")
+    ap.add_argument("--train-start", type=int, default=0, choices=sorted(SLICES),
+                    help="training slice: minute 0, 20 or 40 (seconds 0, 1200, 2400)")
     args = ap.parse_args()
     out = Path(args.out)
+    TRAIN[:] = [f"workload.start_s={args.train_start}"]
     t0 = time.perf_counter()
     lin = run(out / "linear", ORDER_ONLY + LINEAR_SPACE + [
         f"tune.iterations={args.iterations_linear}", f"tune.pairs={args.pairs_linear}",
@@ -103,6 +122,13 @@ def main() -> None:
         + [f"policy.{k}={v!r}" for k, v in best_lin.items()])
     print(f"neural: {net['scenarios_simulated']} scenarios, {net['wall_s']:.0f} s; best on "
           f"train {net['best_summary']}")
+    fcfs = {"w_age": 1.0, "w_prompt": 0.0, "w_pred": 0.0, "w_slack": 0.0}
+    scratch = None
+    if args.from_fcfs:
+        scratch = run(out / "neural_from_fcfs", ORDER_ONLY + [
+            f"tune.iterations={args.iterations_neural}", f"tune.pairs={args.pairs_neural}",
+            "tune.policy_family=neural", f"tune.net.hidden={args.hidden}"]
+            + [f"policy.{k}={v!r}" for k, v in fcfs.items()])
     policies = {"FCFS (vLLM default)": {"w_age": 1.0, "w_prompt": 0.0, "w_pred": 0.0,
                                         "w_slack": 0.0},
                 "SJF (prompt + predicted)": {"w_age": 0.0, "w_prompt": 1.0, "w_pred": 1.0,
@@ -110,8 +136,11 @@ def main() -> None:
                 "best linear (ES)": best_lin,
                 f"neural, H={args.hidden} (ES)": {**{k: net["best"][k] for k in WEIGHTS},
                                                   "score_net": net["best"]["score_net"]}}
+    if scratch is not None:
+        policies[f"neural from FCFS, H={args.hidden} (ES)"] = {
+            **fcfs, "score_net": scratch["best"]["score_net"]}
     rows = []
-    for split, overrides in SPLITS.items():
+    for split, overrides in splits(args.train_start).items():
         for name, s in evaluate(policies, overrides).items():
             rows.append({"split": split, "policy": name, "objective": s["objective"],
                          "slo_attainment": s["slo_attainment"],
