@@ -42,7 +42,7 @@ FEATURES: tuple[tuple[str, str, float], ...] = (
     ("progress", "output tokens emitted / max(predicted output tokens, 1)", 1.0),
     ("computed_ktok", "tokens whose KV is computed (prompt + output so far) / 1000", 1.0),
     ("running", "1 if running (holds KV blocks), 0 if waiting", 1.0),
-    ("n_waiting", "requests waiting in the engine's queue", 100.0),
+    ("n_waiting", "requests waiting in the engine's queue (the scheduler's window)", 100.0),
     ("n_running", "requests running in the engine", 100.0),
     ("kv_used_kblocks", "KV-cache blocks in use / 1000", 10.0),
 )
