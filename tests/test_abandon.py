@@ -168,3 +168,17 @@ def test_bad_patience_config_names_the_key():
                        "workload.patience={dist: forever, mean_s: 1}"]))
     with pytest.raises(ConfigError, match=r"workload.deadline_s"):
         build(compose(["workload=poisson", "workload.duration_s=5", "workload.deadline_s=0"]))
+
+
+def test_prefix_cached_requests_that_give_up_release_their_blocks():
+    # Mooncake prefixes cached on a loaded instance; impatient clients abandon requests that
+    # hold cache references. simulate_batch checks the invariants (KV within capacity, clocks)
+    sc = build(compose(["workload=mooncake_synthetic", "model=qwen2_5_7b",
+                        "engine.prefix_cache=true", "workload.duration_s=60",
+                        "workload.rate_scale=2", "window.drain_s=300",
+                        "workload.patience={dist: exponential, mean_s: 2.0}"]))
+    assert sc.engine.prefix_cache and sc.engine.abandonment
+    m = simulate_batch(sc).metrics[0]
+    assert m["n_cancelled"] > 20 and m["n_completed"] > 0
+    assert m["n_completed"] + m["n_cancelled"] + m["n_rejected"] == m["n_requests"]
+    assert m["prefix_hit_rate"] > 0  # released blocks stay cached and are hit again

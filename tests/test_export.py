@@ -34,7 +34,8 @@ def test_config_rounds_integer_limits_like_the_simulator():
     assert cfg == {"order": "parametric", "max_num_seqs": 127, "max_num_batched_tokens": 4096,
                    "watermark": 0.02, "queue_cap": 64, "w_age": 1.0, "w_prompt": 0.25,
                    "w_pred": 0.5, "w_slack": 0.0, "ttft_target_s": 2.0, "spec_k": 0,
-                   "kv_compress_ratio": 2.0}
+                   "kv_compress_ratio": 2.0, "route_w_queue": 1.0, "route_w_kv": 0.0,
+                   "route_w_work": 0.0}
     assert isinstance(cfg["max_num_seqs"], int) and isinstance(cfg["queue_cap"], int)
     # limits stay >= 1; an unbounded queue is null, as in the conf files
     low = policy_to_config({"max_num_seqs": 1.0, "queue_cap": 0.3}, "fcfs")
@@ -194,3 +195,13 @@ def test_vllm_refusals_are_flagged(tmp_path):
     assert msg.startswith("max_num_batched_tokens (100) < max_num_seqs (127)")
     paths = write_export(tmp_path, {**TUNED, "max_num_batched_tokens": 100.5}, "parametric", ENGINE)
     assert json.loads(paths["vllm_args.json"].read_text())["warnings"] == [msg]
+
+
+def test_mechanisms_without_engine_flags_are_listed():
+    knobs = {k["name"]: k for k in unmapped_knobs(
+        {"kv_compress_ratio": 4.0}, "fcfs",
+        {**ENGINE, "kv_pressure": "compress", "n_instances": 4, "routing": "jsq"})}
+    assert knobs["kv_pressure"]["value"] == "compress" and "ratio 4" in knobs["kv_pressure"]["note"]
+    assert knobs["routing"]["value"] == "jsq"
+    plain = {k["name"] for k in unmapped_knobs({}, "fcfs", ENGINE)}
+    assert "kv_pressure" not in plain and "routing" not in plain

@@ -135,3 +135,13 @@ def test_compression_quality_cost_applies(seed_study):
 def test_bad_pressure_config_names_the_key(overrides, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         build(compose(["workload=poisson", "workload.duration_s=5"] + overrides))
+
+
+def test_compression_draws_differ_by_seed_and_not_by_policy():
+    sc = build(compose(["workload=poisson", "workload.duration_s=5", "seeds=2",
+                        "engine.kv_pressure=compress", "grid.max_num_seqs=[8,16]"]))
+    u0, u1 = sc.traces[0].compress_u, sc.traces[1].compress_u
+    assert u0 is not None and u1 is not None and not np.allclose(u0[:10], u1[:10])
+    again = build(compose(["workload=poisson", "workload.duration_s=5", "seeds=2",
+                           "engine.kv_pressure=compress", "policy.kv_compress_ratio=4"]))
+    np.testing.assert_array_equal(again.traces[1].compress_u, u1)  # paired across policies

@@ -269,6 +269,25 @@ def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | N
                             f"--speculative-num-steps {k} --speculative-eagle-topk 1 "
                             f"--speculative-num-draft-tokens {k + 1} (vLLM: add method and "
                             f"model to --speculative-config)"})
+    eng = _engine_dict(engine) if engine is not None else {}
+    pressure = eng.get("kv_pressure", "preempt")
+    if pressure != "preempt":
+        out.append({"name": "kv_pressure", "value": pressure, "engines": both,
+                    "note": {"evict": "no engine flag: both preempt and recompute; a gateway "
+                                      "can abort the lowest-priority request instead",
+                             "reject": "no engine flag: a gateway admits a request only if "
+                                       "its predicted KV footprint fits (else 429/503)",
+                             "compress": f"no engine flag: KV compression of single requests "
+                                         f"(ratio {eff['kv_compress_ratio']:g}) needs a "
+                                         f"compressed-KV kernel; --kv-cache-dtype fp8 "
+                                         f"compresses every request 2x"}.get(pressure, "")})
+    if int(eng.get("n_instances") or 1) > 1:
+        out.append({"name": "routing", "value": eng.get("routing", "round_robin"),
+                    "engines": both,
+                    "note": f"a router in front of the replicas (e.g. the vLLM production "
+                            f"stack's or SGLang's router); score weights: queue "
+                            f"{eff['route_w_queue']:g}, KV {eff['route_w_kv']:g}, work "
+                            f"{eff['route_w_work']:g}"})
     if engine is not None and _engine_dict(engine).get("gpu_memory_utilization") is not None:
         out.append({"name": "gpu_memory_utilization",
                     "value": float(_engine_dict(engine)["gpu_memory_utilization"]),

@@ -80,11 +80,12 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
     counted = trace.arrival >= spec.warmup_s
     difficulty, quality_ok = quality_outcome(trace, spec)
     # a request whose KV was compressed under pressure also fails its task check with
-    # kv_compress_fail_prob, by its own uniform draw: fixed per request, the same for every
-    # policy (paired comparisons), independent of the precision model's draw
+    # kv_compress_fail_prob, by its own uniform draw: fixed per request and seed, the same for
+    # every policy (paired comparisons), independent of the precision model's draw
     compressed = res.kv_ratio > 1.0
     if spec.kv_compress_fail_prob > 0 and compressed.any():
-        u = np.random.default_rng([len(trace), 7177]).random(len(trace))
+        u = (trace.compress_u if trace.compress_u is not None
+             else np.random.default_rng([0, 7177]).random(len(trace)))
         quality_ok = quality_ok & ~(compressed & (u < spec.kv_compress_fail_prob))
     names = np.asarray(trace.class_names, dtype=object)
     return pd.DataFrame({
@@ -168,6 +169,18 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float
     return m
 
 
+def _mean_in_system(trace: RequestTrace, res: ScenarioResult, st: dict, sim_s: float) -> float:
+    """Time-average of requests arrived and not ended. One instance integrates it in the loop;
+    with several (their iterations overlap in time) it is integrated here from each request's
+    arrival and end (outstanding ones until the simulation's end)."""
+    if sim_s <= 0:
+        return float("nan")
+    if np.size(st["busy_s"]) == 1:
+        return float(st["occupancy_s"]) / sim_s
+    end = np.where(np.isfinite(res.finish), np.minimum(res.finish, sim_s), sim_s)
+    return float(np.sum(np.maximum(end - trace.arrival, 0.0))) / sim_s
+
+
 def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
                     table: pd.DataFrame | None = None) -> dict:
     """Aggregate metrics over the measurement window (arrivals from warm-up to the last arrival).
@@ -212,7 +225,9 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "itl_mean_s": histogram.mean(hist), "itl_p50_s": histogram.quantile(hist, 0.5),
         "itl_p90_s": histogram.quantile(hist, 0.9), "itl_p99_s": histogram.quantile(hist, 0.99),
         "cost_usd": cost_usd,
-        "utilization": float(np.sum(st["busy_s"])) / sim_s if sim_s > 0 else float("nan"),
+        # busy time over provisioned instance time (averaged over instances)
+        "utilization": (float(np.sum(st["busy_s"])) / (sim_s * np.size(st["busy_s"]))
+                        if sim_s > 0 else float("nan")),
         "wasted_token_ratio": float(wasted / computed.sum()) if computed.sum() > 0 else 0.0,
         # useful output per unit of compute: useful tokens / tokens computed (all requests)
         "useful_tokens_per_computed_token": (m["useful_tokens"] / computed.sum()
@@ -225,7 +240,7 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "decode_tokens": int(st["decode_tokens"]),
         "sim_duration_s": sim_s,
         "provisioned_s": provisioned_s,
-        "mean_in_system": float(st["occupancy_s"]) / sim_s if sim_s > 0 else float("nan"),
+        "mean_in_system": _mean_in_system(trace, res, st, sim_s),
         "window_s": window_s,
         "iterations": int(st["steps"]),
         "leaped_iterations": int(st["leaped"]),
@@ -250,6 +265,16 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
                 "n_requests", "n_completed", "n_rejected", "n_outstanding", "goodput_rps",
                 "slo_attainment", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
                 "e2e_mean_s", "e2e_p99_s")}
+    if "prefix_hit_tokens" in st:  # prefix caching (engine/prefix.py)
+        prompt = int(st["prefix_prompt_tokens"])
+        m.update({
+            "prefix_hit_rate": int(st["prefix_hit_tokens"]) / prompt if prompt else float("nan"),
+            "prefix_cached_tokens": int(st["prefix_hit_tokens"]),
+            "prefix_admitted_prompt_tokens": prompt,
+            "prefix_evictions": int(st["prefix_evictions"]),
+            "prefix_insert_failed": int(st["prefix_insert_failed"]),
+            "prefix_insert_deferred_iterations": int(st["prefix_insert_deferred"]),
+        })
     m["by_class"] = by_class
     _check_finite(m)
     return m

@@ -26,6 +26,9 @@ DEFAULTS: dict[str, float] = {
     "ttft_target_s": 2.0,
     "spec_k": 0.0,
     "kv_compress_ratio": 2.0,
+    "route_w_queue": 1.0,
+    "route_w_kv": 0.0,
+    "route_w_work": 0.0,
 }
 
 # Named orders: each is a setting of the score weights.

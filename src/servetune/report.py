@@ -50,6 +50,9 @@ def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
         ("preemptions / wasted token ratio", f"{m['preemptions']} / {m['wasted_token_ratio']:.2%}"),
         ("iterations / simulated time (s)", f"{m['iterations']:,} / {m['sim_duration_s']:.1f}"),
     ]
+    if "prefix_hit_rate" in m:  # prefix caching
+        rows.append(("prefix hit rate / evictions",
+                     f"{m['prefix_hit_rate']:.1%} / {m['prefix_evictions']:,}"))
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)

@@ -13,7 +13,9 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from servetune import hardware, quality, workload
+from servetune.engine import prefix as prefix_lib
 from servetune.engine.pressure import POLICIES
+from servetune.engine.routing import ROUTERS
 from servetune.errors import ConfigError
 from servetune.metrics import MetricsSpec
 from servetune.policy import DEFAULTS, make_policy
@@ -41,6 +43,7 @@ MAX_INT32 = 2**31 - 1  # counters and KV block ids are int32 on device
 MAX_SECONDS = 1e9  # any duration or cost-model time in seconds (~31.7 years)
 MAX_PRICE = 1e6  # USD per GPU-hour
 MAX_SEEDS = 1 << 16
+MAX_INSTANCES = 1024  # engine.n_instances: replicas per scenario
 
 # Config sections build() reads: required ones must be present; all must be mappings.
 _SECTIONS = {"workload": True, "hardware": True, "model": True, "policy": True, "engine": True,
@@ -207,13 +210,40 @@ def _with_abandonment(cfg: DictConfig, trace: workload.RequestTrace, seed: int):
         deadline_s=deadline, seed=seed)
 
 
+def _prefix_engine(cfg, block: int, layout: str, kv_blocks: int) -> dict:
+    """EngineConfig fields of prefix caching (engine/prefix.py): `engine.prefix_cache`,
+    `engine.prefix_block_tokens` (the trace's prefix block size, Mooncake 512) and
+    `engine.prefix_cache_entries` (table slots; null = twice the prefix blocks the KV cache
+    holds, so the table itself rarely binds), checked here."""
+    if not _flag(cfg, "engine.prefix_cache", False):
+        return {}
+    if layout != "paged":
+        raise ConfigError(f"engine.prefix_cache: needs engine.kv_layout=paged (got {layout})")
+    tokens = _number(cfg, "engine.prefix_block_tokens", lo=1, hi=MAX_CAPACITY, integer=True,
+                     default=512)
+    if tokens % block:
+        raise ConfigError(f"engine.prefix_block_tokens: got {tokens}; expected a multiple of "
+                          f"engine.block_size = {block}")
+    ways = prefix_lib.WAYS
+    entries = _number(cfg, "engine.prefix_cache_entries", lo=ways, hi=MAX_CAPACITY,
+                      integer=True, allow_none=True)
+    if entries is None:
+        entries = min(MAX_CAPACITY, 1 << max(ways - 1, 2 * kv_blocks * block // tokens - 1)
+                      .bit_length())
+    if entries % ways:
+        raise ConfigError(f"engine.prefix_cache_entries: got {entries}; expected a multiple of "
+                          f"{ways} (slots per set)")
+    return {"prefix_cache": True, "prefix_block_tokens": tokens, "prefix_cache_entries": entries}
+
+
 def _pad(n: int) -> int:
     return max(64, 1 << (n - 1).bit_length())
 
 
-def stack_workloads(traces, predicted, drain_s: float, *, spec_alpha=None,
-                    seeds=None) -> Workload:
-    """Pad traces to a common power-of-two length N and stack them: leaves [S, N].
+def stack_workloads(traces, predicted, drain_s: float, engine: EngineConfig | None = None, *,
+                    spec_alpha=None, seeds=None) -> Workload:
+    """Pad traces to a common power-of-two length N and stack them: leaves [S, N]. With
+    `engine.prefix_cache`, also the prefix block ids [S, N, Hp] (engine/prefix.py).
 
     spec_alpha: per-class draft acceptance rates (a sequence indexed by class id; speculation);
     seeds: one per trace, salting the engine's counter-based random draws (default 0, 1, ...).
@@ -243,6 +273,8 @@ def stack_workloads(traces, predicted, drain_s: float, *, spec_alpha=None,
                 alpha_of_class[np.minimum(trace.klass, len(alpha_of_class) - 1)],
                 np.zeros(pad)]),
             "salt": np.uint32(seed % (1 << 32))})
+        if engine is not None and engine.prefix_cache:
+            rows[-1]["prefix_ids"] = prefix_lib.workload_ids(trace, trace.prompt, engine, n)
     return Workload(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
 
 
@@ -383,6 +415,9 @@ def build(cfg: DictConfig) -> Scenario:
         slots = math.ceil(max_seqs)
     batching = _get(cfg, "engine.batching", "continuous")
     layout = _get(cfg, "engine.kv_layout", "paged")
+    routing = _get(cfg, "engine.routing", "round_robin")
+    if routing not in ROUTERS:
+        raise ConfigError(f"engine.routing: got {routing!r}; expected one of {ROUTERS}")
     kv_pressure = _get(cfg, "engine.kv_pressure", "preempt")
     if kv_pressure not in POLICIES:
         raise ConfigError(f"engine.kv_pressure: got {kv_pressure!r}; expected one of {POLICIES}")
@@ -403,15 +438,19 @@ def build(cfg: DictConfig) -> Scenario:
         drain_per_step=_number(cfg, "engine.drain_per_step", lo=1, hi=MAX_VECTOR, integer=True,
                                default=8),
         leap_max=_number(cfg, "engine.leap_max", lo=0, hi=MAX_VECTOR, integer=True, default=64),
-        kv_pressure=kv_pressure)
+        kv_pressure=kv_pressure,
+        n_instances=_number(cfg, "engine.n_instances", lo=1, hi=MAX_INSTANCES, integer=True,
+                            default=1),
+        routing=routing,
+        route_window=_number(cfg, "engine.route_window", lo=1, hi=MAX_VECTOR, integer=True,
+                             default=64),
+        **_prefix_engine(cfg, block, layout, kv_blocks))
     budget = float(np.min(np.asarray(pol.max_num_batched_tokens)))
     if batching == "continuous" and not engine.chunked_prefill and budget < max_len:
         raise ConfigError(
             f"policy.max_num_batched_tokens: {budget:g} is below engine.max_model_len = {max_len} "
             f"with engine.chunked_prefill=false, so long prompts could never be scheduled (vLLM "
             f"refuses this too); raise it, lower engine.max_model_len or enable chunked prefill")
-    if _get(cfg, "engine.n_instances", 1) != 1:
-        raise ConfigError("engine.n_instances: only 1 instance is supported so far")
     lone_blocks = engine.max_blocks_per_request
     min_free = kv_blocks * (1 - float(np.max(np.asarray(pol.watermark))))
     if lone_blocks > kv_blocks or (form == "linear" and lone_blocks > min_free):
@@ -437,9 +476,22 @@ def build(cfg: DictConfig) -> Scenario:
         tr = _with_abandonment(cfg, tr, s)  # patience draws differ per seed
         traces.append(tr)
         preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
+    if engine.kv_pressure == "compress":  # per seed: the compression quality check's draw
+        traces = [dataclasses.replace(tr, compress_u=np.random.default_rng([s, 7177]).random(
+            len(tr))) for tr, s in zip(traces, seeds)]
     if qspec is not None:  # per seed: difficulty and the quality check's uniform draw (CRN)
         traces = [dataclasses.replace(tr, **dict(zip(("difficulty", "quality_u"), quality.draws(
             len(tr), s, qspec.difficulty, tr.difficulty, tr.name)))) for tr, s in zip(traces, seeds)]
+    if engine.prefix_cache:
+        for key, combined in (("engine.n_instances", engine.n_instances > 1),
+                              ("engine.kv_pressure", engine.kv_pressure != "preempt"),
+                              ("speculation.draft", draft_spec is not None)):
+            if combined:  # their block accounting does not track shared cache references yet
+                raise ConfigError(f"{key}: not supported together with engine.prefix_cache "
+                                  f"yet; turn one of them off")
+    if engine.prefix_cache and any(tr.hash_ids is None for tr in traces):
+        raise ConfigError(f"engine.prefix_cache: the workload {traces[0].name} has no prefix "
+                          f"block ids (a Mooncake trace's hash_ids); expected a trace with them")
     drain = _number(cfg, "window.drain_s", lo=0)  # finite: the drain limit bounds the run
     warmup = _number(cfg, "window.warmup_s", lo=0, hi=MAX_SECONDS, default=0.0)
     for tr in traces:
@@ -453,7 +505,7 @@ def build(cfg: DictConfig) -> Scenario:
                        kv_compress_fail_prob=_number(cfg, "engine.kv_compress_fail_prob", lo=0,
                                                      hi=1, default=0.0),
                        price_per_gpu_hour=gpu.price_per_gpu_hour if price is None else price,
-                       n_gpus=tp, kv_blocks=kv_blocks, quality=qspec)
+                       n_gpus=tp * engine.n_instances, kv_blocks=kv_blocks, quality=qspec)
     if any(tr.gives_up for tr in traces):  # the engine checks for give-ups only when needed
         engine = dataclasses.replace(engine, abandonment=True)
     if draft_spec is not None:
@@ -464,7 +516,7 @@ def build(cfg: DictConfig) -> Scenario:
         engine = dataclasses.replace(engine, speculation=True)
     return Scenario(
         traces=traces, seeds=seeds,
-        workloads=stack_workloads(traces, preds, drain, seeds=seeds,
+        workloads=stack_workloads(traces, preds, drain, engine, seeds=seeds,
                                   spec_alpha=None if draft_spec is None else draft_spec.acceptance),
         params=Params(policy=pol, cost=cost, draft=draft_cost), grid_points=points,
         engine=engine, metrics=spec,

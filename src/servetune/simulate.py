@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from servetune import histogram, shard
+from servetune.engine import prefix as prefix_lib
 from servetune.engine.outbox import RECORD_FIELDS, empty_outbox
 from servetune.step import step, step_grid, step_or_stay
 from servetune.types import (
@@ -51,6 +52,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         end_state=full(-1, jnp.int32), give_up_at=full(jnp.inf, jnp.float64),
         give_up_state=full(-1, jnp.int32), spec_alpha=full(0.0, jnp.float64),
         kv_ratio=full(1.0, jnp.float64),
+        **(prefix_lib.init_entries(shape, zi, cfg) if cfg.prefix_cache else {}),
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
     stats = Stats(
@@ -63,7 +65,9 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         spec_accepted=zi.astype(jnp.int64), spec_emitted=zi.astype(jnp.int64),
     )
     return SimState(clock=per_inst + zf, entries=entries, next_req=zi,
-                    outbox=empty_outbox(outbox_capacity(cfg), zi), stats=stats, done=wl.n <= 0)
+                    outbox=empty_outbox(outbox_capacity(cfg), zi), stats=stats, done=wl.n <= 0,
+                    mid_ended=per_inst, mid_blocks=per_inst,
+                    prefix=prefix_lib.init_cache(cfg, zi) if cfg.prefix_cache else None)
 
 
 def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
@@ -283,5 +287,8 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
     st = jax.tree.map(lambda x: np.asarray(x[s, p]), final.stats)
     stats = {f.name: getattr(st, f.name) for f in dataclasses.fields(st)}
     stats["requests_taken"] = int(final.next_req[s, p])
+    if final.prefix is not None:  # prefix caching totals (engine/prefix.py)
+        for f in ("hit_tokens", "prompt_tokens", "evictions", "insert_failed", "insert_deferred"):
+            stats[f"prefix_{f}"] = int(getattr(final.prefix, f)[s, p])
     clock = float(np.max(final.clock[s, p]))
     return ScenarioResult(stats=stats, clock_s=clock if math.isfinite(clock) else float("nan"), **out)

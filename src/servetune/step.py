@@ -9,7 +9,8 @@ import jax.numpy as jnp
 
 from servetune import histogram, ops
 from servetune.engine import outbox as outbox_lib
-from servetune.engine import speculation
+from servetune.engine import prefix as prefix_lib
+from servetune.engine import routing, speculation
 from servetune.engine.abandon import abandon, next_give_up
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
@@ -18,6 +19,7 @@ from servetune.engine.scheduler import new_blocks, schedule, token_budget, wante
 from servetune.hardware import step_time
 from servetune.policy import scheduling_order
 from servetune.types import (
+    DONE,
     EMPTY,
     RUNNING,
     WAITING,
@@ -127,25 +129,45 @@ class _Arrived(NamedTuple):
     n_rejected: jnp.ndarray
     sort: jnp.ndarray
     n_abandoned: jnp.ndarray
+    entries_all: Entries | None = None  # [I, A] every instance's entries after routing (I > 1)
 
 
 def _instance(state: SimState, cfg: EngineConfig):
-    # one instance: static indices, so no batched scatter into the [I, A] arrays under vmap
-    return 0 if cfg.n_instances == 1 else jnp.argmin(state.clock)
+    """The instance that iterates next: the earliest clock; among equal clocks, one that holds
+    work first (so an idle instance never holds back the others), then the first listed."""
+    if cfg.n_instances == 1:  # static index: no batched scatter into [I, A] arrays under vmap
+        return 0
+    empty = jnp.all(state.entries.status == EMPTY, axis=1)
+    return jnp.lexsort((jnp.arange(cfg.n_instances), empty, state.clock))[0]
+
+
+def _at_instance(params: Params, i, cfg: EngineConfig) -> Params:
+    """Params as instance i sees them (its own cost params where they have an instance axis)."""
+    if cfg.n_instances == 1:
+        return params
+    return params.replace(cost=routing.instance_cost(params.cost, i))
 
 
 def _arrive(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
             search_window) -> _Arrived:
     i = _instance(state, cfg)
     t = state.clock[i]
-    e = jax.tree.map(lambda x: x[i], state.entries)
-    e, next_req, outside, n_arrived, n_rejected = take_arrivals(
-        e, t, state.next_req, wl, params, cfg, search_window)
+    entries_all = None
+    if cfg.n_instances == 1:
+        e = jax.tree.map(lambda x: x[i], state.entries)
+        e, next_req, outside, n_arrived, n_rejected = take_arrivals(
+            e, t, state.next_req, wl, params, cfg, search_window)
+    else:  # every arrival by t goes to an instance first, then instance i iterates
+        entries_all, next_req, outside, n_arrived, n_rejected = routing.route(
+            state, t, wl, params, cfg, search_window)
+        e = jax.tree.map(lambda x: x[i], entries_all)
+    params = _at_instance(params, i, cfg)
     n_abandoned = jnp.zeros_like(n_rejected)
     if cfg.abandonment:  # cancelled and expired requests leave before scheduling
         e, n_abandoned = abandon(e, t)
     sort = order_matters(e, params, cfg) if cfg.lazy_order else jnp.ones_like(t, jnp.bool_)
-    return _Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort, n_abandoned)
+    return _Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort, n_abandoned,
+                    entries_all)
 
 
 def step_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, active):
@@ -192,9 +214,19 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
              e: Entries, search_window):
     """The rest of the iteration, on entries `e` in scheduling order."""
     i = _instance(state, cfg)
+    params = _at_instance(params, i, cfg)
     t, next_req, outside, n_arrived, n_rejected = (a.t, a.next_req, a.outside, a.n_arrived,
                                                    a.n_rejected)
-    e, batch = schedule(e, params, cfg)
+    if cfg.prefix_cache:  # engine/prefix.py: lookups before, references and eviction after
+        pc = prefix_lib.instance(state.prefix, i)
+        if cfg.abandonment:  # requests that gave up at t release their cached blocks
+            e, pc = prefix_lib.release(e, pc, (e.status == DONE) & (e.pfx_n > 0), t)
+        hits = prefix_lib.hits(e, pc, params.cost.kv_blocks, cfg)
+        e, batch = schedule(e, params, cfg, hits)
+        e, pc, pfx_blocks = prefix_lib.after_schedule(e, batch, hits, pc, t,
+                                                      params.cost.kv_blocks, cfg)
+    else:
+        e, batch = schedule(e, params, cfg)
     if cfg.kv_pressure in ("evict", "reject"):  # requests the scheduler ended, at t
         e = e.replace(finish=jnp.where(batch.ended, t, e.finish))
     if cfg.speculation:
@@ -205,12 +237,18 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
     generated0 = e.generated
     e, gaps, completed = advance(e, batch, t + dur)
+    if cfg.prefix_cache:  # blocks computed enter the cache; completed requests release theirs
+        blocks_in_use = pfx_blocks
+        e, pc, pfx_deferred = prefix_lib.after_advance(e, completed, pc, t + dur, cfg)
 
     busy = jnp.any(batch.tokens > 0)
     next_arrival = wl.arrival[jnp.minimum(next_req, wl.arrival.shape[0] - 1)]
     next_arrival = jnp.where(next_req < wl.n, next_arrival, jnp.inf)
     t_next = jnp.where(busy, t + dur,
                        jnp.where(jnp.isfinite(next_arrival), jnp.maximum(t, next_arrival), t))
+    if cfg.n_instances > 1:  # idle for good: wait for the other instances (no arrival left)
+        t_next = jnp.where(~busy & ~jnp.isfinite(next_arrival),
+                           jnp.maximum(t, jnp.max(state.clock)), t_next)
     # Idle with waiting work: an empty engine admits any request that passed the arrival checks,
     # so this cannot happen; if it ever does, stop and flag it rather than loop forever.
     stalled = ~busy & jnp.any(e.status == WAITING)
@@ -220,11 +258,17 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     t_end, n_leap, leap_busy_s, leap_tokens = t_next, 0, 0.0, 0
     if cfg.leap_max > 0 and not cfg.speculation:
         n_leap_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
-        t_limit = jnp.minimum(next_arrival, wl.t_stop)
+        t_limit, kv_offset = jnp.minimum(next_arrival, wl.t_stop), None
         if cfg.abandonment:  # the iteration that notices a give-up is stepped
             t_limit = jnp.minimum(t_limit, next_give_up(e))
+        if cfg.prefix_cache:  # no skipping while cache insertions are still due
+            t_limit = jnp.where(pfx_deferred, t_next, t_limit)
+            kv_offset = prefix_lib.kv_offset(e, pc, cfg)
         e, t_end, n_leap, leap_dur, leap_gaps, leap_blocks, leap_done = leap(
-            e, t_next, t_limit, params, cfg)
+            e, t_next, t_limit, params, cfg, kv_offset)
+        if cfg.prefix_cache:
+            e, pc, leap_blocks = prefix_lib.after_leap(e, leap_done, leap_blocks, pc, t_end,
+                                                       params.cost.kv_blocks, cfg)
         blocks_in_use = jnp.where(n_leap > 0, jnp.maximum(blocks_in_use, leap_blocks),
                                   blocks_in_use)
         gaps = (jnp.concatenate([gaps, leap_gaps[0]]),
@@ -241,6 +285,8 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     # requests completed by the first iteration leave at t_next, before the run
     occupancy = (_occupancy(wl, t, t_end, n_arrived, ended_by_t, search_window)
                  - jnp.sum(completed) * (t_end - t_next))
+    if cfg.n_instances > 1:  # instances' iterations overlap in time: the host integrates it
+        occupancy = 0.0
     stats = st.replace(
         steps=st.steps + busy.astype(jnp.int32) + n_leap,
         leaped=st.leaped + n_leap,
@@ -268,15 +314,25 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
             spec_accepted=st.spec_accepted + jnp.sum(jnp.where(drafted, batch.accepted, 0)),
             spec_emitted=st.spec_emitted + jnp.sum(jnp.where(drafted, e.generated - generated0,
                                                              0)))
+    clock = state.clock.at[i].set(t_end)
+    if cfg.n_instances == 1:
+        entries = jax.tree.map(lambda one: one[None], e)
+    else:  # done when every instance is empty, or every clock passed the stop time
+        entries = jax.tree.map(lambda all_, one: all_.at[i].set(one), a.entries_all, e)
+        all_done = (next_req >= wl.n) & jnp.all(entries.status == EMPTY)
+        t_end = jnp.min(clock)
     new = SimState(
-        clock=state.clock.at[i].set(t_end),
-        entries=(jax.tree.map(lambda one: one[None], e) if cfg.n_instances == 1 else
-                 jax.tree.map(lambda all_, one: all_.at[i].set(one), state.entries, e)),
+        clock=clock,
+        entries=entries,
         next_req=next_req,
         outbox=box,
         stats=stats,
         done=all_done | stalled | (t_end >= wl.t_stop),
+        mid_ended=state.mid_ended.at[i].set(n_completed),
+        mid_blocks=state.mid_blocks.at[i].set(blocks_in_use),
     )
+    if cfg.prefix_cache:
+        new = new.replace(prefix=prefix_lib.store(state.prefix, pc, cfg, i))
     info = {"t": t, "dur": jnp.where(state.done, 0.0, dur),
             "tokens": jnp.where(state.done, 0, batch.tokens)}
     info["req"] = jnp.where(info["tokens"] > 0, batch_req, -1)

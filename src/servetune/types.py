@@ -44,7 +44,11 @@ class EngineConfig:
       drain_per_step: finished requests moved to the outbox per iteration at most (the rest
         leave in later iterations; more costs time in every iteration).
       max_steps_per_chunk: iterations per compiled call before control returns to the host.
-      n_instances: instances in the simulation (the instance axis; 1 for now).
+      n_instances: engine replicas in the simulation, each with its own clock, batch and KV
+        cache (cost params may carry an instance axis [I] for different GPUs or models).
+      routing: how arrivals are assigned to instances (engine/routing.py): round_robin, jsq,
+        least_kv, p2c or score.
+      route_window: most arrivals routed per iteration (more wait outside, counted).
       leap_max: most uniform decode iterations advanced at once in closed form (event
         skipping, engine/leap.py); 0 steps every iteration.
       lazy_order: skip the priority sort in iterations where order cannot matter (exact; off
@@ -58,6 +62,12 @@ class EngineConfig:
         (engine/pressure.py): "preempt" (vLLM: recompute later), "evict" (drop the lowest-value
         request), "compress" (compress the KV of low-priority requests), "reject" (reserve
         predicted footprints at admission and reject new work that does not fit).
+      prefix_cache: automatic prefix caching (vLLM APC, engine/prefix.py): full prompt blocks
+        are shared between requests through a cache table, evicted LRU under KV pressure.
+      prefix_cache_entries: capacity of the cache table, in prefix blocks (a multiple of
+        engine/prefix.py's WAYS).
+      prefix_block_tokens: tokens per prefix block, the granularity of the trace's prefix ids
+        (Mooncake: 512); a multiple of block_size.
     """
 
     max_slots: int = 256
@@ -77,6 +87,11 @@ class EngineConfig:
     abandonment: bool = False
     speculation: bool = False
     kv_pressure: str = "preempt"
+    routing: str = "round_robin"
+    route_window: int = 64
+    prefix_cache: bool = False
+    prefix_cache_entries: int = 1024
+    prefix_block_tokens: int = 512
 
     @property
     def n_entries(self) -> int:
@@ -87,6 +102,11 @@ class EngineConfig:
     def max_blocks_per_request(self) -> int:
         """Blocks reserved per request under contiguous KV layout."""
         return -(-self.max_model_len // self.block_size)
+
+    @property
+    def prefix_width(self) -> int:
+        """Hp: prefix blocks tracked per request (full blocks of the longest prompt)."""
+        return max(1, self.max_model_len // self.prefix_block_tokens)
 
 
 @struct.dataclass
@@ -111,6 +131,9 @@ class PolicyParams:
     #                      (speculative decoding; floored; 0 = off)
     kv_compress_ratio: jnp.ndarray  # [] KV bytes per token shrink by this factor for requests
     #                                 compressed under pressure (engine.kv_pressure=compress)
+    route_w_queue: jnp.ndarray  # [] routing score weight per request in an instance
+    route_w_kv: jnp.ndarray  # [] routing score weight per fraction of KV blocks in use
+    route_w_work: jnp.ndarray  # [] routing score weight per 1000 tokens of predicted work
     score_net: jnp.ndarray | None = None  # [W] flat weights of the neural priority score
     #                                        (servetune.neural; None = the linear score alone)
 
@@ -165,6 +188,8 @@ class Workload:
     give_up_state: jnp.ndarray  # [N] i32 CANCELLED or EXPIRED: how it ends at give_up_at
     spec_alpha: jnp.ndarray  # [N] f64 per-token draft acceptance rate (speculation)
     salt: jnp.ndarray  # [] u32 scenario seed for counter-based random draws
+    # prefix caching only (engine/prefix.py), else None:
+    prefix_ids: jnp.ndarray | None = None  # [N, Hp] i32 ids of the full prompt prefix blocks, -1 after
 
 
 @struct.dataclass
@@ -191,6 +216,11 @@ class Entries:
     give_up_state: jnp.ndarray  # [A] i32 CANCELLED or EXPIRED: its end state at give_up_at
     spec_alpha: jnp.ndarray  # [A] f64 per-token draft acceptance rate (speculation)
     kv_ratio: jnp.ndarray  # [A] f64 KV compression factor of the request (1 = uncompressed)
+    # prefix caching only (engine/prefix.py), else None:
+    pfx_ids: jnp.ndarray | None = None  # [A, Hp] i32 the request's full prompt block ids, -1 after
+    pfx_slot: jnp.ndarray | None = None  # [A, Hp] i32 cache-table slot of each block it references, -1
+    pfx_n: jnp.ndarray | None = None  # [A] i32 blocks it references (KV counted once, in the cache)
+    pfx_next: jnp.ndarray | None = None  # [A] i32 next block to insert into the cache
 
 
 @struct.dataclass
@@ -247,3 +277,24 @@ class SimState:
     outbox: Outbox
     stats: Stats
     done: jnp.ndarray  # [] bool the scenario has finished (or hit t_stop)
+    mid_ended: jnp.ndarray  # [I] i32 requests each instance's latest iteration ended at its
+    #                         end (still in the instance for a router looking at earlier times)
+    mid_blocks: jnp.ndarray  # [I] i32 KV blocks each instance held during that iteration
+    prefix: PrefixCache | None = None  # prefix caching only (engine/prefix.py)
+
+
+@struct.dataclass
+class PrefixCache:
+    """The prefix-cache table of each instance (engine/prefix.py) and its running totals.
+    C = engine.prefix_cache_entries slots, set-associative."""
+
+    ids: jnp.ndarray  # [I, C] i32 prefix block id held by each slot, -1 when empty
+    ref: jnp.ndarray  # [I, C] i32 running requests referencing it (0: cached, evictable)
+    last: jnp.ndarray  # [I, C] f64 time it was last released (LRU key, seconds)
+    depth: jnp.ndarray  # [I, C] i32 block position in its prompt (deeper evicted first on ties)
+    hit_tokens: jnp.ndarray  # [] i64 prompt tokens found cached at admission
+    prompt_tokens: jnp.ndarray  # [] i64 prompt tokens of admissions (re-admissions included)
+    evictions: jnp.ndarray  # [] i32 blocks evicted (KV pressure or table conflicts)
+    insert_failed: jnp.ndarray  # [] i32 blocks not cached: their table set was all referenced
+    insert_deferred: jnp.ndarray  # [] i32 iterations with more blocks to insert than one
+    #                                iteration inserts (inserted in the next iterations)

@@ -48,7 +48,11 @@ class RequestTrace:
       server drops it (expired); inf = none;
     difficulty: [N] float64 in [0, 1] from the trace's optional `difficulty` column, or None;
     quality_u: [N] float64 uniform draw of each request's quality check (servetune.quality;
-      set per seed by scenario.build), or None.
+      set per seed by scenario.build), or None;
+    hash_ids: [N, H] int32 ids of the prompt's prefix blocks (Mooncake `hash_ids`: one per
+      512-token block, equal ids = equal prefixes), -1 padded; None when the trace has none;
+    compress_u: [N] float64 uniform draw of each request's KV-compression quality check (set
+      per seed by scenario.build with engine.kv_pressure=compress), or None.
     """
 
     name: str
@@ -61,6 +65,8 @@ class RequestTrace:
     deadline: np.ndarray = None
     difficulty: np.ndarray | None = None
     quality_u: np.ndarray | None = None
+    hash_ids: np.ndarray | None = None
+    compress_u: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.arrival)
@@ -336,7 +342,7 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
     Arrival times become seconds from the first row."""
     path = Path(path)
     text = read_text(path)
-    arrival, prompt, output, lines, difficulty = [], [], [], [], []
+    arrival, prompt, output, lines, difficulty, hashes = [], [], [], [], [], []
     for line, raw in enumerate(_lines(text), start=1):
         if not raw.strip():
             continue
@@ -376,15 +382,40 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
             store.append(_int_field(str(value), path, line, key, 1))
         difficulty.append(_difficulty_field(obj["difficulty"], path, line)
                           if "difficulty" in obj else None)
+        hashes.append(_hash_ids(obj.get("hash_ids"), path, line))
         lines.append(line)
     if not arrival:
         raise TraceError(f"{path}: empty file; expected JSON lines with timestamp, "
                          f"input_length, output_length")
     arr = np.asarray(arrival, np.float64)
     _check_sorted(arr, lines, path, "'timestamp' (in seconds)")
+    hash_ids = None
+    if any(h is not None for h in hashes):  # rows without hash_ids have no prefix blocks
+        width = max(1, max(len(h) for h in hashes if h is not None))
+        hash_ids = np.full((len(hashes), width), -1, np.int32)
+        for k, h in enumerate(hashes):
+            if h:
+                hash_ids[k, :len(h)] = h
     return RequestTrace(name or path.stem, arr - arr[0], np.asarray(prompt, np.int32),
                         np.asarray(output, np.int32),
-                        difficulty=_difficulties(difficulty, lines, path))
+                        difficulty=_difficulties(difficulty, lines, path), hash_ids=hash_ids)
+
+
+MAX_HASH_ID = 2**31 - 2  # prefix block ids are int32 on device (-1 marks "none")
+
+
+def _hash_ids(value, path, line: int) -> list[int] | None:
+    """A Mooncake row's `hash_ids`: a list of integer block ids in [0, MAX_HASH_ID] (or absent)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise TraceError(f"{path}:{line}: 'hash_ids' = {_show(value)}; expected a list of "
+                         f"integer prefix block ids")
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_HASH_ID:
+            raise TraceError(f"{path}:{line}: 'hash_ids' holds {_show(v)}; expected integer "
+                             f"prefix block ids in [0, {MAX_HASH_ID}]")
+    return value
 
 
 def load_trace(path: str | Path, name: str | None = None) -> RequestTrace:

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from servetune.reporting.stats import format_mean_std
+
 W, KV = "model.weight_bits", "model.kv_bits"
 PANELS = (
     ("kv_blocks", "KV capacity (blocks of 16 tokens)", 1.0),
@@ -37,20 +39,11 @@ TABLE = (("kv_blocks", "KV blocks", 1.0, "{:.0f}"),
          ("useful_tokens_per_dollar", "useful tok/$ (M)", 1e-6, "{:.3f}"))
 
 
-def _pm(mean: float, std: float, scale: float, fmt: str) -> str:
-    """mean +- std; the std is left out where it is 0 (deterministic across seeds: batch lanes
-    agree to about 1e-12 relative)."""
-    m = fmt.format(mean * scale)
-    if not np.isfinite(std) or std <= 1e-9 * abs(mean):
-        return m
-    return f"{m} +- {fmt.format(std * scale)}"
-
-
 def table(points: pd.DataFrame) -> str:
     rows = ["| weight bits | KV bits | " + " | ".join(t for _, t, _, _ in TABLE) + " |",
             "|---" * (len(TABLE) + 2) + "|"]
     for _, p in points.sort_values([W, KV], ascending=False).iterrows():
-        cells = [_pm(p[f"{m}_mean"], p[f"{m}_std"], s, f) for m, _, s, f in TABLE]
+        cells = [format_mean_std(p[f"{m}_mean"], p[f"{m}_std"], s, f) for m, _, s, f in TABLE]
         rows.append(f"| {int(p[W])} | {int(p[KV])} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import ops, relax
+from servetune.engine import prefix as prefix_lib
 from servetune.engine.kv import blocks_for
 from servetune.engine.scheduler import token_budget
 from servetune.types import DONE, EMPTY, REJECTED, WAITING, EngineConfig, Entries, Params, Workload
@@ -43,6 +44,17 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
     else:
         read = lambda x: x[idx]
 
+    pfx = prefix_lib.arrive(e, take, idx, next_req, wl) if cfg.prefix_cache else {}
+    e, n_rejected = fill(e, t, take, idx, read, wl, params, cfg, pfx)
+    return e, next_req + n_take, pending - n_take, n_arrived, n_rejected
+
+
+def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: EngineConfig,
+         extra: dict | None = None):
+    """Put arriving requests into the entries where `take` [A] holds: entry k gets request
+    idx[k], whose fields `read(wl.field)` gives ([A]). Applies the arrival checks (too long,
+    never fits above the watermark, queue cap: rejected). `extra`: further Entries fields
+    (prefix caching's). Returns (entries, rejected count)."""
     prompt = read(wl.prompt)
     output = read(wl.output)
     pol, kv_total = params.policy, params.cost.kv_blocks
@@ -81,5 +93,6 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
         give_up_state=sel(read(wl.give_up_state), e.give_up_state),
         spec_alpha=sel(read(wl.spec_alpha), e.spec_alpha) if cfg.speculation else e.spec_alpha,
         kv_ratio=sel(jnp.ones_like(e.kv_ratio), e.kv_ratio),
+        **(extra or {}),
     )
-    return e, next_req + n_take, pending - n_take, n_arrived, jnp.sum(reject, dtype=jnp.int32)
+    return e, jnp.sum(reject, dtype=jnp.int32)

@@ -22,7 +22,8 @@ from servetune.hardware import step_time
 from servetune.types import COMPLETED, DONE, RUNNING, WAITING, EngineConfig, Entries, Params
 
 
-def _admission_blocked(e: Entries, n_running, budget, free, params: Params, cfg: EngineConfig):
+def _admission_blocked(e: Entries, n_running, budget, free, params: Params, cfg: EngineConfig,
+                       prefix: bool = False):
     """True when no waiting request can be admitted in any iteration of the run: the sequence
     cap binds (it cannot loosen without a completion), or static batching holds the batch, or
     none fits as the first admission (no budget left, or too few KV blocks above the watermark;
@@ -36,6 +37,8 @@ def _admission_blocked(e: Entries, n_running, budget, free, params: Params, cfg:
     seq_cap = ~relax.below(0, relax.integer_limit(params.policy.max_num_seqs) - n_running)
     budget_left = budget - n_running
     need_w = e.prompt + e.generated
+    if prefix:  # a cache hit can leave as little as 1 token to compute: assume it does
+        need_w = jnp.minimum(need_w, 1)
     chunk = (jnp.minimum(need_w, budget_left) if cfg.chunked_prefill
              else jnp.where(need_w <= budget_left, need_w, 0))
     room = free - params.policy.watermark * params.cost.kv_blocks
@@ -43,22 +46,25 @@ def _admission_blocked(e: Entries, n_running, budget, free, params: Params, cfg:
     return ~jnp.any(waiting) | seq_cap | ~jnp.any(waiting & fits)
 
 
-def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig):
+def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=None):
     """Apply the longest run of uniform decode iterations starting at t (seconds) whose
     iterations all start before t_limit (the next arrival or the stop time).
 
     Returns (entries, end time, iterations K, duration of each iteration [L] (0 past K),
     gap histogram increments as (values [A + L], weights [A + L]), KV blocks in use after the
     run, completed mask [A]). K = 0 leaves everything unchanged.
+    `kv_offset`: with prefix caching, blocks in use beyond sum(e.blocks) (engine/prefix.py).
     """
     L = cfg.leap_max
     running = e.status == RUNNING
     n = jnp.sum(running, dtype=jnp.int32)
     budget = token_budget(params.policy, cfg)
     free = params.cost.kv_blocks - jnp.sum(e.blocks)
+    if kv_offset is not None:
+        free = free - kv_offset
     uniform = (jnp.all(~running | ((pending_tokens(e) == 1) & (e.generated > 0)))
                & (n > 0) & (n <= budget)
-               & _admission_blocked(e, n, budget, free, params, cfg))
+               & _admission_blocked(e, n, budget, free, params, cfg, kv_offset is not None))
     remaining = jnp.min(jnp.where(running, e.output - e.generated, L))
     # paged KV: a request crosses at most ceil(K / block_size) block boundaries in K tokens
     k_kv = (L if cfg.kv_layout == "contiguous"

@@ -94,9 +94,11 @@ def _exclusive_cumsum(x):
     return ops.cumsum(x) - x
 
 
-def schedule(es: Entries, params: Params, cfg: EngineConfig):
+def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None):
     """Schedule one iteration over entries `es` sorted by `policy.scheduling_order`.
 
+    `hits`: prefix caching's view (engine/prefix.Hits) when engine.prefix_cache is on: cached
+    blocks count once, hit tokens count as computed at admission.
     Returns (entries with statuses, blocks and preemption counters updated, Batch).
     """
     pol, kv_total = params.policy, params.cost.kv_blocks
@@ -110,6 +112,9 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
     grow = new_blocks(es, alloc, cfg)
     held = jnp.where(running, es.blocks, 0)
     free = kv_total - jnp.sum(es.blocks)
+    if hits is not None:  # a preemption frees private blocks and blocks only it references
+        held = held - hits.shared + hits.exclusive
+        free = free - hits.kv_offset
     kv_ratio = es.kv_ratio
     if cfg.kv_pressure == "compress":
         compress, grow = pressure.compress_tail(es, running, alloc, grow, held, free,
@@ -127,9 +132,13 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
     # 2. admissions, only when nothing was preempted
     n_running = jnp.sum(keep, dtype=jnp.int32)
     free_after = kv_total - jnp.sum(blocks)
+    if hits is not None:
+        free_after = free_after - hits.kv_offset
     budget_left = budget - jnp.sum(alloc)
     waiting = es.status == WAITING
     need_w = jnp.where(waiting, es.prompt + es.generated, 0)
+    if hits is not None:  # cached prompt tokens are not computed again
+        need_w = jnp.where(waiting, need_w - hits.cached, 0)
     if cfg.chunked_prefill:
         chunk = jnp.clip(budget_left - _exclusive_cumsum(need_w), 0, need_w)
     else:
@@ -156,6 +165,9 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
     admissible = (waiting & gate & (chunk > 0)
                   & relax.below(rank, relax.integer_limit(pol.max_num_seqs) - n_running)
                   & relax.at_most(ops.cumsum(want), room))
+    if hits is not None:  # the hits nobody references leave the evictable pool as well
+        admissible = admissible & relax.at_most(ops.cumsum(first_blocks + hits.claim),
+                                                free_after)
     admit = admissible & (rank < cfg.max_slots - n_running)
     slot_bound = jnp.any(admissible & ~admit)
     ended = jnp.zeros_like(admit)
@@ -179,5 +191,9 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig):
         n_preempt=es.n_preempt + requeue.astype(jnp.int32),
         kv_ratio=kv_ratio,
     )
+    if hits is not None:  # hit tokens count as computed; their blocks are the request's too
+        es = es.replace(computed=jnp.where(admit, hits.cached, es.computed),
+                        blocks=jnp.where(admit, es.blocks + hits.cached // cfg.block_size,
+                                         es.blocks))
     return es, Batch(tokens=tokens, decode=decode, preempted=requeue, slot_bound=slot_bound,
                      ended=ended)

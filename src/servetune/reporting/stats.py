@@ -231,3 +231,23 @@ def series(points: pd.DataFrame, keys: list, x: str) -> list:
     else:
         parts = [("", points)]
     return [(label, g.sort_values(x) if numeric else g) for label, g in parts]
+
+
+def format_mean_std(mean: float, std: float, scale: float = 1.0, fmt: str = "{:.3g}") -> str:
+    """`mean +- std` for a table cell (both multiplied by `scale`, formatted with `fmt`); just
+    the mean where the spread is zero or undefined, "-" where the mean is undefined."""
+    if not np.isfinite(mean):
+        return "-"
+    m = fmt.format(mean * scale)
+    if not np.isfinite(std) or std <= 1e-9 * max(abs(mean), 1e-12):
+        return m
+    return f"{m} +- {fmt.format(std * scale)}"
+
+
+def format_ci(point: pd.Series, metric: str, scale: float = 1.0, fmt: str = "{:.3g}") -> str:
+    """" [lo, hi]": the 95% bootstrap interval `aggregate` gives a P99 metric of one point
+    (scaled and formatted); empty for other metrics or where there is none."""
+    lo, hi = point.get(f"{metric}_ci_lo", np.nan), point.get(f"{metric}_ci_hi", np.nan)
+    if "p99" not in metric or not np.isfinite([lo, hi]).all():
+        return ""
+    return f" [{fmt.format(lo * scale)}, {fmt.format(hi * scale)}]"

@@ -1,0 +1,373 @@
+"""Automatic prefix caching (vLLM's APC), at the granularity of the trace's prefix block ids.
+
+Model. A prompt is cut into prefix blocks of T = engine.prefix_block_tokens tokens (Mooncake's
+`hash_ids`: one id per 512-token block, equal ids meaning equal prefixes up to and including
+that block, so an id stands for vLLM's chained block hash). One prefix block holds
+B = T / block_size KV blocks. Only full blocks are cached (vLLM hashes full blocks only).
+
+- Cache table: C = engine.prefix_cache_entries slots per instance, set-associative
+  (WAYS slots per set, the set chosen by a hash of the id). A slot holds a block id, the number
+  of running requests referencing it (`ref`), the time it was last released (`last`) and its
+  position in its prompt (`depth`).
+- Admission: a waiting request looks up its blocks; the leading run found is its hit, capped so
+  that at least one token is computed (vLLM caps the hit at prompt - 1 tokens and whole blocks:
+  here whole prefix blocks, so a prompt of exactly k x T tokens found whole recomputes its last
+  T tokens where vLLM recomputes its last block_size tokens). Hit tokens count as computed at
+  admission (not prefilled, no token budget); the blocks are referenced (ref += 1).
+- Insertion: when a running request has computed a full prompt block, the block enters the
+  cache (or, when another request inserted it first, the request references that copy and
+  frees its own: a dedup vLLM does not do) at the end of that iteration; requests admitted
+  from the next iteration on find it. At most MAX_INSERTS blocks per iteration (the rest in
+  the next iterations, counted in `insert_deferred`); a block whose set is full of referenced
+  blocks is not cached (counted in `insert_failed`). A new block takes an empty slot of its
+  set or else the set's least recently used unreferenced block (an eviction).
+- Release: a request that completes or is preempted drops its references at that time (`last`);
+  blocks nobody references stay cached and evictable.
+- KV: every cached block counts once, whoever references it: blocks in use = sum over running
+  requests of their private blocks (e.blocks, which counts all the request's blocks, minus
+  B x pfx_n referenced ones) + B x cached blocks. The scheduler sees evictable blocks as free
+  (as vLLM's free-block pool does); after it allocates, the least recently used evictable
+  blocks (ties: deepest first, so a prefix outlives its extensions) are evicted until the
+  blocks in use fit the KV capacity again, so `kv_peak_blocks <= kv_blocks` holds exactly.
+
+Per iteration the work is O(A x Hp x WAYS) for the lookup (only when a request waits), O(A x Hp)
+for reference updates (only when a request is admitted, completes or is preempted), O(C log C)
+only in iterations that evict under KV pressure and O(MAX_INSERTS^2) for insertion (only when
+a block is due); nothing scales with the trace.
+
+Known differences from vLLM, beyond the granularity: blocks become findable at the end of the
+iteration that computed them (vLLM: once scheduled); two requests computing the same new block
+at once end up sharing one copy (vLLM keeps both); two requests admitted in one iteration that
+reuse the same unreferenced blocks each count them against the free blocks (conservative); the
+KV watermark applies to an admission's new blocks, not to the cached blocks it reuses; when
+preempting, blocks referenced by several victims and nobody else are not counted as freed
+(conservative: at most an extra preemption); only prompt blocks are cached (the trace has no
+ids for output blocks); conflicts in a full table set evict that set's LRU block.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from servetune import ops
+from servetune.engine.kv import blocks_for
+from servetune.types import RUNNING, WAITING, EngineConfig, Entries, PrefixCache
+
+WAYS = 8  # slots per set of the cache table
+MAX_INSERTS = 64  # blocks inserted into the cache per iteration at most
+
+
+def blocks_per_prefix(cfg: EngineConfig) -> int:
+    """B: KV blocks of one prefix block."""
+    return cfg.prefix_block_tokens // cfg.block_size
+
+
+def workload_ids(trace, prompt: np.ndarray, cfg: EngineConfig, n: int) -> np.ndarray:
+    """[n, Hp] int32 prefix block ids for the device: the trace's `hash_ids` of full prompt
+    blocks (a partial last block is never cached), -1 elsewhere and in padding rows."""
+    width = cfg.prefix_width
+    out = np.full((n, width), -1, np.int32)
+    ids = getattr(trace, "hash_ids", None)
+    if ids is None:
+        return out
+    k = min(width, ids.shape[1])
+    out[:len(prompt), :k] = ids[:, :k]
+    full = (np.asarray(prompt) // cfg.prefix_block_tokens)[:, None]
+    out[:len(prompt)] = np.where(np.arange(width)[None, :] < full, out[:len(prompt)], -1)
+    return out
+
+
+def init_entries(shape, like, cfg: EngineConfig) -> dict:
+    """The Entries prefix fields, all empty, for entries of `shape` ([I, A])."""
+    z = jnp.zeros(shape, jnp.int32) + jnp.zeros_like(like, jnp.int32)
+    wide = jnp.zeros(shape + (cfg.prefix_width,), jnp.int32) - 1 + jnp.zeros_like(like,
+                                                                                   jnp.int32)
+    return {"pfx_ids": wide, "pfx_slot": wide, "pfx_n": z, "pfx_next": z}
+
+
+def init_cache(cfg: EngineConfig, like) -> PrefixCache:
+    """An empty cache table per instance; `like` is a traced int scalar (keeps carries sharded)."""
+    shape = (cfg.n_instances, cfg.prefix_cache_entries)
+    zi = jnp.zeros(shape, jnp.int32) + jnp.zeros_like(like, jnp.int32)
+    zs = jnp.zeros_like(like, jnp.int32)
+    return PrefixCache(ids=zi - 1, ref=zi, last=zi.astype(jnp.float64), depth=zi,
+                       hit_tokens=zs.astype(jnp.int64), prompt_tokens=zs.astype(jnp.int64),
+                       evictions=zs, insert_failed=zs, insert_deferred=zs)
+
+
+def instance(cache: PrefixCache, i) -> PrefixCache:
+    """Instance i's table (fields [C]) with the scenario's totals."""
+    return cache.replace(**{f: getattr(cache, f)[i] for f in ("ids", "ref", "last", "depth")})
+
+
+def store(cache: PrefixCache, pc: PrefixCache, cfg: EngineConfig, i) -> PrefixCache:
+    """`cache` with instance i's table replaced by `pc`."""
+    put = ((lambda all_, one: one[None]) if cfg.n_instances == 1 else
+           (lambda all_, one: all_.at[i].set(one)))
+    return pc.replace(**{f: put(getattr(cache, f), getattr(pc, f))
+                         for f in ("ids", "ref", "last", "depth")})
+
+
+def arrive(e: Entries, take, idx, next_req, wl) -> dict:
+    """Prefix fields of entries after arrivals: the requests taken (`take` [A], trace indices
+    `idx` [A] = next_req, next_req + 1, ...) get their block ids and no references. The rows
+    come from one contiguous window of the trace (as arrivals.take_arrivals reads)."""
+    ids = wl.prefix_ids
+    n, a = ids.shape[0], take.shape[0]
+    if n > a:
+        start = jnp.minimum(next_req, n - a)
+        rows = jax.lax.dynamic_slice(ids, (start, jnp.zeros_like(start)), (a, ids.shape[1]))
+        rows = rows[jnp.clip(idx - start, 0, a - 1)]
+    else:
+        rows = ids[idx]
+    t2 = take[:, None]
+    return {"pfx_ids": jnp.where(t2, rows, e.pfx_ids), "pfx_slot": jnp.where(t2, -1, e.pfx_slot),
+            "pfx_n": jnp.where(take, 0, e.pfx_n), "pfx_next": jnp.where(take, 0, e.pfx_next)}
+
+
+def _set_of(ids, n_sets: int):
+    h = ids.astype(jnp.uint32) * jnp.uint32(2654435761)
+    h = h ^ (h >> 16)
+    return (h % jnp.uint32(n_sets)).astype(jnp.int32)
+
+
+def lookup(table_ids, ids):
+    """Slot holding each id ([...] int32), -1 where absent (or id < 0)."""
+    n_sets = table_ids.shape[0] // WAYS
+    ways = _set_of(jnp.maximum(ids, 0), n_sets)[..., None] * WAYS + jnp.arange(WAYS, dtype=jnp.int32)
+    match = (table_ids[ways] == ids[..., None]) & (ids[..., None] >= 0)
+    return jnp.where(jnp.any(match, -1), jnp.sum(jnp.where(match, ways, 0), -1, dtype=jnp.int32),
+                     -1)
+
+
+class Hits(NamedTuple):
+    """What the scheduler needs from the cache, per entry in scheduling order."""
+
+    waiting: jnp.ndarray  # [A] bool waiting before this iteration's schedule
+    slots: jnp.ndarray  # [A, Hp] i32 cache slots of a waiting request's blocks (-1 absent)
+    n_hit: jnp.ndarray  # [A] i32 prefix blocks a waiting request would reuse
+    cached: jnp.ndarray  # [A] i32 their tokens (count as computed at admission)
+    claim: jnp.ndarray  # [A] i32 KV blocks an admission takes from the evictable cache
+    exclusive: jnp.ndarray  # [A] i32 KV blocks in the cache only this running request references
+    shared: jnp.ndarray  # [A] i32 KV blocks of a running request that live in the cache
+    kv_offset: jnp.ndarray  # [] i32 blocks in use beyond sum(e.blocks), counting evictable
+    #                         cached blocks as free (<= 0: sharing saves)
+
+
+def kv_offset(e: Entries, pc: PrefixCache, cfg: EngineConfig):
+    """Referenced cached blocks minus the requests' referenced blocks, in KV blocks: the
+    scheduler's blocks in use are sum(e.blocks) + this."""
+    b = blocks_per_prefix(cfg)
+    return (b * jnp.sum(pc.ref > 0, dtype=jnp.int32)
+            - b * jnp.sum(jnp.where(e.status == RUNNING, e.pfx_n, 0), dtype=jnp.int32))
+
+
+def hits(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig) -> Hits:
+    """Cache lookups for waiting requests and the KV view of running ones. The [A, Hp] work
+    (gathers) runs only when needed: lookups when someone waits, the exclusive counts when
+    the running requests' growth could exceed the free blocks (a preemption)."""
+    b, t_blk = blocks_per_prefix(cfg), cfg.prefix_block_tokens
+    waiting = e.status == WAITING
+    running = e.status == RUNNING
+    width = e.pfx_ids.shape[1]
+
+    def look():
+        slots = lookup(pc.ids, jnp.where(waiting[:, None], e.pfx_ids, -1))
+        lead = jnp.sum(jnp.cumprod(slots >= 0, axis=1), axis=1, dtype=jnp.int32)
+        n_hit = jnp.where(waiting, jnp.minimum(lead, (e.prompt - 1) // t_blk), 0)
+        in_hit = jnp.arange(width)[None, :] < n_hit[:, None]
+        free_hit = in_hit & (pc.ref[jnp.maximum(slots, 0)] == 0)
+        return slots, n_hit.astype(jnp.int32), b * jnp.sum(free_hit, axis=1, dtype=jnp.int32)
+
+    def none():
+        z = jnp.zeros_like(e.pfx_n)
+        return jnp.full(e.pfx_ids.shape, -1, jnp.int32), z, z
+
+    slots, n_hit, claim = jax.lax.cond(jnp.any(waiting), look, none)
+    offset = kv_offset(e, pc, cfg)
+    grow = jnp.where(running, blocks_for(e.prompt + e.generated, cfg) - e.blocks, 0)
+    tight = jnp.sum(grow) > kv_total - jnp.sum(e.blocks) - offset
+
+    def exclusive():
+        only = (e.pfx_slot >= 0) & (pc.ref[jnp.maximum(e.pfx_slot, 0)] == 1)
+        return jnp.where(running, b * jnp.sum(only, axis=1, dtype=jnp.int32), 0)
+
+    return Hits(
+        waiting=waiting, slots=slots, n_hit=n_hit, cached=n_hit * t_blk, claim=claim,
+        exclusive=jax.lax.cond(tight, exclusive, lambda: jnp.zeros_like(e.pfx_n)),
+        shared=jnp.where(running, b * e.pfx_n, 0), kv_offset=offset)
+
+
+def _release(pc: PrefixCache, slots, mask, t):
+    """Drop the references `mask` [A, Hp] at `slots` [A, Hp], released at time t."""
+    c = pc.ids.shape[0]
+    idx = jnp.where(mask, slots, c)
+    return pc.replace(ref=pc.ref.at[idx].add(-1, mode="drop"),
+                      last=pc.last.at[idx].set(t, mode="drop"))
+
+
+def release(e: Entries, pc: PrefixCache, which, t):
+    """Requests `which` [A] (completed or preempted) release their cached blocks at time t."""
+    def do(e, pc):
+        mask = which[:, None] & (e.pfx_slot >= 0)
+        pc = _release(pc, e.pfx_slot, mask, t)
+        e = e.replace(pfx_slot=jnp.where(which[:, None], -1, e.pfx_slot),
+                      pfx_n=jnp.where(which, 0, e.pfx_n), pfx_next=jnp.where(which, 0, e.pfx_next))
+        return e, pc
+    return jax.lax.cond(jnp.any(which), do, lambda e, pc: (e, pc), e, pc)
+
+
+def _evict_lru(pc: PrefixCache, n):
+    """Evict the n least recently released unreferenced blocks (ties: deepest first)."""
+    c = pc.ids.shape[0]
+    evictable = (pc.ids >= 0) & (pc.ref == 0)
+    key = jnp.where(evictable, pc.last, jnp.inf)
+    order = jnp.lexsort((-pc.depth, key))
+    rank = jnp.zeros((c,), jnp.int32).at[order].set(jnp.arange(c, dtype=jnp.int32))
+    out = evictable & (rank < n)
+    return pc.replace(ids=jnp.where(out, -1, pc.ids),
+                      evictions=pc.evictions + jnp.sum(out, dtype=jnp.int32))
+
+
+def blocks_in_use(e: Entries, pc: PrefixCache, cfg: EngineConfig, blocks_sum=None):
+    """KV blocks physically in use: the requests' private blocks plus every cached block.
+    `blocks_sum`: sum(e.blocks) when it is known (e.g. a leap's peak)."""
+    b = blocks_per_prefix(cfg)
+    total = jnp.sum(e.blocks, dtype=jnp.int32) if blocks_sum is None else blocks_sum
+    return (total - b * jnp.sum(e.pfx_n, dtype=jnp.int32)
+            + b * jnp.sum(pc.ids >= 0, dtype=jnp.int32))
+
+
+def make_room(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig, blocks_sum=None):
+    """Evict LRU blocks until the blocks in use fit `kv_total`; returns (cache, blocks in use).
+    The scheduler counted evictable blocks as free, so evicting enough of them always fits."""
+    b = blocks_per_prefix(cfg)
+    used = blocks_in_use(e, pc, cfg, blocks_sum)
+    n = jnp.maximum(used - kv_total + b - 1, 0) // b
+    before = pc.evictions
+    pc = jax.lax.cond(n > 0, _evict_lru, lambda pc, n: pc, pc, n)
+    return pc, used - b * (pc.evictions - before)
+
+
+def after_schedule(e: Entries, batch, h: Hits, pc: PrefixCache, t, kv_total, cfg: EngineConfig):
+    """Admissions reference their hits; preempted requests release theirs; then LRU eviction
+    makes room for what was allocated. Returns (entries, cache, KV blocks in use)."""
+    admitted = h.waiting & (e.status == RUNNING)
+    e, pc = release(e, pc, batch.preempted, t)
+    in_hit = admitted[:, None] & (jnp.arange(h.slots.shape[1])[None, :] < h.n_hit[:, None])
+    c = pc.ids.shape[0]
+    ref = jax.lax.cond(jnp.any(admitted & (h.n_hit > 0)),  # an [A, Hp] scatter: only if needed
+                       lambda: pc.ref.at[jnp.where(in_hit, h.slots, c)].add(1, mode="drop"),
+                       lambda: pc.ref)
+    pc = pc.replace(
+        ref=ref,
+        hit_tokens=pc.hit_tokens + jnp.sum(jnp.where(admitted, h.cached, 0), dtype=jnp.int64),
+        prompt_tokens=pc.prompt_tokens + jnp.sum(jnp.where(admitted, e.prompt, 0),
+                                                 dtype=jnp.int64))
+    e = e.replace(pfx_slot=jnp.where(admitted[:, None], jnp.where(in_hit, h.slots, -1),
+                                     e.pfx_slot),
+                  pfx_n=jnp.where(admitted, h.n_hit, e.pfx_n),
+                  pfx_next=jnp.where(admitted, h.n_hit, e.pfx_next))
+    pc, used = make_room(e, pc, kv_total, cfg)
+    return e, pc, used
+
+
+def _insert(e: Entries, pc: PrefixCache, active, t, cfg: EngineConfig):
+    """Insert the full prompt blocks `active` [A] requests have computed and not yet inserted
+    (at most MAX_INSERTS, in entry order). Returns (entries, cache, deferred: more were due)."""
+    t_blk, width = cfg.prefix_block_tokens, cfg.prefix_width
+    a_n, c = e.req.shape[0], pc.ids.shape[0]
+    full = jnp.minimum(e.computed // t_blk, jnp.minimum(e.prompt // t_blk, width))
+    pend = jnp.where(active, jnp.maximum(full - e.pfx_next, 0), 0).astype(jnp.int32)
+    csum = ops.cumsum(pend, dtype=jnp.int32)
+    start = csum - pend
+    total = csum[-1]
+    k = jnp.arange(MAX_INSERTS, dtype=jnp.int32)
+    a = jnp.minimum(jnp.searchsorted(csum, k, side="right"), a_n - 1).astype(jnp.int32)
+    in_range = k < total
+    j = jnp.clip(e.pfx_next[a] + k - start[a], 0, width - 1)
+    ids = jnp.where(in_range, e.pfx_ids[a, j], -1)
+    valid = ids >= 0
+    exist = lookup(pc.ids, ids)
+    earlier = k[None, :] < k[:, None]  # [K, K] k' < k
+    same = (ids[:, None] == ids[None, :]) & valid[None, :] & earlier
+    has_first = jnp.any(same, axis=1)
+    first = jnp.where(has_first, jnp.argmax(same, axis=1).astype(jnp.int32), k)
+    new = valid & (exist < 0) & ~has_first
+    s = _set_of(jnp.maximum(ids, 0), c // WAYS)
+    rank = jnp.sum(new[None, :] & (s[None, :] == s[:, None]) & earlier, axis=1, dtype=jnp.int32)
+    ways = s[:, None] * WAYS + jnp.arange(WAYS, dtype=jnp.int32)  # [K, W]
+    w_ids, w_ref = pc.ids[ways], pc.ref[ways]
+    hit_slots = jnp.where(valid & (exist >= 0), exist, -1)
+    claimed = jnp.any(ways[:, :, None] == hit_slots[None, None, :], axis=-1)
+    empty = w_ids < 0
+    avail = empty | ((w_ref == 0) & ~claimed)
+    key = jnp.where(empty, -jnp.inf, jnp.where(avail, pc.last[ways], jnp.inf))
+    order = jnp.lexsort((-pc.depth[ways], key), axis=-1)
+    ranked = jnp.take_along_axis(ways, order, axis=1)
+    pick = jnp.take_along_axis(ranked, jnp.minimum(rank, WAYS - 1)[:, None], axis=1)[:, 0]
+    target = jnp.where(new & (rank < jnp.sum(avail, axis=1)), pick, -1)
+    slot = jnp.where(exist >= 0, exist, jnp.where(has_first, target[first], target))
+    ok = valid & (slot >= 0)
+    written = new & (target >= 0)
+    w_at = jnp.where(written, target, c)
+    victims = written & (pc.ids[jnp.minimum(target, c - 1)] >= 0)
+    pc = pc.replace(
+        ids=pc.ids.at[w_at].set(ids, mode="drop"),
+        depth=pc.depth.at[w_at].set(j, mode="drop"),
+        last=pc.last.at[w_at].set(t, mode="drop"),
+        ref=pc.ref.at[jnp.where(ok, slot, c)].add(1, mode="drop"),
+        evictions=pc.evictions + jnp.sum(victims, dtype=jnp.int32),
+        insert_failed=pc.insert_failed + jnp.sum(valid & ~ok & ~has_first, dtype=jnp.int32),
+        insert_deferred=pc.insert_deferred + (total > MAX_INSERTS).astype(jnp.int32))
+    tried = jnp.clip(MAX_INSERTS - start, 0, pend)
+    a_ok = jnp.where(ok, a, a_n)
+    e = e.replace(pfx_slot=e.pfx_slot.at[a_ok, j].set(slot, mode="drop"),
+                  pfx_n=e.pfx_n.at[a_ok].add(1, mode="drop"),
+                  pfx_next=e.pfx_next + tried)
+    return e, pc, total > MAX_INSERTS
+
+
+def after_advance(e: Entries, completed, pc: PrefixCache, t_end, cfg: EngineConfig):
+    """End of an iteration: newly computed full prompt blocks enter the cache, then completed
+    requests release theirs. Returns (entries, cache, deferred: blocks left to insert)."""
+    active = (e.status == RUNNING) | completed
+    t_blk = cfg.prefix_block_tokens
+    due = active & (jnp.minimum(e.computed // t_blk, e.prompt // t_blk) > e.pfx_next)
+    due &= e.pfx_next < cfg.prefix_width
+    e, pc, deferred = jax.lax.cond(
+        jnp.any(due), lambda e, pc: _insert(e, pc, active, t_end, cfg),
+        lambda e, pc: (e, pc, jnp.asarray(False)), e, pc)
+    e, pc = release(e, pc, completed, t_end)
+    return e, pc, deferred
+
+
+def after_leap(e: Entries, done, leap_blocks, pc: PrefixCache, t_end, kv_total,
+               cfg: EngineConfig):
+    """After a run of decode iterations (engine/leap.py): evict what its growth needs (nothing
+    else touched the cache during it, so the LRU choice is the one stepping makes), then the
+    requests it completed release their blocks. Returns (entries, cache, peak KV blocks)."""
+    pc, peak = make_room(e, pc, kv_total, cfg, blocks_sum=leap_blocks)
+    e, pc = release(e, pc, done, t_end)
+    return e, pc, peak
+
+
+def trace_reuse(trace, block_tokens: int, admitted: np.ndarray) -> float:
+    """Host-side reference: the trace's own prefix reuse under an infinite cache that holds a
+    block from its request's arrival on, in the simulator's terms: prompt tokens of each
+    admitted request's leading full blocks whose id appeared in an earlier admitted request
+    (capped at prompt - 1 tokens, in whole blocks), over all admitted prompt tokens."""
+    seen, hit = set(), 0
+    for r in np.nonzero(admitted)[0]:
+        p, ids = int(trace.prompt[r]), trace.hash_ids[r]
+        full = p // block_tokens
+        k = 0
+        while k < full and ids[k] in seen:
+            k += 1
+        hit += min(k, (p - 1) // block_tokens) * block_tokens
+        seen.update(ids[:full].tolist())
+    return hit / max(int(trace.prompt[admitted].sum()), 1)

@@ -1,0 +1,52 @@
+"""Smoke tests of the studies in sweeps/: every experiment config composes and builds at the
+extremes of each axis it sweeps (no simulation), and the policies the studies add load."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+from omegaconf import OmegaConf
+
+from servetune import api, scenario
+
+STUDIES = ("kv_pressure", "speculation", "utilization_vs_value", "tuned_vs_default")
+
+
+def _params(name: str) -> dict:
+    path = resources.files("servetune") / "conf" / "experiment" / f"{name}.yaml"
+    params = OmegaConf.load(str(path)).hydra.sweeper.params
+    return {k: str(v).split(",") for k, v in params.items()}
+
+
+def _points(params: dict) -> list[list[str]]:
+    """Override lists: every value of each swept key once (numeric axes: first and last), the
+    other keys at their first value."""
+    first = {k: v[0] for k, v in params.items()}
+    points = []
+    for key, values in params.items():
+        numeric = all(v.replace(".", "", 1).isdigit() for v in values)
+        for v in (values[0], values[-1]) if numeric else values:
+            points.append([f"{k}={v if k == key else first[k]}" for k in params])
+    return points
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_study_builds(name):
+    params = _params(name)
+    assert params, f"{name}: no sweep"
+    for overrides in _points(params):
+        sc = scenario.build(api.compose([f"+experiment={name}", *overrides]))
+        assert len(sc.seeds) >= 1 and sc.labels["kv_blocks"] > 0, (name, overrides)
+
+
+def test_study_settings():
+    kvp = scenario.build(api.compose(["+experiment=kv_pressure", "engine.kv_pressure=reject"]))
+    assert kvp.labels["model"] == "Llama-3-70B" and kvp.labels["tp"] == 2
+    assert kvp.engine.kv_pressure == "reject" and len(kvp.seeds) == 3
+    spec = scenario.build(api.compose(["+experiment=speculation", "policy.spec_k=4"]))
+    assert spec.engine.speculation
+    uv = api.compose(["+experiment=utilization_vs_value", "policy=value_aware"])
+    assert uv.policy.queue_cap == 8 and uv.engine.max_slots == 512
+    tvd = api.compose(["+experiment=tuned_vs_default", "policy=tuned_azure_conv"])
+    assert tvd.policy.queue_cap == 51 and tvd.policy.max_num_seqs == 502
