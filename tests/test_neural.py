@@ -207,3 +207,16 @@ def test_cli_tunes_a_network(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"score_net=[{neural.n_weights(3)} weights" in proc.stdout
     assert (tmp_path / "export" / "priority.py").exists()
+
+
+def test_neural_order_runs_per_instance_with_routing():
+    # each instance orders its own queue; engine features are the instance's own
+    base = ["workload=poisson", "workload.rate=150", "workload.duration_s=10",
+            "window.drain_s=60", "workload.predictor.sigma=0.5", "output.progress=false",
+            "engine.n_instances=2", "engine.routing=jsq"]
+    fcfs = api.simulate_batch(scenario.build(api.compose(base))).metrics[0]
+    w = neural.init_weights(4, seed=0, out_scale=2.0)
+    net = api.simulate_batch(scenario.build(api.compose(
+        base + ["policy.order=neural", f"+policy.score_net={list(map(float, w))}"]))).metrics[0]
+    assert net["n_completed"] + net["n_outstanding"] == fcfs["n_completed"] + fcfs["n_outstanding"]
+    assert net["ttft_p99_s"] != fcfs["ttft_p99_s"]
