@@ -81,7 +81,7 @@ def test_missing_file(tmp_path):
     (["engine.queue_window=inf"], "engine.queue_window", "finite"),
     (["hardware.overhead_s=inf"], "hardware.overhead_s", "finite"),
     (["engine.chunked_prefill=maybe"], "engine.chunked_prefill", "true or false"),
-    (["+engine.n_instances=2"], "engine.n_instances", "only 1"),
+    (["engine.n_instances=0"], "engine.n_instances", "got 0"),
     (["cost=linear", "cost.kv_blocks=5"], "cost.kv_blocks", "cannot hold one"),
     (["workload=poisson", "workload.prompt.dist=fixed"], "workload.prompt.value", "missing"),
     (["workload=poisson", "workload.output.min=0"], "workload.output.min", ">= 1"),
