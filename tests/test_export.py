@@ -59,6 +59,9 @@ def test_yaml_loads_back_as_the_rounded_policy(tmp_path):
     want = make_policy({**TUNED, "max_num_seqs": 127, "max_num_batched_tokens": 4096,
                         "queue_cap": 64}, "parametric")
     for field in want.__dataclass_fields__:
+        if getattr(want, field) is None:  # score_net: none without order neural
+            assert getattr(got, field) is None, field
+            continue
         assert float(getattr(got, field)) == float(getattr(want, field)), field
 
 

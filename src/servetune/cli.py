@@ -129,7 +129,9 @@ def run_tune(cfg: DictConfig):
         table.add_row(*[f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c])
                         for c in cols])
     console.print(table)
-    console.print("tuned policy: " + ", ".join(f"{k}={v:.4g}" for k, v in result.best.items()))
+    shown = lambda k, v: (f"{k}=[{len(v)} weights, export/score_net.json]" if k == "score_net"
+                          else f"{k}={v:.4g}")
+    console.print("tuned policy: " + ", ".join(shown(k, v) for k, v in result.best.items()))
     console.print(f"wrote {out}/history.csv, evaluation.csv, convergence.png, export/")
     return result
 

@@ -36,6 +36,7 @@ FLOORED = ("max_num_seqs", "max_num_batched_tokens")
 WEIGHTS = ("w_age", "w_prompt", "w_pred", "w_slack")
 # gateway priority = round(PRIORITY_SCALE * sort key): integer, resolution 1e-3 of the key
 PRIORITY_SCALE = 1000
+NET_KEY = "score_net"  # the neural order's flat network weights (servetune.neural)
 
 
 def _number(key: str, value) -> float:
@@ -63,6 +64,7 @@ def _effective(values: Mapping[str, object], order: str) -> dict[str, float]:
     validated and with integer limits rounded. Speculation (`spec_k`) is kept if given."""
     if order not in ORDERS:
         raise ConfigError(f"policy.order: got {order!r}; expected one of {sorted(ORDERS)}")
+    values = {k: v for k, v in values.items() if k != NET_KEY}  # see write_export
     for key in values:
         if key not in DEFAULTS and key not in EXTRA_KEYS:
             raise ConfigError(f"policy.{key}: unknown policy parameter; expected one of "
@@ -91,6 +93,8 @@ def _engine_dict(engine) -> dict:
 
 
 def _infer_order(values: Mapping[str, object]) -> str:
+    if values.get(NET_KEY) is not None:
+        return "neural"
     eff = _effective(values, "parametric")  # parametric: the weights as given, else defaults
     return "fcfs" if {k: eff[k] for k in WEIGHTS} == ORDERS["fcfs"] else "parametric"
 
@@ -112,6 +116,8 @@ def policy_to_config(values: Mapping[str, object], order: str, engine: Mapping |
     for key in DEFAULTS:
         value = eff[key]
         cfg[key] = None if value == math.inf else value
+    if values.get(NET_KEY) is not None:  # order neural: the weights inline (standalone file)
+        cfg[NET_KEY] = np.asarray(values[NET_KEY], np.float64).reshape(-1).tolist()
     return cfg
 
 
@@ -224,7 +230,14 @@ def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | N
                             "finds this many requests waiting (vllm:num_requests_waiting); "
                             "SGLang: --max-queued-requests"})
     w = {k: eff[k] for k in WEIGHTS}
-    if order != "fcfs":
+    if order == "neural":
+        out.append({"name": "order", "value": order, "engines": both,
+                    "note": "a gateway sets each request's priority with priority.py's "
+                            "priority(request, engine) (weights in score_net.json: the linear "
+                            "w_* terms plus a small network over request and engine features), "
+                            "lower first; it scores once at submission, the simulator every "
+                            "iteration"})
+    elif order != "fcfs":
         key = (f"{w['w_age'] + w['w_slack']:g} * arrival_s + {w['w_prompt']:g} * prompt_tokens"
                f" / 1000 + {w['w_pred']:g} * predicted_output_tokens / 1000")
         out.append({"name": "order", "value": order, "engines": both,
@@ -301,13 +314,21 @@ def vllm_warnings(args: Mapping[str, object]) -> list[str]:
 def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine: Mapping,
                  extra: dict | None = None) -> dict[str, Path]:
     """Write tuned_policy.yaml, vllm_args.json, sglang_args.json (args plus the "flags" command
-    line) and unmapped_knobs.json into `out_dir` (created; files there are replaced). `extra`
+    line) and unmapped_knobs.json into `out_dir` (created; files there are replaced); with a
+    neural score (values["score_net"]) also score_net.json (weights, feature names, units and
+    scales) and priority.py (a dependency-free priority(request, engine) for a gateway). `extra`
     (e.g. the objective and scenario it was tuned on) goes into each JSON file under "extra" and
     into the YAML as comments. Returns {name: path}."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {name: out_dir / name for name in
              ("tuned_policy.yaml", "vllm_args.json", "sglang_args.json", "unmapped_knobs.json")}
+    if values.get(NET_KEY) is not None:  # order neural: score_net.json and priority.py too
+        from servetune import neural
+
+        eff = _effective(values, order)
+        paths.update(neural.export_score_net(out_dir, values[NET_KEY],
+                                             {k: eff[k] for k in WEIGHTS}, eff["ttft_target_s"]))
     header = [f"# servetune tuned policy (order {order}). To simulate it, put it at",
               "# <dir>/policy/tuned_policy.yaml and pass "
               + "hydra.searchpath=[file://<dir>] policy=tuned_policy"]

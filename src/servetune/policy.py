@@ -37,6 +37,8 @@ ORDERS: dict[str, dict[str, float]] = {
     # shortest predicted job first: fewest (prompt + predicted output) tokens first
     "sjf": {"w_age": 0.0, "w_prompt": 1.0, "w_pred": 1.0, "w_slack": 0.0},
     "parametric": {},
+    # the w_* weights as given plus a neural score (servetune.neural), needs policy.score_net
+    "neural": {},
 }
 
 _BOUNDS = {
@@ -56,13 +58,21 @@ def make_policy(values: Mapping[str, object] | None = None, order: str = "fcfs",
 
     Values are broadcast against each other; lists give a leading batch axis. `order` picks the
     priority-score weights (fcfs, sjf, or parametric = take the w_* values as given).
+    order "neural" also takes `score_net`: flat network weights [W] (or [P, W], one row per
+    policy point), a list or the path of an exported score_net.json (servetune.neural).
     Raises ConfigError naming `policy.<key>` for unknown keys and out-of-range values.
     """
     if order not in ORDERS:
         raise ConfigError(f"{key_prefix}.order: got {order!r}; expected one of {sorted(ORDERS)}")
+    values = dict(values or {})
+    net = values.pop("score_net", None)
+    if (net is None) != (order != "neural"):
+        raise ConfigError(f"{key_prefix}.score_net: " + (
+            "required with order neural (a list of weights or a score_net.json path)"
+            if net is None else f"given with order {order!r}; set {key_prefix}.order=neural"))
     merged = dict(DEFAULTS)
     merged.update(ORDERS[order])
-    for key, value in (values or {}).items():
+    for key, value in values.items():
         if key not in DEFAULTS:
             raise ConfigError(
                 f"{key_prefix}.{key}: unknown policy parameter; expected one of {sorted(DEFAULTS)}"
@@ -84,7 +94,16 @@ def make_policy(values: Mapping[str, object] | None = None, order: str = "fcfs",
             raise ConfigError(f"{key_prefix}.{key}: got {value!r}; expected within [{lo}, {hi}]")
         arrays[key] = arr
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
-    return PolicyParams(**{k: jnp.asarray(np.broadcast_to(a, shape)) for k, a in arrays.items()})
+    fields = {k: jnp.asarray(np.broadcast_to(a, shape)) for k, a in arrays.items()}
+    if net is not None:
+        from servetune import neural
+
+        w = neural.load(net)
+        if w.ndim > 1:  # one row per policy point
+            shape = np.broadcast_shapes(shape, w.shape[:-1])
+            fields = {k: jnp.asarray(np.broadcast_to(a, shape)) for k, a in arrays.items()}
+        fields["score_net"] = jnp.asarray(np.broadcast_to(w, shape + w.shape[-1:]))
+    return PolicyParams(**fields)
 
 
 def priority_score(e: Entries, t, pol: PolicyParams):
@@ -107,4 +126,8 @@ def scheduling_order(e: Entries, t, pol: PolicyParams):
     group = jnp.where(e.status == RUNNING, 0,
                       jnp.where(e.status == WAITING, jnp.where(e.preempted, 1, 2), 3))
     score = priority_score(e, t, pol)
+    if pol.score_net is not None:  # order neural: a structural (static) switch
+        from servetune.neural import neural_score
+
+        score = neural_score(e, t, pol, score)
     return jnp.lexsort((e.req, -score, group))

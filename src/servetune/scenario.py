@@ -375,6 +375,7 @@ def build(cfg: DictConfig) -> Scenario:
     order = policy_cfg.pop("order", "fcfs")
     if not isinstance(order, str):
         raise ConfigError(f"policy.order: got {order!r}; expected one of fcfs, sjf, parametric")
+    score_net = policy_cfg.pop("score_net", None)  # order neural: weights or a JSON path
     unlimited = ("queue_cap", "max_num_batched_tokens")  # null or inf: no limit
     for k, v in policy_cfg.items():
         if isinstance(v, list):
@@ -400,6 +401,8 @@ def build(cfg: DictConfig) -> Scenario:
     columns = {k: [pt[k] for pt in points] for k in points[0]} if points[0] else {}
     base = {k: np.full(len(points), v, dtype=np.float64) for k, v in policy_cfg.items()}
     base.update(columns)
+    if score_net is not None:
+        base["score_net"] = score_net
     pol = make_policy(base, order=order)
     max_seqs = float(np.max(np.asarray(pol.max_num_seqs)))
     slots = _number(cfg, "engine.max_slots", lo=1, hi=MAX_CAPACITY, integer=True,

@@ -140,6 +140,8 @@ class PolicyParams:
     route_w_queue: jnp.ndarray  # [] routing score weight per request in an instance
     route_w_kv: jnp.ndarray  # [] routing score weight per fraction of KV blocks in use
     route_w_work: jnp.ndarray  # [] routing score weight per 1000 tokens of predicted work
+    score_net: jnp.ndarray | None = None  # [W] flat weights of the neural priority score
+    #                                        (servetune.neural; None = the linear score alone)
 
 
 @struct.dataclass

@@ -17,10 +17,15 @@ from servetune.simulate import rollout
 from servetune.types import Params
 
 
-def _policy_values(scenario: Scenario) -> dict[str, float]:
-    """The scenario's (first) policy point as plain floats."""
+def _policy_values(scenario: Scenario) -> dict:
+    """The scenario's (first) policy point as plain floats (score_net, if any, as an array)."""
     pol = scenario.params.policy
-    return {k: float(np.asarray(getattr(pol, k)).reshape(-1)[0]) for k in pol.__dataclass_fields__}
+    out = {k: float(np.asarray(getattr(pol, k)).reshape(-1)[0]) for k in pol.__dataclass_fields__
+           if k != "score_net"}
+    if pol.score_net is not None:
+        w = np.asarray(pol.score_net)
+        out["score_net"] = w.reshape(-1, w.shape[-1])[0]
+    return out
 
 
 class Evaluator:
@@ -41,12 +46,14 @@ class Evaluator:
         self.scenarios_simulated = 0
 
     def params(self, values: Mapping[str, np.ndarray]) -> Params:
-        """Params [P] of the base policy with `values` (arrays [P]) substituted."""
+        """Params [P] of the base policy with `values` (arrays [P], score_net [P, W])
+        substituted."""
         n = len(next(iter(values.values())))
-        merged = {k: np.full(n, v) for k, v in self.base.items()}
+        merged = {k: (np.broadcast_to(v, (n,) + np.shape(v)) if k == "score_net"
+                      else np.full(n, v)) for k, v in self.base.items()}
         merged.update({k: np.asarray(v, np.float64) for k, v in values.items()})
         # the base values carry the order's score weights already: take them as given
-        pol = make_policy(merged, order="parametric")
+        pol = make_policy(merged, order="neural" if "score_net" in merged else "parametric")
         widen = lambda tree: jax.tree.map(lambda x: jnp.broadcast_to(x[0], (n,) + x.shape[1:]),
                                           tree)
         base = self.scenario.params

@@ -18,7 +18,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from servetune import export
+from servetune import export, neural
 from servetune.errors import ConfigError
 from servetune.scenario import build
 from servetune.tune import checkpoint, es
@@ -52,6 +52,11 @@ class Settings:
     holdout: list
     workloads: list
     export: bool
+    policy_family: str = "linear"
+    net_hidden: int = 0
+    net_scale: float = 1.0
+    net_init_seed: int = 0
+    net_init_out_scale: float = 0.0
 
 
 def _num(t, key, kind=float, lo=-math.inf, hi=math.inf):
@@ -114,6 +119,12 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     if t is None:
         raise ConfigError("tune: missing; add tune=es (the evolution-strategies tuner)")
     estimator = _choice(t, "estimator", ("es",))
+    family = OmegaConf.select(t, "policy_family", default="linear")
+    if family not in ("linear", "neural"):
+        raise ConfigError(f"tune.policy_family: got {family!r}; expected linear or neural")
+    neural_family = family == "neural"
+    hidden = _num(t, "net.hidden", int, 1, 4096) if neural_family else 0
+    net_scale = _num(t, "net.scale", float, 1e-9, 1e6) if neural_family else 1.0
     return Settings(
         estimator=estimator,
         iterations=_num(t, "iterations", int, 1),
@@ -130,12 +141,20 @@ def settings_from_config(cfg: DictConfig) -> Settings:
                             cvar_alpha=_num(t, "objective.cvar_alpha", float, 1e-6, 1)),
         lambda_init=_num(t, "dual.lambda_init", float, 0),
         lambda_learning_rate=_num(t, "dual.learning_rate", float, 0),
-        space=space_from_config(_mapping(t, "space")),
+        space=space_from_config(_mapping(t, "space"),
+                                net_size=neural.n_weights(hidden) if neural_family else 0,
+                                net_scale=net_scale),
         eval_seeds=_num(t, "eval.seeds", int, 0),
         eval_seed_offset=_num(t, "eval.seed_offset", int, 0),
         holdout=_holdout(OmegaConf.select(t, "eval.holdout")),
         workloads=[_holdout(w, "tune.workloads") for w in (OmegaConf.select(t, "workloads") or [])],
         export=_flag(t, "export", True),
+        policy_family=family,
+        net_hidden=hidden,
+        net_scale=net_scale,
+        net_init_seed=_num(t, "net.init_seed", int, 0) if neural_family else 0,
+        net_init_out_scale=(_num(t, "net.init_out_scale", float, 0, 1e6) if neural_family
+                            else 0.0),
     )
 
 
@@ -197,7 +216,9 @@ def _better(a: dict | None, b: dict) -> bool:
 
 
 def _plain(values: dict) -> dict:
-    return {k: float(np.asarray(v)) for k, v in values.items()}
+    """Policy values as JSON-able floats (the network's weights as a list of floats)."""
+    return {k: (np.asarray(v, np.float64).tolist() if k == "score_net" else float(np.asarray(v)))
+            for k, v in values.items()}
 
 
 def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
@@ -216,7 +237,7 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     st = settings_from_config(cfg)
     space = st.space
     cfg = _prepare(cfg, space)
-    order = _order(cfg)
+    order = "neural" if st.policy_family == "neural" else _order(cfg)
     if st.workloads:  # tune over several workloads at once
         evaluator = MultiEvaluator([
             Evaluator(build(_with_overrides(cfg, w, "tune.workloads")), order, st.batch_mode)
@@ -224,8 +245,12 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     else:
         evaluator = Evaluator(build(cfg), order, st.batch_mode)
     start_values = dict(evaluator.base)
+    if space.net_size and "score_net" not in start_values:
+        # the configured (linear) policy plus a network that adds nothing yet (out scale 0)
+        start_values["score_net"] = neural.init_weights(st.net_hidden, st.net_init_seed,
+                                                        st.net_init_out_scale)
     theta = space.point(start_values)
-    m, dim = st.pairs, len(space.dims)
+    m, dim = st.pairs, space.size
     opt = OPTIMIZERS[st.optimizer](st.learning_rate)
     dual = optax.sgd(st.lambda_learning_rate)
     opt_state = opt.init(jnp.asarray(theta))
@@ -265,6 +290,9 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
                 state["best_values"] = _plain({**start_values,
                                                **space.values(points[k])})
         center = _plain(space.values(theta))
+        net = center.pop("score_net", None)
+        if net is not None:
+            center["score_net_norm"] = float(np.linalg.norm(net))
         row = {"iteration": it, "scenarios_simulated": evaluator.scenarios_simulated,
                "lambda": lam, "grad_norm": float(np.linalg.norm(grad)),
                **{f"center_{k}": v for k, v in summaries[0].items()},
@@ -286,6 +314,7 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     history = pd.DataFrame(state["history"])
     history.to_csv(out_dir / "history.csv", index=False)
     best = state["best_values"]
+    start_values = _plain(start_values)
     evaluation = evaluate_policies(cfg, {"start": start_values, "tuned": best}, st, order)
     evaluation.to_csv(out_dir / "evaluation.csv", index=False)
     _plot(history, out_dir / "convergence.png", st.objective.slo_target)
@@ -319,7 +348,8 @@ def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st: Settings, 
     if st.holdout:
         splits["holdout_workload"] = _with_overrides(cfg, st.holdout, "tune.eval.holdout")
     names = list(policies)
-    values = {k: np.array([float(policies[n][k]) for n in names]) for k in policies[names[0]]}
+    values = {k: np.stack([np.asarray(policies[n][k], np.float64) for n in names])
+              for k in policies[names[0]]}
     rows = []
     for split, split_cfg in splits.items():
         ev = Evaluator(build(split_cfg), order, st.batch_mode)

@@ -4,7 +4,8 @@ The tuner moves a point z in R^d; each coordinate maps to its policy value throu
 onto [low, high], on a log scale for limits that span orders of magnitude (max_num_seqs,
 max_num_batched_tokens, queue_cap) or a linear one (the KV watermark, priority weights).
 Integer limits stay continuous here; the engine floors them (relax.integer_limit) and the
-exporter rounds them the same way.
+exporter rounds them the same way. With the neural policy family the point also carries the
+score network's flat weights (unbounded coordinates, scaled by tune.net.scale).
 """
 
 from __future__ import annotations
@@ -52,28 +53,49 @@ class Dimension:
 
 @dataclasses.dataclass(frozen=True)
 class SearchSpace:
-    """The ordered tunable dimensions."""
+    """The ordered tunable dimensions, then (policy family neural) `net_size` coordinates of
+    the score network's flat weights, score_net = net_scale x z (unbounded)."""
 
     dims: tuple[Dimension, ...]
+    net_size: int = 0
+    net_scale: float = 1.0
 
     @property
     def keys(self) -> list[str]:
-        """Tuned policy keys, in coordinate order."""
+        """Tuned policy keys (scalars), in coordinate order."""
         return [d.key for d in self.dims]
 
+    @property
+    def size(self) -> int:
+        """Coordinates of a point: the scalar dimensions, then the network's weights."""
+        return len(self.dims) + self.net_size
+
     def values(self, z: np.ndarray) -> dict[str, np.ndarray]:
-        """Policy values of points z [..., d]: a dict key -> array [...]."""
+        """Policy values of points z [..., size]: a dict key -> array [...] (score_net:
+        [..., net_size])."""
         z = np.asarray(z, np.float64)
-        return {d.key: d.value(z[..., k]) for k, d in enumerate(self.dims)}
+        out = {d.key: d.value(z[..., k]) for k, d in enumerate(self.dims)}
+        if self.net_size:
+            out["score_net"] = self.net_scale * z[..., len(self.dims):]
+        return out
 
     def point(self, values: Mapping[str, float]) -> np.ndarray:
-        """The z [d] of a policy (missing keys take the policy defaults)."""
-        return np.array([d.coordinate(float(values.get(d.key, DEFAULTS[d.key])))
-                         for d in self.dims])
+        """The z [size] of a policy (missing keys take the policy defaults; a network's
+        weights come from values["score_net"])."""
+        z = [d.coordinate(float(values.get(d.key, DEFAULTS[d.key]))) for d in self.dims]
+        if self.net_size:
+            w = np.asarray(values["score_net"], np.float64).reshape(-1)
+            if w.shape != (self.net_size,):
+                raise ConfigError(f"policy.score_net: {w.size} weights; the tuned network has "
+                                  f"{self.net_size}")
+            z = np.concatenate([z, w / self.net_scale])
+        return np.asarray(z, np.float64)
 
 
-def space_from_config(spec: Mapping[str, Mapping], key_prefix: str = "tune.space") -> SearchSpace:
-    """Build a SearchSpace from {key: {low, high, scale}}; errors name `tune.space.<key>`."""
+def space_from_config(spec: Mapping[str, Mapping], key_prefix: str = "tune.space",
+                      net_size: int = 0, net_scale: float = 1.0) -> SearchSpace:
+    """Build a SearchSpace from {key: {low, high, scale}} (plus net_size network weights);
+    errors name `tune.space.<key>`."""
     dims = []
     for key, d in (spec or {}).items():
         where = f"{key_prefix}.{key}"
@@ -93,6 +115,6 @@ def space_from_config(spec: Mapping[str, Mapping], key_prefix: str = "tune.space
         if scale == "log" and low <= 0:
             raise ConfigError(f"{where}.low: got {low}; a log scale needs low > 0")
         dims.append(Dimension(key, low, high, scale))
-    if not dims:
+    if not dims and not net_size:
         raise ConfigError(f"{key_prefix}: empty; name at least one policy key to tune")
-    return SearchSpace(tuple(dims))
+    return SearchSpace(tuple(dims), net_size, net_scale)
