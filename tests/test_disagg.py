@@ -85,6 +85,7 @@ def equal_budget():
     return out
 
 
+@pytest.mark.slow  # ~40 s: three 4 x H100 roofline runs
 def test_disaggregation_beats_colocation_until_the_link_is_slow(equal_budget):
     col, fast, slow = equal_budget["colocated"], equal_budget[25e9], equal_budget[1e9]
     assert fast["cost_usd"] == pytest.approx(col["cost_usd"], rel=0.05)  # same 4 GPUs

@@ -101,6 +101,7 @@ def bursty_azure():
     return out
 
 
+@pytest.mark.slow  # ~45 s: 4 x H100 roofline runs
 def test_jsq_beats_round_robin_on_p99_ttft_under_bursty_load(bursty_azure):
     rr, jsq = bursty_azure["round_robin"][1], bursty_azure["jsq"][1]
     for m_rr, m_jsq in zip(rr, jsq):
@@ -111,6 +112,7 @@ def test_jsq_beats_round_robin_on_p99_ttft_under_bursty_load(bursty_azure):
         assert m_jsq["n_completed"] == m_rr["n_completed"] == m_rr["n_requests"]
 
 
+@pytest.mark.slow
 def test_cost_counts_every_instance(bursty_azure):
     sc, metrics = bursty_azure["jsq"]
     assert sc.metrics.n_gpus == 4

@@ -470,7 +470,8 @@ def build(cfg: DictConfig) -> Scenario:
         link_latency_s=jnp.asarray(_number(cfg, "hardware.kv_link_latency_s", lo=0,
                                            hi=MAX_SECONDS, default=1e-4), jnp.float64))
     n_params = len(points)
-    widen = lambda tree: jax.tree.map(lambda x: jnp.broadcast_to(x, (n_params,) + x.shape), tree)
+    widen = lambda tree: jax.tree.map(
+        lambda x: jnp.broadcast_to(x, (n_params,) + jnp.shape(x)), tree)
     cost = widen(cost)
     draft_cost = None if draft_cost is None else widen(draft_cost)
 
