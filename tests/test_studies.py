@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 
 from servetune import api, scenario
 
-STUDIES = ("kv_pressure", "speculation", "utilization_vs_value", "tuned_vs_default")
+STUDIES = ("kv_pressure", "speculation", "utilization_vs_value", "tuned_vs_default",
+           "disaggregation")
 
 
 def _params(name: str) -> dict:
