@@ -302,9 +302,10 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     st = state.stats
     ended_by_t = st.ended + n_rejected + a.n_abandoned + jnp.sum(batch.ended, dtype=jnp.int32)
     # requests completed by the first iteration leave at t_next, before the run
-    occupancy = (_occupancy(wl, t, t_end, n_arrived, ended_by_t, search_window)
-                 - jnp.sum(completed) * (t_end - t_next))
-    if cfg.n_instances > 1:  # instances' iterations overlap in time: the host integrates it
+    if cfg.n_instances == 1:
+        occupancy = (_occupancy(wl, t, t_end, n_arrived, ended_by_t, search_window)
+                     - jnp.sum(completed) * (t_end - t_next))
+    else:  # instances' iterations overlap in time: the host integrates it (metrics.py)
         occupancy = 0.0
     stats = st.replace(
         steps=st.steps + busy.astype(jnp.int32) + n_leap,

@@ -89,10 +89,14 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
         last_emit=sel(nan, e.last_emit),
         finish=sel(jnp.where(reject, t, nan), e.finish),
         end_state=sel(jnp.where(reject, REJECTED, -1), e.end_state),
-        give_up_at=sel(read(wl.give_up_at), e.give_up_at),
-        give_up_state=sel(read(wl.give_up_state), e.give_up_state),
+        # mechanism fields are read only where their mechanism is on (each read is a slice
+        # of the trace per iteration); otherwise they keep their initial values
+        give_up_at=sel(read(wl.give_up_at), e.give_up_at) if cfg.abandonment else e.give_up_at,
+        give_up_state=(sel(read(wl.give_up_state), e.give_up_state) if cfg.abandonment
+                       else e.give_up_state),
         spec_alpha=sel(read(wl.spec_alpha), e.spec_alpha) if cfg.speculation else e.spec_alpha,
-        kv_ratio=sel(jnp.ones_like(e.kv_ratio), e.kv_ratio),
+        kv_ratio=(sel(jnp.ones_like(e.kv_ratio), e.kv_ratio) if cfg.kv_pressure == "compress"
+                  else e.kv_ratio),
         ready_at=e.ready_at,
         **(extra or {}),
     )
