@@ -17,6 +17,7 @@ import numpy as np
 from servetune import histogram, shard
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.outbox import RECORD_FIELDS, empty_outbox
+from servetune.engine.shift import RELAXED_FIELDS
 from servetune.step import step, step_grid, step_or_stay
 from servetune.types import (
     DONE,
@@ -53,6 +54,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         give_up_state=full(-1, jnp.int32), spec_alpha=full(0.0, jnp.float64),
         kv_ratio=full(1.0, jnp.float64), ready_at=full(-jnp.inf, jnp.float64),
         **(prefix_lib.init_entries(shape, zi, cfg) if cfg.prefix_cache else {}),
+        **({f: full(0.0, jnp.float64) for f in RELAXED_FIELDS} if cfg.relax != "hard" else {}),
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
     stats = Stats(

@@ -16,6 +16,7 @@ from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
 from servetune.engine.leap import leap
 from servetune.engine.scheduler import new_blocks, schedule, token_budget, wanted_tokens
+from servetune.engine.shift import admission_shift
 from servetune.hardware import step_time
 from servetune.policy import scheduling_order
 from servetune.types import (
@@ -37,8 +38,8 @@ def batch_cost(es, batch, params: Params, cfg: EngineConfig):
     """Seconds the iteration lasts, from the roofline or linear cost model. A decode computes
     one token; the positions a speculative decode verifies beyond it count as prefill tokens.
     With speculation the draft model's passes are added (engine/speculation.py)."""
-    toks = batch.tokens
-    in_batch = toks > 0
+    toks = batch.tokens if batch.weight is None else batch.weight  # relaxed: weighted tokens
+    in_batch = batch.tokens > 0
     prefill = jnp.sum(jnp.where(batch.decode, toks - 1, toks))
     decode = jnp.sum(batch.decode)
     ctx_read = jnp.sum(jnp.where(in_batch, es.computed, 0))
@@ -243,7 +244,10 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     blocks_in_use = jnp.sum(e.blocks, dtype=jnp.int32)
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
     generated0 = e.generated
+    waiting0 = e.status == WAITING
     e, gaps, completed = advance(e, batch, t + dur)
+    if cfg.relax != "hard":  # admission time shifts and the events they move
+        e = admission_shift(e, batch, waiting0, generated0, completed, t, dur)
     if cfg.prefill_instances > 0:  # a prefill instance hands prefilled requests on
         e = disagg.to_handoff(e, i, cfg)
     if cfg.prefix_cache:  # blocks computed enter the cache; completed requests release theirs

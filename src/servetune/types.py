@@ -73,6 +73,11 @@ class EngineConfig:
         engine/prefix.py's WAYS).
       prefix_block_tokens: tokens per prefix block, the granularity of the trace's prefix ids
         (Mooncake: 512); a multiple of block_size.
+      relax: how tunable decisions weigh in the times the engine computes (servetune/relax.py):
+        "hard" (exact, what every report uses), "st" (exact forward pass, straight-through
+        sigmoid derivative) or "soft" (fluid weights); the last two only for pathwise gradients
+        (servetune/pathwise.py), with one instance and the preempt policy.
+      relax_temperature: tau of the st/soft sigmoids, in units of each gate's scale.
     """
 
     max_slots: int = 256
@@ -98,6 +103,8 @@ class EngineConfig:
     prefix_cache: bool = False
     prefix_cache_entries: int = 1024
     prefix_block_tokens: int = 512
+    relax: str = "hard"
+    relax_temperature: float = 1.0
 
     @property
     def n_entries(self) -> int:
@@ -231,6 +238,14 @@ class Entries:
     pfx_slot: jnp.ndarray | None = None  # [A, Hp] i32 cache-table slot of each block it references, -1
     pfx_n: jnp.ndarray | None = None  # [A] i32 blocks it references (KV counted once, in the cache)
     pfx_next: jnp.ndarray | None = None  # [A] i32 next block to insert into the cache
+    # relaxed engines only (engine.relax st/soft, servetune/pathwise.py), else None:
+    wait_z: jnp.ndarray | None = None  # [A] f64 sum of the admission perturbations of the
+    #                                    iterations it waited through since it last queued
+    wait_zt: jnp.ndarray | None = None  # [A] f64 the same, each times its iteration's start (s)
+    shift: jnp.ndarray | None = None  # [A] f64 seconds its later events move by: its
+    #                                   admissions' expected time shift (0 in value under st)
+    debt: jnp.ndarray | None = None  # [A] f64 tokens computed ahead under perturbations, owed
+    #                                  back at its next iteration that computes (scheduler.py)
 
 
 @struct.dataclass

@@ -9,6 +9,7 @@ from servetune import ops, relax
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.kv import blocks_for
 from servetune.engine.scheduler import token_budget
+from servetune.engine.shift import RELAXED_FIELDS
 from servetune.types import DONE, EMPTY, REJECTED, WAITING, EngineConfig, Entries, Params, Workload
 
 
@@ -98,6 +99,8 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
         kv_ratio=(sel(jnp.ones_like(e.kv_ratio), e.kv_ratio) if cfg.kv_pressure == "compress"
                   else e.kv_ratio),
         ready_at=e.ready_at,
+        **({f: sel(jnp.zeros_like(e.finish), getattr(e, f)) for f in RELAXED_FIELDS}
+           if cfg.relax != "hard" else {}),
         **(extra or {}),
     )
     return e, jnp.sum(reject, dtype=jnp.int32)

@@ -50,6 +50,12 @@ class Batch:
     ended: jnp.ndarray  # [A] bool requests the scheduler ended: evicted, or rejected under
     #                     KV pressure (their finish time is the iteration's start)
     accepted: jnp.ndarray | None = None  # [A] i32 draft tokens accepted (speculation), else None
+    # relaxed engines only (engine.relax st/soft, servetune/relax.py), else None:
+    weight: jnp.ndarray | None = None  # [A] f64 tokens with their decisions' relaxed weights
+    #                                    (equal to `tokens` in value under st)
+    admit_z: jnp.ndarray | None = None  # [A] f64 admission weight minus the exact admission
+    admitted: jnp.ndarray | None = None  # [A] bool waiting entries admitted this iteration
+    debt: jnp.ndarray | None = None  # [A] f64 each entry's token debt after the iteration
 
 
 def token_budget(pol, cfg: EngineConfig):
@@ -179,6 +185,11 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None):
 
     tokens = alloc + jnp.where(admit, chunk, 0)
     decode = (alloc > 0) & decoding
+    relaxed = {}
+    if cfg.relax != "hard":
+        relaxed = _relaxed_tokens(es, tokens, need, keep, need_w, waiting & gate & (chunk > 0)
+                                  & (rank < cfg.max_slots - n_running), admit, rank, n_running,
+                                  want, room, pol, cfg)
     requeue = preempt & ~ended
     es = es.replace(
         status=jnp.where(admit, RUNNING,
@@ -196,4 +207,44 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None):
                         blocks=jnp.where(admit, es.blocks + hits.cached // cfg.block_size,
                                          es.blocks))
     return es, Batch(tokens=tokens, decode=decode, preempted=requeue, slot_bound=slot_bound,
-                     ended=ended)
+                     ended=ended, **relaxed)
+
+
+def _relaxed_tokens(es: Entries, tokens, need, keep, need_w, eligible, admit, rank, n_running,
+                    want, room, pol, cfg: EngineConfig):
+    """The iteration's token counts as relaxed decisions (engine.relax st or soft).
+
+    The budget is `relax.relaxed_limit` of max_num_batched_tokens, so the running requests'
+    shares and the admitted chunks are piecewise linear in it; an admission weighs in through
+    `relax.weight` of its two tunable gates: the sequence cap (margin in requests) and the KV
+    watermark (margin in blocks, measured in the request's own first-chunk blocks), among the
+    `eligible` waiting requests (the exact gates that are not tunable hold). Preemption stays
+    exact. `tokens` [A]: the exact token counts. Returns the Batch fields weight, admit_z,
+    admitted and debt."""
+    mode, tau = cfg.relax, cfg.relax_temperature
+    if cfg.batching == "static":
+        budget = jnp.asarray(_NO_BUDGET, jnp.float64)
+    else:
+        budget = relax.relaxed_limit(pol.max_num_batched_tokens, mode)
+        if not cfg.chunked_prefill:
+            budget = jnp.maximum(budget, cfg.max_model_len)
+    alloc = jnp.where(keep, jnp.clip(budget - _exclusive_cumsum(need), 0, need), 0.0)
+    budget_left = budget - jnp.sum(alloc)
+    if cfg.chunked_prefill:
+        chunk = jnp.clip(budget_left - _exclusive_cumsum(need_w), 0, need_w)
+    else:
+        chunk = jnp.where(ops.cumsum(need_w) <= budget_left, need_w, 0).astype(jnp.float64)
+    seq_margin = relax.relaxed_limit(pol.max_num_seqs, mode) - n_running - rank
+    kv_margin = room - ops.cumsum(want)
+    w = relax.weight(admit, eligible, (seq_margin, kv_margin),
+                     (1.0, jnp.maximum(want, 1).astype(jnp.float64)), mode, tau)
+    # of a waiting request, only the mass not yet admitted early (1 - wait_z) is still to
+    # admit: a fluid request is admitted at most once in all (0 in value under st)
+    w = admit + (1.0 - es.wait_z) * relax.perturbation(w, admit)
+    relaxed = alloc + w * chunk
+    # Work is conserved: tokens a perturbation computes early (or late) are owed back, and a
+    # request's debt is settled at its next iteration that computes, so a perturbation moves
+    # the times within a busy period, not forever after.
+    paid = jnp.where(tokens > 0, es.debt, 0.0)
+    return {"weight": relaxed - paid, "admit_z": relax.perturbation(w, admit),
+            "admitted": admit, "debt": es.debt - paid + (relaxed - tokens)}

@@ -24,6 +24,7 @@ from servetune.scenario import build
 from servetune.tune import checkpoint, es
 from servetune.tune.evaluator import Evaluator, MultiEvaluator
 from servetune.tune.objective import Objective
+from servetune.tune.pathwise_estimator import PathwiseEstimator
 from servetune.tune.space import SearchSpace, space_from_config
 
 OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
@@ -57,6 +58,9 @@ class Settings:
     net_scale: float = 1.0
     net_init_seed: int = 0
     net_init_out_scale: float = 0.0
+    relax: str = "st"  # pathwise: engine relaxation (st | soft)
+    temperature: float = 0.3  # pathwise: tau of the relaxed gates
+    slo_tau: float = 0.05  # pathwise: relative width of the smoothed SLO checks
 
 
 def _num(t, key, kind=float, lo=-math.inf, hi=math.inf):
@@ -118,7 +122,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     t = cfg.get("tune")
     if t is None:
         raise ConfigError("tune: missing; add tune=es (the evolution-strategies tuner)")
-    estimator = _choice(t, "estimator", ("es",))
+    estimator = _choice(t, "estimator", ("es", "pathwise"))
+    pathwise_only = estimator == "pathwise"
     family = OmegaConf.select(t, "policy_family", default="linear")
     if family not in ("linear", "neural"):
         raise ConfigError(f"tune.policy_family: got {family!r}; expected linear or neural")
@@ -128,8 +133,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     return Settings(
         estimator=estimator,
         iterations=_num(t, "iterations", int, 1),
-        pairs=_num(t, "pairs", int, 1),
-        sigma=_num(t, "sigma", float, 1e-6),
+        pairs=0 if pathwise_only else _num(t, "pairs", int, 1),
+        sigma=0.0 if pathwise_only else _num(t, "sigma", float, 1e-6),
         optimizer=_choice(t, "optimizer", OPTIMIZERS),
         learning_rate=_num(t, "learning_rate", float, 0),
         seed=_num(t, "seed", int, 0),
@@ -155,6 +160,9 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         net_init_seed=_num(t, "net.init_seed", int, 0) if neural_family else 0,
         net_init_out_scale=(_num(t, "net.init_out_scale", float, 0, 1e6) if neural_family
                             else 0.0),
+        **({"relax": _choice(t, "relax", ("st", "soft")),
+            "temperature": _num(t, "temperature", float, 1e-6),
+            "slo_tau": _num(t, "slo_tau", float, 1e-6)} if pathwise_only else {}),
     )
 
 
@@ -244,6 +252,12 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
             for w in st.workloads])
     else:
         evaluator = Evaluator(build(cfg), order, st.batch_mode)
+    if st.estimator == "pathwise":
+        if st.workloads:
+            raise ConfigError("tune.workloads: the pathwise estimator tunes on one workload; "
+                              "use tune=es to tune over several")
+        estimator = PathwiseEstimator(evaluator, space, st.relax, st.temperature,
+                                      st.objective.slo_target, st.slo_tau)
     start_values = dict(evaluator.base)
     if space.net_size and "score_net" not in start_values:
         # the configured (linear) policy plus a network that adds nothing yet (out scale 0)
@@ -272,12 +286,19 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     while state["iteration"] < st.iterations:
         it = state["iteration"]
         theta, lam = np.asarray(state["theta"]), float(state["lambda"])
-        eps = es.perturbations(st.seed, it, m, dim)
-        points = es.population(theta, eps, st.sigma)
-        columns = evaluator(space.values(points))
-        summaries = [st.objective.summarize(col, lam) for col in columns]
-        lagr = np.array([s["lagrangian"] for s in summaries])
-        grad = es.gradient(lagr[1:1 + m], lagr[1 + m:], eps, st.sigma)
+        soft = {}
+        if st.estimator == "es":
+            eps = es.perturbations(st.seed, it, m, dim)
+            points = es.population(theta, eps, st.sigma)
+            columns = evaluator(space.values(points))
+            summaries = [st.objective.summarize(col, lam) for col in columns]
+            lagr = np.array([s["lagrangian"] for s in summaries])
+            grad = es.gradient(lagr[1:1 + m], lagr[1 + m:], eps, st.sigma)
+        else:  # the exact simulator scores the point, the relaxed one gives the gradient
+            points = theta[None]
+            summaries = [st.objective.summarize(col, lam)
+                         for col in evaluator(space.values(points))]
+            grad, soft = estimator(theta, lam)
         updates, opt_state = opt.update(jnp.asarray(-grad), opt_state, jnp.asarray(theta))
         new_theta = np.asarray(optax.apply_updates(jnp.asarray(theta), updates))
         # dual ascent: raise lambda while the center misses the target, lower it with slack
@@ -294,7 +315,7 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
         if net is not None:
             center["score_net_norm"] = float(np.linalg.norm(net))
         row = {"iteration": it, "scenarios_simulated": evaluator.scenarios_simulated,
-               "lambda": lam, "grad_norm": float(np.linalg.norm(grad)),
+               "lambda": lam, "grad_norm": float(np.linalg.norm(grad)), **soft,
                **{f"center_{k}": v for k, v in summaries[0].items()},
                **{f"best_{k}": v for k, v in state["best"].items()},
                **{f"policy.{k}": v for k, v in center.items()}}

@@ -1,0 +1,48 @@
+"""Admission time shifts: how a relaxed admission decision moves a request's events.
+
+Under engine.relax st or soft (servetune/relax.py) each admission decision carries a
+perturbation z = w - exact: its derivative is that of the relaxed gate, and under soft its
+value is the fluid excess. A request that waits through iterations k (starting at t_k) with
+perturbations z_k and is admitted at iteration a (start t_a, duration d_a) would, to first
+order, have been admitted at t_k with weight z_k instead of at t_a, and at t_a + d_a (the next
+iteration) with weight -z_a; its admission therefore moves by
+
+    shift = sum_k z_k (t_k - t_a) - z_a d_a            (seconds),
+
+and so do the events that follow it: its first token and its completion. This is the
+straight-through reading of PATHWISE (Che et al. 2024) for a FIFO admission queue: the gate's
+sigmoid stands for the density of the decision flipping and the shift for what the flip does
+to that request. Knock-on effects on other requests reach them through the iteration
+durations, which the relaxed token weights also carry. Under st every shift is 0 in value, so
+the forward pass is the exact simulator's.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from servetune.engine.scheduler import Batch
+from servetune.types import Entries
+
+# Entries fields of a relaxed engine (0 at arrival)
+RELAXED_FIELDS = ("wait_z", "wait_zt", "shift", "debt")
+
+
+def admission_shift(e: Entries, batch: Batch, still_waiting, generated0, completed, t, dur):
+    """Entries after one relaxed iteration starting at t and lasting dur (seconds): admitted
+    requests add their shift, waiting ones accumulate the iteration's perturbation, and a
+    first token or completion emitted in the iteration moves by the request's shift.
+    `still_waiting` [A]: entries WAITING after the schedule; `generated0` [A]: output tokens
+    before the iteration; `completed` [A]: entries that completed in it."""
+    z, admitted = batch.admit_z, batch.admitted
+    shift = e.shift + jnp.where(admitted, e.wait_zt - e.wait_z * t - z * dur, 0.0)
+    first_now = (generated0 == 0) & (e.generated > 0)
+    return e.replace(
+        shift=shift,
+        debt=batch.debt,
+        wait_z=jnp.where(admitted, 0.0, jnp.where(still_waiting, e.wait_z + z, e.wait_z)),
+        wait_zt=jnp.where(admitted, 0.0, jnp.where(still_waiting, e.wait_zt + z * t,
+                                                   e.wait_zt)),
+        first_token=jnp.where(first_now, e.first_token + shift, e.first_token),
+        finish=jnp.where(completed, e.finish + shift, e.finish),
+    )

@@ -1,0 +1,191 @@
+"""Pathwise gradients of the tuning objective through the relaxed simulator.
+
+The engine runs with engine.relax = st or soft (servetune/relax.py): its discrete state follows
+the exact decisions, while the iteration durations (through relaxed token weights) and each
+request's admission time (engine/shift.py) carry the derivative of the relaxed gates. Forward-
+mode differentiation (jax.jacfwd: one tangent per tuned coordinate, through the while_loop that
+reverse mode cannot enter) then gives the derivative of every request's first-token and finish
+time, and of the run's length, with respect to the policy.
+
+The objective is the tuner's (tune/objective.py), with each request's SLO check smoothed:
+
+    q_i = prod over targets of sigmoid((target - x_i) / (slo_tau x target))    (0 if unfinished)
+    f   = log(sum_i q_i x output_i x quality_ok_i) - log(USD)
+    L   = f - lambda x max(0, slo_target - mean_i q_i)
+
+over the requests the metrics count (arrived after the warm-up); USD = price x GPUs x (end of
+the run - warm-up) / 3600, as in servetune.metrics. Under st the times are the exact
+simulator's, so f differs from the reported objective only by the smoothed SLO checks.
+
+Supported: one instance, the preempt KV policy, no speculation and no prefix cache (other
+mechanisms keep exact decisions whose relaxations are not written yet); event skipping is off
+(each iteration's perturbations are accumulated). queue_cap, the priority weights and the
+other keys get no pathwise gradient: use tune=es for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from servetune import metrics as metrics_lib
+from servetune.errors import ConfigError
+from servetune.metrics import MetricsSpec
+from servetune.simulate import init_state
+from servetune.step import step
+from servetune.types import COMPLETED, DONE, OUTSTANDING, EngineConfig, Params, Workload
+
+PATHWISE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "watermark")
+_FLOOR = 1e-9
+
+
+def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float) -> EngineConfig:
+    """The engine config for a relaxed (st or soft) rollout; ConfigError names the key of a
+    mechanism the relaxation does not support."""
+    if mode not in ("st", "soft"):
+        raise ConfigError(f"tune.relax: got {mode!r}; expected st or soft")
+    if not temperature > 0:
+        raise ConfigError(f"tune.temperature: got {temperature!r}; expected a number > 0")
+    for key, ok in (("engine.n_instances", cfg.n_instances == 1),
+                    ("engine.kv_pressure", cfg.kv_pressure == "preempt"),
+                    ("speculation", not cfg.speculation),
+                    ("engine.prefix_cache", not cfg.prefix_cache)):
+        if not ok:
+            raise ConfigError(f"{key}: the pathwise estimator supports one instance, "
+                              f"kv_pressure=preempt, no speculation and no prefix cache; use "
+                              f"tune=es for this scenario")
+    # outbox drained every iteration into per-request arrays: two iterations' worth suffices
+    return dataclasses.replace(cfg, relax=mode, relax_temperature=float(temperature),
+                               leap_max=0, outbox=2 * cfg.drain_per_step)
+
+
+def request_times(wl: Workload, params: Params, cfg: EngineConfig):
+    """Run one scenario (unbatched) to its end on a relaxed engine. Returns (first_token [N],
+    finish [N] (seconds; nan where none), completed [N] bool, end of the run (seconds))."""
+    n = wl.arrival.shape[0]
+    state = init_state(wl, params, cfg)
+    nan = jnp.full((n,), jnp.nan) + jnp.zeros_like(wl.t_stop)
+    out = (nan, nan, jnp.full((n,), OUTSTANDING, jnp.int32))
+
+    def collect(out, req, valid, first, finish, end):
+        idx = jnp.where(valid, req, n)  # out of range: dropped
+        return (out[0].at[idx].set(first, mode="drop"), out[1].at[idx].set(finish, mode="drop"),
+                out[2].at[idx].set(end, mode="drop"))
+
+    def body(carry):
+        s, out = carry
+        s = step(s, wl, params, cfg)
+        box = s.outbox
+        valid = jnp.arange(box.req.shape[0]) < box.count
+        out = collect(out, box.req, valid, box.first_token, box.finish, box.end_state)
+        return s.replace(outbox=box.replace(count=box.count * 0)), out
+
+    state, out = jax.lax.while_loop(lambda c: ~c[0].done, body, (state, out))
+    ent = jax.tree.map(lambda x: x.reshape(-1), state.entries)
+    out = collect(out, ent.req, ent.req >= 0, ent.first_token, ent.finish,
+                  jnp.where(ent.status == DONE, ent.end_state, OUTSTANDING))
+    return out[0], out[1], out[2] == COMPLETED, jnp.max(state.clock)
+
+
+@dataclasses.dataclass(frozen=True)
+class SoftTargets:
+    """What the smoothed objective needs beyond the times (host constants of a scenario)."""
+
+    slo_ttft_s: float | None
+    slo_tpot_s: float | None
+    slo_e2e_s: float | None
+    warmup_s: float
+    usd_per_s: float  # price x GPUs / 3600
+    slo_target: float
+    slo_tau: float  # relative width of the smoothed SLO checks
+
+
+def targets(spec: MetricsSpec, slo_target: float, slo_tau: float) -> SoftTargets:
+    """SoftTargets of a scenario's metrics spec."""
+    return SoftTargets(spec.slo_ttft_s, spec.slo_tpot_s, spec.slo_e2e_s, spec.warmup_s,
+                       spec.price_per_gpu_hour * spec.n_gpus / 3600.0, slo_target, slo_tau)
+
+
+def request_weights(trace, spec: MetricsSpec) -> np.ndarray:
+    """[N] output tokens of each request the metrics count (arrived after the warm-up) that
+    passes its task check (0 otherwise): what it adds to useful tokens if it meets the SLOs."""
+    _, quality_ok = metrics_lib.quality_outcome(trace, spec)
+    counted = np.asarray(trace.arrival) >= spec.warmup_s
+    return np.where(counted & quality_ok, np.asarray(trace.output, np.float64), 0.0)
+
+
+def soft_objective(first, finish, completed, end_s, wl: Workload, weights, counted,
+                   tg: SoftTargets, lam):
+    """(f, attainment, Lagrangian) of one run's request times; see the module doc.
+    weights [N]: `request_weights`; counted [N] bool: requests the metrics count."""
+    def check(x, target):
+        if target is None:
+            return 1.0
+        return jax.nn.sigmoid((target - x) / (tg.slo_tau * target))
+
+    arrival = wl.arrival
+    n_out = wl.output.astype(jnp.float64)
+    first_s = jnp.where(completed, first, arrival)
+    finish_s = jnp.where(completed, finish, arrival)
+    tpot = jnp.where(n_out > 1, (finish_s - first_s) / jnp.maximum(n_out - 1, 1), 0.0)
+    q = (check(first_s - arrival, tg.slo_ttft_s) * check(tpot, tg.slo_tpot_s)
+         * check(finish_s - arrival, tg.slo_e2e_s))
+    q = jnp.where(completed & counted, q, 0.0)
+    useful = jnp.sum(q * weights)
+    usd = tg.usd_per_s * jnp.maximum(end_s - tg.warmup_s, 0.0)
+    f = jnp.log(jnp.maximum(useful, _FLOOR)) - jnp.log(jnp.maximum(usd, _FLOOR))
+    attainment = jnp.sum(q) / jnp.maximum(jnp.sum(counted), 1)
+    return f, attainment, f - lam * jnp.maximum(tg.slo_target - attainment, 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class PointMap:
+    """The tuner's point z [d] -> policy values, as tune/space.py maps it, in JAX (traced,
+    differentiable): value = low..high through a sigmoid, on a log or linear scale."""
+
+    dims: tuple  # [d] tune.space.Dimension
+
+    def values(self, z) -> dict:
+        """Policy key -> traced value of each coordinate of z [d]."""
+        out = {}
+        for k, dim in enumerate(self.dims):
+            u = jax.nn.sigmoid(z[k])
+            if dim.scale == "log":
+                lo, hi = np.log(dim.low), np.log(dim.high)
+                out[dim.key] = jnp.exp(lo + (hi - lo) * u)
+            else:
+                out[dim.key] = dim.low + (dim.high - dim.low) * u
+        return out
+
+    def __call__(self, z, base: Params) -> Params:
+        """`base` (unbatched Params) with the tuned keys set from z."""
+        return base.replace(policy=base.policy.replace(**self.values(z)))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "tg", "point_map"))
+def _value_and_jacobian(z, wl, weights, counted, lam, base, cfg, tg, point_map):
+    def per_scenario(z, wl, weights, counted):
+        first, finish, completed, end_s = request_times(wl, point_map(z, base), cfg)
+        return jnp.stack(soft_objective(first, finish, completed, end_s, wl, weights,
+                                        counted, tg, lam))
+
+    def mean(z):
+        return jnp.mean(jax.vmap(per_scenario, in_axes=(None, 0, 0, 0))(z, wl, weights,
+                                                                       counted), axis=0)
+
+    return mean(z), jax.jacfwd(mean)(z)
+
+
+def value_and_gradient(z, wl: Workload, weights, counted, lam, base: Params,
+                       cfg: EngineConfig, tg: SoftTargets, point_map: PointMap):
+    """Mean over scenarios (wl leaves [S, N]) of (f, attainment, Lagrangian) [3] at the point
+    z [d], and their Jacobian [3, d] by forward mode. `base`: unbatched Params the point
+    modifies; `cfg`: a `relaxed_engine`. Compiled once per (cfg, tg, point_map): z, lam and
+    every number in `base` are traced."""
+    return _value_and_jacobian(jnp.asarray(z, jnp.float64), wl, jnp.asarray(weights),
+                               jnp.asarray(counted), jnp.asarray(lam, jnp.float64), base, cfg,
+                               tg, point_map)

@@ -1,0 +1,63 @@
+"""The pathwise gradient estimator of the tuner (tune.estimator=pathwise).
+
+Each iteration the tuner evaluates its current point on the exact simulator (for the log, the
+best-so-far and the dual ascent, as with ES) and takes its step along the forward-mode
+gradient of the smoothed Lagrangian through the relaxed simulator (servetune/pathwise.py), on
+the same workloads: one relaxed run per workload instead of a population of 2 x pairs + 1.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from servetune import pathwise
+from servetune.errors import ConfigError
+from servetune.tune.evaluator import Evaluator
+from servetune.tune.space import SearchSpace
+
+
+class PathwiseEstimator:
+    """Gradient [d] of the smoothed Lagrangian at a point z [d] of `space`, on the evaluator's
+    scenario (its workloads [S] and base policy), through an engine relaxed with `mode`
+    (st or soft) at `temperature`; SLO checks smoothed with relative width `slo_tau`."""
+
+    def __init__(self, evaluator: Evaluator, space: SearchSpace, mode: str,
+                 temperature: float, slo_target: float, slo_tau: float):
+        for dim in space.dims:
+            if dim.key not in pathwise.PATHWISE_KEYS:
+                raise ConfigError(f"tune.space.{dim.key}: the pathwise estimator has gradients "
+                                  f"for {list(pathwise.PATHWISE_KEYS)} only; use tune=es to "
+                                  f"tune {dim.key}")
+        if space.net_size:
+            raise ConfigError("tune.policy_family: the pathwise estimator tunes the linear "
+                              "family only; use tune=es for the neural policy")
+        if not slo_tau > 0:
+            raise ConfigError(f"tune.slo_tau: got {slo_tau!r}; expected a number > 0")
+        sc = evaluator.scenario
+        self.evaluator = evaluator
+        self.cfg = pathwise.relaxed_engine(sc.engine, mode, temperature)
+        self.targets = pathwise.targets(sc.metrics, slo_target, slo_tau)
+        self.point_map = pathwise.PointMap(space.dims)
+        n = sc.workloads.arrival.shape[1]
+        self.weights = np.zeros((len(sc.traces), n))
+        self.counted = np.zeros((len(sc.traces), n), bool)
+        for s, trace in enumerate(sc.traces):
+            self.weights[s, :len(trace)] = pathwise.request_weights(trace, sc.metrics)
+            self.counted[s, :len(trace)] = np.asarray(trace.arrival) >= sc.metrics.warmup_s
+        self.space = space
+
+    def __call__(self, z: np.ndarray, lam: float) -> tuple[np.ndarray, dict]:
+        """(ascent direction [d] of the smoothed Lagrangian, its value's parts: f, attainment,
+        lagrangian, averaged over the workloads). Counts the relaxed runs as scenarios."""
+        one = {k: np.array([v]) for k, v in self.space.values(np.asarray(z)).items()}
+        base = jax.tree.map(lambda x: x[0], self.evaluator.params(one))
+        value, jac = pathwise.value_and_gradient(
+            z, self.evaluator.scenario.workloads, self.weights, self.counted, lam, base,
+            self.cfg, self.targets, self.point_map)
+        self.evaluator.scenarios_simulated += len(self.evaluator.scenario.traces)
+        value, jac = np.asarray(value), np.asarray(jac)
+        if not np.all(np.isfinite(jac)):
+            raise FloatingPointError(f"pathwise gradient not finite at {one}: {jac[2]}")
+        return jac[2], {"soft_objective": float(value[0]), "soft_attainment": float(value[1]),
+                        "soft_lagrangian": float(value[2])}
