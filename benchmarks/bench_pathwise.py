@@ -1,0 +1,114 @@
+"""Pathwise vs ES gradients, and a short tuning run with each estimator.
+
+Scenario (the documented one of tests/test_pathwise.py, longer): Llama-3-8B on one H100,
+Poisson arrivals at 35 req/s for 20 s (an overloaded engine: the sequence cap binds), SLOs
+TTFT <= 2 s and TPOT <= 100 ms, two seeds. Tuned keys: max_num_seqs, max_num_batched_tokens
+and the KV watermark, at the point max_num_seqs 48.5, max_num_batched_tokens 2048.5,
+watermark 0.0105 (between integer flips).
+
+1. The gradient of the objective log(useful tokens / USD) at that point: ES on the exact
+   simulator (antithetic pairs, no rank shaping, sigma 0.15 in the tuner's coordinates), and
+   the pathwise gradient of the smoothed objective through the st and soft engines at several
+   temperatures; the cosine of each with the ES estimate, and wall time per estimate.
+2. `tune=es` and `tune=pathwise` from max_num_seqs 24.5 for the same number of iterations:
+   final objective and attainment, scenarios simulated, wall time.
+
+    python benchmarks/bench_pathwise.py                # ~5 min on 2 cores
+    python benchmarks/bench_pathwise.py --skip-tune    # the gradient table only
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+import numpy as np
+
+from servetune.api import compose
+from servetune.scenario import build
+from servetune.tune import es, tune
+from servetune.tune.evaluator import Evaluator
+from servetune.tune.objective import Objective
+from servetune.tune.pathwise_estimator import PathwiseEstimator
+from servetune.tune.space import space_from_config
+
+SCENARIO = ["workload=poisson", "workload.rate=35", "workload.duration_s=20",
+            "window.drain_s=60", "engine.max_slots=256", "seeds=2"]
+SPACE = {"max_num_seqs": {"low": 8, "high": 256, "scale": "log"},
+         "max_num_batched_tokens": {"low": 256, "high": 16384, "scale": "log"},
+         "watermark": {"low": 0.0, "high": 0.1, "scale": "linear"}}
+START = {"max_num_seqs": 48.5, "max_num_batched_tokens": 2048.5, "watermark": 0.0105}
+
+
+def cosine(a, b) -> float:
+    """Cosine similarity of two vectors."""
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def gradients(pairs: list[int], temperatures: list[float]) -> None:
+    """Print table 1: ES and pathwise gradient estimates and their cosines."""
+    sc = build(compose(SCENARIO))
+    space = space_from_config(SPACE)
+    ev = Evaluator(sc, "fcfs", "loop")
+    z0 = space.point(START)
+    obj = Objective()
+    print(f"{'estimator':<28} {'gradient (seqs, tokens, watermark)':<42} {'cos vs ES':>9} "
+          f"{'wall s':>7}")
+    g_es = None
+    for m in pairs:
+        t0 = time.perf_counter()
+        eps = es.perturbations(1, 0, m, len(z0))
+        cols = ev(space.values(es.population(z0, eps, 0.15)))
+        f = np.array([np.mean([obj.value(x) for x in col]) for col in cols])
+        g = es.gradient(f[1:1 + m], f[1 + m:], eps, 0.15, rank_shaping=False)
+        wall = time.perf_counter() - t0
+        g_es = g if g_es is None else g_es
+        print(f"{f'ES, {m} pairs x 2 seeds':<28} {np.array2string(g, precision=4):<42} "
+              f"{cosine(g, g_es):>9.3f} {wall:>7.1f}")
+    for mode in ("st", "soft"):
+        for tau in temperatures:
+            est = PathwiseEstimator(ev, space, mode, tau, 0.99, 0.05)
+            est(z0, 0.0)  # compile
+            t0 = time.perf_counter()
+            g, _ = est(z0, 0.0)
+            wall = time.perf_counter() - t0
+            print(f"{f'pathwise {mode}, tau {tau}':<28} {np.array2string(g, precision=4):<42} "
+                  f"{cosine(g, g_es):>9.3f} {wall:>7.1f}")
+
+
+def tuning(iterations: int) -> None:
+    """Print table 2: tune=es vs tune=pathwise from the same start."""
+    common = ["workload=poisson", "workload.rate=35", "workload.duration_s=20",
+              "window.drain_s=60", "output.progress=false", f"tune.iterations={iterations}",
+              "tune.eval.seeds=2", "tune.space.max_num_seqs.high=256",
+              "policy.max_num_seqs=24.5", "tune.export=false", "seeds=2"]
+    print(f"\n{'tuner':<10} {'objective':>10} {'attainment':>11} {'held-out obj':>13} "
+          f"{'max_num_seqs':>13} {'scenarios':>10} {'wall s':>7}")
+    for name in ("es", "pathwise"):
+        with tempfile.TemporaryDirectory() as out:
+            r = tune([f"tune={name}"] + common, out_dir=out, log=lambda m: None)
+        ev = r.evaluation.set_index(["policy", "split"])
+        print(f"{name:<10} {ev.loc[('tuned', 'train'), 'objective']:>10.4f} "
+              f"{ev.loc[('tuned', 'train'), 'slo_attainment']:>11.4f} "
+              f"{ev.loc[('tuned', 'heldout_seeds'), 'objective']:>13.4f} "
+              f"{r.best['max_num_seqs']:>13.1f} {r.scenarios_simulated:>10d} {r.wall_s:>7.1f}")
+    print(f"{'start':<10} {ev.loc[('start', 'train'), 'objective']:>10.4f} "
+          f"{ev.loc[('start', 'train'), 'slo_attainment']:>11.4f} "
+          f"{ev.loc[('start', 'heldout_seeds'), 'objective']:>13.4f} {24.5:>13.1f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--pairs", default="32,16", help="ES pairs per estimate (first = reference)")
+    p.add_argument("--temperatures", default="0.1,0.3,1.0")
+    p.add_argument("--iterations", type=int, default=6)
+    p.add_argument("--skip-tune", action="store_true")
+    a = p.parse_args()
+    gradients([int(x) for x in a.pairs.split(",")], [float(x) for x in a.temperatures.split(",")])
+    if not a.skip_tune:
+        tuning(a.iterations)
+
+
+if __name__ == "__main__":
+    main()

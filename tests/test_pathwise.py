@@ -1,0 +1,181 @@
+"""Relaxed gates and the pathwise gradient: exactness of st, finite differences of the soft
+objective, finiteness over random scenarios, agreement with ES, and the tune=pathwise loop."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from servetune import pathwise, relax
+from servetune.api import compose
+from servetune.errors import ConfigError
+from servetune.scenario import build
+from servetune.simulate import rollout
+from servetune.tune import es
+from servetune.tune.evaluator import Evaluator
+from servetune.tune.objective import Objective
+from servetune.tune.pathwise_estimator import PathwiseEstimator
+from servetune.tune.space import space_from_config
+
+SPACE = {"max_num_seqs": {"low": 8, "high": 256, "scale": "log"},
+         "max_num_batched_tokens": {"low": 256, "high": 16384, "scale": "log"},
+         "watermark": {"low": 0.0, "high": 0.1, "scale": "linear"}}
+# an overloaded engine (Llama-3-8B, one H100, 35 req/s): the sequence cap binds, so admitting
+# sooner trades TTFT against longer iterations; limits sit between integers (no exact flip
+# within a finite-difference step)
+OVERLOADED = ["workload=poisson", "workload.rate=35", "workload.duration_s=6",
+              "window.drain_s=30", "engine.max_slots=256", "seeds=2"]
+START = {"max_num_seqs": 48.5, "max_num_batched_tokens": 2048.5, "watermark": 0.0105}
+
+
+def cosine(a, b):
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+@pytest.fixture(scope="module")
+def problem():
+    sc = build(compose(OVERLOADED))
+    space = space_from_config(SPACE)
+    ev = Evaluator(sc, "fcfs", "loop")
+    z0 = space.point(START)
+    return sc, space, ev, z0
+
+
+def estimator(problem, mode, temperature=0.3):
+    _sc, space, ev, _ = problem
+    return PathwiseEstimator(ev, space, mode, temperature, slo_target=0.99, slo_tau=0.05)
+
+
+def test_gates_by_mode():
+    exact = jnp.array([True, False, False])
+    eligible = jnp.array([True, True, False])
+    margin = jnp.array([1.0, -0.5, 3.0])
+    for mode in ("hard", "st", "soft"):
+        w = relax.weight(exact, eligible, (margin,), (1.0,), mode, 0.5)
+        soft = jax.nn.sigmoid(margin / 0.5) * eligible
+        assert np.allclose(w, soft if mode == "soft" else exact)
+        # d w / d margin: the sigmoid's derivative (st, soft), none when exact
+        dw = jax.jacfwd(lambda m, mode=mode: relax.weight(exact, eligible, (m,), (1.0,), mode,
+                                                          0.5))(margin)
+        expect = jnp.diag(soft * (1 - jax.nn.sigmoid(margin / 0.5)) / 0.5)
+        assert np.allclose(dw, 0.0 if mode == "hard" else expect)
+        # st perturbations are 0 in value: the forward pass is the exact one
+        z = relax.perturbation(w, exact)
+        assert np.allclose(z, 0.0 if mode != "soft" else soft - exact)
+    lim = 127.6
+    assert relax.relaxed_limit(lim, "hard") == 127.0
+    assert relax.relaxed_limit(lim, "st") == 127.0
+    assert jax.grad(lambda x: relax.relaxed_limit(x, "st"))(lim) == 1.0
+    assert jax.grad(lambda x: relax.relaxed_limit(x, "hard"))(lim) == 0.0
+    assert relax.relaxed_limit(lim, "soft") == lim
+    with pytest.raises(ValueError, match="relax mode"):
+        relax.relaxed_limit(lim, "fuzzy")
+
+
+def test_st_forward_pass_is_the_exact_simulator(problem):
+    sc, space, ev, z0 = problem
+    one = {k: np.array([v]) for k, v in space.values(z0).items()}
+    params = ev.params(one)
+    hard = rollout(sc.workloads, params, sc.engine, [len(t) for t in sc.traces])
+    cfg = pathwise.relaxed_engine(sc.engine, "st", 0.3)
+    for s, trace in enumerate(sc.traces):
+        wl = jax.tree.map(lambda x, s=s: x[s], sc.workloads)
+        first, finish, completed, _ = jax.jit(pathwise.request_times, static_argnames="cfg")(
+            wl, jax.tree.map(lambda x: x[0], params), cfg)
+        n = len(trace)
+        res = hard[s][0]
+        assert np.array_equal(np.asarray(completed[:n]), res.end_state == 0)
+        assert res.end_state.size == n and (res.end_state == 0).sum() > 0.8 * n
+        # event skipping sums durations in another order: equal up to float rounding
+        np.testing.assert_allclose(np.asarray(first[:n]), res.first_token, rtol=1e-9)
+        np.testing.assert_allclose(np.asarray(finish[:n]), res.finish, rtol=1e-9)
+
+
+def test_soft_gradient_matches_finite_differences_and_st_agrees(problem):
+    _, _space, _, z0 = problem
+    soft = estimator(problem, "soft")
+    st = estimator(problem, "st")
+    g_soft, _ = soft(z0, 0.0)
+    g_st, _ = st(z0, 0.0)
+    # central differences of the soft Lagrangian; steps small enough that no exact decision
+    # flips (the limits sit between integers)
+    # (the soft objective also has jumps of ~1e-6 where an arrival crosses an iteration
+    # boundary, so the steps are tiny)
+    h = 1e-7
+    fd = np.zeros(len(z0))
+    for k in range(2):  # the watermark does not bind here: its gradient is 0 (checked below)
+        e = np.zeros(len(z0))
+        e[k] = h
+        fd[k] = (soft(z0 + e, 0.0)[1]["soft_lagrangian"]
+                 - soft(z0 - e, 0.0)[1]["soft_lagrangian"]) / (2 * h)
+    fd[2] = g_soft[2]
+    assert g_soft[2] == 0.0
+    np.testing.assert_allclose(g_soft, fd, rtol=1e-5)
+    assert np.abs(fd[0]) > 0.1  # the sequence cap matters here
+    # straight-through: the same direction (its magnitude is the sigmoid's at exact margins)
+    assert cosine(g_st, fd) >= 0.9
+
+
+def test_gradients_are_finite_on_a_random_batch(problem):
+    # random policy points anywhere in the space (limits at their bounds included) and
+    # multipliers, on both seeds' workloads, in both modes
+    rng = np.random.default_rng(7)
+    for mode in ("st", "soft"):
+        est = estimator(problem, mode)
+        for z in rng.normal(0, 2.0, size=(2, len(SPACE))):
+            g, value = est(z, float(rng.uniform(0, 50)))
+            assert np.all(np.isfinite(g)), (mode, z, g)
+            assert np.isfinite(value["soft_lagrangian"])
+
+
+def test_changing_the_point_does_not_recompile(problem):
+    _, _, _, z0 = problem
+    est = estimator(problem, "st")
+    est(z0, 0.0)
+    size = pathwise._value_and_jacobian._cache_size()
+    est(z0 + 0.3, 5.0)
+    assert pathwise._value_and_jacobian._cache_size() == size
+
+
+def test_unsupported_scenarios_are_refused_by_key(problem):
+    sc, _space, ev, _ = problem
+    with pytest.raises(ConfigError, match="engine.n_instances"):
+        pathwise.relaxed_engine(dataclasses.replace(sc.engine, n_instances=2), "st", 0.3)
+    with pytest.raises(ConfigError, match="tune.relax"):
+        pathwise.relaxed_engine(sc.engine, "fuzzy", 0.3)
+    with pytest.raises(ConfigError, match="tune.space.queue_cap"):
+        PathwiseEstimator(ev, space_from_config({"queue_cap": {"low": 8, "high": 64}}), "st",
+                          0.3, 0.99, 0.05)
+
+
+@pytest.mark.slow
+def test_pathwise_and_es_agree_in_direction(problem):
+    """The documented scenario (benchmarks/README.md, bench_pathwise.py): the st gradient of
+    the smoothed objective and an ES estimate of the exact objective's gradient."""
+    _sc, space, ev, z0 = problem
+    g_st, _ = estimator(problem, "st")(z0, 0.0)
+    obj = Objective()
+    sigma, pairs = 0.15, 16
+    eps = es.perturbations(1, 0, pairs, len(z0))
+    cols = ev(space.values(es.population(z0, eps, sigma)))
+    f = np.array([np.mean([obj.value(m) for m in col]) for col in cols])
+    g_es = es.gradient(f[1:1 + pairs], f[1 + pairs:], eps, sigma, rank_shaping=False)
+    assert cosine(g_st, g_es) >= 0.9, (g_st, g_es)
+
+
+def test_tune_pathwise_improves_the_objective(tmp_path):
+    from servetune.tune import tune
+    # the module's scenario and space: the compiled simulators are reused
+    res = tune(["tune=pathwise", *OVERLOADED, "output.progress=false", "tune.iterations=3",
+                "tune.eval.seeds=2", "tune.space.max_num_seqs.high=256",
+                "policy.max_num_seqs=24.5", "tune.export=false"], out_dir=tmp_path,
+               log=lambda m: None)
+    h = res.history
+    assert h["center_objective"].iloc[-1] > h["center_objective"].iloc[0]
+    assert h["policy.max_num_seqs"].iloc[-1] > 24.5  # admitting more pays here
+    assert np.all(np.isfinite(h["soft_lagrangian"]))
+    ev = res.evaluation.set_index(["policy", "split"])
+    assert ev.loc[("tuned", "heldout_seeds"), "objective"] > ev.loc[("start", "heldout_seeds"),
+                                                                    "objective"]
