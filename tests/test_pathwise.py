@@ -118,6 +118,24 @@ def test_soft_gradient_matches_finite_differences_and_st_agrees(problem):
     assert cosine(g_st, fd) >= 0.9
 
 
+def test_priority_weight_gradient_through_soft_ranks_matches_finite_differences():
+    # soft ranks cost O(W^2) per iteration: a small queue window
+    sc = build(compose([*OVERLOADED[:-2], "engine.max_slots=64", "engine.queue_window=64",
+                        "seeds=1"]))
+    space = space_from_config({**SPACE, "max_num_seqs": {"low": 8, "high": 64, "scale": "log"},
+                               "w_prompt": {"low": 0.0, "high": 4.0}})
+    ev = Evaluator(sc, "parametric", "loop")
+    est = PathwiseEstimator(ev, space, "soft", 0.3, 0.99, 0.05)
+    assert est.cfg.relax_order
+    z = space.point({**START, "w_prompt": 0.3})
+    g, _ = est(z, 0.0)
+    h = 1e-7
+    e = np.eye(len(z))[3] * h
+    fd = (est(z + e, 0.0)[1]["soft_lagrangian"] - est(z - e, 0.0)[1]["soft_lagrangian"]) / (2 * h)
+    assert abs(g[3]) > 1e-3  # the order matters here
+    np.testing.assert_allclose(g[3], fd, rtol=1e-5)
+
+
 def test_gradients_are_finite_on_a_random_batch(problem):
     # random policy points anywhere in the space (limits at their bounds included) and
     # multipliers, on both seeds' workloads, in both modes

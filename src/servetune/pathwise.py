@@ -19,8 +19,10 @@ simulator's, so f differs from the reported objective only by the smoothed SLO c
 
 Supported: one instance, the preempt KV policy, no speculation and no prefix cache (other
 mechanisms keep exact decisions whose relaxations are not written yet); event skipping is off
-(each iteration's perturbations are accumulated). queue_cap, the priority weights and the
-other keys get no pathwise gradient: use tune=es for them.
+(each iteration's perturbations are accumulated). Keys with a pathwise gradient:
+PATHWISE_KEYS; the priority weights through soft ranks of the waiting requests (O(A^2) per
+iteration, on only when one is tuned). queue_cap, spec_k, the routing weights and the neural
+score get none: use tune=es for them.
 """
 
 from __future__ import annotations
@@ -39,12 +41,15 @@ from servetune.simulate import init_state
 from servetune.step import step
 from servetune.types import COMPLETED, DONE, OUTSTANDING, EngineConfig, Params, Workload
 
-PATHWISE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "watermark")
+ORDER_KEYS = ("w_age", "w_prompt", "w_pred", "w_slack")  # through the relaxed order
+PATHWISE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "watermark") + ORDER_KEYS
 _FLOOR = 1e-9
 
 
-def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float) -> EngineConfig:
-    """The engine config for a relaxed (st or soft) rollout; ConfigError names the key of a
+def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float,
+                   order: bool = False) -> EngineConfig:
+    """The engine config for a relaxed (st or soft) rollout, the priority order relaxed too
+    when `order` (for gradients in the priority weights); ConfigError names the key of a
     mechanism the relaxation does not support."""
     if mode not in ("st", "soft"):
         raise ConfigError(f"tune.relax: got {mode!r}; expected st or soft")
@@ -60,7 +65,7 @@ def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float) -> EngineCo
                               f"tune=es for this scenario")
     # outbox drained every iteration into per-request arrays: two iterations' worth suffices
     return dataclasses.replace(cfg, relax=mode, relax_temperature=float(temperature),
-                               leap_max=0, outbox=2 * cfg.drain_per_step)
+                               relax_order=order, leap_max=0, outbox=2 * cfg.drain_per_step)
 
 
 def request_times(wl: Workload, params: Params, cfg: EngineConfig):

@@ -119,15 +119,25 @@ def priority_score(e: Entries, t, pol: PolicyParams):
     return jnp.where(jnp.isfinite(score), score, 0.0)
 
 
-def scheduling_order(e: Entries, t, pol: PolicyParams):
-    """Permutation [A] of the entries: running by priority, then preempted waiting requests
-    (vLLM puts them back at the head of the queue), then the other waiting ones by priority,
-    then empty or finished entries. Ties go to the earlier request in trace order."""
-    group = jnp.where(e.status == RUNNING, 0,
-                      jnp.where(e.status == WAITING, jnp.where(e.preempted, 1, 2), 3))
+def priority(e: Entries, t, pol: PolicyParams):
+    """[A] the score the scheduling order sorts by (higher first): `priority_score`, plus the
+    neural score's network where the policy has one."""
     score = priority_score(e, t, pol)
     if pol.score_net is not None:  # order neural: a structural (static) switch
         from servetune.neural import neural_score
 
         score = neural_score(e, t, pol, score)
-    return jnp.lexsort((e.req, -score, group))
+    return score
+
+
+def scheduling_group(e: Entries):
+    """[A] the order's groups, first to last: running (0), preempted waiting requests (1: vLLM
+    puts them back at the head of the queue), other waiting ones (2), empty or finished (3)."""
+    return jnp.where(e.status == RUNNING, 0,
+                     jnp.where(e.status == WAITING, jnp.where(e.preempted, 1, 2), 3))
+
+
+def scheduling_order(e: Entries, t, pol: PolicyParams):
+    """Permutation [A] of the entries: by `scheduling_group`, within a group by priority; ties
+    go to the earlier request in trace order."""
+    return jnp.lexsort((e.req, -priority(e, t, pol), scheduling_group(e)))

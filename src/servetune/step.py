@@ -18,7 +18,7 @@ from servetune.engine.leap import leap
 from servetune.engine.scheduler import new_blocks, schedule, token_budget, wanted_tokens
 from servetune.engine.shift import admission_shift
 from servetune.hardware import step_time
-from servetune.policy import scheduling_order
+from servetune.policy import priority, scheduling_order
 from servetune.types import (
     DONE,
     EMPTY,
@@ -234,7 +234,8 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         e, pc, pfx_blocks = prefix_lib.after_schedule(e, batch, hits, pc, t,
                                                       params.cost.kv_blocks, cfg)
     else:
-        e, batch = schedule(e, params, cfg)
+        scores = priority(e, t, params.policy) if cfg.relax_order else None
+        e, batch = schedule(e, params, cfg, scores=scores)
     if cfg.kv_pressure in ("evict", "reject"):  # requests the scheduler ended, at t
         e = e.replace(finish=jnp.where(batch.ended, t, e.finish))
     if cfg.speculation:

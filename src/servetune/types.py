@@ -78,6 +78,8 @@ class EngineConfig:
         sigmoid derivative) or "soft" (fluid weights); the last two only for pathwise gradients
         (servetune/pathwise.py), with one instance and the preempt policy.
       relax_temperature: tau of the st/soft sigmoids, in units of each gate's scale.
+      relax_order: also relax the priority order among waiting requests (soft ranks from the
+        priority scores, O(A^2) per iteration): for gradients in the priority weights.
     """
 
     max_slots: int = 256
@@ -105,6 +107,7 @@ class EngineConfig:
     prefix_block_tokens: int = 512
     relax: str = "hard"
     relax_temperature: float = 1.0
+    relax_order: bool = False
 
     @property
     def n_entries(self) -> int:

@@ -18,6 +18,7 @@ a re-admitted preempted request is among the running.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from flax import struct
 
@@ -100,11 +101,12 @@ def _exclusive_cumsum(x):
     return ops.cumsum(x) - x
 
 
-def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None):
+def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=None):
     """Schedule one iteration over entries `es` sorted by `policy.scheduling_order`.
 
     `hits`: prefix caching's view (engine/prefix.Hits) when engine.prefix_cache is on: cached
-    blocks count once, hit tokens count as computed at admission.
+    blocks count once, hit tokens count as computed at admission. `scores` [A]: the priority
+    scores the order came from, with engine.relax_order (the relaxed ranks use them).
     Returns (entries with statuses, blocks and preemption counters updated, Batch).
     """
     pol, kv_total = params.policy, params.cost.kv_blocks
@@ -189,7 +191,7 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None):
     if cfg.relax != "hard":
         relaxed = _relaxed_tokens(es, tokens, need, keep, need_w, waiting & gate & (chunk > 0)
                                   & (rank < cfg.max_slots - n_running), admit, rank, n_running,
-                                  want, room, pol, cfg)
+                                  want, room, pol, cfg, scores)
     requeue = preempt & ~ended
     es = es.replace(
         status=jnp.where(admit, RUNNING,
@@ -211,7 +213,7 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None):
 
 
 def _relaxed_tokens(es: Entries, tokens, need, keep, need_w, eligible, admit, rank, n_running,
-                    want, room, pol, cfg: EngineConfig):
+                    want, room, pol, cfg: EngineConfig, scores=None):
     """The iteration's token counts as relaxed decisions (engine.relax st or soft).
 
     The budget is `relax.relaxed_limit` of max_num_batched_tokens, so the running requests'
@@ -219,8 +221,9 @@ def _relaxed_tokens(es: Entries, tokens, need, keep, need_w, eligible, admit, ra
     `relax.weight` of its two tunable gates: the sequence cap (margin in requests) and the KV
     watermark (margin in blocks, measured in the request's own first-chunk blocks), among the
     `eligible` waiting requests (the exact gates that are not tunable hold). Preemption stays
-    exact. `tokens` [A]: the exact token counts. Returns the Batch fields weight, admit_z,
-    admitted and debt."""
+    exact. With `scores` (engine.relax_order) the waiting requests' ranks, and the budget and
+    blocks taken before each, are relaxed too (`_relaxed_before`). `tokens` [A]: the exact
+    token counts. Returns the Batch fields weight, admit_z, admitted and debt."""
     mode, tau = cfg.relax, cfg.relax_temperature
     if cfg.batching == "static":
         budget = jnp.asarray(_NO_BUDGET, jnp.float64)
@@ -230,12 +233,17 @@ def _relaxed_tokens(es: Entries, tokens, need, keep, need_w, eligible, admit, ra
             budget = jnp.maximum(budget, cfg.max_model_len)
     alloc = jnp.where(keep, jnp.clip(budget - _exclusive_cumsum(need), 0, need), 0.0)
     budget_left = budget - jnp.sum(alloc)
-    if cfg.chunked_prefill:
-        chunk = jnp.clip(budget_left - _exclusive_cumsum(need_w), 0, need_w)
+    if scores is None:
+        before = _exclusive_cumsum
     else:
-        chunk = jnp.where(ops.cumsum(need_w) <= budget_left, need_w, 0).astype(jnp.float64)
+        before = _relaxed_before(es.status, es.preempted, scores, mode, tau, cfg.queue_window)
+        rank = before(jnp.ones_like(need_w))
+    if cfg.chunked_prefill:
+        chunk = jnp.clip(budget_left - before(need_w), 0, need_w)
+    else:
+        chunk = jnp.where(before(need_w) + need_w <= budget_left, need_w, 0.0)
     seq_margin = relax.relaxed_limit(pol.max_num_seqs, mode) - n_running - rank
-    kv_margin = room - ops.cumsum(want)
+    kv_margin = room - before(want) - want
     w = relax.weight(admit, eligible, (seq_margin, kv_margin),
                      (1.0, jnp.maximum(want, 1).astype(jnp.float64)), mode, tau)
     # of a waiting request, only the mass not yet admitted early (1 - wait_z) is still to
@@ -248,3 +256,35 @@ def _relaxed_tokens(es: Entries, tokens, need, keep, need_w, eligible, admit, ra
     paid = jnp.where(tokens > 0, es.debt, 0.0)
     return {"weight": relaxed - paid, "admit_z": relax.perturbation(w, admit),
             "admitted": admit, "debt": es.debt - paid + (relaxed - tokens)}
+
+
+def _relaxed_before(status, preempted, scores, mode: str, tau: float, window: int):
+    """For waiting entries in scheduling order: a function x [A] -> [A], the sum of x over the
+    waiting entries scheduled before each (the exclusive cumulative sum), with the order
+    relaxed. Within a group (preempted first, then the others) entry j comes before entry i
+    with weight sigmoid((score_j - score_i) / (tau x unit)), unit the score gap of one rank
+    (the waiting scores' range over their count): that weight's derivative with the exact
+    order's value under st, the weight itself under soft.
+
+    The order puts running entries first, so the waiting ones are the `window`
+    (engine.queue_window) entries after them: the pairs are computed there only, [W, W].
+    (When the sort was skipped at most one entry waits: it has nothing before it.)"""
+    start = jnp.sum(status == RUNNING)
+    cut = lambda x: jax.lax.dynamic_slice(x, (start,), (window,))
+    waiting, preempted, scores = cut(status == WAITING), cut(preempted), cut(scores)
+    pair = waiting[:, None] & waiting[None, :] & ~jnp.eye(window, dtype=bool)  # [W, W] (i, j)
+    exact = jnp.arange(window)[None, :] < jnp.arange(window)[:, None]  # j before i
+    same = preempted[:, None] == preempted[None, :]
+    lo = jnp.min(jnp.where(waiting, scores, jnp.inf))
+    hi = jnp.max(jnp.where(waiting, scores, -jnp.inf))
+    unit = jnp.where(hi > lo, (hi - lo) / jnp.maximum(jnp.sum(waiting) - 1, 1), 1.0)
+    w = relax.weight(exact, pair & same, (scores[None, :] - scores[:, None],), (unit,), mode,
+                     tau)
+    w = jnp.where(same, w, exact) * pair  # the groups' order is not tunable
+
+    def before(x):
+        inside = w @ cut(x).astype(jnp.float64)
+        return jax.lax.dynamic_update_slice(jnp.zeros(status.shape, jnp.float64), inside,
+                                            (start,))
+
+    return before

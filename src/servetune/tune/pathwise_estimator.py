@@ -36,7 +36,8 @@ class PathwiseEstimator:
             raise ConfigError(f"tune.slo_tau: got {slo_tau!r}; expected a number > 0")
         sc = evaluator.scenario
         self.evaluator = evaluator
-        self.cfg = pathwise.relaxed_engine(sc.engine, mode, temperature)
+        order = any(dim.key in pathwise.ORDER_KEYS for dim in space.dims)
+        self.cfg = pathwise.relaxed_engine(sc.engine, mode, temperature, order)
         self.targets = pathwise.targets(sc.metrics, slo_target, slo_tau)
         self.point_map = pathwise.PointMap(space.dims)
         n = sc.workloads.arrival.shape[1]
