@@ -140,7 +140,9 @@ PCFG = EngineConfig(max_slots=16, queue_window=16, block_size=4, max_model_len=2
                     prefix_block_tokens=8)
 
 
-@pytest.fixture(scope="module", params=[(32, True), (256, False)],
+# the second configuration runs with -m slow (the default suite stays near ten minutes)
+@pytest.fixture(scope="module", params=[(32, True),
+                                        pytest.param((256, False), marks=pytest.mark.slow)],
                 ids=["small-table", "large-table-no-chunking"])
 def random_batch(request):
     entries, chunked = request.param
