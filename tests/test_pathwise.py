@@ -148,13 +148,31 @@ def test_gradients_are_finite_on_a_random_batch(problem):
             assert np.isfinite(value["soft_lagrangian"])
 
 
+def test_cvar_takes_the_worst_scenario(problem):
+    _, space, ev, z0 = problem
+    est = estimator(problem, "st")
+    one = {k: np.array([v]) for k, v in space.values(z0).items()}
+    base = jax.tree.map(lambda x: x[0], ev.params(one))
+    values, jac = pathwise._per_scenario(  # the arguments as value_and_gradient passes them
+        jnp.asarray(z0), ev.scenario.workloads, jnp.asarray(est.weights),
+        jnp.asarray(est.counted), jnp.asarray(0.0, jnp.float64), base, est.cfg, est.targets,
+        est.point_map)
+    worst = int(np.argmin(values[:, 2]))
+    assert values[worst, 2] < values[1 - worst, 2]  # the two seeds differ
+    g, value = PathwiseEstimator(ev, space, "st", 0.3, 0.99, 0.05, "cvar", 0.5)(z0, 0.0)
+    assert value["soft_lagrangian"] == pytest.approx(float(values[worst, 2]), rel=1e-12)
+    np.testing.assert_allclose(g, np.asarray(jac[worst, 2]), rtol=1e-9)
+    g_mean, _ = est(z0, 0.0)
+    np.testing.assert_allclose(g_mean, np.asarray(jac[:, 2]).mean(0), rtol=1e-9)
+
+
 def test_changing_the_point_does_not_recompile(problem):
     _, _, _, z0 = problem
     est = estimator(problem, "st")
     est(z0, 0.0)
-    size = pathwise._value_and_jacobian._cache_size()
+    size = pathwise._per_scenario._cache_size()
     est(z0 + 0.3, 5.0)
-    assert pathwise._value_and_jacobian._cache_size() == size
+    assert pathwise._per_scenario._cache_size() == size
 
 
 def test_unsupported_scenarios_are_refused_by_key(problem):

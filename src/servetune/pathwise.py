@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -172,25 +173,34 @@ class PointMap:
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "tg", "point_map"))
-def _value_and_jacobian(z, wl, weights, counted, lam, base, cfg, tg, point_map):
-    def per_scenario(z, wl, weights, counted):
+def _per_scenario(z, wl, weights, counted, lam, base, cfg, tg, point_map):
+    def one(z, wl, weights, counted):
         first, finish, completed, end_s = request_times(wl, point_map(z, base), cfg)
         return jnp.stack(soft_objective(first, finish, completed, end_s, wl, weights,
                                         counted, tg, lam))
 
-    def mean(z):
-        return jnp.mean(jax.vmap(per_scenario, in_axes=(None, 0, 0, 0))(z, wl, weights,
-                                                                       counted), axis=0)
+    def value_and_jacobian(wl, weights, counted):
+        f = lambda z: one(z, wl, weights, counted)
+        return f(z), jax.jacfwd(f)(z)
 
-    return mean(z), jax.jacfwd(mean)(z)
+    return jax.vmap(value_and_jacobian)(wl, weights, counted)  # [S, 3], [S, 3, d]
 
 
 def value_and_gradient(z, wl: Workload, weights, counted, lam, base: Params,
-                       cfg: EngineConfig, tg: SoftTargets, point_map: PointMap):
-    """Mean over scenarios (wl leaves [S, N]) of (f, attainment, Lagrangian) [3] at the point
-    z [d], and their Jacobian [3, d] by forward mode. `base`: unbatched Params the point
-    modifies; `cfg`: a `relaxed_engine`. Compiled once per (cfg, tg, point_map): z, lam and
-    every number in `base` are traced."""
-    return _value_and_jacobian(jnp.asarray(z, jnp.float64), wl, jnp.asarray(weights),
-                               jnp.asarray(counted), jnp.asarray(lam, jnp.float64), base, cfg,
-                               tg, point_map)
+                       cfg: EngineConfig, tg: SoftTargets, point_map: PointMap,
+                       aggregate: str = "mean", cvar_alpha: float = 0.25):
+    """(f, attainment, Lagrangian) [3] at the point z [d] and their Jacobian [3, d] by
+    forward mode, aggregated over the scenarios (wl leaves [S, N]) as tune/objective.py does:
+    their mean, or (aggregate cvar) the mean of the worst `cvar_alpha` fraction by Lagrangian
+    (whose gradient is theirs). `base`: unbatched Params the point modifies; `cfg`: a
+    `relaxed_engine`. Compiled once per (cfg, tg, point_map) and shapes: z, lam and every
+    number in `base` are traced. Returns numpy arrays."""
+    values, jac = _per_scenario(jnp.asarray(z, jnp.float64), wl, jnp.asarray(weights),
+                                jnp.asarray(counted), jnp.asarray(lam, jnp.float64), base, cfg,
+                                tg, point_map)
+    values, jac = np.asarray(values), np.asarray(jac)
+    if aggregate == "cvar":
+        k = max(1, math.ceil(cvar_alpha * len(values)))
+        worst = np.argsort(values[:, 2], kind="stable")[:k]
+        values, jac = values[worst], jac[worst]
+    return values.mean(axis=0), jac.mean(axis=0)

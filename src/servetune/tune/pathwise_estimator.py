@@ -20,10 +20,12 @@ from servetune.tune.space import SearchSpace
 class PathwiseEstimator:
     """Gradient [d] of the smoothed Lagrangian at a point z [d] of `space`, on the evaluator's
     scenario (its workloads [S] and base policy), through an engine relaxed with `mode`
-    (st or soft) at `temperature`; SLO checks smoothed with relative width `slo_tau`."""
+    (st or soft) at `temperature`; SLO checks smoothed with relative width `slo_tau`;
+    scenarios averaged, or (aggregate cvar) their worst `cvar_alpha` fraction."""
 
     def __init__(self, evaluator: Evaluator, space: SearchSpace, mode: str,
-                 temperature: float, slo_target: float, slo_tau: float):
+                 temperature: float, slo_target: float, slo_tau: float,
+                 aggregate: str = "mean", cvar_alpha: float = 0.25):
         for dim in space.dims:
             if dim.key not in pathwise.PATHWISE_KEYS:
                 raise ConfigError(f"tune.space.{dim.key}: the pathwise estimator has gradients "
@@ -39,6 +41,7 @@ class PathwiseEstimator:
         order = any(dim.key in pathwise.ORDER_KEYS for dim in space.dims)
         self.cfg = pathwise.relaxed_engine(sc.engine, mode, temperature, order)
         self.targets = pathwise.targets(sc.metrics, slo_target, slo_tau)
+        self.aggregate, self.cvar_alpha = aggregate, cvar_alpha
         self.point_map = pathwise.PointMap(space.dims)
         n = sc.workloads.arrival.shape[1]
         self.weights = np.zeros((len(sc.traces), n))
@@ -50,14 +53,13 @@ class PathwiseEstimator:
 
     def __call__(self, z: np.ndarray, lam: float) -> tuple[np.ndarray, dict]:
         """(ascent direction [d] of the smoothed Lagrangian, its value's parts: f, attainment,
-        lagrangian, averaged over the workloads). Counts the relaxed runs as scenarios."""
+        lagrangian, aggregated over the workloads). Counts the relaxed runs as scenarios."""
         one = {k: np.array([v]) for k, v in self.space.values(np.asarray(z)).items()}
         base = jax.tree.map(lambda x: x[0], self.evaluator.params(one))
         value, jac = pathwise.value_and_gradient(
             z, self.evaluator.scenario.workloads, self.weights, self.counted, lam, base,
-            self.cfg, self.targets, self.point_map)
+            self.cfg, self.targets, self.point_map, self.aggregate, self.cvar_alpha)
         self.evaluator.scenarios_simulated += len(self.evaluator.scenario.traces)
-        value, jac = np.asarray(value), np.asarray(jac)
         if not np.all(np.isfinite(jac)):
             raise FloatingPointError(f"pathwise gradient not finite at {one}: {jac[2]}")
         return jac[2], {"soft_objective": float(value[0]), "soft_attainment": float(value[1]),

@@ -257,7 +257,8 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
             raise ConfigError("tune.workloads: the pathwise estimator tunes on one workload; "
                               "use tune=es to tune over several")
         estimator = PathwiseEstimator(evaluator, space, st.relax, st.temperature,
-                                      st.objective.slo_target, st.slo_tau)
+                                      st.objective.slo_target, st.slo_tau,
+                                      st.objective.aggregate, st.objective.cvar_alpha)
     start_values = dict(evaluator.base)
     if space.net_size and "score_net" not in start_values:
         # the configured (linear) policy plus a network that adds nothing yet (out scale 0)
