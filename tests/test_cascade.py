@@ -215,3 +215,11 @@ def test_prefix_cache_is_refused_with_the_cascade():
         build(compose(["workload=mooncake_conv", "workload.duration_s=30", "engine.n_instances=2",
                        "engine.cascade_small_instances=1", "model.name=llama3_70b",
                        "hardware.tp=4", "engine.prefix_cache=true"]))
+
+
+def test_the_tuner_can_search_the_threshold_alone():
+    from servetune.tune.runner import settings_from_config
+
+    space = settings_from_config(compose(["+experiment=cascade"])).space
+    assert space.keys == ["cascade_threshold"]  # the default space's keys are nulled
+    assert space.dims[0].value(np.array([-50.0, 50.0])) == pytest.approx([0.0, 1.0], abs=1e-12)

@@ -19,7 +19,9 @@ iteration boundary at or after ready_at: it prefills its prompt from scratch and
 whole output again. Its arrival time stays the original one (TTFT counts from it, and FCFS
 ages it from it); its computed tokens and preemptions accumulate over both attempts. If no
 large instance has a free entry, it waits on the small instance (holding no KV) and is offered
-again at that instance's next boundary.
+again at that instance's next boundary. With abandonment on, a retry can give up only once it
+has joined the large instance's queue (the engine checks waiting and running requests); it
+then ends at its give-up time as usual.
 
 Causality: the move happens when the small instance has the earliest clock (so every large
 instance is at or past the send time), and the large instance acts on the request only at a
