@@ -223,3 +223,44 @@ def test_the_tuner_can_search_the_threshold_alone():
     space = settings_from_config(compose(["+experiment=cascade"])).space
     assert space.keys == ["cascade_threshold"]  # the default space's keys are nulled
     assert space.dims[0].value(np.array([-50.0, 50.0])) == pytest.approx([0.0, 1.0], abs=1e-12)
+
+
+@pytest.mark.slow  # ~10 s: its own compilation (keeps the default file under ~40 s)
+def test_retries_spread_over_a_large_pool_and_wait_when_it_is_full():
+    """Engine level, linear costs: 1 small + 2 large instances with few entries, a burst whose
+    small answers mostly fail, so retries outnumber the large pool's entries and must wait."""
+    import dataclasses
+
+    import jax.numpy as jnp
+    from helpers import linear_params, trace_of
+
+    from servetune.scenario import stack_workloads
+    from servetune.types import EngineConfig
+
+    cfg = EngineConfig(max_slots=4, queue_window=4, block_size=16, max_model_len=512,
+                       cost_form="linear", outbox=64, n_instances=3, routing="jsq",
+                       cascade_small_instances=1)
+    rng = np.random.default_rng(1)
+    n = 48
+    tr = trace_of([(a, int(rng.integers(16, 200)), int(rng.integers(2, 40)))
+                   for a in np.sort(rng.uniform(0, 3, n))])
+    fail = rng.random(n) < 0.7
+    tr = dataclasses.replace(tr, cascade_pred=np.full(n, 0.5), cascade_fail=fail)
+    p = linear_params({"cascade_threshold": [1.0]}, base_s=0.01, per_prefill_token_s=2e-4,
+                      per_decode_seq_s=1e-3)
+    kv = np.array([[80, 60, 60]])
+    p = p.replace(cost=p.cost.replace(kv_blocks=jnp.asarray(kv, jnp.int32),
+                                      base_s=jnp.asarray([[0.005, 0.02, 0.02]]),
+                                      check_latency_s=jnp.asarray([0.1])))
+    wl = stack_workloads([tr], [tr.output.astype(float)], 1e6, cfg)
+    res = rollout(wl, p, cfg, [n])[0][0]
+    assert np.all(res.end_state == COMPLETED) and int(res.stats["ended"]) == n
+    np.testing.assert_array_equal(res.generated, tr.output)
+    np.testing.assert_array_equal(res.tier, np.where(fail, TIER_RETRIED, TIER_SMALL))
+    assert np.all(res.stats["kv_peak_blocks"] <= kv[0])
+    assert not bool(np.any(res.stats["kv_overflow"])) and not bool(res.stats["stalled"])
+    assert not bool(np.any(res.stats["clock_regress"]))
+    assert np.all(res.stats["busy_s"][1:] > 0)  # both large instances took retries
+    assert fail.sum() > 2 * cfg.n_entries  # more retries than the large pool has entries
+    once = tr.prompt + tr.output - 1
+    assert np.all(res.tokens_computed[fail] >= 2 * once[fail])
