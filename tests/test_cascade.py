@@ -264,3 +264,19 @@ def test_retries_spread_over_a_large_pool_and_wait_when_it_is_full():
     assert fail.sum() > 2 * cfg.n_entries  # more retries than the large pool has entries
     once = tr.prompt + tr.output - 1
     assert np.all(res.tokens_computed[fail] >= 2 * once[fail])
+
+
+@pytest.mark.slow  # ~20 s: its own compilation, and every iteration stepped
+def test_event_skipping_does_not_delay_retries(grid):
+    """Event skipping stops at a completion and never starts after a retry, so every request's
+    times are those of the stepped run (up to float rounding of summed durations)."""
+    import dataclasses
+
+    sc, results, _, _ = grid
+    stepped = rollout(sc.workloads, sc.params, dataclasses.replace(sc.engine, leap_max=0),
+                      [len(sc.traces[0])])[0]
+    for a, b in zip(results, stepped):
+        np.testing.assert_array_equal(a.tier, b.tier)
+        np.testing.assert_allclose(a.first_token, b.first_token, rtol=1e-9)
+        np.testing.assert_allclose(a.finish, b.finish, rtol=1e-9)
+    assert int(results[-1].stats["leaped"]) > 0  # skipping did happen in the fixture's run

@@ -226,6 +226,8 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
              e: Entries, search_window):
     """The rest of the iteration, on entries `e` in scheduling order."""
     i = _instance(state, cfg)
+    if cfg.cascade_small_instances > 0:  # (needs every instance's cost params)
+        horizon = cascade.retry_horizon(a.entries_all, state.clock, params.cost, cfg)
     params = _at_instance(params, i, cfg)
     t, next_req, outside, n_arrived, n_rejected = (a.t, a.next_req, a.outside, a.n_arrived,
                                                    a.n_rejected)
@@ -295,6 +297,9 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
             # produced now leaves at t_next, so no run starts after it
             t_limit = jnp.minimum(t_limit, cascade.next_landing(e))
             t_limit = jnp.where(jnp.any(e.status == RETRY), t_next, t_limit)
+            # on a large instance: before a retry could come from the small pool
+            t_limit = jnp.where(cascade.is_small(i, cfg), t_limit,
+                                jnp.minimum(t_limit, horizon))
         if cfg.prefix_cache:  # no skipping while cache insertions are still due
             t_limit = jnp.where(pfx_deferred, t_next, t_limit)
             kv_offset = prefix_lib.kv_offset(e, pc, cfg)

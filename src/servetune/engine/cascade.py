@@ -23,6 +23,10 @@ again at that instance's next boundary. With abandonment on, a retry can give up
 has joined the large instance's queue (the engine checks waiting and running requests); it
 then ends at its give-up time as usual.
 
+Event skipping (engine/leap.py) stays exact: a large instance's run of skipped iterations
+stops before the earliest time a retry could be ready for it (`retry_horizon`), as it stops
+before the next arrival.
+
 Causality: the move happens when the small instance has the earliest clock (so every large
 instance is at or past the send time), and the large instance acts on the request only at a
 boundary at or after ready_at. The scenario builder guarantees that a request admissible on
@@ -38,6 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import relax
+from servetune.hardware import step_time
 from servetune.types import (
     COMPLETED,
     DONE,
@@ -99,6 +104,28 @@ def land(e: Entries, t):
 def next_landing(e: Entries):
     """[] earliest ready time of an INFLIGHT retry (inf when none)."""
     return jnp.min(jnp.where(e.status == INFLIGHT, e.ready_at, jnp.inf))
+
+
+def retry_horizon(entries: Entries, clock, cost, cfg: EngineConfig):
+    """[] a lower bound (seconds) on when any retry not yet on a large instance can be ready
+    there: for a pending retry on small instance i, max(clock_i, finish + check); for a request
+    on i whose small answer will fail, clock_i + (output tokens left) x (the shortest iteration
+    of i) + check (each token needs one iteration of i). inf when there is none. `entries`
+    [I, A], `clock` [I], `cost`: CostParams with leaves [] or [I]."""
+    s_n = cfg.cascade_small_instances
+    small = jax.tree.map(lambda x: x[:s_n], entries)
+    clk = clock[:s_n, None]
+    costs = jax.tree.map(lambda x: jnp.broadcast_to(x, (cfg.n_instances,))[:s_n], cost)
+    shortest = jax.vmap(lambda c: jnp.minimum(step_time(c, cfg.cost_form, 1, 0, 0, 0),
+                                              step_time(c, cfg.cost_form, 0, 1, 0, 0)))(costs)
+    check_s = costs.check_latency_s[:, None]
+    live = (small.status == WAITING) | (small.status == RUNNING)
+    will_fail = live & small.cascade_fail & (small.tier == TIER_SMALL)
+    left = jnp.maximum(small.output - small.generated, 1)
+    soonest = jnp.where(will_fail, clk + left * shortest[:, None] + check_s, jnp.inf)
+    pending = jnp.where(small.status == RETRY, jnp.maximum(clk, small.finish + check_s),
+                        jnp.inf)
+    return jnp.minimum(jnp.min(soonest), jnp.min(pending))
 
 
 def fall_back(entries: Entries, i, t, cost, cfg: EngineConfig):
