@@ -35,7 +35,7 @@ def test_config_rounds_integer_limits_like_the_simulator():
                    "watermark": 0.02, "queue_cap": 64, "w_age": 1.0, "w_prompt": 0.25,
                    "w_pred": 0.5, "w_slack": 0.0, "ttft_target_s": 2.0, "spec_k": 0,
                    "kv_compress_ratio": 2.0, "route_w_queue": 1.0, "route_w_kv": 0.0,
-                   "route_w_work": 0.0}
+                   "route_w_work": 0.0, "cascade_threshold": 0.5}
     assert isinstance(cfg["max_num_seqs"], int) and isinstance(cfg["queue_cap"], int)
     # limits stay >= 1; an unbounded queue is null, as in the conf files
     low = policy_to_config({"max_num_seqs": 1.0, "queue_cap": 0.3}, "fcfs")

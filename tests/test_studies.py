@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from servetune import api, scenario
 
 STUDIES = ("kv_pressure", "speculation", "utilization_vs_value", "tuned_vs_default",
-           "disaggregation")
+           "disaggregation", "cascade")
 
 
 def _params(name: str) -> dict:

@@ -288,6 +288,12 @@ def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | N
                             f"stack's or SGLang's router); score weights: queue "
                             f"{eff['route_w_queue']:g}, KV {eff['route_w_kv']:g}, work "
                             f"{eff['route_w_work']:g}"})
+    if int(eng.get("cascade_small_instances") or 0) > 0:
+        out.append({"name": "cascade_threshold", "value": eff["cascade_threshold"],
+                    "engines": both,
+                    "note": "no engine flag: a gateway in front of the two pools sends a request "
+                            "to the small model when its predicted difficulty is at most this, "
+                            "and retries it on the large model when the answer fails its check"})
     if engine is not None and _engine_dict(engine).get("gpu_memory_utilization") is not None:
         out.append({"name": "gpu_memory_utilization",
                     "value": float(_engine_dict(engine)["gpu_memory_utilization"]),

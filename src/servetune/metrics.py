@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from servetune import cascade as cascade_lib
 from servetune import histogram, quality
 from servetune.errors import ServetuneError
 from servetune.simulate import ScenarioResult
@@ -41,6 +42,7 @@ class MetricsSpec:
     kv_blocks: int
     kv_compress_fail_prob: float = 0.0  # quality cost of KV compression (engine/pressure.py)
     quality: quality.QualitySpec | None = None
+    cascade: cascade_lib.CascadeSpec | None = None  # model cascade (servetune.cascade), else None
 
 
 def quality_outcome(trace: RequestTrace, spec: MetricsSpec, extra_hazard=0.0
@@ -88,6 +90,10 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
              else np.random.default_rng([0, 7177]).random(len(trace)))
         quality_ok = quality_ok & ~(compressed & (u < spec.kv_compress_fail_prob))
     names = np.asarray(trace.class_names, dtype=object)
+    extra = {}
+    if spec.cascade is not None and res.tier is not None:  # the final answer's tier decides
+        extra = cascade_lib.request_columns(trace, res.tier, spec.quality)
+        quality_ok = extra.pop("quality_ok")
     return pd.DataFrame({
         "request": np.arange(len(trace)),
         "arrival_s": trace.arrival,
@@ -109,6 +115,7 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
         "quality_ok": quality_ok,
         "qualifies": ok & quality_ok,
         "counted": counted,
+        **extra,
     })
 
 
@@ -234,7 +241,8 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
                                              if computed.sum() > 0 else 0.0),
         "n_kv_compressed": int(table["kv_compressed"].sum()),
         "kv_blocks": int(spec.kv_blocks),  # KV capacity (after weights, at kv_bits)
-        "kv_peak_occupancy": float(np.max(st["kv_peak_blocks"])) / spec.kv_blocks,
+        "kv_peak_occupancy": float(np.max(np.asarray(st["kv_peak_blocks"]) / (
+            spec.kv_blocks if spec.cascade is None else spec.cascade.kv_blocks()))),
         "preemptions": int(st["preemptions"]),
         "prefill_tokens": int(st["prefill_tokens"]),  # prompt and recomputed tokens processed
         "decode_tokens": int(st["decode_tokens"]),
@@ -276,6 +284,8 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
             "prefix_insert_deferred_iterations": int(st["prefix_insert_deferred"]),
         })
     m["by_class"] = by_class
+    if spec.cascade is not None and "retried" in table:  # model cascade (servetune.cascade)
+        m.update(cascade_lib.metrics(table, window_s, spec.cascade, st["busy_s"], sim_s))
     _check_finite(m)
     return m
 

@@ -29,6 +29,9 @@ DEFAULTS: dict[str, float] = {
     "route_w_queue": 1.0,
     "route_w_kv": 0.0,
     "route_w_work": 0.0,
+    # model cascade (engine.cascade_small_instances > 0): predicted difficulty at or below
+    # which a request goes to the small model (0 = all to the large pool, 1 = all to small)
+    "cascade_threshold": 0.5,
 }
 
 # Named orders: each is a setting of the score weights.
@@ -49,6 +52,7 @@ _BOUNDS = {
     "ttft_target_s": (0.0, math.inf),
     "spec_k": (0.0, 64.0),
     "kv_compress_ratio": (1.0, 16.0),
+    "cascade_threshold": (0.0, 1.0),
 }
 
 

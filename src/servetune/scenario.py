@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from servetune import cascade as cascade_lib
 from servetune import hardware, quality, workload
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.pressure import POLICIES
@@ -48,7 +49,8 @@ MAX_INSTANCES = 1024  # engine.n_instances: replicas per scenario
 # Config sections build() reads: required ones must be present; all must be mappings.
 _SECTIONS = {"workload": True, "hardware": True, "model": True, "policy": True, "engine": True,
              "window": True, "cost": False, "slo": False, "classes": False, "grid": False,
-             "paths": False, "speculation": False, "quality": False}
+             "paths": False, "speculation": False, "quality": False,
+             "cascade": False}
 
 
 def _get(cfg: DictConfig, key: str, default=None):
@@ -275,6 +277,9 @@ def stack_workloads(traces, predicted, drain_s: float, engine: EngineConfig | No
             "salt": np.uint32(seed % (1 << 32))})
         if engine is not None and engine.prefix_cache:
             rows[-1]["prefix_ids"] = prefix_lib.workload_ids(trace, trace.prompt, engine, n)
+        if engine is not None and engine.cascade_small_instances > 0:  # servetune.cascade
+            rows[-1]["cascade_pred"] = np.concatenate([trace.cascade_pred, np.ones(pad)])
+            rows[-1]["cascade_fail"] = np.concatenate([trace.cascade_fail, np.zeros(pad, bool)])
     return Workload(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
 
 
@@ -333,12 +338,14 @@ def build(cfg: DictConfig) -> Scenario:
         "extra_weight_bytes": hardware.weight_bytes(draft_spec.draft, draft_spec.weight_bits),
         "extra_kv_bytes_per_token": hardware.kv_bytes_per_token(draft_spec.draft,
                                                                 draft_spec.kv_bits)}
-    kv_blocks = hardware.kv_capacity_blocks(
-        gpu, model, tp=tp, weight_bits=wbits, kv_bits=kvbits, block_size=block, **extra,
-        gpu_memory_utilization=_number(cfg, "engine.gpu_memory_utilization", lo=0, hi=1),
-        activation_reserve_gib=_number(cfg, "engine.activation_reserve_gib", lo=0, hi=1e4),
-        max_model_len=max_len)
+    kv_args = {
+        "tp": tp, "weight_bits": wbits, "kv_bits": kvbits, "block_size": block,
+        "gpu_memory_utilization": _number(cfg, "engine.gpu_memory_utilization", lo=0, hi=1),
+        "activation_reserve_gib": _number(cfg, "engine.activation_reserve_gib", lo=0, hi=1e4),
+        "max_model_len": max_len}
+    kv_blocks = hardware.kv_capacity_blocks(gpu, model, **kv_args, **extra)
     draft_cost = None
+    gpu_figures = None  # roofline only
     qsection = _get(cfg, "quality")
     qspec = quality.from_config(  # None when quality.enabled is false
         None if qsection is None else OmegaConf.to_container(qsection),
@@ -464,6 +471,25 @@ def build(cfg: DictConfig) -> Scenario:
         raise ConfigError(f"engine.prefill_instances: got {engine.prefill_instances} of "
                           f"engine.n_instances = {engine.n_instances}; expected fewer, so that "
                           f"at least one instance decodes (0 = colocated)")
+    price = _number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE, allow_none=True)
+    price = gpu.price_per_gpu_hour if price is None else price
+    # model cascade (servetune.cascade): a small-model pool; cost params get an instance axis
+    casc, cost, small_n = cascade_lib.from_config(
+        cfg, n_instances=engine.n_instances, large_gpu=gpu, large_model=model, large_tp=tp,
+        large_price=price, large_cost=cost, large_kv_blocks=kv_blocks, kv_args=kv_args,
+        gpu_figures=gpu_figures, incompatible={
+            "engine.prefill_instances": engine.prefill_instances > 0,
+            "engine.prefix_cache": engine.prefix_cache,
+            "speculation.draft": draft_spec is not None})
+    if casc is not None:
+        engine = dataclasses.replace(engine, cascade_small_instances=small_n)
+        qspec = cascade_lib.tier_quality(qspec)
+        for pool, blocks in (("large", casc.large_kv_blocks), ("small", casc.small_kv_blocks)):
+            if lone_blocks > blocks * (1 - float(np.max(np.asarray(pol.watermark)))):
+                raise ConfigError(  # a retry admissible on the small pool must be on the large
+                    f"policy.watermark: the {pool} pool's {blocks} KV blocks cannot hold one "
+                    f"engine.max_model_len = {max_len} sequence ({lone_blocks} blocks) above "
+                    f"the watermark; lower either")
     cost = cost.replace(
         link_bytes_per_s=jnp.asarray(_number(cfg, "hardware.kv_link_bytes_per_s", lo=1,
                                              hi=1e15, default=25e9), jnp.float64),
@@ -494,6 +520,8 @@ def build(cfg: DictConfig) -> Scenario:
     if qspec is not None:  # per seed: difficulty and the quality check's uniform draw (CRN)
         traces = [dataclasses.replace(tr, **dict(zip(("difficulty", "quality_u"), quality.draws(
             len(tr), s, qspec.difficulty, tr.difficulty, tr.name)))) for tr, s in zip(traces, seeds)]
+    if casc is not None:  # per seed: the router's predicted difficulty, small-answer failures
+        traces = [cascade_lib.with_draws(tr, qspec, casc, s) for tr, s in zip(traces, seeds)]
     if engine.prefix_cache:
         for key, combined in (("engine.n_instances", engine.n_instances > 1),
                               ("engine.kv_pressure", engine.kv_pressure != "preempt"),
@@ -511,13 +539,13 @@ def build(cfg: DictConfig) -> Scenario:
             raise ConfigError(f"window.warmup_s: {warmup} s is past the last arrival "
                               f"({tr.arrival[-1]:.1f} s) of {tr.name}; nothing would be counted")
     slo = lambda k: _number(cfg, f"slo.{k}", lo=0, allow_none=True)
-    price = _number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE, allow_none=True)
     spec = MetricsSpec(slo_ttft_s=slo("ttft_s"), slo_tpot_s=slo("tpot_s"), slo_e2e_s=slo("e2e_s"),
                        warmup_s=warmup,
                        kv_compress_fail_prob=_number(cfg, "engine.kv_compress_fail_prob", lo=0,
                                                      hi=1, default=0.0),
-                       price_per_gpu_hour=gpu.price_per_gpu_hour if price is None else price,
-                       n_gpus=tp * engine.n_instances, kv_blocks=kv_blocks, quality=qspec)
+                       price_per_gpu_hour=price if casc is None else casc.price_per_gpu_hour,
+                       n_gpus=tp * engine.n_instances if casc is None else casc.n_gpus,
+                       kv_blocks=kv_blocks, quality=qspec, cascade=casc)
     if any(tr.gives_up for tr in traces):  # the engine checks for give-ups only when needed
         engine = dataclasses.replace(engine, abandonment=True)
     if draft_spec is not None:
@@ -534,4 +562,5 @@ def build(cfg: DictConfig) -> Scenario:
         engine=engine, metrics=spec,
         labels={"gpu": gpu.name, "model": model.name, "tp": tp, "workload": traces[0].name,
                 "kv_blocks": kv_blocks, "order": order,
-                "draft": None if draft_spec is None else draft_spec.draft.name})
+                "draft": None if draft_spec is None else draft_spec.draft.name,
+                "cascade_small_model": None if casc is None else casc.small_model})

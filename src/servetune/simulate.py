@@ -16,7 +16,7 @@ import numpy as np
 
 from servetune import histogram, shard
 from servetune.engine import prefix as prefix_lib
-from servetune.engine.outbox import RECORD_FIELDS, empty_outbox
+from servetune.engine.outbox import empty_outbox, record_fields
 from servetune.engine.shift import RELAXED_FIELDS
 from servetune.step import step, step_grid, step_or_stay
 from servetune.types import (
@@ -55,6 +55,8 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         kv_ratio=full(1.0, jnp.float64), ready_at=full(-jnp.inf, jnp.float64),
         **(prefix_lib.init_entries(shape, zi, cfg) if cfg.prefix_cache else {}),
         **({f: full(0.0, jnp.float64) for f in RELAXED_FIELDS} if cfg.relax != "hard" else {}),
+        **({"cascade_fail": full(0, jnp.int32) > 0, "tier": full(-1, jnp.int32)}
+           if cfg.cascade_small_instances > 0 else {}),
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
     stats = Stats(
@@ -67,7 +69,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         spec_accepted=zi.astype(jnp.int64), spec_emitted=zi.astype(jnp.int64),
     )
     return SimState(clock=per_inst + zf, entries=entries, next_req=zi,
-                    outbox=empty_outbox(outbox_capacity(cfg), zi), stats=stats, done=wl.n <= 0,
+                    outbox=empty_outbox(outbox_capacity(cfg), zi, cfg.cascade_small_instances > 0), stats=stats, done=wl.n <= 0,
                     mid_ended=per_inst, mid_blocks=per_inst, stuck=per_inst > 0,
                     prefix=prefix_lib.init_cache(cfg, zi) if cfg.prefix_cache else None)
 
@@ -129,7 +131,8 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     per = cfg.drain_per_step
     box0 = state.outbox.replace(count=state.outbox.count * 0)
     state = state.replace(outbox=box0)
-    scratch = box0.replace(**{f: getattr(box0, f)[..., :per] for f in RECORD_FIELDS})
+    rec_fields = record_fields(box0)
+    scratch = box0.replace(**{f: getattr(box0, f)[..., :per] for f in rec_fields})
 
     def active(s, k):
         return (~s.done) & (s.outbox.count + per <= cap) & (k < cfg.max_steps_per_chunk)
@@ -146,7 +149,7 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
         new = step_grid(s.replace(outbox=scratch), wl, params, cfg, on)
         box, rec = s.outbox, new.outbox
         fields = {f: write_all(getattr(box, f), getattr(rec, f), box.count, on)
-                  for f in RECORD_FIELDS}
+                  for f in rec_fields}
         box = box.replace(**fields, count=box.count + jnp.where(on, rec.count, 0))
         rest = jax.tree.map(lambda a, b: jnp.where(on.reshape(on.shape + (1,) * (a.ndim - 2)),
                                                    a, b),
@@ -207,6 +210,8 @@ class ScenarioResult:
     kv_ratio: np.ndarray
     stats: dict
     clock_s: float
+    tier: np.ndarray | None = None  # [N] i32 model cascade: TIER_* each request was served on
+    #                                 (-1: never routed); None when the cascade is off
 
 
 _FIELDS = ("end_state", "first_token", "finish", "generated", "n_preempt", "tokens_computed",
@@ -218,7 +223,7 @@ def _collect(box, sink: list) -> None:
     cap = box.req.shape[-1]
     valid = np.arange(cap) < count[..., None]
     if valid.any():
-        sink.append((valid, {f: np.asarray(getattr(box, f)) for f in ("req",) + _FIELDS}))
+        sink.append((valid, {f: np.asarray(getattr(box, f)) for f in record_fields(box)}))
 
 
 def rollout(wl: Workload, params: Params, cfg: EngineConfig, n_real: list[int],
@@ -268,12 +273,16 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
         "generated": np.zeros(n, np.int32), "n_preempt": np.zeros(n, np.int32),
         "tokens_computed": np.zeros(n, np.int32), "kv_ratio": np.ones(n),
     }
+    fields = _FIELDS
+    if final.entries.tier is not None:  # model cascade: the tier each request was served on
+        out["tier"] = np.full(n, -1, np.int32)
+        fields = _FIELDS + ("tier",)
     seen = np.zeros(n, np.int32)
     for valid, rec in chunks:
         m = valid[s, p]
         ids = rec["req"][s, p][m]
         seen[ids] += 1
-        for f in _FIELDS:
+        for f in fields:
             out[f][ids] = rec[f][s, p][m]
     # what is still in an active set at the end: running or waiting -> outstanding;
     # finished but not yet collected -> its own end state
@@ -281,7 +290,7 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
     live = ent.status != EMPTY
     ids = ent.req[live]
     seen[ids] += 1
-    for f in _FIELDS:
+    for f in fields:
         out[f][ids] = getattr(ent, f)[live]
     out["end_state"][ids] = np.where(ent.status[live] == DONE, ent.end_state[live], OUTSTANDING)
     if np.any(seen > 1):

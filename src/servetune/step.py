@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import histogram, ops
-from servetune.engine import disagg, routing, speculation
+from servetune.engine import cascade, disagg, routing, speculation
 from servetune.engine import outbox as outbox_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.abandon import abandon, next_give_up
@@ -24,6 +24,7 @@ from servetune.types import (
     EMPTY,
     HANDOFF,
     INFLIGHT,
+    RETRY,
     RUNNING,
     WAITING,
     EngineConfig,
@@ -166,9 +167,13 @@ def _arrive(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
             state, t, wl, params, cfg, search_window)
         if cfg.prefill_instances > 0:  # prefilled requests move to decode instances
             entries_all = disagg.hand_off(entries_all, i, t, params.cost, cfg)
+        if cfg.cascade_small_instances > 0:  # failed small answers move to the large pool
+            entries_all = cascade.fall_back(entries_all, i, t, params.cost, cfg)
         e = jax.tree.map(lambda x: x[i], entries_all)
         if cfg.prefill_instances > 0:
             e = disagg.land(e, t)
+        if cfg.cascade_small_instances > 0:
+            e = cascade.land(e, t)
     params = _at_instance(params, i, cfg)
     n_abandoned = jnp.zeros_like(n_rejected)
     if cfg.abandonment:  # cancelled and expired requests leave before scheduling
@@ -222,6 +227,8 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
              e: Entries, search_window):
     """The rest of the iteration, on entries `e` in scheduling order."""
     i = _instance(state, cfg)
+    if cfg.cascade_small_instances > 0:  # (needs every instance's cost params)
+        horizon = cascade.retry_horizon(a.entries_all, state.clock, params.cost, cfg)
     params = _at_instance(params, i, cfg)
     t, next_req, outside, n_arrived, n_rejected = (a.t, a.next_req, a.outside, a.n_arrived,
                                                    a.n_rejected)
@@ -251,6 +258,9 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         e = admission_shift(e, batch, waiting0, generated0, completed, t, dur)
     if cfg.prefill_instances > 0:  # a prefill instance hands prefilled requests on
         e = disagg.to_handoff(e, i, cfg)
+    n_retry = 0
+    if cfg.cascade_small_instances > 0:  # a small answer that fails its check is retried
+        e, n_retry = cascade.to_retry(e, i, cfg)
     if cfg.prefix_cache:  # blocks computed enter the cache; completed requests release theirs
         blocks_in_use = pfx_blocks
         e, pc, pfx_deferred = prefix_lib.after_advance(e, completed, pc, t + dur, cfg)
@@ -267,6 +277,9 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         wake = jnp.minimum(jnp.where(next_arrival > t, next_arrival, jnp.inf), later)
         if cfg.prefill_instances > 0:  # or a transfer landing here
             landing = disagg.next_landing(e)
+            wake = jnp.minimum(wake, jnp.where(landing > t, landing, jnp.inf))
+        if cfg.cascade_small_instances > 0:  # or a retry's check verdict
+            landing = cascade.next_landing(e)
             wake = jnp.minimum(wake, jnp.where(landing > t, landing, jnp.inf))
         t_next = jnp.where(busy, t_next, jnp.where(jnp.isfinite(wake), wake, t))
     # Idle with waiting work: an empty engine admits any request that passed the arrival checks,
@@ -285,6 +298,13 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
             t_limit = jnp.minimum(t_limit, next_give_up(e))
         if cfg.prefill_instances > 0:  # and the one that sees a transfer land
             t_limit = jnp.minimum(t_limit, disagg.next_landing(e))
+        if cfg.cascade_small_instances > 0:  # and the one that sees a retry land; a retry
+            # produced now leaves at t_next, so no run starts after it
+            t_limit = jnp.minimum(t_limit, cascade.next_landing(e))
+            t_limit = jnp.where(jnp.any(e.status == RETRY), t_next, t_limit)
+            # on a large instance: before a retry could come from the small pool
+            t_limit = jnp.where(cascade.is_small(i, cfg), t_limit,
+                                jnp.minimum(t_limit, horizon))
         if cfg.prefix_cache:  # no skipping while cache insertions are still due
             t_limit = jnp.where(pfx_deferred, t_next, t_limit)
             kv_offset = prefix_lib.kv_offset(e, pc, cfg)
@@ -301,6 +321,9 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         n_completed = n_completed + jnp.sum(leap_done, dtype=jnp.int32)
     else:
         gaps = (gaps, 1.0)
+    if cfg.cascade_small_instances > 0:  # retries have not ended: the large pool serves them
+        e, n_leap_retry = cascade.to_retry(e, i, cfg)
+        n_completed = n_completed - n_retry - n_leap_retry
     e, box = outbox_lib.drain(e, state.outbox, cfg.drain_per_step)
     all_done = (next_req >= wl.n) & jnp.all(e.status == EMPTY)
 

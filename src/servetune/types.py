@@ -3,7 +3,7 @@
 Shapes use these letters:
   N  requests in the (padded) workload
   A  active entries of one instance (running slots + queue window)
-  I  instances (one for now; replicas and P/D pools come later)
+  I  instances (replicas, P/D pools, cascade tiers)
   R  outbox capacity (finished-request records awaiting collection by the host)
   H  bins of the inter-token-latency histogram
 Times are float64 seconds; token counts are int32.
@@ -19,12 +19,20 @@ from flax import struct
 # Entry status inside an instance's active set. With prefill/decode disaggregation
 # (engine/disagg.py): HANDOFF, prefilled on a prefill instance and waiting for a decode instance
 # with room; INFLIGHT, on a decode instance with its KV still on the link (until ready_at).
-EMPTY, WAITING, RUNNING, DONE, HANDOFF, INFLIGHT = 0, 1, 2, 3, 4, 5
+# With a model cascade (engine/cascade.py): RETRY, a small-model answer that failed its check,
+# waiting on its small instance to move to a large one; there it is INFLIGHT until ready_at
+# (the check's result), then joins the queue.
+EMPTY, WAITING, RUNNING, DONE, HANDOFF, INFLIGHT, RETRY = 0, 1, 2, 3, 4, 5, 6
 
 # How a request ended. OUTSTANDING is assigned after the loop to what is unfinished. EVICTED:
 # dropped under KV pressure (engine.kv_pressure=evict), its compute wasted.
 COMPLETED, REJECTED, CANCELLED, EXPIRED, OUTSTANDING, EVICTED = 0, 1, 2, 3, 4, 5
 END_STATE_NAMES = ("completed", "rejected", "cancelled", "expired", "outstanding", "evicted")
+
+# Model cascade: the tier a request was served on. LARGE: routed to the large pool; SMALL:
+# routed to the small pool (its answer is final unless it fails its check); RETRIED: routed to
+# the small pool, failed its check there, and served again on the large pool.
+TIER_LARGE, TIER_SMALL, TIER_RETRIED = 0, 1, 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +88,10 @@ class EngineConfig:
       relax_temperature: tau of the st/soft sigmoids, in units of each gate's scale.
       relax_order: also relax the priority order among waiting requests (soft ranks from the
         priority scores, O(A^2) per iteration): for gradients in the priority weights.
+      cascade_small_instances: S > 0 runs a model cascade (engine/cascade.py): instances
+        0..S-1 serve a small model, the rest a large one; arrivals whose predicted difficulty
+        is at most policy.cascade_threshold go to the small pool, the others to the large pool,
+        and a small answer that fails its check is retried on the large pool. 0 = off.
     """
 
     max_slots: int = 256
@@ -108,6 +120,7 @@ class EngineConfig:
     relax: str = "hard"
     relax_temperature: float = 1.0
     relax_order: bool = False
+    cascade_small_instances: int = 0
 
     @property
     def n_entries(self) -> int:
@@ -150,6 +163,8 @@ class PolicyParams:
     route_w_queue: jnp.ndarray  # [] routing score weight per request in an instance
     route_w_kv: jnp.ndarray  # [] routing score weight per fraction of KV blocks in use
     route_w_work: jnp.ndarray  # [] routing score weight per 1000 tokens of predicted work
+    cascade_threshold: jnp.ndarray  # [] model cascade: predicted difficulty (in [0, 1]) at or
+    #                                 below which a request goes to the small model's pool
     score_net: jnp.ndarray | None = None  # [W] flat weights of the neural priority score
     #                                        (servetune.neural; None = the linear score alone)
 
@@ -179,6 +194,8 @@ class CostParams:
     link_bytes_per_s: jnp.ndarray = 25e9  # [] KV transfer bandwidth out of the instance
     #                                       (disaggregation; default 200 Gb/s InfiniBand)
     link_latency_s: jnp.ndarray = 1e-4  # [] fixed seconds per KV transfer
+    check_latency_s: jnp.ndarray = 0.0  # [] model cascade: seconds from a small answer's end to
+    #                                     its check's verdict (a failed one is retried then)
 
 
 @struct.dataclass
@@ -209,6 +226,9 @@ class Workload:
     salt: jnp.ndarray  # [] u32 scenario seed for counter-based random draws
     # prefix caching only (engine/prefix.py), else None:
     prefix_ids: jnp.ndarray | None = None  # [N, Hp] i32 ids of the full prompt prefix blocks, -1 after
+    # model cascade only (engine/cascade.py), else None:
+    cascade_pred: jnp.ndarray | None = None  # [N] f64 predicted difficulty in (0, 1) (the router's)
+    cascade_fail: jnp.ndarray | None = None  # [N] bool the small model's answer fails its check
 
 
 @struct.dataclass
@@ -249,6 +269,9 @@ class Entries:
     #                                   admissions' expected time shift (0 in value under st)
     debt: jnp.ndarray | None = None  # [A] f64 tokens computed ahead under perturbations, owed
     #                                  back at its next iteration that computes (scheduler.py)
+    # model cascade only (engine/cascade.py), else None:
+    cascade_fail: jnp.ndarray | None = None  # [A] bool its small-model answer fails its check
+    tier: jnp.ndarray | None = None  # [A] i32 TIER_LARGE / TIER_SMALL / TIER_RETRIED
 
 
 @struct.dataclass
@@ -264,6 +287,7 @@ class Outbox:
     tokens_computed: jnp.ndarray  # [R] i32 tokens computed for the request
     kv_ratio: jnp.ndarray  # [R] f64 KV compression factor it ended with (1 = never compressed)
     count: jnp.ndarray  # [] i32 valid records
+    tier: jnp.ndarray | None = None  # [R] i32 cascade tier (model cascade only, else None)
 
 
 @struct.dataclass

@@ -52,7 +52,10 @@ class RequestTrace:
     hash_ids: [N, H] int32 ids of the prompt's prefix blocks (Mooncake `hash_ids`: one per
       512-token block, equal ids = equal prefixes), -1 padded; None when the trace has none;
     compress_u: [N] float64 uniform draw of each request's KV-compression quality check (set
-      per seed by scenario.build with engine.kv_pressure=compress), or None.
+      per seed by scenario.build with engine.kv_pressure=compress), or None;
+    cascade_pred: [N] float64 the cascade router's predicted difficulty in (0, 1), and
+    cascade_fail: [N] bool whether the small model's answer fails its check (servetune.cascade;
+      set per seed by scenario.build with a model cascade), or None.
     """
 
     name: str
@@ -67,6 +70,8 @@ class RequestTrace:
     quality_u: np.ndarray | None = None
     hash_ids: np.ndarray | None = None
     compress_u: np.ndarray | None = None
+    cascade_pred: np.ndarray | None = None
+    cascade_fail: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.arrival)

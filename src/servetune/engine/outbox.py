@@ -19,13 +19,20 @@ RECORD_FIELDS = ("req", "end_state", "first_token", "finish", "generated", "n_pr
                  "tokens_computed", "kv_ratio")
 
 
-def empty_outbox(capacity: int, like) -> Outbox:
-    """An empty outbox of `capacity` records; `like` is any traced scalar (keeps carries sharded)."""
+def record_fields(box: Outbox) -> tuple[str, ...]:
+    """The fields each record carries: RECORD_FIELDS, plus the cascade tier when the outbox
+    has one (model cascade on; a static property of the pytree)."""
+    return RECORD_FIELDS + (("tier",) if box.tier is not None else ())
+
+
+def empty_outbox(capacity: int, like, tier: bool = False) -> Outbox:
+    """An empty outbox of `capacity` records; `like` is any traced scalar (keeps carries
+    sharded); `tier`: records also carry the cascade tier (model cascade on)."""
     zi = jnp.zeros((capacity,), jnp.int32) + jnp.zeros_like(like, jnp.int32)
     zf = jnp.full((capacity,), jnp.nan) + jnp.zeros_like(like, jnp.float64)
     return Outbox(req=zi - 1, end_state=zi - 1, first_token=zf, finish=zf, generated=zi,
                   n_preempt=zi, tokens_computed=zi, kv_ratio=zf,
-                  count=jnp.zeros_like(like, jnp.int32))
+                  count=jnp.zeros_like(like, jnp.int32), tier=zi - 1 if tier else None)
 
 
 def drain(e: Entries, box: Outbox, per_step: int):
@@ -40,7 +47,7 @@ def drain(e: Entries, box: Outbox, per_step: int):
     src = jnp.minimum(pos, e.req.shape[0] - 1)
     # records past n_moved are junk beyond the fill mark: the next write starts over them
     updates = {f: jax.lax.dynamic_update_slice(getattr(box, f), getattr(e, f)[src], (box.count,))
-               for f in RECORD_FIELDS}
+               for f in record_fields(box)}
     box = Outbox(**updates, count=box.count + n_moved)
     moved = finished & (rank <= per_step)
     e = e.replace(status=jnp.where(moved, EMPTY, e.status), req=jnp.where(moved, -1, e.req))

@@ -18,6 +18,8 @@ Routers (`engine.routing`):
                so the same for every policy), the one with fewer requests;
   score        lowest policy.route_w_queue x requests + route_w_kv x KV fraction +
                route_w_work x predicted work (ktokens: remaining prompt + predicted output).
+With a model cascade (engine/cascade.py) a request's candidates are the instances of the pool
+its predicted difficulty picks (policy.cascade_threshold); the router chooses among them.
 Only instances with a free entry are candidates (if none has one, the arrivals wait and are
 counted as queue-window overflow). Ties go to the faster instance (byte rate, then FLOP rate,
 then KV capacity), then to the earlier listed; so, except for round_robin and p2c (defined by
@@ -30,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import ops
-from servetune.engine import speculation
+from servetune.engine import cascade, speculation
 from servetune.engine.arrivals import fill
 from servetune.engine.kv import blocks_for
 from servetune.types import EMPTY, RUNNING, WAITING, EngineConfig, Params, SimState, Workload
@@ -76,6 +78,8 @@ def route(state: SimState, t, wl: Workload, params: Params, cfg: EngineConfig,
     w = min(window, n)
     win = lambda x: jax.lax.dynamic_slice(x, (start,), (w,))
     arrival, prompt, predicted = win(wl.arrival), win(wl.prompt), win(wl.predicted)
+    if cfg.cascade_small_instances > 0:  # each request's pool, by its predicted difficulty
+        small = cascade.to_small(win(wl.cascade_pred), params.policy.cascade_threshold)
 
     queue, blocks, work, room = _loads(state, cfg)
     if cfg.prefill_instances > 0:  # disaggregated: arrivals go to prefill instances only
@@ -106,7 +110,10 @@ def route(state: SimState, t, wl: Workload, params: Params, cfg: EngineConfig,
         else:
             value = (pol.route_w_queue * q + pol.route_w_kv * kv / kv_total
                      + pol.route_w_work * (work + add_work) / 1000.0)
-        value = jnp.where(room > 0, value, jnp.inf)
+        ok = room > 0
+        if cfg.cascade_small_instances > 0:
+            ok = ok & cascade.pool_mask(small[offset + k], cfg)
+        value = jnp.where(ok, value, jnp.inf)
         pick = jnp.lexsort((rank, value))[0].astype(jnp.int32)
         return pick, jnp.isfinite(value[pick])
 
@@ -140,7 +147,10 @@ def route(state: SimState, t, wl: Workload, params: Params, cfg: EngineConfig,
         pos = jnp.sum(csel[None, :] <= slot_rank[:, None], axis=1, dtype=jnp.int32)  # [A]
         local = jnp.clip(pos, 0, w - 1)
         read = lambda x: win(x)[local]
-        e, n_rej = fill(e, t, take, start + local, read, wl, params.replace(cost=cost_j), cfg)
+        extra = (cascade.arrival_fields(e, take, read, wl, j, cfg)
+                 if cfg.cascade_small_instances > 0 else None)
+        e, n_rej = fill(e, t, take, start + local, read, wl, params.replace(cost=cost_j), cfg,
+                        extra)
         return e, n_rej
 
     costs = jax.tree.map(lambda x: jnp.broadcast_to(x, (n_inst,)), cost)

@@ -94,11 +94,13 @@ class SearchSpace:
 
 def space_from_config(spec: Mapping[str, Mapping], key_prefix: str = "tune.space",
                       net_size: int = 0, net_scale: float = 1.0) -> SearchSpace:
-    """Build a SearchSpace from {key: {low, high, scale}} (plus net_size network weights);
-    errors name `tune.space.<key>`."""
+    """Build a SearchSpace from {key: {low, high, scale} or null (not tuned)} (plus net_size
+    network weights); errors name `tune.space.<key>`."""
     dims = []
     for key, d in (spec or {}).items():
         where = f"{key_prefix}.{key}"
+        if d is None:  # null: not tuned (lets an experiment drop a key the tune config lists)
+            continue
         if key not in DEFAULTS:
             raise ConfigError(f"{where}: not a policy parameter; expected one of {sorted(DEFAULTS)}")
         if not isinstance(d, Mapping) or not {"low", "high"} <= set(d):

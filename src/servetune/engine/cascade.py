@@ -1,0 +1,179 @@
+"""Model cascade (FrugalGPT-style routing with fallback): a small and a large model pool.
+
+With engine.cascade_small_instances = S, instances 0..S-1 serve a small model and S..I-1 a
+large one (each pool's cost params come in with an instance axis [I]). The router sends an
+arrival to the small pool when its *predicted* difficulty (Workload.cascade_pred, in (0, 1)) is
+at most policy.cascade_threshold (a traced gate in relax.py), else to the large pool; within a
+pool the configured replica router (engine/routing.py) picks the instance.
+
+Whether a request's small answer fails its quality check is a fixed property of the request
+and the seed (Workload.cascade_fail, drawn on the host by servetune.cascade from the quality
+model), the same for every policy. A small answer that fails is not delivered: when the small
+instance completes it, the request becomes RETRY (its blocks are already free). At that
+instance's next iteration boundary (the end of the iteration that completed it: event skipping
+stops at a completion and is not started after an iteration that produced a retry), the
+request moves to the large instance with the fewest requests that has a free entry (ties: the
+first listed). It arrives INFLIGHT with ready_at = max(send time, small finish +
+cost.check_latency_s) and joins that instance's queue as a new WAITING request at the first
+iteration boundary at or after ready_at: it prefills its prompt from scratch and generates its
+whole output again. Its arrival time stays the original one (TTFT counts from it, and FCFS
+ages it from it); its computed tokens and preemptions accumulate over both attempts. If no
+large instance has a free entry, it waits on the small instance (holding no KV) and is offered
+again at that instance's next boundary. With abandonment on, a retry can give up only once it
+has joined the large instance's queue (the engine checks waiting and running requests); it
+then ends at its give-up time as usual.
+
+Event skipping (engine/leap.py) stays exact: a large instance's run of skipped iterations
+stops before the earliest time a retry could be ready for it (`retry_horizon`), as it stops
+before the next arrival.
+
+Causality: the move happens when the small instance has the earliest clock (so every large
+instance is at or past the send time), and the large instance acts on the request only at a
+boundary at or after ready_at. The scenario builder guarantees that a request admissible on
+the small pool is admissible on the large pool (each pool holds a max_model_len sequence
+above the watermark); if that ever fails, the engine's stall flag reports it.
+
+Nothing here runs when the cascade is off (every call site is behind the static switch).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from servetune import relax
+from servetune.hardware import step_time
+from servetune.types import (
+    COMPLETED,
+    DONE,
+    EMPTY,
+    INFLIGHT,
+    RETRY,
+    RUNNING,
+    TIER_LARGE,
+    TIER_RETRIED,
+    TIER_SMALL,
+    WAITING,
+    EngineConfig,
+    Entries,
+)
+
+
+def is_small(i, cfg: EngineConfig):
+    """Whether instance i (traced or static) serves the small model."""
+    return i < cfg.cascade_small_instances
+
+
+def to_small(pred, threshold):
+    """Router decision per request: True where the predicted difficulty `pred` (in (0, 1)) is
+    at most `threshold` (policy.cascade_threshold), i.e. the request goes to the small pool."""
+    return relax.at_most(pred, threshold)
+
+
+def pool_mask(small, cfg: EngineConfig):
+    """[I] instances a request may be routed to: the small pool where `small` ([] bool), else
+    the large pool."""
+    idx = jnp.arange(cfg.n_instances)
+    return jnp.where(small, idx < cfg.cascade_small_instances,
+                     idx >= cfg.cascade_small_instances)
+
+
+def arrival_fields(e: Entries, take, read, wl, j, cfg: EngineConfig) -> dict:
+    """Entries fields (for arrivals.fill's `extra`) of requests routed to instance j, where
+    `take` [A] holds: their small-answer check outcome, and their tier (small or large)."""
+    tier = jnp.where(is_small(j, cfg), TIER_SMALL, TIER_LARGE).astype(jnp.int32)
+    return {"cascade_fail": jnp.where(take, read(wl.cascade_fail), e.cascade_fail),
+            "tier": jnp.where(take, tier, e.tier)}
+
+
+def to_retry(e: Entries, i, cfg: EngineConfig):
+    """On a small instance, completed requests whose answer fails its check become RETRY
+    (not delivered; the large pool will serve them). Returns (entries, how many)."""
+    failed = ((e.status == DONE) & (e.end_state == COMPLETED) & e.cascade_fail
+              & (e.tier == TIER_SMALL) & is_small(i, cfg))
+    e = e.replace(status=jnp.where(failed, RETRY, e.status))
+    return e, jnp.sum(failed, dtype=jnp.int32)
+
+
+def land(e: Entries, t):
+    """Retried requests whose check verdict is in by t (seconds) join the queue: WAITING."""
+    return e.replace(status=jnp.where((e.status == INFLIGHT) & (e.ready_at <= t), WAITING,
+                                      e.status))
+
+
+def next_landing(e: Entries):
+    """[] earliest ready time of an INFLIGHT retry (inf when none)."""
+    return jnp.min(jnp.where(e.status == INFLIGHT, e.ready_at, jnp.inf))
+
+
+def retry_horizon(entries: Entries, clock, cost, cfg: EngineConfig):
+    """[] a lower bound (seconds) on when any retry not yet on a large instance can be ready
+    there: for a pending retry on small instance i, max(clock_i, finish + check); for a request
+    on i whose small answer will fail, clock_i + (output tokens left) x (the shortest iteration
+    of i) + check (each token needs one iteration of i). inf when there is none. `entries`
+    [I, A], `clock` [I], `cost`: CostParams with leaves [] or [I]."""
+    s_n = cfg.cascade_small_instances
+    small = jax.tree.map(lambda x: x[:s_n], entries)
+    clk = clock[:s_n, None]
+    costs = jax.tree.map(lambda x: jnp.broadcast_to(x, (cfg.n_instances,))[:s_n], cost)
+    shortest = jax.vmap(lambda c: jnp.minimum(step_time(c, cfg.cost_form, 1, 0, 0, 0),
+                                              step_time(c, cfg.cost_form, 0, 1, 0, 0)))(costs)
+    check_s = costs.check_latency_s[:, None]
+    live = (small.status == WAITING) | (small.status == RUNNING)
+    will_fail = live & small.cascade_fail & (small.tier == TIER_SMALL)
+    left = jnp.maximum(small.output - small.generated, 1)
+    soonest = jnp.where(will_fail, clk + left * shortest[:, None] + check_s, jnp.inf)
+    pending = jnp.where(small.status == RETRY, jnp.maximum(clk, small.finish + check_s),
+                        jnp.inf)
+    return jnp.minimum(jnp.min(soonest), jnp.min(pending))
+
+
+def fall_back(entries: Entries, i, t, cost, cfg: EngineConfig):
+    """Move instance i's RETRY requests (i a small instance, its clock t in seconds) to large
+    instances, as many as have a free entry. `cost`: CostParams with leaves [] or [I] (the
+    small instance's check_latency_s applies). Returns entries [I, A]."""
+    n_inst = cfg.n_instances
+    large = jnp.arange(n_inst) >= cfg.cascade_small_instances
+    check_s = jnp.broadcast_to(cost.check_latency_s, (n_inst,))[i]
+
+    def pending(entries):
+        return (entries.status[i] == RETRY) & is_small(i, cfg)
+
+    def cond(c):
+        entries, go = c
+        return go & jnp.any(pending(entries))
+
+    def body(c):
+        entries, _ = c
+        k = jnp.argmax(pending(entries))  # the first waiting retry, in entry order
+        s = entries.status
+        load = jnp.sum((s == WAITING) | (s == RUNNING) | (s == INFLIGHT), axis=1)
+        room = jnp.any(s == EMPTY, axis=1)
+        value = jnp.where(large & room, load.astype(jnp.float64), jnp.inf)
+        j = jnp.argmin(value)  # first listed among the least loaded
+        go = jnp.isfinite(value[j])
+        slot = jnp.argmax(s[j] == EMPTY)
+        ready = jnp.maximum(t, entries.finish[i, k] + check_s)
+
+        def move(entries):
+            moved = jax.tree.map(lambda x: x.at[j, slot].set(x[i, k]), entries)
+            put = lambda x, v: x.at[j, slot].set(v)
+            return moved.replace(
+                status=put(moved.status, INFLIGHT).at[i, k].set(EMPTY),
+                req=moved.req.at[i, k].set(-1),
+                ready_at=put(moved.ready_at, ready),
+                computed=put(moved.computed, 0),
+                generated=put(moved.generated, 0),
+                blocks=put(moved.blocks, 0),
+                preempted=put(moved.preempted, False),
+                first_token=put(moved.first_token, jnp.nan),
+                last_emit=put(moved.last_emit, jnp.nan),
+                finish=put(moved.finish, jnp.nan),
+                end_state=put(moved.end_state, -1),
+                kv_ratio=put(moved.kv_ratio, 1.0),
+                tier=put(moved.tier, TIER_RETRIED))
+
+        return jax.lax.cond(go, move, lambda x: x, entries), go
+
+    entries, _ = jax.lax.while_loop(cond, body, (entries, jnp.asarray(True)))
+    return entries
