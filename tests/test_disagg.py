@@ -69,6 +69,20 @@ def test_every_request_is_served_once_within_capacity(kv_blocks):
     assert np.all(res.finish[multi] - res.first_token[multi] >= LATENCY - 1e-9)
 
 
+def test_event_skipping_does_not_delay_landings():
+    """A decode instance's skipped run stops before a prefill instance could hand a request
+    off (the handoff reads the decode instances' KV use), so skipping changes no time."""
+    tr = _trace(60, seed=2)
+    wl = stack_workloads([tr], [tr.output.astype(float)], 1e6)
+    params = jax.tree.map(lambda x: x[None], _params())
+    runs = [rollout(wl, params, dataclasses.replace(CFG, leap_max=k), [len(tr)])[0][0]
+            for k in (0, 32)]
+    assert int(runs[1].stats["leaped"]) > 0
+    np.testing.assert_array_equal(runs[0].end_state, runs[1].end_state)
+    np.testing.assert_allclose(runs[0].first_token, runs[1].first_token, rtol=1e-9)
+    np.testing.assert_allclose(runs[0].finish, runs[1].finish, rtol=1e-9)
+
+
 # 4 x H100, Llama-3-8B: ~3000-token prompts, ~200-token outputs, 14 req/s, TPOT <= 12 ms
 LONG = ["workload=poisson", "workload.rate=14", "workload.duration_s=60", "window.drain_s=300",
         "workload.prompt={dist: lognormal, mean: 3000, cv: 0.5, min: 16, max: 7000}",

@@ -141,8 +141,10 @@ def _instance(state: SimState, cfg: EngineConfig):
     work first (so an idle instance never holds back the others), then the first listed."""
     if cfg.n_instances == 1:  # static index: no batched scatter into [I, A] arrays under vmap
         return 0
-    s = state.entries.status
-    idle = ~jnp.any((s == WAITING) | (s == RUNNING) | (s == DONE), axis=1) | state.stuck
+    # work includes requests in transit (INFLIGHT: it must wake for their landing) and those
+    # waiting to be sent on (HANDOFF, RETRY): an instance holding only those is not idle, or
+    # an idle instance that cannot move could be picked forever at an equal clock
+    idle = ~jnp.any(state.entries.status != EMPTY, axis=1) | state.stuck
     return jnp.lexsort((jnp.arange(cfg.n_instances), idle, state.clock))[0]
 
 
@@ -229,6 +231,8 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     i = _instance(state, cfg)
     if cfg.cascade_small_instances > 0:  # (needs every instance's cost params)
         horizon = cascade.retry_horizon(a.entries_all, state.clock, params.cost, cfg)
+    if cfg.prefill_instances > 0:
+        handoff_at = disagg.handoff_horizon(a.entries_all, state.clock, cfg)
     params = _at_instance(params, i, cfg)
     t, next_req, outside, n_arrived, n_rejected = (a.t, a.next_req, a.outside, a.n_arrived,
                                                    a.n_rejected)
@@ -296,8 +300,11 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         t_limit, kv_offset = jnp.minimum(next_arrival, wl.t_stop), None
         if cfg.abandonment:  # the iteration that notices a give-up is stepped
             t_limit = jnp.minimum(t_limit, next_give_up(e))
-        if cfg.prefill_instances > 0:  # and the one that sees a transfer land
+        if cfg.prefill_instances > 0:  # and the one that sees a transfer land; on a decode
+            # instance, no run past a boundary where a prefill instance could hand off
             t_limit = jnp.minimum(t_limit, disagg.next_landing(e))
+            t_limit = jnp.where(disagg.is_prefill(i, cfg), t_limit,
+                                jnp.minimum(t_limit, handoff_at))
         if cfg.cascade_small_instances > 0:  # and the one that sees a retry land; a retry
             # produced now leaves at t_next, so no run starts after it
             t_limit = jnp.minimum(t_limit, cascade.next_landing(e))

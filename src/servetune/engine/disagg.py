@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune.engine.kv import blocks_for
-from servetune.types import EMPTY, HANDOFF, INFLIGHT, RUNNING, EngineConfig, Entries
+from servetune.types import EMPTY, HANDOFF, INFLIGHT, RUNNING, WAITING, EngineConfig, Entries
 
 
 def is_prefill(i, cfg: EngineConfig):
@@ -48,6 +48,18 @@ def next_landing(e: Entries):
     """[] earliest landing time of an INFLIGHT request (inf when none): event skipping stops
     before the iteration that would see it."""
     return jnp.min(jnp.where(e.status == INFLIGHT, e.ready_at, jnp.inf))
+
+
+def handoff_horizon(entries: Entries, clock, cfg: EngineConfig):
+    """[] the earliest time (seconds) a prefill instance with work can hand a request off: its
+    clock (its next iteration boundary). The handoff reads the decode instances' state (KV use)
+    as it is then, so event skipping on a decode instance stops before it, as single stepping
+    would (a decode instance iterates only while its clock is the earliest). inf when no
+    prefill instance has work (a new arrival is bounded by the next arrival time). `entries`
+    [I, A], `clock` [I]."""
+    s = entries.status[:cfg.prefill_instances]
+    busy = jnp.any((s == WAITING) | (s == RUNNING) | (s == HANDOFF), axis=1)
+    return jnp.min(jnp.where(busy, clock[:cfg.prefill_instances], jnp.inf))
 
 
 def hand_off(entries: Entries, i, t, cost, cfg: EngineConfig):
