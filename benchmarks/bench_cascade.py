@@ -1,4 +1,4 @@
-"""Study (f): goodput per dollar of a model cascade against its routing threshold, and whether
+"""Study (h): goodput per dollar of a model cascade against its routing threshold, and whether
 the ES tuner finds the grid's optimum.
 
 Scenario: `+experiment=cascade` (src/servetune/conf/experiment/cascade.yaml): one Llama-3-8B
