@@ -198,6 +198,7 @@ def test_event_skipping_stays_exact_with_caching(random_batch):
     assert n_leaped > 0
 
 
+@pytest.mark.slow  # ~20 s: its own compilations (the default suite stays near ten minutes)
 def test_caching_without_reuse_schedules_exactly_like_no_caching():
     # every block id unique and no preemption (a re-admitted request would hit its own
     # blocks): no hit, so the same schedule as caching off (cached blocks are evictable, i.e.
