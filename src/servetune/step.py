@@ -256,10 +256,9 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     blocks_in_use = jnp.sum(e.blocks, dtype=jnp.int32)
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
     generated0 = e.generated
-    waiting0 = e.status == WAITING
     e, gaps, completed = advance(e, batch, t + dur)
     if cfg.relax != "hard":  # admission time shifts and the events they move
-        e = admission_shift(e, batch, waiting0, generated0, completed, t, dur)
+        e = admission_shift(e, batch, generated0, completed, t, dur)
     if cfg.prefill_instances > 0:  # a prefill instance hands prefilled requests on
         e = disagg.to_handoff(e, i, cfg)
     n_retry = 0

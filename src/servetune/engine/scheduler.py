@@ -170,7 +170,8 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     else:
         room = free_after - watermark_blocks
         want = first_blocks
-    admissible = (waiting & gate & (chunk > 0)
+    candidate = waiting & gate & (chunk > 0)  # the exact conditions no policy number sets
+    admissible = (candidate
                   & relax.below(rank, relax.integer_limit(pol.max_num_seqs) - n_running)
                   & relax.at_most(ops.cumsum(want), room))
     if hits is not None:  # the hits nobody references leave the evictable pool as well
@@ -189,9 +190,9 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     decode = (alloc > 0) & decoding
     relaxed = {}
     if cfg.relax != "hard":
-        relaxed = _relaxed_tokens(es, tokens, need, keep, need_w, waiting & gate & (chunk > 0)
-                                  & (rank < cfg.max_slots - n_running), admit, rank, n_running,
-                                  want, room, pol, cfg, scores)
+        relaxed = _relaxed_tokens(es, tokens, need, keep, need_w,
+                                  candidate & (rank < cfg.max_slots - n_running), admit, rank,
+                                  n_running, want, room, pol, cfg, scores)
     requeue = preempt & ~ended
     es = es.replace(
         status=jnp.where(admit, RUNNING,

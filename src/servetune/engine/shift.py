@@ -22,19 +22,21 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from servetune.engine.scheduler import Batch
-from servetune.types import Entries
+from servetune.types import WAITING, Entries
 
 # Entries fields of a relaxed engine (0 at arrival)
 RELAXED_FIELDS = ("wait_z", "wait_zt", "shift", "debt")
 
 
-def admission_shift(e: Entries, batch: Batch, still_waiting, generated0, completed, t, dur):
+def admission_shift(e: Entries, batch: Batch, generated0, completed, t, dur):
     """Entries after one relaxed iteration starting at t and lasting dur (seconds): admitted
     requests add their shift, waiting ones accumulate the iteration's perturbation, and a
     first token or completion emitted in the iteration moves by the request's shift.
-    `still_waiting` [A]: entries WAITING after the schedule; `generated0` [A]: output tokens
-    before the iteration; `completed` [A]: entries that completed in it."""
+    `generated0` [A]: output tokens before the iteration; `completed` [A]: entries that
+    completed in it. (The iteration ends no waiting request, so those WAITING now are the ones
+    the schedule left waiting.)"""
     z, admitted = batch.admit_z, batch.admitted
+    still_waiting = e.status == WAITING
     shift = e.shift + jnp.where(admitted, e.wait_zt - e.wait_z * t - z * dur, 0.0)
     first_now = (generated0 == 0) & (e.generated > 0)
     return e.replace(
