@@ -12,9 +12,15 @@ watermark 0.0105 (between integer flips).
    temperatures; the cosine of each with the ES estimate, and wall time per estimate.
 2. `tune=es` and `tune=pathwise` from max_num_seqs 24.5 for the same number of iterations:
    final objective and attainment, scenarios simulated, wall time.
+3. and 4. The keys that act through a request's pace (engine/pace.py), one at a time, along a
+   grid: the exact objective, its central difference between grid neighbours, and the st
+   and soft pathwise derivatives at each point (in the key's units: per draft token, per
+   unit of log budget). Table 3: spec_k with a Llama-3.2-1B draft (acceptance 0.7) at
+   6 req/s. Table 4: max_num_batched_tokens at 20 req/s with TTFT <= 0.25 s, from an
+   overloaded engine (small budgets) to a comfortable one.
 
-    python benchmarks/bench_pathwise.py                # ~5 min on 2 cores
-    python benchmarks/bench_pathwise.py --skip-tune    # the gradient table only
+    python benchmarks/bench_pathwise.py                # ~9 min on 2 cores
+    python benchmarks/bench_pathwise.py --tables 1     # the gradient table only
 """
 
 from __future__ import annotations
@@ -98,16 +104,64 @@ def tuning(iterations: int) -> None:
           f"{ev.loc[('start', 'heldout_seeds'), 'objective']:>13.4f} {24.5:>13.1f}")
 
 
+PACE = {
+    "spec_k": (["workload=poisson", "workload.rate=6", "workload.duration_s=10",
+                "window.drain_s=30", "engine.max_slots=128", "seeds=2", "speculation=draft"],
+               {"low": 0.0, "high": 8.0, "scale": "linear"}, np.arange(8) + 0.5),
+    "max_num_batched_tokens": (
+        ["workload=poisson", "workload.rate=20", "workload.duration_s=10", "window.drain_s=30",
+         "engine.max_slots=128", "seeds=2", "slo.ttft_s=0.25"],
+        {"low": 64, "high": 16384, "scale": "log"},
+        np.array([128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 4096]) + 0.5),
+}
+
+
+def pace_table(key: str) -> None:
+    """Print table 3 or 4: exact objective along a grid of one key, its central difference,
+    and the pathwise derivatives (per unit of the key, or of its log for a log scale)."""
+    overrides, dim, grid = PACE[key]
+    sc = build(compose(overrides))
+    space = space_from_config({key: dim})
+    ev = Evaluator(sc, "fcfs", "loop")
+    obj = Objective()
+    cols = ev({key: grid})
+    f = np.array([np.mean([obj.value(m) for m in col]) for col in cols])
+    att = np.array([np.mean([m["slo_attainment"] for m in col]) for col in cols])
+    x = np.log(grid) if dim["scale"] == "log" else grid
+    est = {mode: PathwiseEstimator(ev, space, mode, 0.3, 0.99, 0.05) for mode in ("st", "soft")}
+    unit = "d/dlog" if dim["scale"] == "log" else "d/d"
+    print(f"\n{key:<24} {'objective':>10} {'attainment':>11} {'exact ' + unit:>12} "
+          f"{'st ' + unit:>12} {'soft ' + unit:>12}")
+    for i, v in enumerate(grid):
+        lo, hi = max(i - 1, 0), min(i + 1, len(grid) - 1)
+        secant = (f[hi] - f[lo]) / (x[hi] - x[lo])
+        z = space.point({key: v})
+        # d value / d z of the tuner's coordinate, in the table's units
+        u = 1.0 / (1.0 + np.exp(-z[0]))
+        span = np.log(dim["high"] / dim["low"]) if dim["scale"] == "log" else dim["high"] - dim["low"]
+        dx_dz = span * u * (1.0 - u)
+        g = {mode: e(z, 0.0)[0][0] / dx_dz for mode, e in est.items()}
+        print(f"{v:<24} {f[i]:>10.4f} {att[i]:>11.3f} {secant:>+12.4f} {g['st']:>+12.4f} "
+              f"{g['soft']:>+12.4f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pairs", default="32,16", help="ES pairs per estimate (first = reference)")
     p.add_argument("--temperatures", default="0.1,0.3,1.0")
     p.add_argument("--iterations", type=int, default=6)
-    p.add_argument("--skip-tune", action="store_true")
+    p.add_argument("--tables", default="1,2,3,4", help="which tables to print")
     a = p.parse_args()
-    gradients([int(x) for x in a.pairs.split(",")], [float(x) for x in a.temperatures.split(",")])
-    if not a.skip_tune:
+    tables = {int(t) for t in a.tables.split(",")}
+    if 1 in tables:
+        gradients([int(x) for x in a.pairs.split(",")],
+                  [float(x) for x in a.temperatures.split(",")])
+    if 2 in tables:
         tuning(a.iterations)
+    if 3 in tables:
+        pace_table("spec_k")
+    if 4 in tables:
+        pace_table("max_num_batched_tokens")
 
 
 if __name__ == "__main__":

@@ -75,7 +75,11 @@ def test_gates_by_mode():
 
 
 def test_st_forward_pass_is_the_exact_simulator(problem):
-    sc, space, ev, z0 = problem
+    assert_st_is_exact(*problem)
+
+
+def assert_st_is_exact(sc, space, ev, z0):
+    """The st engine's per-request times at z0 are the exact simulator's."""
     one = {k: np.array([v]) for k, v in space.values(z0).items()}
     params = ev.params(one)
     hard = rollout(sc.workloads, params, sc.engine, [len(t) for t in sc.traces])
@@ -134,6 +138,61 @@ def test_priority_weight_gradient_through_soft_ranks_matches_finite_differences(
     fd = (est(z + e, 0.0)[1]["soft_lagrangian"] - est(z - e, 0.0)[1]["soft_lagrangian"]) / (2 * h)
     assert abs(g[3]) > 1e-3  # the order matters here
     np.testing.assert_allclose(g[3], fd, rtol=1e-5)
+
+
+# speculative decoding at low load (Llama-3-8B with a Llama-3.2-1B draft, acceptance 0.7):
+# more draft tokens shorten decoding until the draft's passes cost more than they save
+SPECULATIVE = ["workload=poisson", "workload.rate=6", "workload.duration_s=4",
+               "window.drain_s=30", "engine.max_slots=64", "seeds=1", "speculation=draft"]
+SPEC_SPACE = {"spec_k": {"low": 0.0, "high": 8.0, "scale": "linear"}}
+
+
+def test_speculation_length_st_is_exact_and_soft_matches_finite_differences():
+    sc = build(compose(SPECULATIVE))
+    space = space_from_config(SPEC_SPACE)
+    ev = Evaluator(sc, "fcfs", "loop")
+    z = space.point({"spec_k": 2.5})
+    assert_st_is_exact(sc, space, ev, z)
+    soft = PathwiseEstimator(ev, space, "soft", 0.3, 0.99, 0.05)
+    g, _ = soft(z, 0.0)
+    h = 1e-6
+    fd = (soft(z + h, 0.0)[1]["soft_lagrangian"] - soft(z - h, 0.0)[1]["soft_lagrangian"]) / (2 * h)
+    assert abs(g[0]) > 1e-3  # the speculation length matters here
+    np.testing.assert_allclose(g[0], fd, rtol=1e-5)
+
+
+def exact_objective(ev, key, values):
+    """[len(values)] the tuner's objective of the exact simulator, mean over the scenario's
+    seeds, at each value of one policy key."""
+    obj = Objective()
+    return np.array([np.mean([obj.value(m) for m in col])
+                     for col in ev({key: np.asarray(values, np.float64)})])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides, key, space, points", [
+    # benchmarks/README.md (bench_pathwise.py, tables 3 and 4)
+    ([*SPECULATIVE[:2], "workload.duration_s=10", *SPECULATIVE[3:5], "seeds=2",
+      SPECULATIVE[-1]], "spec_k", SPEC_SPACE, (2.5, 6.5)),
+    (["workload=poisson", "workload.rate=20", "workload.duration_s=10", "window.drain_s=30",
+      "engine.max_slots=128", "seeds=2", "slo.ttft_s=0.25"], "max_num_batched_tokens",
+     {"max_num_batched_tokens": {"low": 64, "high": 16384, "scale": "log"}}, (192.5, 768.5)),
+])
+def test_progress_gradients_follow_the_exact_objective(overrides, key, space, points):
+    """The speculation length and the token budget act through a request's pace (engine/
+    pace.py): at a point below the exact objective's peak and one above it, the st gradient
+    has the sign of the exact objective's difference between the neighbouring integers."""
+    sc = build(compose(overrides))
+    space = space_from_config(space)
+    ev = Evaluator(sc, "fcfs", "loop")
+    st = PathwiseEstimator(ev, space, "st", 0.3, 0.99, 0.05)
+    for x in points:
+        lo, hi = np.floor(x) * 0.75 + 0.5, np.floor(x) * 1.25 + 0.5  # a step either side
+        if key == "spec_k":
+            lo, hi = np.floor(x) - 0.5, np.floor(x) + 1.5
+        f_lo, f_hi = exact_objective(ev, key, [lo, hi])
+        g, _ = st(space.point({key: x}), 0.0)
+        assert np.sign(g[0]) == np.sign(f_hi - f_lo), (x, g, f_lo, f_hi)
 
 
 def test_gradients_are_finite_on_a_random_batch(problem):

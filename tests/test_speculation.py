@@ -109,6 +109,21 @@ def test_acceptance_draws_are_exact_and_reproducible():
     assert float(jnp.mean(u2 == u)) < 1e-3  # another seed, other draws
 
 
+def test_expected_emission_is_the_mean_of_the_draws():
+    u = speculation.uniform(jnp.arange(200_000), jnp.arange(200_000) % 977, 5)
+    for alpha in (0.0, 0.6, 1.0):
+        for k in (0, 1, 3):
+            drawn = float(jnp.mean(1 + speculation.accepted(u, alpha, k)))
+            assert float(speculation.expected_emitted(alpha, k)) == pytest.approx(drawn,
+                                                                                  abs=0.01)
+    # a fractional k (the relaxation's) is the closed form between the integers, with finite
+    # slopes everywhere, at alpha 0 and 1 included
+    e = jax.grad(speculation.expected_emitted, argnums=1)
+    assert float(e(0.7, 2.5)) == pytest.approx(-(0.7 ** 3.5) * np.log(0.7) / 0.3, rel=1e-9)
+    assert float(e(1.0, 2.5)) == 1.0
+    assert float(e(0.0, 2.5)) == pytest.approx(0.0, abs=1e-9)
+
+
 @pytest.fixture(scope="module")
 def load_sweep():
     out = {}

@@ -1,8 +1,10 @@
 """Pathwise gradients of the tuning objective through the relaxed simulator.
 
 The engine runs with engine.relax = st or soft (servetune/relax.py): its discrete state follows
-the exact decisions, while the iteration durations (through relaxed token weights) and each
-request's admission time (engine/shift.py) carry the derivative of the relaxed gates. Forward-
+the exact decisions, while the iteration durations (through relaxed token weights), each
+request's admission time (engine/shift.py) and its pace of progress (engine/pace.py: prompt
+tokens a bigger budget adds, tokens a longer speculation emits) carry the derivative of the
+relaxed gates. Forward-
 mode differentiation (jax.jacfwd: one tangent per tuned coordinate, through the while_loop that
 reverse mode cannot enter) then gives the derivative of every request's first-token and finish
 time, and of the run's length, with respect to the policy.
@@ -17,12 +19,12 @@ over the requests the metrics count (arrived after the warm-up); USD = price x G
 the run - warm-up) / 3600, as in servetune.metrics. Under st the times are the exact
 simulator's, so f differs from the reported objective only by the smoothed SLO checks.
 
-Supported: one instance, the preempt KV policy, no speculation and no prefix cache (other
-mechanisms keep exact decisions whose relaxations are not written yet); event skipping is off
-(each iteration's perturbations are accumulated). Keys with a pathwise gradient:
-PATHWISE_KEYS; the priority weights through soft ranks of the waiting requests (O(A^2) per
-iteration, on only when one is tuned). queue_cap, spec_k, the routing weights and the neural
-score get none: use tune=es for them.
+Supported: one instance, the preempt KV policy and no prefix cache (other mechanisms keep
+exact decisions whose relaxations are not written yet); event skipping is off (each
+iteration's perturbations are accumulated). Keys with a pathwise gradient: PATHWISE_KEYS; the
+priority weights through soft ranks of the waiting requests (O(A^2) per iteration, on only
+when one is tuned). queue_cap, the routing weights, the cascade threshold and the neural score
+get none: use tune=es for them.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from servetune.step import step
 from servetune.types import COMPLETED, DONE, OUTSTANDING, EngineConfig, Params, Workload
 
 ORDER_KEYS = ("w_age", "w_prompt", "w_pred", "w_slack")  # through the relaxed order
-PATHWISE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "watermark") + ORDER_KEYS
+PATHWISE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "watermark", "spec_k") + ORDER_KEYS
 _FLOOR = 1e-9
 
 
@@ -58,12 +60,11 @@ def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float,
         raise ConfigError(f"tune.temperature: got {temperature!r}; expected a number > 0")
     for key, ok in (("engine.n_instances", cfg.n_instances == 1),
                     ("engine.kv_pressure", cfg.kv_pressure == "preempt"),
-                    ("speculation", not cfg.speculation),
                     ("engine.prefix_cache", not cfg.prefix_cache)):
         if not ok:
             raise ConfigError(f"{key}: the pathwise estimator supports one instance, "
-                              f"kv_pressure=preempt, no speculation and no prefix cache; use "
-                              f"tune=es for this scenario")
+                              f"kv_pressure=preempt and no prefix cache; use tune=es for this "
+                              f"scenario")
     # outbox drained every iteration into per-request arrays: two iterations' worth suffices
     return dataclasses.replace(cfg, relax=mode, relax_temperature=float(temperature),
                                relax_order=order, leap_max=0, outbox=2 * cfg.drain_per_step)
@@ -71,30 +72,43 @@ def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float,
 
 def request_times(wl: Workload, params: Params, cfg: EngineConfig):
     """Run one scenario (unbatched) to its end on a relaxed engine. Returns (first_token [N],
-    finish [N] (seconds; nan where none), completed [N] bool, end of the run (seconds))."""
+    finish [N] (seconds; nan where none), completed [N] bool, end of the run (seconds)).
+
+    The run ends when its last request does: where that is a completion, the end moves with
+    the request's shift (engine/shift.py), so a policy that finishes the last requests sooner
+    also pays for fewer GPU-seconds."""
     n = wl.arrival.shape[0]
     state = init_state(wl, params, cfg)
     nan = jnp.full((n,), jnp.nan) + jnp.zeros_like(wl.t_stop)
-    out = (nan, nan, jnp.full((n,), OUTSTANDING, jnp.int32))
+    out = (nan, nan, jnp.full((n,), OUTSTANDING, jnp.int32), nan)
 
-    def collect(out, req, valid, first, finish, end):
+    def collect(out, req, valid, first, finish, end, shift):
         idx = jnp.where(valid, req, n)  # out of range: dropped
-        return (out[0].at[idx].set(first, mode="drop"), out[1].at[idx].set(finish, mode="drop"),
-                out[2].at[idx].set(end, mode="drop"))
+        return tuple(o.at[idx].set(x, mode="drop")
+                     for o, x in zip(out, (first, finish, end, shift), strict=True))
 
     def body(carry):
         s, out = carry
         s = step(s, wl, params, cfg)
         box = s.outbox
         valid = jnp.arange(box.req.shape[0]) < box.count
-        out = collect(out, box.req, valid, box.first_token, box.finish, box.end_state)
+        out = collect(out, box.req, valid, box.first_token, box.finish, box.end_state,
+                      box.shift)
         return s.replace(outbox=box.replace(count=box.count * 0)), out
 
     state, out = jax.lax.while_loop(lambda c: ~c[0].done, body, (state, out))
     ent = jax.tree.map(lambda x: x.reshape(-1), state.entries)
-    out = collect(out, ent.req, ent.req >= 0, ent.first_token, ent.finish,
-                  jnp.where(ent.status == DONE, ent.end_state, OUTSTANDING))
-    return out[0], out[1], out[2] == COMPLETED, jnp.max(state.clock)
+    first, finish, end_state, shift = collect(
+        out, ent.req, ent.req >= 0, ent.first_token, ent.finish,
+        jnp.where(ent.status == DONE, ent.end_state, OUTSTANDING), ent.shift)
+    completed = end_state == COMPLETED
+    clock = jnp.max(state.clock)
+    # the completion the exact path ends with (its unshifted finish is the clock)
+    unshifted = jnp.where(completed, finish - shift, -jnp.inf)
+    last = jnp.argmax(unshifted)
+    ends_run = jnp.abs(unshifted[last] - clock) <= 1e-9 * jnp.maximum(clock, 1.0)
+    end_s = clock + jnp.where(ends_run, shift[last], 0.0)
+    return first, finish, completed, end_s
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,7 +69,8 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         spec_accepted=zi.astype(jnp.int64), spec_emitted=zi.astype(jnp.int64),
     )
     return SimState(clock=per_inst + zf, entries=entries, next_req=zi,
-                    outbox=empty_outbox(outbox_capacity(cfg), zi, cfg.cascade_small_instances > 0), stats=stats, done=wl.n <= 0,
+                    outbox=empty_outbox(outbox_capacity(cfg), zi, cfg.cascade_small_instances > 0,
+                                       cfg.relax != "hard"), stats=stats, done=wl.n <= 0,
                     mid_ended=per_inst, mid_blocks=per_inst, stuck=per_inst > 0,
                     prefix=prefix_lib.init_cache(cfg, zi) if cfg.prefix_cache else None)
 

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import histogram, ops
-from servetune.engine import cascade, disagg, routing, speculation
+from servetune.engine import cascade, disagg, pace, routing, speculation
 from servetune.engine import outbox as outbox_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.abandon import abandon, next_give_up
@@ -40,18 +40,28 @@ def batch_cost(es, batch, params: Params, cfg: EngineConfig):
     one token; the positions a speculative decode verifies beyond it count as prefill tokens.
     With speculation the draft model's passes are added (engine/speculation.py)."""
     toks = batch.tokens if batch.weight is None else batch.weight  # relaxed: weighted tokens
-    in_batch = batch.tokens > 0
-    prefill = jnp.sum(jnp.where(batch.decode, toks - 1, toks))
-    decode = jnp.sum(batch.decode)
-    ctx_read = jnp.sum(jnp.where(in_batch, es.computed, 0))
-    attn_work = jnp.sum(toks * (es.computed + (toks + 1) / 2.0))
+    prefill, decode, ctx_read, attn_work = batch_totals(es, batch)
     dur = step_time(params.cost, cfg.cost_form, prefill, decode, ctx_read, attn_work)
     if cfg.speculation:
         new_prompt = jnp.sum(jnp.where(batch.decode, 0, toks))
         decode_ctx = jnp.sum(jnp.where(batch.decode, es.computed, 0))
-        dur = dur + speculation.draft_time(params.draft, cfg, speculation.draft_tokens(
-            params.policy), new_prompt, decode, decode_ctx)
+        k = (speculation.draft_tokens(params.policy) if cfg.relax == "hard"
+             else speculation.relaxed_draft_tokens(params.policy, cfg.relax))
+        dur = dur + speculation.draft_time(params.draft, cfg, k, new_prompt, decode, decode_ctx)
     return dur
+
+
+def batch_totals(es, batch):
+    """What an iteration's target-model step time is computed from: (prefill tokens (a
+    speculative decode's verified positions beyond its token included), decoding sequences,
+    context tokens read, attention work (new tokens x context)); relaxed token weights where
+    the engine is relaxed."""
+    toks = batch.tokens if batch.weight is None else batch.weight
+    prefill = jnp.sum(jnp.where(batch.decode, toks - 1, toks))
+    decode = jnp.sum(batch.decode)
+    ctx_read = jnp.sum(jnp.where(batch.tokens > 0, es.computed, 0))
+    attn_work = jnp.sum(toks * (es.computed + (toks + 1) / 2.0))
+    return prefill, decode, ctx_read, attn_work
 
 
 def _verify(e, batch, wl: Workload):
@@ -256,8 +266,14 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     blocks_in_use = jnp.sum(e.blocks, dtype=jnp.int32)
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
     generated0 = e.generated
+    if cfg.relax != "hard":  # what the relaxed progress shifts need from before the iteration
+        phase = pace.prefilling(e)
+        own_s = pace.own_seconds(e, batch.tokens, batch_totals(e, batch), params, cfg)
+        spec_s = pace.speculation_gain_s(e, batch.decode, batch.tokens, params, cfg, dur)
     e, gaps, completed = advance(e, batch, t + dur)
-    if cfg.relax != "hard":  # admission time shifts and the events they move
+    if cfg.relax != "hard":  # progress and admission time shifts, and the events they move
+        e = pace.progress_shift(e, batch.gain, batch.tokens, phase, batch.preempted, generated0,
+                                dur, own_s, spec_s)
         e = admission_shift(e, batch, generated0, completed, t, dur)
     if cfg.prefill_instances > 0:  # a prefill instance hands prefilled requests on
         e = disagg.to_handoff(e, i, cfg)

@@ -269,6 +269,10 @@ class Entries:
     #                                   admissions' expected time shift (0 in value under st)
     debt: jnp.ndarray | None = None  # [A] f64 tokens computed ahead under perturbations, owed
     #                                  back at its next iteration that computes (scheduler.py)
+    ahead: jnp.ndarray | None = None  # [A] f64 prompt tokens a relaxed budget computed for it
+    #                                   beyond the exact ones in its current prefill (pace.py)
+    pre_s: jnp.ndarray | None = None  # [A] f64 seconds of its current prefill less its own compute
+    pre_tok: jnp.ndarray | None = None  # [A] f64 prompt tokens computed in its current prefill
     # model cascade only (engine/cascade.py), else None:
     cascade_fail: jnp.ndarray | None = None  # [A] bool its small-model answer fails its check
     tier: jnp.ndarray | None = None  # [A] i32 TIER_LARGE / TIER_SMALL / TIER_RETRIED
@@ -288,6 +292,8 @@ class Outbox:
     kv_ratio: jnp.ndarray  # [R] f64 KV compression factor it ended with (1 = never compressed)
     count: jnp.ndarray  # [] i32 valid records
     tier: jnp.ndarray | None = None  # [R] i32 cascade tier (model cascade only, else None)
+    shift: jnp.ndarray | None = None  # [R] f64 seconds its events moved by (relaxed engines only:
+    #                                   engine/shift.py), else None
 
 
 @struct.dataclass

@@ -20,19 +20,22 @@ RECORD_FIELDS = ("req", "end_state", "first_token", "finish", "generated", "n_pr
 
 
 def record_fields(box: Outbox) -> tuple[str, ...]:
-    """The fields each record carries: RECORD_FIELDS, plus the cascade tier when the outbox
-    has one (model cascade on; a static property of the pytree)."""
-    return RECORD_FIELDS + (("tier",) if box.tier is not None else ())
+    """The fields each record carries: RECORD_FIELDS, plus the cascade tier and the relaxed
+    time shift when the outbox has them (static properties of the pytree)."""
+    return (RECORD_FIELDS + (("tier",) if box.tier is not None else ())
+            + (("shift",) if box.shift is not None else ()))
 
 
-def empty_outbox(capacity: int, like, tier: bool = False) -> Outbox:
+def empty_outbox(capacity: int, like, tier: bool = False, shift: bool = False) -> Outbox:
     """An empty outbox of `capacity` records; `like` is any traced scalar (keeps carries
-    sharded); `tier`: records also carry the cascade tier (model cascade on)."""
+    sharded); `tier`: records also carry the cascade tier (model cascade on); `shift`: the
+    time shift of a relaxed engine (engine.relax st or soft)."""
     zi = jnp.zeros((capacity,), jnp.int32) + jnp.zeros_like(like, jnp.int32)
     zf = jnp.full((capacity,), jnp.nan) + jnp.zeros_like(like, jnp.float64)
     return Outbox(req=zi - 1, end_state=zi - 1, first_token=zf, finish=zf, generated=zi,
                   n_preempt=zi, tokens_computed=zi, kv_ratio=zf,
-                  count=jnp.zeros_like(like, jnp.int32), tier=zi - 1 if tier else None)
+                  count=jnp.zeros_like(like, jnp.int32), tier=zi - 1 if tier else None,
+                  shift=zf if shift else None)
 
 
 def drain(e: Entries, box: Outbox, per_step: int):

@@ -25,7 +25,7 @@ from flax import struct
 from servetune import ops, relax
 from servetune.engine import pressure
 from servetune.engine.kv import blocks_for
-from servetune.engine.speculation import draft_tokens
+from servetune.engine.speculation import draft_tokens, relaxed_draft_tokens
 from servetune.types import (
     DONE,
     EVICTED,
@@ -57,6 +57,8 @@ class Batch:
     admit_z: jnp.ndarray | None = None  # [A] f64 admission weight minus the exact admission
     admitted: jnp.ndarray | None = None  # [A] bool waiting entries admitted this iteration
     debt: jnp.ndarray | None = None  # [A] f64 each entry's token debt after the iteration
+    gain: jnp.ndarray | None = None  # [A] f64 prompt tokens a relaxed budget computes for the
+    #                                  entry beyond the exact ones (0 in value under st)
 
 
 def token_budget(pol, cfg: EngineConfig):
@@ -190,7 +192,7 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     decode = (alloc > 0) & decoding
     relaxed = {}
     if cfg.relax != "hard":
-        relaxed = _relaxed_tokens(es, tokens, need, keep, need_w,
+        relaxed = _relaxed_tokens(es, tokens, need, decoding, keep, need_w,
                                   candidate & (rank < cfg.max_slots - n_running), admit, rank,
                                   n_running, want, room, pol, cfg, scores)
     requeue = preempt & ~ended
@@ -213,8 +215,8 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
                      ended=ended, **relaxed)
 
 
-def _relaxed_tokens(es: Entries, tokens, need, keep, need_w, eligible, admit, rank, n_running,
-                    want, room, pol, cfg: EngineConfig, scores=None):
+def _relaxed_tokens(es: Entries, tokens, need, decoding, keep, need_w, eligible, admit, rank,
+                    n_running, want, room, pol, cfg: EngineConfig, scores=None):
     """The iteration's token counts as relaxed decisions (engine.relax st or soft).
 
     The budget is `relax.relaxed_limit` of max_num_batched_tokens, so the running requests'
@@ -224,7 +226,11 @@ def _relaxed_tokens(es: Entries, tokens, need, keep, need_w, eligible, admit, ra
     `eligible` waiting requests (the exact gates that are not tunable hold). Preemption stays
     exact. With `scores` (engine.relax_order) the waiting requests' ranks, and the budget and
     blocks taken before each, are relaxed too (`_relaxed_before`). `tokens` [A]: the exact
-    token counts. Returns the Batch fields weight, admit_z, admitted and debt."""
+    token counts. With speculation a decoding request verifies 1 + k positions with k relaxed
+    (`speculation.relaxed_draft_tokens`); those positions are not owed back (a longer draft
+    is more work, not work moved). Returns the Batch fields weight, admit_z, admitted, debt
+    and gain (the prompt tokens the relaxed budget adds to a request's progress:
+    engine/pace.py)."""
     mode, tau = cfg.relax, cfg.relax_temperature
     if cfg.batching == "static":
         budget = jnp.asarray(_NO_BUDGET, jnp.float64)
@@ -232,8 +238,15 @@ def _relaxed_tokens(es: Entries, tokens, need, keep, need_w, eligible, admit, ra
         budget = relax.relaxed_limit(pol.max_num_batched_tokens, mode)
         if not cfg.chunked_prefill:
             budget = jnp.maximum(budget, cfg.max_model_len)
-    alloc = jnp.where(keep, jnp.clip(budget - _exclusive_cumsum(need), 0, need), 0.0)
-    budget_left = budget - jnp.sum(alloc)
+    # A prefilling request ahead of the exact path (engine/pace.py) needs that many tokens
+    # fewer: the budget it leaves goes to the requests after it (the queue drains faster).
+    # Its own share still counts its whole need: its progress, and the work it is owed.
+    prefilling = keep & ~decoding
+    need_left = jnp.where(prefilling, jnp.maximum(need - es.ahead, 0.0), need)
+    taken_before = _exclusive_cumsum(jnp.where(keep, need_left, 0.0))
+    alloc = jnp.where(keep, jnp.clip(budget - taken_before, 0, need), 0.0)
+    budget_left = budget - jnp.sum(jnp.where(keep, jnp.clip(budget - taken_before, 0,
+                                                            need_left), 0.0))
     if scores is None:
         before = _exclusive_cumsum
     else:
@@ -255,8 +268,17 @@ def _relaxed_tokens(es: Entries, tokens, need, keep, need_w, eligible, admit, ra
     # request's debt is settled at its next iteration that computes, so a perturbation moves
     # the times within a busy period, not forever after.
     paid = jnp.where(tokens > 0, es.debt, 0.0)
-    return {"weight": relaxed - paid, "admit_z": relax.perturbation(w, admit),
-            "admitted": admit, "debt": es.debt - paid + (relaxed - tokens)}
+    gain = jnp.where(prefilling, alloc, jnp.where(admit, chunk, 0.0)) - jnp.where(
+        prefilling | admit, tokens, 0)
+    drafts = 0.0
+    if cfg.speculation:  # decodes granted their whole ask verify 1 + k positions
+        k, k_rel = draft_tokens(pol), relaxed_draft_tokens(pol, mode)
+        room_len = jnp.maximum(cfg.max_model_len - es.computed, 1)
+        full = decoding & keep & (tokens > 0) & (tokens == need)
+        drafts = jnp.where(full, jnp.minimum(1.0 + k_rel, room_len) - jnp.minimum(1 + k, room_len),
+                           0.0)
+    return {"weight": relaxed - paid + drafts, "admit_z": relax.perturbation(w, admit),
+            "admitted": admit, "debt": es.debt - paid + (relaxed - tokens), "gain": gain}
 
 
 def _relaxed_before(status, preempted, scores, mode: str, tau: float, window: int):

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from servetune.engine.pace import PACE_FIELDS
 from servetune.engine.scheduler import Batch
 from servetune.types import WAITING, Entries
 
 # Entries fields of a relaxed engine (0 at arrival)
-RELAXED_FIELDS = ("wait_z", "wait_zt", "shift", "debt")
+RELAXED_FIELDS = ("wait_z", "wait_zt", "shift", "debt") + PACE_FIELDS
 
 
 def admission_shift(e: Entries, batch: Batch, generated0, completed, t, dur):

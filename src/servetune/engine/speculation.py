@@ -46,6 +46,20 @@ def draft_tokens(pol) -> jnp.ndarray:
     return jnp.maximum(relax.integer_limit(pol.spec_k), 0.0).astype(jnp.int32)
 
 
+def relaxed_draft_tokens(pol, mode: str) -> jnp.ndarray:
+    """[] f64 draft tokens per decoding request with the derivative of `relax.relaxed_limit`
+    (engine.relax): the integer k in value under hard and st, spec_k itself under soft."""
+    return jnp.maximum(relax.relaxed_limit(pol.spec_k, mode), 0.0)
+
+
+def expected_emitted(alpha, k):
+    """[A] f64 mean tokens one pass emits with k draft tokens (k may be fractional: the
+    relaxation's): (1 - alpha^(k+1)) / (1 - alpha), k + 1 where alpha = 1; output caps
+    ignored."""
+    a = jnp.clip(alpha, 1e-12, 1.0 - 1e-9)  # finite derivatives at alpha 0 and 1
+    return jnp.where(alpha >= 1.0, k + 1.0, (1.0 - a ** (k + 1.0)) / (1.0 - a))
+
+
 def accepted(u, alpha, k):
     """[A] draft tokens accepted before the first rejection, at most k ([A] int): the inverse
     CDF of the truncated geometric, P(A >= j) = alpha^j."""
