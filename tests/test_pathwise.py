@@ -195,6 +195,24 @@ def test_progress_gradients_follow_the_exact_objective(overrides, key, space, po
         assert np.sign(g[0]) == np.sign(f_hi - f_lo), (x, g, f_lo, f_hi)
 
 
+@pytest.mark.slow
+def test_priority_weight_gradient_follows_the_exact_objective():
+    """Shortest-prompt-first pays in an overloaded engine whose sequence cap binds: the exact
+    objective rises with w_prompt, and the st gradient through order swaps (engine/swap.py)
+    is positive (benchmarks/README.md, table 5)."""
+    sc = build(compose([*OVERLOADED[:2], "workload.duration_s=20", "window.drain_s=60",
+                        "engine.max_slots=64", "engine.queue_window=64", "seeds=2",
+                        "policy.max_num_seqs=32.5"]))
+    space = space_from_config({"w_prompt": {"low": 0.0, "high": 4.0, "scale": "linear"}})
+    ev = Evaluator(sc, "parametric", "loop")
+    f = exact_objective(ev, "w_prompt", [1.0, 3.0])
+    assert f[1] > f[0]
+    st = PathwiseEstimator(ev, space, "st", 0.3, 0.99, 0.05)
+    for w in (1.0, 2.5):
+        g, _ = st(space.point({"w_prompt": w}), 0.0)
+        assert g[0] > 0, (w, g)
+
+
 def test_gradients_are_finite_on_a_random_batch(problem):
     # random policy points anywhere in the space (limits at their bounds included) and
     # multipliers, on both seeds' workloads, in both modes

@@ -22,8 +22,8 @@ simulator's, so f differs from the reported objective only by the smoothed SLO c
 Supported: one instance, the preempt KV policy and no prefix cache (other mechanisms keep
 exact decisions whose relaxations are not written yet); event skipping is off (each
 iteration's perturbations are accumulated). Keys with a pathwise gradient: PATHWISE_KEYS; the
-priority weights through soft ranks of the waiting requests (O(A^2) per iteration, on only
-when one is tuned). queue_cap, the routing weights, the cascade threshold and the neural score
+priority weights through order swaps at the admission boundary (engine/swap.py, O(W^2) per
+iteration, on only when one is tuned). queue_cap, the routing weights, the cascade threshold and the neural score
 get none: use tune=es for them.
 """
 
@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from servetune import metrics as metrics_lib
+from servetune.engine import swap
 from servetune.errors import ConfigError
 from servetune.metrics import MetricsSpec
 from servetune.simulate import init_state
@@ -65,6 +66,9 @@ def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float,
             raise ConfigError(f"{key}: the pathwise estimator supports one instance, "
                               f"kv_pressure=preempt and no prefix cache; use tune=es for this "
                               f"scenario")
+    if order and cfg.queue_window < swap.SWAP_PARTNERS:
+        raise ConfigError(f"engine.queue_window: got {cfg.queue_window}; a relaxed priority "
+                          f"order needs at least {swap.SWAP_PARTNERS}")
     # outbox drained every iteration into per-request arrays: two iterations' worth suffices
     return dataclasses.replace(cfg, relax=mode, relax_temperature=float(temperature),
                                relax_order=order, leap_max=0, outbox=2 * cfg.drain_per_step)
@@ -76,32 +80,53 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig):
 
     The run ends when its last request does: where that is a completion, the end moves with
     the request's shift (engine/shift.py), so a policy that finishes the last requests sooner
-    also pays for fewer GPU-seconds."""
-    n = wl.arrival.shape[0]
+    also pays for fewer GPU-seconds. With a relaxed order the order swaps (engine/swap.py)
+    are settled after the run, from every request's latest admission."""
+    n, m = wl.arrival.shape[0], swap.SWAP_PARTNERS
     state = init_state(wl, params, cfg)
     nan = jnp.full((n,), jnp.nan) + jnp.zeros_like(wl.t_stop)
+    # per request: first token, finish, end state, shift; with a relaxed order also its
+    # latest admission time and that admission's swap partners and pair perturbations
     out = (nan, nan, jnp.full((n,), OUTSTANDING, jnp.int32), nan)
+    if cfg.relax_order:
+        out = out + (nan, jnp.full((n * m,), -1, jnp.int32),
+                     jnp.zeros((n * m,)) + jnp.zeros_like(wl.t_stop))
 
-    def collect(out, req, valid, first, finish, end, shift):
+    def put(out, req, valid, values):
         idx = jnp.where(valid, req, n)  # out of range: dropped
-        return tuple(o.at[idx].set(x, mode="drop")
-                     for o, x in zip(out, (first, finish, end, shift), strict=True))
+        return tuple(o.at[idx].set(x, mode="drop") for o, x in zip(out, values, strict=True))
+
+    def collect(out, req, valid, rec):
+        times = put(out[:4], req, valid, (rec.first_token, rec.finish, rec.end_state, rec.shift))
+        return times + out[4:]
+
+    def admissions(out, e):  # entries holding an admitted request: its latest admission
+        e = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), e)  # instances flattened
+        valid = (e.req >= 0) & jnp.isfinite(e.admitted_at)
+        # the pair tables flat ([N x m], row-major): a 1-D scatter is far cheaper on CPU
+        flat = (jnp.where(valid, e.req, n)[:, None] * m + jnp.arange(m)).reshape(-1)
+        at, reqs, ps = out[4:]
+        return out[:4] + (at.at[jnp.where(valid, e.req, n)].set(e.admitted_at, mode="drop"),
+                          reqs.at[flat].set(e.swap_req.reshape(-1), mode="drop"),
+                          ps.at[flat].set(e.swap_p.reshape(-1), mode="drop"))
 
     def body(carry):
         s, out = carry
         s = step(s, wl, params, cfg)
         box = s.outbox
-        valid = jnp.arange(box.req.shape[0]) < box.count
-        out = collect(out, box.req, valid, box.first_token, box.finish, box.end_state,
-                      box.shift)
+        out = collect(out, box.req, jnp.arange(box.req.shape[0]) < box.count, box)
+        if cfg.relax_order:
+            out = admissions(out, s.entries)
         return s.replace(outbox=box.replace(count=box.count * 0)), out
 
     state, out = jax.lax.while_loop(lambda c: ~c[0].done, body, (state, out))
     ent = jax.tree.map(lambda x: x.reshape(-1), state.entries)
-    first, finish, end_state, shift = collect(
-        out, ent.req, ent.req >= 0, ent.first_token, ent.finish,
-        jnp.where(ent.status == DONE, ent.end_state, OUTSTANDING), ent.shift)
+    ended = ent.replace(end_state=jnp.where(ent.status == DONE, ent.end_state, OUTSTANDING))
+    first, finish, end_state, shift = collect(out, ent.req, ent.req >= 0, ended)[:4]
     completed = end_state == COMPLETED
+    if cfg.relax_order:  # order swaps move first tokens and completions (engine/swap.py)
+        moved = swap.settle(out[4], out[5].reshape(n, m), out[6].reshape(n, m))
+        first, finish, shift = first + moved, finish + moved, shift + moved
     clock = jnp.max(state.clock)
     # the completion the exact path ends with (its unshifted finish is the clock)
     unshifted = jnp.where(completed, finish - shift, -jnp.inf)

@@ -16,6 +16,7 @@ import numpy as np
 
 from servetune import histogram, shard
 from servetune.engine import prefix as prefix_lib
+from servetune.engine import swap
 from servetune.engine.outbox import empty_outbox, record_fields
 from servetune.engine.shift import RELAXED_FIELDS
 from servetune.step import step, step_grid, step_or_stay
@@ -55,6 +56,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         kv_ratio=full(1.0, jnp.float64), ready_at=full(-jnp.inf, jnp.float64),
         **(prefix_lib.init_entries(shape, zi, cfg) if cfg.prefix_cache else {}),
         **({f: full(0.0, jnp.float64) for f in RELAXED_FIELDS} if cfg.relax != "hard" else {}),
+        **(swap.init_fields(shape, zi) if cfg.relax_order else {}),
         **({"cascade_fail": full(0, jnp.int32) > 0, "tier": full(-1, jnp.int32)}
            if cfg.cascade_small_instances > 0 else {}),
     )

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import histogram, ops
-from servetune.engine import cascade, disagg, pace, routing, speculation
+from servetune.engine import cascade, disagg, pace, routing, speculation, swap
 from servetune.engine import outbox as outbox_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.abandon import abandon, next_give_up
@@ -275,6 +275,8 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         e = pace.progress_shift(e, batch.gain, batch.tokens, phase, batch.preempted, generated0,
                                 dur, own_s, spec_s)
         e = admission_shift(e, batch, generated0, completed, t, dur)
+        if cfg.relax_order:  # the pairs this iteration's admissions passed over
+            e = swap.record(e, batch.admitted, batch.swap_req, batch.swap_p, t)
     if cfg.prefill_instances > 0:  # a prefill instance hands prefilled requests on
         e = disagg.to_handoff(e, i, cfg)
     n_retry = 0

@@ -86,8 +86,9 @@ class EngineConfig:
         sigmoid derivative) or "soft" (fluid weights); the last two only for pathwise gradients
         (servetune/pathwise.py), with one instance and the preempt policy.
       relax_temperature: tau of the st/soft sigmoids, in units of each gate's scale.
-      relax_order: also relax the priority order among waiting requests (soft ranks from the
-        priority scores, O(A^2) per iteration): for gradients in the priority weights.
+      relax_order: also relax the priority order among waiting requests (pair swaps at the
+        admission boundary, engine/swap.py, O(queue_window^2) per iteration): for gradients
+        in the priority weights.
       cascade_small_instances: S > 0 runs a model cascade (engine/cascade.py): instances
         0..S-1 serve a small model, the rest a large one; arrivals whose predicted difficulty
         is at most policy.cascade_threshold go to the small pool, the others to the large pool,
@@ -273,6 +274,10 @@ class Entries:
     #                                   beyond the exact ones in its current prefill (pace.py)
     pre_s: jnp.ndarray | None = None  # [A] f64 seconds of its current prefill less its own compute
     pre_tok: jnp.ndarray | None = None  # [A] f64 prompt tokens computed in its current prefill
+    # relaxed priority order only (engine.relax_order, engine/swap.py), else None:
+    admitted_at: jnp.ndarray | None = None  # [A] f64 time of its latest admission (s; nan before)
+    swap_req: jnp.ndarray | None = None  # [A, m] i32 requests that admission passed over (-1 none)
+    swap_p: jnp.ndarray | None = None  # [A, m] f64 their pair perturbations (engine/swap.py)
     # model cascade only (engine/cascade.py), else None:
     cascade_fail: jnp.ndarray | None = None  # [A] bool its small-model answer fails its check
     tier: jnp.ndarray | None = None  # [A] i32 TIER_LARGE / TIER_SMALL / TIER_RETRIED

@@ -101,6 +101,9 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
         ready_at=e.ready_at,
         **({f: sel(jnp.zeros_like(e.finish), getattr(e, f)) for f in RELAXED_FIELDS}
            if cfg.relax != "hard" else {}),
+        **({"admitted_at": sel(nan, e.admitted_at),
+            "swap_req": jnp.where(take[:, None], -1, e.swap_req),
+            "swap_p": jnp.where(take[:, None], 0.0, e.swap_p)} if cfg.relax_order else {}),
         **(extra or {}),
     )
     return e, jnp.sum(reject, dtype=jnp.int32)

@@ -18,12 +18,11 @@ a re-admitted preempted request is among the running.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from flax import struct
 
 from servetune import ops, relax
-from servetune.engine import pressure
+from servetune.engine import pressure, swap
 from servetune.engine.kv import blocks_for
 from servetune.engine.speculation import draft_tokens, relaxed_draft_tokens
 from servetune.types import (
@@ -59,6 +58,9 @@ class Batch:
     debt: jnp.ndarray | None = None  # [A] f64 each entry's token debt after the iteration
     gain: jnp.ndarray | None = None  # [A] f64 prompt tokens a relaxed budget computes for the
     #                                  entry beyond the exact ones (0 in value under st)
+    swap_req: jnp.ndarray | None = None  # [A, m] i32 with a relaxed order: requests each
+    #                                      admission passed over (-1 none; engine/swap.py)
+    swap_p: jnp.ndarray | None = None  # [A, m] f64 their pair perturbations
 
 
 def token_budget(pol, cfg: EngineConfig):
@@ -108,7 +110,7 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
 
     `hits`: prefix caching's view (engine/prefix.Hits) when engine.prefix_cache is on: cached
     blocks count once, hit tokens count as computed at admission. `scores` [A]: the priority
-    scores the order came from, with engine.relax_order (the relaxed ranks use them).
+    scores the order came from, with engine.relax_order (the order swaps use them).
     Returns (entries with statuses, blocks and preemption counters updated, Batch).
     """
     pol, kv_total = params.policy, params.cost.kv_blocks
@@ -224,8 +226,8 @@ def _relaxed_tokens(es: Entries, tokens, need, decoding, keep, need_w, eligible,
     `relax.weight` of its two tunable gates: the sequence cap (margin in requests) and the KV
     watermark (margin in blocks, measured in the request's own first-chunk blocks), among the
     `eligible` waiting requests (the exact gates that are not tunable hold). Preemption stays
-    exact. With `scores` (engine.relax_order) the waiting requests' ranks, and the budget and
-    blocks taken before each, are relaxed too (`_relaxed_before`). `tokens` [A]: the exact
+    exact. With `scores` (engine.relax_order) the pairs each admission passes over are
+    recorded for order swaps (engine/swap.py). `tokens` [A]: the exact
     token counts. With speculation a decoding request verifies 1 + k positions with k relaxed
     (`speculation.relaxed_draft_tokens`); those positions are not owed back (a longer draft
     is more work, not work moved). Returns the Batch fields weight, admit_z, admitted, debt
@@ -247,17 +249,12 @@ def _relaxed_tokens(es: Entries, tokens, need, decoding, keep, need_w, eligible,
     alloc = jnp.where(keep, jnp.clip(budget - taken_before, 0, need), 0.0)
     budget_left = budget - jnp.sum(jnp.where(keep, jnp.clip(budget - taken_before, 0,
                                                             need_left), 0.0))
-    if scores is None:
-        before = _exclusive_cumsum
-    else:
-        before = _relaxed_before(es.status, es.preempted, scores, mode, tau, cfg.queue_window)
-        rank = before(jnp.ones_like(need_w))
     if cfg.chunked_prefill:
-        chunk = jnp.clip(budget_left - before(need_w), 0, need_w)
+        chunk = jnp.clip(budget_left - _exclusive_cumsum(need_w), 0, need_w)
     else:
-        chunk = jnp.where(before(need_w) + need_w <= budget_left, need_w, 0.0)
+        chunk = jnp.where(ops.cumsum(need_w) <= budget_left, need_w, 0.0)
     seq_margin = relax.relaxed_limit(pol.max_num_seqs, mode) - n_running - rank
-    kv_margin = room - before(want) - want
+    kv_margin = room - ops.cumsum(want)
     w = relax.weight(admit, eligible, (seq_margin, kv_margin),
                      (1.0, jnp.maximum(want, 1).astype(jnp.float64)), mode, tau)
     # of a waiting request, only the mass not yet admitted early (1 - wait_z) is still to
@@ -277,37 +274,9 @@ def _relaxed_tokens(es: Entries, tokens, need, decoding, keep, need_w, eligible,
         full = decoding & keep & (tokens > 0) & (tokens == need)
         drafts = jnp.where(full, jnp.minimum(1.0 + k_rel, room_len) - jnp.minimum(1 + k, room_len),
                            0.0)
-    return {"weight": relaxed - paid + drafts, "admit_z": relax.perturbation(w, admit),
-            "admitted": admit, "debt": es.debt - paid + (relaxed - tokens), "gain": gain}
-
-
-def _relaxed_before(status, preempted, scores, mode: str, tau: float, window: int):
-    """For waiting entries in scheduling order: a function x [A] -> [A], the sum of x over the
-    waiting entries scheduled before each (the exclusive cumulative sum), with the order
-    relaxed. Within a group (preempted first, then the others) entry j comes before entry i
-    with weight sigmoid((score_j - score_i) / (tau x unit)), unit the score gap of one rank
-    (the waiting scores' range over their count): that weight's derivative with the exact
-    order's value under st, the weight itself under soft.
-
-    The order puts running entries first, so the waiting ones are the `window`
-    (engine.queue_window) entries after them: the pairs are computed there only, [W, W].
-    (When the sort was skipped at most one entry waits: it has nothing before it.)"""
-    start = jnp.sum(status == RUNNING)
-    cut = lambda x: jax.lax.dynamic_slice(x, (start,), (window,))
-    waiting, preempted, scores = cut(status == WAITING), cut(preempted), cut(scores)
-    pair = waiting[:, None] & waiting[None, :] & ~jnp.eye(window, dtype=bool)  # [W, W] (i, j)
-    exact = jnp.arange(window)[None, :] < jnp.arange(window)[:, None]  # j before i
-    same = preempted[:, None] == preempted[None, :]
-    lo = jnp.min(jnp.where(waiting, scores, jnp.inf))
-    hi = jnp.max(jnp.where(waiting, scores, -jnp.inf))
-    unit = jnp.where(hi > lo, (hi - lo) / jnp.maximum(jnp.sum(waiting) - 1, 1), 1.0)
-    w = relax.weight(exact, pair & same, (scores[None, :] - scores[:, None],), (unit,), mode,
-                     tau)
-    w = jnp.where(same, w, exact) * pair  # the groups' order is not tunable
-
-    def before(x):
-        inside = w @ cut(x).astype(jnp.float64)
-        return jax.lax.dynamic_update_slice(jnp.zeros(status.shape, jnp.float64), inside,
-                                            (start,))
-
-    return before
+    out = {"weight": relaxed - paid + drafts, "admit_z": relax.perturbation(w, admit),
+           "admitted": admit, "debt": es.debt - paid + (relaxed - tokens), "gain": gain}
+    if scores is not None:  # the relaxed order: pairs at the admission boundary
+        out["swap_req"], out["swap_p"] = swap.partners(es, admit, scores, mode, tau,
+                                                       cfg.queue_window)
+    return out

@@ -1,0 +1,103 @@
+"""Order swaps: how a relaxed priority order moves requests' events (engine.relax_order).
+
+The priority weights decide *who* fills the admission slots that the sequence cap, the token
+budget and the KV watermark open, not how many open. Where an iteration admits request i and
+leaves request j waiting, the exact order put i before j; the relaxed order puts j first with
+weight p_ji = sigma((s_j - s_i) / (tau x unit)) (scores s, `unit` the score gap of one rank:
+the waiting scores' range over their count), through `relax.weight`: 0 in value with that
+derivative under st, the weight itself under soft. Swapping two requests in the order
+exchanges their slots: j would have been admitted at i's admission time t_i and i at j's, t_j.
+To first order each pair therefore moves
+
+    j's events by  p_ji (t_i - t_j)    and    i's events by  p_ji (t_j - t_i)    (seconds),
+
+first token and completion alike. Each pair is counted at the one iteration where it
+straddles the admission boundary, so a request that waits long does not pile up
+perturbations. t_j is known only once j is admitted, later: each admitted request records
+its SWAP_PARTNERS waiting partners of largest weight (the pairs closest in score, which carry
+almost all of it) and the shifts are settled after the run (`settle`).
+
+Approximations: slots are exchanged as if the two requests needed the same budget and
+blocks; a request admitted several times (after preemption) keeps the partners of its latest
+admission; the order among running requests (budget shares, preemption victims) stays exact.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from servetune import relax
+from servetune.types import RUNNING, WAITING, Entries
+
+SWAP_PARTNERS = 4  # m: waiting partners recorded per admitted request
+# Entries fields of an engine with a relaxed order: the latest admission time (s; nan before),
+# and that admission's partners (request ids, -1 none) and pair perturbations
+SWAP_FIELDS = ("admitted_at", "swap_req", "swap_p")
+
+
+def init_fields(shape, like) -> dict:
+    """Initial SWAP_FIELDS for entries of `shape` (instances, entries); `like` a traced int."""
+    full = lambda v, dtype, s=shape: jnp.full(s, v, dtype) + jnp.zeros_like(like, dtype)
+    pairs = (*shape, SWAP_PARTNERS)
+    return {"admitted_at": full(jnp.nan, jnp.float64), "swap_req": full(-1, jnp.int32, pairs),
+            "swap_p": full(0.0, jnp.float64, pairs)}
+
+
+def partners(es: Entries, admit, scores, mode: str, tau: float, window: int):
+    """For entries in scheduling order (running first, then the waiting ones): the
+    SWAP_PARTNERS requests each admitted entry (`admit` [A]) passed over, of largest pair
+    weight, in the same group (preempted requests stay ahead of the others: not tunable).
+    `scores` [A]: the priority scores the order came from. Returns (request ids [A, m], -1
+    where none; pair perturbations p_ji [A, m]). Computed on the `window` entries after the
+    running ones ([W, W] pairs)."""
+    start = jnp.sum(es.status == RUNNING)
+    cut = lambda x: jax.lax.dynamic_slice_in_dim(x, start, window)
+    waiting, admitted = cut(es.status == WAITING), cut(admit)
+    preempted, s, req = cut(es.preempted), cut(scores), cut(es.req)
+    left = waiting & ~admitted
+    lo = jnp.min(jnp.where(waiting, s, jnp.inf))
+    hi = jnp.max(jnp.where(waiting, s, -jnp.inf))
+    unit = jnp.where(hi > lo, (hi - lo) / jnp.maximum(jnp.sum(waiting) - 1, 1), 1.0)
+    pair = admitted[:, None] & left[None, :] & (preempted[:, None] == preempted[None, :])
+    gap = s[None, :] - s[:, None]  # [W, W] (i admitted, j left): s_j - s_i
+    p = relax.weight(jnp.zeros_like(pair), pair, (gap,), (unit,), mode, tau)
+    closeness = jnp.where(pair, jax.lax.stop_gradient(-jnp.abs(gap)), -jnp.inf)
+    picks = []  # the m closest by repeated argmax (XLA's top_k is slow on CPU in this loop)
+    for _ in range(SWAP_PARTNERS):
+        k = jnp.argmax(closeness, axis=1)
+        picks.append((k, jnp.take_along_axis(closeness, k[:, None], axis=1)[:, 0]))
+        closeness = jnp.where(jnp.arange(window)[None, :] == k[:, None], -jnp.inf, closeness)
+    idx = jnp.stack([k for k, _ in picks], axis=1)  # [W, m]
+    chosen = jnp.isfinite(jnp.stack([v for _, v in picks], axis=1))
+    ids = jnp.where(chosen, req[idx], -1)
+    p_top = jnp.where(chosen, jnp.take_along_axis(p, idx, axis=1), 0.0)
+    n = es.req.shape[0]
+    place = lambda x, fill: jax.lax.dynamic_update_slice_in_dim(
+        jnp.full((n, SWAP_PARTNERS), fill, x.dtype), x, start, axis=0)
+    return place(ids, -1), place(p_top, 0.0)
+
+
+def record(e: Entries, admitted, swap_req, swap_p, t):
+    """Entries with the admission time t (seconds) and partners of each `admitted` [A]
+    entry recorded."""
+    a = admitted[:, None]
+    return e.replace(admitted_at=jnp.where(admitted, t, e.admitted_at),
+                     swap_req=jnp.where(a, swap_req, e.swap_req),
+                     swap_p=jnp.where(a, swap_p, e.swap_p))
+
+
+def settle(admitted_at, swap_req, swap_p):
+    """[N] seconds each request's events move by, from every request's latest admission time
+    admitted_at [N] (nan if never admitted) and the pairs recorded on it (swap_req, swap_p
+    [N, m]): sum over its pairs as the admitted one, p (t_j - t_i), and as the waiting one,
+    p (t_i - t_j). Pairs with a request never admitted are dropped."""
+    n = admitted_at.shape[0]
+    t_j = admitted_at[jnp.clip(swap_req, 0, n - 1)]
+    valid = (swap_req >= 0) & jnp.isfinite(t_j) & jnp.isfinite(admitted_at)[:, None]
+    move = jnp.where(valid, swap_p * (jnp.where(valid, t_j, 0.0)
+                                      - jnp.where(valid, admitted_at[:, None], 0.0)), 0.0)
+    as_admitted = jnp.sum(move, axis=1)
+    as_waiting = jnp.zeros(n, move.dtype).at[jnp.where(valid, swap_req, n)].add(
+        -move, mode="drop")
+    return as_admitted + as_waiting
