@@ -2,10 +2,10 @@
 
 The engine runs with engine.relax = st or soft (servetune/relax.py): its discrete state follows
 the exact decisions, while the iteration durations (through relaxed token weights), each
-request's admission time (engine/shift.py) and its pace of progress (engine/pace.py: prompt
-tokens a bigger budget adds, tokens a longer speculation emits) carry the derivative of the
-relaxed gates. Forward-
-mode differentiation (jax.jacfwd: one tangent per tuned coordinate, through the while_loop that
+request's admission time (engine/shift.py), its pace of progress (engine/pace.py: prompt
+tokens a bigger budget adds, tokens a longer speculation emits) and, with a relaxed order,
+its admission slot (engine/swap.py) carry the derivative of the relaxed gates. Forward-mode
+differentiation (jax.jacfwd: one tangent per tuned coordinate, through the while_loop that
 reverse mode cannot enter) then gives the derivative of every request's first-token and finish
 time, and of the run's length, with respect to the policy.
 
@@ -23,8 +23,8 @@ Supported: one instance, the preempt KV policy and no prefix cache (other mechan
 exact decisions whose relaxations are not written yet); event skipping is off (each
 iteration's perturbations are accumulated). Keys with a pathwise gradient: PATHWISE_KEYS; the
 priority weights through order swaps at the admission boundary (engine/swap.py, O(W^2) per
-iteration, on only when one is tuned). queue_cap, the routing weights, the cascade threshold and the neural score
-get none: use tune=es for them.
+iteration, on only when one is tuned). queue_cap, the routing weights, the cascade threshold
+and the neural score get none: use tune=es for them.
 """
 
 from __future__ import annotations

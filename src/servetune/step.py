@@ -35,18 +35,18 @@ from servetune.types import (
 )
 
 
-def batch_cost(es, batch, params: Params, cfg: EngineConfig):
+def batch_cost(es, batch, params: Params, cfg: EngineConfig, totals=None):
     """Seconds the iteration lasts, from the roofline or linear cost model. A decode computes
     one token; the positions a speculative decode verifies beyond it count as prefill tokens.
-    With speculation the draft model's passes are added (engine/speculation.py)."""
-    toks = batch.tokens if batch.weight is None else batch.weight  # relaxed: weighted tokens
-    prefill, decode, ctx_read, attn_work = batch_totals(es, batch)
+    With speculation the draft model's passes are added (engine/speculation.py). `totals`:
+    `batch_totals(es, batch)` when the caller has them."""
+    prefill, decode, ctx_read, attn_work = batch_totals(es, batch) if totals is None else totals
     dur = step_time(params.cost, cfg.cost_form, prefill, decode, ctx_read, attn_work)
     if cfg.speculation:
+        toks = batch.tokens if batch.weight is None else batch.weight
         new_prompt = jnp.sum(jnp.where(batch.decode, 0, toks))
         decode_ctx = jnp.sum(jnp.where(batch.decode, es.computed, 0))
-        k = (speculation.draft_tokens(params.policy) if cfg.relax == "hard"
-             else speculation.relaxed_draft_tokens(params.policy, cfg.relax))
+        k = speculation.relaxed_draft_tokens(params.policy, cfg.relax)  # the integer k if hard
         dur = dur + speculation.draft_time(params.draft, cfg, k, new_prompt, decode, decode_ctx)
     return dur
 
@@ -261,14 +261,15 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         e = e.replace(finish=jnp.where(batch.ended, t, e.finish))
     if cfg.speculation:
         batch = _verify(e, batch, wl)
-    dur = batch_cost(e, batch, params, cfg)
+    totals = batch_totals(e, batch)
+    dur = batch_cost(e, batch, params, cfg, totals)
     batch_req = e.req
     blocks_in_use = jnp.sum(e.blocks, dtype=jnp.int32)
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
     generated0 = e.generated
     if cfg.relax != "hard":  # what the relaxed progress shifts need from before the iteration
         phase = pace.prefilling(e)
-        own_s = pace.own_seconds(e, batch.tokens, batch_totals(e, batch), params, cfg)
+        own_s = pace.own_seconds(e, batch.tokens, totals, params, cfg)
         spec_s = pace.speculation_gain_s(e, batch.decode, batch.tokens, params, cfg, dur)
     e, gaps, completed = advance(e, batch, t + dur)
     if cfg.relax != "hard":  # progress and admission time shifts, and the events they move

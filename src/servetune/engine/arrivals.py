@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from servetune import ops, relax
 from servetune.engine import prefix as prefix_lib
+from servetune.engine import swap
 from servetune.engine.kv import blocks_for
 from servetune.engine.scheduler import token_budget
 from servetune.engine.shift import RELAXED_FIELDS
@@ -101,9 +102,7 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
         ready_at=e.ready_at,
         **({f: sel(jnp.zeros_like(e.finish), getattr(e, f)) for f in RELAXED_FIELDS}
            if cfg.relax != "hard" else {}),
-        **({"admitted_at": sel(nan, e.admitted_at),
-            "swap_req": jnp.where(take[:, None], -1, e.swap_req),
-            "swap_p": jnp.where(take[:, None], 0.0, e.swap_p)} if cfg.relax_order else {}),
+        **(swap.reset_fields(e, take) if cfg.relax_order else {}),
         **(extra or {}),
     )
     return e, jnp.sum(reject, dtype=jnp.int32)

@@ -31,17 +31,26 @@ from servetune import relax
 from servetune.types import RUNNING, WAITING, Entries
 
 SWAP_PARTNERS = 4  # m: waiting partners recorded per admitted request
-# Entries fields of an engine with a relaxed order: the latest admission time (s; nan before),
-# and that admission's partners (request ids, -1 none) and pair perturbations
-SWAP_FIELDS = ("admitted_at", "swap_req", "swap_p")
+# Entries fields of an engine with a relaxed order, and their values before an admission:
+# the latest admission time (s), that admission's partners (request ids) and pair perturbations
+SWAP_FIELDS = {"admitted_at": (jnp.nan, jnp.float64), "swap_req": (-1, jnp.int32),
+               "swap_p": (0.0, jnp.float64)}
 
 
 def init_fields(shape, like) -> dict:
     """Initial SWAP_FIELDS for entries of `shape` (instances, entries); `like` a traced int."""
-    full = lambda v, dtype, s=shape: jnp.full(s, v, dtype) + jnp.zeros_like(like, dtype)
-    pairs = (*shape, SWAP_PARTNERS)
-    return {"admitted_at": full(jnp.nan, jnp.float64), "swap_req": full(-1, jnp.int32, pairs),
-            "swap_p": full(0.0, jnp.float64, pairs)}
+    def full(name, v, dtype):
+        s = shape if name == "admitted_at" else (*shape, SWAP_PARTNERS)
+        return jnp.full(s, v, dtype) + jnp.zeros_like(like, dtype)
+    return {name: full(name, v, dtype) for name, (v, dtype) in SWAP_FIELDS.items()}
+
+
+def reset_fields(e: Entries, take) -> dict:
+    """SWAP_FIELDS of entries `e` with those where `take` [A] holds (new arrivals) reset."""
+    def reset(name, v):
+        x = getattr(e, name)
+        return jnp.where(take.reshape(take.shape + (1,) * (x.ndim - 1)), v, x)
+    return {name: reset(name, v) for name, (v, _) in SWAP_FIELDS.items()}
 
 
 def partners(es: Entries, admit, scores, mode: str, tau: float, window: int):
