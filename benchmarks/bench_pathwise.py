@@ -18,8 +18,14 @@ watermark 0.0105 (between integer flips).
    unit of log budget). Table 3: spec_k with a Llama-3.2-1B draft (acceptance 0.7) at
    6 req/s. Table 4: max_num_batched_tokens at 20 req/s with TTFT <= 0.25 s, from an
    overloaded engine (small budgets) to a comfortable one.
+6. The queue cap (servetune/paired_difference.py) along a grid, in two engines: one that
+   keeps up (30 req/s, no sequence cap: a short queue rejects requests it could serve) and an
+   overloaded one (35 req/s, 48 sequences: a long queue makes every request late): the exact
+   objective, the exact difference across the caps the estimator pairs, and the st and soft
+   paired differences, per request of cap; then tune=es and tune=pathwise on the cap alone
+   in the overloaded engine, from 128.5, as in table 2.
 
-    python benchmarks/bench_pathwise.py                # ~9 min on 2 cores
+    python benchmarks/bench_pathwise.py                # ~13 min on 2 cores
     python benchmarks/bench_pathwise.py --tables 1     # the gradient table only
 """
 
@@ -32,6 +38,7 @@ import time
 import numpy as np
 
 from servetune.api import compose
+from servetune.paired_difference import bracket
 from servetune.scenario import build
 from servetune.tune import es, tune
 from servetune.tune.evaluator import Evaluator
@@ -83,14 +90,16 @@ def gradients(pairs: list[int], temperatures: list[float]) -> None:
                   f"{cosine(g, g_es):>9.3f} {wall:>7.1f}")
 
 
-def tuning(iterations: int) -> None:
-    """Print table 2: tune=es vs tune=pathwise from the same start."""
-    common = ["workload=poisson", "workload.rate=35", "workload.duration_s=20",
-              "window.drain_s=60", "output.progress=false", f"tune.iterations={iterations}",
-              "tune.eval.seeds=2", "tune.space.max_num_seqs.high=256",
-              "policy.max_num_seqs=24.5", "tune.export=false", "seeds=2"]
+def tuning(iterations: int, scenario: list[str] | None = None, key: str = "max_num_seqs",
+           start: float = 24.5) -> None:
+    """Print table 2: tune=es vs tune=pathwise from the same start, `key` (the configured
+    space's keys tuned) from `start` on `scenario`."""
+    scenario = scenario or ["workload=poisson", "workload.rate=35", "workload.duration_s=20",
+                            "window.drain_s=60", "seeds=2", "tune.space.max_num_seqs.high=256"]
+    common = [*scenario, "output.progress=false", f"tune.iterations={iterations}",
+              "tune.eval.seeds=2", f"policy.{key}={start}", "tune.export=false"]
     print(f"\n{'tuner':<10} {'objective':>10} {'attainment':>11} {'held-out obj':>13} "
-          f"{'max_num_seqs':>13} {'scenarios':>10} {'wall s':>7}")
+          f"{key:>13} {'scenarios':>10} {'wall s':>7}")
     for name in ("es", "pathwise"):
         with tempfile.TemporaryDirectory() as out:
             r = tune([f"tune={name}"] + common, out_dir=out, log=lambda m: None)
@@ -98,10 +107,10 @@ def tuning(iterations: int) -> None:
         print(f"{name:<10} {ev.loc[('tuned', 'train'), 'objective']:>10.4f} "
               f"{ev.loc[('tuned', 'train'), 'slo_attainment']:>11.4f} "
               f"{ev.loc[('tuned', 'heldout_seeds'), 'objective']:>13.4f} "
-              f"{r.best['max_num_seqs']:>13.1f} {r.scenarios_simulated:>10d} {r.wall_s:>7.1f}")
+              f"{r.best[key]:>13.1f} {r.scenarios_simulated:>10d} {r.wall_s:>7.1f}")
     print(f"{'start':<10} {ev.loc[('start', 'train'), 'objective']:>10.4f} "
           f"{ev.loc[('start', 'train'), 'slo_attainment']:>11.4f} "
-          f"{ev.loc[('start', 'heldout_seeds'), 'objective']:>13.4f} {24.5:>13.1f}")
+          f"{ev.loc[('start', 'heldout_seeds'), 'objective']:>13.4f} {start:>13.1f}")
 
 
 PACE = {
@@ -114,6 +123,14 @@ PACE = {
         {"low": 64, "high": 16384, "scale": "log"},
         np.array([128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 4096]) + 0.5),
 }
+
+
+def dvalue_dz(dim: dict, z: float) -> float:
+    """d value / d z of the tuner's coordinate z of a dimension (per unit of the value, or of
+    its log for a log scale)."""
+    u = 1.0 / (1.0 + np.exp(-z))
+    span = np.log(dim["high"] / dim["low"]) if dim["scale"] == "log" else dim["high"] - dim["low"]
+    return span * u * (1.0 - u)
 
 
 def pace_table(key: str) -> None:
@@ -136,13 +153,56 @@ def pace_table(key: str) -> None:
         lo, hi = max(i - 1, 0), min(i + 1, len(grid) - 1)
         secant = (f[hi] - f[lo]) / (x[hi] - x[lo])
         z = space.point({key: v})
-        # d value / d z of the tuner's coordinate, in the table's units
-        u = 1.0 / (1.0 + np.exp(-z[0]))
-        span = np.log(dim["high"] / dim["low"]) if dim["scale"] == "log" else dim["high"] - dim["low"]
-        dx_dz = span * u * (1.0 - u)
+        dx_dz = dvalue_dz(dim, z[0])
         g = {mode: e(z, 0.0)[0][0] / dx_dz for mode, e in est.items()}
         print(f"{v:<24} {f[i]:>10.4f} {att[i]:>11.3f} {secant:>+12.4f} {g['st']:>+12.4f} "
               f"{g['soft']:>+12.4f}")
+
+
+QUEUE = {"keeps up": (30, 256.5), "overloaded": (35, 48.5)}  # rate, max_num_seqs
+QUEUE_DIM = {"low": 1, "high": 512, "scale": "log"}
+QUEUE_GRID = np.array([2, 4, 8, 12, 16, 24, 32, 48, 64, 128]) + 0.5
+
+
+def queue_table(step: float = 0.1) -> None:
+    """Print table 6: the queue cap along a grid in both QUEUE engines, exact objective and
+    difference across the estimator's paired caps, and the paired differences (per request
+    of cap) through the st and soft engines; then both tuners on the cap alone."""
+    space = space_from_config({"queue_cap": QUEUE_DIM})
+    obj = Objective()
+    print(f"\n{'engine':<11} {'queue_cap':>9} {'objective':>10} {'attainment':>11} "
+          f"{'paired caps':>12} {'exact d/dc':>11} {'st d/dc':>9} {'soft d/dc':>10}")
+    for name, (rate, seqs) in QUEUE.items():
+        sc = build(compose(queue_scenario(rate, seqs)))
+        ev = Evaluator(sc, "fcfs", "loop")
+        caps = [bracket(c, step) for c in QUEUE_GRID]
+        values = np.concatenate([QUEUE_GRID, np.array(caps, np.float64).ravel() + 0.5])
+        cols = ev({"queue_cap": values})
+        f = np.array([np.mean([obj.value(m) for m in col]) for col in cols])
+        att = np.array([np.mean([m["slo_attainment"] for m in col]) for col in cols])
+        f_pairs = f[len(QUEUE_GRID):].reshape(-1, 2)
+        est = {mode: PathwiseEstimator(ev, space, mode, 0.3, 0.99, 0.05, difference_step=step)
+               for mode in ("st", "soft")}
+        for i, cap in enumerate(QUEUE_GRID):
+            lo, hi = caps[i]
+            z = space.point({"queue_cap": cap})
+            dc_dz = dvalue_dz(QUEUE_DIM, z[0]) * cap  # log scale: d log c / dz x c
+            g = {mode: e(z, 0.0)[0][0] / dc_dz for mode, e in est.items()}
+            exact = (f_pairs[i, 1] - f_pairs[i, 0]) / (hi - lo)
+            print(f"{name:<11} {cap:>9} {f[i]:>10.4f} {att[i]:>11.3f} {f'{lo}/{hi}':>12} "
+                  f"{exact:>+11.4f} {g['st']:>+9.4f} {g['soft']:>+10.4f}")
+    # the cap alone in the overloaded engine, from 128.5 (the sequence cap fixed)
+    tuning(6, [*queue_scenario(*QUEUE["overloaded"]), "tune.space.max_num_seqs=null",
+               "tune.space.max_num_batched_tokens=null", "tune.space.watermark=null",
+               "tune.space.queue_cap.low=1", "tune.space.queue_cap.high=512"],
+           "queue_cap", 128.5)
+
+
+def queue_scenario(rate: float, max_num_seqs: float) -> list[str]:
+    """Overrides of table 6's scenario: Poisson arrivals at `rate` req/s for 20 s."""
+    return ["workload=poisson", f"workload.rate={rate}", "workload.duration_s=20",
+            "window.drain_s=30", "engine.max_slots=256", "seeds=2",
+            f"policy.max_num_seqs={max_num_seqs}"]
 
 
 def main() -> None:
@@ -150,7 +210,8 @@ def main() -> None:
     p.add_argument("--pairs", default="32,16", help="ES pairs per estimate (first = reference)")
     p.add_argument("--temperatures", default="0.1,0.3,1.0")
     p.add_argument("--iterations", type=int, default=6)
-    p.add_argument("--tables", default="1,2,3,4", help="which tables to print")
+    p.add_argument("--tables", default="1,2,3,4,6", help="which tables to print (5 is by "
+                   "hand: benchmarks/README.md)")
     a = p.parse_args()
     tables = {int(t) for t in a.tables.split(",")}
     if 1 in tables:
@@ -162,6 +223,8 @@ def main() -> None:
         pace_table("spec_k")
     if 4 in tables:
         pace_table("max_num_batched_tokens")
+    if 6 in tables:
+        queue_table()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from servetune import pathwise, relax
+from servetune import paired_difference, pathwise, relax
 from servetune.api import compose
 from servetune.errors import ConfigError
 from servetune.scenario import build
@@ -147,6 +147,7 @@ SPECULATIVE = ["workload=poisson", "workload.rate=6", "workload.duration_s=4",
 SPEC_SPACE = {"spec_k": {"low": 0.0, "high": 8.0, "scale": "linear"}}
 
 
+@pytest.mark.slow
 def test_speculation_length_st_is_exact_and_soft_matches_finite_differences():
     sc = build(compose(SPECULATIVE))
     space = space_from_config(SPEC_SPACE)
@@ -159,6 +160,44 @@ def test_speculation_length_st_is_exact_and_soft_matches_finite_differences():
     fd = (soft(z + h, 0.0)[1]["soft_lagrangian"] - soft(z - h, 0.0)[1]["soft_lagrangian"]) / (2 * h)
     assert abs(g[0]) > 1e-3  # the speculation length matters here
     np.testing.assert_allclose(g[0], fd, rtol=1e-5)
+
+
+def test_queue_cap_brackets():
+    # (lo, hi): the integer caps either side, a step of 10% of the cap and at least 1
+    assert paired_difference.bracket(28.5, 0.1) == (26, 30)
+    assert paired_difference.bracket(3.5, 0.1) == (2, 4)
+    assert paired_difference.bracket(1.5, 0.1) == (1, 2)  # one-sided: a cap of 0 rejects all
+    assert paired_difference.bracket(0.5, 0.1) == (0, 1)
+    assert paired_difference.bracket(100.0, 0.25) == (75, 125)
+
+
+def test_queue_cap_column_is_the_paired_difference_of_the_soft_lagrangian(problem):
+    """The queue cap's entry of the gradient: (L(hi) - L(lo)) / (hi - lo) x dcap/dz, with L
+    the smoothed Lagrangian at the integer caps either side, computed here by hand from the
+    estimator's own values; the other keys keep their forward-mode columns."""
+    _, _, ev, _ = problem
+    space = space_from_config({**SPACE, "queue_cap": {"low": 1, "high": 512, "scale": "log"}})
+    est = PathwiseEstimator(ev, space, "st", 0.3, 0.99, 0.05, difference_step=0.1)
+    cap = 16.5
+    z = space.point({**START, "queue_cap": cap})
+    before = ev.scenarios_simulated
+    g, _ = est(z, 5.0)
+    assert ev.scenarios_simulated - before == 3 * len(ev.scenario.traces)  # 1 + 2 paired runs
+    lo, hi = paired_difference.bracket(cap, 0.1)
+    lagrangian = [est(space.point({**START, "queue_cap": c + 0.5}), 5.0)[1]["soft_lagrangian"]
+                  for c in (lo, hi)]
+    u = 1.0 / (1.0 + np.exp(-z[3]))  # the space's log scale: cap = exp(log 1 + log 512 u)
+    dcap_dz = cap * np.log(512.0) * u * (1.0 - u)
+    expect = (lagrangian[1] - lagrangian[0]) / (hi - lo) * dcap_dz
+    assert abs(expect) > 1e-3  # the cap binds here
+    assert g[3] == pytest.approx(expect, rel=1e-9)
+    # the forward-mode columns are those of the same policy with the cap fixed, not tuned
+    fixed = Evaluator(ev.scenario, "fcfs", "loop")
+    fixed.base["queue_cap"] = cap
+    g_fixed, _ = PathwiseEstimator(fixed, space_from_config(SPACE), "st", 0.3, 0.99, 0.05)(
+        z[:3], 5.0)
+    np.testing.assert_allclose(g[:3], g_fixed, rtol=1e-9)
+    assert abs(g[0]) > 0.1
 
 
 def exact_objective(ev, key, values):
@@ -193,6 +232,27 @@ def test_progress_gradients_follow_the_exact_objective(overrides, key, space, po
         f_lo, f_hi = exact_objective(ev, key, [lo, hi])
         g, _ = st(space.point({key: x}), 0.0)
         assert np.sign(g[0]) == np.sign(f_hi - f_lo), (x, g, f_lo, f_hi)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rate, max_num_seqs, cap", [
+    # benchmarks/README.md (bench_pathwise.py, table 6): a short queue costs requests where
+    # the engine keeps up (rate 30, no sequence cap), and saves the SLOs of the rest where
+    # it cannot (rate 35, 48 sequences)
+    (30, 256.5, 3.5), (35, 48.5, 28.5)])
+def test_queue_cap_gradient_follows_the_exact_objective(rate, max_num_seqs, cap):
+    """At a queue cap below the exact objective's plateau and one above its peak, the paired
+    difference has the sign of the exact objective's difference a quarter of the cap away."""
+    sc = build(compose([OVERLOADED[0], f"workload.rate={rate}", "workload.duration_s=20",
+                        *OVERLOADED[3:], f"policy.max_num_seqs={max_num_seqs}"]))
+    space = space_from_config({"queue_cap": {"low": 1, "high": 512, "scale": "log"}})
+    ev = Evaluator(sc, "fcfs", "loop")
+    f_lo, f_hi = exact_objective(ev, "queue_cap", [np.floor(cap) * 0.75 + 0.5,
+                                                   np.floor(cap) * 1.25 + 0.5])
+    g, _ = PathwiseEstimator(ev, space, "st", 0.3, 0.99, 0.05)(space.point({"queue_cap": cap}),
+                                                                0.0)
+    assert abs(f_hi - f_lo) > 0.02  # a clear slope
+    assert np.sign(g[0]) == np.sign(f_hi - f_lo), (g, f_lo, f_hi)
 
 
 @pytest.mark.slow
@@ -258,9 +318,12 @@ def test_unsupported_scenarios_are_refused_by_key(problem):
         pathwise.relaxed_engine(dataclasses.replace(sc.engine, n_instances=2), "st", 0.3)
     with pytest.raises(ConfigError, match="tune.relax"):
         pathwise.relaxed_engine(sc.engine, "fuzzy", 0.3)
-    with pytest.raises(ConfigError, match="tune.space.queue_cap"):
-        PathwiseEstimator(ev, space_from_config({"queue_cap": {"low": 8, "high": 64}}), "st",
+    with pytest.raises(ConfigError, match="tune.space.route_w_kv"):
+        PathwiseEstimator(ev, space_from_config({"route_w_kv": {"low": 0, "high": 4}}), "st",
                           0.3, 0.99, 0.05)
+    with pytest.raises(ConfigError, match="tune.difference_step"):
+        PathwiseEstimator(ev, space_from_config(SPACE), "st", 0.3, 0.99, 0.05,
+                          difference_step=0.0)
 
 
 @pytest.mark.slow

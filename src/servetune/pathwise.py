@@ -23,8 +23,9 @@ Supported: one instance, the preempt KV policy and no prefix cache (other mechan
 exact decisions whose relaxations are not written yet); event skipping is off (each
 iteration's perturbations are accumulated). Keys with a pathwise gradient: PATHWISE_KEYS; the
 priority weights through order swaps at the admission boundary (engine/swap.py, O(W^2) per
-iteration, on only when one is tuned). queue_cap, the routing weights, the cascade threshold
-and the neural score get none: use tune=es for them.
+iteration, on only when one is tuned). queue_cap (DIFFERENCE_KEYS) gets no tangent here: its
+derivative is a central difference of paired runs (servetune/paired_difference.py). The
+routing weights, the cascade threshold and the neural score get none: use tune=es for them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +49,7 @@ from servetune.types import COMPLETED, DONE, OUTSTANDING, EngineConfig, Params, 
 
 ORDER_KEYS = ("w_age", "w_prompt", "w_pred", "w_slack")  # through the relaxed order
 PATHWISE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "watermark", "spec_k") + ORDER_KEYS
+DIFFERENCE_KEYS = ("queue_cap",)  # by paired differences (servetune/paired_difference.py)
 _FLOOR = 1e-9
 
 
@@ -74,9 +77,18 @@ def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float,
                                relax_order=order, leap_max=0, outbox=2 * cfg.drain_per_step)
 
 
-def request_times(wl: Workload, params: Params, cfg: EngineConfig):
-    """Run one scenario (unbatched) to its end on a relaxed engine. Returns (first_token [N],
-    finish [N] (seconds; nan where none), completed [N] bool, end of the run (seconds)).
+class RequestTimes(NamedTuple):
+    """What a relaxed run gives the objective, per request of the trace."""
+
+    first: jnp.ndarray  # [N] f64 first-token time (seconds; nan where none)
+    finish: jnp.ndarray  # [N] f64 end time (seconds; nan where none)
+    completed: jnp.ndarray  # [N] bool it completed
+    end_s: jnp.ndarray  # [] f64 end of the run (seconds)
+
+
+def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTimes:
+    """Run one scenario (unbatched) to its end on a relaxed engine: every request's times and
+    the run's end (RequestTimes).
 
     The run ends when its last request does: where that is a completion, the end moves with
     the request's shift (engine/shift.py), so a policy that finishes the last requests sooner
@@ -133,7 +145,7 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig):
     last = jnp.argmax(unshifted)
     ends_run = jnp.abs(unshifted[last] - clock) <= 1e-9 * jnp.maximum(clock, 1.0)
     end_s = clock + jnp.where(ends_run, shift[last], 0.0)
-    return first, finish, completed, end_s
+    return RequestTimes(first, finish, completed, end_s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,35 +223,57 @@ class PointMap:
         return base.replace(policy=base.policy.replace(**self.values(z)))
 
 
+def objective_parts(rt: RequestTimes, wl: Workload, weights, counted, tg: SoftTargets, lam):
+    """(f, attainment, Lagrangian) [3] of one relaxed run (soft_objective of its times)."""
+    return jnp.stack(soft_objective(rt.first, rt.finish, rt.completed, rt.end_s, wl, weights,
+                                    counted, tg, lam))
+
+
 @functools.partial(jax.jit, static_argnames=("cfg", "tg", "point_map"))
 def _per_scenario(z, wl, weights, counted, lam, base, cfg, tg, point_map):
+    """Per scenario (wl leaves [S, N]): (f, attainment, Lagrangian) [S, 3] at z [d] and their
+    forward-mode Jacobian [S, 3, d], 0 in the columns of DIFFERENCE_KEYS (no relaxed run
+    moves their decisions)."""
+    tangent = np.array([k for k, dim in enumerate(point_map.dims)
+                        if dim.key not in DIFFERENCE_KEYS], np.int32)
+
     def one(z, wl, weights, counted):
-        first, finish, completed, end_s = request_times(wl, point_map(z, base), cfg)
-        return jnp.stack(soft_objective(first, finish, completed, end_s, wl, weights,
-                                        counted, tg, lam))
+        value = objective_parts(request_times(wl, point_map(z, base), cfg), wl, weights,
+                                counted, tg, lam)
+        return value, value
 
     def value_and_jacobian(wl, weights, counted):
-        f = lambda z: one(z, wl, weights, counted)
-        return f(z), jax.jacfwd(f)(z)
+        if tangent.size == 0:
+            return one(z, wl, weights, counted)[0], jnp.zeros((3, z.shape[0]))
+        # the value is the tangent run's primal: the loop runs once
+        jac, value = jax.jacfwd(lambda zt: one(z.at[tangent].set(zt), wl, weights, counted),
+                                has_aux=True)(z[tangent])
+        return value, jnp.zeros((3, z.shape[0]), jac.dtype).at[:, tangent].set(jac)
 
-    return jax.vmap(value_and_jacobian)(wl, weights, counted)  # [S, 3], [S, 3, d]
+    return jax.vmap(value_and_jacobian)(wl, weights, counted)
 
 
-def value_and_gradient(z, wl: Workload, weights, counted, lam, base: Params,
-                       cfg: EngineConfig, tg: SoftTargets, point_map: PointMap,
-                       aggregate: str = "mean", cvar_alpha: float = 0.25):
-    """(f, attainment, Lagrangian) [3] at the point z [d] and their Jacobian [3, d] by
-    forward mode, aggregated over the scenarios (wl leaves [S, N]) as tune/objective.py does:
-    their mean, or (aggregate cvar) the mean of the worst `cvar_alpha` fraction by Lagrangian
-    (whose gradient is theirs). `base`: unbatched Params the point modifies; `cfg`: a
-    `relaxed_engine`. Compiled once per (cfg, tg, point_map) and shapes: z, lam and every
-    number in `base` are traced. Returns numpy arrays."""
-    values, jac = _per_scenario(jnp.asarray(z, jnp.float64), wl, jnp.asarray(weights),
-                                jnp.asarray(counted), jnp.asarray(lam, jnp.float64), base, cfg,
-                                tg, point_map)
+def aggregate_scenarios(values, jac, aggregate: str = "mean", cvar_alpha: float = 0.25):
+    """(f, attainment, Lagrangian) [3] and their Jacobian [3, d] over the scenarios (values
+    [S, 3], jac [S, 3, d]) as tune/objective.py aggregates them: their mean, or (aggregate
+    cvar) the mean of the worst `cvar_alpha` fraction by Lagrangian (whose gradient is theirs)."""
     values, jac = np.asarray(values), np.asarray(jac)
     if aggregate == "cvar":
         k = max(1, math.ceil(cvar_alpha * len(values)))
         worst = np.argsort(values[:, 2], kind="stable")[:k]
         values, jac = values[worst], jac[worst]
     return values.mean(axis=0), jac.mean(axis=0)
+
+
+def per_scenario(z, wl: Workload, weights, counted, lam, base: Params, cfg: EngineConfig,
+                 tg: SoftTargets, point_map: PointMap):
+    """(values [S, 3], Jacobian [S, 3, d]) of the smoothed (f, attainment, Lagrangian) at the
+    point z [d] on each scenario (wl leaves [S, N]), by forward mode through the relaxed run;
+    the columns of DIFFERENCE_KEYS are 0 (servetune/paired_difference.py estimates them).
+    `base`: unbatched Params the point modifies; `cfg`: a `relaxed_engine`. Compiled once per
+    (cfg, tg, point_map) and shapes: z, lam and every number in `base` are traced. Returns
+    numpy arrays."""
+    values, jac = _per_scenario(jnp.asarray(z, jnp.float64), wl, jnp.asarray(weights),
+                                jnp.asarray(counted), jnp.asarray(lam, jnp.float64), base, cfg,
+                                tg, point_map)
+    return np.asarray(values), np.asarray(jac)

@@ -4,6 +4,8 @@ Each iteration the tuner evaluates its current point on the exact simulator (for
 best-so-far and the dual ascent, as with ES) and takes its step along the forward-mode
 gradient of the smoothed Lagrangian through the relaxed simulator (servetune/pathwise.py), on
 the same workloads: one relaxed run per workload instead of a population of 2 x pairs + 1.
+The queue cap, which no relaxed run moves, adds two paired runs per workload whose difference
+is its derivative (servetune/paired_difference.py).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from servetune import pathwise
+from servetune import paired_difference, pathwise
 from servetune.errors import ConfigError
 from servetune.tune.evaluator import Evaluator
 from servetune.tune.space import SearchSpace
@@ -21,16 +23,22 @@ class PathwiseEstimator:
     """Gradient [d] of the smoothed Lagrangian at a point z [d] of `space`, on the evaluator's
     scenario (its workloads [S] and base policy), through an engine relaxed with `mode`
     (st or soft) at `temperature`; SLO checks smoothed with relative width `slo_tau`;
-    scenarios averaged, or (aggregate cvar) their worst `cvar_alpha` fraction."""
+    scenarios averaged, or (aggregate cvar) their worst `cvar_alpha` fraction; the queue cap's
+    derivative by a paired difference `difference_step` (relative) of the cap either side
+    (paired_difference.py)."""
 
     def __init__(self, evaluator: Evaluator, space: SearchSpace, mode: str,
                  temperature: float, slo_target: float, slo_tau: float,
-                 aggregate: str = "mean", cvar_alpha: float = 0.25):
+                 aggregate: str = "mean", cvar_alpha: float = 0.25,
+                 difference_step: float = 0.1):
+        keys = pathwise.PATHWISE_KEYS + pathwise.DIFFERENCE_KEYS
         for dim in space.dims:
-            if dim.key not in pathwise.PATHWISE_KEYS:
+            if dim.key not in keys:
                 raise ConfigError(f"tune.space.{dim.key}: the pathwise estimator has gradients "
-                                  f"for {list(pathwise.PATHWISE_KEYS)} only; use tune=es to "
-                                  f"tune {dim.key}")
+                                  f"for {list(keys)} only; use tune=es to tune {dim.key}")
+        if not (isinstance(difference_step, (int, float)) and 0 < difference_step <= 1):
+            raise ConfigError(f"tune.difference_step: got {difference_step!r}; expected a "
+                              "number in (0, 1]")
         if space.net_size:
             raise ConfigError("tune.policy_family: the pathwise estimator tunes the linear "
                               "family only; use tune=es for the neural policy")
@@ -42,6 +50,7 @@ class PathwiseEstimator:
         self.cfg = pathwise.relaxed_engine(sc.engine, mode, temperature, order)
         self.targets = pathwise.targets(sc.metrics, slo_target, slo_tau)
         self.aggregate, self.cvar_alpha = aggregate, cvar_alpha
+        self.difference_step = float(difference_step)
         self.point_map = pathwise.PointMap(space.dims)
         n = sc.workloads.arrival.shape[1]
         self.weights = np.zeros((len(sc.traces), n))
@@ -53,13 +62,19 @@ class PathwiseEstimator:
 
     def __call__(self, z: np.ndarray, lam: float) -> tuple[np.ndarray, dict]:
         """(ascent direction [d] of the smoothed Lagrangian, its value's parts: f, attainment,
-        lagrangian, aggregated over the workloads). Counts the relaxed runs as scenarios."""
+        lagrangian, aggregated over the workloads). Counts the relaxed runs (paired ones
+        included) as scenarios."""
         one = {k: np.array([v]) for k, v in self.space.values(np.asarray(z)).items()}
         base = jax.tree.map(lambda x: x[0], self.evaluator.params(one))
-        value, jac = pathwise.value_and_gradient(
-            z, self.evaluator.scenario.workloads, self.weights, self.counted, lam, base,
-            self.cfg, self.targets, self.point_map, self.aggregate, self.cvar_alpha)
-        self.evaluator.scenarios_simulated += len(self.evaluator.scenario.traces)
+        sc = self.evaluator.scenario
+        args = (sc.workloads, self.weights, self.counted, lam, base, self.cfg, self.targets,
+                self.point_map)
+        values, jac = pathwise.per_scenario(z, *args)
+        paired_jac, n_paired = paired_difference.jacobian(z, *args, self.difference_step)
+        jac = jac + paired_jac
+        n_runs = len(sc.traces) + n_paired
+        value, jac = pathwise.aggregate_scenarios(values, jac, self.aggregate, self.cvar_alpha)
+        self.evaluator.scenarios_simulated += n_runs
         if not np.all(np.isfinite(jac)):
             raise FloatingPointError(f"pathwise gradient not finite at {one}: {jac[2]}")
         return jac[2], {"soft_objective": float(value[0]), "soft_attainment": float(value[1]),

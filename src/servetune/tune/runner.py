@@ -61,6 +61,7 @@ class Settings:
     relax: str = "st"  # pathwise: engine relaxation (st | soft)
     temperature: float = 0.3  # pathwise: tau of the relaxed gates
     slo_tau: float = 0.05  # pathwise: relative width of the smoothed SLO checks
+    difference_step: float = 0.1  # pathwise: queue cap's paired difference, relative
 
 
 def _num(t, key, kind=float, lo=-math.inf, hi=math.inf):
@@ -162,7 +163,9 @@ def settings_from_config(cfg: DictConfig) -> Settings:
                             else 0.0),
         **({"relax": _choice(t, "relax", ("st", "soft")),
             "temperature": _num(t, "temperature", float, 1e-6),
-            "slo_tau": _num(t, "slo_tau", float, 1e-6)} if pathwise_only else {}),
+            "slo_tau": _num(t, "slo_tau", float, 1e-6),
+            "difference_step": _num(t, "difference_step", float, 1e-6, 1.0)}
+           if pathwise_only else {}),
     )
 
 
@@ -258,7 +261,8 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
                               "use tune=es to tune over several")
         estimator = PathwiseEstimator(evaluator, space, st.relax, st.temperature,
                                       st.objective.slo_target, st.slo_tau,
-                                      st.objective.aggregate, st.objective.cvar_alpha)
+                                      st.objective.aggregate, st.objective.cvar_alpha,
+                                      st.difference_step)
     start_values = dict(evaluator.base)
     if space.net_size and "score_net" not in start_values:
         # the configured (linear) policy plus a network that adds nothing yet (out scale 0)
