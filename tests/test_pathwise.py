@@ -343,11 +343,12 @@ def test_pathwise_and_es_agree_in_direction(problem):
 
 def test_tune_pathwise_improves_the_objective(tmp_path):
     from servetune.tune import tune
-    # the module's scenario and space: the compiled simulators are reused
+    # the module's scenario and space (the default's less queue_cap, whose paired difference
+    # test_queue_cap_column_... checks): the compiled simulators are reused
     res = tune(["tune=pathwise", *OVERLOADED, "output.progress=false", "tune.iterations=3",
                 "tune.eval.seeds=2", "tune.space.max_num_seqs.high=256",
-                "policy.max_num_seqs=24.5", "tune.export=false"], out_dir=tmp_path,
-               log=lambda m: None)
+                "tune.space.queue_cap=null", "policy.max_num_seqs=24.5", "tune.export=false"],
+               out_dir=tmp_path, log=lambda m: None)
     h = res.history
     assert h["center_objective"].iloc[-1] > h["center_objective"].iloc[0]
     assert h["policy.max_num_seqs"].iloc[-1] > 24.5  # admitting more pays here
