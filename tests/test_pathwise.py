@@ -290,7 +290,7 @@ def test_cvar_takes_the_worst_scenario(problem):
     est = estimator(problem, "st")
     one = {k: np.array([v]) for k, v in space.values(z0).items()}
     base = jax.tree.map(lambda x: x[0], ev.params(one))
-    values, jac = pathwise._per_scenario(  # the arguments as value_and_gradient passes them
+    values, jac = pathwise._per_scenario(  # the arguments as per_scenario passes them
         jnp.asarray(z0), ev.scenario.workloads, jnp.asarray(est.weights),
         jnp.asarray(est.counted), jnp.asarray(0.0, jnp.float64), base, est.cfg, est.targets,
         est.point_map)

@@ -56,7 +56,8 @@ def _paired(caps, z, wl, weights, counted, lam, base, cfg, tg, point_map):
 def jacobian(z, wl: Workload, weights, counted, lam, base: Params, cfg: EngineConfig,
              tg: pathwise.SoftTargets, point_map: pathwise.PointMap, step: float):
     """(Jacobian [S, 3, d] of (f, attainment, Lagrangian) on each scenario (wl leaves [S, N])
-    along the queue cap's coordinate of z [d] (0 in the others), relaxed runs made): the
+    along the queue cap's coordinate of z [d] (0 in the others), the number of relaxed runs
+    made (0 where the cap is not tuned)): the
     paired central difference of the module doc, times d(queue cap)/dz. Arguments as
     pathwise.per_scenario's; `step`: the relative half-width of the difference."""
     z = jnp.asarray(z, jnp.float64)
