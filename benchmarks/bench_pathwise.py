@@ -24,6 +24,11 @@ watermark 0.0105 (between integer flips).
    objective, the exact difference across the caps the estimator pairs, and the st and soft
    paired differences, per request of cap; then tune=es and tune=pathwise on the cap alone
    in the overloaded engine, from 128.5, as in table 2.
+7. The cascade threshold (paired differences through a relaxed engine of two instances, one
+   Llama-3-8B and one Llama-3-70B: conf/experiment/cascade.yaml, 30 s of arrivals, 2 seeds)
+   along a grid: the exact objective and its difference across the estimator's paired
+   thresholds, and the st and soft paired differences; then tune=es and tune=pathwise on
+   the threshold alone from 0.1.
 
     python benchmarks/bench_pathwise.py                # ~13 min on 2 cores
     python benchmarks/bench_pathwise.py --tables 1     # the gradient table only
@@ -38,7 +43,7 @@ import time
 import numpy as np
 
 from servetune.api import compose
-from servetune.paired_difference import bracket
+from servetune.paired_difference import bracket, cap_bracket
 from servetune.scenario import build
 from servetune.tune import es, tune
 from servetune.tune.evaluator import Evaluator
@@ -107,10 +112,10 @@ def tuning(iterations: int, scenario: list[str] | None = None, key: str = "max_n
         print(f"{name:<10} {ev.loc[('tuned', 'train'), 'objective']:>10.4f} "
               f"{ev.loc[('tuned', 'train'), 'slo_attainment']:>11.4f} "
               f"{ev.loc[('tuned', 'heldout_seeds'), 'objective']:>13.4f} "
-              f"{r.best[key]:>13.1f} {r.scenarios_simulated:>10d} {r.wall_s:>7.1f}")
+              f"{r.best[key]:>13.4g} {r.scenarios_simulated:>10d} {r.wall_s:>7.1f}")
     print(f"{'start':<10} {ev.loc[('start', 'train'), 'objective']:>10.4f} "
           f"{ev.loc[('start', 'train'), 'slo_attainment']:>11.4f} "
-          f"{ev.loc[('start', 'heldout_seeds'), 'objective']:>13.4f} {start:>13.1f}")
+          f"{ev.loc[('start', 'heldout_seeds'), 'objective']:>13.4f} {start:>13.4g}")
 
 
 PACE = {
@@ -175,7 +180,7 @@ def queue_table(step: float = 0.1) -> None:
     for name, (rate, seqs) in QUEUE.items():
         sc = build(compose(queue_scenario(rate, seqs)))
         ev = Evaluator(sc, "fcfs", "loop")
-        caps = [bracket(c, step) for c in QUEUE_GRID]
+        caps = [cap_bracket(c, step) for c in QUEUE_GRID]
         values = np.concatenate([QUEUE_GRID, np.array(caps, np.float64).ravel() + 0.5])
         cols = ev({"queue_cap": values})
         f = np.array([np.mean([obj.value(m) for m in col]) for col in cols])
@@ -198,6 +203,41 @@ def queue_table(step: float = 0.1) -> None:
            "queue_cap", 128.5)
 
 
+CASCADE = ["+experiment=cascade", "workload.duration_s=30", "window.drain_s=60", "seeds=2"]
+CASCADE_DIM = {"low": 0.0, "high": 1.0, "scale": "linear"}
+CASCADE_GRID = np.arange(0.15, 0.9, 0.1)
+
+
+def cascade_table(step: float = 0.1) -> None:
+    """Print table 7: the cascade threshold along a grid (the study of conf/experiment/
+    cascade.yaml, 30 s): exact objective, the fraction served by the small model, the exact
+    difference across the estimator's paired thresholds, and the st and soft paired
+    differences (per unit of threshold); then both tuners on the threshold alone from 0.1."""
+    sc = build(compose(CASCADE))
+    ev = Evaluator(sc, "fcfs", "loop")
+    space = space_from_config({"cascade_threshold": CASCADE_DIM})
+    obj = Objective()
+    pairs = [bracket(space.dims[0], t, step) for t in CASCADE_GRID]
+    values = np.concatenate([CASCADE_GRID, np.array(pairs).ravel()])
+    cols = ev({"cascade_threshold": values})
+    f = np.array([np.mean([obj.value(m) for m in col]) for col in cols])
+    small = np.array([np.mean([m["cascade_small_share"] for m in col]) for col in cols])
+    f_pairs = f[len(CASCADE_GRID):].reshape(-1, 2)
+    est = {mode: PathwiseEstimator(ev, space, mode, 0.3, 0.0, 0.05, difference_step=step)
+           for mode in ("st", "soft")}
+    print(f"\n{'threshold':>9} {'objective':>10} {'small share':>12} {'paired':>11} "
+          f"{'exact d/dt':>11} {'st d/dt':>9} {'soft d/dt':>10}")
+    for i, t in enumerate(CASCADE_GRID):
+        lo, hi = pairs[i]
+        z = space.point({"cascade_threshold": t})
+        dt_dz = dvalue_dz(CASCADE_DIM, z[0])
+        g = {mode: e(z, 0.0)[0][0] / dt_dz for mode, e in est.items()}
+        exact = (f_pairs[i, 1] - f_pairs[i, 0]) / (hi - lo)
+        print(f"{t:>9.2f} {f[i]:>10.4f} {small[i]:>12.3f} {f'{lo:.2f}/{hi:.2f}':>11} "
+              f"{exact:>+11.4f} {g['st']:>+9.4f} {g['soft']:>+10.4f}")
+    tuning(6, CASCADE, "cascade_threshold", 0.1)
+
+
 def queue_scenario(rate: float, max_num_seqs: float) -> list[str]:
     """Overrides of table 6's scenario: Poisson arrivals at `rate` req/s for 20 s."""
     return ["workload=poisson", f"workload.rate={rate}", "workload.duration_s=20",
@@ -210,7 +250,7 @@ def main() -> None:
     p.add_argument("--pairs", default="32,16", help="ES pairs per estimate (first = reference)")
     p.add_argument("--temperatures", default="0.1,0.3,1.0")
     p.add_argument("--iterations", type=int, default=6)
-    p.add_argument("--tables", default="1,2,3,4,6", help="which tables to print (5 is by "
+    p.add_argument("--tables", default="1,2,3,4,6,7", help="which tables to print (5 is by "
                    "hand: benchmarks/README.md)")
     a = p.parse_args()
     tables = {int(t) for t in a.tables.split(",")}
@@ -225,6 +265,8 @@ def main() -> None:
         pace_table("max_num_batched_tokens")
     if 6 in tables:
         queue_table()
+    if 7 in tables:
+        cascade_table()
 
 
 if __name__ == "__main__":

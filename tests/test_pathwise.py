@@ -18,6 +18,7 @@ from servetune.tune.evaluator import Evaluator
 from servetune.tune.objective import Objective
 from servetune.tune.pathwise_estimator import PathwiseEstimator
 from servetune.tune.space import space_from_config
+from servetune.types import TIER_SMALL
 
 SPACE = {"max_num_seqs": {"low": 8, "high": 256, "scale": "log"},
          "max_num_batched_tokens": {"low": 256, "high": 16384, "scale": "log"},
@@ -86,11 +87,15 @@ def assert_st_is_exact(sc, space, ev, z0):
     cfg = pathwise.relaxed_engine(sc.engine, "st", 0.3)
     for s, trace in enumerate(sc.traces):
         wl = jax.tree.map(lambda x, s=s: x[s], sc.workloads)
-        first, finish, completed, _ = jax.jit(pathwise.request_times, static_argnames="cfg")(
+        rt = jax.jit(pathwise.request_times, static_argnames="cfg")(
             wl, jax.tree.map(lambda x: x[0], params), cfg)
+        first, finish, completed = rt.first, rt.finish, rt.completed
         n = len(trace)
         res = hard[s][0]
         assert np.array_equal(np.asarray(completed[:n]), res.end_state == 0)
+        if res.tier is not None:  # a model cascade: the final answers' model
+            assert np.array_equal(np.asarray(rt.final_small[:n]), res.tier == TIER_SMALL)
+            assert 0 < np.sum(res.tier == TIER_SMALL) < n
         assert res.end_state.size == n and (res.end_state == 0).sum() > 0.8 * n
         # event skipping sums durations in another order: equal up to float rounding
         np.testing.assert_allclose(np.asarray(first[:n]), res.first_token, rtol=1e-9)
@@ -164,11 +169,11 @@ def test_speculation_length_st_is_exact_and_soft_matches_finite_differences():
 
 def test_queue_cap_brackets():
     # (lo, hi): the integer caps either side, a step of 10% of the cap and at least 1
-    assert paired_difference.bracket(28.5, 0.1) == (26, 30)
-    assert paired_difference.bracket(3.5, 0.1) == (2, 4)
-    assert paired_difference.bracket(1.5, 0.1) == (1, 2)  # one-sided: a cap of 0 rejects all
-    assert paired_difference.bracket(0.5, 0.1) == (0, 1)
-    assert paired_difference.bracket(100.0, 0.25) == (75, 125)
+    assert paired_difference.cap_bracket(28.5, 0.1) == (26, 30)
+    assert paired_difference.cap_bracket(3.5, 0.1) == (2, 4)
+    assert paired_difference.cap_bracket(1.5, 0.1) == (1, 2)  # one-sided: a cap of 0 rejects all
+    assert paired_difference.cap_bracket(0.5, 0.1) == (0, 1)
+    assert paired_difference.cap_bracket(100.0, 0.25) == (75, 125)
 
 
 def test_queue_cap_column_is_the_paired_difference_of_the_soft_lagrangian(problem):
@@ -183,7 +188,7 @@ def test_queue_cap_column_is_the_paired_difference_of_the_soft_lagrangian(proble
     before = ev.scenarios_simulated
     g, _ = est(z, 5.0)
     assert ev.scenarios_simulated - before == 3 * len(ev.scenario.traces)  # 1 + 2 paired runs
-    lo, hi = paired_difference.bracket(cap, 0.1)
+    lo, hi = paired_difference.cap_bracket(cap, 0.1)
     lagrangian = [est(space.point({**START, "queue_cap": c + 0.5}), 5.0)[1]["soft_lagrangian"]
                   for c in (lo, hi)]
     u = 1.0 / (1.0 + np.exp(-z[3]))  # the space's log scale: cap = exp(log 1 + log 512 u)
@@ -198,6 +203,72 @@ def test_queue_cap_column_is_the_paired_difference_of_the_soft_lagrangian(proble
         z[:3], 5.0)
     np.testing.assert_allclose(g[:3], g_fixed, rtol=1e-9)
     assert abs(g[0]) > 0.1
+
+
+# a model cascade over three instances: one Llama-3-8B (the small pool) and two Llama-3-70B
+# (TP 4), routed within the large pool by score; 8 req/s for 12 s
+FLEET = ["+experiment=cascade", "engine.n_instances=3", "engine.routing=score",
+         "workload.duration_s=12", "window.drain_s=60", "seeds=1"]
+FLEET_SPACE = {"route_w_work": {"low": 0.0, "high": 2.0, "scale": "linear"},
+               "cascade_threshold": {"low": 0.0, "high": 1.0, "scale": "linear"}}
+FLEET_START = {"route_w_work": 0.5, "cascade_threshold": 0.45}
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    sc = build(compose(FLEET))
+    space = space_from_config(FLEET_SPACE)
+    ev = Evaluator(sc, "fcfs", "loop")
+    # sharp SLO checks: the smoothed objective is the reported one (checked below)
+    est = PathwiseEstimator(ev, space, "st", 0.3, 0.0, 1e-6, difference_step=0.1)
+    return sc, space, ev, est
+
+
+@pytest.mark.slow
+def test_several_instances_st_is_exact(fleet):
+    """With several instances (a cascade, a score router) each instance's iterations are
+    relaxed as one instance's: the st engine's times and final models are the exact
+    simulator's."""
+    sc, space, ev, _ = fleet
+    assert_st_is_exact(sc, space, ev, space.point(FLEET_START))
+
+
+def test_several_instances_gradient_and_the_soft_objective(fleet):
+    """Through a cascade over three instances: with sharp SLO checks the smoothed objective is
+    the reported one, useful tokens counted by the model whose answer is final (a small answer
+    that would fail is retried on the large model). The routing weight's and the cascade
+    threshold's entries of the gradient are (L(hi) - L(lo)) / (hi - lo) x dvalue/dz, with the
+    key a step of 10% of its range either side and the other keys at the point, from the
+    estimator's own values."""
+    _, space, ev, est = fleet
+    z = space.point(FLEET_START)
+    assert np.any(est.weights[:, 0] != est.weights[:, 1])  # the final model matters
+    before = ev.scenarios_simulated
+    g, value = est(z, 0.0)
+    assert ev.scenarios_simulated - before == 1 + 2 * 2  # one run, two paired per key
+    metrics = ev({k: np.array([v]) for k, v in space.values(z).items()})[0][0]
+    assert value["soft_objective"] == pytest.approx(Objective().value(metrics), abs=1e-9)
+    assert np.all(np.isfinite(g))
+    for k, key in enumerate(FLEET_SPACE):
+        dim = FLEET_SPACE[key]
+        lo, hi = paired_difference.bracket(space.dims[k], FLEET_START[key], 0.1)
+        step = 0.1 * (dim["high"] - dim["low"])
+        assert (lo, hi) == pytest.approx((FLEET_START[key] - step, FLEET_START[key] + step))
+        lagrangian = [pathwise.per_scenario(space.point({**FLEET_START, key: v}), *est_args(
+            est, ev, space, z))[0][0, 2] for v in (lo, hi)]
+        u = 1.0 / (1.0 + np.exp(-z[k]))
+        expect = (lagrangian[1] - lagrangian[0]) / (hi - lo) * (dim["high"] - dim["low"]) * u * (
+            1.0 - u)
+        assert g[k] == pytest.approx(expect, rel=1e-9, abs=1e-12)
+    assert g[1] != 0.0  # the threshold moves requests between the models here
+
+
+def est_args(est, ev, space, z):
+    """The arguments after z that the estimator passes pathwise.per_scenario at z."""
+    one = {k: np.array([v]) for k, v in space.values(np.asarray(z)).items()}
+    base = jax.tree.map(lambda x: x[0], ev.params(one))
+    return (ev.scenario.workloads, est.weights, est.counted, 0.0, base, est.cfg, est.targets,
+            est.point_map)
 
 
 def exact_objective(ev, key, values):
@@ -314,13 +385,14 @@ def test_changing_the_point_does_not_recompile(problem):
 
 def test_unsupported_scenarios_are_refused_by_key(problem):
     sc, _space, ev, _ = problem
-    with pytest.raises(ConfigError, match="engine.n_instances"):
-        pathwise.relaxed_engine(dataclasses.replace(sc.engine, n_instances=2), "st", 0.3)
+    with pytest.raises(ConfigError, match="engine.prefill_instances"):
+        pathwise.relaxed_engine(dataclasses.replace(sc.engine, n_instances=2,
+                                                    prefill_instances=1), "st", 0.3)
     with pytest.raises(ConfigError, match="tune.relax"):
         pathwise.relaxed_engine(sc.engine, "fuzzy", 0.3)
-    with pytest.raises(ConfigError, match="tune.space.route_w_kv"):
-        PathwiseEstimator(ev, space_from_config({"route_w_kv": {"low": 0, "high": 4}}), "st",
-                          0.3, 0.99, 0.05)
+    with pytest.raises(ConfigError, match="tune.space.kv_compress_ratio"):
+        PathwiseEstimator(ev, space_from_config({"kv_compress_ratio": {"low": 1, "high": 4}}),
+                          "st", 0.3, 0.99, 0.05)
     with pytest.raises(ConfigError, match="tune.difference_step"):
         PathwiseEstimator(ev, space_from_config(SPACE), "st", 0.3, 0.99, 0.05,
                           difference_step=0.0)

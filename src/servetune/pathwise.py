@@ -19,13 +19,20 @@ over the requests the metrics count (arrived after the warm-up); USD = price x G
 the run - warm-up) / 3600, as in servetune.metrics. Under st the times are the exact
 simulator's, so f differs from the reported objective only by the smoothed SLO checks.
 
-Supported: one instance, the preempt KV policy and no prefix cache (other mechanisms keep
-exact decisions whose relaxations are not written yet); event skipping is off (each
-iteration's perturbations are accumulated). Keys with a pathwise gradient: PATHWISE_KEYS; the
-priority weights through order swaps at the admission boundary (engine/swap.py, O(W^2) per
-iteration, on only when one is tuned). queue_cap (DIFFERENCE_KEYS) gets no tangent here: its
-derivative is a central difference of paired runs (servetune/paired_difference.py). The
-routing weights, the cascade threshold and the neural score get none: use tune=es for them.
+Supported: the preempt KV policy, no prefix cache and no prefill/decode disaggregation (other
+mechanisms keep exact decisions whose relaxations are not written yet); several instances
+(replica routing, a model cascade) are supported, each instance's iterations relaxed as one
+instance's are, the routing decisions exact. Event skipping is off (each iteration's
+perturbations are accumulated). Keys with a pathwise gradient: PATHWISE_KEYS; the priority
+weights through order swaps at the admission boundary (engine/swap.py, O(W^2) per iteration,
+on only when one is tuned). DIFFERENCE_KEYS (the queue cap, the routing score's weights and
+the cascade threshold: decisions that move a request out of the run or onto another instance)
+get no tangent here: their derivatives are central differences of paired runs
+(servetune/paired_difference.py). The neural score gets none: use tune=es for it.
+
+With a model cascade, the useful tokens of a request depend on the model whose answer is
+final (servetune.cascade), so each request carries two weights (`request_weights`) and the run
+tells which applies (RequestTimes.final_small).
 """
 
 from __future__ import annotations
@@ -39,17 +46,29 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from servetune import cascade as cascade_lib
 from servetune import metrics as metrics_lib
 from servetune.engine import swap
 from servetune.errors import ConfigError
 from servetune.metrics import MetricsSpec
 from servetune.simulate import init_state
 from servetune.step import step
-from servetune.types import COMPLETED, DONE, OUTSTANDING, EngineConfig, Params, Workload
+from servetune.types import (
+    COMPLETED,
+    DONE,
+    OUTSTANDING,
+    TIER_LARGE,
+    TIER_SMALL,
+    EngineConfig,
+    Params,
+    Workload,
+)
 
 ORDER_KEYS = ("w_age", "w_prompt", "w_pred", "w_slack")  # through the relaxed order
 PATHWISE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "watermark", "spec_k") + ORDER_KEYS
-DIFFERENCE_KEYS = ("queue_cap",)  # by paired differences (servetune/paired_difference.py)
+ROUTING_KEYS = ("route_w_queue", "route_w_kv", "route_w_work", "cascade_threshold")
+# by paired differences (servetune/paired_difference.py)
+DIFFERENCE_KEYS = ("queue_cap",) + ROUTING_KEYS
 _FLOOR = 1e-9
 
 
@@ -62,13 +81,13 @@ def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float,
         raise ConfigError(f"tune.relax: got {mode!r}; expected st or soft")
     if not temperature > 0:
         raise ConfigError(f"tune.temperature: got {temperature!r}; expected a number > 0")
-    for key, ok in (("engine.n_instances", cfg.n_instances == 1),
+    for key, ok in (("engine.prefill_instances", cfg.prefill_instances == 0),
                     ("engine.kv_pressure", cfg.kv_pressure == "preempt"),
                     ("engine.prefix_cache", not cfg.prefix_cache)):
         if not ok:
-            raise ConfigError(f"{key}: the pathwise estimator supports one instance, "
-                              f"kv_pressure=preempt and no prefix cache; use tune=es for this "
-                              f"scenario")
+            raise ConfigError(f"{key}: the pathwise estimator supports kv_pressure=preempt, "
+                              f"no prefix cache and no prefill/decode disaggregation; use "
+                              f"tune=es for this scenario")
     if order and cfg.queue_window < swap.SWAP_PARTNERS:
         raise ConfigError(f"engine.queue_window: got {cfg.queue_window}; a relaxed priority "
                           f"order needs at least {swap.SWAP_PARTNERS}")
@@ -84,6 +103,8 @@ class RequestTimes(NamedTuple):
     finish: jnp.ndarray  # [N] f64 end time (seconds; nan where none)
     completed: jnp.ndarray  # [N] bool it completed
     end_s: jnp.ndarray  # [] f64 end of the run (seconds)
+    final_small: jnp.ndarray  # [N] bool model cascade: its final answer is the small model's
+    #                           (False without a cascade)
 
 
 def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTimes:
@@ -97,9 +118,10 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     n, m = wl.arrival.shape[0], swap.SWAP_PARTNERS
     state = init_state(wl, params, cfg)
     nan = jnp.full((n,), jnp.nan) + jnp.zeros_like(wl.t_stop)
-    # per request: first token, finish, end state, shift; with a relaxed order also its
+    # per request: first token, finish, end state, shift, cascade tier; with a relaxed order also its
     # latest admission time and that admission's swap partners and pair perturbations
-    out = (nan, nan, jnp.full((n,), OUTSTANDING, jnp.int32), nan)
+    out = (nan, nan, jnp.full((n,), OUTSTANDING, jnp.int32), nan,
+           jnp.full((n,), -1, jnp.int32) + jnp.zeros_like(wl.n))
     if cfg.relax_order:
         out = out + (nan, jnp.full((n * m,), -1, jnp.int32),
                      jnp.zeros((n * m,)) + jnp.zeros_like(wl.t_stop))
@@ -108,17 +130,21 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
         idx = jnp.where(valid, req, n)  # out of range: dropped
         return tuple(o.at[idx].set(x, mode="drop") for o, x in zip(out, values, strict=True))
 
+    cascade = cfg.cascade_small_instances > 0
+
     def collect(out, req, valid, rec):
-        times = put(out[:4], req, valid, (rec.first_token, rec.finish, rec.end_state, rec.shift))
-        return times + out[4:]
+        fields = (rec.first_token, rec.finish, rec.end_state, rec.shift)
+        if cascade:  # (without one the tiers stay -1)
+            return put(out[:5], req, valid, fields + (rec.tier,)) + out[5:]
+        return put(out[:4], req, valid, fields) + out[4:]
 
     def admissions(out, e):  # entries holding an admitted request: its latest admission
         e = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), e)  # instances flattened
         valid = (e.req >= 0) & jnp.isfinite(e.admitted_at)
         # the pair tables flat ([N x m], row-major): a 1-D scatter is far cheaper on CPU
         flat = (jnp.where(valid, e.req, n)[:, None] * m + jnp.arange(m)).reshape(-1)
-        at, reqs, ps = out[4:]
-        return out[:4] + (at.at[jnp.where(valid, e.req, n)].set(e.admitted_at, mode="drop"),
+        at, reqs, ps = out[5:]
+        return out[:5] + (at.at[jnp.where(valid, e.req, n)].set(e.admitted_at, mode="drop"),
                           reqs.at[flat].set(e.swap_req.reshape(-1), mode="drop"),
                           ps.at[flat].set(e.swap_p.reshape(-1), mode="drop"))
 
@@ -134,10 +160,10 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     state, out = jax.lax.while_loop(lambda c: ~c[0].done, body, (state, out))
     ent = jax.tree.map(lambda x: x.reshape(-1), state.entries)
     ended = ent.replace(end_state=jnp.where(ent.status == DONE, ent.end_state, OUTSTANDING))
-    first, finish, end_state, shift = collect(out, ent.req, ent.req >= 0, ended)[:4]
+    first, finish, end_state, shift, tier = collect(out, ent.req, ent.req >= 0, ended)[:5]
     completed = end_state == COMPLETED
     if cfg.relax_order:  # order swaps move first tokens and completions (engine/swap.py)
-        moved = swap.settle(out[4], out[5].reshape(n, m), out[6].reshape(n, m))
+        moved = swap.settle(out[5], out[6].reshape(n, m), out[7].reshape(n, m))
         first, finish, shift = first + moved, finish + moved, shift + moved
     clock = jnp.max(state.clock)
     # the completion the exact path ends with (its unshifted finish is the clock)
@@ -145,7 +171,7 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     last = jnp.argmax(unshifted)
     ends_run = jnp.abs(unshifted[last] - clock) <= 1e-9 * jnp.maximum(clock, 1.0)
     end_s = clock + jnp.where(ends_run, shift[last], 0.0)
-    return RequestTimes(first, finish, completed, end_s)
+    return RequestTimes(first, finish, completed, end_s, tier == TIER_SMALL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,32 +194,39 @@ def targets(spec: MetricsSpec, slo_target: float, slo_tau: float) -> SoftTargets
 
 
 def request_weights(trace, spec: MetricsSpec) -> np.ndarray:
-    """[N] output tokens of each request the metrics count (arrived after the warm-up) that
-    passes its task check (0 otherwise): what it adds to useful tokens if it meets the SLOs."""
-    _, quality_ok = metrics_lib.quality_outcome(trace, spec)
+    """[2, N] output tokens of each request the metrics count (arrived after the warm-up) that
+    passes its task check (0 otherwise): what it adds to useful tokens if it meets the SLOs.
+    Row 0 where its final answer is the large (or only) model's, row 1 where it is a cascade's
+    small model's (servetune.cascade.request_columns); equal rows without a cascade."""
     counted = np.asarray(trace.arrival) >= spec.warmup_s
-    return np.where(counted & quality_ok, np.asarray(trace.output, np.float64), 0.0)
+    if spec.cascade is not None and trace.cascade_fail is not None:
+        n = len(trace)
+        ok = [cascade_lib.request_columns(trace, np.full(n, tier), spec.quality)["quality_ok"]
+              for tier in (TIER_LARGE, TIER_SMALL)]
+    else:
+        ok = [metrics_lib.quality_outcome(trace, spec)[1]] * 2
+    return np.stack([np.where(counted & q, np.asarray(trace.output, np.float64), 0.0)
+                     for q in ok])
 
 
-def soft_objective(first, finish, completed, end_s, wl: Workload, weights, counted,
-                   tg: SoftTargets, lam):
+def soft_objective(rt: RequestTimes, wl: Workload, weights, counted, tg: SoftTargets, lam):
     """(f, attainment, Lagrangian) of one run's request times; see the module doc.
-    weights [N]: `request_weights`; counted [N] bool: requests the metrics count."""
+    weights [2, N]: `request_weights`; counted [N] bool: requests the metrics count."""
     def check(x, target):
         if target is None:
             return 1.0
         return jax.nn.sigmoid((target - x) / (tg.slo_tau * target))
 
-    arrival = wl.arrival
+    arrival, completed = wl.arrival, rt.completed
     n_out = wl.output.astype(jnp.float64)
-    first_s = jnp.where(completed, first, arrival)
-    finish_s = jnp.where(completed, finish, arrival)
+    first_s = jnp.where(completed, rt.first, arrival)
+    finish_s = jnp.where(completed, rt.finish, arrival)
     tpot = jnp.where(n_out > 1, (finish_s - first_s) / jnp.maximum(n_out - 1, 1), 0.0)
     q = (check(first_s - arrival, tg.slo_ttft_s) * check(tpot, tg.slo_tpot_s)
          * check(finish_s - arrival, tg.slo_e2e_s))
     q = jnp.where(completed & counted, q, 0.0)
-    useful = jnp.sum(q * weights)
-    usd = tg.usd_per_s * jnp.maximum(end_s - tg.warmup_s, 0.0)
+    useful = jnp.sum(q * jnp.where(rt.final_small, weights[1], weights[0]))
+    usd = tg.usd_per_s * jnp.maximum(rt.end_s - tg.warmup_s, 0.0)
     f = jnp.log(jnp.maximum(useful, _FLOOR)) - jnp.log(jnp.maximum(usd, _FLOOR))
     attainment = jnp.sum(q) / jnp.maximum(jnp.sum(counted), 1)
     return f, attainment, f - lam * jnp.maximum(tg.slo_target - attainment, 0.0)
@@ -225,8 +258,7 @@ class PointMap:
 
 def objective_parts(rt: RequestTimes, wl: Workload, weights, counted, tg: SoftTargets, lam):
     """(f, attainment, Lagrangian) [3] of one relaxed run (soft_objective of its times)."""
-    return jnp.stack(soft_objective(rt.first, rt.finish, rt.completed, rt.end_s, wl, weights,
-                                    counted, tg, lam))
+    return jnp.stack(soft_objective(rt, wl, weights, counted, tg, lam))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "tg", "point_map"))

@@ -84,7 +84,8 @@ class EngineConfig:
       relax: how tunable decisions weigh in the times the engine computes (servetune/relax.py):
         "hard" (exact, what every report uses), "st" (exact forward pass, straight-through
         sigmoid derivative) or "soft" (fluid weights); the last two only for pathwise gradients
-        (servetune/pathwise.py), with one instance and the preempt policy.
+        (servetune/pathwise.py), with the preempt policy, no prefix cache and no
+        prefill/decode disaggregation.
       relax_temperature: tau of the st/soft sigmoids, in units of each gate's scale.
       relax_order: also relax the priority order among waiting requests (pair swaps at the
         admission boundary, engine/swap.py, O(queue_window^2) per iteration): for gradients

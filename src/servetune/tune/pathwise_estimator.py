@@ -4,8 +4,9 @@ Each iteration the tuner evaluates its current point on the exact simulator (for
 best-so-far and the dual ascent, as with ES) and takes its step along the forward-mode
 gradient of the smoothed Lagrangian through the relaxed simulator (servetune/pathwise.py), on
 the same workloads: one relaxed run per workload instead of a population of 2 x pairs + 1.
-The queue cap, which no relaxed run moves, adds two paired runs per workload whose difference
-is its derivative (servetune/paired_difference.py).
+The queue cap, the routing weights and the cascade threshold, whose decisions no relaxed run
+moves, add two paired runs per key and workload whose difference is the key's derivative
+(servetune/paired_difference.py).
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ class PathwiseEstimator:
     """Gradient [d] of the smoothed Lagrangian at a point z [d] of `space`, on the evaluator's
     scenario (its workloads [S] and base policy), through an engine relaxed with `mode`
     (st or soft) at `temperature`; SLO checks smoothed with relative width `slo_tau`;
-    scenarios averaged, or (aggregate cvar) their worst `cvar_alpha` fraction; the queue cap's
-    derivative by a paired difference `difference_step` (relative) of the cap either side
-    (paired_difference.py)."""
+    scenarios averaged, or (aggregate cvar) their worst `cvar_alpha` fraction; the
+    derivatives of pathwise.DIFFERENCE_KEYS by paired differences `difference_step`
+    (relative) either side (paired_difference.py)."""
 
     def __init__(self, evaluator: Evaluator, space: SearchSpace, mode: str,
                  temperature: float, slo_target: float, slo_tau: float,
@@ -53,10 +54,10 @@ class PathwiseEstimator:
         self.difference_step = float(difference_step)
         self.point_map = pathwise.PointMap(space.dims)
         n = sc.workloads.arrival.shape[1]
-        self.weights = np.zeros((len(sc.traces), n))
+        self.weights = np.zeros((len(sc.traces), 2, n))
         self.counted = np.zeros((len(sc.traces), n), bool)
         for s, trace in enumerate(sc.traces):
-            self.weights[s, :len(trace)] = pathwise.request_weights(trace, sc.metrics)
+            self.weights[s, :, :len(trace)] = pathwise.request_weights(trace, sc.metrics)
             self.counted[s, :len(trace)] = np.asarray(trace.arrival) >= sc.metrics.warmup_s
         self.space = space
 
