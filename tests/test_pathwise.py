@@ -10,6 +10,7 @@ import pytest
 
 from servetune import paired_difference, pathwise, relax
 from servetune.api import compose
+from servetune.engine import swap
 from servetune.errors import ConfigError
 from servetune.scenario import build
 from servetune.simulate import rollout
@@ -18,7 +19,7 @@ from servetune.tune.evaluator import Evaluator
 from servetune.tune.objective import Objective
 from servetune.tune.pathwise_estimator import PathwiseEstimator
 from servetune.tune.space import space_from_config
-from servetune.types import TIER_SMALL
+from servetune.types import RUNNING, TIER_SMALL, WAITING
 
 SPACE = {"max_num_seqs": {"low": 8, "high": 256, "scale": "log"},
          "max_num_batched_tokens": {"low": 256, "high": 16384, "scale": "log"},
@@ -143,6 +144,72 @@ def test_priority_weight_gradient_through_soft_ranks_matches_finite_differences(
     fd = (est(z + e, 0.0)[1]["soft_lagrangian"] - est(z - e, 0.0)[1]["soft_lagrangian"]) / (2 * h)
     assert abs(g[3]) > 1e-3  # the order matters here
     np.testing.assert_allclose(g[3], fd, rtol=1e-5)
+
+
+def test_order_swaps_settle_to_the_exchanged_times():
+    """Closed forms of engine/swap.py's settlement. Admissions: request 0 admitted at 2 s
+    passed over request 1 (admitted at 5 s) with pair weight 0.1, so 1 moves by 0.1 x (2 - 5)
+    and 0 by the opposite. Preemptions: request 2, preempted at 4 s in place of request 3
+    (kept) with weight 0.25 and re-admitted at 10 s, completes 0.25 x 6 s sooner and 3 that
+    much later; their first tokens move only if they came after the preemption (3's did, 2's
+    did not); a victim not re-admitted since its preemption (request 1) moves no one."""
+    nan = np.nan
+    admitted_at = jnp.array([2.0, 5.0, 10.0, 1.0])
+    swap_req = jnp.array([[1, -1], [-1, -1], [-1, -1], [-1, -1]])
+    swap_p = jnp.array([[0.1, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    np.testing.assert_allclose(swap.settle(admitted_at, swap_req, swap_p), [0.3, -0.3, 0, 0])
+    first = jnp.array([2.5, 5.5, 3.0, 4.5])
+    d_first, d_finish = swap.settle_victims(first, admitted_at, jnp.array([nan, 6.0, 4.0, nan]),
+                                            jnp.array([-1, 0, 3, -1]),
+                                            jnp.array([0.0, 0.5, 0.25, 0.0]))
+    np.testing.assert_allclose(d_finish, [0, 0, -1.5, 1.5])
+    np.testing.assert_allclose(d_first, [0, 0, 0, 1.5])
+
+
+def test_the_victim_pair_is_the_preemption_boundary():
+    """engine/swap.py's pair at a preemption: on the first preempted entry, the last kept
+    request and p = sigma((s_j - s_i) / (tau x unit)), unit the running scores' range over
+    their count less one; none without a preemption; 0 in value under st and hard."""
+    from types import SimpleNamespace
+    es = SimpleNamespace(status=jnp.array([RUNNING] * 4 + [WAITING] * 2),
+                         req=jnp.arange(10, 16))
+    scores = jnp.array([3.0, 2.0, 1.5, 0.0, 9.0, 9.0])
+    keep = jnp.array([True, True, False, False, False, False])
+    p_soft = float(jax.nn.sigmoid((1.5 - 2.0) / (0.3 * 1.0)))
+    for mode, p in (("soft", p_soft), ("st", 0.0), ("hard", 0.0)):
+        ids, ps = swap.victim_pair(es, keep, scores, mode, 0.3)
+        np.testing.assert_array_equal(ids, [-1, -1, 11, -1, -1, -1])
+        np.testing.assert_allclose(ps, [0, 0, p, 0, 0, 0])
+    # st: the soft weight's derivative in the victim's score
+    dp = jax.grad(lambda s: swap.victim_pair(es, keep, s, "st", 0.3)[1][2])(scores)
+    assert dp[2] == pytest.approx(p_soft * (1 - p_soft) / 0.3, rel=1e-6)
+    ids, _ = swap.victim_pair(es, jnp.array([True] * 4 + [False] * 2), scores, "soft", 0.3)
+    assert np.all(np.asarray(ids) == -1)
+
+
+# KV-bound: Llama-3-70B on two H100s (1,740 KV blocks), long outputs predicted with noise:
+# the running requests outgrow the cache and the lowest-priority ones are preempted
+PREEMPTING = ["model=llama3_70b", "hardware.tp=2", "workload=poisson", "workload.rate=4",
+              "workload.duration_s=10", "window.drain_s=60", "engine.max_slots=64",
+              "engine.queue_window=64", "seeds=1", "workload.output.mean=1000",
+              "workload.predictor.sigma=0.5", "policy.max_num_seqs=64"]
+
+
+@pytest.mark.slow
+def test_soft_gradient_with_preemption_victims_matches_finite_differences():
+    """With preemptions the relaxed order's victim pairs join its admission pairs: the soft
+    gradient in w_pred still matches central differences of the soft objective."""
+    sc = build(compose(PREEMPTING))
+    space = space_from_config({"w_pred": {"low": 0.0, "high": 4.0}})
+    ev = Evaluator(sc, "parametric", "loop")
+    assert ev({"w_pred": np.array([2.0])})[0][0]["preemptions"] > 0
+    est = PathwiseEstimator(ev, space, "soft", 0.3, 0.99, 0.05)
+    z = space.point({"w_pred": 2.0})
+    g, _ = est(z, 0.0)
+    h = 1e-7
+    fd = (est(z + h, 0.0)[1]["soft_lagrangian"] - est(z - h, 0.0)[1]["soft_lagrangian"]) / (2 * h)
+    assert abs(g[0]) > 1e-3
+    np.testing.assert_allclose(g[0], fd, rtol=1e-5)
 
 
 # speculative decoding at low load (Llama-3-8B with a Llama-3.2-1B draft, acceptance 0.7):

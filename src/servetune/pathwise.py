@@ -24,10 +24,10 @@ mechanisms keep exact decisions whose relaxations are not written yet); several 
 (replica routing, a model cascade) are supported, each instance's iterations relaxed as one
 instance's are, the routing decisions exact. Event skipping is off (each iteration's
 perturbations are accumulated). Keys with a pathwise gradient: PATHWISE_KEYS; the priority
-weights through order swaps at the admission boundary (engine/swap.py, O(W^2) per iteration,
-on only when one is tuned). DIFFERENCE_KEYS (the queue cap, the routing score's weights and
-the cascade threshold: decisions that move a request out of the run or onto another instance)
-get no tangent here: their derivatives are central differences of paired runs
+weights through order swaps at the admission and preemption boundaries (engine/swap.py,
+O(W^2) per iteration, on only when one is tuned). DIFFERENCE_KEYS (the queue cap, the
+routing score's weights and the cascade threshold: decisions that move a request out of the
+run or onto another instance) get no tangent here: their derivatives are central differences of paired runs
 (servetune/paired_difference.py). The neural score gets none: use tune=es for it.
 
 With a model cascade, the useful tokens of a request depend on the model whose answer is
@@ -122,9 +122,11 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     # latest admission time and that admission's swap partners and pair perturbations
     out = (nan, nan, jnp.full((n,), OUTSTANDING, jnp.int32), nan,
            jnp.full((n,), -1, jnp.int32) + jnp.zeros_like(wl.n))
-    if cfg.relax_order:
+    if cfg.relax_order:  # and its latest preemption's time, kept request and perturbation
         out = out + (nan, jnp.full((n * m,), -1, jnp.int32),
-                     jnp.zeros((n * m,)) + jnp.zeros_like(wl.t_stop))
+                     jnp.zeros((n * m,)) + jnp.zeros_like(wl.t_stop),
+                     nan, jnp.full((n,), -1, jnp.int32) + jnp.zeros_like(wl.n),
+                     jnp.zeros((n,)) + jnp.zeros_like(wl.t_stop))
 
     def put(out, req, valid, values):
         idx = jnp.where(valid, req, n)  # out of range: dropped
@@ -143,10 +145,14 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
         valid = (e.req >= 0) & jnp.isfinite(e.admitted_at)
         # the pair tables flat ([N x m], row-major): a 1-D scatter is far cheaper on CPU
         flat = (jnp.where(valid, e.req, n)[:, None] * m + jnp.arange(m)).reshape(-1)
-        at, reqs, ps = out[5:]
-        return out[:5] + (at.at[jnp.where(valid, e.req, n)].set(e.admitted_at, mode="drop"),
+        at, reqs, ps, pre_at, victim_of, victim_p = out[5:]
+        idx = jnp.where(valid, e.req, n)
+        return out[:5] + (at.at[idx].set(e.admitted_at, mode="drop"),
                           reqs.at[flat].set(e.swap_req.reshape(-1), mode="drop"),
-                          ps.at[flat].set(e.swap_p.reshape(-1), mode="drop"))
+                          ps.at[flat].set(e.swap_p.reshape(-1), mode="drop"),
+                          pre_at.at[idx].set(e.preempted_at, mode="drop"),
+                          victim_of.at[idx].set(e.victim_of, mode="drop"),
+                          victim_p.at[idx].set(e.victim_p, mode="drop"))
 
     def body(carry):
         s, out = carry
@@ -164,7 +170,9 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     completed = end_state == COMPLETED
     if cfg.relax_order:  # order swaps move first tokens and completions (engine/swap.py)
         moved = swap.settle(out[5], out[6].reshape(n, m), out[7].reshape(n, m))
-        first, finish, shift = first + moved, finish + moved, shift + moved
+        d_first, d_finish = swap.settle_victims(first, out[5], *out[8:])
+        first, finish, shift = first + moved + d_first, finish + moved + d_finish, (
+            shift + moved + d_finish)
     clock = jnp.max(state.clock)
     # the completion the exact path ends with (its unshifted finish is the clock)
     unshifted = jnp.where(completed, finish - shift, -jnp.inf)

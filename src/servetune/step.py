@@ -276,8 +276,9 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         e = pace.progress_shift(e, batch.gain, batch.tokens, phase, batch.preempted, generated0,
                                 dur, own_s, spec_s)
         e = admission_shift(e, batch, generated0, completed, t, dur)
-        if cfg.relax_order:  # the pairs this iteration's admissions passed over
+        if cfg.relax_order:  # the pairs this iteration's admissions and preemption passed over
             e = swap.record(e, batch.admitted, batch.swap_req, batch.swap_p, t)
+            e = swap.record_victims(e, batch.victim_of, batch.victim_p, t)
     if cfg.prefill_instances > 0:  # a prefill instance hands prefilled requests on
         e = disagg.to_handoff(e, i, cfg)
     n_retry = 0

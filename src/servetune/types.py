@@ -279,6 +279,10 @@ class Entries:
     admitted_at: jnp.ndarray | None = None  # [A] f64 time of its latest admission (s; nan before)
     swap_req: jnp.ndarray | None = None  # [A, m] i32 requests that admission passed over (-1 none)
     swap_p: jnp.ndarray | None = None  # [A, m] f64 their pair perturbations (engine/swap.py)
+    preempted_at: jnp.ndarray | None = None  # [A] f64 time of its latest preemption (s; nan before)
+    victim_of: jnp.ndarray | None = None  # [A] i32 the request that preemption kept in its place
+    #                                       (the last kept; -1 none)
+    victim_p: jnp.ndarray | None = None  # [A] f64 that pair's perturbation (engine/swap.py)
     # model cascade only (engine/cascade.py), else None:
     cascade_fail: jnp.ndarray | None = None  # [A] bool its small-model answer fails its check
     tier: jnp.ndarray | None = None  # [A] i32 TIER_LARGE / TIER_SMALL / TIER_RETRIED

@@ -12,7 +12,7 @@
 Static batching admits a new batch only when nothing runs, with no token budget.
 
 Running requests are ordered by the policy score (FCFS: arrival time), so the preemption victim
-is the latest arrival; vLLM V1's FCFS pops the most recently admitted, which differs only when
+is the latest arrival (a relaxed order swaps it with the last request kept: engine/swap.py); vLLM V1's FCFS pops the most recently admitted, which differs only when
 a re-admitted preempted request is among the running.
 """
 
@@ -61,6 +61,9 @@ class Batch:
     swap_req: jnp.ndarray | None = None  # [A, m] i32 with a relaxed order: requests each
     #                                      admission passed over (-1 none; engine/swap.py)
     swap_p: jnp.ndarray | None = None  # [A, m] f64 their pair perturbations
+    victim_of: jnp.ndarray | None = None  # [A] i32 with a relaxed order: for the first request
+    #                                       preempted, the last one kept (-1 elsewhere)
+    victim_p: jnp.ndarray | None = None  # [A] f64 that pair's perturbation
 
 
 def token_budget(pol, cfg: EngineConfig):
@@ -226,8 +229,8 @@ def _relaxed_tokens(es: Entries, tokens, need, decoding, keep, need_w, eligible,
     `relax.weight` of its two tunable gates: the sequence cap (margin in requests) and the KV
     watermark (margin in blocks, measured in the request's own first-chunk blocks), among the
     `eligible` waiting requests (the exact gates that are not tunable hold). Preemption stays
-    exact. With `scores` (engine.relax_order) the pairs each admission passes over are
-    recorded for order swaps (engine/swap.py). `tokens` [A]: the exact
+    exact. With `scores` (engine.relax_order) the pairs each admission passes over, and the
+    pair at the preemption boundary, are recorded for order swaps (engine/swap.py). `tokens` [A]: the exact
     token counts. With speculation a decoding request verifies 1 + k positions with k relaxed
     (`speculation.relaxed_draft_tokens`); those positions are not owed back (a longer draft
     is more work, not work moved). Returns the Batch fields weight, admit_z, admitted, debt
@@ -276,7 +279,8 @@ def _relaxed_tokens(es: Entries, tokens, need, decoding, keep, need_w, eligible,
                            0.0)
     out = {"weight": relaxed - paid + drafts, "admit_z": relax.perturbation(w, admit),
            "admitted": admit, "debt": es.debt - paid + (relaxed - tokens), "gain": gain}
-    if scores is not None:  # the relaxed order: pairs at the admission boundary
+    if scores is not None:  # the relaxed order: pairs at the admission and preemption boundaries
         out["swap_req"], out["swap_p"] = swap.partners(es, admit, scores, mode, tau,
                                                        cfg.queue_window)
+        out["victim_of"], out["victim_p"] = swap.victim_pair(es, keep, scores, mode, tau)
     return out

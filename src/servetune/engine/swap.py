@@ -17,9 +17,22 @@ perturbations. t_j is known only once j is admitted, later: each admitted reques
 its SWAP_PARTNERS waiting partners of largest weight (the pairs closest in score, which carry
 almost all of it) and the shifts are settled after the run (`settle`).
 
+The preemption victim is the same kind of decision: where an iteration keeps running request
+i and preempts j, the next after it in the order (the first preempted), the relaxed order puts
+j first with weight p_ji (the unit now the running scores' range over their count), and
+i would have been preempted at that iteration's start t_p and resumed at j's re-admission
+t_j, while j went on running. To first order the pair moves
+
+    j's events by  -p_ji (t_j - t_p)    and    i's events by  p_ji (t_j - t_p)    (seconds),
+
+the events after t_p: the completion, and the first token only where it had none yet. The
+pair is recorded on the victim j (its latest preemption) and settled with its next
+admission, after the run.
+
 Approximations: slots are exchanged as if the two requests needed the same budget and
-blocks; a request admitted several times (after preemption) keeps the partners of its latest
-admission; the order among running requests (budget shares, preemption victims) stays exact.
+blocks (and, at a preemption, the same recompute); a request admitted or preempted several
+times keeps the pairs of its latest admission and its latest preemption; the budget shares
+among running requests stay exact.
 """
 
 from __future__ import annotations
@@ -33,14 +46,18 @@ from servetune.types import RUNNING, WAITING, Entries
 SWAP_PARTNERS = 4  # m: waiting partners recorded per admitted request
 # Entries fields of an engine with a relaxed order, and their values before an admission:
 # the latest admission time (s), that admission's partners (request ids) and pair perturbations
+# and the latest preemption's time, the request it kept in the victim's place and their pair's
+# perturbation
 SWAP_FIELDS = {"admitted_at": (jnp.nan, jnp.float64), "swap_req": (-1, jnp.int32),
-               "swap_p": (0.0, jnp.float64)}
+               "swap_p": (0.0, jnp.float64), "preempted_at": (jnp.nan, jnp.float64),
+               "victim_of": (-1, jnp.int32), "victim_p": (0.0, jnp.float64)}
+_PAIR_TABLES = ("swap_req", "swap_p")  # [.., m]; the other fields have one value per entry
 
 
 def init_fields(shape, like) -> dict:
     """Initial SWAP_FIELDS for entries of `shape` (instances, entries); `like` a traced int."""
     def full(name, v, dtype):
-        s = shape if name == "admitted_at" else (*shape, SWAP_PARTNERS)
+        s = (*shape, SWAP_PARTNERS) if name in _PAIR_TABLES else shape
         return jnp.full(s, v, dtype) + jnp.zeros_like(like, dtype)
     return {name: full(name, v, dtype) for name, (v, dtype) in SWAP_FIELDS.items()}
 
@@ -87,6 +104,34 @@ def partners(es: Entries, admit, scores, mode: str, tau: float, window: int):
     return place(ids, -1), place(p_top, 0.0)
 
 
+def victim_pair(es: Entries, keep, scores, mode: str, tau: float):
+    """For entries in scheduling order (running first, by priority) where the schedule keeps
+    the prefix `keep` [A] of the running ones and preempts the rest: on the first preempted
+    entry j, the request id of the last kept one i and their pair perturbation p_ji (the
+    module doc; `scores` [A] the priority scores the order came from). Returns (request ids
+    [A], -1 elsewhere; perturbations [A], 0 elsewhere)."""
+    running = es.status == RUNNING
+    m = jnp.sum(keep, dtype=jnp.int32)  # kept: entries 0..m-1; entry m the first preempted
+    n = es.req.shape[0]
+    i, j = jnp.maximum(m - 1, 0), jnp.minimum(m, n - 1)
+    valid = (m >= 1) & (m < n) & running[j] & ~keep[j]
+    lo = jnp.min(jnp.where(running, scores, jnp.inf))
+    hi = jnp.max(jnp.where(running, scores, -jnp.inf))
+    unit = jnp.where(hi > lo, (hi - lo) / jnp.maximum(jnp.sum(running) - 1, 1), 1.0)
+    p = relax.weight(jnp.zeros((), bool), valid, (scores[j] - scores[i],), (unit,), mode, tau)
+    at_j = (jnp.arange(n) == j) & valid
+    return jnp.where(at_j, es.req[i], -1), jnp.where(at_j, p, 0.0)
+
+
+def record_victims(e: Entries, victim_of, victim_p, t):
+    """Entries with the preemption time t (seconds) and pair of the entry where `victim_of`
+    [A] names a kept request recorded."""
+    hit = victim_of >= 0
+    return e.replace(preempted_at=jnp.where(hit, t, e.preempted_at),
+                     victim_of=jnp.where(hit, victim_of, e.victim_of),
+                     victim_p=jnp.where(hit, victim_p, e.victim_p))
+
+
 def record(e: Entries, admitted, swap_req, swap_p, t):
     """Entries with the admission time t (seconds) and partners of each `admitted` [A]
     entry recorded."""
@@ -94,6 +139,26 @@ def record(e: Entries, admitted, swap_req, swap_p, t):
     return e.replace(admitted_at=jnp.where(admitted, t, e.admitted_at),
                      swap_req=jnp.where(a, swap_req, e.swap_req),
                      swap_p=jnp.where(a, swap_p, e.swap_p))
+
+
+def settle_victims(first, admitted_at, preempted_at, victim_of, victim_p):
+    """Seconds each request's (first token [N], completion [N]) move by from the preemption
+    pairs (module doc): a victim j re-admitted at t_j (its latest admission, admitted_at [N])
+    after its latest preemption at t_p (preempted_at [N], nan if none) with the pair kept
+    request victim_of [N] (-1 none) and perturbation victim_p [N] moves by -p (t_j - t_p),
+    the kept request by p (t_j - t_p); a first token moves only if it came after t_p (first
+    [N]: the first-token times, seconds)."""
+    n = admitted_at.shape[0]
+    valid = (victim_of >= 0) & (admitted_at > preempted_at)  # (nan compares False)
+    t_p = jnp.where(valid, preempted_at, 0.0)
+    delay = jnp.where(valid, victim_p * (jnp.where(valid, admitted_at, 0.0) - t_p), 0.0)
+    kept = jnp.where(valid, victim_of, n)
+    d_finish = -delay + jnp.zeros(n, delay.dtype).at[kept].add(delay, mode="drop")
+    kept_first_after = first[jnp.clip(kept, 0, n - 1)] > t_p
+    d_first = (jnp.where(first > t_p, -delay, 0.0)
+               + jnp.zeros(n, delay.dtype).at[jnp.where(kept_first_after, kept, n)].add(
+                   delay, mode="drop"))
+    return d_first, d_finish
 
 
 def settle(admitted_at, swap_req, swap_p):
