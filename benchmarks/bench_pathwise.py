@@ -30,7 +30,7 @@ watermark 0.0105 (between integer flips).
    thresholds, and the st and soft paired differences; then tune=es and tune=pathwise on
    the threshold alone from 0.1.
 
-    python benchmarks/bench_pathwise.py                # ~13 min on 2 cores
+    python benchmarks/bench_pathwise.py                # ~16 min on 2 cores
     python benchmarks/bench_pathwise.py --tables 1     # the gradient table only
 """
 
