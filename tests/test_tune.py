@@ -130,6 +130,11 @@ def test_bad_tune_settings_name_the_key(tmp_path):
         tune(SMALL + ["tune.pairs=0"], out_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"tune.optimizer: got 'lbfgs'"):
         tune(SMALL + ["tune.optimizer=lbfgs"], out_dir=tmp_path)
+    # keys the configured engine never reads: every scenario would be the same
+    with pytest.raises(ConfigError, match=r"tune.space.route_w_kv: .* engine.routing=score"):
+        tune(SMALL + ["+tune.space.route_w_kv={low: 0, high: 2}"], out_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"tune.space.cascade_threshold: .* cascade"):
+        tune(SMALL + ["+tune.space.cascade_threshold={low: 0, high: 1}"], out_dir=tmp_path)
 
 
 def test_cli_tune_writes_exports(tmp_path):

@@ -189,6 +189,22 @@ def _order(cfg: DictConfig) -> str:
     return OmegaConf.select(cfg, "policy.order", default="fcfs") or "fcfs"
 
 
+def _check_keys_act(cfg: DictConfig, space: SearchSpace) -> None:
+    """ConfigError naming a tuned routing key that the configured engine never reads (its
+    every simulated scenario would be the same): the routing weights act only with
+    engine.routing=score over several instances, the cascade threshold only with a cascade."""
+    engine = cfg.engine
+    for dim in space.dims:
+        if dim.key.startswith("route_w_") and not (engine.routing == "score"
+                                                    and engine.n_instances > 1):
+            raise ConfigError(f"tune.space.{dim.key}: the routing weights act only with "
+                              f"engine.routing=score and engine.n_instances > 1; got routing="
+                              f"{engine.routing}, n_instances={engine.n_instances}")
+        if dim.key == "cascade_threshold" and not engine.cascade_small_instances > 0:
+            raise ConfigError("tune.space.cascade_threshold: acts only with a model cascade "
+                              "(engine.cascade_small_instances > 0, e.g. +experiment=cascade)")
+
+
 def _prepare(cfg: DictConfig, space: SearchSpace) -> DictConfig:
     """A copy of cfg whose engine has a running slot for every max_num_seqs the space allows
     (so no result depends on the static capacity) and no grid."""
@@ -247,6 +263,7 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     out_dir = Path(out_dir)
     st = settings_from_config(cfg)
     space = st.space
+    _check_keys_act(cfg, space)
     cfg = _prepare(cfg, space)
     order = "neural" if st.policy_family == "neural" else _order(cfg)
     if st.workloads:  # tune over several workloads at once
