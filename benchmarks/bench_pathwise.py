@@ -29,6 +29,9 @@ watermark 0.0105 (between integer flips).
    along a grid: the exact objective and its difference across the estimator's paired
    thresholds, and the st and soft paired differences; then tune=es and tune=pathwise on
    the threshold alone from 0.1.
+8. The score router's weight on predicted work (route_w_work; two Llama-3-8B instances at
+   57 req/s, 20 s, 2 seeds) along a grid: the exact objective and its difference across the
+   paired weights, and the st paired difference.
 
     python benchmarks/bench_pathwise.py                # ~16 min on 2 cores
     python benchmarks/bench_pathwise.py --tables 1     # the gradient table only
@@ -238,6 +241,39 @@ def cascade_table(step: float = 0.1) -> None:
     tuning(6, CASCADE, "cascade_threshold", 0.1)
 
 
+ROUTING = ["workload=poisson", "workload.rate=57", "workload.duration_s=20", "window.drain_s=60",
+           "engine.n_instances=2", "engine.routing=score", "engine.max_slots=256", "seeds=2",
+           "policy.max_num_seqs=256.5"]
+ROUTING_DIM = {"low": 0.0, "high": 4.0, "scale": "linear"}
+ROUTING_GRID = np.array([0.2, 0.6, 1.0, 1.4, 2.0, 3.0])
+
+
+def routing_table(step: float = 0.1) -> None:
+    """Print table 8: the score router's weight per 1000 tokens of predicted work
+    (route_w_work, with route_w_queue 1) along a grid, two Llama-3-8B instances on H100s at
+    57 req/s: exact objective, its difference across the estimator's paired weights, and the
+    st paired difference (per unit of weight)."""
+    sc = build(compose(ROUTING))
+    ev = Evaluator(sc, "fcfs", "loop")
+    space = space_from_config({"route_w_work": ROUTING_DIM})
+    obj = Objective()
+    pairs = [bracket(space.dims[0], w, step) for w in ROUTING_GRID]
+    cols = ev({"route_w_work": np.concatenate([ROUTING_GRID, np.array(pairs).ravel()])})
+    f = np.array([np.mean([obj.value(m) for m in col]) for col in cols])
+    att = np.array([np.mean([m["slo_attainment"] for m in col]) for col in cols])
+    f_pairs = f[len(ROUTING_GRID):].reshape(-1, 2)
+    st = PathwiseEstimator(ev, space, "st", 0.3, 0.99, 0.05, difference_step=step)
+    print(f"\n{'route_w_work':>12} {'objective':>10} {'attainment':>11} {'paired':>11} "
+          f"{'exact d/dw':>11} {'st d/dw':>9}")
+    for i, w in enumerate(ROUTING_GRID):
+        lo, hi = pairs[i]
+        z = space.point({"route_w_work": w})
+        g = st(z, 0.0)[0][0] / dvalue_dz(ROUTING_DIM, z[0])
+        exact = (f_pairs[i, 1] - f_pairs[i, 0]) / (hi - lo)
+        print(f"{w:>12.2f} {f[i]:>10.4f} {att[i]:>11.3f} {f'{lo:.2f}/{hi:.2f}':>11} "
+              f"{exact:>+11.4f} {g:>+9.4f}")
+
+
 def queue_scenario(rate: float, max_num_seqs: float) -> list[str]:
     """Overrides of table 6's scenario: Poisson arrivals at `rate` req/s for 20 s."""
     return ["workload=poisson", f"workload.rate={rate}", "workload.duration_s=20",
@@ -250,7 +286,7 @@ def main() -> None:
     p.add_argument("--pairs", default="32,16", help="ES pairs per estimate (first = reference)")
     p.add_argument("--temperatures", default="0.1,0.3,1.0")
     p.add_argument("--iterations", type=int, default=6)
-    p.add_argument("--tables", default="1,2,3,4,6,7", help="which tables to print (5 is by "
+    p.add_argument("--tables", default="1,2,3,4,6,7,8", help="which tables to print (5 is by "
                    "hand: benchmarks/README.md)")
     a = p.parse_args()
     tables = {int(t) for t in a.tables.split(",")}
@@ -267,6 +303,8 @@ def main() -> None:
         queue_table()
     if 7 in tables:
         cascade_table()
+    if 8 in tables:
+        routing_table()
 
 
 if __name__ == "__main__":

@@ -20,15 +20,16 @@ the run - warm-up) / 3600, as in servetune.metrics. Under st the times are the e
 simulator's, so f differs from the reported objective only by the smoothed SLO checks.
 
 Supported: the preempt KV policy, no prefix cache and no prefill/decode disaggregation (other
-mechanisms keep exact decisions whose relaxations are not written yet); several instances
-(replica routing, a model cascade) are supported, each instance's iterations relaxed as one
+mechanisms keep exact decisions whose relaxations are not written yet); one instance or
+several (replica routing, a model cascade), each instance's iterations relaxed as one
 instance's are, the routing decisions exact. Event skipping is off (each iteration's
 perturbations are accumulated). Keys with a pathwise gradient: PATHWISE_KEYS; the priority
 weights through order swaps at the admission and preemption boundaries (engine/swap.py,
 O(W^2) per iteration, on only when one is tuned). DIFFERENCE_KEYS (the queue cap, the
 routing score's weights and the cascade threshold: decisions that move a request out of the
-run or onto another instance) get no tangent here: their derivatives are central differences of paired runs
-(servetune/paired_difference.py). The neural score gets none: use tune=es for it.
+run or onto another instance) get no tangent here: their derivatives are central
+differences of paired runs (servetune/paired_difference.py). The neural score gets none: use
+tune=es for it.
 
 With a model cascade, the useful tokens of a request depend on the model whose answer is
 final (servetune.cascade), so each request carries two weights (`request_weights`) and the run
