@@ -119,8 +119,8 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     n, m = wl.arrival.shape[0], swap.SWAP_PARTNERS
     state = init_state(wl, params, cfg)
     nan = jnp.full((n,), jnp.nan) + jnp.zeros_like(wl.t_stop)
-    # per request: first token, finish, end state, shift, cascade tier; with a relaxed order also its
-    # latest admission time and that admission's swap partners and pair perturbations
+    # per request: first token, finish, end state, shift, cascade tier; with a relaxed order
+    # also its latest admission time and that admission's swap partners and pair perturbations
     out = (nan, nan, jnp.full((n,), OUTSTANDING, jnp.int32), nan,
            jnp.full((n,), -1, jnp.int32) + jnp.zeros_like(wl.n))
     if cfg.relax_order:  # and its latest preemption's time, kept request and perturbation

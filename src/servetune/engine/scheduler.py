@@ -12,8 +12,9 @@
 Static batching admits a new batch only when nothing runs, with no token budget.
 
 Running requests are ordered by the policy score (FCFS: arrival time), so the preemption victim
-is the latest arrival (a relaxed order swaps it with the last request kept: engine/swap.py); vLLM V1's FCFS pops the most recently admitted, which differs only when
-a re-admitted preempted request is among the running.
+is the latest arrival; vLLM V1's FCFS pops the most recently admitted, which differs only when
+a re-admitted preempted request is among the running. (A relaxed order pairs the victim with
+the last request kept: engine/swap.py.)
 """
 
 from __future__ import annotations
@@ -228,14 +229,14 @@ def _relaxed_tokens(es: Entries, tokens, need, decoding, keep, need_w, eligible,
     shares and the admitted chunks are piecewise linear in it; an admission weighs in through
     `relax.weight` of its two tunable gates: the sequence cap (margin in requests) and the KV
     watermark (margin in blocks, measured in the request's own first-chunk blocks), among the
-    `eligible` waiting requests (the exact gates that are not tunable hold). Preemption stays
-    exact. With `scores` (engine.relax_order) the pairs each admission passes over, and the
-    pair at the preemption boundary, are recorded for order swaps (engine/swap.py). `tokens` [A]: the exact
-    token counts. With speculation a decoding request verifies 1 + k positions with k relaxed
-    (`speculation.relaxed_draft_tokens`); those positions are not owed back (a longer draft
-    is more work, not work moved). Returns the Batch fields weight, admit_z, admitted, debt
-    and gain (the prompt tokens the relaxed budget adds to a request's progress:
-    engine/pace.py)."""
+    `eligible` waiting requests (the exact gates that are not tunable hold). Which requests
+    are preempted stays exact; with `scores` (engine.relax_order) the pairs each admission
+    passes over, and the pair at the preemption boundary, are recorded for order swaps
+    (engine/swap.py). `tokens` [A]: the exact token counts. With speculation a decoding
+    request verifies 1 + k positions with k relaxed (`speculation.relaxed_draft_tokens`);
+    those positions are not owed back (a longer draft is more work, not work moved). Returns
+    the Batch fields weight, admit_z, admitted, debt and gain (the prompt tokens the relaxed
+    budget adds to a request's progress: engine/pace.py)."""
     mode, tau = cfg.relax, cfg.relax_temperature
     if cfg.batching == "static":
         budget = jnp.asarray(_NO_BUDGET, jnp.float64)
@@ -279,7 +280,7 @@ def _relaxed_tokens(es: Entries, tokens, need, decoding, keep, need_w, eligible,
                            0.0)
     out = {"weight": relaxed - paid + drafts, "admit_z": relax.perturbation(w, admit),
            "admitted": admit, "debt": es.debt - paid + (relaxed - tokens), "gain": gain}
-    if scores is not None:  # the relaxed order: pairs at the admission and preemption boundaries
+    if scores is not None:  # the relaxed order: the admission and preemption boundaries' pairs
         out["swap_req"], out["swap_p"] = swap.partners(es, admit, scores, mode, tau,
                                                        cfg.queue_window)
         out["victim_of"], out["victim_p"] = swap.victim_pair(es, keep, scores, mode, tau)
