@@ -172,23 +172,30 @@ QUEUE_DIM = {"low": 1, "high": 512, "scale": "log"}
 QUEUE_GRID = np.array([2, 4, 8, 12, 16, 24, 32, 48, 64, 128]) + 0.5
 
 
+def exact_along(ev: Evaluator, key: str, grid, pairs, metric: str = "slo_attainment"):
+    """The exact simulator along one key, in one call, as means over the seeds: (objective
+    [G] and `metric` [G] at the grid points, objective [G, 2] at each point's paired settings
+    `pairs` [G, 2])."""
+    n = len(grid)
+    cols = ev({key: np.concatenate([grid, np.asarray(pairs, np.float64).ravel()])})
+    obj = Objective()
+    f = np.array([np.mean([obj.value(m) for m in col]) for col in cols])
+    other = np.array([np.mean([m[metric] for m in col]) for col in cols[:n]])
+    return f[:n], other, f[n:].reshape(n, 2)
+
+
 def queue_table(step: float = 0.1) -> None:
     """Print table 6: the queue cap along a grid in both QUEUE engines, exact objective and
     difference across the estimator's paired caps, and the paired differences (per request
     of cap) through the st and soft engines; then both tuners on the cap alone."""
     space = space_from_config({"queue_cap": QUEUE_DIM})
-    obj = Objective()
     print(f"\n{'engine':<11} {'queue_cap':>9} {'objective':>10} {'attainment':>11} "
           f"{'paired caps':>12} {'exact d/dc':>11} {'st d/dc':>9} {'soft d/dc':>10}")
     for name, (rate, seqs) in QUEUE.items():
         sc = build(compose(queue_scenario(rate, seqs)))
         ev = Evaluator(sc, "fcfs", "loop")
         caps = [cap_bracket(c, step) for c in QUEUE_GRID]
-        values = np.concatenate([QUEUE_GRID, np.array(caps, np.float64).ravel() + 0.5])
-        cols = ev({"queue_cap": values})
-        f = np.array([np.mean([obj.value(m) for m in col]) for col in cols])
-        att = np.array([np.mean([m["slo_attainment"] for m in col]) for col in cols])
-        f_pairs = f[len(QUEUE_GRID):].reshape(-1, 2)
+        f, att, f_pairs = exact_along(ev, "queue_cap", QUEUE_GRID, np.array(caps) + 0.5)
         est = {mode: PathwiseEstimator(ev, space, mode, 0.3, 0.99, 0.05, difference_step=step)
                for mode in ("st", "soft")}
         for i, cap in enumerate(QUEUE_GRID):
@@ -219,13 +226,9 @@ def cascade_table(step: float = 0.1) -> None:
     sc = build(compose(CASCADE))
     ev = Evaluator(sc, "fcfs", "loop")
     space = space_from_config({"cascade_threshold": CASCADE_DIM})
-    obj = Objective()
     pairs = [bracket(space.dims[0], t, step) for t in CASCADE_GRID]
-    values = np.concatenate([CASCADE_GRID, np.array(pairs).ravel()])
-    cols = ev({"cascade_threshold": values})
-    f = np.array([np.mean([obj.value(m) for m in col]) for col in cols])
-    small = np.array([np.mean([m["cascade_small_share"] for m in col]) for col in cols])
-    f_pairs = f[len(CASCADE_GRID):].reshape(-1, 2)
+    f, small, f_pairs = exact_along(ev, "cascade_threshold", CASCADE_GRID, pairs,
+                                    "cascade_small_share")
     est = {mode: PathwiseEstimator(ev, space, mode, 0.3, 0.0, 0.05, difference_step=step)
            for mode in ("st", "soft")}
     print(f"\n{'threshold':>9} {'objective':>10} {'small share':>12} {'paired':>11} "
@@ -256,12 +259,8 @@ def routing_table(step: float = 0.1) -> None:
     sc = build(compose(ROUTING))
     ev = Evaluator(sc, "fcfs", "loop")
     space = space_from_config({"route_w_work": ROUTING_DIM})
-    obj = Objective()
     pairs = [bracket(space.dims[0], w, step) for w in ROUTING_GRID]
-    cols = ev({"route_w_work": np.concatenate([ROUTING_GRID, np.array(pairs).ravel()])})
-    f = np.array([np.mean([obj.value(m) for m in col]) for col in cols])
-    att = np.array([np.mean([m["slo_attainment"] for m in col]) for col in cols])
-    f_pairs = f[len(ROUTING_GRID):].reshape(-1, 2)
+    f, att, f_pairs = exact_along(ev, "route_w_work", ROUTING_GRID, pairs)
     st = PathwiseEstimator(ev, space, "st", 0.3, 0.99, 0.05, difference_step=step)
     print(f"\n{'route_w_work':>12} {'objective':>10} {'attainment':>11} {'paired':>11} "
           f"{'exact d/dw':>11} {'st d/dw':>9}")
