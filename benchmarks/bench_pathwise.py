@@ -33,7 +33,7 @@ watermark 0.0105 (between integer flips).
    57 req/s, 20 s, 2 seeds) along a grid: the exact objective and its difference across the
    paired weights, and the st paired difference.
 
-    python benchmarks/bench_pathwise.py                # ~16 min on 2 cores
+    python benchmarks/bench_pathwise.py                # ~20 min on 2 cores (by its tables)
     python benchmarks/bench_pathwise.py --tables 1     # the gradient table only
 """
 
