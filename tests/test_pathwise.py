@@ -321,21 +321,13 @@ def test_several_instances_gradient_and_the_soft_objective(fleet):
         lo, hi = paired_difference.bracket(space.dims[k], FLEET_START[key], 0.1)
         step = 0.1 * (dim["high"] - dim["low"])
         assert (lo, hi) == pytest.approx((FLEET_START[key] - step, FLEET_START[key] + step))
-        lagrangian = [pathwise.per_scenario(space.point({**FLEET_START, key: v}), *est_args(
-            est, ev, space, z))[0][0, 2] for v in (lo, hi)]
+        lagrangian = [pathwise.per_scenario(space.point({**FLEET_START, key: v}),
+                                            *est.run_args(z, 0.0))[0][0, 2] for v in (lo, hi)]
         u = 1.0 / (1.0 + np.exp(-z[k]))
         expect = (lagrangian[1] - lagrangian[0]) / (hi - lo) * (dim["high"] - dim["low"]) * u * (
             1.0 - u)
         assert g[k] == pytest.approx(expect, rel=1e-9, abs=1e-12)
     assert g[1] != 0.0  # the threshold moves requests between the models here
-
-
-def est_args(est, ev, space, z):
-    """The arguments after z that the estimator passes pathwise.per_scenario at z."""
-    one = {k: np.array([v]) for k, v in space.values(np.asarray(z)).items()}
-    base = jax.tree.map(lambda x: x[0], ev.params(one))
-    return (ev.scenario.workloads, est.weights, est.counted, 0.0, base, est.cfg, est.targets,
-            est.point_map)
 
 
 def exact_objective(ev, key, values):
@@ -426,12 +418,7 @@ def test_gradients_are_finite_on_a_random_batch(problem):
 def test_cvar_takes_the_worst_scenario(problem):
     _, space, ev, z0 = problem
     est = estimator(problem, "st")
-    one = {k: np.array([v]) for k, v in space.values(z0).items()}
-    base = jax.tree.map(lambda x: x[0], ev.params(one))
-    values, jac = pathwise._per_scenario(  # the arguments as per_scenario passes them
-        jnp.asarray(z0), ev.scenario.workloads, jnp.asarray(est.weights),
-        jnp.asarray(est.counted), jnp.asarray(0.0, jnp.float64), base, est.cfg, est.targets,
-        est.point_map)
+    values, jac = pathwise.per_scenario(z0, *est.run_args(z0, 0.0))
     worst = int(np.argmin(values[:, 2]))
     assert values[worst, 2] < values[1 - worst, 2]  # the two seeds differ
     g, value = PathwiseEstimator(ev, space, "st", 0.3, 0.99, 0.05, "cvar", 0.5)(z0, 0.0)

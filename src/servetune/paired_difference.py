@@ -62,19 +62,20 @@ def bracket(dim, value: float, step: float) -> tuple[float, float]:
     return max(lo, dim.low), min(hi, dim.high)
 
 
-def _setting(key: str, value):
-    """The policy value a paired run sets: an integer cap sits mid-way between integers."""
-    return value + 0.5 if key == QUEUE_CAP else value
+def _setting(key: str, value: float) -> float:
+    """The policy value a run at `value` of `key` sets: the queue cap, an integer limit the
+    engine floors, mid-way between its integer and the next."""
+    return math.floor(value) + 0.5 if key == QUEUE_CAP else value
 
 
 @functools.partial(jax.jit, static_argnames=("keys", "cfg", "tg", "point_map"))
 def _paired(settings, keys, z, wl, weights, counted, lam, base, cfg, tg, point_map):
     """(f, attainment, Lagrangian) [S, R, 3] on each scenario (wl leaves [S, N]) at the point
-    z [d] with the policy keys `keys` [K] set to each row of settings [R, K]."""
+    z [d] with the policy keys `keys` [K] set to each row of settings [R, K] (`_setting`s)."""
     def one(row, wl, weights, counted):
         params = point_map(z, base)
         params = params.replace(policy=params.policy.replace(
-            **{k: _setting(k, row[j]) for j, k in enumerate(keys)}))
+            **{k: row[j] for j, k in enumerate(keys)}))
         return pathwise.objective_parts(pathwise.request_times(wl, params, cfg), wl, weights,
                                         counted, tg, lam)
 
@@ -99,11 +100,11 @@ def jacobian(z, wl: Workload, weights, counted, lam, base: Params, cfg: EngineCo
     values_of = lambda z: jnp.stack([point_map.values(z)[k] for k in keys])
     values, dvalues_dz = np.asarray(values_of(z)), np.asarray(jax.jacfwd(values_of)(z))  # [K, d]
     brackets = [bracket(dim, float(v), step) for dim, v in zip(dims, values, strict=True)]
-    # [2K, K] rows (lo, hi) per key, the others at the point (the integer cap the engine uses)
-    point = np.array([math.floor(v) if k == QUEUE_CAP else v for k, v in zip(keys, values)])
+    # [2K, K] rows (lo, hi) per key, the others at the point
+    point = np.array([_setting(k, v) for k, v in zip(keys, values, strict=True)])
     settings = np.repeat(point[None, :], 2 * len(keys), axis=0)
-    for j, (lo, hi) in enumerate(brackets):
-        settings[2 * j, j], settings[2 * j + 1, j] = lo, hi
+    for j, (key, (lo, hi)) in enumerate(zip(keys, brackets, strict=True)):
+        settings[2 * j, j], settings[2 * j + 1, j] = _setting(key, lo), _setting(key, hi)
     runs = np.asarray(_paired(jnp.asarray(settings), keys, z, wl, jnp.asarray(weights),
                               jnp.asarray(counted), jnp.asarray(lam, jnp.float64), base, cfg,
                               tg, point_map))  # [S, 2K, 3]

@@ -70,6 +70,14 @@ def reset_fields(e: Entries, take) -> dict:
     return {name: reset(name, v) for name, (v, _) in SWAP_FIELDS.items()}
 
 
+def rank_gap(scores, among):
+    """[] the score gap of one rank among the entries where `among` [A] holds: their scores'
+    range over their count less one (1 where they do not differ); the unit of pair weights."""
+    lo = jnp.min(jnp.where(among, scores, jnp.inf))
+    hi = jnp.max(jnp.where(among, scores, -jnp.inf))
+    return jnp.where(hi > lo, (hi - lo) / jnp.maximum(jnp.sum(among) - 1, 1), 1.0)
+
+
 def partners(es: Entries, admit, scores, mode: str, tau: float, window: int):
     """For entries in scheduling order (running first, then the waiting ones): the
     SWAP_PARTNERS requests each admitted entry (`admit` [A]) passed over, of largest pair
@@ -82,9 +90,7 @@ def partners(es: Entries, admit, scores, mode: str, tau: float, window: int):
     waiting, admitted = cut(es.status == WAITING), cut(admit)
     preempted, s, req = cut(es.preempted), cut(scores), cut(es.req)
     left = waiting & ~admitted
-    lo = jnp.min(jnp.where(waiting, s, jnp.inf))
-    hi = jnp.max(jnp.where(waiting, s, -jnp.inf))
-    unit = jnp.where(hi > lo, (hi - lo) / jnp.maximum(jnp.sum(waiting) - 1, 1), 1.0)
+    unit = rank_gap(s, waiting)
     pair = admitted[:, None] & left[None, :] & (preempted[:, None] == preempted[None, :])
     gap = s[None, :] - s[:, None]  # [W, W] (i admitted, j left): s_j - s_i
     p = relax.weight(jnp.zeros_like(pair), pair, (gap,), (unit,), mode, tau)
@@ -115,10 +121,8 @@ def victim_pair(es: Entries, keep, scores, mode: str, tau: float):
     n = es.req.shape[0]
     i, j = jnp.maximum(m - 1, 0), jnp.minimum(m, n - 1)
     valid = (m >= 1) & (m < n) & running[j] & ~keep[j]
-    lo = jnp.min(jnp.where(running, scores, jnp.inf))
-    hi = jnp.max(jnp.where(running, scores, -jnp.inf))
-    unit = jnp.where(hi > lo, (hi - lo) / jnp.maximum(jnp.sum(running) - 1, 1), 1.0)
-    p = relax.weight(jnp.zeros((), bool), valid, (scores[j] - scores[i],), (unit,), mode, tau)
+    p = relax.weight(jnp.zeros((), bool), valid, (scores[j] - scores[i],),
+                     (rank_gap(scores, running),), mode, tau)
     at_j = (jnp.arange(n) == j) & valid
     return jnp.where(at_j, es.req[i], -1), jnp.where(at_j, p, 0.0)
 

@@ -61,15 +61,21 @@ class PathwiseEstimator:
             self.counted[s, :len(trace)] = np.asarray(trace.arrival) >= sc.metrics.warmup_s
         self.space = space
 
+    def run_args(self, z: np.ndarray, lam: float) -> tuple:
+        """The arguments after z of pathwise.per_scenario (and paired_difference.jacobian)
+        at the point z [d] with multiplier lam: the scenario's workloads, request weights,
+        counted requests, lam, the base policy at z, the relaxed engine, targets, point map."""
+        one = {k: np.array([v]) for k, v in self.space.values(np.asarray(z)).items()}
+        base = jax.tree.map(lambda x: x[0], self.evaluator.params(one))
+        return (self.evaluator.scenario.workloads, self.weights, self.counted, lam, base,
+                self.cfg, self.targets, self.point_map)
+
     def __call__(self, z: np.ndarray, lam: float) -> tuple[np.ndarray, dict]:
         """(ascent direction [d] of the smoothed Lagrangian, its value's parts: f, attainment,
         lagrangian, aggregated over the workloads). Counts the relaxed runs (paired ones
         included) as scenarios."""
-        one = {k: np.array([v]) for k, v in self.space.values(np.asarray(z)).items()}
-        base = jax.tree.map(lambda x: x[0], self.evaluator.params(one))
         sc = self.evaluator.scenario
-        args = (sc.workloads, self.weights, self.counted, lam, base, self.cfg, self.targets,
-                self.point_map)
+        args = self.run_args(z, lam)
         values, jac = pathwise.per_scenario(z, *args)
         paired_jac, n_paired = paired_difference.jacobian(z, *args, self.difference_step)
         jac = jac + paired_jac
@@ -77,6 +83,7 @@ class PathwiseEstimator:
         value, jac = pathwise.aggregate_scenarios(values, jac, self.aggregate, self.cvar_alpha)
         self.evaluator.scenarios_simulated += n_runs
         if not np.all(np.isfinite(jac)):
-            raise FloatingPointError(f"pathwise gradient not finite at {one}: {jac[2]}")
+            raise FloatingPointError(f"pathwise gradient not finite at "
+                                     f"{self.space.values(np.asarray(z))}: {jac[2]}")
         return jac[2], {"soft_objective": float(value[0]), "soft_attainment": float(value[1]),
                         "soft_lagrangian": float(value[2])}
