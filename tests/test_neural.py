@@ -38,7 +38,8 @@ def _entries(rng, n=40, waiting_only=False):
         blocks=jnp.asarray(rng.integers(0, 300, n), jnp.int32), preempted=z(bool), n_preempt=z(),
         tokens_computed=z(), first_token=z(np.float64), last_emit=z(np.float64),
         finish=z(np.float64), end_state=z(), give_up_at=jnp.full(n, jnp.inf), give_up_state=z(),
-        spec_alpha=z(np.float64), kv_ratio=jnp.ones(n), ready_at=jnp.full(n, -jnp.inf))
+        spec_alpha=z(np.float64), kv_ratio=jnp.ones(n), ready_at=jnp.full(n, -jnp.inf),
+        qkey=jnp.zeros(n, jnp.int32))
 
 
 def _gateway(tmp_path, w, linear):

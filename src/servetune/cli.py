@@ -14,7 +14,7 @@ from rich.console import Console
 
 from servetune.errors import ServetuneError
 
-COMMANDS = ("simulate", "tune", "calibrate", "report")
+COMMANDS = ("simulate", "tune", "calibrate", "report", "golden")
 
 
 def _jsonable(obj):
@@ -146,6 +146,7 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         print(f"usage: servetune {{{','.join(COMMANDS)}}} [key=value ...] [-m for multirun]\n"
               f"       servetune report DIR [--out OUT]\n"
+              f"       servetune golden [--check] [--out DIR] [--cases NAME,...]\n"
               f"example: servetune simulate workload=azure_conv policy.max_num_seqs=128",
               file=sys.stderr)
         sys.exit(2)
@@ -153,6 +154,9 @@ def main() -> None:
     if command == "report":  # argparse, not Hydra: servetune report DIR [--out OUT]
         from servetune.reporting.cli import main as report_main
         sys.exit(report_main(sys.argv[1:]))
+    if command == "golden":  # argparse: vLLM's scheduler -> fixtures, or --check against them
+        from servetune.validate.cli import main as golden_main
+        sys.exit(golden_main(sys.argv[1:]))
     if command == "simulate":
         _simulate_app()
     elif command == "tune":

@@ -27,12 +27,15 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from servetune import hardware
 from servetune.errors import ConfigError
-from servetune.policy import _BOUNDS, DEFAULTS, ORDERS
+from servetune.policy import _BOUNDS, DEFAULTS, ORDERS, UNLIMITED
 
 # Tuned keys that are not PolicyParams (none since spec_k became one; kept for engine settings).
 EXTRA_KEYS: dict[str, tuple[float, float]] = {}
 FLOORED = ("max_num_seqs", "max_num_batched_tokens")
+# integer limits with no limit at inf (floored where finite; vLLM 0.32's names but queue_cap)
+CAPS = ("queue_cap", "max_num_queued_reqs", "max_num_queued_tokens", "max_num_active_seqs")
 WEIGHTS = ("w_age", "w_prompt", "w_pred", "w_slack")
 # gateway priority = round(PRIORITY_SCALE * sort key): integer, resolution 1e-3 of the key
 PRIORITY_SCALE = 1000
@@ -40,9 +43,9 @@ NET_KEY = "score_net"  # the neural order's flat network weights (servetune.neur
 
 
 def _number(key: str, value) -> float:
-    """One validated float for policy key `key` (inf allowed only for queue_cap)."""
+    """One validated float for policy key `key` (inf allowed only for the unlimited keys)."""
     lo, hi = EXTRA_KEYS.get(key) or _BOUNDS.get(key, (-math.inf, math.inf))
-    allow_inf = key == "queue_cap"
+    allow_inf = key in UNLIMITED
     expect = (f"expected a number within [{lo}, {hi}] (inf or null = unbounded)" if allow_inf
               else f"expected a finite number within [{lo}, {hi}]")
     if value is None and allow_inf:
@@ -73,8 +76,10 @@ def _effective(values: Mapping[str, object], order: str) -> dict[str, float]:
     out = {key: _number(key, value) for key, value in merged.items()}
     for key in FLOORED:
         out[key] = max(1, math.floor(out[key]))
-    if math.isfinite(out["queue_cap"]):
-        out["queue_cap"] = math.floor(out["queue_cap"])
+    for key in CAPS:
+        if math.isfinite(out[key]):
+            out[key] = math.floor(out[key])
+    out["long_prefill_token_threshold"] = math.floor(out["long_prefill_token_threshold"])
     if "spec_k" in out:
         out["spec_k"] = math.floor(out["spec_k"])
     return out
@@ -121,60 +126,127 @@ def policy_to_config(values: Mapping[str, object], order: str, engine: Mapping |
     return cfg
 
 
-def vllm_args(values: Mapping[str, object], engine: Mapping, order: str | None = None) -> dict:
-    """vLLM engine arguments (EngineArgs field names) for the tuned policy on `engine`.
+def deployment(cfg: DictConfig, scenario) -> dict:
+    """What the simulated engine ran, for the exports: model (Hugging Face id), GPUs per instance
+    (tensor_parallel_size), usable KV blocks (num_gpu_blocks) of the model's instances,
+    max_model_len (tokens, resolved), weight_bits and kv_bits, prefix caching on or off, and the
+    draft model (Hugging Face id, None without speculation). `scenario`: scenario.build(cfg)."""
+    model = hardware.lookup(hardware.MODELS, OmegaConf.select(cfg, "model.name"), "model.name")
+    draft = OmegaConf.select(cfg, "speculation.draft")
+    kv = np.asarray(scenario.params.cost.kv_blocks)
+    kv = kv.reshape(kv.shape[0], -1)[0, -1] if kv.ndim else kv  # last instance: the model's
+    return {"model": model.hf_id, "tensor_parallel_size": int(OmegaConf.select(cfg, "hardware.tp")
+                                                               or 1),
+            "num_gpu_blocks": int(kv), "max_model_len": int(scenario.engine.max_model_len),
+            "weight_bits": int(OmegaConf.select(cfg, "model.weight_bits") or 16),
+            "kv_bits": int(OmegaConf.select(cfg, "model.kv_bits") or 16),
+            "prefix_cache": bool(scenario.engine.prefix_cache),
+            "draft_model": (hardware.lookup(hardware.MODELS, draft, "speculation.draft").hf_id
+                            if draft else None)}
 
-    max_num_seqs (sequences) and max_num_batched_tokens (tokens per iteration) are rounded as
-    the simulator enforces them; enable_chunked_prefill, block_size (tokens) and max_model_len
-    (tokens; omitted when null = the model's) come from `engine`, gpu_memory_utilization
-    (fraction) only if `engine` sets it; speculative_config.num_speculative_tokens only if
-    `values` has spec_k > 0. scheduling_policy is "fcfs" for the fcfs order, else "priority"
-    (the per-request priority then comes from a gateway: see unmapped_knobs). `order` defaults
-    to what the w_* weights in `values` imply; pass it for sjf.
+
+def vllm_args(values: Mapping[str, object], engine: Mapping, order: str | None = None,
+              deploy: Mapping | None = None) -> dict:
+    """vLLM 0.32 engine arguments (EngineArgs field names) for the tuned policy on `engine`.
+
+    Scheduler: max_num_seqs (sequences) and max_num_batched_tokens (tokens per iteration)
+    rounded as the simulator enforces them, watermark (fraction of KV blocks),
+    scheduler_reserve_full_isl and long_prefill_token_threshold_adaptive (from `engine`), and
+    where set long_prefill_token_threshold (tokens), max_num_active_seqs (sequences) and the API
+    server's max_num_queued_reqs (requests) and max_num_queued_tokens (tokens);
+    enable_chunked_prefill, block_size (tokens) and max_model_len (tokens) from `engine` (or the
+    resolved `deploy`). scheduling_policy is "fcfs" for the fcfs order, else "priority" (the
+    per-request priority then comes from a gateway: see unmapped_knobs). `order` defaults to
+    what the w_* weights in `values` imply; pass it for sjf.
+    `deploy` (`deployment`) pins the engine that was simulated: model, tensor_parallel_size, the
+    KV capacity (num_gpu_blocks_override: the usable blocks plus vLLM's null block),
+    enable_prefix_caching (vLLM turns it on by default), quantization fp8 for 8-bit weights,
+    kv_cache_dtype fp8 for an 8-bit KV cache, and speculative_config with its draft model
+    (vLLM refuses num_speculative_tokens without one).
     """
     order = _infer_order(values) if order is None else order
     eff, eng = _effective(values, order), _engine_dict(engine)
-    args: dict = {
+    deploy = dict(deploy or {})
+    args: dict = {}
+    if deploy.get("model"):
+        args["model"] = deploy["model"]
+    args.update({
         "max_num_seqs": eff["max_num_seqs"],
         "max_num_batched_tokens": eff["max_num_batched_tokens"],
         "enable_chunked_prefill": bool(eng.get("chunked_prefill", True)),
         "block_size": int(eng.get("block_size", 16)),
-    }
-    if eng.get("max_model_len") is not None:
-        args["max_model_len"] = int(eng["max_model_len"])
+    })
+    max_len = deploy.get("max_model_len", eng.get("max_model_len"))
+    if max_len is not None:
+        args["max_model_len"] = int(max_len)
     args["scheduling_policy"] = "fcfs" if order == "fcfs" else "priority"
-    if eng.get("gpu_memory_utilization") is not None:
+    args["watermark"] = eff["watermark"]
+    args["scheduler_reserve_full_isl"] = bool(eng.get("scheduler_reserve_full_isl", True))
+    if eff["long_prefill_token_threshold"] > 0:
+        args["long_prefill_token_threshold"] = eff["long_prefill_token_threshold"]
+        args["long_prefill_token_threshold_adaptive"] = bool(
+            eng.get("long_prefill_token_threshold_adaptive", False))
+    for key in ("max_num_active_seqs", "max_num_queued_reqs", "max_num_queued_tokens"):
+        if math.isfinite(eff[key]):
+            args[key] = eff[key]
+    args.update(_vllm_deployment(deploy))
+    if eng.get("gpu_memory_utilization") is not None and "num_gpu_blocks_override" not in args:
         args["gpu_memory_utilization"] = float(eng["gpu_memory_utilization"])
     if eff.get("spec_k", 0) > 0:
-        # current vLLM takes speculation as one JSON argument (method and draft model to add)
-        args["speculative_config"] = {"num_speculative_tokens": eff["spec_k"]}
+        spec = {"num_speculative_tokens": eff["spec_k"]}
+        if deploy.get("draft_model"):
+            spec = {"model": deploy["draft_model"], **spec}
+        args["speculative_config"] = spec
     return args
 
 
-def sglang_args(values: Mapping[str, object], engine: Mapping, order: str | None = None) -> dict:
+def _vllm_deployment(deploy: Mapping) -> dict:
+    """vLLM arguments of the deployment: parallelism, KV capacity, prefix caching, precision."""
+    args: dict = {}
+    if "tensor_parallel_size" in deploy:
+        args["tensor_parallel_size"] = int(deploy["tensor_parallel_size"])
+    if "num_gpu_blocks" in deploy:  # vLLM keeps one null block beside the usable ones
+        args["num_gpu_blocks_override"] = int(deploy["num_gpu_blocks"]) + 1
+    if "prefix_cache" in deploy:
+        args["enable_prefix_caching"] = bool(deploy["prefix_cache"])
+    if deploy.get("weight_bits") == 8:
+        args["quantization"] = "fp8"
+    if deploy.get("kv_bits") == 8:
+        args["kv_cache_dtype"] = "fp8"
+    return args
+
+
+def sglang_args(values: Mapping[str, object], engine: Mapping, order: str | None = None,
+                deploy: Mapping | None = None) -> dict:
     """SGLang server arguments (ServerArgs field names) for the tuned policy on `engine`.
 
-    max_running_requests = max_num_seqs; chunked_prefill_size and max_prefill_tokens = the token
-    budget (chunked_prefill_size -1 when chunked prefill is off), with enable_mixed_chunk so
-    prefill chunks share iterations with decodes as in vLLM; page_size = block_size (tokens);
-    context_length = max_model_len (tokens, if set); max_queued_requests = queue_cap (if finite).
+    max_running_requests = max_num_seqs; chunked_prefill_size = the token budget (-1 when
+    chunked prefill is off), with enable_mixed_chunk so prefill chunks share iterations with
+    decodes as in vLLM (--max-prefill-tokens is left out: SGLang floors it at the context
+    length, so it would do nothing); page_size = block_size (tokens); context_length =
+    max_model_len (tokens, if set); max_queued_requests = queue_cap (if finite).
     schedule_policy is "fcfs"; for other orders SGLang has no equivalent policy, so priority
     scheduling is enabled (lower value first, as vLLM; no priority preemption, as simulated)
-    and a gateway sets the priority (see unmapped_knobs).
+    and a gateway sets the priority (see unmapped_knobs). `deploy` (`deployment`) adds
+    model_path, tp_size, max_total_tokens (the simulated KV pool, tokens),
+    disable_radix_cache when prefix caching was off, quantization fp8 and kv_cache_dtype
+    fp8_e4m3 for 8-bit weights and KV.
     """
     order = _infer_order(values) if order is None else order
     eff, eng = _effective(values, order), _engine_dict(engine)
+    deploy = dict(deploy or {})
     chunked = bool(eng.get("chunked_prefill", True))
-    budget = eff["max_num_batched_tokens"]
-    args: dict = {
+    block = int(eng.get("block_size", 16))
+    args: dict = {"model_path": deploy["model"]} if deploy.get("model") else {}
+    args.update({
         "max_running_requests": eff["max_num_seqs"],
-        "chunked_prefill_size": budget if chunked else -1,
-        "max_prefill_tokens": budget,
+        "chunked_prefill_size": eff["max_num_batched_tokens"] if chunked else -1,
         "enable_mixed_chunk": chunked,
-        "page_size": int(eng.get("block_size", 16)),
-    }
-    if eng.get("max_model_len") is not None:
-        args["context_length"] = int(eng["max_model_len"])
+        "page_size": block,
+    })
+    max_len = deploy.get("max_model_len", eng.get("max_model_len"))
+    if max_len is not None:
+        args["context_length"] = int(max_len)
     args["schedule_policy"] = "fcfs"
     if order != "fcfs":
         args["enable_priority_scheduling"] = True
@@ -182,6 +254,16 @@ def sglang_args(values: Mapping[str, object], engine: Mapping, order: str | None
         args["disable_priority_preemption"] = True
     if math.isfinite(eff["queue_cap"]):
         args["max_queued_requests"] = eff["queue_cap"]
+    if "tensor_parallel_size" in deploy:
+        args["tp_size"] = int(deploy["tensor_parallel_size"])
+    if "num_gpu_blocks" in deploy:
+        args["max_total_tokens"] = int(deploy["num_gpu_blocks"]) * block
+    if deploy.get("prefix_cache") is False:
+        args["disable_radix_cache"] = True
+    if deploy.get("weight_bits") == 8:
+        args["quantization"] = "fp8"
+    if deploy.get("kv_bits") == 8:
+        args["kv_cache_dtype"] = "fp8_e4m3"
     return args
 
 
@@ -213,22 +295,41 @@ def sglang_flags(args: Mapping[str, object]) -> list[str]:
     return _flags(args, negatable=False)
 
 
-def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | None = None
-                   ) -> list[dict]:
+def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | None = None,
+                   deploy: Mapping | None = None) -> list[dict]:
     """Tuned knobs with no (faithful) engine flag: dicts of name, value, engines (those lacking
     it) and a one-line note on how to apply it. Priority orders become a per-request integer
-    `priority` a gateway computes (lower first in both engines, with the flags exported)."""
+    `priority` a gateway computes (lower first in both engines, with the flags exported).
+    `deploy` (`deployment`): 4-bit weights or KV, which no flag turns on, are listed too."""
     eff = _effective(values, order)
     both = ["vllm", "sglang"]
-    out = [{"name": "watermark", "value": eff["watermark"], "engines": both,
-            "note": "no admission watermark in vLLM V1 or SGLang (the simulated scheduler kept "
-                    "this fraction of KV blocks free when admitting); re-simulate with "
-                    "watermark=0 to see what dropping it costs"}]
+    out = []
+    deploy = dict(deploy or {})
+    if deploy.get("weight_bits") == 4:
+        out.append({"name": "weight_bits", "value": 4, "engines": both,
+                    "note": "serve a 4-bit (AWQ or GPTQ) checkpoint of the model; its method "
+                            "is read from the checkpoint"})
+    if deploy.get("kv_bits") == 4:
+        out.append({"name": "kv_bits", "value": 4, "engines": both,
+                    "note": "no 4-bit KV-cache dtype in vLLM or SGLang; fp8 (8 bits) is the "
+                            "smallest, so re-simulate with model.kv_bits=8"})
+    if eff["watermark"] > 0:
+        out.append({"name": "watermark", "value": eff["watermark"], "engines": ["sglang"],
+                    "note": "vLLM: --watermark; SGLang has no admission watermark (the "
+                            "simulated scheduler kept this fraction of KV blocks free when "
+                            "admitting while requests run); re-simulate with watermark=0 to "
+                            "see what dropping it costs"})
     if math.isfinite(eff["queue_cap"]):
         out.append({"name": "queue_cap", "value": eff["queue_cap"], "engines": ["vllm"],
-                    "note": "vLLM has no queue limit: a gateway rejects (429/503) an arrival that "
-                            "finds this many requests waiting (vllm:num_requests_waiting); "
-                            "SGLang: --max-queued-requests"})
+                    "note": "vLLM's --max-num-queued-reqs counts running requests too: a "
+                            "gateway rejects (429/503) an arrival that finds this many requests "
+                            "waiting (vllm:num_requests_waiting); SGLang: --max-queued-requests"})
+    sglang_lacks = [k for k in ("long_prefill_token_threshold", "max_num_active_seqs",
+                                "max_num_queued_reqs", "max_num_queued_tokens")
+                    if math.isfinite(eff[k]) and eff[k] > 0]
+    for key in sglang_lacks:
+        out.append({"name": key, "value": eff[key], "engines": ["sglang"],
+                    "note": f"vLLM: --{key.replace('_', '-')}; no SGLang equivalent"})
     w = {k: eff[k] for k in WEIGHTS}
     if order == "neural":
         out.append({"name": "order", "value": order, "engines": both,
@@ -318,13 +419,14 @@ def vllm_warnings(args: Mapping[str, object]) -> list[str]:
 
 
 def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine: Mapping,
-                 extra: dict | None = None) -> dict[str, Path]:
+                 extra: dict | None = None, deploy: Mapping | None = None) -> dict[str, Path]:
     """Write tuned_policy.yaml, vllm_args.json, sglang_args.json (args plus the "flags" command
     line) and unmapped_knobs.json into `out_dir` (created; files there are replaced); with a
     neural score (values["score_net"]) also score_net.json (weights, feature names, units and
     scales) and priority.py (a dependency-free priority(request, engine) for a gateway). `extra`
     (e.g. the objective and scenario it was tuned on) goes into each JSON file under "extra" and
-    into the YAML as comments. Returns {name: path}."""
+    into the YAML as comments; `deploy` (`deployment`) pins the simulated engine in the engine
+    arguments. Returns {name: path}."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {name: out_dir / name for name in
@@ -347,9 +449,10 @@ def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine
             payload["extra"] = extra
         paths[name].write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
-    v_args, s_args = vllm_args(values, engine, order), sglang_args(values, engine, order)
+    v_args = vllm_args(values, engine, order, deploy)
+    s_args = sglang_args(values, engine, order, deploy)
     dump("vllm_args.json", {"args": v_args, "flags": shlex.join(vllm_flags(v_args)),
                             "warnings": vllm_warnings(v_args)})
     dump("sglang_args.json", {"args": s_args, "flags": shlex.join(sglang_flags(s_args))})
-    dump("unmapped_knobs.json", {"unmapped": unmapped_knobs(values, order, engine)})
+    dump("unmapped_knobs.json", {"unmapped": unmapped_knobs(values, order, engine, deploy)})
     return paths

@@ -43,6 +43,7 @@ class ModelSpec:
     kv_heads: int
     head_dim: int
     max_context: int
+    hf_id: str = ""  # the Hugging Face repository vLLM and SGLang load (--model)
 
 
 GPUS: dict[str, GPUSpec] = {
@@ -63,17 +64,21 @@ GPUS: dict[str, GPUSpec] = {
 MODELS: dict[str, ModelSpec] = {
     # meta-llama/Meta-Llama-3-8B config.json: 32 layers, hidden 4096, 32 heads, 8 KV heads,
     # max_position_embeddings 8192; 8.03e9 parameters (model card).
-    "llama3_8b": ModelSpec("Llama-3-8B", 8.03e9, 32, 4096, 32, 8, 128, 8192),
+    "llama3_8b": ModelSpec("Llama-3-8B", 8.03e9, 32, 4096, 32, 8, 128, 8192,
+                           "meta-llama/Meta-Llama-3-8B"),
     # meta-llama/Meta-Llama-3-70B config.json: 80 layers, hidden 8192, 64 heads, 8 KV heads,
     # max_position_embeddings 8192; 70.6e9 parameters (model card).
-    "llama3_70b": ModelSpec("Llama-3-70B", 70.6e9, 80, 8192, 64, 8, 128, 8192),
+    "llama3_70b": ModelSpec("Llama-3-70B", 70.6e9, 80, 8192, 64, 8, 128, 8192,
+                            "meta-llama/Meta-Llama-3-70B"),
     # Qwen/Qwen2.5-7B-Instruct config.json: 28 layers, hidden 3584, 28 heads, 4 KV heads,
     # max_position_embeddings 32768; 7.61e9 parameters (model card).
-    "qwen2_5_7b": ModelSpec("Qwen2.5-7B", 7.61e9, 28, 3584, 28, 4, 128, 32768),
+    "qwen2_5_7b": ModelSpec("Qwen2.5-7B", 7.61e9, 28, 3584, 28, 4, 128, 32768,
+                            "Qwen/Qwen2.5-7B-Instruct"),
     # meta-llama/Llama-3.2-1B config.json: 16 layers, hidden 2048, 32 heads, 8 KV heads,
     # head_dim 64, max_position_embeddings 131072; 1.24e9 parameters (model card: 1.23B).
     # Shares Llama 3's tokenizer, so it can draft for Llama-3-8B/70B.
-    "llama3_2_1b": ModelSpec("Llama-3.2-1B", 1.24e9, 16, 2048, 32, 8, 64, 131072),
+    "llama3_2_1b": ModelSpec("Llama-3.2-1B", 1.24e9, 16, 2048, 32, 8, 64, 131072,
+                             "meta-llama/Llama-3.2-1B"),
 }
 
 _BITS = (4, 8, 16)

@@ -13,12 +13,17 @@ from servetune.types import RUNNING, WAITING, Entries, PolicyParams
 
 # Fields of PolicyParams, with their defaults (vLLM V1's defaults for an OpenAI server on an
 # 80 GB H100: max_num_seqs 1024, max_num_batched_tokens 8192 -- vllm/engine/arg_utils.py,
-# EngineArgs.get_batch_defaults; watermark 0.01 is vLLM V0's block-manager default).
+# EngineArgs.get_batch_defaults; the watermark, the queue caps and the long-prefill threshold
+# are off by default in vLLM 0.32, vllm/config/scheduler.py).
 DEFAULTS: dict[str, float] = {
     "max_num_seqs": 1024.0,
     "max_num_batched_tokens": 8192.0,
-    "watermark": 0.01,
+    "watermark": 0.0,
     "queue_cap": math.inf,
+    "max_num_queued_reqs": math.inf,
+    "max_num_queued_tokens": math.inf,
+    "max_num_active_seqs": math.inf,
+    "long_prefill_token_threshold": 0.0,
     "w_age": 1.0,
     "w_prompt": 0.0,
     "w_pred": 0.0,
@@ -44,11 +49,19 @@ ORDERS: dict[str, dict[str, float]] = {
     "neural": {},
 }
 
+# keys whose "no limit" is inf (null in the conf files)
+UNLIMITED = ("queue_cap", "max_num_batched_tokens", "max_num_queued_reqs", "max_num_queued_tokens",
+             "max_num_active_seqs")
+
 _BOUNDS = {
     "max_num_seqs": (1.0, math.inf),
     "max_num_batched_tokens": (1.0, math.inf),
     "watermark": (0.0, 0.999),
     "queue_cap": (0.0, math.inf),
+    "max_num_queued_reqs": (0.0, math.inf),
+    "max_num_queued_tokens": (0.0, math.inf),
+    "max_num_active_seqs": (1.0, math.inf),
+    "long_prefill_token_threshold": (0.0, math.inf),
     "ttft_target_s": (0.0, math.inf),
     "spec_k": (0.0, 64.0),
     "kv_compress_ratio": (1.0, 16.0),
@@ -93,8 +106,7 @@ def make_policy(values: Mapping[str, object] | None = None, order: str = "fcfs",
         if np.isnan(arr).any():
             raise ConfigError(f"{key_prefix}.{key}: got NaN; expected a number")
         lo, hi = _BOUNDS.get(key, (-math.inf, math.inf))
-        if (arr < lo).any() or (arr > hi).any() or (np.isinf(arr).any() and key not in
-                                                      ("queue_cap", "max_num_batched_tokens")):
+        if (arr < lo).any() or (arr > hi).any() or (np.isinf(arr).any() and key not in UNLIMITED):
             raise ConfigError(f"{key_prefix}.{key}: got {value!r}; expected within [{lo}, {hi}]")
         arrays[key] = arr
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
@@ -141,7 +153,19 @@ def scheduling_group(e: Entries):
                      jnp.where(e.status == WAITING, jnp.where(e.preempted, 1, 2), 3))
 
 
+def is_fcfs(pol: PolicyParams):
+    """[] whether the priority score orders by arrival alone (vLLM's fcfs policy): only w_age
+    set, and no neural score."""
+    if pol.score_net is not None:
+        return jnp.asarray(False)
+    return (pol.w_age > 0) & (pol.w_prompt == 0) & (pol.w_pred == 0) & (pol.w_slack == 0)
+
+
 def scheduling_order(e: Entries, t, pol: PolicyParams):
-    """Permutation [A] of the entries: by `scheduling_group`, within a group by priority; ties
-    go to the earlier request in trace order."""
-    return jnp.lexsort((e.req, -priority(e, t, pol), scheduling_group(e)))
+    """Permutation [A] of the entries: by `scheduling_group`; within the running and preempted
+    groups under FCFS, vLLM's own order (`Entries.qkey`: admission order; the front of the
+    queue), otherwise by priority; ties go to the earlier request in trace order."""
+    group = scheduling_group(e)
+    vllm_order = is_fcfs(pol) & (group <= 1)
+    key = jnp.where(vllm_order, e.qkey.astype(jnp.float64), -priority(e, t, pol))
+    return jnp.lexsort((e.req, key, group))

@@ -19,7 +19,7 @@ from servetune.engine.pressure import POLICIES
 from servetune.engine.routing import ROUTERS
 from servetune.errors import ConfigError
 from servetune.metrics import MetricsSpec
-from servetune.policy import DEFAULTS, make_policy
+from servetune.policy import DEFAULTS, UNLIMITED, make_policy
 from servetune.types import CANCELLED, EXPIRED, EngineConfig, Params, Workload
 
 
@@ -309,6 +309,19 @@ def grid_points(cfg: DictConfig) -> list[dict]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
+def _check_vllm_limits(pol, max_len: int) -> None:
+    """The policy limits vLLM 0.32 itself refuses at startup (vllm/config/scheduler.py):
+    max_num_active_seqs above max_num_seqs, long_prefill_token_threshold above max_model_len."""
+    active, seqs = np.asarray(pol.max_num_active_seqs), np.asarray(pol.max_num_seqs)
+    if np.any(np.isfinite(active) & (active > seqs)):
+        raise ConfigError(f"policy.max_num_active_seqs: got {np.max(active):g}; expected at most "
+                          f"policy.max_num_seqs = {np.min(seqs):g} (vLLM refuses more)")
+    threshold = np.asarray(pol.long_prefill_token_threshold)
+    if np.any(threshold > max_len):
+        raise ConfigError(f"policy.long_prefill_token_threshold: got {np.max(threshold):g}; "
+                          f"expected at most engine.max_model_len = {max_len} (0 = off)")
+
+
 def build(cfg: DictConfig) -> Scenario:
     """Validate `cfg` and build the scenario batch (seeds x grid points).
 
@@ -383,7 +396,7 @@ def build(cfg: DictConfig) -> Scenario:
     if not isinstance(order, str):
         raise ConfigError(f"policy.order: got {order!r}; expected one of fcfs, sjf, parametric")
     score_net = policy_cfg.pop("score_net", None)  # order neural: weights or a JSON path
-    unlimited = ("queue_cap", "max_num_batched_tokens")  # null or inf: no limit
+    unlimited = UNLIMITED  # null or inf: no limit
     for k, v in policy_cfg.items():
         if isinstance(v, list):
             raise ConfigError(f"policy.{k}: got a list {v}; a policy value is one number -- to "
@@ -399,7 +412,7 @@ def build(cfg: DictConfig) -> Scenario:
                               f"number within float range") from None
         if math.isinf(v) and k not in unlimited:
             raise ConfigError(f"policy.{k}: got {v!r}; expected a finite number (only "
-                              f"{' and '.join(unlimited)} may be unlimited)")
+                              f"{', '.join(unlimited)} may be unlimited)")
     policy_cfg = {k: (math.inf if v is None else v) for k, v in policy_cfg.items()}
     points = grid_points(cfg)
     for key in (points[0] if points else {}):
@@ -453,7 +466,11 @@ def build(cfg: DictConfig) -> Scenario:
                              default=64),
         prefill_instances=_number(cfg, "engine.prefill_instances", lo=0, hi=MAX_INSTANCES,
                                   integer=True, default=0),
+        scheduler_reserve_full_isl=_flag(cfg, "engine.scheduler_reserve_full_isl", True),
+        long_prefill_token_threshold_adaptive=_flag(
+            cfg, "engine.long_prefill_token_threshold_adaptive", False),
         **_prefix_engine(cfg, block, layout, kv_blocks))
+    _check_vllm_limits(pol, max_len)
     budget = float(np.min(np.asarray(pol.max_num_batched_tokens)))
     if batching == "continuous" and not engine.chunked_prefill and budget < max_len:
         raise ConfigError(
@@ -461,11 +478,11 @@ def build(cfg: DictConfig) -> Scenario:
             f"with engine.chunked_prefill=false, so long prompts could never be scheduled (vLLM "
             f"refuses this too); raise it, lower engine.max_model_len or enable chunked prefill")
     lone_blocks = engine.max_blocks_per_request
-    min_free = kv_blocks * (1 - float(np.max(np.asarray(pol.watermark))))
-    if lone_blocks > kv_blocks or (form == "linear" and lone_blocks > min_free):
+    if lone_blocks > kv_blocks:  # vLLM refuses to start then (the watermark does not apply
+        # to an admission into an empty engine)
         raise ConfigError(
             f"cost.kv_blocks: {kv_blocks} blocks of {block} tokens cannot hold one "
-            f"max_model_len = {max_len} sequence ({lone_blocks} blocks) above the watermark; "
+            f"max_model_len = {max_len} sequence ({lone_blocks} blocks); "
             f"raise it or lower engine.max_model_len")
     if engine.prefill_instances and engine.prefill_instances >= engine.n_instances:
         raise ConfigError(f"engine.prefill_instances: got {engine.prefill_instances} of "
@@ -485,11 +502,11 @@ def build(cfg: DictConfig) -> Scenario:
         engine = dataclasses.replace(engine, cascade_small_instances=small_n)
         qspec = cascade_lib.tier_quality(qspec)
         for pool, blocks in (("large", casc.large_kv_blocks), ("small", casc.small_kv_blocks)):
-            if lone_blocks > blocks * (1 - float(np.max(np.asarray(pol.watermark)))):
-                raise ConfigError(  # a retry admissible on the small pool must be on the large
-                    f"policy.watermark: the {pool} pool's {blocks} KV blocks cannot hold one "
-                    f"engine.max_model_len = {max_len} sequence ({lone_blocks} blocks) above "
-                    f"the watermark; lower either")
+            if lone_blocks > blocks:  # a retry admissible on the small pool must be on the large
+                raise ConfigError(
+                    f"engine.max_model_len: the {pool} pool's {blocks} KV blocks cannot hold one "
+                    f"engine.max_model_len = {max_len} sequence ({lone_blocks} blocks); "
+                    f"lower it")
     cost = cost.replace(
         link_bytes_per_s=jnp.asarray(_number(cfg, "hardware.kv_link_bytes_per_s", lo=1,
                                              hi=1e15, default=25e9), jnp.float64),

@@ -54,6 +54,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         end_state=full(-1, jnp.int32), give_up_at=full(jnp.inf, jnp.float64),
         give_up_state=full(-1, jnp.int32), spec_alpha=full(0.0, jnp.float64),
         kv_ratio=full(1.0, jnp.float64), ready_at=full(-jnp.inf, jnp.float64),
+        qkey=full(0, jnp.int32),
         **(prefix_lib.init_entries(shape, zi, cfg) if cfg.prefix_cache else {}),
         **({f: full(0.0, jnp.float64) for f in RELAXED_FIELDS} if cfg.relax != "hard" else {}),
         **(swap.init_fields(shape, zi) if cfg.relax_order else {}),

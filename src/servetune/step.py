@@ -115,7 +115,8 @@ def step_or_stay(state: SimState, wl: Workload, params: Params, cfg: EngineConfi
 
 def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineConfig):
     """`step`, also returning what the iteration did: a dict with the start time `t` and
-    duration `dur` (seconds), and per entry [A] the request id `req` and `tokens` computed.
+    duration `dur` (seconds), and per entry [A] the request id `req` and `tokens` computed
+    (-1 and 0 elsewhere) and the ids of the requests it `preempted` (-1 elsewhere).
 
     With engine.leap_max > 0 the step also applies the run of uniform decode iterations that
     follows the first one (engine/leap.py); `info` then describes the first iteration only."""
@@ -415,4 +416,5 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     info = {"t": t, "dur": jnp.where(state.done, 0.0, dur),
             "tokens": jnp.where(state.done, 0, batch.tokens)}
     info["req"] = jnp.where(info["tokens"] > 0, batch_req, -1)
+    info["preempted"] = jnp.where(batch.preempted & ~state.done, batch_req, -1)
     return new, info

@@ -90,6 +90,13 @@ class EngineConfig:
       relax_order: also relax the priority order among waiting requests (pair swaps at the
         admission boundary, engine/swap.py, O(queue_window^2) per iteration): for gradients
         in the priority weights.
+      scheduler_reserve_full_isl: vLLM 0.32's admission rule (`--scheduler-reserve-full-isl`,
+        default on): a waiting request is admitted only if blocks for its whole prompt (plus
+        the tokens it already generated, if preempted) fit above the watermark; off, only its
+        first chunk's blocks must fit (vLLM before 0.32).
+      long_prefill_token_threshold_adaptive: floor policy.long_prefill_token_threshold at
+        max_num_batched_tokens // (running + waiting requests), as vLLM 0.32's
+        `--long-prefill-token-threshold-adaptive`.
       cascade_small_instances: S > 0 runs a model cascade (engine/cascade.py): instances
         0..S-1 serve a small model, the rest a large one; arrivals whose predicted difficulty
         is at most policy.cascade_threshold go to the small pool, the others to the large pool,
@@ -123,6 +130,8 @@ class EngineConfig:
     relax_temperature: float = 1.0
     relax_order: bool = False
     cascade_small_instances: int = 0
+    scheduler_reserve_full_isl: bool = True
+    long_prefill_token_threshold_adaptive: bool = False
 
     @property
     def n_entries(self) -> int:
@@ -151,8 +160,22 @@ class PolicyParams:
 
     max_num_seqs: jnp.ndarray  # [] sequences running at once
     max_num_batched_tokens: jnp.ndarray  # [] tokens per iteration
-    watermark: jnp.ndarray  # [] fraction of KV blocks kept free at admission
-    queue_cap: jnp.ndarray  # [] max waiting requests; arrivals beyond are rejected (inf = none)
+    watermark: jnp.ndarray  # [] fraction of all KV blocks (vLLM's count, the null block
+    #                         included; floored to whole blocks) kept free when admitting while
+    #                         requests are running (vLLM 0.32 `--watermark`)
+    queue_cap: jnp.ndarray  # [] max waiting requests; arrivals beyond are rejected (inf = none;
+    #                         a gateway's cap, not a vLLM flag)
+    max_num_queued_reqs: jnp.ndarray  # [] vLLM's API-server cap on unfinished (waiting +
+    #                                   running) requests; an arrival beyond it gets HTTP 503
+    #                                   (rejected; inf = none)
+    max_num_queued_tokens: jnp.ndarray  # [] vLLM's API-server cap on the prompt tokens of
+    #                                     requests without a first token; an arrival that finds
+    #                                     at least this many is rejected (inf = none)
+    max_num_active_seqs: jnp.ndarray  # [] vLLM's cap on requests admitted into RUNNING, below
+    #                                   max_num_seqs (inf = max_num_seqs)
+    long_prefill_token_threshold: jnp.ndarray  # [] most prompt tokens one request computes per
+    #                                            iteration unless it is the only request
+    #                                            (0 = off; vLLM's flag of the same name)
     w_age: jnp.ndarray  # [] priority weight per second waited since arrival
     w_prompt: jnp.ndarray  # [] priority weight per 1000 prompt tokens (shorter first)
     w_pred: jnp.ndarray  # [] priority weight per 1000 predicted output tokens (shorter first)
@@ -258,6 +281,9 @@ class Entries:
     spec_alpha: jnp.ndarray  # [A] f64 per-token draft acceptance rate (speculation)
     kv_ratio: jnp.ndarray  # [A] f64 KV compression factor of the request (1 = uncompressed)
     ready_at: jnp.ndarray  # [A] f64 time its KV lands on this decode instance (INFLIGHT)
+    qkey: jnp.ndarray  # [A] i32 vLLM's queue positions: running, the order of admission
+    #                    (ascending); preempted and waiting, the order of the deque they were
+    #                    pushed back to the front of (ascending, below 0); new arrivals 0
     # prefix caching only (engine/prefix.py), else None:
     pfx_ids: jnp.ndarray | None = None  # [A, Hp] i32 the request's full prompt block ids, -1 after
     pfx_slot: jnp.ndarray | None = None  # [A, Hp] i32 cache-table slot of each block it references, -1

@@ -9,7 +9,6 @@ from servetune import ops, relax
 from servetune.engine import prefix as prefix_lib
 from servetune.engine import swap
 from servetune.engine.kv import blocks_for
-from servetune.engine.scheduler import token_budget
 from servetune.engine.shift import RELAXED_FIELDS
 from servetune.types import DONE, EMPTY, REJECTED, WAITING, EngineConfig, Entries, Params, Workload
 
@@ -18,10 +17,12 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
                   search_window: int | None = 64):
     """Requests with arrival <= t join the queue in trace order, into free entries.
 
-    Rejected on arrival: a request longer than max_model_len (prompt + output) or than the whole
-    KV cache; one whose first chunk could never be admitted, even into an empty engine, above
-    the KV watermark (vLLM's "never" allocation status); one that finds `queue_cap` requests
-    already waiting.
+    Rejected on arrival (vLLM 0.32): a prompt of max_model_len tokens or more (the input
+    processor's check); one that finds the API server's caps reached (policy.max_num_queued_reqs
+    unfinished requests, or policy.max_num_queued_tokens prompt tokens without a first token:
+    HTTP 503); one that finds `queue_cap` requests already waiting (a gateway's cap); one
+    that could never fit the KV cache. A sequence reaching max_model_len stops there (vLLM's
+    length cap): its output is cut to max_model_len - prompt tokens.
     Arrivals that find no free entry stay outside the window, in order, and enter at a later
     iteration (never dropped).
     Returns (entries, next_req, arrived requests left outside the window, requests arrived by t,
@@ -51,24 +52,36 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
     return e, next_req + n_take, pending - n_take, n_arrived, n_rejected
 
 
+def _below_caps(e: Entries, ok, ok_rank, prompt, pol):
+    """[A] arrivals (`ok`, ranked `ok_rank` in trace order) the queue caps let in, each seeing
+    the ones let in before it: the gateway's queue_cap on waiting requests, and vLLM's API
+    server checks, max_num_queued_reqs on unfinished requests (current + 1 > cap is refused)
+    and max_num_queued_tokens on the prompt tokens of requests without a first token (refused
+    once they reach the cap)."""
+    n_waiting = jnp.sum(e.status == WAITING, dtype=jnp.int32)
+    unfinished = jnp.sum((e.status != EMPTY) & (e.status != DONE), dtype=jnp.int32)
+    prefilling = (e.status != EMPTY) & (e.status != DONE) & (e.generated == 0)
+    queued_tokens = jnp.sum(jnp.where(prefilling, e.prompt, 0))
+    tokens_before = queued_tokens + ops.cumsum(jnp.where(ok, prompt, 0)) - prompt
+    return (relax.below(n_waiting + ok_rank, relax.integer_limit(pol.queue_cap))
+            & (unfinished + ok_rank + 1 <= relax.integer_limit(pol.max_num_queued_reqs))
+            & (tokens_before < relax.integer_limit(pol.max_num_queued_tokens)))
+
+
 def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: EngineConfig,
          extra: dict | None = None):
     """Put arriving requests into the entries where `take` [A] holds: entry k gets request
     idx[k], whose fields `read(wl.field)` gives ([A]). Applies the arrival checks (too long,
-    never fits above the watermark, queue cap: rejected). `extra`: further Entries fields
+    never fits, queue caps: rejected). `extra`: further Entries fields
     (prefix caching's). Returns (entries, rejected count)."""
     prompt = read(wl.prompt)
-    output = read(wl.output)
+    output = jnp.minimum(read(wl.output), jnp.maximum(cfg.max_model_len - prompt, 1))
     pol, kv_total = params.policy, params.cost.kv_blocks
-    # a recompute after preemption prefills up to prompt + output - 1 tokens
-    first_chunk = jnp.minimum(prompt + output - 1, token_budget(pol, cfg))
-    fits = ((prompt + output <= cfg.max_model_len)
-            & (blocks_for(jnp.maximum(first_chunk, 1), cfg) <= kv_total - pol.watermark * kv_total)
-            & (blocks_for(prompt + output - 1, cfg) <= kv_total))
-    n_waiting = jnp.sum(e.status == WAITING, dtype=jnp.int32)
+    fits = ((prompt < cfg.max_model_len)
+            & (blocks_for(jnp.maximum(prompt + output - 1, 1), cfg) <= kv_total))
     ok = take & fits
     ok_rank = ops.cumsum(ok, dtype=jnp.int32) - 1
-    accept = ok & relax.below(n_waiting + ok_rank, relax.integer_limit(pol.queue_cap))
+    accept = ok & _below_caps(e, ok, ok_rank, prompt, pol)
     reject = take & ~accept
 
     nan = jnp.full_like(e.finish, jnp.nan)
@@ -100,6 +113,7 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
         kv_ratio=(sel(jnp.ones_like(e.kv_ratio), e.kv_ratio) if cfg.kv_pressure == "compress"
                   else e.kv_ratio),
         ready_at=e.ready_at,
+        qkey=sel(zero, e.qkey),
         **({f: sel(jnp.zeros_like(e.finish), getattr(e, f)) for f in RELAXED_FIELDS}
            if cfg.relax != "hard" else {}),
         **(swap.reset_fields(e, take) if cfg.relax_order else {}),

@@ -17,7 +17,14 @@ import jax.numpy as jnp
 from servetune import histogram, ops, relax
 from servetune.engine import pressure
 from servetune.engine.kv import blocks_for
-from servetune.engine.scheduler import pending_tokens, token_budget
+from servetune.engine.scheduler import (
+    admission_cap,
+    full_sequence_blocks,
+    pending_tokens,
+    prefill_cap,
+    token_budget,
+    watermark_blocks,
+)
 from servetune.hardware import step_time
 from servetune.types import COMPLETED, DONE, RUNNING, WAITING, EngineConfig, Entries, Params
 
@@ -26,23 +33,29 @@ def _admission_blocked(e: Entries, n_running, budget, free, params: Params, cfg:
                        prefix: bool = False):
     """True when no waiting request can be admitted in any iteration of the run: the sequence
     cap binds (it cannot loosen without a completion), or static batching holds the batch, or
-    none fits as the first admission (no budget left, or too few KV blocks above the watermark;
-    free blocks only shrink as the run goes on). Requests held back only by engine.max_slots
+    none fits as the first admission (no budget left, or too few KV blocks above the watermark
+    for its first chunk, or its whole sequence with engine.scheduler_reserve_full_isl; free
+    blocks only shrink as the run goes on). Requests held back only by engine.max_slots
     are not covered (those iterations are counted by the stepping path)."""
     waiting = e.status == WAITING
     if cfg.batching == "static":  # the batch is held while anything runs
         return jnp.asarray(True)
     if cfg.kv_pressure == "reject":  # a waiting request may be turned away at any boundary
         return ~jnp.any(waiting)
-    seq_cap = ~relax.below(0, relax.integer_limit(params.policy.max_num_seqs) - n_running)
+    pol = params.policy
+    seq_cap = ~relax.below(0, admission_cap(pol) - n_running)
     budget_left = budget - n_running
-    need_w = e.prompt + e.generated
+    need_w = jnp.minimum(e.prompt + e.generated,
+                         prefill_cap(pol, budget, n_running + jnp.sum(waiting), cfg))
     if prefix:  # a cache hit can leave as little as 1 token to compute: assume it does
         need_w = jnp.minimum(need_w, 1)
     chunk = (jnp.minimum(need_w, budget_left) if cfg.chunked_prefill
              else jnp.where(need_w <= budget_left, need_w, 0))
-    room = free - params.policy.watermark * params.cost.kv_blocks
-    fits = (chunk > 0) & relax.at_most(blocks_for(jnp.maximum(chunk, 0), cfg), room)
+    want = blocks_for(jnp.maximum(chunk, 0), cfg)
+    if cfg.scheduler_reserve_full_isl and not prefix:
+        want = jnp.maximum(want, full_sequence_blocks(e, cfg))
+    room = free - watermark_blocks(pol, params.cost.kv_blocks)  # requests run: it holds
+    fits = (chunk > 0) & relax.at_most(want, room)
     return ~jnp.any(waiting) | seq_cap | ~jnp.any(waiting & fits)
 
 

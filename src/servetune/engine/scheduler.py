@@ -1,20 +1,25 @@
-"""One iteration's schedule (vLLM V1 semantics), computed on entries in scheduling order.
+"""One iteration's schedule, as vLLM 0.32's V1 scheduler computes it, on entries in scheduling
+order (vllm/v1/core/sched/scheduler.py; the golden fixtures in tests/golden/ are its output).
 
-1. Running requests, by priority, take their next tokens (a decode takes 1, a request
-   mid-prefill the next chunk) while the token budget lasts. KV blocks for the new tokens are
-   allocated; where they do not fit, the lowest-priority running requests are preempted (blocks
-   freed, progress dropped, back to the head of the queue) until they do.
-2. Only if nothing was preempted, waiting requests are admitted in order while the sequence cap,
-   the token budget and the blocks for their first chunk above the watermark allow; the first
-   that does not fit stops admission (no skipping ahead). The static slot capacity
+1. Running requests, in order of admission, take their next tokens (a decode takes 1, a request
+   mid-prefill the next chunk, cut at policy.long_prefill_token_threshold unless it is the only
+   request) while the token budget lasts. KV blocks for the new tokens are allocated; where
+   they do not fit, the most recently admitted running requests are preempted (blocks freed,
+   progress dropped, pushed back to the front of the queue) until they do.
+2. Only if nothing was preempted, waiting requests are admitted in queue order while the
+   admission cap (max_num_active_seqs, else max_num_seqs), the token budget and the KV blocks
+   allow; the first that does not fit stops admission (no skipping ahead). With
+   engine.scheduler_reserve_full_isl (vLLM 0.32's default) a request is admitted only if
+   blocks for its whole sequence so far fit, else only its first chunk's; while anything runs
+   (admitted earlier in the iteration included) the watermark, policy.watermark x all blocks
+   (vLLM counts its null block) floored, must stay free as well. The static slot capacity
    (engine.max_slots) caps the running set too; iterations where it, and not the policy,
    stopped an admission are counted, so results that depend on it are flagged.
 Static batching admits a new batch only when nothing runs, with no token budget.
 
-Running requests are ordered by the policy score (FCFS: arrival time), so the preemption victim
-is the latest arrival; vLLM V1's FCFS pops the most recently admitted, which differs only when
-a re-admitted preempted request is among the running. (A relaxed order pairs the victim with
-the last request kept: engine/swap.py.)
+Under FCFS the order is vLLM's own (`Entries.qkey`); under a score order the running requests
+are ordered by score, so the victim is the lowest-priority one. (A relaxed order pairs the
+victim with the last request kept: engine/swap.py.)
 """
 
 from __future__ import annotations
@@ -79,6 +84,37 @@ def token_budget(pol, cfg: EngineConfig):
     return budget
 
 
+def watermark_blocks(pol, kv_total):
+    """Blocks vLLM 0.32 keeps free when admitting while requests run: the watermark fraction
+    of all its blocks (the usable ones plus its null block), floored (KVCacheManager)."""
+    return jnp.floor(pol.watermark * (kv_total + 1))
+
+
+def admission_cap(pol):
+    """Requests the scheduler admits into RUNNING: max_num_active_seqs where set, at most
+    max_num_seqs (vLLM refuses more), floored."""
+    return relax.integer_limit(jnp.minimum(pol.max_num_seqs, pol.max_num_active_seqs))
+
+
+def prefill_cap(pol, budget, n_eligible, cfg: EngineConfig):
+    """Most tokens one request computes this iteration from long_prefill_token_threshold
+    (vLLM 0.32): the threshold, floored at budget // requests with
+    engine.long_prefill_token_threshold_adaptive, and no cap (inf) when it is 0 or when there is
+    only one request (running + waiting), which has nobody to starve."""
+    threshold = relax.integer_limit(pol.long_prefill_token_threshold)
+    if cfg.long_prefill_token_threshold_adaptive:
+        threshold = jnp.maximum(threshold, jnp.floor(budget / jnp.maximum(n_eligible, 1)))
+    on = (pol.long_prefill_token_threshold >= 1) & (n_eligible > 1)
+    return jnp.where(on, threshold, jnp.inf)
+
+
+def full_sequence_blocks(e: Entries, cfg: EngineConfig):
+    """[A] blocks a waiting request's whole sequence so far (prompt + tokens generated before a
+    preemption, at most max_model_len) takes: what engine.scheduler_reserve_full_isl checks."""
+    return blocks_for(jnp.minimum(e.prompt + e.generated, cfg.max_model_len), cfg,
+                      pressure.ratio(e, cfg))
+
+
 def pending_tokens(e: Entries):
     """[A] tokens each running request wants this iteration: its whole remaining prompt (or
     recompute) when prefilling, 1 when decoding; 0 for entries not running."""
@@ -123,7 +159,10 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
 
     # 1. running requests, by priority
     running = es.status == RUNNING
+    waiting = es.status == WAITING
     need, decoding = wanted_tokens(es, params, cfg)
+    per_request = prefill_cap(pol, budget, jnp.sum(running) + jnp.sum(waiting), cfg)
+    need = jnp.minimum(need, per_request).astype(need.dtype)
     alloc = jnp.clip(budget - _exclusive_cumsum(need), 0, need).astype(jnp.int32)
     grow = new_blocks(es, alloc, cfg)
     held = jnp.where(running, es.blocks, 0)
@@ -151,10 +190,10 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     if hits is not None:
         free_after = free_after - hits.kv_offset
     budget_left = budget - jnp.sum(alloc)
-    waiting = es.status == WAITING
     need_w = jnp.where(waiting, es.prompt + es.generated, 0)
     if hits is not None:  # cached prompt tokens are not computed again
         need_w = jnp.where(waiting, need_w - hits.cached, 0)
+    need_w = jnp.minimum(need_w, per_request).astype(need_w.dtype)
     if cfg.chunked_prefill:
         chunk = jnp.clip(budget_left - _exclusive_cumsum(need_w), 0, need_w)
     else:
@@ -165,31 +204,41 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     gate = ~any_preempt
     if static:
         gate = gate & (n_running == 0)
-    watermark_blocks = pol.watermark * kv_total
+    # the watermark holds once anything runs: the running ones, or an earlier admission
+    wm = jnp.where((n_running > 0) | (rank > 0), watermark_blocks(pol, kv_total), 0)
+    resumed = es.preempted | (es.generated > 0)
     if cfg.kv_pressure == "reject":  # predicted footprints, reserved in full
         reserved = jnp.sum(jnp.where(keep, jnp.maximum(pressure.footprint(es, cfg) - blocks, 0),
                                      0))
-        room = free_after - reserved - watermark_blocks
+        room = free_after - reserved
         # a preempted request resumes on its first chunk's blocks, as without reservations
         # (its footprint, once overrun, could exceed the whole cache)
-        resumed = es.preempted | (es.generated > 0)
         want = jnp.where(waiting, jnp.where(resumed, first_blocks, pressure.footprint(es, cfg)),
                          0)
+        taken = _exclusive_cumsum(want)
     else:
-        room = free_after - watermark_blocks
+        room = free_after
         want = first_blocks
+        if cfg.scheduler_reserve_full_isl:
+            full = full_sequence_blocks(es, cfg)
+            if hits is not None:  # cached blocks are shared, not allocated
+                full = full - hits.cached // cfg.block_size
+            want = jnp.where(waiting, jnp.maximum(full, first_blocks), 0)
+        taken = _exclusive_cumsum(first_blocks)
+    kv_margin = room - wm - taken - want  # >= 0 where the blocks fit
     candidate = waiting & gate & (chunk > 0)  # the exact conditions no policy number sets
-    admissible = (candidate
-                  & relax.below(rank, relax.integer_limit(pol.max_num_seqs) - n_running)
-                  & relax.at_most(ops.cumsum(want), room))
+    fits = (candidate
+            & relax.below(rank, admission_cap(pol) - n_running)
+            & relax.at_most(taken + want, room - wm))
     if hits is not None:  # the hits nobody references leave the evictable pool as well
-        admissible = admissible & relax.at_most(ops.cumsum(first_blocks + hits.claim),
-                                                free_after)
+        fits = fits & relax.at_most(ops.cumsum(first_blocks + hits.claim), free_after)
+    # vLLM stops at the first waiting request it cannot admit
+    admissible = fits & (ops.cumsum(waiting & ~fits) == 0)
     admit = admissible & (rank < cfg.max_slots - n_running)
     slot_bound = jnp.any(admissible & ~admit)
     ended = jnp.zeros_like(admit)
     if cfg.kv_pressure == "reject":  # new work that does not fit is turned away at once
-        room_left = room - jnp.sum(jnp.where(admit, want, 0))
+        room_left = room - watermark_blocks(pol, kv_total) - jnp.sum(jnp.where(admit, want, 0))
         ended = waiting & ~admit & ~resumed & (want > room_left)
     if cfg.kv_pressure == "evict":  # the victims end instead of waiting for a recompute
         ended = preempt
@@ -200,9 +249,10 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     if cfg.relax != "hard":
         relaxed = _relaxed_tokens(es, tokens, need, decoding, keep, need_w,
                                   candidate & (rank < cfg.max_slots - n_running), admit, rank,
-                                  n_running, want, room, pol, cfg, scores)
+                                  n_running, want, kv_margin, pol, cfg, scores)
     requeue = preempt & ~ended
     es = es.replace(
+        qkey=queue_keys(es, keep, admit, requeue),
         status=jnp.where(admit, RUNNING,
                          jnp.where(ended, DONE, jnp.where(requeue, WAITING, es.status))),
         end_state=jnp.where(ended, EVICTED if cfg.kv_pressure == "evict" else REJECTED,
@@ -221,8 +271,22 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
                      ended=ended, **relaxed)
 
 
+def queue_keys(es: Entries, keep, admit, requeue):
+    """[A] `Entries.qkey` after the iteration: admitted requests join the end of the running
+    list in admission order; preempted ones go to the front of the queue, the earliest
+    admitted of them first (vLLM pops the running list's tail and prepends each victim)."""
+    last = jnp.maximum(jnp.max(jnp.where(keep, es.qkey, 0)), 0)
+    front = jnp.minimum(jnp.min(jnp.where((es.status == WAITING) & es.preempted, es.qkey, 0)),
+                        0)
+    n_requeue = jnp.sum(requeue, dtype=jnp.int32)
+    return jnp.where(admit, last + ops.cumsum(admit, dtype=jnp.int32),
+                     jnp.where(requeue, front - n_requeue - 1 + ops.cumsum(requeue,
+                                                                          dtype=jnp.int32),
+                               es.qkey))
+
+
 def _relaxed_tokens(es: Entries, tokens, need, decoding, keep, need_w, eligible, admit, rank,
-                    n_running, want, room, pol, cfg: EngineConfig, scores=None):
+                    n_running, want, kv_margin, pol, cfg: EngineConfig, scores=None):
     """The iteration's token counts as relaxed decisions (engine.relax st or soft).
 
     The budget is `relax.relaxed_limit` of max_num_batched_tokens, so the running requests'
@@ -257,8 +321,8 @@ def _relaxed_tokens(es: Entries, tokens, need, decoding, keep, need_w, eligible,
         chunk = jnp.clip(budget_left - _exclusive_cumsum(need_w), 0, need_w)
     else:
         chunk = jnp.where(ops.cumsum(need_w) <= budget_left, need_w, 0.0)
-    seq_margin = relax.relaxed_limit(pol.max_num_seqs, mode) - n_running - rank
-    kv_margin = room - ops.cumsum(want)
+    seq_margin = (relax.relaxed_limit(jnp.minimum(pol.max_num_seqs, pol.max_num_active_seqs),
+                                      mode) - n_running - rank)
     w = relax.weight(admit, eligible, (seq_margin, kv_margin),
                      (1.0, jnp.maximum(want, 1).astype(jnp.float64)), mode, tau)
     # of a waiting request, only the mass not yet admitted early (1 - wait_z) is still to

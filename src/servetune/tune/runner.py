@@ -364,7 +364,8 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     if st.export:
         engine = OmegaConf.to_container(cfg.engine, resolve=True)
         export.write_export(out_dir / "export", {k: best[k] for k in best}, order, engine,
-                            extra={"scenarios_simulated": int(state["scenarios"])})
+                            extra={"scenarios_simulated": int(state["scenarios"])},
+                            deploy=export.deployment(cfg, evaluator.scenario))
         for warning in export.vllm_warnings(export.vllm_args(best, engine, order)):
             log(f"warning (export/vllm_args.json): {warning}")
     wall = time.perf_counter() - start_time

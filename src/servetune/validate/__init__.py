@@ -1,0 +1,1 @@
+"""Cross-checks of servetune against real serving engines."""

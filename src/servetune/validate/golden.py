@@ -1,0 +1,293 @@
+"""Golden fixtures from vLLM's own V1 scheduler, and servetune's replay of them.
+
+A fixture is one case: a slice of a bundled real trace, engine settings under vLLM's own names,
+a linear step cost (seconds), and what vLLM's `Scheduler` did with it (servetune.validate.oracle),
+iteration by iteration (start, duration, tokens per request, preempted requests) and per request
+(first token, finish, end state, output tokens, preemptions). `servetune golden` writes them
+(needs the optional extra servetune[vllm]); the default test suite replays every committed
+fixture through servetune's engine and compares, without vLLM.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from servetune.errors import ServetuneError
+
+FORMAT = 1
+VLLM_VERSION = "0.32.0"  # the version the committed fixtures, and servetune's semantics, match
+FIXTURE_DIR = Path(__file__).resolve().parents[3] / "tests" / "golden" / "fixtures"
+
+
+class GoldenError(ServetuneError):
+    """A fixture that cannot be read or replayed, or a case the oracle cannot express."""
+
+
+# vLLM settings of every case unless a case says otherwise (vLLM's names; num_gpu_blocks are
+# the usable blocks, vLLM adds its null block)
+ENGINE_DEFAULTS: dict = {
+    "block_size": 16, "num_gpu_blocks": 20_000, "max_model_len": 8192, "max_num_seqs": 256,
+    "max_num_batched_tokens": 2048, "enable_chunked_prefill": True,
+    "long_prefill_token_threshold": 0, "long_prefill_token_threshold_adaptive": False,
+    "watermark": 0.0, "scheduler_reserve_full_isl": True, "policy": "fcfs",
+    "enable_prefix_caching": False, "max_num_active_seqs": None, "max_num_queued_reqs": None,
+    "max_num_queued_tokens": None,
+}
+# a linear step cost of the order of an 8B model on one GPU (seconds)
+COST = {"base_s": 0.005, "per_prefill_token_s": 5e-5, "per_decode_seq_s": 1e-4,
+        "per_ctx_token_s": 1e-7}
+
+_CONV = {"file": "azure_llm_2023_conv.csv", "start_s": 0.0, "duration_s": 60.0,
+         "rate_scale": 1.0, "max_requests": 300}
+_CONV_4X = {**_CONV, "rate_scale": 4.0, "max_requests": 200}
+_CODE = {"file": "azure_llm_2023_code.csv", "start_s": 0.0, "duration_s": 300.0,
+         "rate_scale": 1.0, "max_requests": 200}
+_TIGHT = {"num_gpu_blocks": 600}  # 9,600 tokens of KV: a few long requests fill it
+
+CASES: dict[str, dict] = {
+    "roomy_kv": {"description": "Azure conv, 1x: nothing binds but the token budget",
+                 "trace": _CONV, "engine": {}},
+    "tight_kv": {"description": "Azure conv, 4x, 600 blocks: preemptions; whole-prompt "
+                                "admission (scheduler_reserve_full_isl, vLLM 0.32's default)",
+                 "trace": _CONV_4X, "engine": _TIGHT},
+    "tight_kv_first_chunk": {"description": "tight_kv with the older rule: only the first "
+                                            "chunk's blocks must fit",
+                             "trace": _CONV_4X,
+                             "engine": {**_TIGHT, "scheduler_reserve_full_isl": False}},
+    "tight_kv_watermark": {"description": "tight_kv with watermark 0.1 (60 blocks kept free "
+                                          "by admissions while requests run)",
+                           "trace": _CONV_4X, "engine": {**_TIGHT, "watermark": 0.1}},
+    "max_num_seqs": {"description": "Azure conv, 4x: max_num_seqs 8 binds",
+                     "trace": _CONV_4X, "engine": {"max_num_seqs": 8}},
+    "max_num_active_seqs": {"description": "Azure conv, 4x: max_num_active_seqs 6 below "
+                                           "max_num_seqs 32",
+                            "trace": _CONV_4X,
+                            "engine": {"max_num_seqs": 32, "max_num_active_seqs": 6}},
+    "small_budget": {"description": "Azure conv, 4x: max_num_batched_tokens 256 (long prompts "
+                                    "prefill over many iterations)",
+                     "trace": _CONV_4X, "engine": {"max_num_batched_tokens": 256}},
+    "long_prefill": {"description": "Azure code: long_prefill_token_threshold 512",
+                     "trace": _CODE, "engine": {"long_prefill_token_threshold": 512}},
+    "long_prefill_adaptive": {"description": "Azure code: threshold 128, adaptive (floored at "
+                                             "budget // requests)",
+                              "trace": _CODE,
+                              "engine": {"long_prefill_token_threshold": 128,
+                                         "long_prefill_token_threshold_adaptive": True}},
+    "no_chunking": {"description": "Azure code: chunked prefill off (budget 8192 = "
+                                   "max_model_len)",
+                    "trace": _CODE, "engine": {"enable_chunked_prefill": False,
+                                               "max_num_batched_tokens": 8192}},
+    "max_model_len": {"description": "Azure code, max_model_len 2048: longer prompts rejected, "
+                                     "sequences stopped at the length cap",
+                      "trace": _CODE, "engine": {"max_model_len": 2048}},
+    "queued_caps": {"description": "Azure conv, 4x, 8 sequences: the API server's 503 caps, "
+                                   "max_num_queued_reqs 24 and max_num_queued_tokens 16000",
+                    "trace": _CONV_4X,
+                    "engine": {"max_num_seqs": 8, "max_num_queued_reqs": 24,
+                               "max_num_queued_tokens": 16_000}},
+}
+
+
+def case_requests(case: dict) -> dict:
+    """The case's requests as lists in trace order: arrival (s), prompt and output (tokens),
+    from a slice of a bundled trace."""
+    from servetune import workload
+
+    spec = case["trace"]
+    trace = workload.load_trace(workload.bundled_path(spec["file"]))
+    trace = workload.slice_trace(trace, start_s=spec["start_s"], duration_s=spec["duration_s"],
+                                 rate_scale=spec["rate_scale"], max_requests=spec["max_requests"])
+    return {"arrival": [float(a) for a in trace.arrival],
+            "prompt": [int(p) for p in trace.prompt],
+            "output": [int(o) for o in trace.output]}
+
+
+def make_fixture(name: str) -> dict:
+    """Run case `name` through vLLM's scheduler (servetune.validate.oracle) and return the
+    fixture: the case, its requests, and vLLM's steps and per-request results."""
+    from servetune.validate import oracle
+
+    if name not in CASES:
+        raise GoldenError(f"golden case {name!r}: unknown; expected one of {sorted(CASES)}")
+    case = CASES[name]
+    engine = {**ENGINE_DEFAULTS, **case["engine"]}
+    requests = case_requests(case)
+    try:
+        out = oracle.simulate_vllm(requests, engine, COST)
+    except ValueError as err:  # a setting the oracle cannot express
+        raise GoldenError(f"golden case {name!r}: {err}") from None
+    return {"format": FORMAT, "vllm_version": out["vllm_version"], "case": name,
+            "description": case["description"], "trace": case["trace"], "engine": engine,
+            "cost": COST, "requests": requests, "steps": out["steps"],
+            "results": out["requests"], "prefix_cache": out.get("prefix_cache")}
+
+
+def write_fixture(fixture: dict, path: Path) -> None:
+    """Write `fixture` as gzipped JSON at `path`, whole or not at all (temporary file, fsync,
+    rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = gzip.compress(json.dumps(fixture, separators=(",", ":"), allow_nan=False).encode(),
+                         mtime=0)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_fixture(path: Path) -> dict:
+    """Read a fixture written by `write_fixture`; a damaged file, another format or another vLLM
+    version is a GoldenError naming the file."""
+    path = Path(path)
+    try:
+        fixture = json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, EOFError, ValueError) as err:
+        raise GoldenError(f"{path}: not a golden fixture (gzipped JSON): {err}") from None
+    if not isinstance(fixture, dict) or fixture.get("format") != FORMAT:
+        got = fixture.get("format") if isinstance(fixture, dict) else type(fixture).__name__
+        raise GoldenError(f"{path}: fixture format {got!r}; expected {FORMAT}")
+    if fixture.get("vllm_version") != VLLM_VERSION:
+        raise GoldenError(f"{path}: written by vLLM {fixture.get('vllm_version')!r}; servetune's "
+                          f"scheduler matches vLLM {VLLM_VERSION} (rewrite the fixtures with "
+                          f"`servetune golden` under that version)")
+    return fixture
+
+
+def fixture_paths(directory: Path = FIXTURE_DIR) -> list[Path]:
+    """The committed fixtures, by case name."""
+    return sorted(Path(directory).glob("*.json.gz"))
+
+
+_SLOTS, _WINDOW = 256, 256  # replay capacities: every case's running and waiting requests
+
+
+def _servetune_inputs(fixture: dict):
+    """(trace, params, engine config) of servetune's engine for a fixture's case."""
+    from servetune import hardware
+    from servetune.policy import make_policy
+    from servetune.types import EngineConfig, Params
+    from servetune.workload import RequestTrace
+
+    eng, req = fixture["engine"], fixture["requests"]
+    if eng["policy"] != "fcfs" or eng["enable_prefix_caching"]:
+        raise GoldenError(f"golden case {fixture['case']!r}: servetune replays fcfs without "
+                          f"prefix caching exactly; policy={eng['policy']}, "
+                          f"enable_prefix_caching={eng['enable_prefix_caching']}")
+    unlimited = lambda v: math.inf if v is None else float(v)
+    policy = make_policy({
+        "max_num_seqs": eng["max_num_seqs"],
+        "max_num_batched_tokens": eng["max_num_batched_tokens"],
+        "watermark": eng["watermark"],
+        "long_prefill_token_threshold": eng["long_prefill_token_threshold"],
+        "max_num_active_seqs": unlimited(eng["max_num_active_seqs"]),
+        "max_num_queued_reqs": unlimited(eng["max_num_queued_reqs"]),
+        "max_num_queued_tokens": unlimited(eng["max_num_queued_tokens"]),
+    })
+    cost = hardware.linear_cost_params(kv_blocks=eng["num_gpu_blocks"], **fixture["cost"])
+    n = len(req["arrival"])
+    if eng["max_num_seqs"] > _SLOTS or n > _WINDOW:
+        raise GoldenError(f"golden case {fixture['case']!r}: replays hold at most {_SLOTS} "
+                          f"running and {_WINDOW} waiting requests; got max_num_seqs "
+                          f"{eng['max_num_seqs']} and {n} requests")
+    # one shape for every case, so cases that differ only in policy numbers share compilations
+    cfg = EngineConfig(
+        max_slots=_SLOTS, queue_window=_WINDOW,
+        block_size=eng["block_size"], max_model_len=eng["max_model_len"],
+        chunked_prefill=eng["enable_chunked_prefill"], cost_form="linear", outbox=512,
+        scheduler_reserve_full_isl=eng["scheduler_reserve_full_isl"],
+        long_prefill_token_threshold_adaptive=eng["long_prefill_token_threshold_adaptive"])
+    trace = RequestTrace(fixture["case"], np.asarray(req["arrival"], np.float64),
+                         np.asarray(req["prompt"], np.int32), np.asarray(req["output"], np.int32))
+    return trace, Params(policy=policy, cost=cost), cfg
+
+
+def replay(fixture: dict) -> dict:
+    """servetune's engine on a fixture's case: its iterations (one per step, event skipping
+    off) and its per-request results (the production rollout, event skipping on), in the
+    oracle's shapes."""
+    import jax
+
+    from servetune.scenario import stack_workloads
+    from servetune.simulate import rollout, step_trace
+    from servetune.types import END_STATE_NAMES
+
+    trace, params, cfg = _servetune_inputs(fixture)
+    wl = stack_workloads([trace], [trace.output.astype(np.float64)], drain_s=1e6)
+    n_steps = len(fixture["steps"]) + len(trace) + 1  # idle jumps take a step each
+    n_steps = 1 << (n_steps - 1).bit_length()  # fewer distinct compilations
+    _, info = step_trace(jax.tree.map(lambda x: x[0], wl), params, cfg, n_steps)
+    info = jax.device_get(info)
+    steps = []
+    for k in range(n_steps):
+        tokens = [[int(r), int(n)] for r, n in zip(info["req"][k], info["tokens"][k]) if n > 0]
+        preempted = sorted(int(r) for r in info["preempted"][k] if r >= 0)
+        if tokens or preempted:
+            steps.append({"t": float(info["t"][k]), "dur": float(info["dur"][k]),
+                          "tokens": tokens, "preempted": preempted})
+    batched = jax.tree.map(lambda x: jax.numpy.asarray(x)[None], params)
+    res = rollout(wl, batched, cfg, [len(trace)])[0][0]
+    nan_none = lambda a: [None if math.isnan(v) else float(v) for v in a]
+    return {"steps": steps, "requests": {
+        "first_token": nan_none(res.first_token), "finish": nan_none(res.finish),
+        "end_state": [END_STATE_NAMES[s] for s in res.end_state],
+        "generated": [int(g) for g in res.generated],
+        "n_preempt": [int(p) for p in res.n_preempt]}}
+
+
+def _close(a, b, rel: float) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-300)
+
+
+def compare(expected: dict, got: dict, rel: float = 1e-9, limit: int = 5) -> list[str]:
+    """Differences between vLLM's run (`expected`: a fixture) and servetune's (`got`: `replay`):
+    the iterations (start and duration to `rel`, tokens per request, preempted requests) up to
+    the first that differs, then every request (first token and finish to `rel`, end state,
+    output tokens, preemptions). At most `limit` of each kind, empty when identical."""
+    out = []
+    for k, (e, g) in enumerate(zip(expected["steps"], got["steps"])):
+        same = (_close(e["t"], g["t"], rel) and _close(e["dur"], g["dur"], rel)
+                and dict(map(tuple, e["tokens"])) == dict(map(tuple, g["tokens"]))
+                and sorted(e["preempted"]) == g["preempted"])
+        if not same:
+            out.append(f"iteration {k}: vLLM {_show_step(e)}; servetune {_show_step(g)}")
+            break
+    if not out and len(expected["steps"]) != len(got["steps"]):
+        out.append(f"iterations: vLLM ran {len(expected['steps'])}, servetune "
+                   f"{len(got['steps'])}")
+    er, gr = expected["results"], got["requests"]
+    bad = 0
+    for i in range(len(er["finish"])):
+        fields = {f: (er[f][i], gr[f][i]) for f in ("first_token", "finish", "end_state",
+                                                     "generated", "n_preempt")}
+        if not (all(_close(*fields[f], rel) for f in ("first_token", "finish"))
+                and all(a == b for f, (a, b) in fields.items()
+                        if f not in ("first_token", "finish"))):
+            bad += 1
+            if bad <= limit:
+                out.append(f"request {i}: " + ", ".join(f"{f} {a} vs {b}"
+                                                         for f, (a, b) in fields.items()))
+    if bad > limit:
+        out.append(f"... {bad} requests differ in all")
+    return out
+
+
+def _show_step(step: dict) -> str:
+    tokens = dict(map(tuple, step["tokens"]))
+    return (f"t={step['t']:.9g} dur={step['dur']:.9g} tokens={dict(sorted(tokens.items()))} "
+            f"preempted={sorted(step['preempted'])}")
