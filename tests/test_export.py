@@ -32,7 +32,9 @@ TUNED = {"max_num_seqs": 127.9, "max_num_batched_tokens": 4096.7, "watermark": 0
 def test_config_rounds_integer_limits_like_the_simulator():
     cfg = policy_to_config(TUNED, "parametric", ENGINE)
     assert cfg == {"order": "parametric", "max_num_seqs": 127, "max_num_batched_tokens": 4096,
-                   "watermark": 0.02, "queue_cap": 64, "w_age": 1.0, "w_prompt": 0.25,
+                   "watermark": 0.02, "queue_cap": 64, "max_num_queued_reqs": None,
+                   "max_num_queued_tokens": None, "max_num_active_seqs": None,
+                   "long_prefill_token_threshold": 0, "w_age": 1.0, "w_prompt": 0.25,
                    "w_pred": 0.5, "w_slack": 0.0, "ttft_target_s": 2.0, "spec_k": 0,
                    "kv_compress_ratio": 2.0, "route_w_queue": 1.0, "route_w_kv": 0.0,
                    "route_w_work": 0.0, "cascade_threshold": 0.5}
@@ -65,45 +67,62 @@ def test_yaml_loads_back_as_the_rounded_policy(tmp_path):
         assert float(getattr(got, field)) == float(getattr(want, field)), field
 
 
+DEPLOY = {"model": "meta-llama/Meta-Llama-3-8B", "tensor_parallel_size": 2,
+          "num_gpu_blocks": 5000, "max_model_len": 4096, "weight_bits": 8, "kv_bits": 8,
+          "prefix_cache": False, "draft_model": "meta-llama/Llama-3.2-1B"}
+
+
 def test_vllm_flags_exact():
     args = vllm_args({**TUNED, "spec_k": 3.0}, ENGINE, order="parametric")
     assert vllm_flags(args) == [
         "--max-num-seqs", "127", "--max-num-batched-tokens", "4096", "--enable-chunked-prefill",
         "--block-size", "16", "--max-model-len", "8192", "--scheduling-policy", "priority",
+        "--watermark", "0.02", "--scheduler-reserve-full-isl",
         "--gpu-memory-utilization", "0.9",
         "--speculative-config", '{"num_speculative_tokens":3}']
-    plain = vllm_args({"max_num_seqs": 64}, {**ENGINE, "chunked_prefill": False,
-                                             "max_model_len": None,
-                                             "gpu_memory_utilization": None})
+    plain = vllm_args({"max_num_seqs": 64, "long_prefill_token_threshold": 256.5,
+                       "max_num_queued_tokens": 9000.0},
+                      {**ENGINE, "chunked_prefill": False, "max_model_len": None,
+                       "gpu_memory_utilization": None, "scheduler_reserve_full_isl": False})
     assert vllm_flags(plain) == [
         "--max-num-seqs", "64", "--max-num-batched-tokens", "8192",
-        "--no-enable-chunked-prefill", "--block-size", "16", "--scheduling-policy", "fcfs"]
+        "--no-enable-chunked-prefill", "--block-size", "16", "--scheduling-policy", "fcfs",
+        "--watermark", "0.0", "--no-scheduler-reserve-full-isl",
+        "--long-prefill-token-threshold", "256", "--no-long-prefill-token-threshold-adaptive",
+        "--max-num-queued-tokens", "9000"]
     # without `order`, the weights in the values decide; sjf needs order= to be said
     assert vllm_args(TUNED, ENGINE)["scheduling_policy"] == "priority"
     assert vllm_args({}, ENGINE, order="sjf")["scheduling_policy"] == "priority"
 
 
-def test_sglang_flags_exact():
-    args = sglang_args(TUNED, ENGINE, order="parametric")
-    assert sglang_flags(args) == [
-        "--max-running-requests", "127", "--chunked-prefill-size", "4096",
-        "--max-prefill-tokens", "4096", "--enable-mixed-chunk", "--page-size", "16",
-        "--context-length", "8192", "--schedule-policy", "fcfs",
-        "--enable-priority-scheduling", "--schedule-low-priority-values-first",
-        "--disable-priority-preemption", "--max-queued-requests", "64"]
-    off = sglang_args({"max_num_batched_tokens": 8192}, {**ENGINE, "chunked_prefill": False},
-                      order="fcfs")
-    assert sglang_flags(off) == [
-        "--max-running-requests", "1024", "--chunked-prefill-size", "-1",
-        "--max-prefill-tokens", "8192", "--page-size", "16", "--context-length", "8192",
-        "--schedule-policy", "fcfs"]
+def test_vllm_args_pin_the_simulated_engine():
+    # the deployment: model, TP, KV blocks (+ vLLM's null block), prefix caching off, fp8
+    # weights and KV, the draft model in the speculative config; the KV capacity replaces
+    # gpu_memory_utilization
+    args = vllm_args({"max_num_seqs": 64, "spec_k": 2}, ENGINE, "fcfs", DEPLOY)
+    assert args["model"] == "meta-llama/Meta-Llama-3-8B" and args["max_model_len"] == 4096
+    assert {k: args[k] for k in ("tensor_parallel_size", "num_gpu_blocks_override",
+                                 "enable_prefix_caching", "quantization", "kv_cache_dtype")} == {
+        "tensor_parallel_size": 2, "num_gpu_blocks_override": 5001,
+        "enable_prefix_caching": False, "quantization": "fp8", "kv_cache_dtype": "fp8"}
+    assert "gpu_memory_utilization" not in args
+    assert args["speculative_config"] == {"model": "meta-llama/Llama-3.2-1B",
+                                          "num_speculative_tokens": 2}
+    s_args = sglang_args({"max_num_seqs": 64}, ENGINE, "fcfs", DEPLOY)
+    assert {k: s_args[k] for k in ("model_path", "tp_size", "max_total_tokens",
+                                   "disable_radix_cache", "kv_cache_dtype")} == {
+        "model_path": "meta-llama/Meta-Llama-3-8B", "tp_size": 2, "max_total_tokens": 80_000,
+        "disable_radix_cache": True, "kv_cache_dtype": "fp8_e4m3"}
+    four = {k["name"] for k in unmapped_knobs({}, "fcfs", ENGINE,
+                                              {**DEPLOY, "weight_bits": 4, "kv_bits": 4})}
+    assert {"weight_bits", "kv_bits"} <= four
 
 
 def test_unmapped_knobs_name_what_needs_a_gateway():
     fcfs = unmapped_knobs({"max_num_seqs": 128}, "fcfs")
-    assert [k["name"] for k in fcfs] == ["watermark", "max_num_batched_tokens"]
+    assert [k["name"] for k in fcfs] == ["max_num_batched_tokens"]  # --watermark: 0, off
     sjf = {k["name"]: k for k in unmapped_knobs({"queue_cap": 10.5, "spec_k": 2}, "sjf", ENGINE)}
-    assert list(sjf) == ["watermark", "queue_cap", "order", "w_age", "w_prompt", "w_pred",
+    assert list(sjf) == ["queue_cap", "order", "w_age", "w_prompt", "w_pred",
                          "w_slack", "max_num_batched_tokens", "spec_k", "gpu_memory_utilization"]
     assert sjf["queue_cap"]["value"] == 10 and sjf["queue_cap"]["engines"] == ["vllm"]
     assert ("priority = round(1000 * (0 * arrival_s + 1 * prompt_tokens / 1000 + "

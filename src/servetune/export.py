@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from servetune import hardware
 from servetune.errors import ConfigError
-from servetune.policy import _BOUNDS, DEFAULTS, ORDERS, UNLIMITED
+from servetune.policy import _BOUNDS, DEFAULTS, ORDERS
 
 # Tuned keys that are not PolicyParams (none since spec_k became one; kept for engine settings).
 EXTRA_KEYS: dict[str, tuple[float, float]] = {}
@@ -45,7 +45,7 @@ NET_KEY = "score_net"  # the neural order's flat network weights (servetune.neur
 def _number(key: str, value) -> float:
     """One validated float for policy key `key` (inf allowed only for the unlimited keys)."""
     lo, hi = EXTRA_KEYS.get(key) or _BOUNDS.get(key, (-math.inf, math.inf))
-    allow_inf = key in UNLIMITED
+    allow_inf = key in CAPS
     expect = (f"expected a number within [{lo}, {hi}] (inf or null = unbounded)" if allow_inf
               else f"expected a finite number within [{lo}, {hi}]")
     if value is None and allow_inf:

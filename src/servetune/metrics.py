@@ -71,7 +71,8 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
     its task check (whatever its end state); `qualifies`: both."""
     completed = res.end_state == COMPLETED
     ttft = res.first_token - trace.arrival
-    o = trace.output.astype(np.float64)
+    # a completed request delivered its output, cut at max_model_len (vLLM's length cap)
+    o = np.where(completed, res.generated, trace.output).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(o > 1, (res.finish - res.first_token) / (o - 1), np.nan)
     e2e = res.finish - trace.arrival
@@ -138,7 +139,7 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float
     in_window = ((table["end_state"] == END_STATE_NAMES[COMPLETED]).to_numpy()
                  & (fin >= warmup_s) & (fin <= warmup_s + window_s))
     q = c[c["qualifies"].to_numpy()]
-    useful = float(q["output_tokens"].sum())
+    useful = float(q["output_tokens_delivered"].sum())
     failed_check = ~c["quality_ok"].to_numpy()
     lost = c[c["slo_ok"].to_numpy() & failed_check]  # on time, but failed the task check
     n_failed = int((failed_check & (state == END_STATE_NAMES[COMPLETED])).sum())
@@ -171,7 +172,7 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float
         "n_quality_failed": n_failed,
         "quality_failure_rate": n_failed / n_done if n_done else float("nan"),
         "goodput_lost_to_quality_rps": len(lost) / window_s,
-        "useful_tokens_lost_to_quality": float(lost["output_tokens"].sum()),
+        "useful_tokens_lost_to_quality": float(lost["output_tokens_delivered"].sum()),
     })
     return m
 

@@ -53,3 +53,12 @@ def test_fixtures_of_another_vllm_or_damaged_are_refused(tmp_path):
     old.write_bytes(gzip.compress(json.dumps({"format": 0}).encode()))
     with pytest.raises(golden.GoldenError, match=r"old\.json\.gz: fixture format 0"):
         golden.load_fixture(old)
+
+
+def test_golden_command_checks_and_names_bad_cases(capsys):
+    from servetune.validate.cli import main
+
+    assert main(["--check", "--cases", "max_model_len", "--out", str(golden.FIXTURE_DIR)]) == 0
+    assert "max_model_len: identical" in capsys.readouterr().out
+    assert main(["--check", "--cases", "nonesuch"]) == 2
+    assert "--cases: unknown case(s) ['nonesuch']" in capsys.readouterr().err

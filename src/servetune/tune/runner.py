@@ -365,7 +365,7 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
         engine = OmegaConf.to_container(cfg.engine, resolve=True)
         export.write_export(out_dir / "export", {k: best[k] for k in best}, order, engine,
                             extra={"scenarios_simulated": int(state["scenarios"])},
-                            deploy=export.deployment(cfg, evaluator.scenario))
+                            deploy=export.deployment(cfg, _first_scenario(evaluator)))
         for warning in export.vllm_warnings(export.vllm_args(best, engine, order)):
             log(f"warning (export/vllm_args.json): {warning}")
     wall = time.perf_counter() - start_time
@@ -374,6 +374,12 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     (out_dir / "tune_summary.json").write_text(json.dumps(summary, indent=2, default=float))
     return TuneResult(start_values, best, state["best"], history, evaluation,
                       int(state["scenarios"]), wall, out_dir)
+
+
+def _first_scenario(evaluator):
+    """The scenario of an Evaluator, or of a MultiEvaluator's first workload (the export pins
+    its engine: the workloads share engine, model and hardware)."""
+    return getattr(evaluator, "scenario", None) or evaluator.evaluators[0].scenario
 
 
 def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st: Settings, order: str
