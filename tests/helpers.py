@@ -15,10 +15,12 @@ from servetune.types import Params
 from servetune.workload import RequestTrace
 
 
-def trace_of(requests, name="test") -> RequestTrace:
-    """A RequestTrace from [(arrival_s, prompt_tokens, output_tokens), ...]."""
+def trace_of(requests, name="test", priority=None) -> RequestTrace:
+    """A RequestTrace from [(arrival_s, prompt_tokens, output_tokens), ...], with per-request
+    `priority` (vLLM's, lower first) when given."""
     a = np.asarray(requests, dtype=np.float64).reshape(-1, 3)
-    return RequestTrace(name, a[:, 0], a[:, 1].astype(np.int32), a[:, 2].astype(np.int32))
+    return RequestTrace(name, a[:, 0], a[:, 1].astype(np.int32), a[:, 2].astype(np.int32),
+                        priority=None if priority is None else np.asarray(priority, np.int32))
 
 
 def linear_params(policy=None, *, base_s=1.0, per_prefill_token_s=0.0, per_decode_seq_s=0.0,
@@ -42,14 +44,14 @@ def run(traces, params: Params, cfg, drain_s=1e6, predicted=None):
     """Roll out traces [S] x params [P]; returns results[s][p] (ScenarioResult)."""
     traces = traces if isinstance(traces, list) else [traces]
     preds = predicted or [t.output.astype(np.float64) for t in traces]
-    wl = stack_workloads(traces, preds, drain_s)
+    wl = stack_workloads(traces, preds, drain_s, cfg)
     return rollout(wl, batched(params), cfg, [len(t) for t in traces])
 
 
 def schedule(trace, params: Params, cfg, n_steps=20, drain_s=1e6):
     """Iteration-by-iteration schedule of one scenario: a list of (t, dur, {request: tokens})
     for the iterations that computed something."""
-    wl = stack_workloads([trace], [trace.output.astype(np.float64)], drain_s)
+    wl = stack_workloads([trace], [trace.output.astype(np.float64)], drain_s, cfg)
     wl = jax.tree.map(lambda x: x[0], wl)
     _, info = step_trace(wl, params, cfg, n_steps)
     info = jax.device_get(info)

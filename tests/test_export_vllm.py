@@ -44,3 +44,8 @@ def test_exported_flags_give_vllm_the_simulated_engine(tmp_path):
     assert (cc.block_size, cc.num_gpu_blocks_override, cc.enable_prefix_caching) == (
         32, 5001, False)
     assert cfg.model_config.max_model_len == 4096
+    # policy.order=priority: vLLM's priority policy (the priorities come with the requests)
+    priority = parser.parse_args(export.vllm_flags(export.vllm_args(TUNED, engine, "priority",
+                                                                    deploy))
+                                 + ["--skip-tokenizer-init", "--enforce-eager"])
+    assert EngineArgs.from_cli_args(priority).scheduling_policy == "priority"

@@ -338,6 +338,12 @@ def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | N
                             "w_* terms plus a small network over request and engine features), "
                             "lower first; it scores once at submission, the simulator every "
                             "iteration"})
+    elif order == "priority":
+        out.append({"name": "order", "value": order, "engines": both,
+                    "note": "each request's own priority (the trace's priority column, lower "
+                            "first) goes in its request's `priority` field (vLLM's OpenAI "
+                            "server; SGLang's with --enable-priority-scheduling), set by the "
+                            "client or a gateway"})
     elif order != "fcfs":
         key = (f"{w['w_age'] + w['w_slack']:g} * arrival_s + {w['w_prompt']:g} * prompt_tokens"
                f" / 1000 + {w['w_pred']:g} * predicted_output_tokens / 1000")

@@ -84,11 +84,13 @@ def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float,
         raise ConfigError(f"tune.temperature: got {temperature!r}; expected a number > 0")
     for key, ok in (("engine.prefill_instances", cfg.prefill_instances == 0),
                     ("engine.kv_pressure", cfg.kv_pressure == "preempt"),
-                    ("engine.prefix_cache", not cfg.prefix_cache)):
+                    ("engine.prefix_cache", not cfg.prefix_cache),
+                    ("policy.order", cfg.scheduling_policy == "fcfs")):
         if not ok:
             raise ConfigError(f"{key}: the pathwise estimator supports kv_pressure=preempt, "
-                              f"no prefix cache and no prefill/decode disaggregation; use "
-                              f"tune=es for this scenario")
+                              f"no prefix cache, no prefill/decode disaggregation and score "
+                              f"orders (not vLLM's priority policy); use tune=es for this "
+                              f"scenario")
     if order and cfg.queue_window < swap.SWAP_PARTNERS:
         raise ConfigError(f"engine.queue_window: got {cfg.queue_window}; a relaxed priority "
                           f"order needs at least {swap.SWAP_PARTNERS}")

@@ -47,6 +47,9 @@ ORDERS: dict[str, dict[str, float]] = {
     "parametric": {},
     # the w_* weights as given plus a neural score (servetune.neural), needs policy.score_net
     "neural": {},
+    # vLLM's --scheduling-policy priority over each request's fixed priority from the trace: a
+    # structural order (engine.scheduling_policy, engine/priority.py); the score stays FCFS's
+    "priority": {"w_age": 1.0, "w_prompt": 0.0, "w_pred": 0.0, "w_slack": 0.0},
 }
 
 # keys whose "no limit" is inf (null in the conf files)
@@ -146,11 +149,12 @@ def priority(e: Entries, t, pol: PolicyParams):
     return score
 
 
-def scheduling_group(e: Entries):
+def scheduling_group(e: Entries, by_priority: bool = False):
     """[A] the order's groups, first to last: running (0), preempted waiting requests (1: vLLM
-    puts them back at the head of the queue), other waiting ones (2), empty or finished (3)."""
-    return jnp.where(e.status == RUNNING, 0,
-                     jnp.where(e.status == WAITING, jnp.where(e.preempted, 1, 2), 3))
+    puts them back at the head of the queue), other waiting ones (2), empty or finished (3).
+    `by_priority` (vLLM's priority policy): every waiting request is in group 1 (one heap)."""
+    queued = 1 if by_priority else jnp.where(e.preempted, 1, 2)
+    return jnp.where(e.status == RUNNING, 0, jnp.where(e.status == WAITING, queued, 3))
 
 
 def is_fcfs(pol: PolicyParams):
@@ -161,11 +165,18 @@ def is_fcfs(pol: PolicyParams):
     return (pol.w_age > 0) & (pol.w_prompt == 0) & (pol.w_pred == 0) & (pol.w_slack == 0)
 
 
-def scheduling_order(e: Entries, t, pol: PolicyParams):
+def scheduling_order(e: Entries, t, pol: PolicyParams, by_priority: bool = False):
     """Permutation [A] of the entries: by `scheduling_group`; within the running and preempted
     groups under FCFS, vLLM's own order (`Entries.qkey`: admission order; the front of the
-    queue), otherwise by priority; ties go to the earlier request in trace order."""
-    group = scheduling_group(e)
+    queue), otherwise by priority; ties go to the earlier request in trace order.
+
+    `by_priority` (engine.scheduling_policy priority, static): running requests in admission
+    order, every waiting one by (its fixed priority, arrival), as vLLM's priority heap."""
+    group = scheduling_group(e, by_priority)
+    if by_priority:
+        running = group == 0
+        key = jnp.where(running, e.qkey, e.priority)
+        return jnp.lexsort((e.req, jnp.where(running, 0.0, e.arrival), key, group))
     vllm_order = is_fcfs(pol) & (group <= 1)
     key = jnp.where(vllm_order, e.qkey.astype(jnp.float64), -priority(e, t, pol))
     return jnp.lexsort((e.req, key, group))

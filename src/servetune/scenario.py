@@ -242,6 +242,22 @@ def _pad(n: int) -> int:
     return max(64, 1 << (n - 1).bit_length())
 
 
+def _priority_engine(engine: EngineConfig, cascade: bool) -> EngineConfig:
+    """`engine` under vLLM's priority scheduling (policy.order=priority, engine/priority.py);
+    ConfigError names a mechanism it is not combined with yet."""
+    for key, combined in (("engine.batching", engine.batching == "static"),
+                          ("engine.kv_pressure", engine.kv_pressure != "preempt"),
+                          ("engine.prefix_cache", engine.prefix_cache),
+                          ("engine.prefill_instances", engine.prefill_instances > 0),
+                          ("cascade", cascade)):
+        if combined:
+            raise ConfigError(f"{key}: not supported with policy.order=priority (vLLM's "
+                              f"priority scheduling) yet; expected continuous batching, "
+                              f"kv_pressure=preempt, no prefix cache, no disaggregation and no "
+                              f"cascade")
+    return dataclasses.replace(engine, scheduling_policy="priority")
+
+
 def stack_workloads(traces, predicted, drain_s: float, engine: EngineConfig | None = None, *,
                     spec_alpha=None, seeds=None) -> Workload:
     """Pad traces to a common power-of-two length N and stack them: leaves [S, N]. With
@@ -277,6 +293,10 @@ def stack_workloads(traces, predicted, drain_s: float, engine: EngineConfig | No
             "salt": np.uint32(seed % (1 << 32))})
         if engine is not None and engine.prefix_cache:
             rows[-1]["prefix_ids"] = prefix_lib.workload_ids(trace, trace.prompt, engine, n)
+        if engine is not None and engine.scheduling_policy == "priority":  # engine/priority.py
+            given = np.zeros(k, np.int32) if trace.priority is None else trace.priority
+            rows[-1]["priority"] = np.concatenate([given, np.zeros(pad, np.int32)]).astype(
+                np.int32)
         if engine is not None and engine.cascade_small_instances > 0:  # servetune.cascade
             rows[-1]["cascade_pred"] = np.concatenate([trace.cascade_pred, np.ones(pad)])
             rows[-1]["cascade_fail"] = np.concatenate([trace.cascade_fail, np.zeros(pad, bool)])
@@ -394,7 +414,8 @@ def build(cfg: DictConfig) -> Scenario:
     policy_cfg = OmegaConf.to_container(cfg.policy)
     order = policy_cfg.pop("order", "fcfs")
     if not isinstance(order, str):
-        raise ConfigError(f"policy.order: got {order!r}; expected one of fcfs, sjf, parametric")
+        raise ConfigError(f"policy.order: got {order!r}; expected one of fcfs, sjf, parametric, "
+                          f"neural, priority")
     score_net = policy_cfg.pop("score_net", None)  # order neural: weights or a JSON path
     unlimited = UNLIMITED  # null or inf: no limit
     for k, v in policy_cfg.items():
@@ -507,6 +528,8 @@ def build(cfg: DictConfig) -> Scenario:
                     f"engine.max_model_len: the {pool} pool's {blocks} KV blocks cannot hold one "
                     f"engine.max_model_len = {max_len} sequence ({lone_blocks} blocks); "
                     f"lower it")
+    if order == "priority":
+        engine = _priority_engine(engine, casc is not None)
     cost = cost.replace(
         link_bytes_per_s=jnp.asarray(_number(cfg, "hardware.kv_link_bytes_per_s", lo=1,
                                              hi=1e15, default=25e9), jnp.float64),

@@ -60,6 +60,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         **(swap.init_fields(shape, zi) if cfg.relax_order else {}),
         **({"cascade_fail": full(0, jnp.int32) > 0, "tier": full(-1, jnp.int32)}
            if cfg.cascade_small_instances > 0 else {}),
+        priority=full(0, jnp.int32) if cfg.scheduling_policy == "priority" else None,
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
     stats = Stats(

@@ -71,9 +71,14 @@ def _verify(e, batch, wl: Workload):
     return batch.replace(accepted=speculation.accepted(u, e.spec_alpha, drafts))
 
 
-def _in_scheduling_order(e, t, pol):
-    order = scheduling_order(e, t, pol)
-    return jax.tree.map(lambda x: x[order], e)
+def _in_scheduling_order(cfg: EngineConfig):
+    """(entries, t, policy) -> the entries permuted into `scheduling_order` under `cfg`."""
+    by_priority = cfg.scheduling_policy == "priority"
+
+    def permute(e, t, pol):
+        order = scheduling_order(e, t, pol, by_priority)
+        return jax.tree.map(lambda x: x[order], e)
+    return permute
 
 
 def order_matters(e, params: Params, cfg: EngineConfig):
@@ -122,7 +127,7 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     follows the first one (engine/leap.py); `info` then describes the first iteration only."""
     a = _arrive(state, wl, params, cfg, _SEARCH_WINDOW)
     # the permutation (16 gathers) runs only with the sort; under vmap both branches run
-    e = jax.lax.cond(a.sort, _in_scheduling_order, lambda e, t, pol: e, a.e, a.t,
+    e = jax.lax.cond(a.sort, _in_scheduling_order(cfg), lambda e, t, pol: e, a.e, a.t,
                      params.policy)
     return _proceed(state, wl, params, cfg, a, e, _SEARCH_WINDOW)
 
@@ -213,7 +218,7 @@ def step_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, 
     e, t = jax.tree.map(flat, a.e), flat(a.t)
     pol = jax.tree.map(lambda x: flat(jnp.broadcast_to(x, (n_s,) + x.shape)), params.policy)
     need = flat(a.sort & active)
-    permute = jax.vmap(_in_scheduling_order)
+    permute = jax.vmap(_in_scheduling_order(cfg))
     block = -(-n // 8)
 
     def some():
@@ -263,7 +268,9 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     if cfg.speculation:
         batch = _verify(e, batch, wl)
     totals = batch_totals(e, batch)
-    dur = batch_cost(e, batch, params, cfg, totals)
+    # an iteration that only preempted (scheduled no token) runs no model step: 0 s, as vLLM
+    only_preempted = jnp.any(batch.preempted) & ~jnp.any(batch.tokens > 0)
+    dur = jnp.where(only_preempted, 0.0, batch_cost(e, batch, params, cfg, totals))
     batch_req = e.req
     blocks_in_use = jnp.sum(e.blocks, dtype=jnp.int32)
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
@@ -289,7 +296,7 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         blocks_in_use = pfx_blocks
         e, pc, pfx_deferred = prefix_lib.after_advance(e, completed, pc, t + dur, cfg)
 
-    busy = jnp.any(batch.tokens > 0)
+    busy = jnp.any(batch.tokens > 0) | jnp.any(batch.preempted)  # (a preemption is progress)
     next_arrival = wl.arrival[jnp.minimum(next_req, wl.arrival.shape[0] - 1)]
     next_arrival = jnp.where(next_req < wl.n, next_arrival, jnp.inf)
     t_next = jnp.where(busy, t + dur,

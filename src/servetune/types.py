@@ -97,6 +97,12 @@ class EngineConfig:
       long_prefill_token_threshold_adaptive: floor policy.long_prefill_token_threshold at
         max_num_batched_tokens // (running + waiting requests), as vLLM 0.32's
         `--long-prefill-token-threshold-adaptive`.
+      scheduling_policy: vLLM's `--scheduling-policy`. "fcfs" orders by policy.order's score
+        (vLLM's own FCFS queue when the score is arrival alone); "priority" (policy.order
+        priority) is vLLM 0.32's priority policy over each request's fixed priority from the
+        trace: the queue, preempted requests included, by (priority, arrival), and the
+        preemption victim the running request with the largest (priority, arrival)
+        (engine/priority.py).
       cascade_small_instances: S > 0 runs a model cascade (engine/cascade.py): instances
         0..S-1 serve a small model, the rest a large one; arrivals whose predicted difficulty
         is at most policy.cascade_threshold go to the small pool, the others to the large pool,
@@ -132,6 +138,7 @@ class EngineConfig:
     cascade_small_instances: int = 0
     scheduler_reserve_full_isl: bool = True
     long_prefill_token_threshold_adaptive: bool = False
+    scheduling_policy: str = "fcfs"
 
     @property
     def n_entries(self) -> int:
@@ -254,6 +261,8 @@ class Workload:
     # model cascade only (engine/cascade.py), else None:
     cascade_pred: jnp.ndarray | None = None  # [N] f64 predicted difficulty in (0, 1) (the router's)
     cascade_fail: jnp.ndarray | None = None  # [N] bool the small model's answer fails its check
+    # engine.scheduling_policy priority only (engine/priority.py), else None:
+    priority: jnp.ndarray | None = None  # [N] i32 the request's fixed priority (lower first)
 
 
 @struct.dataclass
@@ -312,6 +321,8 @@ class Entries:
     # model cascade only (engine/cascade.py), else None:
     cascade_fail: jnp.ndarray | None = None  # [A] bool its small-model answer fails its check
     tier: jnp.ndarray | None = None  # [A] i32 TIER_LARGE / TIER_SMALL / TIER_RETRIED
+    # engine.scheduling_policy priority only (engine/priority.py), else None:
+    priority: jnp.ndarray | None = None  # [A] i32 the request's fixed priority (lower first)
 
 
 @struct.dataclass

@@ -49,6 +49,8 @@ class RequestTrace:
     difficulty: [N] float64 in [0, 1] from the trace's optional `difficulty` column, or None;
     quality_u: [N] float64 uniform draw of each request's quality check (servetune.quality;
       set per seed by scenario.build), or None;
+    priority: [N] int32 from the trace's optional `priority` column (vLLM's per-request
+      priority, lower first; policy.order=priority), or None;
     hash_ids: [N, H] int32 ids of the prompt's prefix blocks (Mooncake `hash_ids`: one per
       512-token block, equal ids = equal prefixes), -1 padded; None when the trace has none;
     compress_u: [N] float64 uniform draw of each request's KV-compression quality check (set
@@ -68,6 +70,7 @@ class RequestTrace:
     deadline: np.ndarray = None
     difficulty: np.ndarray | None = None
     quality_u: np.ndarray | None = None
+    priority: np.ndarray | None = None
     hash_ids: np.ndarray | None = None
     compress_u: np.ndarray | None = None
     cascade_pred: np.ndarray | None = None
@@ -150,15 +153,29 @@ def _difficulty_field(raw, path, line: int) -> float:
     return value
 
 
-def _difficulties(values: list, lines: list[int], path) -> np.ndarray | None:
-    """[N] difficulties, None when no row has one; every row or none must."""
+def _priority_field(raw, path, line: int) -> int:
+    """A request's priority cell: an integer in int32 range (vLLM's per-request priority under
+    --scheduling-policy priority: lower runs first)."""
+    text = raw.strip() if isinstance(raw, str) else raw
+    try:
+        value = float(text) if not isinstance(text, bool) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        value = math.nan
+    if not (math.isfinite(value) and value == int(value) and -2**31 <= value < 2**31):
+        raise TraceError(f"{path}:{line}: 'priority' = {_show(raw)}; expected an integer in "
+                         f"[{-2**31}, {2**31 - 1}] (lower runs first)")
+    return int(value)
+
+
+def _optional_column(values: list, lines: list[int], path, name: str, dtype):
+    """[N] values of optional column `name`, None when no row has one; every row or none must."""
     if all(v is None for v in values):
         return None
     for v, line in zip(values, lines):
         if v is None:
-            raise TraceError(f"{path}:{line}: no 'difficulty' where other rows have one; "
+            raise TraceError(f"{path}:{line}: no {name!r} where other rows have one; "
                              f"expected it on every row or on none")
-    return np.asarray(values, np.float64)
+    return np.asarray(values, dtype)
 
 
 def _parse_timestamp(raw: str, path, line: int) -> tuple[float, str]:
@@ -248,7 +265,8 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
     """Load a CSV trace: Azure LLM 2023 (TIMESTAMP, ContextTokens, GeneratedTokens) or plain
     (arrival_s, prompt_tokens, output_tokens). Arrival times become seconds from the first row.
 
-    An optional `difficulty` column (in [0, 1]) feeds the quality model. Extra columns are
+    An optional `difficulty` column (in [0, 1]) feeds the quality model, an optional integer
+    `priority` column vLLM's priority scheduling (policy.order=priority). Extra columns are
     ignored; a row may not carry non-empty fields beyond the header's."""
     path = Path(path)
     text = read_text(path)
@@ -284,13 +302,14 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
     else:
         raise TraceError(f"{path}:{header_line}: header {_show(header, 120)}; expected columns "
                          f"{list(formats['azure'])} (Azure LLM 2023) or {list(formats['plain'])}")
-    for c in cols + ("difficulty",):
+    for c in cols + ("difficulty", "priority"):
         if header.count(c) > 1:
             raise TraceError(f"{path}:{header_line}: column {c!r} appears {header.count(c)} "
                              f"times in the header; expected each column once")
     t_col, p_col, o_col = (header.index(c) for c in cols)
     d_col = header.index("difficulty") if "difficulty" in header else None
-    arrival, prompt, output, lines, difficulty = [], [], [], [], []
+    q_col = header.index("priority") if "priority" in header else None
+    arrival, prompt, output, lines, difficulty, priority = [], [], [], [], [], []
     first_kind = None
     for line, row in records:
         if not row or all(not cell.strip() for cell in row):
@@ -327,6 +346,8 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
         output.append(_int_field(row[o_col], path, line, cols[2], 1))
         if d_col is not None:
             difficulty.append(_difficulty_field(row[d_col].strip(), path, line))
+        if q_col is not None:
+            priority.append(_priority_field(row[q_col], path, line))
         lines.append(line)
     arr = np.asarray(arrival, np.float64)
     _check_sorted(arr, lines, path, f"column {cols[0]!r}")
@@ -334,7 +355,8 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
         raise TraceError(f"{path}:{lines[0]}: arrival_s = {arr[0]}; expected >= 0")
     return RequestTrace(name or path.stem, arr - arr[0], np.asarray(prompt, np.int32),
                         np.asarray(output, np.int32),
-                        difficulty=np.asarray(difficulty, np.float64) if difficulty else None)
+                        difficulty=np.asarray(difficulty, np.float64) if difficulty else None,
+                        priority=np.asarray(priority, np.int32) if priority else None)
 
 
 _KIND_NAMES = {"seconds": "a number of seconds", "naive": "a date-time without UTC offset",
@@ -343,11 +365,12 @@ _KIND_NAMES = {"seconds": "a number of seconds", "naive": "a date-time without U
 
 def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
     """Load a Mooncake JSONL trace: one object per line with `timestamp` (ms), `input_length`,
-    `output_length` (and optional `hash_ids`, and `difficulty` in [0, 1] for the quality model).
+    `output_length` (and optional `hash_ids`, `difficulty` in [0, 1] for the quality model, and
+    an integer `priority` for vLLM's priority scheduling).
     Arrival times become seconds from the first row."""
     path = Path(path)
     text = read_text(path)
-    arrival, prompt, output, lines, difficulty, hashes = [], [], [], [], [], []
+    arrival, prompt, output, lines, difficulty, hashes, priority = [], [], [], [], [], [], []
     for line, raw in enumerate(_lines(text), start=1):
         if not raw.strip():
             continue
@@ -388,6 +411,8 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
         difficulty.append(_difficulty_field(obj["difficulty"], path, line)
                           if "difficulty" in obj else None)
         hashes.append(_hash_ids(obj.get("hash_ids"), path, line))
+        priority.append(_priority_field(obj["priority"], path, line)
+                        if "priority" in obj else None)
         lines.append(line)
     if not arrival:
         raise TraceError(f"{path}: empty file; expected JSON lines with timestamp, "
@@ -403,7 +428,9 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
                 hash_ids[k, :len(h)] = h
     return RequestTrace(name or path.stem, arr - arr[0], np.asarray(prompt, np.int32),
                         np.asarray(output, np.int32),
-                        difficulty=_difficulties(difficulty, lines, path), hash_ids=hash_ids)
+                        difficulty=_optional_column(difficulty, lines, path, 'difficulty', np.float64),
+                        priority=_optional_column(priority, lines, path, 'priority', np.int32),
+                        hash_ids=hash_ids)
 
 
 MAX_HASH_ID = 2**31 - 2  # prefix block ids are int32 on device (-1 marks "none")

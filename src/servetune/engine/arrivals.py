@@ -114,6 +114,8 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
                   else e.kv_ratio),
         ready_at=e.ready_at,
         qkey=sel(zero, e.qkey),
+        priority=(sel(read(wl.priority), e.priority) if cfg.scheduling_policy == "priority"
+                  else e.priority),
         **({f: sel(jnp.zeros_like(e.finish), getattr(e, f)) for f in RELAXED_FIELDS}
            if cfg.relax != "hard" else {}),
         **(swap.reset_fields(e, take) if cfg.relax_order else {}),

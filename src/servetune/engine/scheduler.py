@@ -18,7 +18,9 @@ order (vllm/v1/core/sched/scheduler.py; the golden fixtures in tests/golden/ are
 Static batching admits a new batch only when nothing runs, with no token budget.
 
 Under FCFS the order is vLLM's own (`Entries.qkey`); under a score order the running requests
-are ordered by score, so the victim is the lowest-priority one. (A relaxed order pairs the
+are ordered by score, so the victim is the lowest-priority one. Under vLLM's priority policy
+(engine.scheduling_policy priority) the victim is chosen by fixed priority wherever it stands
+in the running list (engine/priority.py). (A relaxed order pairs the
 victim with the last request kept: engine/swap.py.)
 """
 
@@ -29,6 +31,7 @@ from flax import struct
 
 from servetune import ops, relax
 from servetune.engine import pressure, swap
+from servetune.engine import priority as priority_policy
 from servetune.engine.kv import blocks_for
 from servetune.engine.speculation import draft_tokens, relaxed_draft_tokens
 from servetune.types import (
@@ -176,7 +179,11 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
                                                 pol.kv_compress_ratio, cfg)
     # Keeping the first m requests costs their new blocks and frees the held blocks of the
     # preempted tail; m is the largest prefix for which that fits (what vLLM's loop reaches).
-    keep = pressure.keep_prefix(running, grow, held, free)
+    if cfg.scheduling_policy == "priority":  # the victim by fixed priority, sequentially
+        keep, alloc, grow = priority_policy.schedule_running(es, running, need, alloc, grow,
+                                                             budget, free, cfg)
+    else:
+        keep = pressure.keep_prefix(running, grow, held, free)
     if cfg.kv_pressure == "compress":
         kv_ratio = jnp.where(compress & keep, jnp.maximum(pol.kv_compress_ratio, 1.0), kv_ratio)
     preempt = running & ~keep

@@ -87,6 +87,11 @@ CASES: dict[str, dict] = {
     "max_model_len": {"description": "Azure code, max_model_len 2048: longer prompts rejected, "
                                      "sequences stopped at the length cap",
                       "trace": _CODE, "engine": {"max_model_len": 2048}},
+    "priority": {"description": "Azure conv, 4x, 600 blocks, policy priority: a gateway's "
+                                "fixed priorities by prompt length (0 below 512 tokens, 1 below "
+                                "2048, else 2); the priority heap and the victim by priority",
+                 "trace": {**_CONV_4X, "priority_tiers": [512, 2048]},
+                 "engine": {**_TIGHT, "policy": "priority"}},
     "queued_caps": {"description": "Azure conv, 4x, 8 sequences: the API server's 503 caps, "
                                    "max_num_queued_reqs 24 and max_num_queued_tokens 16000",
                     "trace": _CONV_4X,
@@ -97,16 +102,21 @@ CASES: dict[str, dict] = {
 
 def case_requests(case: dict) -> dict:
     """The case's requests as lists in trace order: arrival (s), prompt and output (tokens),
-    from a slice of a bundled trace."""
+    from a slice of a bundled trace; with `priority_tiers` [t1, t2, ...] also a priority, the
+    number of tiers a request's prompt reaches (a gateway's fixed priorities, lower first)."""
     from servetune import workload
 
     spec = case["trace"]
     trace = workload.load_trace(workload.bundled_path(spec["file"]))
     trace = workload.slice_trace(trace, start_s=spec["start_s"], duration_s=spec["duration_s"],
                                  rate_scale=spec["rate_scale"], max_requests=spec["max_requests"])
-    return {"arrival": [float(a) for a in trace.arrival],
-            "prompt": [int(p) for p in trace.prompt],
-            "output": [int(o) for o in trace.output]}
+    columns = {"arrival": [float(a) for a in trace.arrival],
+               "prompt": [int(p) for p in trace.prompt],
+               "output": [int(o) for o in trace.output]}
+    if "priority_tiers" in spec:
+        tiers = np.asarray(spec["priority_tiers"])
+        columns["priority"] = [int(np.sum(p >= tiers)) for p in trace.prompt]
+    return columns
 
 
 def make_fixture(name: str) -> dict:
@@ -183,9 +193,9 @@ def _servetune_inputs(fixture: dict):
     from servetune.workload import RequestTrace
 
     eng, req = fixture["engine"], fixture["requests"]
-    if eng["policy"] != "fcfs" or eng["enable_prefix_caching"]:
-        raise GoldenError(f"golden case {fixture['case']!r}: servetune replays fcfs without "
-                          f"prefix caching exactly; policy={eng['policy']}, "
+    if eng["policy"] not in ("fcfs", "priority") or eng["enable_prefix_caching"]:
+        raise GoldenError(f"golden case {fixture['case']!r}: servetune replays fcfs and "
+                          f"priority without prefix caching exactly; policy={eng['policy']}, "
                           f"enable_prefix_caching={eng['enable_prefix_caching']}")
     unlimited = lambda v: math.inf if v is None else float(v)
     policy = make_policy({
@@ -196,7 +206,7 @@ def _servetune_inputs(fixture: dict):
         "max_num_active_seqs": unlimited(eng["max_num_active_seqs"]),
         "max_num_queued_reqs": unlimited(eng["max_num_queued_reqs"]),
         "max_num_queued_tokens": unlimited(eng["max_num_queued_tokens"]),
-    })
+    }, order=eng["policy"])
     cost = hardware.linear_cost_params(kv_blocks=eng["num_gpu_blocks"], **fixture["cost"])
     n = len(req["arrival"])
     if eng["max_num_seqs"] > _SLOTS or n > _WINDOW:
@@ -209,9 +219,12 @@ def _servetune_inputs(fixture: dict):
         block_size=eng["block_size"], max_model_len=eng["max_model_len"],
         chunked_prefill=eng["enable_chunked_prefill"], cost_form="linear", outbox=512,
         scheduler_reserve_full_isl=eng["scheduler_reserve_full_isl"],
-        long_prefill_token_threshold_adaptive=eng["long_prefill_token_threshold_adaptive"])
+        long_prefill_token_threshold_adaptive=eng["long_prefill_token_threshold_adaptive"],
+        scheduling_policy=eng["policy"])
     trace = RequestTrace(fixture["case"], np.asarray(req["arrival"], np.float64),
-                         np.asarray(req["prompt"], np.int32), np.asarray(req["output"], np.int32))
+                         np.asarray(req["prompt"], np.int32), np.asarray(req["output"], np.int32),
+                         priority=(np.asarray(req["priority"], np.int32) if "priority" in req
+                                   else None))
     return trace, Params(policy=policy, cost=cost), cfg
 
 
@@ -226,7 +239,7 @@ def replay(fixture: dict) -> dict:
     from servetune.types import END_STATE_NAMES
 
     trace, params, cfg = _servetune_inputs(fixture)
-    wl = stack_workloads([trace], [trace.output.astype(np.float64)], drain_s=1e6)
+    wl = stack_workloads([trace], [trace.output.astype(np.float64)], drain_s=1e6, engine=cfg)
     n_steps = len(fixture["steps"]) + len(trace) + 1  # idle jumps take a step each
     n_steps = 1 << (n_steps - 1).bit_length()  # fewer distinct compilations
     _, info = step_trace(jax.tree.map(lambda x: x[0], wl), params, cfg, n_steps)
