@@ -50,4 +50,4 @@ def test_study_settings():
     uv = api.compose(["+experiment=utilization_vs_value", "policy=value_aware"])
     assert uv.policy.queue_cap == 8 and uv.engine.max_slots == 512
     tvd = api.compose(["+experiment=tuned_vs_default", "policy=tuned_azure_conv"])
-    assert tvd.policy.queue_cap == 51 and tvd.policy.max_num_seqs == 502
+    assert tvd.policy.queue_cap == 29 and tvd.policy.max_num_seqs == 506
