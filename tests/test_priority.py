@@ -97,6 +97,9 @@ def test_priority_is_read_from_traces(tmp_path):
     jsonl.write_text('{"timestamp": 0, "input_length": 5, "output_length": 2, "priority": 3}\n'
                      '{"timestamp": 10, "input_length": 5, "output_length": 2, "priority": 0}\n')
     assert load_jsonl(jsonl).priority.tolist() == [3, 0]
+    # through the config: the column reaches the engine's workload (padding at priority 0)
+    sc = build(compose(["policy=priority", f"workload.path={csv}"]))
+    assert np.asarray(sc.workloads.priority)[0, :2].tolist() == [1, -2]
     bad = tmp_path / "bad.csv"
     bad.write_text("arrival_s,prompt_tokens,output_tokens,priority\n0,5,2,high\n")
     with pytest.raises(TraceError, match=r"bad\.csv:2: 'priority' = 'high'; expected an integer"):
