@@ -3,8 +3,10 @@ of event skipping with caching on, and the Mooncake synthetic trace: the simulat
 against the trace's own prefix reuse, and TTFT with caching on vs off."""
 
 import dataclasses
+import types
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import batched, linear_params
@@ -32,6 +34,11 @@ def ptrace(rows, name="prefix") -> RequestTrace:
     col = lambda i, t: np.asarray([r[i] for r in rows], t)
     return RequestTrace(name, col(0, np.float64), col(1, np.int32), col(2, np.int32),
                         hash_ids=ids)
+
+
+def _hits(res) -> int:
+    """Prompt tokens found cached at admissions, new and re-admitted requests together."""
+    return int(np.asarray(res.stats["prefix_lookups"])[:, 2].sum())
 
 
 def _wl(traces, cfg, drain_s=1e6):
@@ -75,8 +82,7 @@ def test_second_request_prefills_k_blocks_fewer():
     assert [s[1] for s in off] == [{0: 2048}, {0: 1}, {1: 2148}, {1: 1}, {2: 2048}]
     res = run(ptrace(SHARED), p, CFG)[0][0]
     assert res.tokens_computed.tolist() == [2048 + 1, 1124 + 1, 512]
-    assert res.stats["prefix_hit_tokens"] == 5 * 512
-    assert res.stats["prefix_prompt_tokens"] == 2048 + 2148 + 2048
+    assert _hits(res) == 5 * 512
 
 
 def test_hit_shortens_time_to_first_token_under_a_per_token_cost():
@@ -86,6 +92,20 @@ def test_hit_shortens_time_to_first_token_under_a_per_token_cost():
     off = run(ptrace(SHARED), p, dataclasses.replace(CFG, prefix_cache=False))[0][0]
     ttft = lambda r: r.first_token - np.array([0, 5, 10])
     np.testing.assert_allclose(ttft(off) - ttft(on), [0, 1.024, 1.536], atol=1e-9)
+
+
+def test_lookups_counted_as_vllm_prefix_cache_stats():
+    # SHARED: three new requests queried 2048 + 2148 + 2048 tokens and found 0, 2 x 512 and
+    # 3 x 512 of them cached; nobody was re-admitted after a preemption
+    p = linear_params({"max_num_batched_tokens": 8192})
+    res = run(ptrace(SHARED), p, CFG)[0][0]
+    assert res.stats["prefix_lookups"].tolist() == [[3, 6244, 2560], [0, 0, 0]]
+    # a re-admitted request (preempted before) counts apart, its query its prompt plus the
+    # tokens it generated (vLLM's request.num_tokens)
+    e = types.SimpleNamespace(n_preempt=jnp.array([0, 2, 1]), prompt=jnp.array([100, 50, 70]),
+                              generated=jnp.array([0, 7, 3]))
+    counts = prefix_lib.lookup_counts(e, jnp.array([True, True, False]), jnp.array([32, 48, 16]))
+    assert counts.tolist() == [[1, 100, 32], [1, 57, 48]]
 
 
 def test_concurrent_requests_find_no_block_before_it_is_computed():
@@ -174,8 +194,8 @@ def test_no_request_lost_and_kv_within_capacity(random_batch):
             saved = tr.prompt + tr.output - 1 - res.tokens_computed
             assert np.all(saved[done] <= np.maximum(tr.prompt[done] - 1, 0))
             if res.stats["preemptions"] == 0:  # every admission's hit is a token not computed
-                assert saved[done].sum() == res.stats["prefix_hit_tokens"]
-            hit_any |= res.stats["prefix_hit_tokens"] > 0
+                assert saved[done].sum() == _hits(res)
+            hit_any |= _hits(res) > 0
             preempt_any |= res.stats["preemptions"] > 0
             evict_any |= res.stats["prefix_evictions"] > 0
     assert hit_any and evict_any
@@ -192,7 +212,7 @@ def test_event_skipping_stays_exact_with_caching(random_batch):
             for f in ("first_token", "finish"):
                 np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-12, err_msg=f)
             for f in ("preemptions", "prefill_tokens", "decode_tokens", "kv_peak_blocks",
-                      "prefix_hit_tokens", "prefix_evictions", "prefix_insert_failed"):
+                      "prefix_lookups", "prefix_evictions", "prefix_insert_failed"):
                 np.testing.assert_array_equal(a.stats[f], b.stats[f], err_msg=f)
             n_leaped += int(b.stats["leaped"])
     assert n_leaped > 0
@@ -214,7 +234,7 @@ def test_caching_without_reuse_schedules_exactly_like_no_caching():
     on = run(tr, params, PCFG)[0]
     off = run(tr, params, dataclasses.replace(PCFG, prefix_cache=False))[0]
     for a, b in zip(on, off):
-        assert a.stats["prefix_hit_tokens"] == 0 and a.stats["preemptions"] == 0
+        assert _hits(a) == 0 and a.stats["preemptions"] == 0
         assert a.stats["prefix_evictions"] > 0
         for f in ("end_state", "generated", "n_preempt", "tokens_computed"):
             np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)

@@ -274,12 +274,14 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
                 "n_requests", "n_completed", "n_rejected", "n_outstanding", "goodput_rps",
                 "slo_attainment", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
                 "e2e_mean_s", "e2e_p99_s")}
-    if "prefix_hit_tokens" in st:  # prefix caching (engine/prefix.py)
-        prompt = int(st["prefix_prompt_tokens"])
+    if "prefix_lookups" in st:  # prefix caching (engine/prefix.py), as vLLM 0.32 counts it
+        (new_reqs, queries, hits), (re_reqs, re_queries, re_hits) = (
+            [int(v) for v in row] for row in np.asarray(st["prefix_lookups"]))
         m.update({
-            "prefix_hit_rate": int(st["prefix_hit_tokens"]) / prompt if prompt else float("nan"),
-            "prefix_cached_tokens": int(st["prefix_hit_tokens"]),
-            "prefix_admitted_prompt_tokens": prompt,
+            "prefix_hit_rate": hits / queries if queries else float("nan"),
+            "prefix_requests": new_reqs, "prefix_queries": queries, "prefix_hits": hits,
+            "prefix_preempted_requests": re_reqs, "prefix_preempted_queries": re_queries,
+            "prefix_preempted_hits": re_hits,
             "prefix_evictions": int(st["prefix_evictions"]),
             "prefix_insert_failed": int(st["prefix_insert_failed"]),
             "prefix_insert_deferred_iterations": int(st["prefix_insert_deferred"]),

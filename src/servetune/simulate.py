@@ -304,7 +304,8 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
     stats = {f.name: getattr(st, f.name) for f in dataclasses.fields(st)}
     stats["requests_taken"] = int(final.next_req[s, p])
     if final.prefix is not None:  # prefix caching totals (engine/prefix.py)
-        for f in ("hit_tokens", "prompt_tokens", "evictions", "insert_failed", "insert_deferred"):
+        for f in ("evictions", "insert_failed", "insert_deferred"):
             stats[f"prefix_{f}"] = int(getattr(final.prefix, f)[s, p])
+        stats["prefix_lookups"] = np.asarray(final.prefix.lookups[s, p])
     clock = float(np.max(final.clock[s, p]))
     return ScenarioResult(stats=stats, clock_s=clock if math.isfinite(clock) else float("nan"), **out)

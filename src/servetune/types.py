@@ -399,8 +399,10 @@ class PrefixCache:
     ref: jnp.ndarray  # [I, C] i32 running requests referencing it (0: cached, evictable)
     last: jnp.ndarray  # [I, C] f64 time it was last released (LRU key, seconds)
     depth: jnp.ndarray  # [I, C] i32 block position in its prompt (deeper evicted first on ties)
-    hit_tokens: jnp.ndarray  # [] i64 prompt tokens found cached at admission
-    prompt_tokens: jnp.ndarray  # [] i64 prompt tokens of admissions (re-admissions included)
+    lookups: jnp.ndarray  # [2, 3] i64 vLLM 0.32's PrefixCacheStats, recorded at admission:
+    #                       rows new requests / requests re-admitted after a preemption;
+    #                       columns requests, queries (tokens: prompt + generated so far),
+    #                       hits (tokens found cached)
     evictions: jnp.ndarray  # [] i32 blocks evicted (KV pressure or table conflicts)
     insert_failed: jnp.ndarray  # [] i32 blocks not cached: their table set was all referenced
     insert_deferred: jnp.ndarray  # [] i32 iterations with more blocks to insert than one

@@ -95,7 +95,7 @@ def init_cache(cfg: EngineConfig, like) -> PrefixCache:
     zi = jnp.zeros(shape, jnp.int32) + jnp.zeros_like(like, jnp.int32)
     zs = jnp.zeros_like(like, jnp.int32)
     return PrefixCache(ids=zi - 1, ref=zi, last=zi.astype(jnp.float64), depth=zi,
-                       hit_tokens=zs.astype(jnp.int64), prompt_tokens=zs.astype(jnp.int64),
+                       lookups=jnp.zeros((2, 3), jnp.int64) + zs.astype(jnp.int64),
                        evictions=zs, insert_failed=zs, insert_deferred=zs)
 
 
@@ -263,17 +263,25 @@ def after_schedule(e: Entries, batch, h: Hits, pc: PrefixCache, t, kv_total, cfg
     ref = jax.lax.cond(jnp.any(admitted & (h.n_hit > 0)),  # an [A, Hp] scatter: only if needed
                        lambda: pc.ref.at[jnp.where(in_hit, h.slots, c)].add(1, mode="drop"),
                        lambda: pc.ref)
-    pc = pc.replace(
-        ref=ref,
-        hit_tokens=pc.hit_tokens + jnp.sum(jnp.where(admitted, h.cached, 0), dtype=jnp.int64),
-        prompt_tokens=pc.prompt_tokens + jnp.sum(jnp.where(admitted, e.prompt, 0),
-                                                 dtype=jnp.int64))
+    pc = pc.replace(ref=ref, lookups=pc.lookups + lookup_counts(e, admitted, h.cached))
     e = e.replace(pfx_slot=jnp.where(admitted[:, None], jnp.where(in_hit, h.slots, -1),
                                      e.pfx_slot),
                   pfx_n=jnp.where(admitted, h.n_hit, e.pfx_n),
                   pfx_next=jnp.where(admitted, h.n_hit, e.pfx_next))
     pc, used = make_room(e, pc, kv_total, cfg)
     return e, pc, used
+
+
+def lookup_counts(e: Entries, admitted, cached):
+    """[2, 3] i64 this iteration's prefix-cache lookups as vLLM 0.32's PrefixCacheStats records
+    them at admission: rows new requests and requests re-admitted after a preemption
+    (`num_preemptions > 0`); columns requests, queries (the request's tokens, prompt plus
+    output so far) and hits (tokens found cached), of the `admitted` [A] entries."""
+    resumed = e.n_preempt > 0
+    cols = jnp.stack([jnp.ones_like(e.prompt), e.prompt + e.generated, cached], axis=-1)
+    cols = jnp.where(admitted[:, None], cols, 0).astype(jnp.int64)
+    return jnp.stack([jnp.sum(jnp.where(resumed[:, None], 0, cols), axis=0),
+                      jnp.sum(jnp.where(resumed[:, None], cols, 0), axis=0)])
 
 
 def _insert(e: Entries, pc: PrefixCache, active, t, cfg: EngineConfig):
