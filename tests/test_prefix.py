@@ -334,3 +334,14 @@ def test_combinations_not_supported_yet_are_refused(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         build(compose(["workload=mooncake_synthetic", "model=qwen2_5_7b",
                        "engine.prefix_cache=true", "workload.duration_s=10", override]))
+
+
+def test_caching_is_on_by_default_where_the_trace_has_prefix_block_ids():
+    # vLLM enables prefix caching by default: a null engine.prefix_cache turns it on for a
+    # trace with hash_ids, where the engine combines with it; explicit settings are kept
+    short = ["workload.duration_s=5"]
+    moon = lambda *o: build(compose(["workload=mooncake_synthetic", *short, *o])).engine
+    assert moon().prefix_cache and moon().prefix_block_tokens == 512
+    assert not moon("engine.prefix_cache=false").prefix_cache
+    assert not moon("engine.n_instances=2").prefix_cache  # several instances: not combined
+    assert not build(compose(["workload=azure_conv", *short])).engine.prefix_cache  # no ids

@@ -212,12 +212,16 @@ def _with_abandonment(cfg: DictConfig, trace: workload.RequestTrace, seed: int):
         deadline_s=deadline, seed=seed)
 
 
-def _prefix_engine(cfg, block: int, layout: str, kv_blocks: int) -> dict:
+def _prefix_engine(cfg, block: int, layout: str, kv_blocks: int, auto: bool = False) -> dict:
     """EngineConfig fields of prefix caching (engine/prefix.py): `engine.prefix_cache`,
     `engine.prefix_block_tokens` (the trace's prefix block size, Mooncake 512) and
     `engine.prefix_cache_entries` (table slots; null = twice the prefix blocks the KV cache
-    holds, so the table itself rarely binds), checked here."""
-    if not _flag(cfg, "engine.prefix_cache", False):
+    holds, so the table itself rarely binds), checked here. A null `engine.prefix_cache`
+    takes `auto` (`_prefix_by_default`)."""
+    if _get(cfg, "engine.prefix_cache") is None:
+        if not auto:
+            return {}
+    elif not _flag(cfg, "engine.prefix_cache", False):
         return {}
     if layout != "paged":
         raise ConfigError(f"engine.prefix_cache: needs engine.kv_layout=paged (got {layout})")
@@ -236,6 +240,22 @@ def _prefix_engine(cfg, block: int, layout: str, kv_blocks: int) -> dict:
         raise ConfigError(f"engine.prefix_cache_entries: got {entries}; expected a multiple of "
                           f"{ways} (slots per set)")
     return {"prefix_cache": True, "prefix_block_tokens": tokens, "prefix_cache_entries": entries}
+
+
+def _prefix_by_default(cfg, engine: EngineConfig, traces, speculation: bool) -> bool:
+    """Whether a null `engine.prefix_cache` turns caching on, as vLLM enables it by default:
+    where every trace has prefix block ids and the engine combines with caching (one instance,
+    paged KV, kv_pressure preempt, FCFS-family orders, no draft model, no cascade, the trace's
+    block a whole number of KV blocks). Explicit true or false is kept as given."""
+    if _get(cfg, "engine.prefix_cache") is not None:
+        return False
+    tokens = _get(cfg, "engine.prefix_block_tokens", 512)
+    return (all(tr.hash_ids is not None for tr in traces) and engine.n_instances == 1
+            and engine.batching == "continuous"
+            and engine.kv_layout == "paged" and engine.kv_pressure == "preempt"
+            and engine.scheduling_policy == "fcfs" and engine.cascade_small_instances == 0
+            and not speculation and isinstance(tokens, int) and tokens > 0
+            and tokens % engine.block_size == 0)
 
 
 def _pad(n: int) -> int:
@@ -562,6 +582,10 @@ def build(cfg: DictConfig) -> Scenario:
             len(tr), s, qspec.difficulty, tr.difficulty, tr.name)))) for tr, s in zip(traces, seeds)]
     if casc is not None:  # per seed: the router's predicted difficulty, small-answer failures
         traces = [cascade_lib.with_draws(tr, qspec, casc, s) for tr, s in zip(traces, seeds)]
+    if _prefix_by_default(cfg, engine, traces, draft_spec is not None):
+        engine = dataclasses.replace(engine, **_prefix_engine(cfg, engine.block_size,
+                                                              engine.kv_layout, kv_blocks,
+                                                              auto=True))
     if engine.prefix_cache:
         for key, combined in (("engine.n_instances", engine.n_instances > 1),
                               ("engine.kv_pressure", engine.kv_pressure != "preempt"),
