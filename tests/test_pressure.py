@@ -64,6 +64,20 @@ def test_preempt_requeues_and_reject_reserves():
     assert res.n_preempt.tolist() == [0, 0] and res.tokens_computed[1] == 0
 
 
+
+@pytest.mark.parametrize("predicted", [1e6, 1e7, 1e12, 1e300])
+def test_reject_caps_a_huge_prediction_at_max_model_len(predicted):
+    # a prediction beyond the length cap reserves a max_model_len sequence (64 blocks of 16
+    # tokens), never a wrapped-around negative footprint: with 64 blocks the first request is
+    # admitted alone, the second is turned away; with 63 neither fits
+    tr = trace_of([(0.0, 64, 50), (0.0, 64, 50)])
+    cfg = dataclasses.replace(CFG, kv_pressure="reject")
+    for kv, states in ((64, [COMPLETED, 1]), (63, [1, 1])):
+        p = linear_params({"watermark": 0.0}, kv_blocks=kv)
+        res = run(tr, p, cfg, predicted=[np.full(2, predicted)])[0][0]
+        assert res.end_state.tolist() == states, (kv, predicted)
+
+
 @pytest.fixture(scope="module")
 def seed_study():
     # KV binds (300 blocks hold ~8 requests of ~600 tokens), compute does not (decode is

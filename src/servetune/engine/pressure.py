@@ -59,6 +59,9 @@ def compress_tail(e: Entries, running, alloc, grow, held, free, compress_ratio, 
 
 def footprint(e: Entries, cfg: EngineConfig):
     """[A] KV blocks a request is predicted to hold at its end: prompt + predicted output
-    (at least what it holds already, plus its next token)."""
-    total = e.prompt + jnp.maximum(jnp.ceil(e.predicted).astype(jnp.int32), e.generated + 1)
+    (at least what it holds already, plus its next token), at most max_model_len tokens (the
+    length cap stops it there; the cap also keeps a huge prediction from overflowing int32)."""
+    cap = cfg.max_model_len
+    predicted = jnp.ceil(jnp.clip(e.predicted, 0, cap)).astype(jnp.int32)
+    total = jnp.minimum(e.prompt + jnp.maximum(predicted, e.generated + 1), cap)
     return blocks_for(total, cfg, ratio(e, cfg))
