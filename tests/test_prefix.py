@@ -251,7 +251,7 @@ MOON = ["workload=mooncake_synthetic", "workload.duration_s=150", "model=qwen2_5
 @pytest.fixture(scope="module")
 def mooncake():
     out = {}
-    for name, extra in {"off": ["hardware=h200", "hardware.tp=4"],
+    for name, extra in {"off": ["hardware=h200", "hardware.tp=4", "engine.prefix_cache=false"],
                         "on": ["hardware=h200", "hardware.tp=4", "engine.prefix_cache=true"],
                         "small_table": ["hardware=h200", "hardware.tp=4",
                                         "engine.prefix_cache=true",
