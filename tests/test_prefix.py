@@ -108,13 +108,74 @@ def test_lookups_counted_as_vllm_prefix_cache_stats():
     assert counts.tolist() == [[1, 100, 32], [1, 57, 48]]
 
 
-def test_concurrent_requests_find_no_block_before_it_is_computed():
-    # r0 and r1 arrive together with the same prefix: neither is cached yet, both prefill in
-    # full (r1's copy of the blocks is then shared with r0's, counted once).
+def test_requests_admitted_together_share_the_blocks_the_first_computes():
+    # r0 and r1 arrive together with the same prefix. vLLM caches a block when it is
+    # scheduled, so r1, admitted after r0 in the same iteration, finds r0's 2 blocks (1 of
+    # them, capped so that one token is computed) and prefills 512 tokens, not 1024.
     tr = ptrace([(0, 1024, 2, [1, 2]), (0, 1024, 2, [1, 2]), (3, 1030, 1, [1, 2])])
     p = linear_params({"max_num_batched_tokens": 8192})
-    assert schedule(tr, p, CFG) == [(0.0, {0: 1024, 1: 1024}), (1.0, {0: 1, 1: 1}),
+    assert schedule(tr, p, CFG) == [(0.0, {0: 1024, 1: 512}), (1.0, {0: 1, 1: 1}),
                                     (3.0, {2: 1030 - 1024})]
+    res = run(tr, p, CFG)[0][0]
+    assert res.stats["prefix_lookups"].tolist() == [[3, 3078, 512 + 2 * 512], [0, 0, 0]]
+
+
+def test_a_waiting_request_finds_the_block_a_running_prefill_computes_now():
+    # Budget 1536: r0 (2048 tokens, blocks [1 2 3 4]) prefills 3 blocks at 0 and its last
+    # block at 1, when r1 (2100 tokens, blocks [1 2 3 4 5]) arrives. r1 finds blocks 1-3 in
+    # the cache and block 4 being computed by r0 in this very iteration (vLLM caches it at
+    # allocation): 4 blocks hit, 2100 - 4 x 512 = 52 tokens prefilled (3 blocks: 564).
+    tr = ptrace([(0, 2048, 1, [1, 2, 3, 4]), (1, 2100, 1, [1, 2, 3, 4, 5])])
+    p = linear_params({"max_num_batched_tokens": 1536})
+    assert schedule(tr, p, CFG) == [(0.0, {0: 1536}), (1.0, {0: 512, 1: 2100 - 4 * 512})]
+    assert _hits(run(tr, p, CFG)[0][0]) == 4 * 512
+
+
+def test_hits_on_unreferenced_blocks_leave_the_free_pool_before_the_next_admission():
+    # KV 164 blocks of 16 tokens, budget 512. r0 (1024 tokens, prefix blocks [1 2]) leaves
+    # 2 x 32 evictable blocks. At 5, r1 (1030 tokens, [1 2 3]) reuses them and takes 1 block
+    # more: 164 - 64 - 1 = 99 free. r2 (2000 tokens) needs 125 blocks for its whole prompt,
+    # so it waits until r1 releases its hits at 6 (vLLM 0.32 does the same; counting r1's
+    # hits as still free would admit r2 at 5).
+    p = linear_params({"max_num_batched_tokens": 512, "watermark": 0.0}, kv_blocks=164)
+    tr = ptrace([(0, 1024, 1, [1, 2]), (5, 1030, 1, [1, 2, 3]), (5, 2000, 1, [7, 8, 9, 10])])
+    assert schedule(tr, p, CFG) == [(0.0, {0: 512}), (1.0, {0: 512}), (5.0, {1: 6}),
+                                    (6.0, {2: 512}), (7.0, {2: 512}), (8.0, {2: 512}),
+                                    (9.0, {2: 464})]
+
+
+def test_a_preempted_request_finds_its_own_output_block_again():
+    # KV blocks of 512 tokens (one per prefix block), 4 of them. r0 (1000 tokens, 500 out)
+    # and r1 (500 tokens, [5], 100 out) decode together until r0 needs its 3rd block at 25:
+    # r1, the last admitted, is preempted with 500 + 24 tokens computed, a full first block
+    # of its prompt and 12 output tokens. The block stays cached (evictable) and r0 never
+    # needs it, so when r0 completes at 500, r1 re-admits on it and computes 500 + 24 - 512
+    # = 12 tokens, not 524 (vLLM 0.32 does the same: prefix stats hits 0, preempted hits 512).
+    cfg = dataclasses.replace(CFG, block_size=512)
+    p = linear_params({"max_num_batched_tokens": 4096, "watermark": 0.0}, kv_blocks=4)
+    tr = ptrace([(0, 1000, 500, [1, 2]), (1, 500, 100, [5])])
+    wl = jax.tree.map(lambda x: x[0], _wl([tr], cfg))
+    _, info = jax.device_get(step_trace(wl, p, cfg, 640))
+    prefills = [(float(info["t"][k]),
+                 {int(r): int(n) for r, n in zip(info["req"][k], info["tokens"][k]) if n > 1},
+                 [int(r) for r in info["preempted"][k] if r >= 0])
+                for k in range(640) if np.any(info["tokens"][k] > 1)
+                or np.any(info["preempted"][k] >= 0)]
+    assert prefills == [(0.0, {0: 1000}, []), (1.0, {1: 500}, []), (25.0, {}, [1]),
+                        (500.0, {1: 12}, [])]
+    res = run(tr, p, cfg)[0][0]
+    assert res.stats["prefix_lookups"].tolist() == [[2, 1500, 0], [1, 524, 512]]
+    assert res.tokens_computed.tolist() == [1000 + 499, 500 + 24 + 12 + 74]
+
+
+def test_blocks_past_the_prompt_get_ids_only_their_request_has():
+    tr = ptrace([(0, 1100, 1, [3, 4, 9]), (0, 300, 1, [3])])
+    ids = prefix_lib.workload_ids(tr, tr.prompt, CFG, 3)
+    width = CFG.prefix_width  # 4096 // 512 = 8
+    assert ids[0, :2].tolist() == [3, 4] and ids[1, 0] != 3  # a partial block is not shared
+    own = np.concatenate([ids[0, 2:], ids[1, :]])
+    assert len(set(own.tolist())) == len(own) and own.min() > 9  # unique, above trace ids
+    assert ids.shape == (3, width) and (ids[2] == -1).all()  # the padding row
 
 
 def test_blocks_cached_while_shared_count_once_and_lru_evicts_under_pressure():

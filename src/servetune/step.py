@@ -257,12 +257,13 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         if cfg.abandonment:  # requests that gave up at t release their cached blocks
             e, pc = prefix_lib.release(e, pc, (e.status == DONE) & (e.pfx_n > 0), t)
         hits = prefix_lib.hits(e, pc, params.cost.kv_blocks, cfg)
-        e, batch = schedule(e, params, cfg, hits)
+        computed_before = e.computed
+        e, batch, hits = schedule(e, params, cfg, hits)
         e, pc, pfx_blocks = prefix_lib.after_schedule(e, batch, hits, pc, t,
-                                                      params.cost.kv_blocks, cfg)
+                                                      params.cost.kv_blocks, cfg, computed_before)
     else:
         scores = priority(e, t, params.policy) if cfg.relax_order else None
-        e, batch = schedule(e, params, cfg, scores=scores)
+        e, batch, _ = schedule(e, params, cfg, scores=scores)
     if cfg.kv_pressure in ("evict", "reject"):  # requests the scheduler ended, at t
         e = e.replace(finish=jnp.where(batch.ended, t, e.finish))
     if cfg.speculation:

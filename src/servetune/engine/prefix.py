@@ -10,17 +10,23 @@ B = T / block_size KV blocks. Only full blocks are cached (vLLM hashes full bloc
   of running requests referencing it (`ref`), the time it was last released (`last`) and its
   position in its prompt (`depth`).
 - Admission: a waiting request looks up its blocks; the leading run found is its hit, capped so
-  that at least one token is computed (vLLM caps the hit at prompt - 1 tokens and whole blocks:
-  here whole prefix blocks, so a prompt of exactly k x T tokens found whole recomputes its last
-  T tokens where vLLM recomputes its last block_size tokens). Hit tokens count as computed at
-  admission (not prefilled, no token budget); the blocks are referenced (ref += 1).
+  that at least one token is computed (vLLM caps the hit at num_tokens - 1 = prompt + output so
+  far - 1 tokens, in whole blocks: here whole prefix blocks, so a prompt of exactly k x T tokens
+  found whole recomputes its last T tokens where vLLM recomputes its last block_size tokens).
+  Hit tokens count as computed at admission (not prefilled, no token budget); the blocks are
+  referenced (ref += 1); a hit on an unreferenced block takes it out of the free pool, counted
+  before the next admission is checked. As in vLLM, which caches a block when it allocates it,
+  the lookup also finds blocks being computed in this iteration: by the running requests'
+  chunks and by the requests admitted before it (`settle`).
 - Insertion: when a running request has computed a full prompt block, the block enters the
   cache (or, when another request inserted it first, the request references that copy and
-  frees its own: a dedup vLLM does not do) at the end of that iteration; requests admitted
-  from the next iteration on find it. At most MAX_INSERTS blocks per iteration (the rest in
-  the next iterations, counted in `insert_deferred`); a block whose set is full of referenced
-  blocks is not cached (counted in `insert_failed`). A new block takes an empty slot of its
-  set or else the set's least recently used unreferenced block (an eviction).
+  frees its own: a dedup vLLM does not do) at the end of that iteration. At most MAX_INSERTS
+  blocks per iteration (the rest in the next iterations, counted in `insert_deferred`); a block
+  whose set is full of referenced blocks is not cached (counted in `insert_failed`). A new block
+  takes an empty slot of its set or else the set's least recently used unreferenced block (an
+  eviction). Blocks past the prompt's full blocks (its partial last block completed by output
+  tokens, then output blocks) have ids only their request holds (`workload_ids`): they enter
+  the cache when the request is preempted, so that it finds them again when re-admitted.
 - Release: a request that completes or is preempted drops its references at that time (`last`);
   blocks nobody references stay cached and evictable.
 - KV: every cached block counts once, whoever references it: blocks in use = sum over running
@@ -35,14 +41,15 @@ for reference updates (only when a request is admitted, completes or is preempte
 only in iterations that evict under KV pressure and O(MAX_INSERTS^2) for insertion (only when
 a block is due); nothing scales with the trace.
 
-Known differences from vLLM, beyond the granularity: blocks become findable at the end of the
-iteration that computed them (vLLM: once scheduled); two requests computing the same new block
-at once end up sharing one copy (vLLM keeps both); two requests admitted in one iteration that
-reuse the same unreferenced blocks each count them against the free blocks (conservative); the
-KV watermark applies to an admission's new blocks, not to the cached blocks it reuses; when
-preempting, blocks referenced by several victims and nobody else are not counted as freed
-(conservative: at most an extra preemption); only prompt blocks are cached (the trace has no
-ids for output blocks); conflicts in a full table set evict that set's LRU block.
+Known differences from vLLM, beyond the granularity: two requests computing the same new block
+at once end up sharing one copy (vLLM keeps both); a block being computed in an iteration is
+found by later admissions only among the first MAX_INSERTS such blocks; a completed request's
+output blocks are dropped (vLLM keeps them in its free pool, where they are evicted in turn);
+vLLM evicts from one queue of free blocks, cached or not, in the order they were freed, here
+never-cached free blocks go first; when preempting, blocks referenced by several victims and
+nobody else are not counted as freed (conservative: at most an extra preemption); conflicts in
+a full table set evict that set's LRU block. With KV blocks of the trace's block size the
+golden cases prefix_cache and prefix_cache_tight_kv (tests/golden/) are identical to vLLM 0.32.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ import numpy as np
 
 from servetune import ops
 from servetune.engine.kv import blocks_for
+from servetune.errors import TraceError
 from servetune.types import RUNNING, WAITING, EngineConfig, Entries, PrefixCache
 
 WAYS = 8  # slots per set of the cache table
@@ -68,16 +76,27 @@ def blocks_per_prefix(cfg: EngineConfig) -> int:
 
 def workload_ids(trace, prompt: np.ndarray, cfg: EngineConfig, n: int) -> np.ndarray:
     """[n, Hp] int32 prefix block ids for the device: the trace's `hash_ids` of full prompt
-    blocks (a partial last block is never cached), -1 elsewhere and in padding rows."""
+    blocks, then ids unique to the request for its later blocks (the prompt's partial last
+    block and the output: their content is the request's own output, so only the request
+    itself, re-admitted after a preemption, can find them), -1 in padding rows and for
+    traces without block ids."""
     width = cfg.prefix_width
     out = np.full((n, width), -1, np.int32)
     ids = getattr(trace, "hash_ids", None)
     if ids is None:
         return out
+    rows = len(prompt)
     k = min(width, ids.shape[1])
-    out[:len(prompt), :k] = ids[:, :k]
+    out[:rows, :k] = ids[:, :k]
+    base = int(max(ids.max(initial=-1), -1)) + 1
+    if base + rows * width > np.iinfo(np.int32).max:
+        raise TraceError(f"trace {getattr(trace, 'name', '?')!r}: {rows} requests x {width} "
+                         f"prefix blocks do not fit int32 block ids above its largest hash id "
+                         f"{base - 1}; use fewer requests or a larger "
+                         f"engine.prefix_block_tokens")
+    own = base + np.arange(rows, dtype=np.int64)[:, None] * width + np.arange(width)[None, :]
     full = (np.asarray(prompt) // cfg.prefix_block_tokens)[:, None]
-    out[:len(prompt)] = np.where(np.arange(width)[None, :] < full, out[:len(prompt)], -1)
+    out[:rows] = np.where(np.arange(width)[None, :] < full, out[:rows], own)
     return out
 
 
@@ -152,6 +171,9 @@ class Hits(NamedTuple):
     n_hit: jnp.ndarray  # [A] i32 prefix blocks a waiting request would reuse
     cached: jnp.ndarray  # [A] i32 their tokens (count as computed at admission)
     claim: jnp.ndarray  # [A] i32 KV blocks an admission takes from the evictable cache
+    n_table: jnp.ndarray  # [A] i32 the leading hits found in the table (referenced at
+    #                       admission; the rest are being computed this iteration: `settle`)
+    evictable: jnp.ndarray  # [A, Hp] bool a waiting request's block is cached, unreferenced
     exclusive: jnp.ndarray  # [A] i32 KV blocks in the cache only this running request references
     shared: jnp.ndarray  # [A] i32 KV blocks of a running request that live in the cache
     kv_offset: jnp.ndarray  # [] i32 blocks in use beyond sum(e.blocks), counting evictable
@@ -173,21 +195,18 @@ def hits(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig) -> Hits:
     b, t_blk = blocks_per_prefix(cfg), cfg.prefix_block_tokens
     waiting = e.status == WAITING
     running = e.status == RUNNING
-    width = e.pfx_ids.shape[1]
 
     def look():
         slots = lookup(pc.ids, jnp.where(waiting[:, None], e.pfx_ids, -1))
-        lead = jnp.sum(jnp.cumprod(slots >= 0, axis=1), axis=1, dtype=jnp.int32)
-        n_hit = jnp.where(waiting, jnp.minimum(lead, (e.prompt - 1) // t_blk), 0)
-        in_hit = jnp.arange(width)[None, :] < n_hit[:, None]
-        free_hit = in_hit & (pc.ref[jnp.maximum(slots, 0)] == 0)
-        return slots, n_hit.astype(jnp.int32), b * jnp.sum(free_hit, axis=1, dtype=jnp.int32)
+        evictable = (slots >= 0) & (pc.ref[jnp.maximum(slots, 0)] == 0)
+        n_hit, _, claim = _leads(e, waiting, slots, slots >= 0, evictable, cfg)
+        return slots, evictable, n_hit, claim
 
     def none():
         z = jnp.zeros_like(e.pfx_n)
-        return jnp.full(e.pfx_ids.shape, -1, jnp.int32), z, z
+        return jnp.full(e.pfx_ids.shape, -1, jnp.int32), jnp.zeros(e.pfx_ids.shape, bool), z, z
 
-    slots, n_hit, claim = jax.lax.cond(jnp.any(waiting), look, none)
+    slots, evictable, n_hit, claim = jax.lax.cond(jnp.any(waiting), look, none)
     offset = kv_offset(e, pc, cfg)
     grow = jnp.where(running, blocks_for(e.prompt + e.generated, cfg) - e.blocks, 0)
     tight = jnp.sum(grow) > kv_total - jnp.sum(e.blocks) - offset
@@ -198,8 +217,104 @@ def hits(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig) -> Hits:
 
     return Hits(
         waiting=waiting, slots=slots, n_hit=n_hit, cached=n_hit * t_blk, claim=claim,
+        n_table=n_hit, evictable=evictable,
         exclusive=jax.lax.cond(tight, exclusive, lambda: jnp.zeros_like(e.pfx_n)),
         shared=jnp.where(running, b * e.pfx_n, 0), kv_offset=offset)
+
+
+def _leads(e: Entries, waiting, slots, found, evictable, cfg: EngineConfig):
+    """A waiting request's hit from `found` [A, Hp] (its blocks cached or being computed):
+    (blocks reused [A]: the leading run found, capped so that at least one token of the
+    sequence is computed (vLLM: num_tokens - 1, in whole blocks); of them, the leading ones in
+    the table `slots` [A, Hp] [A]; KV blocks taken from the `evictable` [A, Hp] cache [A])."""
+    t_blk, width = cfg.prefix_block_tokens, e.pfx_ids.shape[1]
+    cap = (e.prompt + e.generated - 1) // t_blk
+    lead = jnp.sum(jnp.cumprod(found, axis=1), axis=1, dtype=jnp.int32)
+    n_hit = jnp.where(waiting, jnp.minimum(lead, cap), 0).astype(jnp.int32)
+    in_table = jnp.sum(jnp.cumprod(slots >= 0, axis=1), axis=1, dtype=jnp.int32)
+    in_hit = jnp.arange(width)[None, :] < n_hit[:, None]
+    free_hit = in_hit & evictable
+    claim = blocks_per_prefix(cfg) * jnp.sum(free_hit, axis=1, dtype=jnp.int32)
+    return n_hit, jnp.minimum(in_table, n_hit), claim
+
+
+def _full_prompt_blocks(e: Entries, tokens, cfg: EngineConfig):
+    """[A] full prompt blocks (the ones other requests may share) among the first `tokens` [A]
+    of each request."""
+    return jnp.minimum(jnp.minimum(tokens, e.prompt) // cfg.prefix_block_tokens,
+                       cfg.prefix_width)
+
+
+_NOBODY = np.iinfo(np.int32).max  # rank (and id) of an unused pending row
+
+
+def _pending(e: Entries, start, end, rank):
+    """The prefix blocks being computed this iteration, as sorted rows (ids [K], ranks [K]):
+    entry a computes its blocks start[a] <= j < end[a]; `rank` [A] orders who may reuse
+    them (a request reuses a block pending from a lower rank). At most MAX_INSERTS rows, in
+    entry order (the rest are not found until inserted); a block pending twice keeps its
+    lowest rank first."""
+    a_n, width = e.req.shape[0], e.pfx_ids.shape[1]
+    count = jnp.maximum(end - start, 0).astype(jnp.int32)
+    csum = ops.cumsum(count, dtype=jnp.int32)
+    k = jnp.arange(MAX_INSERTS, dtype=jnp.int32)
+    a = jnp.minimum(jnp.searchsorted(csum, k, side="right"), a_n - 1).astype(jnp.int32)
+    used = k < csum[-1]
+    j = jnp.clip(start[a] + k - (csum[a] - count[a]), 0, width - 1)
+    ids = jnp.where(used, e.pfx_ids[a, j], _NOBODY)
+    ranks = jnp.where(used & (ids >= 0), rank[a], _NOBODY)
+    order = jnp.lexsort((ranks, ids))
+    return ids[order], ranks[order]
+
+
+def settle(e: Entries, h: Hits, keep, alloc, rank, admission, cfg: EngineConfig):
+    """The hits and admissions of one iteration as vLLM finds them: vLLM caches a block when
+    it is scheduled, so a waiting request also reuses blocks the running requests (`keep` [A],
+    taking `alloc` [A] tokens) compute in this iteration, and blocks the requests admitted
+    before it in this iteration compute (`rank` [A]: queue rank of a waiting request).
+
+    `admission(cached, claim)` is the scheduler's admission pass given the waiting requests'
+    hit tokens and claimed blocks; it returns an object with `admit` [A] and `chunk` [A]. The
+    pass is repeated until the hits no longer change (a request's hit depends only on the
+    requests ranked before it, so this ends; usually after one pass). Returns (Hits,
+    admission)."""
+    t_blk = cfg.prefix_block_tokens
+    full_of = lambda tokens: _full_prompt_blocks(e, tokens, cfg)
+    running = e.status == RUNNING
+    run_end = jnp.where(keep, full_of(e.computed + alloc), 0)
+
+    def with_pending(before: Hits, admit, chunk) -> Hits:
+        """`h` with the blocks computed this iteration found too: the running requests', and
+        those of the requests `admit` [A] taking `chunk` [A] tokens after `before`'s hits."""
+        end = jnp.where(running, run_end, jnp.where(admit, full_of(before.cached + chunk), 0))
+        start = jnp.where(running, e.pfx_next, before.n_hit)
+
+        def look():
+            ids, ranks = _pending(e, start, end, jnp.where(running, -1, rank))
+            q = jnp.where(h.waiting[:, None], e.pfx_ids, -1)
+            pos = jnp.minimum(jnp.searchsorted(ids, q, side="left"), MAX_INSERTS - 1)
+            pending = (ids[pos] == q) & (q >= 0) & (ranks[pos] < rank[:, None])
+            return _leads(e, h.waiting, h.slots, (h.slots >= 0) | pending, h.evictable, cfg)
+
+        computing = jnp.any(h.waiting) & jnp.any(end > start)
+        n_hit, n_table, claim = jax.lax.cond(computing, look,
+                                             lambda: (h.n_hit, h.n_table, h.claim))
+        return h._replace(n_hit=n_hit, cached=n_hit * t_blk, claim=claim, n_table=n_table)
+
+    def step(carry):
+        hits, _, _, passes = carry
+        adm = admission(hits.cached, hits.claim)
+        after = with_pending(hits, adm.admit, adm.chunk)
+        return after, adm, jnp.any(after.n_hit != hits.n_hit), passes + 1
+
+    nobody = jnp.zeros_like(h.waiting)
+    first = with_pending(h, nobody, jnp.zeros_like(h.n_hit))
+    blank = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype),
+                         jax.eval_shape(admission, h.cached, h.claim))
+    limit = h.waiting.shape[0] + 1  # (the induction above bounds the passes by this)
+    hits, adm, _, _ = jax.lax.while_loop(lambda c: c[2] & (c[3] < limit), step,
+                                         (first, blank, jnp.asarray(True), jnp.asarray(0)))
+    return hits, adm
 
 
 def _release(pc: PrefixCache, slots, mask, t):
@@ -253,12 +368,30 @@ def make_room(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig, blocks_s
     return pc, used - b * (pc.evictions - before)
 
 
-def after_schedule(e: Entries, batch, h: Hits, pc: PrefixCache, t, kv_total, cfg: EngineConfig):
-    """Admissions reference their hits; preempted requests release theirs; then LRU eviction
-    makes room for what was allocated. Returns (entries, cache, KV blocks in use)."""
+def _keep_output_blocks(e: Entries, pc: PrefixCache, preempted, computed_before, t,
+                        cfg: EngineConfig):
+    """Preempted requests [A] leave the full blocks past their prompt's full blocks (prompt
+    tail and output, `computed_before` [A] tokens computed before the preemption) in the
+    cache, as vLLM does with every full block it frees: re-admitted, the request finds them.
+    (A running request inserts only its shareable prompt blocks; nobody else can find the
+    others, so they enter the cache only when they can be found.) Returns (entries, cache)."""
+    full = jnp.minimum(computed_before // cfg.prefix_block_tokens, cfg.prefix_width)
+    due = preempted & (full > e.pfx_next)
+    return jax.lax.cond(jnp.any(due), lambda e, pc: _insert(e, pc, due, full, t)[:2],
+                        lambda e, pc: (e, pc), e, pc)
+
+
+def after_schedule(e: Entries, batch, h: Hits, pc: PrefixCache, t, kv_total, cfg: EngineConfig,
+                   computed_before):
+    """Admissions reference their hits; preempted requests release theirs (`computed_before`
+    [A]: tokens computed before this iteration's preemptions); then LRU eviction makes room
+    for what was allocated. Returns (entries, cache, KV blocks in use)."""
     admitted = h.waiting & (e.status == RUNNING)
+    e, pc = _keep_output_blocks(e, pc, batch.preempted, computed_before, t, cfg)
     e, pc = release(e, pc, batch.preempted, t)
-    in_hit = admitted[:, None] & (jnp.arange(h.slots.shape[1])[None, :] < h.n_hit[:, None])
+    # the leading table hits are referenced now; hits after them (blocks computed in this
+    # iteration) are referenced when the iteration's blocks enter the cache (after_advance)
+    in_hit = admitted[:, None] & (jnp.arange(h.slots.shape[1])[None, :] < h.n_table[:, None])
     c = pc.ids.shape[0]
     ref = jax.lax.cond(jnp.any(admitted & (h.n_hit > 0)),  # an [A, Hp] scatter: only if needed
                        lambda: pc.ref.at[jnp.where(in_hit, h.slots, c)].add(1, mode="drop"),
@@ -266,9 +399,12 @@ def after_schedule(e: Entries, batch, h: Hits, pc: PrefixCache, t, kv_total, cfg
     pc = pc.replace(ref=ref, lookups=pc.lookups + lookup_counts(e, admitted, h.cached))
     e = e.replace(pfx_slot=jnp.where(admitted[:, None], jnp.where(in_hit, h.slots, -1),
                                      e.pfx_slot),
-                  pfx_n=jnp.where(admitted, h.n_hit, e.pfx_n),
-                  pfx_next=jnp.where(admitted, h.n_hit, e.pfx_next))
-    pc, used = make_room(e, pc, kv_total, cfg)
+                  pfx_n=jnp.where(admitted, h.n_table, e.pfx_n),
+                  pfx_next=jnp.where(admitted, h.n_table, e.pfx_next))
+    # until then such a block counts in two requests' blocks: once is in use
+    twice = blocks_per_prefix(cfg) * jnp.sum(jnp.where(admitted, h.n_hit - h.n_table, 0),
+                                             dtype=jnp.int32)
+    pc, used = make_room(e, pc, kv_total, cfg, jnp.sum(e.blocks, dtype=jnp.int32) - twice)
     return e, pc, used
 
 
@@ -284,12 +420,11 @@ def lookup_counts(e: Entries, admitted, cached):
                       jnp.sum(jnp.where(resumed[:, None], cols, 0), axis=0)])
 
 
-def _insert(e: Entries, pc: PrefixCache, active, t, cfg: EngineConfig):
-    """Insert the full prompt blocks `active` [A] requests have computed and not yet inserted
+def _insert(e: Entries, pc: PrefixCache, active, full, t):
+    """Insert the blocks before `full` [A] that `active` [A] requests have not yet inserted
     (at most MAX_INSERTS, in entry order). Returns (entries, cache, deferred: more were due)."""
-    t_blk, width = cfg.prefix_block_tokens, cfg.prefix_width
+    width = e.pfx_ids.shape[1]
     a_n, c = e.req.shape[0], pc.ids.shape[0]
-    full = jnp.minimum(e.computed // t_blk, jnp.minimum(e.prompt // t_blk, width))
     pend = jnp.where(active, jnp.maximum(full - e.pfx_next, 0), 0).astype(jnp.int32)
     csum = ops.cumsum(pend, dtype=jnp.int32)
     start = csum - pend
@@ -344,11 +479,10 @@ def after_advance(e: Entries, completed, pc: PrefixCache, t_end, cfg: EngineConf
     """End of an iteration: newly computed full prompt blocks enter the cache, then completed
     requests release theirs. Returns (entries, cache, deferred: blocks left to insert)."""
     active = (e.status == RUNNING) | completed
-    t_blk = cfg.prefix_block_tokens
-    due = active & (jnp.minimum(e.computed // t_blk, e.prompt // t_blk) > e.pfx_next)
-    due &= e.pfx_next < cfg.prefix_width
+    full = _full_prompt_blocks(e, e.computed, cfg)
+    due = active & (full > e.pfx_next)
     e, pc, deferred = jax.lax.cond(
-        jnp.any(due), lambda e, pc: _insert(e, pc, active, t_end, cfg),
+        jnp.any(due), lambda e, pc: _insert(e, pc, active, full, t_end),
         lambda e, pc: (e, pc, jnp.asarray(False)), e, pc)
     e, pc = release(e, pc, completed, t_end)
     return e, pc, deferred

@@ -26,10 +26,13 @@ victim with the last request kept: engine/swap.py.)
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 from flax import struct
 
 from servetune import ops, relax
+from servetune.engine import prefix as prefix_lib
 from servetune.engine import pressure, swap
 from servetune.engine import priority as priority_policy
 from servetune.engine.kv import blocks_for
@@ -154,7 +157,8 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     `hits`: prefix caching's view (engine/prefix.Hits) when engine.prefix_cache is on: cached
     blocks count once, hit tokens count as computed at admission. `scores` [A]: the priority
     scores the order came from, with engine.relax_order (the order swaps use them).
-    Returns (entries with statuses, blocks and preemption counters updated, Batch).
+    Returns (entries with statuses, blocks and preemption counters updated, Batch, the hits
+    as admission found them: `hits` with blocks scheduled in this iteration found too).
     """
     pol, kv_total = params.policy, params.cost.kv_blocks
     static = cfg.batching == "static"
@@ -196,67 +200,32 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     free_after = kv_total - jnp.sum(blocks)
     if hits is not None:
         free_after = free_after - hits.kv_offset
-    budget_left = budget - jnp.sum(alloc)
-    need_w = jnp.where(waiting, es.prompt + es.generated, 0)
-    if hits is not None:  # cached prompt tokens are not computed again
-        need_w = jnp.where(waiting, need_w - hits.cached, 0)
-    need_w = jnp.minimum(need_w, per_request).astype(need_w.dtype)
-    if cfg.chunked_prefill:
-        chunk = jnp.clip(budget_left - _exclusive_cumsum(need_w), 0, need_w)
-    else:
-        chunk = jnp.where(ops.cumsum(need_w) <= budget_left, need_w, 0)
-    chunk = chunk.astype(jnp.int32)
-    first_blocks = jnp.where(waiting, blocks_for(chunk, cfg, pressure.ratio(es, cfg)), 0)
     rank = ops.cumsum(waiting) - 1
     gate = ~any_preempt
     if static:
         gate = gate & (n_running == 0)
-    # the watermark holds once anything runs: the running ones, or an earlier admission
-    wm = jnp.where((n_running > 0) | (rank > 0), watermark_blocks(pol, kv_total), 0)
-    resumed = es.preempted | (es.generated > 0)
-    if cfg.kv_pressure == "reject":  # predicted footprints, reserved in full
-        reserved = jnp.sum(jnp.where(keep, jnp.maximum(pressure.footprint(es, cfg) - blocks, 0),
-                                     0))
-        room = free_after - reserved
-        # a preempted request resumes on its first chunk's blocks, as without reservations
-        # (its footprint, once overrun, could exceed the whole cache)
-        want = jnp.where(waiting, jnp.where(resumed, first_blocks, pressure.footprint(es, cfg)),
-                         0)
-        taken = _exclusive_cumsum(want)
-    else:
-        room = free_after
-        want = first_blocks
-        if cfg.scheduler_reserve_full_isl:
-            full = full_sequence_blocks(es, cfg)
-            if hits is not None:  # cached blocks are shared, not allocated
-                full = full - hits.cached // cfg.block_size
-            want = jnp.where(waiting, jnp.maximum(full, first_blocks), 0)
-        taken = _exclusive_cumsum(first_blocks)
-    kv_margin = room - wm - taken - want  # >= 0 where the blocks fit
-    candidate = waiting & gate & (chunk > 0)  # the exact conditions no policy number sets
-    fits = (candidate
-            & relax.below(rank, admission_cap(pol) - n_running)
-            & relax.at_most(taken + want, room - wm))
-    if hits is not None:  # the hits nobody references leave the evictable pool as well
-        fits = fits & relax.at_most(ops.cumsum(first_blocks + hits.claim), free_after)
-    # vLLM stops at the first waiting request it cannot admit
-    admissible = fits & (ops.cumsum(waiting & ~fits) == 0)
-    admit = admissible & (rank < cfg.max_slots - n_running)
-    slot_bound = jnp.any(admissible & ~admit)
-    ended = jnp.zeros_like(admit)
-    if cfg.kv_pressure == "reject":  # new work that does not fit is turned away at once
-        room_left = room - watermark_blocks(pol, kv_total) - jnp.sum(jnp.where(admit, want, 0))
-        ended = waiting & ~admit & ~resumed & (want > room_left)
+    admission = functools.partial(
+        _admission, es, pol, kv_total, cfg, free_after=free_after,
+        budget_left=budget - jnp.sum(alloc), per_request=per_request, n_running=n_running,
+        rank=rank, gate=gate, footprint_left=jnp.sum(jnp.where(
+            keep, jnp.maximum(pressure.footprint(es, cfg) - blocks, 0), 0)))
+    if hits is None:
+        adm = admission()
+    else:  # blocks scheduled earlier in this iteration are found as well (vLLM caches them)
+        hits, adm = prefix_lib.settle(es, hits, keep, alloc, rank, admission, cfg)
+    admit, chunk, need_w, want = adm.admit, adm.chunk, adm.need_w, adm.want
+    ended = adm.ended
     if cfg.kv_pressure == "evict":  # the victims end instead of waiting for a recompute
         ended = preempt
 
     tokens = alloc + jnp.where(admit, chunk, 0)
-    decode = (alloc > 0) & decoding
+    # a resumed request whose cache hits leave only its last token computes it as a decode
+    decode = ((alloc > 0) & decoding) | (admit & (need_w == 1) & (es.generated > 0))
     relaxed = {}
     if cfg.relax != "hard":
         relaxed = _relaxed_tokens(es, tokens, need, decoding, keep, need_w,
-                                  candidate & (rank < cfg.max_slots - n_running), admit, rank,
-                                  n_running, want, kv_margin, pol, cfg, scores)
+                                  adm.candidate & (rank < cfg.max_slots - n_running), admit,
+                                  rank, n_running, want, adm.kv_margin, pol, cfg, scores)
     requeue = preempt & ~ended
     es = es.replace(
         qkey=queue_keys(es, keep, admit, requeue),
@@ -264,7 +233,7 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
                          jnp.where(ended, DONE, jnp.where(requeue, WAITING, es.status))),
         end_state=jnp.where(ended, EVICTED if cfg.kv_pressure == "evict" else REJECTED,
                             es.end_state),
-        blocks=jnp.where(admit, first_blocks, jnp.where(ended, 0, blocks)),
+        blocks=jnp.where(admit, adm.first_blocks, jnp.where(ended, 0, blocks)),
         computed=jnp.where(requeue, 0, es.computed),
         preempted=jnp.where(requeue, True, jnp.where(admit, False, es.preempted)),
         n_preempt=es.n_preempt + requeue.astype(jnp.int32),
@@ -274,8 +243,81 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
         es = es.replace(computed=jnp.where(admit, hits.cached, es.computed),
                         blocks=jnp.where(admit, es.blocks + hits.cached // cfg.block_size,
                                          es.blocks))
-    return es, Batch(tokens=tokens, decode=decode, preempted=requeue, slot_bound=slot_bound,
-                     ended=ended, **relaxed)
+    return es, Batch(tokens=tokens, decode=decode, preempted=requeue,
+                     slot_bound=adm.slot_bound, ended=ended, **relaxed), hits
+
+
+@struct.dataclass
+class _Admission:
+    """One admission pass, per entry in scheduling order."""
+
+    admit: jnp.ndarray  # [A] bool waiting entries admitted
+    chunk: jnp.ndarray  # [A] i32 tokens an admission computes this iteration
+    need_w: jnp.ndarray  # [A] i32 tokens a waiting entry wants (after cache hits, capped)
+    first_blocks: jnp.ndarray  # [A] i32 KV blocks of a waiting entry's chunk
+    want: jnp.ndarray  # [A] i32 KV blocks its admission must find free
+    kv_margin: jnp.ndarray  # [A] i32 free blocks left beyond `want` (>= 0 where they fit)
+    candidate: jnp.ndarray  # [A] bool waiting entries no policy number keeps out
+    ended: jnp.ndarray  # [A] bool turned away at once (kv_pressure reject)
+    slot_bound: jnp.ndarray  # [] bool the static slot capacity, not the policy, stopped one
+
+
+def _admission(es: Entries, pol, kv_total, cfg: EngineConfig, cached=None, claim=None, *,
+               free_after, budget_left, per_request, n_running, rank, gate, footprint_left):
+    """Admit waiting requests in queue order while the admission cap, the token budget and the
+    KV blocks allow (step 2 of `schedule`). `cached` [A] / `claim` [A]: with prefix caching,
+    each waiting request's hit tokens and the KV blocks its hits take from the evictable
+    cache. `free_after`: KV blocks free after the running requests' allocations;
+    `budget_left`: tokens left; `footprint_left`: blocks the running requests' predicted
+    footprints still reserve (kv_pressure reject)."""
+    waiting = es.status == WAITING
+    need_w = jnp.where(waiting, es.prompt + es.generated, 0)
+    if cached is not None:  # cached prompt tokens are not computed again
+        need_w = jnp.where(waiting, need_w - cached, 0)
+    need_w = jnp.minimum(need_w, per_request).astype(need_w.dtype)
+    if cfg.chunked_prefill:
+        chunk = jnp.clip(budget_left - _exclusive_cumsum(need_w), 0, need_w)
+    else:
+        chunk = jnp.where(ops.cumsum(need_w) <= budget_left, need_w, 0)
+    chunk = chunk.astype(jnp.int32)
+    first_blocks = jnp.where(waiting, blocks_for(chunk, cfg, pressure.ratio(es, cfg)), 0)
+    # the watermark holds once anything runs: the running ones, or an earlier admission
+    wm = jnp.where((n_running > 0) | (rank > 0), watermark_blocks(pol, kv_total), 0)
+    resumed = es.preempted | (es.generated > 0)
+    # cached blocks nobody references are free, but a hit on one takes it out of the free pool
+    claimed = 0 if claim is None else claim
+    if cfg.kv_pressure == "reject":  # predicted footprints, reserved in full
+        room = free_after - footprint_left
+        # a preempted request resumes on its first chunk's blocks, as without reservations
+        # (its footprint, once overrun, could exceed the whole cache)
+        want = jnp.where(waiting, jnp.where(resumed, first_blocks, pressure.footprint(es, cfg))
+                         + claimed, 0)
+        taken = _exclusive_cumsum(want)
+    else:
+        room = free_after
+        want = first_blocks
+        if cfg.scheduler_reserve_full_isl:
+            full = full_sequence_blocks(es, cfg)
+            if cached is not None:  # cached blocks are shared, not allocated
+                full = full - cached // cfg.block_size
+            want = jnp.maximum(full, first_blocks)
+        want = jnp.where(waiting, want + claimed, 0)
+        taken = _exclusive_cumsum(first_blocks + claimed)
+    kv_margin = room - wm - taken - want  # >= 0 where the blocks fit
+    candidate = waiting & gate & (chunk > 0)  # the exact conditions no policy number sets
+    fits = (candidate
+            & relax.below(rank, admission_cap(pol) - n_running)
+            & relax.at_most(taken + want, room - wm))
+    # vLLM stops at the first waiting request it cannot admit
+    admissible = fits & (ops.cumsum(waiting & ~fits) == 0)
+    admit = admissible & (rank < cfg.max_slots - n_running)
+    ended = jnp.zeros_like(admit)
+    if cfg.kv_pressure == "reject":  # new work that does not fit is turned away at once
+        room_left = room - watermark_blocks(pol, kv_total) - jnp.sum(jnp.where(admit, want, 0))
+        ended = waiting & ~admit & ~resumed & (want > room_left)
+    return _Admission(admit=admit, chunk=chunk, need_w=need_w, first_blocks=first_blocks,
+                      want=want, kv_margin=kv_margin, candidate=candidate, ended=ended,
+                      slot_bound=jnp.any(admissible & ~admit))
 
 
 def queue_keys(es: Entries, keep, admit, requeue):

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from servetune.errors import ServetuneError
+from servetune.validate.oracle import PREFIX_STAT_KEYS
 
 FORMAT = 1
 VLLM_VERSION = "0.32.0"  # the version the committed fixtures, and servetune's semantics, match
@@ -50,6 +51,8 @@ _CONV_4X = {**_CONV, "rate_scale": 4.0, "max_requests": 200}
 _CODE = {"file": "azure_llm_2023_code.csv", "start_s": 0.0, "duration_s": 300.0,
          "rate_scale": 1.0, "max_requests": 200}
 _TIGHT = {"num_gpu_blocks": 600}  # 9,600 tokens of KV: a few long requests fill it
+_MOONCAKE = {"file": "mooncake_synthetic_300s.jsonl", "start_s": 0.0, "duration_s": 60.0,
+             "rate_scale": 1.0, "max_requests": 250}
 
 CASES: dict[str, dict] = {
     "roomy_kv": {"description": "Azure conv, 1x: nothing binds but the token budget",
@@ -97,6 +100,22 @@ CASES: dict[str, dict] = {
                     "trace": _CONV_4X,
                     "engine": {"max_num_seqs": 8, "max_num_queued_reqs": 24,
                                "max_num_queued_tokens": 16_000}},
+    "prefix_cache": {"description": "Mooncake synthetic, 1 minute, prefix caching on with the "
+                                    "trace's hash_ids as block hashes (KV blocks of 512 tokens, "
+                                    "the trace's hash block), budget 8192; overloaded, so "
+                                    "queued requests find what earlier ones computed",
+                     "trace": _MOONCAKE,
+                     "engine": {"block_size": 512, "enable_prefix_caching": True,
+                                "max_model_len": 32768, "num_gpu_blocks": 20_000,
+                                "max_num_batched_tokens": 8192}},
+    "prefix_cache_tight_kv": {"description": "as prefix_cache, with 200 KV blocks and a budget "
+                                             "of 2048: cached blocks are evicted (LRU), and "
+                                             "preempted requests re-admit onto their own "
+                                             "cached prompt and output blocks",
+                              "trace": _MOONCAKE,
+                              "engine": {"block_size": 512, "enable_prefix_caching": True,
+                                         "max_model_len": 32768, "num_gpu_blocks": 200,
+                                         "max_num_batched_tokens": 2048}},
 }
 
 
@@ -116,6 +135,8 @@ def case_requests(case: dict) -> dict:
     if "priority_tiers" in spec:
         tiers = np.asarray(spec["priority_tiers"])
         columns["priority"] = [int(np.sum(p >= tiers)) for p in trace.prompt]
+    if trace.hash_ids is not None:  # the trace's prefix block ids, as vLLM's block hashes
+        columns["block_hashes"] = [[int(h) for h in row if h >= 0] for row in trace.hash_ids]
     return columns
 
 
@@ -188,15 +209,19 @@ _SLOTS, _WINDOW = 256, 256  # replay capacities: every case's running and waitin
 def _servetune_inputs(fixture: dict):
     """(trace, params, engine config) of servetune's engine for a fixture's case."""
     from servetune import hardware
+    from servetune.engine.prefix import WAYS
     from servetune.policy import make_policy
     from servetune.types import EngineConfig, Params
     from servetune.workload import RequestTrace
 
     eng, req = fixture["engine"], fixture["requests"]
-    if eng["policy"] not in ("fcfs", "priority") or eng["enable_prefix_caching"]:
+    hash_tokens = eng.get("hash_block_tokens", eng["block_size"])
+    if eng["policy"] not in ("fcfs", "priority") or (eng["enable_prefix_caching"]
+                                                    and hash_tokens != eng["block_size"]):
         raise GoldenError(f"golden case {fixture['case']!r}: servetune replays fcfs and "
-                          f"priority without prefix caching exactly; policy={eng['policy']}, "
-                          f"enable_prefix_caching={eng['enable_prefix_caching']}")
+                          f"priority, with prefix caching only where vLLM's KV block is the "
+                          f"trace's hash block; policy={eng['policy']}, block_size="
+                          f"{eng['block_size']}, hash_block_tokens={hash_tokens}")
     unlimited = lambda v: math.inf if v is None else float(v)
     policy = make_policy({
         "max_num_seqs": eng["max_num_seqs"],
@@ -213,6 +238,15 @@ def _servetune_inputs(fixture: dict):
         raise GoldenError(f"golden case {fixture['case']!r}: replays hold at most {_SLOTS} "
                           f"running and {_WINDOW} waiting requests; got max_num_seqs "
                           f"{eng['max_num_seqs']} and {n} requests")
+    prefix, hash_ids = {}, None
+    if eng["enable_prefix_caching"]:  # a table so roomy that no set ever overflows
+        rows = req.get("block_hashes") or [[]] * n
+        hash_ids = np.full((n, max(1, max(map(len, rows)))), -1, np.int32)
+        for k, row in enumerate(rows):
+            hash_ids[k, :len(row)] = row
+        slots = 1 << max(10, (4 * sum(map(len, rows))).bit_length())
+        prefix = {"prefix_cache": True, "prefix_block_tokens": hash_tokens,
+                  "prefix_cache_entries": max(slots, WAYS)}
     # one shape for every case, so cases that differ only in policy numbers share compilations
     cfg = EngineConfig(
         max_slots=_SLOTS, queue_window=_WINDOW,
@@ -220,11 +254,11 @@ def _servetune_inputs(fixture: dict):
         chunked_prefill=eng["enable_chunked_prefill"], cost_form="linear", outbox=512,
         scheduler_reserve_full_isl=eng["scheduler_reserve_full_isl"],
         long_prefill_token_threshold_adaptive=eng["long_prefill_token_threshold_adaptive"],
-        scheduling_policy=eng["policy"])
+        scheduling_policy=eng["policy"], **prefix)
     trace = RequestTrace(fixture["case"], np.asarray(req["arrival"], np.float64),
                          np.asarray(req["prompt"], np.int32), np.asarray(req["output"], np.int32),
                          priority=(np.asarray(req["priority"], np.int32) if "priority" in req
-                                   else None))
+                                   else None), hash_ids=hash_ids)
     return trace, Params(policy=policy, cost=cost), cfg
 
 
@@ -254,11 +288,15 @@ def replay(fixture: dict) -> dict:
     batched = jax.tree.map(lambda x: jax.numpy.asarray(x)[None], params)
     res = rollout(wl, batched, cfg, [len(trace)])[0][0]
     nan_none = lambda a: [None if math.isnan(v) else float(v) for v in a]
-    return {"steps": steps, "requests": {
+    out = {"steps": steps, "requests": {
         "first_token": nan_none(res.first_token), "finish": nan_none(res.finish),
         "end_state": [END_STATE_NAMES[s] for s in res.end_state],
         "generated": [int(g) for g in res.generated],
         "n_preempt": [int(p) for p in res.n_preempt]}}
+    if cfg.prefix_cache:  # rows new / re-admitted requests, columns as PREFIX_STAT_KEYS
+        counts = np.asarray(res.stats["prefix_lookups"]).reshape(-1).tolist()
+        out["prefix_cache"] = dict(zip(PREFIX_STAT_KEYS, map(int, counts)))
+    return out
 
 
 def _close(a, b, rel: float) -> bool:
@@ -297,6 +335,9 @@ def compare(expected: dict, got: dict, rel: float = 1e-9, limit: int = 5) -> lis
                                                          for f, (a, b) in fields.items()))
     if bad > limit:
         out.append(f"... {bad} requests differ in all")
+    if "prefix_cache" in got and expected.get("prefix_cache") != got["prefix_cache"]:
+        out.append(f"prefix cache stats: vLLM {expected.get('prefix_cache')}; servetune "
+                   f"{got['prefix_cache']}")
     return out
 
 

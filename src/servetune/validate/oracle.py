@@ -27,8 +27,6 @@ from typing import Any
 
 VLLM_EXTRA_HINT = "the vLLM oracle needs the optional extra: pip install 'servetune[vllm]'"
 
-# The id the fake model runner samples; with ignore_eos it never stops a request.
-SAMPLED_TOKEN_ID = 1
 # Vocabulary of the stand-in Llama model; prompt token ids lie in [0, VOCAB_SIZE).
 VOCAB_SIZE = 32000
 
@@ -67,6 +65,7 @@ PREFIX_STAT_KEYS = (
 _MASK64 = (1 << 64) - 1
 _HASH_DOMAIN = 0  # seeds the token content of a trace hash id
 _TAIL_DOMAIN = 1  # seeds the tokens of a request after its listed hash ids
+_OUTPUT_STRIDE, _POSITION_STRIDE = 7919, 104729  # primes, coprime to VOCAB_SIZE
 
 
 class VllmNotInstalledError(ImportError):
@@ -468,11 +467,19 @@ def _preempted(sim: _Sim, out: Any, counts_before: dict[str, int]) -> list[int]:
     return from_output
 
 
+def _sampled_token(index: int, position: int) -> int:
+    """The token id request ``index`` samples at output position ``position``: no two requests
+    (fewer than VOCAB_SIZE of them) produce the same output, as sampled text does not, so a
+    block holding output tokens is found again only by its own request (re-admitted after a
+    preemption). With ignore_eos no token stops a request."""
+    return (1 + index * _OUTPUT_STRIDE + position * _POSITION_STRIDE) % VOCAB_SIZE
+
+
 def _runner_output(sim: _Sim, out: Any) -> Any:
     """The fake model runner's ``ModelRunnerOutput`` for scheduler output ``out``.
 
     A request whose scheduled chunk reaches its last known token samples one token
-    (SAMPLED_TOKEN_ID); a partial prefill chunk samples none, as the real runner reports.
+    (`_sampled_token`); a partial prefill chunk samples none, as the real runner reports.
     """
     from vllm.v1.outputs import ModelRunnerOutput
 
@@ -481,7 +488,7 @@ def _runner_output(sim: _Sim, out: Any) -> Any:
     for req_id in req_ids:
         request = sim.scheduler.requests[req_id]
         done = request.num_computed_tokens == request.num_tokens
-        sampled.append([SAMPLED_TOKEN_ID] if done else [])
+        sampled.append([_sampled_token(int(req_id), request.num_output_tokens)] if done else [])
     return ModelRunnerOutput(
         req_ids=req_ids,
         req_id_to_index={req_id: i for i, req_id in enumerate(req_ids)},
