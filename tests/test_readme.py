@@ -1,0 +1,201 @@
+"""Every command the README shows, run as a user would type it (issue 22 item 1).
+
+The README's shell commands are read from its ```bash blocks (continuation lines joined,
+comments dropped, `&&` chains split) and its Python snippet from its ```python block. Each one
+must have an entry in COMMANDS, and each entry must still be in the README, so the table cannot
+drift from the text. The default suite runs every runnable command, with a short-workload
+override appended where the command as written takes minutes; `-m slow` runs them exactly as
+written. Installs are checked against pyproject's extras (CI runs the install itself), commands
+that need a cluster or the vLLM extra are skipped with the reason where that is missing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+FIXTURES = ROOT / "tests" / "golden" / "fixtures"
+REPORT_DIR = "outputs/multirun/2026-11-30/12-00-00"  # the folder the README's report command names
+
+
+@dataclass(frozen=True)
+class How:
+    """How the test runs one README command."""
+
+    kind: str  # run | install | suite | cluster
+    fast: str = ""  # overrides appended in the default suite (empty: run as written)
+    needs: str = ""  # a module without which the command is skipped, with the reason
+    cwd: str = "tmp"  # tmp: a fresh folder; repo: the repository root
+    setup: str = ""  # a command run first in the same folder
+
+
+MULTIRUN = "servetune simulate -m workload=poisson policy.max_num_seqs=32,64,128 workload.rate=5,10 seed=0,1,2"
+
+COMMANDS: dict[str, How] = {
+    "pip install -e .": How("install"),
+    "servetune simulate": How("run"),
+    'pip install -e ".[dev]"': How("install"),
+    "python -m pytest -q": How("suite"),
+    "servetune simulate workload=azure_conv model=llama3_8b hardware=h100 policy=vllm_default "
+    "policy.max_num_seqs=128 policy.max_num_batched_tokens=4096 engine.block_size=16 seed=3":
+        How("run"),
+    "servetune simulate workload.duration_s=null workload.rate_scale=2 hardware=h200": How("run"),
+    "servetune simulate seeds=4 workload.predictor.sigma=0.5 grid.max_num_seqs=[64,128,256] "
+    "grid.max_num_batched_tokens=[2048,8192]": How("run"),
+    "servetune simulate engine=static cost=linear": How("run"),
+    "servetune tune workload.rate_scale=4 workload.duration_s=1200 tune.iterations=8 "
+    "'tune.eval.holdout=[\"workload.start_s=1200\"]'":
+        How("run", fast="tune.iterations=1 workload.duration_s=120"),
+    MULTIRUN: How("run"),
+    f"servetune report {REPORT_DIR}":
+        How("run", setup="servetune simulate -m workload=poisson policy.max_num_seqs=32,64 "
+                         f"hydra.sweep.dir={REPORT_DIR}"),
+    'pip install -e ".[joblib]"': How("install"),
+    "servetune simulate -m hydra/launcher=joblib_local hydra.launcher.n_jobs=4 "
+    "policy.max_num_seqs=32,64,128 workload.rate_scale=0.5,1,2":
+        How("run", needs="hydra_plugins.hydra_joblib_launcher"),
+    'pip install -e ".[optuna]"': How("install"),
+    "servetune simulate -m +experiment=optuna_policy hydra.sweeper.n_trials=40":
+        How("run", fast="hydra.sweeper.n_trials=3", needs="hydra_plugins.hydra_optuna_sweeper"),
+    'pip install -e ".[ray]"': How("install"),
+    "servetune simulate -m hydra/launcher=ray_local policy.max_num_seqs=32,64,128":
+        How("run", needs="hydra_plugins.hydra_ray_launcher"),
+    "servetune simulate -m hydra/launcher=ray_local hydra.launcher.ray.init.address=auto ...":
+        How("cluster"),
+    'pip install -e ".[slurm]"': How("install"),
+    "servetune simulate -m hydra/launcher=slurm hydra.launcher.partition=gpu "
+    "compilation_cache.dir=/shared/jax_cache policy.max_num_seqs=32,64,128": How("cluster"),
+    'pip install -e ".[vllm]"': How("install"),
+    "pip uninstall -y torchvision torchaudio torchcodec triton": How("install"),
+    "OMP_NUM_THREADS=1 servetune golden": How("run", needs="vllm"),
+    "servetune golden --check": How("run", fast="--cases roomy_kv,small_budget", cwd="repo"),
+    "python -m pytest -q tests/test_fuzz.py": How("suite"),
+    "python -m pytest -q tests/test_properties.py": How("suite"),
+    "HYPOTHESIS_PROFILE=slow python -m pytest -q tests/test_properties.py": How("suite"),
+    "python -m pytest -q -m slow": How("suite"),
+}
+
+
+def _blocks(lang: str) -> list[str]:
+    """The README's fenced code blocks in language `lang`, in order."""
+    return re.findall(rf"^```{lang}\n(.*?)^```", README.read_text(), flags=re.MULTILINE | re.DOTALL)
+
+
+def readme_commands() -> list[str]:
+    """The README's shell commands: continuation lines joined, comments dropped, `a && b` split."""
+    out = []
+    for block in _blocks("bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = " ".join(shlex.split(line, comments=True, posix=False)) if line.strip() else ""
+            out += [part.strip() for part in line.split(" && ") if part.strip()]
+    return out
+
+
+def test_every_readme_command_has_an_entry_and_every_entry_is_in_the_readme():
+    shown = readme_commands()
+    assert len(shown) == len(set(shown)), "a README command appears twice"
+    assert sorted(set(shown) - set(COMMANDS)) == [], "README commands no test runs"
+    assert sorted(set(COMMANDS) - set(shown)) == [], "entries no longer in the README"
+
+
+def test_the_installs_name_extras_pyproject_defines():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    for cmd, how in COMMANDS.items():
+        if how.kind == "install" and cmd.startswith("pip install"):
+            target = shlex.split(cmd)[-1]
+            name = re.fullmatch(r"\.(?:\[(\w+)\])?", target)
+            assert name, f"{cmd!r}: installs something other than this project"
+            assert name.group(1) in (None, *extras), f"{cmd!r}: no extra {name.group(1)!r}"
+    # the uninstall is the one the vllm extra's comment in pyproject asks for
+    assert "uninstall torchvision torchaudio torchcodec triton" in (
+        ROOT / "pyproject.toml").read_text()
+
+
+def test_the_suite_commands_name_what_exists():
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert any(m.startswith("slow:") for m in cfg["markers"])
+    for cmd, how in COMMANDS.items():
+        if how.kind == "suite":
+            for word in shlex.split(cmd):
+                if word.startswith("tests/"):
+                    assert (ROOT / word).is_file(), f"{cmd!r}: no {word}"
+    assert '"slow"' in (ROOT / "tests" / "conftest.py").read_text()  # HYPOTHESIS_PROFILE=slow
+
+
+def _run(cmd: str, how: How, tmp_path: Path, exact: bool) -> subprocess.CompletedProcess:
+    if how.needs and _missing(how.needs):
+        pytest.skip(f"{how.needs} is not installed (its extra is optional)")
+    cwd = ROOT if how.cwd == "repo" else tmp_path
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    line = cmd if exact or not how.fast else f"{cmd} {how.fast}"
+    if how.setup:
+        first = subprocess.run(how.setup, check=False, shell=True, cwd=cwd, env=env, capture_output=True,
+                               text=True, timeout=900)
+        assert first.returncode == 0, first.stderr[-3000:]
+    proc = subprocess.run(line, check=False, shell=True, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=1800, executable="/bin/bash")
+    assert proc.returncode == 0, f"{line}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def _missing(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except ModuleNotFoundError:
+        return True
+
+
+RUNNABLE = [c for c, h in COMMANDS.items() if h.kind == "run"]
+
+
+def _check(cmd: str, proc: subprocess.CompletedProcess, tmp_path: Path, exact: bool) -> None:
+    """What the command must have produced, beyond exiting 0."""
+    if cmd.startswith(("servetune simulate", "servetune tune")):
+        assert [p for p in tmp_path.rglob("*") if p.is_file()], f"{cmd!r} wrote nothing"
+    if cmd.startswith("servetune report"):
+        assert (tmp_path / REPORT_DIR / "report" / "report.html").is_file()
+    if cmd == "servetune golden --check":
+        checked = 2 if not exact else len(list(FIXTURES.glob("*.json.gz")))
+        assert proc.stdout.count(": identical") == checked, proc.stdout
+    if cmd.endswith("servetune golden"):  # vLLM rewrites the committed fixtures byte for byte
+        for fixture in FIXTURES.glob("*.json.gz"):
+            made = tmp_path / "tests" / "golden" / "fixtures" / fixture.name
+            assert gzip.decompress(made.read_bytes()) == gzip.decompress(fixture.read_bytes())
+
+
+@pytest.mark.parametrize("cmd", RUNNABLE, ids=[c.split("=")[0][:40] for c in RUNNABLE])
+def test_readme_command_runs(cmd, tmp_path):
+    _check(cmd, _run(cmd, COMMANDS[cmd], tmp_path, exact=False), tmp_path, exact=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cmd", [c for c in RUNNABLE if COMMANDS[c].fast],
+                         ids=lambda c: c.split("=")[0][:40])
+def test_readme_command_runs_as_written(cmd, tmp_path):
+    _check(cmd, _run(cmd, COMMANDS[cmd], tmp_path, exact=True), tmp_path, exact=True)
+
+
+def test_readme_python_snippet_runs(tmp_path):
+    (snippet,) = _blocks("python")
+    proc = subprocess.run([sys.executable, "-c", snippet], check=False, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    goodput = float(proc.stdout.split()[0])
+    assert goodput > 0
