@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from servetune import cascade as cascade_lib
 from servetune import hardware, quality, workload
+from servetune import replicas as replicas_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.pressure import POLICIES
 from servetune.engine.routing import ROUTERS
@@ -129,12 +130,14 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
             if not path.is_absolute():
                 base = Path(_string(cfg, "paths.root", allow_none=True) or ".")
                 path = base / path
-        trace = workload.load_trace(path, name=name)
+        full = workload.load_trace(path, name=name)
+        start = _number(cfg, "workload.start_s", lo=0, hi=MAX_SECONDS, default=0.0)
+        duration = _number(cfg, "workload.duration_s", lo=0, hi=MAX_SECONDS, allow_none=True)
+        rate_scale = _number(cfg, "workload.rate_scale", lo=1e-9, hi=1e9, default=1.0)
+        spec = replica_spec(cfg)
+        start += replicas_lib.start_shift(spec, seed)
         trace = workload.slice_trace(
-            trace, start_s=_number(cfg, "workload.start_s", lo=0, hi=MAX_SECONDS, default=0.0),
-            duration_s=_number(cfg, "workload.duration_s", lo=0, hi=MAX_SECONDS,
-                               allow_none=True),
-            rate_scale=_number(cfg, "workload.rate_scale", lo=1e-9, hi=1e9, default=1.0),
+            full, start_s=start, duration_s=duration, rate_scale=rate_scale,
             max_requests=_number(cfg, "workload.max_requests", lo=1, integer=True,
                                  allow_none=True))
     elif kind == "synthetic":
@@ -160,7 +163,41 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
     split = _number(cfg, "classes.prompt_split_tokens", lo=1, integer=True, allow_none=True)
     if split is not None:
         trace = workload.classify_by_prompt(trace, split)
+    if kind == "trace" and spec.active:
+        trace = _replica(trace, spec, seed, full, start, duration, rate_scale)
     return trace
+
+
+def replica_spec(cfg: DictConfig) -> replicas_lib.ReplicaSpec:
+    """The `workload.replicas.*` settings, checked by key (all off where the section is absent)."""
+    if _get(cfg, "workload.replicas") is None:
+        return replicas_lib.ReplicaSpec()
+    if not isinstance(_get(cfg, "workload.replicas"), DictConfig):
+        raise ConfigError(f"workload.replicas: got {_get(cfg, 'workload.replicas')!r}; expected "
+                          f"a mapping like {{block_s: 60, shift_s: 0, rate: 1, lengths: false}}")
+    return replicas_lib.ReplicaSpec(
+        block_s=_number(cfg, "workload.replicas.block_s", lo=1e-3, hi=MAX_SECONDS,
+                        allow_none=True),
+        shift_s=_number(cfg, "workload.replicas.shift_s", lo=0, hi=MAX_SECONDS, default=0.0),
+        rate=_number(cfg, "workload.replicas.rate", lo=1e-6, hi=1e3, default=1.0),
+        lengths=_flag(cfg, "workload.replicas.lengths", False))
+
+
+def _replica(trace, spec, seed: int, full, start: float, duration, rate_scale: float):
+    """Seed `seed`'s replica of the slice `trace`, over the slice's span (its window, or up to
+    one mean gap after its last arrival where the trace ends first)."""
+    if duration is not None and start + duration <= full.arrival[-1]:
+        span = duration / rate_scale
+    else:
+        span = float(trace.arrival[-1]) * (len(trace) + 1) / len(trace) or 1.0
+    if spec.block_s is not None and span / spec.block_s > replicas_lib.MAX_BLOCKS:
+        raise ConfigError(f"workload.replicas.block_s: got {spec.block_s}; the slice's "
+                          f"{span:.6g} s would need more than {replicas_lib.MAX_BLOCKS} blocks")
+    out = replicas_lib.replica(trace, span, spec, seed)
+    if len(out) == 0:
+        raise ConfigError(f"workload.replicas.rate: got {spec.rate}; seed {seed}'s replica of "
+                          f"{trace.name} holds no requests (the slice has {len(trace)})")
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -567,10 +604,11 @@ def build(cfg: DictConfig) -> Scenario:
     sigma = _number(cfg, "workload.predictor.sigma", lo=0, default=0.0)
     bias = _number(cfg, "workload.predictor.bias", lo=1e-9, default=1.0)
     traces, preds = [], []
-    synthetic = _get(cfg, "workload.kind") == "synthetic"
-    replayed = None if synthetic else load_workload(cfg, seeds[0])  # one trace, every seed
+    # a replayed trace is one scenario for every seed, unless replicas resample it per seed
+    per_seed = _get(cfg, "workload.kind") == "synthetic" or replica_spec(cfg).active
+    replayed = None if per_seed else load_workload(cfg, seeds[0])
     for s in seeds:
-        tr = load_workload(cfg, s) if synthetic else replayed
+        tr = load_workload(cfg, s) if per_seed else replayed
         tr = _with_abandonment(cfg, tr, s)  # patience draws differ per seed
         traces.append(tr)
         preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
