@@ -25,12 +25,15 @@ OVERRIDES = [
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="servetune-tune-")
     result = tune(OVERRIDES, out_dir=out, log=print)
-    cols = ["policy", "split", "slo_attainment", "useful_tokens_per_dollar", "ttft_p99_s"]
+    cols = ["policy", "split", "slo_attainment", "useful_tokens_per_dollar", "ttft_p99_s",
+            "regression"]
     print(result.evaluation[cols].to_string(index=False))
     print("start: " + ", ".join(f"{k}={v:.4g}" for k, v in result.start.items()))
     print("tuned: " + ", ".join(f"{k}={v:.4g}" for k, v in result.best.items()))
+    exports = ("no exports: the tuned policy is worse than the start held out (regression)"
+               if result.regression else "vLLM/SGLang exports")
     print(f"{result.scenarios_simulated} scenarios simulated in {result.wall_s:.0f} s; "
-          f"history, evaluation and vLLM/SGLang exports in {result.out_dir}")
+          f"history, evaluation and {exports} in {result.out_dir}")
 
 
 if __name__ == "__main__":

@@ -170,3 +170,51 @@ def test_sigkilled_run_resumes_to_the_same_result(straight, tmp_path):
     resumed = tune(SMALL + ["tune.iterations=3"], out_dir=tmp_path, log=lambda _: None)
     pd.testing.assert_frame_equal(resumed.history, straight.history)
     assert resumed.best == straight.best
+
+
+def _evaluation(rows):
+    """An evaluate_policies-shaped table from (policy, split, objective, attainment, meets)."""
+    return pd.DataFrame([{"policy": p, "split": s, "objective": o, "slo_attainment": a,
+                          "meets_target": m, "useful_tokens_per_dollar": math.exp(o),
+                          "goodput_rps": 1.0, "ttft_p99_s": 1.0, "tpot_p99_s": 0.1}
+                         for p, s, o, a, m in rows])
+
+
+def test_regressions_follow_the_tuners_order():
+    from servetune.tune.runner import regressions
+    table = _evaluation([
+        ("start", "train", 10.0, 0.95, False), ("tuned", "train", 12.0, 0.99, True),
+        # both meet the target: the objective decides
+        ("start", "heldout_seeds", 11.0, 0.99, True), ("tuned", "heldout_seeds", 10.5, 1.0, True),
+        # meeting the target beats a higher objective
+        ("start", "holdout_workload", 9.0, 0.995, True),
+        ("tuned", "holdout_workload", 13.0, 0.90, False)])
+    assert regressions(table) == ["heldout_seeds", "holdout_workload"]
+    better = table.copy()
+    better.loc[(better.policy == "tuned") & (better.split == "heldout_seeds"), "objective"] = 11.0
+    better.loc[(better.policy == "tuned") & (better.split == "holdout_workload"),
+               ["meets_target", "slo_attainment"]] = [True, 0.995]
+    assert regressions(better) == []  # equal is no regression; the training split never counts
+    both_miss = _evaluation([("start", "heldout_seeds", 9.0, 0.90, False),
+                             ("tuned", "heldout_seeds", 12.0, 0.85, False)])
+    assert regressions(both_miss) == ["heldout_seeds"]  # missing both: attainment decides
+
+
+def test_a_regressed_run_says_so_and_exports_only_when_asked(tmp_path, monkeypatch):
+    import json
+
+    from servetune.tune import runner
+    regressed = _evaluation([("start", "heldout_seeds", 11.0, 0.99, True),
+                             ("tuned", "heldout_seeds", 10.0, 0.99, True)])
+    monkeypatch.setattr(runner, "evaluate_policies", lambda *a, **k: regressed.copy())
+    lines = []
+    res = tune(SMALL + ["tune.iterations=1"], out_dir=tmp_path / "a", log=lines.append)
+    assert res.regression
+    assert any(line.startswith("regression: ") and "export/ not written" in line for line in lines)
+    assert json.loads((tmp_path / "a" / "tune_summary.json").read_text())["regression"] is True
+    assert pd.read_csv(tmp_path / "a" / "evaluation.csv")["regression"].all()
+    assert not (tmp_path / "a" / "export").exists()
+    res = tune(SMALL + ["tune.iterations=1", "tune.export_on_regression=true"],
+               out_dir=tmp_path / "b", log=lambda _: None)
+    extra = json.loads((tmp_path / "b" / "export" / "vllm_args.json").read_text())["extra"]
+    assert extra["regression"] is True and extra["regressed_splits"] == ["heldout_seeds"]

@@ -132,7 +132,12 @@ def run_tune(cfg: DictConfig):
     shown = lambda k, v: (f"{k}=[{len(v)} weights, export/score_net.json]" if k == "score_net"
                           else f"{k}={v:.4g}")
     console.print("tuned policy: " + ", ".join(shown(k, v) for k, v in result.best.items()))
-    console.print(f"wrote {out}/history.csv, evaluation.csv, convergence.png, export/")
+    if result.regression:
+        console.print("[bold red]regression:[/] the tuned policy is worse than the start on "
+                      "held-out data; see the regression column of evaluation.csv")
+    exported = (out / "export").is_dir()
+    console.print(f"wrote {out}/history.csv, evaluation.csv, convergence.png"
+                  + (", export/" if exported else " (no export/)"))
     return result
 
 

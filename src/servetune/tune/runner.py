@@ -53,6 +53,7 @@ class Settings:
     holdout: list
     workloads: list
     export: bool
+    export_on_regression: bool = False  # export even when tuned is worse than start held out
     policy_family: str = "linear"
     net_hidden: int = 0
     net_scale: float = 1.0
@@ -155,6 +156,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         holdout=_holdout(OmegaConf.select(t, "eval.holdout")),
         workloads=[_holdout(w, "tune.workloads") for w in (OmegaConf.select(t, "workloads") or [])],
         export=_flag(t, "export", True),
+        export_on_regression=_flag(t, "export_on_regression", False),
         policy_family=family,
         net_hidden=hidden,
         net_scale=net_scale,
@@ -173,7 +175,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
 class TuneResult:
     """What a tuning run found: values (policy key -> float) of the start and the best policy,
     the per-iteration history, the held-out evaluation table, scenarios simulated, wall seconds,
-    and the output directory (checkpoint, history.csv, evaluation.csv, convergence.png, export/)."""
+    the output directory (checkpoint, history.csv, evaluation.csv, convergence.png, export/),
+    and whether the tuned policy is worse than the start on held-out data (`regressions`)."""
 
     start: dict
     best: dict
@@ -183,6 +186,7 @@ class TuneResult:
     scenarios_simulated: int
     wall_s: float
     out_dir: Path
+    regression: bool = False
 
 
 def _order(cfg: DictConfig) -> str:
@@ -227,7 +231,8 @@ def _fingerprint(cfg: DictConfig) -> str:
     c = OmegaConf.to_container(cfg, resolve=False)
     c.pop("hydra", None)
     c.pop("output", None)
-    for key in ("iterations", "eval", "export", "resume", "checkpoint_every", "batch_mode"):
+    for key in ("iterations", "eval", "export", "export_on_regression", "resume",
+                "checkpoint_every", "batch_mode"):
         c.get("tune", {}).pop(key, None)
     return hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -359,21 +364,57 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     best = state["best_values"]
     start_values = _plain(start_values)
     evaluation = evaluate_policies(cfg, {"start": start_values, "tuned": best}, st, order)
+    regressed = regressions(evaluation)
+    evaluation["regression"] = evaluation["split"].isin(regressed)
     evaluation.to_csv(out_dir / "evaluation.csv", index=False)
     _plot(history, out_dir / "convergence.png", st.objective.slo_target)
-    if st.export:
+    if regressed:
+        log(f"regression: the tuned policy is worse than the start on held-out "
+            f"{', '.join(regressed)} (evaluation.csv); "
+            + ("exporting it anyway (tune.export_on_regression=true)"
+               if st.export and st.export_on_regression else
+               "export/ not written (tune.export_on_regression=true writes it)"
+               if st.export else "tune.export is off"))
+    if st.export and (st.export_on_regression or not regressed):
         engine = OmegaConf.to_container(cfg.engine, resolve=True)
         export.write_export(out_dir / "export", {k: best[k] for k in best}, order, engine,
-                            extra={"scenarios_simulated": int(state["scenarios"])},
+                            extra={"scenarios_simulated": int(state["scenarios"]),
+                                   "regression": bool(regressed),
+                                   "regressed_splits": regressed},
                             deploy=export.deployment(cfg, _first_scenario(evaluator)))
         for warning in export.vllm_warnings(export.vllm_args(best, engine, order)):
             log(f"warning (export/vllm_args.json): {warning}")
     wall = time.perf_counter() - start_time
     summary = {"start": start_values, "best": best, "best_summary": state["best"],
+               "regression": bool(regressed), "regressed_splits": regressed,
                "scenarios_simulated": int(state["scenarios"]), "wall_s": wall}
     (out_dir / "tune_summary.json").write_text(json.dumps(summary, indent=2, default=float))
     return TuneResult(start_values, best, state["best"], history, evaluation,
-                      int(state["scenarios"]), wall, out_dir)
+                      int(state["scenarios"]), wall, out_dir, bool(regressed))
+
+
+HELD_OUT = ("heldout_seeds", "holdout_workload")  # the evaluation splits tuning never saw
+
+
+def regressions(evaluation: pd.DataFrame) -> list[str]:
+    """The held-out splits of `evaluation` (evaluate_policies' table) where the tuned policy is
+    worse than the start by the tuner's own order: meeting the SLO target beats missing it;
+    then, where both meet it, the objective (log useful tokens per USD) decides, and where both
+    miss it, the SLO attainment (to 1e-9)."""
+    out = []
+    for split in HELD_OUT:
+        rows = evaluation[evaluation["split"] == split].set_index("policy")
+        if not {"start", "tuned"} <= set(rows.index):
+            continue
+        start, tuned = rows.loc["start"], rows.loc["tuned"]
+        if bool(start["meets_target"]) != bool(tuned["meets_target"]):
+            worse = bool(start["meets_target"])
+        else:
+            key = "objective" if bool(start["meets_target"]) else "slo_attainment"
+            worse = tuned[key] < start[key] - 1e-9
+        if worse:
+            out.append(split)
+    return out
 
 
 def _first_scenario(evaluator):
