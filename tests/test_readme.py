@@ -85,6 +85,12 @@ COMMANDS: dict[str, How] = {
     "pip uninstall -y torchvision torchaudio torchcodec triton": How("install"),
     "OMP_NUM_THREADS=1 servetune golden": How("run", needs="vllm"),
     "servetune golden --check": How("run", fast="--cases roomy_kv,small_budget", cwd="repo"),
+    "OMP_NUM_THREADS=1 servetune observe --duration-s 60 --max-model-len 8192 "
+    "--out outputs/observe": How("run", needs="vllm", fast="--duration-s 20 --max-requests 8"),
+    "servetune calibrate path=outputs/observe/steps.csv form=linear":
+        How("run", needs="vllm", setup="OMP_NUM_THREADS=1 servetune observe --duration-s 20 "
+                                       "--max-requests 8 --max-model-len 8192 "
+                                       "--out outputs/observe"),
     "python -m pytest -q tests/test_fuzz.py": How("suite"),
     "python -m pytest -q tests/test_properties.py": How("suite"),
     "HYPOTHESIS_PROFILE=slow python -m pytest -q tests/test_properties.py": How("suite"),
@@ -167,8 +173,10 @@ RUNNABLE = [c for c, h in COMMANDS.items() if h.kind == "run"]
 
 def _check(cmd: str, proc: subprocess.CompletedProcess, tmp_path: Path, exact: bool) -> None:
     """What the command must have produced, beyond exiting 0."""
-    if cmd.startswith(("servetune simulate", "servetune tune")):
+    if cmd.startswith(("servetune simulate", "servetune tune", "servetune calibrate")):
         assert [p for p in tmp_path.rglob("*") if p.is_file()], f"{cmd!r} wrote nothing"
+    if "servetune observe" in cmd:
+        assert (tmp_path / "outputs" / "observe" / "steps.csv").is_file()
     if cmd.startswith("servetune report"):
         assert (tmp_path / REPORT_DIR / "report" / "report.html").is_file()
     if cmd == "servetune golden --check":
@@ -180,14 +188,19 @@ def _check(cmd: str, proc: subprocess.CompletedProcess, tmp_path: Path, exact: b
             assert gzip.decompress(made.read_bytes()) == gzip.decompress(fixture.read_bytes())
 
 
-@pytest.mark.parametrize("cmd", RUNNABLE, ids=[c.split("=")[0][:40] for c in RUNNABLE])
+def _id(cmd: str) -> str:
+    """A short test id: the command without an environment prefix, up to its first key."""
+    return re.sub(r"^[A-Z_]+=\S+ ", "", cmd).split("=")[0][:40]
+
+
+@pytest.mark.parametrize("cmd", RUNNABLE, ids=[_id(c) for c in RUNNABLE])
 def test_readme_command_runs(cmd, tmp_path):
     _check(cmd, _run(cmd, COMMANDS[cmd], tmp_path, exact=False), tmp_path, exact=False)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cmd", [c for c in RUNNABLE if COMMANDS[c].fast],
-                         ids=lambda c: c.split("=")[0][:40])
+                         ids=_id)
 def test_readme_command_runs_as_written(cmd, tmp_path):
     _check(cmd, _run(cmd, COMMANDS[cmd], tmp_path, exact=True), tmp_path, exact=True)
 

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from servetune.errors import ServetuneError
 
-COMMANDS = ("simulate", "tune", "calibrate", "report", "golden")
+COMMANDS = ("simulate", "tune", "calibrate", "report", "golden", "observe")
 
 
 def _jsonable(obj):
@@ -152,6 +152,7 @@ def main() -> None:
         print(f"usage: servetune {{{','.join(COMMANDS)}}} [key=value ...] [-m for multirun]\n"
               f"       servetune report DIR [--out OUT]\n"
               f"       servetune golden [--check] [--out DIR] [--cases NAME,...]\n"
+              f"       servetune observe [--trace FILE] [--duration-s S] [--out DIR] ...\n"
               f"example: servetune simulate workload=azure_conv policy.max_num_seqs=128",
               file=sys.stderr)
         sys.exit(2)
@@ -162,6 +163,9 @@ def main() -> None:
     if command == "golden":  # argparse: vLLM's scheduler -> fixtures, or --check against them
         from servetune.validate.cli import main as golden_main
         sys.exit(golden_main(sys.argv[1:]))
+    if command == "observe":  # argparse: a real vLLM engine replays a trace (servetune[vllm])
+        from servetune.validate.observe import main as observe_main
+        sys.exit(observe_main(sys.argv[1:]))
     if command == "simulate":
         _simulate_app()
     elif command == "tune":
