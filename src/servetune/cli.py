@@ -14,7 +14,7 @@ from rich.console import Console
 
 from servetune.errors import ServetuneError
 
-COMMANDS = ("simulate", "tune", "calibrate", "report", "golden", "observe")
+COMMANDS = ("simulate", "tune", "calibrate", "report", "golden", "observe", "validate")
 
 
 def _jsonable(obj):
@@ -153,6 +153,7 @@ def main() -> None:
               f"       servetune report DIR [--out OUT]\n"
               f"       servetune golden [--check] [--out DIR] [--cases NAME,...]\n"
               f"       servetune observe [--trace FILE] [--duration-s S] [--out DIR] ...\n"
+              f"       servetune validate --calibrate-on DIR --predict DIR [--noise-floor DIR]\n"
               f"example: servetune simulate workload=azure_conv policy.max_num_seqs=128",
               file=sys.stderr)
         sys.exit(2)
@@ -166,6 +167,9 @@ def main() -> None:
     if command == "observe":  # argparse: a real vLLM engine replays a trace (servetune[vllm])
         from servetune.validate.observe import main as observe_main
         sys.exit(observe_main(sys.argv[1:]))
+    if command == "validate":  # argparse: observed runs -> calibrate, predict, errors
+        from servetune.validate.predict import main as validate_main
+        sys.exit(validate_main(sys.argv[1:]))
     if command == "simulate":
         _simulate_app()
     elif command == "tune":

@@ -266,7 +266,8 @@ def main(argv: list[str]) -> int:
                  lambda p: pd.DataFrame(result["steps"]).to_csv(p, index=False))
     meta = {"vllm_version": result["vllm_version"], "clock": args.clock,
             "trace": str(path), "start_s": args.start_s, "duration_s": args.duration_s,
-            "rate_scale": args.rate_scale, "engine": dataclasses.asdict(es),
+            "rate_scale": args.rate_scale, "max_requests": args.max_requests,
+            "engine": dataclasses.asdict(es),
             "model": MODEL_CONFIG}
     _write_whole(args.out / "observe.json",
                  lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
