@@ -4,8 +4,8 @@ The README's shell commands are read from its ```bash blocks (continuation lines
 comments dropped, `&&` chains split) and its Python snippet from its ```python block. Each one
 must have an entry in COMMANDS, and each entry must still be in the README, so the table cannot
 drift from the text. The default suite runs every runnable command, with a short-workload
-override appended where the command as written takes minutes; `-m slow` runs them exactly as
-written. Installs are checked against pyproject's extras (CI runs the install itself), commands
+override appended where the command as written takes minutes, except four whose work other
+default tests already do (marked slow); `-m slow` runs those and the rest exactly as written. Installs are checked against pyproject's extras (CI runs the install itself), commands
 that need a cluster or the vLLM extra are skipped with the reason where that is missing.
 """
 
@@ -43,6 +43,7 @@ class How:
     needs: str = ""  # a module without which the command is skipped, with the reason
     cwd: str = "tmp"  # tmp: a fresh folder; repo: the repository root
     setup: str = ""  # a command run first in the same folder
+    slow: bool = False  # run only with -m slow (another default test covers what it runs)
 
 
 MULTIRUN = "servetune simulate -m workload=poisson policy.max_num_seqs=32,64,128 workload.rate=5,10 seed=0,1,2"
@@ -62,17 +63,18 @@ COMMANDS: dict[str, How] = {
     "servetune tune workload.rate_scale=4 workload.duration_s=1200 tune.iterations=8 "
     "'tune.eval.holdout=[\"workload.start_s=1200\"]'":
         How("run", fast="tune.iterations=1 workload.duration_s=120"),
-    MULTIRUN: How("run"),
+    MULTIRUN: How("run", slow=True),  # 18 jobs; test_sweeps runs multiruns by default
     f"servetune report {REPORT_DIR}":
         How("run", setup="servetune simulate -m workload=poisson policy.max_num_seqs=32,64 "
                          f"hydra.sweep.dir={REPORT_DIR}"),
     'pip install -e ".[joblib]"': How("install"),
     "servetune simulate -m hydra/launcher=joblib_local hydra.launcher.n_jobs=4 "
     "policy.max_num_seqs=32,64,128 workload.rate_scale=0.5,1,2":
-        How("run", needs="hydra_plugins.hydra_joblib_launcher"),
+        How("run", needs="hydra_plugins.hydra_joblib_launcher", slow=True),  # and test_sweeps
     'pip install -e ".[optuna]"': How("install"),
     "servetune simulate -m +experiment=optuna_policy hydra.sweeper.n_trials=40":
-        How("run", fast="hydra.sweeper.n_trials=3", needs="hydra_plugins.hydra_optuna_sweeper"),
+        How("run", fast="hydra.sweeper.n_trials=3", needs="hydra_plugins.hydra_optuna_sweeper",
+            slow=True),  # test_sweeps runs the Optuna study by default
     'pip install -e ".[ray]"': How("install"),
     "servetune simulate -m hydra/launcher=ray_local policy.max_num_seqs=32,64,128":
         How("run", needs="hydra_plugins.hydra_ray_launcher"),
@@ -84,7 +86,9 @@ COMMANDS: dict[str, How] = {
     'pip install -e ".[vllm]"': How("install"),
     "pip uninstall -y torchvision torchaudio torchcodec triton": How("install"),
     "OMP_NUM_THREADS=1 servetune golden": How("run", needs="vllm"),
-    "servetune golden --check": How("run", fast="--cases roomy_kv,small_budget", cwd="repo"),
+    # slow: tests/golden replays every fixture in the default suite
+    "servetune golden --check": How("run", fast="--cases roomy_kv,small_budget", cwd="repo",
+                                    slow=True),
     "OMP_NUM_THREADS=1 servetune observe --duration-s 60 --max-model-len 8192 "
     "--out outputs/observe": How("run", needs="vllm", fast="--duration-s 20 --max-requests 8"),
     "servetune calibrate path=outputs/observe/steps.csv form=linear":
@@ -193,14 +197,14 @@ def _id(cmd: str) -> str:
     return re.sub(r"^[A-Z_]+=\S+ ", "", cmd).split("=")[0][:40]
 
 
-@pytest.mark.parametrize("cmd", RUNNABLE, ids=[_id(c) for c in RUNNABLE])
+@pytest.mark.parametrize("cmd", [pytest.param(c, id=_id(c), marks=[pytest.mark.slow]
+                                               if COMMANDS[c].slow else []) for c in RUNNABLE])
 def test_readme_command_runs(cmd, tmp_path):
     _check(cmd, _run(cmd, COMMANDS[cmd], tmp_path, exact=False), tmp_path, exact=False)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cmd", [c for c in RUNNABLE if COMMANDS[c].fast],
-                         ids=_id)
+@pytest.mark.parametrize("cmd", [c for c in RUNNABLE if COMMANDS[c].fast], ids=_id)
 def test_readme_command_runs_as_written(cmd, tmp_path):
     _check(cmd, _run(cmd, COMMANDS[cmd], tmp_path, exact=True), tmp_path, exact=True)
 

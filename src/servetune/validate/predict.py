@@ -87,6 +87,7 @@ def _plot(predicted: pd.DataFrame, observed: pd.DataFrame, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
     for ax, m in zip(axes, METRICS):
@@ -94,6 +95,7 @@ def _plot(predicted: pd.DataFrame, observed: pd.DataFrame, path: Path) -> None:
             v = np.sort(frame[m].dropna().to_numpy() * 1e3)
             ax.step(v, np.arange(1, len(v) + 1) / max(len(v), 1), where="post", label=label)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # decades only
         ax.set_xlabel(f"{m.removesuffix('_s').upper()} (ms)")
         ax.set_ylabel("fraction of requests")
     axes[0].legend()
