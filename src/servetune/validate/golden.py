@@ -13,13 +13,12 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from servetune.errors import ServetuneError
+from servetune.files import write_whole
 from servetune.validate.oracle import PREFIX_STAT_KEYS
 
 FORMAT = 1
@@ -163,21 +162,9 @@ def make_fixture(name: str) -> dict:
 def write_fixture(fixture: dict, path: Path) -> None:
     """Write `fixture` as gzipped JSON at `path`, whole or not at all (temporary file, fsync,
     rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = gzip.compress(json.dumps(fixture, separators=(",", ":"), allow_nan=False).encode(),
                          mtime=0)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_whole(path, lambda tmp: tmp.write_bytes(data))
 
 
 def load_fixture(path: Path) -> dict:

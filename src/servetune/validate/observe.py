@@ -19,9 +19,8 @@ Outputs, written whole (temporary file, then rename):
   decode_seqs, ctx_tokens, attn_work, seconds) plus t_s and the step's scheduled requests;
 - `observe.json`: the settings, the vLLM version and the model.
 
-A step's tokens are read from the scheduler's own output (vLLM's `Scheduler.schedule`, wrapped):
-a request decodes if it has an output token, exactly one known token was uncomputed and it is
-scheduled one token (as the golden oracle classifies); everything else is prefill.
+A step's tokens are read from the scheduler's own output (vLLM's `Scheduler.schedule`, wrapped)
+and classified as the golden oracle classifies them (`oracle.step_work`).
 """
 
 from __future__ import annotations
@@ -37,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from servetune.errors import ConfigError
-from servetune.validate.oracle import VllmNotInstalledError, _import_vllm
+from servetune.files import write_whole
+from servetune.validate.oracle import VllmNotInstalledError, _import_vllm, step_work
 
 MODEL_CONFIG = {  # the random-weight Llama: small, and shapes vLLM's CPU attention supports
     "vocab_size": 1024, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
@@ -88,35 +88,14 @@ def _engine(model: Path, es: EngineSettings) -> Any:
     return LLMEngine.from_engine_args(args)
 
 
-@dataclasses.dataclass
-class _StepLog:
-    """What the wrapped scheduler saw in the current step."""
-
-    tokens: dict = dataclasses.field(default_factory=dict)  # request id -> scheduled tokens
-    prefill: int = 0
-    decode: int = 0
-    ctx: int = 0
-    attn: float = 0.0
-
-
-def _watch(scheduler) -> _StepLog:
-    """Wrap `scheduler.schedule` so each call's scheduled tokens land in the returned log."""
-    log = _StepLog()
+def _watch(scheduler) -> dict:
+    """Wrap `scheduler.schedule` so that each call's StepWork lands in the returned dict."""
+    log = {"work": None}
     schedule = scheduler.schedule
 
     def watched(*args, **kwargs):
         out = schedule(*args, **kwargs)
-        log.tokens, log.prefill, log.decode, log.ctx, log.attn = {}, 0, 0, 0, 0.0
-        for req_id, n in out.num_scheduled_tokens.items():
-            request = scheduler.requests[req_id]
-            before = request.num_computed_tokens - n  # schedule() already advanced it
-            log.tokens[req_id] = int(n)
-            log.ctx += before
-            log.attn += n * (before + (n + 1) / 2)
-            if request.num_output_tokens >= 1 and request.num_tokens - before == 1 and n == 1:
-                log.decode += 1
-            else:
-                log.prefill += n
+        log["work"] = step_work(scheduler.requests, out.num_scheduled_tokens)
         return out
 
     scheduler.schedule = watched
@@ -178,12 +157,12 @@ def observe(trace, es: EngineSettings, model_dir: Path, clock: str = "virtual") 
             delivered[row] = got
             if out.finished:
                 finish[row] = t
-        if log.tokens:
-            steps.append({"t_s": t - dur, "prefill_tokens": log.prefill, "decode_seqs": log.decode,
-                          "ctx_tokens": log.ctx, "attn_work": log.attn, "seconds": dur,
-                          "scheduled": json.dumps({k.split("-")[0]: v
-                                                   for k, v in log.tokens.items()})})
-            log.tokens = {}
+        work, log["work"] = log["work"], None
+        if work is not None and work.tokens:
+            steps.append({"t_s": t - dur, "prefill_tokens": work.prefill,
+                          "decode_seqs": work.decode, "ctx_tokens": work.context,
+                          "attn_work": work.attn_work, "seconds": dur,
+                          "scheduled": json.dumps({r.split("-")[0]: n for r, n in work.tokens})})
     return {"requests": _request_columns(trace, first, finish, delivered, preempt),
             "steps": steps, "vllm_version": vllm.__version__}
 
@@ -199,16 +178,6 @@ def _request_columns(trace, first, finish, delivered, preempt) -> dict:
             "first_token_s": first, "finish_s": finish, "output_tokens_delivered": delivered,
             "end_state": np.where(done, "completed", "outstanding"), "preemptions": preempt,
             "ttft_s": first - arrival, "tpot_s": tpot, "e2e_s": finish - arrival}
-
-
-def _write_whole(path: Path, write) -> None:
-    """Write `path` through a temporary file in its folder, then rename: whole or absent."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _parser():
@@ -261,15 +230,15 @@ def main(argv: list[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     requests = pd.DataFrame(result["requests"])
-    _write_whole(args.out / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
-    _write_whole(args.out / "steps.csv",
+    write_whole(args.out / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
+    write_whole(args.out / "steps.csv",
                  lambda p: pd.DataFrame(result["steps"]).to_csv(p, index=False))
     meta = {"vllm_version": result["vllm_version"], "clock": args.clock,
             "trace": str(path), "start_s": args.start_s, "duration_s": args.duration_s,
             "rate_scale": args.rate_scale, "max_requests": args.max_requests,
             "engine": dataclasses.asdict(es),
             "model": MODEL_CONFIG}
-    _write_whole(args.out / "observe.json",
+    write_whole(args.out / "observe.json",
                  lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
     done = int((requests["end_state"] == "completed").sum())
     print(f"{args.out}: {len(requests)} requests ({done} completed), {len(result['steps'])} "

@@ -419,24 +419,43 @@ def _offer_arrivals(sim: _Sim) -> None:
 # One engine step
 
 
-def _step_record(sim: _Sim, out: Any, preempted: list[int]) -> tuple[dict, float]:
-    """The step's record (scheduled [index, tokens] in scheduled order) and its cost in seconds.
+@dataclass
+class StepWork:
+    """One engine step's work as read from vLLM's scheduler output (after ``schedule()``, which
+    has already advanced ``num_computed_tokens`` by the scheduled tokens). A request decodes if
+    it has an output token, exactly one known token was uncomputed before the step, and it is
+    scheduled 1 token; everything else is prefill."""
 
-    Read after ``schedule()``, which has already advanced ``num_computed_tokens`` by the
-    scheduled tokens. A request is decoding if it has an output token, exactly one known token
-    was uncomputed before the step, and it is scheduled 1 token; P sums the scheduled tokens of
-    the others, D counts the decoding ones, C sums num_computed_tokens before the step.
-    """
-    tokens, prefill, decode, context = [], 0, 0, 0
-    for req_id, n in out.num_scheduled_tokens.items():
-        request = sim.scheduler.requests[req_id]
+    tokens: list  # [request id, tokens scheduled] in scheduled order
+    prefill: int = 0  # P: tokens of the non-decoding requests
+    decode: int = 0  # D: decoding requests
+    context: int = 0  # C: num_computed_tokens before the step, summed (tokens)
+    attn_work: float = 0.0  # sum of n x (context before + (n + 1) / 2) (tokens^2)
+
+
+def step_work(requests: dict, num_scheduled_tokens: dict) -> StepWork:
+    """The StepWork of a step that scheduled `num_scheduled_tokens` ({request id: tokens}) of
+    the scheduler's `requests` ({request id: Request})."""
+    work = StepWork(tokens=[])
+    for req_id, n in num_scheduled_tokens.items():
+        request = requests[req_id]
         before = request.num_computed_tokens - n
-        tokens.append([int(req_id), int(n)])
-        context += before
+        work.tokens.append([req_id, int(n)])
+        work.context += before
+        work.attn_work += n * (before + (n + 1) / 2)
         if request.num_output_tokens >= 1 and request.num_tokens - before == 1 and n == 1:
-            decode += 1
+            work.decode += 1
         else:
-            prefill += n
+            work.prefill += n
+    return work
+
+
+def _step_record(sim: _Sim, out: Any, preempted: list[int]) -> tuple[dict, float]:
+    """The step's record (scheduled [index, tokens] in scheduled order) and its cost in seconds
+    (the linear cost of its `step_work`)."""
+    work = step_work(sim.scheduler.requests, out.num_scheduled_tokens)
+    tokens = [[int(r), n] for r, n in work.tokens]
+    prefill, decode, context = work.prefill, work.decode, work.context
     c = sim.cost
     dur = 0.0
     if tokens:

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from servetune.errors import ServetuneError, TraceError
+from servetune.files import write_whole
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
 STATS = {"mean": np.nanmean, "p50": lambda v: np.nanpercentile(v, 50),
@@ -100,10 +101,8 @@ def _plot(predicted: pd.DataFrame, observed: pd.DataFrame, path: Path) -> None:
         ax.set_ylabel("fraction of requests")
     axes[0].legend()
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
+    write_whole(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
-    tmp.replace(path)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -124,7 +123,7 @@ def main(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     try:
-        _, _ = _observed(args.calibrate_on)
+        _observed(args.calibrate_on)  # a whole observe folder, not only its steps
         meta, observed = _observed(args.predict)
         fit = fit_cost_model(load_measurements(args.calibrate_on / "steps.csv"), "linear")
         res = simulate(overrides_for(meta, fit.coefficients))
@@ -137,10 +136,8 @@ def main(argv: list[str]) -> int:
     except ServetuneError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    tmp = args.out / ".validation.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(args.out / "validation.json")
+    write_whole(args.out / "validation.json",
+                lambda tmp: tmp.write_text(json.dumps(report, indent=2) + "\n"))
     _plot(predicted, observed, args.out / "validation_cdf.png")
     for part in ("prediction", "noise_floor"):
         if part in report:
