@@ -27,8 +27,8 @@ import numpy as np
 
 from servetune.api import compose, simulate_batch
 from servetune.scenario import build
-from servetune.tune.objective import Objective
-from servetune.tune.runner import tune
+from servetune.tuning.objective import Objective
+from servetune.tuning.runner import tune
 
 EXPERIMENT = ["+experiment=cascade"]
 NOISES = (0.0, 0.5, 1.0)

@@ -33,9 +33,9 @@ import pandas as pd
 
 from servetune.api import compose
 from servetune.scenario import build
-from servetune.tune import tune
-from servetune.tune.evaluator import Evaluator
-from servetune.tune.objective import Objective
+from servetune.tuning import tune
+from servetune.tuning.evaluator import Evaluator
+from servetune.tuning.objective import Objective
 
 BASE = ["workload=azure_conv", "workload.duration_s=1200",
         "workload.rate_scale=4", "workload.predictor.sigma=0.5", "window.drain_s=300",

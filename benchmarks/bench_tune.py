@@ -27,9 +27,9 @@ import pandas as pd
 from servetune.api import compose
 from servetune.policy import DEFAULTS
 from servetune.scenario import build
-from servetune.tune.evaluator import Evaluator
-from servetune.tune.objective import Objective
-from servetune.tune.runner import _better, tune
+from servetune.tuning.evaluator import Evaluator
+from servetune.tuning.objective import Objective
+from servetune.tuning.runner import _better, tune
 
 BASE = ["workload=azure_conv", "workload.start_s=0", "workload.duration_s=1200",
         "workload.rate_scale=4", "window.drain_s=300", "hardware=h100", "model=llama3_8b",

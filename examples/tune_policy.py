@@ -1,7 +1,7 @@
 """Tune a policy with evolution strategies under an SLO-attainment constraint.
 
 An overloaded engine (Poisson arrivals at 35 requests/s for 20 s on one H100 with Llama-3-8B):
-vLLM's defaults queue too much and miss the SLOs. `servetune.tune.tune` searches max_num_seqs,
+vLLM's defaults queue too much and miss the SLOs. `servetune.tuning.tune` searches max_num_seqs,
 max_num_batched_tokens, the KV watermark and a queue cap (tune.space in conf/tune/es.yaml) for
 the most useful tokens per dollar at 99% SLO attainment, then compares start and tuned policy
 on a held-out seed. Tiny on purpose (2 iterations of 2 antithetic pairs): about a minute on 2
@@ -13,7 +13,7 @@ CPU cores; raise tune.iterations and tune.pairs for a real search.
 import sys
 import tempfile
 
-from servetune.tune import tune
+from servetune.tuning import tune
 
 OVERRIDES = [
     "workload=poisson", "workload.rate=35", "workload.duration_s=20", "window.drain_s=60",

@@ -7,10 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from servetune import hardware
+from servetune.driver import rollout
+from servetune.loop import step_trace
 from servetune.metrics import MetricsSpec
 from servetune.policy import make_policy
 from servetune.scenario import stack_workloads
-from servetune.simulate import rollout, step_trace
 from servetune.types import Params
 from servetune.workload import RequestTrace
 

@@ -10,8 +10,8 @@ import numpy as np
 from helpers import batched
 from test_invariants import CONFIGS, random_params, random_traces
 
+from servetune.loop import init_batch, run_chunk, run_chunk_grid
 from servetune.scenario import stack_workloads
-from servetune.simulate import init_batch, run_chunk, run_chunk_grid
 
 
 def _vmapped(cfg):

@@ -1,4 +1,4 @@
-"""Model cascade (engine/cascade.py, servetune/cascade.py): a small (Llama-3-8B, 1 x H100) and a
+"""Model cascade (engine/cascade.py, servetune/cascade_config.py): a small (Llama-3-8B, 1 x H100) and a
 large (Llama-3-70B, 4 x H100) pool; arrivals routed by predicted difficulty against a traced
 threshold; a small answer that fails its check is retried on the large pool.
 
@@ -15,12 +15,13 @@ import jax
 import numpy as np
 import pytest
 
-from servetune import cascade as cascade_lib
+from servetune import cascade_config as cascade_lib
 from servetune import metrics as metrics_lib
 from servetune.api import compose
+from servetune.driver import rollout
 from servetune.errors import ConfigError
+from servetune.loop import run_chunk_batch, step_trace
 from servetune.scenario import build
-from servetune.simulate import rollout, run_chunk_batch, step_trace
 from servetune.types import COMPLETED, TIER_LARGE, TIER_RETRIED, TIER_SMALL
 
 # 8 req/s for 60 s: the large pool alone is overloaded, the small pool alone retries the hard
@@ -218,7 +219,7 @@ def test_prefix_cache_is_refused_with_the_cascade():
 
 
 def test_the_tuner_can_search_the_threshold_alone():
-    from servetune.tune.runner import settings_from_config
+    from servetune.tuning.runner import settings_from_config
 
     space = settings_from_config(compose(["+experiment=cascade"])).space
     assert space.keys == ["cascade_threshold"]  # the default space's keys are nulled

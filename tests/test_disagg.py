@@ -11,9 +11,10 @@ import pytest
 from helpers import linear_params, trace_of
 
 from servetune.api import compose, simulate_batch
+from servetune.driver import rollout
 from servetune.errors import ConfigError
+from servetune.loop import step_trace
 from servetune.scenario import build, stack_workloads
-from servetune.simulate import rollout, step_trace
 from servetune.types import COMPLETED, EngineConfig
 
 CFG = EngineConfig(max_slots=8, queue_window=16, block_size=16, max_model_len=512,

@@ -15,7 +15,7 @@ import yaml
 from servetune import errors
 from servetune.api import compose
 from servetune.scenario import build
-from servetune.tune.runner import settings_from_config
+from servetune.tuning.runner import settings_from_config
 from servetune.workload import load_trace
 
 FUZZ = Path(__file__).parent / "fuzz"

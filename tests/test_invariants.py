@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from helpers import batched, linear_params, run, trace_of
 
+from servetune.loop import step_trace
 from servetune.scenario import stack_workloads
-from servetune.simulate import step_trace
 from servetune.types import COMPLETED, OUTSTANDING, REJECTED, EngineConfig
 
 BASE = {"max_slots": 16, "queue_window": 16, "block_size": 4, "max_model_len": 256, "cost_form": "linear",

@@ -12,9 +12,9 @@ import pytest
 
 from servetune import api, neural, scenario
 from servetune.errors import ConfigError
+from servetune.loop import run_chunk_batch
 from servetune.policy import make_policy, priority_score, scheduling_order
-from servetune.simulate import run_chunk_batch
-from servetune.tune import tune
+from servetune.tuning import tune
 from servetune.types import RUNNING, WAITING, Entries
 
 SMALL_SIM = ["workload=poisson", "workload.rate=35", "workload.duration_s=15", "window.drain_s=60",

@@ -8,17 +8,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from servetune import paired_difference, pathwise, relax
+from servetune import relax
 from servetune.api import compose
+from servetune.driver import rollout
 from servetune.engine import swap
 from servetune.errors import ConfigError
+from servetune.grad import paired_difference, pathwise
 from servetune.scenario import build
-from servetune.simulate import rollout
-from servetune.tune import es
-from servetune.tune.evaluator import Evaluator
-from servetune.tune.objective import Objective
-from servetune.tune.pathwise_estimator import PathwiseEstimator
-from servetune.tune.space import space_from_config
+from servetune.tuning import es
+from servetune.tuning.evaluator import Evaluator
+from servetune.tuning.objective import Objective
+from servetune.tuning.pathwise_estimator import PathwiseEstimator
+from servetune.tuning.space import space_from_config
 from servetune.types import RUNNING, TIER_SMALL, WAITING
 
 SPACE = {"max_num_seqs": {"low": 8, "high": 256, "scale": "log"},
@@ -468,7 +469,7 @@ def test_pathwise_and_es_agree_in_direction(problem):
 
 
 def test_tune_pathwise_improves_the_objective(tmp_path):
-    from servetune.tune import tune
+    from servetune.tuning import tune
     # the module's scenario and space (the default's less queue_cap, whose paired difference
     # test_queue_cap_column_... checks): the compiled simulators are reused
     res = tune(["tune=pathwise", *OVERLOADED, "output.progress=false", "tune.iterations=3",

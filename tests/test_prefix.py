@@ -14,10 +14,11 @@ from test_invariants import random_params
 
 from servetune import workload
 from servetune.api import compose, simulate_batch
+from servetune.driver import rollout
 from servetune.engine import prefix as prefix_lib
 from servetune.errors import ConfigError, TraceError
+from servetune.loop import step_trace
 from servetune.scenario import build, stack_workloads
-from servetune.simulate import rollout, step_trace
 from servetune.types import COMPLETED, OUTSTANDING, EngineConfig
 from servetune.workload import RequestTrace
 

@@ -11,9 +11,9 @@ from helpers import linear_params, run, spec, trace_of
 
 from servetune.api import compose
 from servetune.errors import ConfigError
+from servetune.loop import step_trace
 from servetune.metrics import compute_metrics
 from servetune.scenario import build, stack_workloads
-from servetune.simulate import step_trace
 from servetune.types import COMPLETED, EVICTED, EngineConfig
 
 CFG = EngineConfig(max_slots=8, queue_window=8, block_size=16, max_model_len=1024,

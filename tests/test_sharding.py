@@ -48,8 +48,8 @@ def _simulate(n_s: int, n_p: int):
     """[s][p] (per-request arrays, stats, metrics) of one case on all visible devices."""
     from helpers import spec
 
+    from servetune.driver import rollout
     from servetune.metrics import compute_metrics, request_table
-    from servetune.simulate import rollout
 
     traces, wl, params, cfg = _case(n_s, n_p)
     results = rollout(wl, params, cfg, [len(t) for t in traces])

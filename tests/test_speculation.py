@@ -11,10 +11,10 @@ from helpers import batched, linear_params, trace_of
 
 from servetune import hardware
 from servetune.api import compose, simulate_batch
+from servetune.driver import rollout
 from servetune.engine import speculation
 from servetune.errors import ConfigError
 from servetune.scenario import build, stack_workloads
-from servetune.simulate import rollout
 from servetune.types import COMPLETED, EngineConfig
 
 CFG = EngineConfig(max_slots=16, queue_window=16, block_size=16, max_model_len=4096,

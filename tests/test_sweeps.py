@@ -21,7 +21,7 @@ from rich.console import Console
 from servetune import progress as progress_lib
 from servetune.errors import ConfigError
 from servetune.reporting.callback import count_jobs
-from servetune.sweep import sweep_objective
+from servetune.tuning.sweeper import sweep_objective
 
 TINY = ["workload=poisson", "workload.duration_s=8", "window.drain_s=30",
         "output.progress=false", "output.request_table=false",

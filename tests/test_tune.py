@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from servetune.errors import ConfigError
-from servetune.simulate import run_chunk_batch
-from servetune.tune import es, tune
-from servetune.tune.objective import Objective
-from servetune.tune.space import space_from_config
+from servetune.loop import run_chunk_batch
+from servetune.tuning import es, tune
+from servetune.tuning.objective import Objective
+from servetune.tuning.space import space_from_config
 
 SPACE = {"max_num_seqs": {"low": 8, "high": 512, "scale": "log"},
          "watermark": {"low": 0.0, "high": 0.1, "scale": "linear"}}
@@ -152,7 +152,7 @@ def test_sigkilled_run_resumes_to_the_same_result(straight, tmp_path):
     import signal
     import time
 
-    code = ("import sys; from servetune.tune import tune; "
+    code = ("import sys; from servetune.tuning import tune; "
             f"tune({SMALL + ['tune.iterations=3']!r}, out_dir=sys.argv[1], log=lambda _: None)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)])
     ckpt = tmp_path / "checkpoint.json"
@@ -181,7 +181,7 @@ def _evaluation(rows):
 
 
 def test_regressions_follow_the_tuners_order():
-    from servetune.tune.runner import regressions
+    from servetune.tuning.runner import regressions
     table = _evaluation([
         ("start", "train", 10.0, 0.95, False), ("tuned", "train", 12.0, 0.99, True),
         # both meet the target: the objective decides
@@ -203,7 +203,7 @@ def test_regressions_follow_the_tuners_order():
 def test_a_regressed_run_says_so_and_exports_only_when_asked(tmp_path, monkeypatch):
     import json
 
-    from servetune.tune import runner
+    from servetune.tuning import runner
     regressed = _evaluation([("start", "heldout_seeds", 11.0, 0.99, True),
                              ("tuned", "heldout_seeds", 10.0, 0.99, True)])
     monkeypatch.setattr(runner, "evaluate_policies", lambda *a, **k: regressed.copy())

@@ -3,7 +3,7 @@
 import numpy as np
 from helpers import linear_params, run, trace_of
 
-from servetune.simulate import run_chunk_batch
+from servetune.loop import run_chunk_batch
 from servetune.types import EngineConfig
 from servetune.workload import synthetic
 

@@ -10,9 +10,9 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from servetune import metrics as metrics_lib
+from servetune.driver import rollout
 from servetune.errors import ConfigError, ServetuneError
 from servetune.scenario import Scenario, build
-from servetune.simulate import rollout
 
 
 @dataclasses.dataclass

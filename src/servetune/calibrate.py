@@ -58,8 +58,8 @@ import optax
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from servetune import hardware
-from servetune.errors import ConfigError, TraceError
+from servetune import hardware, settings
+from servetune.errors import ConfigError, TraceError, exit_on_user_error
 from servetune.workload import read_text
 
 REQUIRED = ("prefill_tokens", "decode_seqs", "ctx_tokens", "seconds")
@@ -520,7 +520,6 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
     from hydra.core.hydra_config import HydraConfig
     from rich.console import Console
 
-    from servetune.scenario import _number
 
     raw = OmegaConf.select(cfg, "path")
     if raw is None or not str(raw).strip():
@@ -539,15 +538,15 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
         kwargs = {
             "gpu": OmegaConf.select(cfg, "hardware.gpu"),
             "model": OmegaConf.select(cfg, "model.name"),
-            "tp": _number(cfg, "hardware.tp", lo=1, integer=True, default=1),
-            "weight_bits": _number(cfg, "model.weight_bits", integer=True, default=16),
-            "kv_bits": _number(cfg, "model.kv_bits", integer=True, default=16),
-            "allreduce_latency_s": _number(cfg, "hardware.allreduce_latency_s", lo=0,
+            "tp": settings.number(cfg, "hardware.tp", lo=1, integer=True, default=1),
+            "weight_bits": settings.number(cfg, "model.weight_bits", integer=True, default=16),
+            "kv_bits": settings.number(cfg, "model.kv_bits", integer=True, default=16),
+            "allreduce_latency_s": settings.number(cfg, "hardware.allreduce_latency_s", lo=0,
                                            default=0.0),
-            "start": {k: _number(cfg, f"hardware.{k}", lo=0, default=0.0)
+            "start": {k: settings.number(cfg, f"hardware.{k}", lo=0, default=0.0)
                       for k in ROOFLINE_KEYS}}
-    steps = _number(cfg, "fit.steps", lo=1, integer=True, default=STEPS)
-    lr = _number(cfg, "fit.learning_rate", lo=1e-12, default=LEARNING_RATE)
+    steps = settings.number(cfg, "fit.steps", lo=1, integer=True, default=STEPS)
+    lr = settings.number(cfg, "fit.learning_rate", lo=1e-12, default=LEARNING_RATE)
     console = Console()
     console.print(f"fitting the {form} step-time model to {len(table)} measured iterations "
                   f"(compiling on first use) ...")
@@ -579,6 +578,5 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
 @hydra.main(config_path="conf", config_name="calibrate", version_base=None)
 def calibrate_app(cfg: DictConfig) -> None:
     """Hydra entry point of `servetune calibrate`: exit 2 with the message on a user error."""
-    from servetune.cli import exit_on_user_error
 
     exit_on_user_error(run_calibrate, cfg)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import sys
 from pathlib import Path
@@ -12,7 +13,19 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from servetune.errors import ServetuneError
+from servetune.api import simulate_batch
+from servetune.calibrate import calibrate_app
+from servetune.errors import exit_on_user_error
+from servetune.progress import console as progress_console
+from servetune.progress import simulation_progress
+from servetune.reporting.cli import main as report_main
+from servetune.reporting.summary import grid_summary, summary
+from servetune.scenario import build
+from servetune.tuning import tune
+from servetune.tuning.sweeper import check_config, sweep_objective
+from servetune.validate.cli import main as golden_main
+from servetune.validate.observe import main as observe_main
+from servetune.validate.predict import main as validate_main
 
 COMMANDS = ("simulate", "tune", "calibrate", "report", "golden", "observe", "validate")
 
@@ -30,7 +43,6 @@ def _jsonable(obj):
 
 
 def _quiet_jax_logs() -> None:
-    import logging
     for name in ("jax", "jax._src.xla_bridge", "absl"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -38,13 +50,7 @@ def _quiet_jax_logs() -> None:
 def simulate_job(cfg: DictConfig):
     """Simulate the configured scenarios and write metrics.json, metrics.csv, objective.json and
     requests.parquet into the Hydra run directory. Returns (SimulationResult, objective), the
-    objective being the float a sweeper maximizes (servetune/sweep.py, `sweep.*` keys)."""
-    from servetune.api import simulate_batch
-    from servetune.progress import console as progress_console
-    from servetune.progress import simulation_progress
-    from servetune.report import grid_summary, summary
-    from servetune.scenario import build
-    from servetune.sweep import check_config, sweep_objective
+    objective being the float a sweeper maximizes (servetune/tuning/sweeper.py, `sweep.*` keys)."""
 
     _quiet_jax_logs()
     console = progress_console(stderr=True)
@@ -92,15 +98,6 @@ def run_simulate(cfg: DictConfig) -> dict:
     return simulate_job(cfg)[0].metrics[0]
 
 
-def exit_on_user_error(run, cfg: DictConfig):
-    """Return run(cfg); a ServetuneError (a user error) prints its message and exits with 2."""
-    try:
-        return run(cfg)
-    except ServetuneError as err:
-        Console(stderr=True).print(f"[red]error:[/red] {err}")
-        sys.exit(2)
-
-
 @hydra.main(config_path="conf", config_name="config", version_base=None)
 def _simulate_app(cfg: DictConfig) -> float:
     # the job's return value is what a sweeper such as Optuna maximizes (sweep.objective)
@@ -112,7 +109,6 @@ def run_tune(cfg: DictConfig):
     checkpoint.json and export/ into the Hydra run directory. Returns the TuneResult."""
     from rich.table import Table
 
-    from servetune.tune import tune
 
     _quiet_jax_logs()
     console = Console()
@@ -159,23 +155,18 @@ def main() -> None:
         sys.exit(2)
     command = sys.argv.pop(1)
     if command == "report":  # argparse, not Hydra: servetune report DIR [--out OUT]
-        from servetune.reporting.cli import main as report_main
         sys.exit(report_main(sys.argv[1:]))
     if command == "golden":  # argparse: vLLM's scheduler -> fixtures, or --check against them
-        from servetune.validate.cli import main as golden_main
         sys.exit(golden_main(sys.argv[1:]))
     if command == "observe":  # argparse: a real vLLM engine replays a trace (servetune[vllm])
-        from servetune.validate.observe import main as observe_main
         sys.exit(observe_main(sys.argv[1:]))
     if command == "validate":  # argparse: observed runs -> calibrate, predict, errors
-        from servetune.validate.predict import main as validate_main
         sys.exit(validate_main(sys.argv[1:]))
     if command == "simulate":
         _simulate_app()
     elif command == "tune":
         _tune_app()
     elif command == "calibrate":
-        from servetune.calibrate import calibrate_app
         calibrate_app()
 
 

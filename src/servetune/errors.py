@@ -1,5 +1,9 @@
 """Errors raised at servetune's boundary, each naming what was wrong and where."""
 
+import sys
+
+from rich.console import Console
+
 
 class ServetuneError(Exception):
     """Base class of servetune's user-facing errors."""
@@ -11,3 +15,12 @@ class ConfigError(ServetuneError, ValueError):
 
 class TraceError(ServetuneError, ValueError):
     """A trace file is malformed; the message names the file, the line and what was expected."""
+
+
+def exit_on_user_error(run, cfg):
+    """Return run(cfg); a ServetuneError (a user error) prints its message and exits with 2."""
+    try:
+        return run(cfg)
+    except ServetuneError as err:
+        Console(stderr=True).print(f"[red]error:[/red] {err}")
+        sys.exit(2)

@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from servetune import hardware
+from servetune import hardware, neural
 from servetune.errors import ConfigError
-from servetune.policy import _BOUNDS, DEFAULTS, ORDERS
+from servetune.policy import BOUNDS, DEFAULTS, ORDERS
 
 # Tuned keys that are not PolicyParams (none since spec_k became one; kept for engine settings).
 EXTRA_KEYS: dict[str, tuple[float, float]] = {}
@@ -44,7 +44,7 @@ NET_KEY = "score_net"  # the neural order's flat network weights (servetune.neur
 
 def _number(key: str, value) -> float:
     """One validated float for policy key `key` (inf allowed only for the unlimited keys)."""
-    lo, hi = EXTRA_KEYS.get(key) or _BOUNDS.get(key, (-math.inf, math.inf))
+    lo, hi = EXTRA_KEYS.get(key) or BOUNDS.get(key, (-math.inf, math.inf))
     allow_inf = key in CAPS
     expect = (f"expected a number within [{lo}, {hi}] (inf or null = unbounded)" if allow_inf
               else f"expected a finite number within [{lo}, {hi}]")
@@ -438,7 +438,6 @@ def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine
     paths = {name: out_dir / name for name in
              ("tuned_policy.yaml", "vllm_args.json", "sglang_args.json", "unmapped_knobs.json")}
     if values.get(NET_KEY) is not None:  # order neural: score_net.json and priority.py too
-        from servetune import neural
 
         eff = _effective(values, order)
         paths.update(neural.export_score_net(out_dir, values[NET_KEY],

@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from servetune import cascade as cascade_lib
+from servetune import cascade_config as cascade_lib
 from servetune import histogram, quality
+from servetune.driver import ScenarioResult
 from servetune.errors import ServetuneError
-from servetune.simulate import ScenarioResult
 from servetune.types import (
     CANCELLED,
     COMPLETED,
@@ -42,7 +42,7 @@ class MetricsSpec:
     kv_blocks: int
     kv_compress_fail_prob: float = 0.0  # quality cost of KV compression (engine/pressure.py)
     quality: quality.QualitySpec | None = None
-    cascade: cascade_lib.CascadeSpec | None = None  # model cascade (servetune.cascade), else None
+    cascade: cascade_lib.CascadeSpec | None = None  # model cascade (servetune.cascade_config), else None
 
 
 def quality_outcome(trace: RequestTrace, spec: MetricsSpec, extra_hazard=0.0
@@ -287,7 +287,7 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
             "prefix_insert_deferred_iterations": int(st["prefix_insert_deferred"]),
         })
     m["by_class"] = by_class
-    if spec.cascade is not None and "retried" in table:  # model cascade (servetune.cascade)
+    if spec.cascade is not None and "retried" in table:  # model cascade (servetune.cascade_config)
         m.update(cascade_lib.metrics(table, window_s, spec.cascade, st["busy_s"], sim_s))
     _check_finite(m)
     return m

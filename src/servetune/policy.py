@@ -8,7 +8,9 @@ from collections.abc import Mapping
 import jax.numpy as jnp
 import numpy as np
 
+from servetune import neural
 from servetune.errors import ConfigError
+from servetune.neural import neural_score
 from servetune.types import RUNNING, WAITING, Entries, PolicyParams
 
 # Fields of PolicyParams, with their defaults (vLLM V1's defaults for an OpenAI server on an
@@ -56,7 +58,7 @@ ORDERS: dict[str, dict[str, float]] = {
 UNLIMITED = ("queue_cap", "max_num_batched_tokens", "max_num_queued_reqs", "max_num_queued_tokens",
              "max_num_active_seqs")
 
-_BOUNDS = {
+BOUNDS = {
     "max_num_seqs": (1.0, math.inf),
     "max_num_batched_tokens": (1.0, math.inf),
     "watermark": (0.0, 0.999),
@@ -108,14 +110,13 @@ def make_policy(values: Mapping[str, object] | None = None, order: str = "fcfs",
             ) from None
         if np.isnan(arr).any():
             raise ConfigError(f"{key_prefix}.{key}: got NaN; expected a number")
-        lo, hi = _BOUNDS.get(key, (-math.inf, math.inf))
+        lo, hi = BOUNDS.get(key, (-math.inf, math.inf))
         if (arr < lo).any() or (arr > hi).any() or (np.isinf(arr).any() and key not in UNLIMITED):
             raise ConfigError(f"{key_prefix}.{key}: got {value!r}; expected within [{lo}, {hi}]")
         arrays[key] = arr
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     fields = {k: jnp.asarray(np.broadcast_to(a, shape)) for k, a in arrays.items()}
     if net is not None:
-        from servetune import neural
 
         w = neural.load(net)
         if w.ndim > 1:  # one row per policy point
@@ -143,7 +144,6 @@ def priority(e: Entries, t, pol: PolicyParams):
     neural score's network where the policy has one."""
     score = priority_score(e, t, pol)
     if pol.score_net is not None:  # order neural: a structural (static) switch
-        from servetune.neural import neural_score
 
         score = neural_score(e, t, pol, score)
     return score

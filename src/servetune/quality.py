@@ -66,6 +66,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from servetune import settings
 from servetune.errors import ConfigError
 
 # Levels in order of increasing degradation, for the components whose order is known: the config
@@ -206,13 +207,7 @@ def draws(n: int, seed: int, spec: DifficultySpec, trace_difficulty=None, name: 
 # --------------------------------------------------------------------------- config
 
 def _num(value, key: str, lo: float, hi: float, *, hi_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{key}: got {value!r}; expected a number")
-    v = float(value)
-    if not math.isfinite(v) or v < lo or v > hi or (hi_open and v >= hi):
-        raise ConfigError(f"{key}: got {value!r}; expected within [{lo}, {hi}"
-                          f"{')' if hi_open else ']'}")
-    return v
+    return settings.check_number(value, key, lo=lo, hi=hi, hi_open=hi_open)
 
 
 _KEYS = {"enabled", "base_fail", "difficulty_exponent", "difficulty", "weight_bits", "kv_bits",

@@ -5,7 +5,7 @@ request runs, how many tokens it computes, which KV blocks it holds) always foll
 decision, so capacities and invariants hold in every mode. What the mode changes is the float
 *weight* a decision carries into the quantities that time is computed from (the tokens an
 iteration computes, when a request was admitted), and so the derivative of the simulated times
-with respect to the policy (engine.relax, see servetune/pathwise.py):
+with respect to the policy (engine.relax, see servetune/grad/pathwise.py):
 
 - ``hard``: the exact decision; weight 1 or 0, no gradient. The numbers the simulator reports.
 - ``st``: straight-through (the PATHWISE estimator of Che et al. 2024, "Differentiable
@@ -79,5 +79,5 @@ def weight(exact, eligible, margins, scales, mode: str, tau: float):
 def perturbation(w, exact):
     """w - exact: the part of a decision's weight that differs from the exact decision, with
     its derivative: 0 in value under st (derivative of the sigmoid), the fluid excess under
-    soft. It is what shifts a request's admission time (servetune/pathwise.py)."""
+    soft. It is what shifts a request's admission time (servetune/grad/pathwise.py)."""
     return w - exact.astype(jnp.float64)

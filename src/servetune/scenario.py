@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from servetune import cascade as cascade_lib
-from servetune import hardware, quality, workload
+from servetune import cascade_config as cascade_lib
+from servetune import hardware, quality, settings, workload
 from servetune import replicas as replicas_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.pressure import POLICIES
@@ -54,49 +54,10 @@ _SECTIONS = {"workload": True, "hardware": True, "model": True, "policy": True, 
              "cascade": False}
 
 
-def _get(cfg: DictConfig, key: str, default=None):
-    value = OmegaConf.select(cfg, key, default=default)
-    return value
-
-
-def _number(cfg, key, *, lo=-math.inf, hi=math.inf, integer=False, default=None, allow_none=False,
-            allow_inf=False):
-    value = _get(cfg, key, default)
-    if value is None and default is not None:
-        value = default
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{key}: got {value!r}; expected a number")
-    try:
-        as_float = float(value)
-    except OverflowError:  # an integer beyond float range
-        raise ConfigError(f"{key}: got {str(value)[:30]}... ({len(str(value))} digits); expected "
-                          f"within [{lo}, {hi}]") from None
-    if math.isnan(as_float):
-        raise ConfigError(f"{key}: got {value!r}; expected a finite number")
-    if not allow_inf and not math.isfinite(as_float):
-        raise ConfigError(f"{key}: got {value!r}; expected a finite number")
-    if integer and value != int(value):
-        raise ConfigError(f"{key}: got {value!r}; expected an integer")
-    if not (lo <= value <= hi):
-        raise ConfigError(f"{key}: got {value!r}; expected within [{lo}, {hi}]")
-    return int(value) if integer else float(value)
-
-
-def _string(cfg, key, default=None, allow_none=False):
-    value = _get(cfg, key, default)
-    if value is None and allow_none:
-        return None
-    if not isinstance(value, str):
-        raise ConfigError(f"{key}: got {value!r}; expected a string")
-    return value
-
-
 def _check_sections(cfg: DictConfig) -> None:
     """Every section build() reads is a mapping; the required ones are present."""
     for section, required in _SECTIONS.items():
-        node = _get(cfg, section)
+        node = settings.get(cfg, section)
         if node is None:
             if required:
                 raise ConfigError(f"{section}: missing; expected the {section}.* section "
@@ -106,61 +67,54 @@ def _check_sections(cfg: DictConfig) -> None:
             raise ConfigError(f"{section}: got {node!r}; expected a mapping of {section}.* keys")
 
 
-def _flag(cfg, key, default: bool) -> bool:
-    value = _get(cfg, key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}: got {value!r}; expected true or false")
-    return value
-
-
 def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
     """The request trace of `workload.*` for one seed (trace replay or synthetic)."""
     w = cfg.workload
-    kind = _get(cfg, "workload.kind")
-    name = _get(cfg, "workload.name")
+    kind = settings.get(cfg, "workload.kind")
+    name = settings.get(cfg, "workload.name")
     if name is not None and not isinstance(name, (str, int)):
         raise ConfigError(f"workload.name: got {name!r}; expected a string")
     name = None if name is None else str(name)
     if kind == "trace":
-        path = _string(cfg, "workload.path", allow_none=True)
+        path = settings.string(cfg, "workload.path", allow_none=True)
         if path is None:
-            path = workload.bundled_path(_get(cfg, "workload.bundled"))
+            path = workload.bundled_path(settings.get(cfg, "workload.bundled"))
         else:
             path = Path(path).expanduser()
             if not path.is_absolute():
-                base = Path(_string(cfg, "paths.root", allow_none=True) or ".")
+                base = Path(settings.string(cfg, "paths.root", allow_none=True) or ".")
                 path = base / path
         full = workload.load_trace(path, name=name)
-        start = _number(cfg, "workload.start_s", lo=0, hi=MAX_SECONDS, default=0.0)
-        duration = _number(cfg, "workload.duration_s", lo=0, hi=MAX_SECONDS, allow_none=True)
-        rate_scale = _number(cfg, "workload.rate_scale", lo=1e-9, hi=1e9, default=1.0)
+        start = settings.number(cfg, "workload.start_s", lo=0, hi=MAX_SECONDS, default=0.0)
+        duration = settings.number(cfg, "workload.duration_s", lo=0, hi=MAX_SECONDS, allow_none=True)
+        rate_scale = settings.number(cfg, "workload.rate_scale", lo=1e-9, hi=1e9, default=1.0)
         spec = replica_spec(cfg)
         start += replicas_lib.start_shift(spec, seed)
         trace = workload.slice_trace(
             full, start_s=start, duration_s=duration, rate_scale=rate_scale,
-            max_requests=_number(cfg, "workload.max_requests", lo=1, integer=True,
+            max_requests=settings.number(cfg, "workload.max_requests", lo=1, integer=True,
                                  allow_none=True))
     elif kind == "synthetic":
         for part in ("prompt", "output"):
-            if not isinstance(_get(cfg, f"workload.{part}"), DictConfig):
-                raise ConfigError(f"workload.{part}: got {_get(cfg, f'workload.{part}')!r}; "
+            if not isinstance(settings.get(cfg, f"workload.{part}"), DictConfig):
+                raise ConfigError(f"workload.{part}: got {settings.get(cfg, f'workload.{part}')!r}; "
                                   f"expected a mapping like {{dist: lognormal, mean: 1000, "
                                   f"cv: 1.0, min: 1, max: 6000}}")
         trace = workload.synthetic(
-            rate=_number(cfg, "workload.rate", lo=0, hi=workload.MAX_RATE),
-            n_requests=_number(cfg, "workload.n_requests", lo=1,
+            rate=settings.number(cfg, "workload.rate", lo=0, hi=workload.MAX_RATE),
+            n_requests=settings.number(cfg, "workload.n_requests", lo=1,
                                hi=workload.MAX_SYNTHETIC_REQUESTS, integer=True, allow_none=True),
-            duration_s=_number(cfg, "workload.duration_s", lo=0, hi=workload.MAX_SPAN_S,
+            duration_s=settings.number(cfg, "workload.duration_s", lo=0, hi=workload.MAX_SPAN_S,
                                allow_none=True),
-            arrival=str(_get(cfg, "workload.arrival", "poisson")),
-            cv=_number(cfg, "workload.cv", lo=0, default=1.0),
+            arrival=str(settings.get(cfg, "workload.arrival", "poisson")),
+            cv=settings.number(cfg, "workload.cv", lo=0, default=1.0),
             prompt=OmegaConf.to_container(w.prompt), output=OmegaConf.to_container(w.output),
             seed=seed, name=name or "synthetic")
         if len(trace) == 0:
             raise ConfigError("workload: the synthetic workload is empty; raise rate or duration_s")
     else:
         raise ConfigError(f"workload.kind: got {kind!r}; expected trace or synthetic")
-    split = _number(cfg, "classes.prompt_split_tokens", lo=1, integer=True, allow_none=True)
+    split = settings.number(cfg, "classes.prompt_split_tokens", lo=1, integer=True, allow_none=True)
     if split is not None:
         trace = workload.classify_by_prompt(trace, split)
     if kind == "trace" and spec.active:
@@ -170,17 +124,17 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
 
 def replica_spec(cfg: DictConfig) -> replicas_lib.ReplicaSpec:
     """The `workload.replicas.*` settings, checked by key (all off where the section is absent)."""
-    if _get(cfg, "workload.replicas") is None:
+    if settings.get(cfg, "workload.replicas") is None:
         return replicas_lib.ReplicaSpec()
-    if not isinstance(_get(cfg, "workload.replicas"), DictConfig):
-        raise ConfigError(f"workload.replicas: got {_get(cfg, 'workload.replicas')!r}; expected "
+    if not isinstance(settings.get(cfg, "workload.replicas"), DictConfig):
+        raise ConfigError(f"workload.replicas: got {settings.get(cfg, 'workload.replicas')!r}; expected "
                           f"a mapping like {{block_s: 60, shift_s: 0, rate: 1, lengths: false}}")
     return replicas_lib.ReplicaSpec(
-        block_s=_number(cfg, "workload.replicas.block_s", lo=1e-3, hi=MAX_SECONDS,
+        block_s=settings.number(cfg, "workload.replicas.block_s", lo=1e-3, hi=MAX_SECONDS,
                         allow_none=True),
-        shift_s=_number(cfg, "workload.replicas.shift_s", lo=0, hi=MAX_SECONDS, default=0.0),
-        rate=_number(cfg, "workload.replicas.rate", lo=1e-6, hi=1e3, default=1.0),
-        lengths=_flag(cfg, "workload.replicas.lengths", False))
+        shift_s=settings.number(cfg, "workload.replicas.shift_s", lo=0, hi=MAX_SECONDS, default=0.0),
+        rate=settings.number(cfg, "workload.replicas.rate", lo=1e-6, hi=1e3, default=1.0),
+        lengths=settings.flag(cfg, "workload.replicas.lengths", False))
 
 
 def _replica(trace, spec, seed: int, full, start: float, duration, rate_scale: float):
@@ -211,7 +165,7 @@ class _Speculation:
 
 def _speculation(cfg: DictConfig, model: hardware.ModelSpec, form: str) -> _Speculation | None:
     """The `speculation.*` section: a draft model from the catalog and acceptance rates."""
-    name = _get(cfg, "speculation.draft")
+    name = settings.get(cfg, "speculation.draft")
     if name is None:
         return None
     draft = hardware.lookup(hardware.MODELS, name, "speculation.draft")
@@ -221,27 +175,27 @@ def _speculation(cfg: DictConfig, model: hardware.ModelSpec, form: str) -> _Spec
     if draft.params >= model.params:
         raise ConfigError(f"speculation.draft: {draft.name} is not smaller than the target "
                           f"{model.name}; expected a smaller draft model")
-    acc = _get(cfg, "speculation.acceptance", 0.7)
+    acc = settings.get(cfg, "speculation.acceptance", 0.7)
     values = list(acc) if not isinstance(acc, (int, float)) or isinstance(acc, bool) else [acc]
     if not values or not all(_is_real(v) and 0.0 <= float(v) <= 1.0 for v in values):
         raise ConfigError(f"speculation.acceptance: got {acc!r}; expected a per-token acceptance "
                           f"rate in [0, 1], or a list of them, one per request class")
     return _Speculation(
         draft=draft,
-        weight_bits=_number(cfg, "speculation.draft_weight_bits", integer=True, default=16),
-        kv_bits=_number(cfg, "speculation.draft_kv_bits", integer=True, default=16),
-        overhead_s=_number(cfg, "speculation.draft_overhead_s", lo=0, hi=MAX_SECONDS,
+        weight_bits=settings.number(cfg, "speculation.draft_weight_bits", integer=True, default=16),
+        kv_bits=settings.number(cfg, "speculation.draft_kv_bits", integer=True, default=16),
+        overhead_s=settings.number(cfg, "speculation.draft_overhead_s", lo=0, hi=MAX_SECONDS,
                            default=0.0003),
         acceptance=tuple(float(v) for v in values))
 
 
 def _with_abandonment(cfg: DictConfig, trace: workload.RequestTrace, seed: int):
     """`workload.patience` (client cancellation) and `workload.deadline_s` applied to a trace."""
-    patience = _get(cfg, "workload.patience")
+    patience = settings.get(cfg, "workload.patience")
     if patience is not None and not isinstance(patience, DictConfig):
         raise ConfigError(f"workload.patience: got {patience!r}; expected a mapping like "
                           f"{{dist: exponential, mean_s: 30, fraction: 1.0}} or null")
-    deadline = _get(cfg, "workload.deadline_s")
+    deadline = settings.get(cfg, "workload.deadline_s")
     if patience is None and deadline is None:
         return trace
     return workload.with_abandonment(
@@ -255,20 +209,20 @@ def _prefix_engine(cfg, block: int, layout: str, kv_blocks: int, auto: bool = Fa
     `engine.prefix_cache_entries` (table slots; null = twice the prefix blocks the KV cache
     holds, so the table itself rarely binds), checked here. A null `engine.prefix_cache`
     takes `auto` (`_prefix_by_default`)."""
-    if _get(cfg, "engine.prefix_cache") is None:
+    if settings.get(cfg, "engine.prefix_cache") is None:
         if not auto:
             return {}
-    elif not _flag(cfg, "engine.prefix_cache", False):
+    elif not settings.flag(cfg, "engine.prefix_cache", False):
         return {}
     if layout != "paged":
         raise ConfigError(f"engine.prefix_cache: needs engine.kv_layout=paged (got {layout})")
-    tokens = _number(cfg, "engine.prefix_block_tokens", lo=1, hi=MAX_CAPACITY, integer=True,
+    tokens = settings.number(cfg, "engine.prefix_block_tokens", lo=1, hi=MAX_CAPACITY, integer=True,
                      default=512)
     if tokens % block:
         raise ConfigError(f"engine.prefix_block_tokens: got {tokens}; expected a multiple of "
                           f"engine.block_size = {block}")
     ways = prefix_lib.WAYS
-    entries = _number(cfg, "engine.prefix_cache_entries", lo=ways, hi=MAX_CAPACITY,
+    entries = settings.number(cfg, "engine.prefix_cache_entries", lo=ways, hi=MAX_CAPACITY,
                       integer=True, allow_none=True)
     if entries is None:
         entries = min(MAX_CAPACITY, 1 << max(ways - 1, 2 * kv_blocks * block // tokens - 1)
@@ -284,9 +238,9 @@ def _prefix_by_default(cfg, engine: EngineConfig, traces, speculation: bool) -> 
     where every trace has prefix block ids and the engine combines with caching (one instance,
     paged KV, kv_pressure preempt, FCFS-family orders, no draft model, no cascade, the trace's
     block a whole number of KV blocks). Explicit true or false is kept as given."""
-    if _get(cfg, "engine.prefix_cache") is not None:
+    if settings.get(cfg, "engine.prefix_cache") is not None:
         return False
-    tokens = _get(cfg, "engine.prefix_block_tokens", 512)
+    tokens = settings.get(cfg, "engine.prefix_block_tokens", 512)
     return (all(tr.hash_ids is not None for tr in traces) and engine.n_instances == 1
             and engine.batching == "continuous"
             and engine.kv_layout == "paged" and engine.kv_pressure == "preempt"
@@ -354,7 +308,7 @@ def stack_workloads(traces, predicted, drain_s: float, engine: EngineConfig | No
             given = np.zeros(k, np.int32) if trace.priority is None else trace.priority
             rows[-1]["priority"] = np.concatenate([given, np.zeros(pad, np.int32)]).astype(
                 np.int32)
-        if engine is not None and engine.cascade_small_instances > 0:  # servetune.cascade
+        if engine is not None and engine.cascade_small_instances > 0:  # servetune.cascade_config
             rows[-1]["cascade_pred"] = np.concatenate([trace.cascade_pred, np.ones(pad)])
             rows[-1]["cascade_fail"] = np.concatenate([trace.cascade_fail, np.zeros(pad, bool)])
     return Workload(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
@@ -372,7 +326,7 @@ def _is_real(v) -> bool:
 
 def grid_points(cfg: DictConfig) -> list[dict]:
     """The cartesian product of `grid.<policy key>: [values]` as a list of dicts ([{}] if none)."""
-    grid = _get(cfg, "grid") or {}
+    grid = settings.get(cfg, "grid") or {}
     if not isinstance(grid, (DictConfig, dict)):
         raise ConfigError(f"grid: got {grid!r}; expected a mapping of policy key -> list of "
                           f"values, e.g. grid.max_num_seqs=[64,128]")
@@ -405,19 +359,19 @@ def build(cfg: DictConfig) -> Scenario:
     Every key is checked before anything is compiled or allocated on device; a bad value raises
     ConfigError naming the key, the value and what was expected (TraceError for a bad trace)."""
     _check_sections(cfg)
-    gpu = hardware.lookup(hardware.GPUS, _get(cfg, "hardware.gpu"), "hardware.gpu")
-    model = hardware.lookup(hardware.MODELS, _get(cfg, "model.name"), "model.name")
-    tp = _number(cfg, "hardware.tp", lo=1, integer=True, default=1)
-    wbits = _number(cfg, "model.weight_bits", integer=True, default=16)
-    kvbits = _number(cfg, "model.kv_bits", integer=True, default=16)
-    block = _number(cfg, "engine.block_size", lo=1, hi=4096, integer=True)
-    max_len = _number(cfg, "engine.max_model_len", lo=1, hi=MAX_INT32, integer=True,
+    gpu = hardware.lookup(hardware.GPUS, settings.get(cfg, "hardware.gpu"), "hardware.gpu")
+    model = hardware.lookup(hardware.MODELS, settings.get(cfg, "model.name"), "model.name")
+    tp = settings.number(cfg, "hardware.tp", lo=1, integer=True, default=1)
+    wbits = settings.number(cfg, "model.weight_bits", integer=True, default=16)
+    kvbits = settings.number(cfg, "model.kv_bits", integer=True, default=16)
+    block = settings.number(cfg, "engine.block_size", lo=1, hi=4096, integer=True)
+    max_len = settings.number(cfg, "engine.max_model_len", lo=1, hi=MAX_INT32, integer=True,
                       allow_none=True)
     max_len = model.max_context if max_len is None else max_len
     if max_len > model.max_context:
         raise ConfigError(f"engine.max_model_len: got {max_len}; {model.name} supports at most "
                           f"{model.max_context} tokens")
-    form = _get(cfg, "cost.form", "roofline")
+    form = settings.get(cfg, "cost.form", "roofline")
     draft_spec = _speculation(cfg, model, form)
     if draft_spec is not None:
         for key, bits in (("speculation.draft_weight_bits", draft_spec.weight_bits),
@@ -430,22 +384,22 @@ def build(cfg: DictConfig) -> Scenario:
                                                                 draft_spec.kv_bits)}
     kv_args = {
         "tp": tp, "weight_bits": wbits, "kv_bits": kvbits, "block_size": block,
-        "gpu_memory_utilization": _number(cfg, "engine.gpu_memory_utilization", lo=0, hi=1),
-        "activation_reserve_gib": _number(cfg, "engine.activation_reserve_gib", lo=0, hi=1e4),
+        "gpu_memory_utilization": settings.number(cfg, "engine.gpu_memory_utilization", lo=0, hi=1),
+        "activation_reserve_gib": settings.number(cfg, "engine.activation_reserve_gib", lo=0, hi=1e4),
         "max_model_len": max_len}
     kv_blocks = hardware.kv_capacity_blocks(gpu, model, **kv_args, **extra)
     draft_cost = None
     gpu_figures = None  # roofline only
-    qsection = _get(cfg, "quality")
+    qsection = settings.get(cfg, "quality")
     qspec = quality.from_config(  # None when quality.enabled is false
         None if qsection is None else OmegaConf.to_container(qsection),
         {"weight_bits": wbits, "kv_bits": kvbits})
     if form == "roofline":
         gpu_figures = {
-            "flops_efficiency": _number(cfg, "hardware.flops_efficiency", lo=1e-6, hi=1),
-            "bandwidth_efficiency": _number(cfg, "hardware.bandwidth_efficiency", lo=1e-6, hi=1),
-            "overhead_s": _number(cfg, "hardware.overhead_s", lo=0, hi=MAX_SECONDS),
-            "allreduce_latency_s": _number(cfg, "hardware.allreduce_latency_s", lo=0,
+            "flops_efficiency": settings.number(cfg, "hardware.flops_efficiency", lo=1e-6, hi=1),
+            "bandwidth_efficiency": settings.number(cfg, "hardware.bandwidth_efficiency", lo=1e-6, hi=1),
+            "overhead_s": settings.number(cfg, "hardware.overhead_s", lo=0, hi=MAX_SECONDS),
+            "allreduce_latency_s": settings.number(cfg, "hardware.allreduce_latency_s", lo=0,
                                         hi=MAX_SECONDS, default=0.0)}
         cost = hardware.roofline_cost_params(
             gpu, model, tp=tp, weight_bits=wbits, kv_bits=kvbits, kv_blocks=kv_blocks,
@@ -457,11 +411,11 @@ def build(cfg: DictConfig) -> Scenario:
                 **{**gpu_figures, "overhead_s": draft_spec.overhead_s})
     elif form == "linear":
         cost = hardware.linear_cost_params(
-            base_s=_number(cfg, "cost.base_s", lo=0, hi=MAX_SECONDS),
-            per_prefill_token_s=_number(cfg, "cost.per_prefill_token_s", lo=0, hi=MAX_SECONDS),
-            per_decode_seq_s=_number(cfg, "cost.per_decode_seq_s", lo=0, hi=MAX_SECONDS),
-            per_ctx_token_s=_number(cfg, "cost.per_ctx_token_s", lo=0, hi=MAX_SECONDS),
-            kv_blocks=_number(cfg, "cost.kv_blocks", lo=1, hi=MAX_INT32, integer=True,
+            base_s=settings.number(cfg, "cost.base_s", lo=0, hi=MAX_SECONDS),
+            per_prefill_token_s=settings.number(cfg, "cost.per_prefill_token_s", lo=0, hi=MAX_SECONDS),
+            per_decode_seq_s=settings.number(cfg, "cost.per_decode_seq_s", lo=0, hi=MAX_SECONDS),
+            per_ctx_token_s=settings.number(cfg, "cost.per_ctx_token_s", lo=0, hi=MAX_SECONDS),
+            kv_blocks=settings.number(cfg, "cost.kv_blocks", lo=1, hi=MAX_INT32, integer=True,
                               default=kv_blocks))
         # (a null cost.kv_blocks means: from hardware and model memory)
         kv_blocks = int(cost.kv_blocks)
@@ -503,7 +457,7 @@ def build(cfg: DictConfig) -> Scenario:
         base["score_net"] = score_net
     pol = make_policy(base, order=order)
     max_seqs = float(np.max(np.asarray(pol.max_num_seqs)))
-    slots = _number(cfg, "engine.max_slots", lo=1, hi=MAX_CAPACITY, integer=True,
+    slots = settings.number(cfg, "engine.max_slots", lo=1, hi=MAX_CAPACITY, integer=True,
                     allow_none=True)
     if slots is None:  # exact: room for every sequence the policy may run
         if max_seqs > MAX_CAPACITY:
@@ -511,12 +465,12 @@ def build(cfg: DictConfig) -> Scenario:
                               f"{max_seqs:g}, expected at most {MAX_CAPACITY}; set "
                               f"engine.max_slots (admissions it holds back are counted)")
         slots = math.ceil(max_seqs)
-    batching = _get(cfg, "engine.batching", "continuous")
-    layout = _get(cfg, "engine.kv_layout", "paged")
-    routing = _get(cfg, "engine.routing", "round_robin")
+    batching = settings.get(cfg, "engine.batching", "continuous")
+    layout = settings.get(cfg, "engine.kv_layout", "paged")
+    routing = settings.get(cfg, "engine.routing", "round_robin")
     if routing not in ROUTERS:
         raise ConfigError(f"engine.routing: got {routing!r}; expected one of {ROUTERS}")
-    kv_pressure = _get(cfg, "engine.kv_pressure", "preempt")
+    kv_pressure = settings.get(cfg, "engine.kv_pressure", "preempt")
     if kv_pressure not in POLICIES:
         raise ConfigError(f"engine.kv_pressure: got {kv_pressure!r}; expected one of {POLICIES}")
     if kv_pressure == "compress" and layout != "paged":
@@ -527,25 +481,25 @@ def build(cfg: DictConfig) -> Scenario:
         raise ConfigError(f"engine.kv_layout: got {layout!r}; expected paged or contiguous")
     engine = EngineConfig(
         max_slots=slots,
-        queue_window=_number(cfg, "engine.queue_window", lo=1, hi=MAX_CAPACITY, integer=True),
+        queue_window=settings.number(cfg, "engine.queue_window", lo=1, hi=MAX_CAPACITY, integer=True),
         block_size=block, max_model_len=max_len, batching=batching, kv_layout=layout,
-        chunked_prefill=_flag(cfg, "engine.chunked_prefill", True), cost_form=form,
-        outbox=_number(cfg, "engine.outbox", lo=1, hi=MAX_CAPACITY, integer=True, default=2048),
-        max_steps_per_chunk=_number(cfg, "engine.max_steps_per_chunk", lo=1, hi=MAX_INT32,
+        chunked_prefill=settings.flag(cfg, "engine.chunked_prefill", True), cost_form=form,
+        outbox=settings.number(cfg, "engine.outbox", lo=1, hi=MAX_CAPACITY, integer=True, default=2048),
+        max_steps_per_chunk=settings.number(cfg, "engine.max_steps_per_chunk", lo=1, hi=MAX_INT32,
                                     integer=True, default=200_000),
-        drain_per_step=_number(cfg, "engine.drain_per_step", lo=1, hi=MAX_VECTOR, integer=True,
+        drain_per_step=settings.number(cfg, "engine.drain_per_step", lo=1, hi=MAX_VECTOR, integer=True,
                                default=8),
-        leap_max=_number(cfg, "engine.leap_max", lo=0, hi=MAX_VECTOR, integer=True, default=64),
+        leap_max=settings.number(cfg, "engine.leap_max", lo=0, hi=MAX_VECTOR, integer=True, default=64),
         kv_pressure=kv_pressure,
-        n_instances=_number(cfg, "engine.n_instances", lo=1, hi=MAX_INSTANCES, integer=True,
+        n_instances=settings.number(cfg, "engine.n_instances", lo=1, hi=MAX_INSTANCES, integer=True,
                             default=1),
         routing=routing,
-        route_window=_number(cfg, "engine.route_window", lo=1, hi=MAX_VECTOR, integer=True,
+        route_window=settings.number(cfg, "engine.route_window", lo=1, hi=MAX_VECTOR, integer=True,
                              default=64),
-        prefill_instances=_number(cfg, "engine.prefill_instances", lo=0, hi=MAX_INSTANCES,
+        prefill_instances=settings.number(cfg, "engine.prefill_instances", lo=0, hi=MAX_INSTANCES,
                                   integer=True, default=0),
-        scheduler_reserve_full_isl=_flag(cfg, "engine.scheduler_reserve_full_isl", True),
-        long_prefill_token_threshold_adaptive=_flag(
+        scheduler_reserve_full_isl=settings.flag(cfg, "engine.scheduler_reserve_full_isl", True),
+        long_prefill_token_threshold_adaptive=settings.flag(
             cfg, "engine.long_prefill_token_threshold_adaptive", False),
         **_prefix_engine(cfg, block, layout, kv_blocks))
     _check_vllm_limits(pol, max_len)
@@ -566,9 +520,9 @@ def build(cfg: DictConfig) -> Scenario:
         raise ConfigError(f"engine.prefill_instances: got {engine.prefill_instances} of "
                           f"engine.n_instances = {engine.n_instances}; expected fewer, so that "
                           f"at least one instance decodes (0 = colocated)")
-    price = _number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE, allow_none=True)
+    price = settings.number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE, allow_none=True)
     price = gpu.price_per_gpu_hour if price is None else price
-    # model cascade (servetune.cascade): a small-model pool; cost params get an instance axis
+    # model cascade (servetune.cascade_config): a small-model pool; cost params get an instance axis
     casc, cost, small_n = cascade_lib.from_config(
         cfg, n_instances=engine.n_instances, large_gpu=gpu, large_model=model, large_tp=tp,
         large_price=price, large_cost=cost, large_kv_blocks=kv_blocks, kv_args=kv_args,
@@ -588,9 +542,9 @@ def build(cfg: DictConfig) -> Scenario:
     if order == "priority":
         engine = _priority_engine(engine, casc is not None)
     cost = cost.replace(
-        link_bytes_per_s=jnp.asarray(_number(cfg, "hardware.kv_link_bytes_per_s", lo=1,
+        link_bytes_per_s=jnp.asarray(settings.number(cfg, "hardware.kv_link_bytes_per_s", lo=1,
                                              hi=1e15, default=25e9), jnp.float64),
-        link_latency_s=jnp.asarray(_number(cfg, "hardware.kv_link_latency_s", lo=0,
+        link_latency_s=jnp.asarray(settings.number(cfg, "hardware.kv_link_latency_s", lo=0,
                                            hi=MAX_SECONDS, default=1e-4), jnp.float64))
     n_params = len(points)
     widen = lambda tree: jax.tree.map(
@@ -598,14 +552,14 @@ def build(cfg: DictConfig) -> Scenario:
     cost = widen(cost)
     draft_cost = None if draft_cost is None else widen(draft_cost)
 
-    seed0 = _number(cfg, "seed", lo=0, hi=2**63 - 1, integer=True, default=0)
-    n_seeds = _number(cfg, "seeds", lo=1, hi=MAX_SEEDS, integer=True, default=1)
+    seed0 = settings.number(cfg, "seed", lo=0, hi=2**63 - 1, integer=True, default=0)
+    n_seeds = settings.number(cfg, "seeds", lo=1, hi=MAX_SEEDS, integer=True, default=1)
     seeds = [seed0 + k for k in range(n_seeds)]
-    sigma = _number(cfg, "workload.predictor.sigma", lo=0, default=0.0)
-    bias = _number(cfg, "workload.predictor.bias", lo=1e-9, default=1.0)
+    sigma = settings.number(cfg, "workload.predictor.sigma", lo=0, default=0.0)
+    bias = settings.number(cfg, "workload.predictor.bias", lo=1e-9, default=1.0)
     traces, preds = [], []
     # a replayed trace is one scenario for every seed, unless replicas resample it per seed
-    per_seed = _get(cfg, "workload.kind") == "synthetic" or replica_spec(cfg).active
+    per_seed = settings.get(cfg, "workload.kind") == "synthetic" or replica_spec(cfg).active
     replayed = None if per_seed else load_workload(cfg, seeds[0])
     for s in seeds:
         tr = load_workload(cfg, s) if per_seed else replayed
@@ -634,16 +588,16 @@ def build(cfg: DictConfig) -> Scenario:
     if engine.prefix_cache and any(tr.hash_ids is None for tr in traces):
         raise ConfigError(f"engine.prefix_cache: the workload {traces[0].name} has no prefix "
                           f"block ids (a Mooncake trace's hash_ids); expected a trace with them")
-    drain = _number(cfg, "window.drain_s", lo=0)  # finite: the drain limit bounds the run
-    warmup = _number(cfg, "window.warmup_s", lo=0, hi=MAX_SECONDS, default=0.0)
+    drain = settings.number(cfg, "window.drain_s", lo=0)  # finite: the drain limit bounds the run
+    warmup = settings.number(cfg, "window.warmup_s", lo=0, hi=MAX_SECONDS, default=0.0)
     for tr in traces:
         if warmup > 0 and warmup >= tr.arrival[-1]:
             raise ConfigError(f"window.warmup_s: {warmup} s is past the last arrival "
                               f"({tr.arrival[-1]:.1f} s) of {tr.name}; nothing would be counted")
-    slo = lambda k: _number(cfg, f"slo.{k}", lo=0, allow_none=True)
+    slo = lambda k: settings.number(cfg, f"slo.{k}", lo=0, allow_none=True)
     spec = MetricsSpec(slo_ttft_s=slo("ttft_s"), slo_tpot_s=slo("tpot_s"), slo_e2e_s=slo("e2e_s"),
                        warmup_s=warmup,
-                       kv_compress_fail_prob=_number(cfg, "engine.kv_compress_fail_prob", lo=0,
+                       kv_compress_fail_prob=settings.number(cfg, "engine.kv_compress_fail_prob", lo=0,
                                                      hi=1, default=0.0),
                        price_per_gpu_hour=price if casc is None else casc.price_per_gpu_hour,
                        n_gpus=tp * engine.n_instances if casc is None else casc.n_gpus,

@@ -29,6 +29,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as PS
 
+from servetune import loop
 from servetune.types import EngineConfig, Params, SimState, Workload
 
 STATE, WORKLOAD, PARAMS = PS("s", "p"), PS("s"), PS("p")
@@ -100,15 +101,9 @@ def layout(n_s: int, n_p: int, devices: Sequence | None = None) -> Layout | None
 
 @functools.lru_cache(maxsize=32)
 def _compiled(mesh: Mesh, cfg: EngineConfig):
-    from servetune.simulate import _batched, init_state, run_chunk
-
-    def init_local(wl, params):
-        per = functools.partial(init_state, cfg=cfg)
-        return jax.vmap(jax.vmap(per, in_axes=(None, 0)), in_axes=(0, None))(wl, params)
-
-    init = jax.jit(jax.shard_map(init_local, mesh=mesh, in_specs=(WORKLOAD, PARAMS),
+    init = jax.jit(jax.shard_map(functools.partial(loop.init_grid, cfg=cfg), mesh=mesh, in_specs=(WORKLOAD, PARAMS),
                                  out_specs=STATE, check_vma=False))
-    chunk = jax.jit(jax.shard_map(_batched(run_chunk, cfg), mesh=mesh,
+    chunk = jax.jit(jax.shard_map(loop.batched(loop.run_chunk, cfg), mesh=mesh,
                                   in_specs=(STATE, WORKLOAD, PARAMS), out_specs=STATE,
                                   check_vma=False), donate_argnums=(0,))
     return init, chunk

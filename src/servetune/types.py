@@ -84,7 +84,7 @@ class EngineConfig:
       relax: how tunable decisions weigh in the times the engine computes (servetune/relax.py):
         "hard" (exact, what every report uses), "st" (exact forward pass, straight-through
         sigmoid derivative) or "soft" (fluid weights); the last two only for pathwise gradients
-        (servetune/pathwise.py), with the preempt policy, no prefix cache and no
+        (servetune/grad/pathwise.py), with the preempt policy, no prefix cache and no
         prefill/decode disaggregation.
       relax_temperature: tau of the st/soft sigmoids, in units of each gate's scale.
       relax_order: also relax the priority order among waiting requests (pair swaps at the
@@ -298,7 +298,7 @@ class Entries:
     pfx_slot: jnp.ndarray | None = None  # [A, Hp] i32 cache-table slot of each block it references, -1
     pfx_n: jnp.ndarray | None = None  # [A] i32 blocks it references (KV counted once, in the cache)
     pfx_next: jnp.ndarray | None = None  # [A] i32 next block to insert into the cache
-    # relaxed engines only (engine.relax st/soft, servetune/pathwise.py), else None:
+    # relaxed engines only (engine.relax st/soft, servetune/grad/pathwise.py), else None:
     wait_z: jnp.ndarray | None = None  # [A] f64 sum of the admission perturbations of the
     #                                    iterations it waited through since it last queued
     wait_zt: jnp.ndarray | None = None  # [A] f64 the same, each times its iteration's start (s)
@@ -340,7 +340,7 @@ class Outbox:
     count: jnp.ndarray  # [] i32 valid records
     tier: jnp.ndarray | None = None  # [R] i32 cascade tier (model cascade only, else None)
     shift: jnp.ndarray | None = None  # [R] f64 seconds its events moved by (relaxed engines only:
-    #                                   engine/shift.py), else None
+    #                                   grad/shift.py), else None
 
 
 @struct.dataclass

@@ -56,8 +56,8 @@ class RequestTrace:
     compress_u: [N] float64 uniform draw of each request's KV-compression quality check (set
       per seed by scenario.build with engine.kv_pressure=compress), or None;
     cascade_pred: [N] float64 the cascade router's predicted difficulty in (0, 1), and
-    cascade_fail: [N] bool whether the small model's answer fails its check (servetune.cascade;
-      set per seed by scenario.build with a model cascade), or None.
+    cascade_fail: [N] bool whether the small model's answer fails its check
+      (servetune.cascade_config; set per seed by scenario.build with a model cascade), or None.
     """
 
     name: str

@@ -7,8 +7,8 @@ at most policy.cascade_threshold (a traced gate in relax.py), else to the large 
 pool the configured replica router (engine/routing.py) picks the instance.
 
 Whether a request's small answer fails its quality check is a fixed property of the request
-and the seed (Workload.cascade_fail, drawn on the host by servetune.cascade from the quality
-model), the same for every policy. A small answer that fails is not delivered: when the small
+and the seed (Workload.cascade_fail, drawn on the host by servetune.cascade_config from the
+quality model), the same for every policy. A small answer that fails is not delivered: when the small
 instance completes it, the request becomes RETRY (its blocks are already free). At that
 instance's next iteration boundary (the end of the iteration that completed it: event skipping
 stops at a completion and is not started after an iteration that produced a retry), the

@@ -349,7 +349,7 @@ def _relaxed_tokens(es: Entries, tokens, need, decoding, keep, need_w, eligible,
     request verifies 1 + k positions with k relaxed (`speculation.relaxed_draft_tokens`);
     those positions are not owed back (a longer draft is more work, not work moved). Returns
     the Batch fields weight, admit_z, admitted, debt and gain (the prompt tokens the relaxed
-    budget adds to a request's progress: engine/pace.py)."""
+    budget adds to a request's progress: grad/pace.py)."""
     mode, tau = cfg.relax, cfg.relax_temperature
     if cfg.batching == "static":
         budget = jnp.asarray(_NO_BUDGET, jnp.float64)
@@ -357,7 +357,7 @@ def _relaxed_tokens(es: Entries, tokens, need, decoding, keep, need_w, eligible,
         budget = relax.relaxed_limit(pol.max_num_batched_tokens, mode)
         if not cfg.chunked_prefill:
             budget = jnp.maximum(budget, cfg.max_model_len)
-    # A prefilling request ahead of the exact path (engine/pace.py) needs that many tokens
+    # A prefilling request ahead of the exact path (grad/pace.py) needs that many tokens
     # fewer: the budget it leaves goes to the requests after it (the queue drains faster).
     # Its own share still counts its whole need: its progress, and the work it is owed.
     prefilling = keep & ~decoding

@@ -27,7 +27,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 # (module, function) of the jitted simulator entry points whose compilations are counted
-JITTED = (("servetune.simulate", "run_chunk_batch"), ("servetune.simulate", "init_batch"),
+JITTED = (("servetune.loop", "run_chunk_batch"), ("servetune.loop", "init_batch"),
           ("servetune.shard", "run_chunk"))
 STATS_FILE = "jit_cache.json"
 

@@ -15,11 +15,21 @@ import json
 import math
 from pathlib import Path
 
+import jax
 import numpy as np
 
+from servetune import hardware, workload
+from servetune.driver import rollout
+from servetune.engine.prefix import WAYS
 from servetune.errors import ServetuneError
 from servetune.files import write_whole
+from servetune.loop import step_trace
+from servetune.policy import make_policy
+from servetune.scenario import stack_workloads
+from servetune.types import END_STATE_NAMES, EngineConfig, Params
+from servetune.validate import oracle
 from servetune.validate.oracle import PREFIX_STAT_KEYS
+from servetune.workload import RequestTrace
 
 FORMAT = 1
 VLLM_VERSION = "0.32.0"  # the version the committed fixtures, and servetune's semantics, match
@@ -122,7 +132,6 @@ def case_requests(case: dict) -> dict:
     """The case's requests as lists in trace order: arrival (s), prompt and output (tokens),
     from a slice of a bundled trace; with `priority_tiers` [t1, t2, ...] also a priority, the
     number of tiers a request's prompt reaches (a gateway's fixed priorities, lower first)."""
-    from servetune import workload
 
     spec = case["trace"]
     trace = workload.load_trace(workload.bundled_path(spec["file"]))
@@ -142,7 +151,6 @@ def case_requests(case: dict) -> dict:
 def make_fixture(name: str) -> dict:
     """Run case `name` through vLLM's scheduler (servetune.validate.oracle) and return the
     fixture: the case, its requests, and vLLM's steps and per-request results."""
-    from servetune.validate import oracle
 
     if name not in CASES:
         raise GoldenError(f"golden case {name!r}: unknown; expected one of {sorted(CASES)}")
@@ -195,11 +203,6 @@ _SLOTS, _WINDOW = 256, 256  # replay capacities: every case's running and waitin
 
 def _servetune_inputs(fixture: dict):
     """(trace, params, engine config) of servetune's engine for a fixture's case."""
-    from servetune import hardware
-    from servetune.engine.prefix import WAYS
-    from servetune.policy import make_policy
-    from servetune.types import EngineConfig, Params
-    from servetune.workload import RequestTrace
 
     eng, req = fixture["engine"], fixture["requests"]
     hash_tokens = eng.get("hash_block_tokens", eng["block_size"])
@@ -253,11 +256,7 @@ def replay(fixture: dict) -> dict:
     """servetune's engine on a fixture's case: its iterations (one per step, event skipping
     off) and its per-request results (the production rollout, event skipping on), in the
     oracle's shapes."""
-    import jax
 
-    from servetune.scenario import stack_workloads
-    from servetune.simulate import rollout, step_trace
-    from servetune.types import END_STATE_NAMES
 
     trace, params, cfg = _servetune_inputs(fixture)
     wl = stack_workloads([trace], [trace.output.astype(np.float64)], drain_s=1e6, engine=cfg)

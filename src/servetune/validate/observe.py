@@ -35,9 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from servetune.errors import ConfigError
+from servetune import workload
+from servetune.errors import ConfigError, ServetuneError
 from servetune.files import write_whole
-from servetune.validate.oracle import VllmNotInstalledError, _import_vllm, step_work
+from servetune.validate.oracle import VllmNotInstalledError, import_vllm, step_work
 
 MODEL_CONFIG = {  # the random-weight Llama: small, and shapes vLLM's CPU attention supports
     "vocab_size": 1024, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
@@ -75,7 +76,7 @@ def make_model(path: Path, max_model_len: int) -> Path:
 def _engine(model: Path, es: EngineSettings) -> Any:
     """vLLM's in-process LLMEngine over `model` with the settings `es`."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    vllm = _import_vllm()
+    vllm = import_vllm()
     from vllm.v1.engine.llm_engine import LLMEngine
 
     args = vllm.EngineArgs(
@@ -112,7 +113,7 @@ def observe(trace, es: EngineSettings, model_dir: Path, clock: str = "virtual") 
         raise ConfigError(f"--max-model-len: {es.max_model_len} tokens; request "
                           f"{int(too_long[0])} needs {int(trace.prompt[too_long[0]])} + "
                           f"{int(trace.output[too_long[0]])}")
-    vllm = _import_vllm()
+    vllm = import_vllm()
     from vllm import SamplingParams
 
     engine = _engine(make_model(model_dir, es.max_model_len), es)
@@ -211,8 +212,6 @@ def main(argv: list[str]) -> int:
 
     import pandas as pd
 
-    from servetune import workload
-    from servetune.errors import ServetuneError
 
     args = _parser().parse_args(argv)
     try:

@@ -128,7 +128,7 @@ def _check_requests(requests: dict) -> int:
 # vLLM set-up
 
 
-def _import_vllm() -> Any:
+def import_vllm() -> Any:
     """Set the environment vLLM needs here (one OpenMP thread, in-process engine), import it."""
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -637,7 +637,7 @@ def simulate_vllm(requests: dict, engine: dict, cost: dict) -> dict:
     n = _check_requests(requests)
     engine = _check_engine(engine)
     cost = _check_cost(cost)
-    vllm = _import_vllm()
+    vllm = import_vllm()
     with tempfile.TemporaryDirectory(prefix="servetune-vllm-") as model_dir:
         _write_model_dir(model_dir, engine["max_model_len"])
         scheduler, hasher = _build_scheduler(_vllm_config(engine, model_dir))

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from servetune.api import simulate
+from servetune.calibrate import fit_cost_model, load_measurements
 from servetune.errors import ServetuneError, TraceError
 from servetune.files import write_whole
 
@@ -118,8 +120,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """`servetune validate ...`: returns the exit status."""
-    from servetune.api import simulate
-    from servetune.calibrate import fit_cost_model, load_measurements
 
     args = _parser().parse_args(argv)
     try:

@@ -5,7 +5,7 @@ task function returns. By default that is the tuner's objective in a fixed-penal
 
     log(useful tokens) - log(USD) - penalty x max(0, slo_target - SLO attainment)
 
-per scenario (tune/objective.py: useful tokens are output tokens of requests that met every
+per scenario (tuning/objective.py: useful tokens are output tokens of requests that met every
 `slo.*` target, USD the GPUs provisioned over the run), combined over the scenarios of the job
 (seeds, grid points) as `tune.objective.aggregate` says (mean or CVaR). The first term is
 log(useful tokens per dollar), so maximizing it maximizes useful tokens per dollar; Optuna has
@@ -23,6 +23,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from servetune.errors import ConfigError
+from servetune.tuning.objective import Objective
 
 DEFAULT = "penalized"
 
@@ -44,7 +45,6 @@ def check_config(cfg: DictConfig) -> tuple[str, float]:
 
 def sweep_objective(cfg: DictConfig, metrics: list[dict]) -> float:
     """The float a sweeper maximizes for one job whose scenarios produced `metrics`."""
-    from servetune.tune.objective import Objective
 
     name, penalty = check_config(cfg)
     if not metrics:

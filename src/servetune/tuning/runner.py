@@ -18,14 +18,15 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from servetune import export, neural
+from servetune import export, neural, settings
+from servetune.api import compose
 from servetune.errors import ConfigError
 from servetune.scenario import build
-from servetune.tune import checkpoint, es
-from servetune.tune.evaluator import Evaluator, MultiEvaluator
-from servetune.tune.objective import Objective
-from servetune.tune.pathwise_estimator import PathwiseEstimator
-from servetune.tune.space import SearchSpace, space_from_config
+from servetune.tuning import checkpoint, es
+from servetune.tuning.evaluator import Evaluator, MultiEvaluator
+from servetune.tuning.objective import Objective
+from servetune.tuning.pathwise_estimator import PathwiseEstimator
+from servetune.tuning.space import SearchSpace, space_from_config
 
 OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
 
@@ -66,29 +67,15 @@ class Settings:
 
 
 def _num(t, key, kind=float, lo=-math.inf, hi=math.inf):
-    value = OmegaConf.select(t, key)
-    where = f"tune.{key}"
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{where}: got {value!r}; expected a number")
-    if kind is int and value != int(value):
-        raise ConfigError(f"{where}: got {value!r}; expected an integer")
-    if not (lo <= value <= hi) or not math.isfinite(value):
-        raise ConfigError(f"{where}: got {value!r}; expected within [{lo}, {hi}]")
-    return kind(value)
+    return settings.number(t, key, lo=lo, hi=hi, integer=kind is int, where=f"tune.{key}")
 
 
 def _choice(t, key, options):
-    value = OmegaConf.select(t, key)
-    if value not in options:
-        raise ConfigError(f"tune.{key}: got {value!r}; expected one of {list(options)}")
-    return value
+    return settings.choice(t, key, options, where=f"tune.{key}")
 
 
 def _flag(t, key, default: bool) -> bool:
-    value = OmegaConf.select(t, key, default=default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"tune.{key}: got {value!r}; expected true or false")
-    return value
+    return settings.flag(t, key, default, where=f"tune.{key}")
 
 
 def _holdout(value, key: str = "tune.eval.holdout") -> list[str]:
@@ -262,7 +249,6 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     stop_after: stop (as if killed) after that many iterations of this call, for tests.
     """
     if not isinstance(cfg, DictConfig):
-        from servetune.api import compose
         cfg = compose(list(cfg))
     start_time = time.perf_counter()
     out_dir = Path(out_dir)

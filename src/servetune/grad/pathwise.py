@@ -2,14 +2,14 @@
 
 The engine runs with engine.relax = st or soft (servetune/relax.py): its discrete state follows
 the exact decisions, while the iteration durations (through relaxed token weights), each
-request's admission time (engine/shift.py), its pace of progress (engine/pace.py: prompt
+request's admission time (grad/shift.py), its pace of progress (grad/pace.py: prompt
 tokens a bigger budget adds, tokens a longer speculation emits) and, with a relaxed order,
 its admission slot (engine/swap.py) carry the derivative of the relaxed gates. Forward-mode
 differentiation (jax.jacfwd: one tangent per tuned coordinate, through the while_loop that
 reverse mode cannot enter) then gives the derivative of every request's first-token and finish
 time, and of the run's length, with respect to the policy.
 
-The objective is the tuner's (tune/objective.py), with each request's SLO check smoothed:
+The objective is the tuner's (tuning/objective.py), with each request's SLO check smoothed:
 
     q_i = prod over targets of sigmoid((target - x_i) / (slo_tau x target))    (0 if unfinished)
     f   = log(sum_i q_i x output_i x quality_ok_i) - log(USD)
@@ -28,11 +28,11 @@ weights through order swaps at the admission and preemption boundaries (engine/s
 O(W^2) per iteration, on only when one is tuned). DIFFERENCE_KEYS (the queue cap, the
 routing score's weights and the cascade threshold: decisions that move a request out of the
 run or onto another instance) get no tangent here: their derivatives are central
-differences of paired runs (servetune/paired_difference.py). The neural score gets none: use
+differences of paired runs (servetune/grad/paired_difference.py). The neural score gets none: use
 tune=es for it.
 
 With a model cascade, the useful tokens of a request depend on the model whose answer is
-final (servetune.cascade), so each request carries two weights (`request_weights`) and the run
+final (servetune.cascade_config), so each request carries two weights (`request_weights`) and the run
 tells which applies (RequestTimes.final_small).
 """
 
@@ -47,12 +47,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from servetune import cascade as cascade_lib
+from servetune import cascade_config as cascade_lib
 from servetune import metrics as metrics_lib
 from servetune.engine import swap
 from servetune.errors import ConfigError
+from servetune.loop import init_state
 from servetune.metrics import MetricsSpec
-from servetune.simulate import init_state
 from servetune.step import step
 from servetune.types import (
     COMPLETED,
@@ -68,7 +68,7 @@ from servetune.types import (
 ORDER_KEYS = ("w_age", "w_prompt", "w_pred", "w_slack")  # through the relaxed order
 PATHWISE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "watermark", "spec_k") + ORDER_KEYS
 ROUTING_KEYS = ("route_w_queue", "route_w_kv", "route_w_work", "cascade_threshold")
-# by paired differences (servetune/paired_difference.py)
+# by paired differences (servetune/grad/paired_difference.py)
 DIFFERENCE_KEYS = ("queue_cap",) + ROUTING_KEYS
 _FLOOR = 1e-9
 
@@ -115,7 +115,7 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     the run's end (RequestTimes).
 
     The run ends when its last request does: where that is a completion, the end moves with
-    the request's shift (engine/shift.py), so a policy that finishes the last requests sooner
+    the request's shift (grad/shift.py), so a policy that finishes the last requests sooner
     also pays for fewer GPU-seconds. With a relaxed order the order swaps (engine/swap.py)
     are settled after the run, from every request's latest admission."""
     n, m = wl.arrival.shape[0], swap.SWAP_PARTNERS
@@ -208,7 +208,7 @@ def request_weights(trace, spec: MetricsSpec) -> np.ndarray:
     """[2, N] output tokens of each request the metrics count (arrived after the warm-up) that
     passes its task check (0 otherwise): what it adds to useful tokens if it meets the SLOs.
     Row 0 where its final answer is the large (or only) model's, row 1 where it is a cascade's
-    small model's (servetune.cascade.request_columns); equal rows without a cascade."""
+    small model's (servetune.cascade_config.request_columns); equal rows without a cascade."""
     counted = np.asarray(trace.arrival) >= spec.warmup_s
     if spec.cascade is not None and trace.cascade_fail is not None:
         n = len(trace)
@@ -245,7 +245,7 @@ def soft_objective(rt: RequestTimes, wl: Workload, weights, counted, tg: SoftTar
 
 @dataclasses.dataclass(frozen=True)
 class PointMap:
-    """The tuner's point z [d] -> policy values, as tune/space.py maps it, in JAX (traced,
+    """The tuner's point z [d] -> policy values, as tuning/space.py maps it, in JAX (traced,
     differentiable): value = low..high through a sigmoid, on a log or linear scale."""
 
     dims: tuple  # [d] tune.space.Dimension
@@ -298,7 +298,7 @@ def _per_scenario(z, wl, weights, counted, lam, base, cfg, tg, point_map):
 
 def aggregate_scenarios(values, jac, aggregate: str = "mean", cvar_alpha: float = 0.25):
     """(f, attainment, Lagrangian) [3] and their Jacobian [3, d] over the scenarios (values
-    [S, 3], jac [S, 3, d]) as tune/objective.py aggregates them: their mean, or (aggregate
+    [S, 3], jac [S, 3, d]) as tuning/objective.py aggregates them: their mean, or (aggregate
     cvar) the mean of the worst `cvar_alpha` fraction by Lagrangian (whose gradient is theirs)."""
     values, jac = np.asarray(values), np.asarray(jac)
     if aggregate == "cvar":
@@ -312,7 +312,7 @@ def per_scenario(z, wl: Workload, weights, counted, lam, base: Params, cfg: Engi
                  tg: SoftTargets, point_map: PointMap):
     """(values [S, 3], Jacobian [S, 3, d]) of the smoothed (f, attainment, Lagrangian) at the
     point z [d] on each scenario (wl leaves [S, N]), by forward mode through the relaxed run;
-    the columns of DIFFERENCE_KEYS are 0 (servetune/paired_difference.py estimates them).
+    the columns of DIFFERENCE_KEYS are 0 (servetune/grad/paired_difference.py estimates them).
     `base`: unbatched Params the point modifies; `cfg`: a `relaxed_engine`. Compiled once per
     (cfg, tg, point_map) and shapes: z, lam and every number in `base` are traced. Returns
     numpy arrays."""

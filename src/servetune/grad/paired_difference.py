@@ -5,7 +5,7 @@ These decisions move a request out of the run, or onto another instance, for goo
 relaxed gate carries the counterfactual: an arrival the queue cap rejects has no events left
 to shift; a request the router sends to instance A has no events on instance B (or on the
 other model of a cascade) whose time a tangent could move. A tangent through the relaxed run
-(servetune/pathwise.py) is therefore 0 for them almost everywhere. For the queue cap, flipping
+(servetune/grad/pathwise.py) is therefore 0 for them almost everywhere. For the queue cap, flipping
 single arrival decisions (the smoothed perturbation analysis way) was tried and dropped: on an
 overloaded engine each flip's effect is chaotic in sign and flips are not additive (accepting
 one request gets a later one rejected), so the estimates were 8 to 1600 times the slope, some
@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from servetune import pathwise
+from servetune.grad import pathwise
 from servetune.types import EngineConfig, Params, Workload
 
 QUEUE_CAP = "queue_cap"

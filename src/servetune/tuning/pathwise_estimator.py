@@ -2,11 +2,11 @@
 
 Each iteration the tuner evaluates its current point on the exact simulator (for the log, the
 best-so-far and the dual ascent, as with ES) and takes its step along the forward-mode
-gradient of the smoothed Lagrangian through the relaxed simulator (servetune/pathwise.py), on
+gradient of the smoothed Lagrangian through the relaxed simulator (servetune/grad/pathwise.py), on
 the same workloads: one relaxed run per workload instead of a population of 2 x pairs + 1.
 The queue cap, the routing weights and the cascade threshold, whose decisions no relaxed run
 moves, add two paired runs per key and workload whose difference is the key's derivative
-(servetune/paired_difference.py).
+(servetune/grad/paired_difference.py).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from servetune import paired_difference, pathwise
 from servetune.errors import ConfigError
-from servetune.tune.evaluator import Evaluator
-from servetune.tune.space import SearchSpace
+from servetune.grad import paired_difference, pathwise
+from servetune.tuning.evaluator import Evaluator
+from servetune.tuning.space import SearchSpace
 
 
 class PathwiseEstimator:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from servetune.engine.pace import PACE_FIELDS
 from servetune.engine.scheduler import Batch
+from servetune.grad.pace import PACE_FIELDS
 from servetune.types import WAITING, Entries
 
 # Entries fields of a relaxed engine (0 at arrival)

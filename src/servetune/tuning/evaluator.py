@@ -11,9 +11,9 @@ import numpy as np
 
 from servetune import metrics as metrics_lib
 from servetune.api import check_invariants
+from servetune.driver import rollout
 from servetune.policy import make_policy
 from servetune.scenario import Scenario
-from servetune.simulate import rollout
 from servetune.types import Params
 
 

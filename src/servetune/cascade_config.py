@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from servetune import hardware
+from servetune import hardware, settings
 from servetune.errors import ConfigError
 from servetune.quality import QualityModel, QualitySpec
 from servetune.types import TIER_LARGE, TIER_RETRIED, TIER_SMALL, CostParams
@@ -121,26 +120,8 @@ def with_draws(trace, quality: QualitySpec, spec: CascadeSpec, seed: int):
 
 # --------------------------------------------------------------------------- config
 
-def _num(cfg, key, lo, hi, *, integer=False, default=None, allow_none=False):
-    from omegaconf import OmegaConf
-
-    value = OmegaConf.select(cfg, key, default=default)
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            isinstance(value, float) and not math.isfinite(value)):
-        raise ConfigError(f"{key}: got {value!r}; expected a number")
-    if integer and value != int(value):
-        raise ConfigError(f"{key}: got {value!r}; expected an integer")
-    if not lo <= value <= hi:
-        raise ConfigError(f"{key}: got {value!r}; expected within [{lo}, {hi}]")
-    return int(value) if integer else float(value)
-
-
 def _bins(cfg) -> tuple[tuple, tuple]:
-    from omegaconf import OmegaConf
-
-    raw = OmegaConf.select(cfg, "cascade.difficulty_bins", default=None)
+    raw = settings.get(cfg, "cascade.difficulty_bins")
     if raw is None:
         return DEFAULT_BINS, ("easy", "medium", "hard")
     edges = list(raw) if not isinstance(raw, (str, int, float)) else None
@@ -187,8 +168,8 @@ def from_config(cfg, *, n_instances: int, large_gpu, large_model, large_tp: int,
     efficiencies and overheads (None with cost.form=linear, which the cascade refuses);
     incompatible: {config key: whether it is on} of mechanisms the cascade does not combine
     with. Every problem raises ConfigError naming its key."""
-    small_n = _num(cfg, "engine.cascade_small_instances", 0, n_instances, integer=True,
-                   default=0)
+    small_n = settings.number(cfg, "engine.cascade_small_instances", lo=0, hi=n_instances,
+                              integer=True, default=0)
     if small_n == 0:
         return None, large_cost, 0
     if small_n >= n_instances:
@@ -203,9 +184,7 @@ def from_config(cfg, *, n_instances: int, large_gpu, large_model, large_tp: int,
     if gpu_figures is None:
         raise ConfigError("cost.form: the model cascade needs cost.form=roofline (each pool's "
                           "step time comes from its own model and GPU)")
-    from omegaconf import OmegaConf
-
-    sel = lambda k, d=None: OmegaConf.select(cfg, k, default=d)
+    sel = lambda k, d=None: settings.get(cfg, k, d)
     small_model = hardware.lookup(hardware.MODELS, sel("cascade.small_model", "llama3_8b"),
                                   "cascade.small_model")
     if small_model.params >= large_model.params:
@@ -214,8 +193,8 @@ def from_config(cfg, *, n_instances: int, large_gpu, large_model, large_tp: int,
     gpu_name = sel("cascade.small_gpu")
     small_gpu = large_gpu if gpu_name is None else hardware.lookup(
         hardware.GPUS, gpu_name, "cascade.small_gpu")
-    small_tp = _num(cfg, "cascade.small_tp", 1, 1024, integer=True, default=1)
-    price = _num(cfg, "cascade.small_price_per_gpu_hour", 0, 1e6, allow_none=True)
+    small_tp = settings.number(cfg, "cascade.small_tp", lo=1, hi=1024, integer=True, default=1)
+    price = settings.number(cfg, "cascade.small_price_per_gpu_hour", lo=0, hi=1e6, allow_none=True)
     small_price = small_gpu.price_per_gpu_hour if price is None else price
     try:
         small_kv = hardware.kv_capacity_blocks(small_gpu, small_model, **{**kv_args,
@@ -226,8 +205,8 @@ def from_config(cfg, *, n_instances: int, large_gpu, large_model, large_tp: int,
     small_cost = hardware.roofline_cost_params(
         small_gpu, small_model, tp=small_tp, weight_bits=kv_args["weight_bits"],
         kv_bits=kv_args["kv_bits"], kv_blocks=small_kv, **gpu_figures)
-    check_s = _num(cfg, "cascade.check_latency_s", 0, 1e9, default=0.0)
-    noise = _num(cfg, "cascade.difficulty_noise", 0, 100, default=0.5)
+    check_s = settings.number(cfg, "cascade.check_latency_s", lo=0, hi=1e9, default=0.0)
+    noise = settings.number(cfg, "cascade.difficulty_noise", lo=0, hi=100, default=0.5)
     bins, names = _bins(cfg)
     large_n = n_instances - small_n
     spec = CascadeSpec(

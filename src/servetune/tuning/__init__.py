@@ -1,5 +1,5 @@
 """Policy tuning: evolution-strategies gradients into optax under an SLO constraint."""
 
-from servetune.tune.runner import TuneResult, tune
+from servetune.tuning.runner import TuneResult, tune
 
 __all__ = ["TuneResult", "tune"]

@@ -16,7 +16,7 @@ running request progresses rather than when it is admitted:
   request's later events move by that much. The cost side, the longer draft and the verified
   positions, is in the iteration durations.
 
-Both add to the request's `shift` (engine/shift.py), which moves its first token and
+Both add to the request's `shift` (grad/shift.py), which moves its first token and
 completion. Under st each gain is 0 in value, so the forward pass is the exact simulator's.
 Knock-on effects on other requests reach them only through the iteration durations, as for
 admission shifts.

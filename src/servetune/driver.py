@@ -1,0 +1,126 @@
+"""Rollouts on the host: drives the compiled chunks of servetune/loop.py (sharded over devices
+by servetune/shard.py) until every scenario is done, collecting the outbox of finished requests
+after each chunk; per-request results are assembled once, at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import numpy as np
+
+from servetune import shard
+from servetune.engine.outbox import record_fields
+from servetune.loop import init_batch, run_chunk_batch
+from servetune.types import DONE, EMPTY, OUTSTANDING, EngineConfig, Params, SimState, Workload
+
+
+@dataclasses.dataclass
+class ScenarioResult:
+    """Per-request outcome arrays of one scenario ([N] each, in trace order) and its totals."""
+
+    end_state: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    generated: np.ndarray
+    n_preempt: np.ndarray
+    tokens_computed: np.ndarray
+    kv_ratio: np.ndarray
+    stats: dict
+    clock_s: float
+    tier: np.ndarray | None = None  # [N] i32 model cascade: TIER_* each request was served on
+    #                                 (-1: never routed); None when the cascade is off
+
+
+_FIELDS = ("end_state", "first_token", "finish", "generated", "n_preempt", "tokens_computed",
+           "kv_ratio")
+
+
+def _collect(box, sink: list) -> None:
+    count = np.asarray(box.count)
+    cap = box.req.shape[-1]
+    valid = np.arange(cap) < count[..., None]
+    if valid.any():
+        sink.append((valid, {f: np.asarray(getattr(box, f)) for f in record_fields(box)}))
+
+
+def rollout(wl: Workload, params: Params, cfg: EngineConfig, n_real: list[int],
+            progress=None, devices=None) -> list[list[ScenarioResult]]:
+    """Run every scenario (workloads [S] x params [P]) to the end; results indexed [s][p].
+
+    `n_real[s]` is workload s's unpadded request count; `progress(done, total)` is called after
+    each compiled chunk. With several `devices` (default: all, every process's) the batch is
+    sharded over them (servetune/shard.py); results do not depend on it.
+    """
+    n_p = int(jax.tree.leaves(params)[0].shape[0])
+    lay = shard.layout(len(n_real), n_p, devices)
+    if lay is None:
+        state = init_batch(wl, params, cfg)
+        chunk = lambda s: run_chunk_batch(s, wl, params, cfg)
+        fetch = jax.device_get
+    else:
+        wl, params = lay.place(wl, params)
+        state = shard.init(lay, wl, params, cfg)
+        chunk = lambda s: shard.run_chunk(lay, s, wl, params, cfg)
+        fetch = lay.fetch
+    total = int(np.sum(n_real)) * n_p
+    chunks: list = []
+    while True:
+        state = chunk(state)
+        box, done, next_req = fetch((state.outbox, state.done, state.next_req))
+        _collect(box, chunks)
+        if progress is not None:
+            progress(int(np.sum(next_req)), total)
+        if bool(np.all(done)):
+            break
+    final = fetch(state)
+    s_count, p_count = final.done.shape
+    results = []
+    for s in range(s_count):
+        row = []
+        for p in range(p_count):
+            row.append(_assemble(final, chunks, s, p, n_real[s]))
+        results.append(row)
+    return results
+
+
+def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> ScenarioResult:
+    out = {
+        "end_state": np.full(n, OUTSTANDING, np.int32),
+        "first_token": np.full(n, np.nan), "finish": np.full(n, np.nan),
+        "generated": np.zeros(n, np.int32), "n_preempt": np.zeros(n, np.int32),
+        "tokens_computed": np.zeros(n, np.int32), "kv_ratio": np.ones(n),
+    }
+    fields = _FIELDS
+    if final.entries.tier is not None:  # model cascade: the tier each request was served on
+        out["tier"] = np.full(n, -1, np.int32)
+        fields = _FIELDS + ("tier",)
+    seen = np.zeros(n, np.int32)
+    for valid, rec in chunks:
+        m = valid[s, p]
+        ids = rec["req"][s, p][m]
+        seen[ids] += 1
+        for f in fields:
+            out[f][ids] = rec[f][s, p][m]
+    # what is still in an active set at the end: running or waiting -> outstanding;
+    # finished but not yet collected -> its own end state
+    ent = jax.tree.map(lambda x: x[s, p].reshape(-1), final.entries)
+    live = ent.status != EMPTY
+    ids = ent.req[live]
+    seen[ids] += 1
+    for f in fields:
+        out[f][ids] = getattr(ent, f)[live]
+    out["end_state"][ids] = np.where(ent.status[live] == DONE, ent.end_state[live], OUTSTANDING)
+    if np.any(seen > 1):
+        raise AssertionError(f"request {int(np.argmax(seen > 1))} reported twice (scenario {s},{p})")
+    st = jax.tree.map(lambda x: np.asarray(x[s, p]), final.stats)
+    stats = {f.name: getattr(st, f.name) for f in dataclasses.fields(st)}
+    stats["requests_taken"] = int(final.next_req[s, p])
+    if final.prefix is not None:  # prefix caching totals (engine/prefix.py)
+        for f in ("evictions", "insert_failed", "insert_deferred"):
+            stats[f"prefix_{f}"] = int(getattr(final.prefix, f)[s, p])
+        stats["prefix_lookups"] = np.asarray(final.prefix.lookups[s, p])
+    clock = float(np.max(final.clock[s, p]))
+    return ScenarioResult(stats=stats, clock_s=clock if math.isfinite(clock) else float("nan"), **out)

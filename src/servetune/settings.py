@@ -1,0 +1,79 @@
+"""Reading one config key: the single place where a setting is checked and every bad value
+is answered by a ConfigError that names its key and what was expected."""
+
+from __future__ import annotations
+
+import math
+
+from omegaconf import OmegaConf
+
+from servetune.errors import ConfigError
+
+
+def get(cfg, key: str, default=None):
+    """The value at dotted `key` of an OmegaConf config (or a plain mapping), `default` if
+    absent."""
+    if not OmegaConf.is_config(cfg):
+        cfg = OmegaConf.create(dict(cfg) if cfg is not None else {})
+    return OmegaConf.select(cfg, key, default=default)
+
+
+def check_number(value, key: str, *, lo=-math.inf, hi=math.inf, integer=False,
+                 allow_inf=False, hi_open=False):
+    """`value` as an int (`integer`) or a float after checking that it is a number (not a
+    bool), finite (unless `allow_inf`), integral (if `integer`) and within [lo, hi] ([lo, hi)
+    with `hi_open`); otherwise a ConfigError naming `key`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key}: got {value!r}; expected a number")
+    try:
+        as_float = float(value)
+    except OverflowError:  # an integer beyond float range
+        raise ConfigError(f"{key}: got {str(value)[:30]}... ({len(str(value))} digits); expected "
+                          f"within [{lo}, {hi}]") from None
+    if math.isnan(as_float) or (not allow_inf and not math.isfinite(as_float)):
+        raise ConfigError(f"{key}: got {value!r}; expected a finite number")
+    if integer and value != int(value):
+        raise ConfigError(f"{key}: got {value!r}; expected an integer")
+    if not (lo <= value <= hi) or (hi_open and value >= hi):
+        raise ConfigError(f"{key}: got {value!r}; expected within [{lo}, {hi}"
+                          f"{')' if hi_open else ']'}")
+    return int(value) if integer else as_float
+
+
+def number(cfg, key: str, *, lo=-math.inf, hi=math.inf, integer=False, default=None,
+           allow_none=False, allow_inf=False, where: str | None = None):
+    """The number at `key` of `cfg`, checked as `check_number` does; `default` when absent;
+    None when absent or null and `allow_none`. `where`: the key's name in messages when `cfg`
+    is a sub-section (default `key`)."""
+    value = get(cfg, key, default)
+    if value is None and default is not None:
+        value = default
+    if value is None and allow_none:
+        return None
+    return check_number(value, where or key, lo=lo, hi=hi, integer=integer, allow_inf=allow_inf)
+
+
+def string(cfg, key: str, default=None, allow_none=False, where: str | None = None):
+    """The string at `key` of `cfg` (`default` when absent; None allowed with `allow_none`)."""
+    value = get(cfg, key, default)
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{where or key}: got {value!r}; expected a string")
+    return value
+
+
+def flag(cfg, key: str, default: bool, where: str | None = None) -> bool:
+    """The boolean at `key` of `cfg` (`default` when absent)."""
+    value = get(cfg, key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where or key}: got {value!r}; expected true or false")
+    return value
+
+
+def choice(cfg, key: str, options, default=None, where: str | None = None):
+    """The value at `key` of `cfg`, which must be one of `options`."""
+    value = get(cfg, key, default)
+    if value not in options:
+        raise ConfigError(f"{where or key}: got {value!r}; expected one of {list(options)}")
+    return value

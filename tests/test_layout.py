@@ -1,0 +1,142 @@
+"""The package's shape: no import cycles (a module imports another, directly or through a chain,
+only if that one does not import it back), imports at module level except where a heavy plotting
+or statistics dependency is deferred, no private name imported across modules, and no public
+name of `servetune` that is also the name of one of its modules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import servetune
+
+SRC = Path(servetune.__file__).parent
+# reporting defers matplotlib, plotly and scipy (imported by the modules it imports lazily)
+# to the commands that draw or aggregate, so a Hydra job's callback stays light
+DEFERRED_OK = ("servetune.reporting",)
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        parts = ("servetune",) + path.relative_to(SRC).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path):
+    """(target module, imported names, whether inside a function, line) of each servetune
+    import in module `name`; relative imports resolved."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    in_function = {id(n) for f in ast.walk(tree)
+                   if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for n in ast.walk(f)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("servetune"):
+                    yield alias.name, (), id(node) in in_function, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            if base.startswith("servetune"):
+                names = tuple(a.name for a in node.names)
+                yield base, names, id(node) in in_function, node.lineno
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> modules its import statements execute: the target, every package above it
+    (importing a.b.c runs a/__init__ and a/b/__init__), and a submodule imported by name."""
+    graph = {}
+    for name, path in MODULES.items():
+        edges = set()
+        for target, names, _, _ in _imports(name, path):
+            parts = target.split(".")
+            edges.update(".".join(parts[:k]) for k in range(2, len(parts) + 1))
+            edges.update(f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES)
+        graph[name] = {e for e in edges if e in MODULES and e != name
+                       and not name.startswith(e + ".")}  # a package's own parents run first
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+    for root, children in graph.items():
+        if root in index:
+            continue
+        work = [(root, iter(sorted(children)))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    assert len(graph) > 60 and graph["servetune.driver"] >= {"servetune.loop", "servetune.shard"}
+    assert _cycles(graph) == []
+
+
+def test_imports_are_at_module_level():
+    deferred = [f"{path.name}:{line} imports {target}"
+                for name, path in MODULES.items() if not name.startswith(DEFERRED_OK)
+                for target, _, inside, line in _imports(name, path) if inside]
+    assert deferred == []
+
+
+def test_no_private_name_is_imported_across_modules():
+    private = [f"{name}:{line} imports {target}.{n}"
+               for name, path in MODULES.items()
+               for target, names, _, line in _imports(name, path)
+               for n in names if n.startswith("_") and n != "__version__"]
+    assert private == []
+
+
+@pytest.mark.parametrize("public", servetune.__all__)
+def test_public_names_are_not_module_names(public):
+    assert f"servetune.{public}" not in MODULES
+    assert getattr(servetune, public) is not None
