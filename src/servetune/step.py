@@ -242,17 +242,112 @@ def step_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, 
                     in_axes=(0, 0, None, 0, 0))(state, wl, params, a, e)
 
 
+class _Scheduled(NamedTuple):
+    """The schedule phase's result: entries after it, the batch, the instance's prefix cache
+    (None without prefix caching) and the KV blocks in use the scheduler saw."""
+
+    e: Entries
+    batch: object
+    pc: object
+    kv_used: jnp.ndarray
+
+
+class _Advanced(NamedTuple):
+    """The advance phase's result: entries after the iteration, the inter-token gaps it made
+    (values [A], weights), which requests completed [A], how many small answers failed their
+    check (cascade), whether prefix-cache insertions are still due, and what the accounting
+    needs from before the iteration: the batch's request ids [A], tokens generated [A] and
+    running requests."""
+
+    e: Entries
+    gaps: tuple
+    completed: jnp.ndarray
+    n_retry: jnp.ndarray
+    pc: object
+    kv_used: jnp.ndarray
+    insertions_due: jnp.ndarray
+    batch_req: jnp.ndarray
+    generated0: jnp.ndarray
+    n_running: jnp.ndarray
+
+
+class _Boundary(NamedTuple):
+    """When the iteration ran: start `t` and duration `dur` (seconds), the next boundary
+    `t_next` (its end, or when an idle instance wakes), whether it did work (`busy`) and
+    whether the instance is stuck idle with waiting work (`stalled`)."""
+
+    t: jnp.ndarray
+    dur: jnp.ndarray
+    t_next: jnp.ndarray
+    busy: jnp.ndarray
+    stalled: jnp.ndarray
+
+
+class _Skipped(NamedTuple):
+    """The skip phase's result: entries and cache after the run of uniform decode iterations,
+    its end time (the iteration's boundary when there is none), iterations K, their summed
+    seconds, decode tokens, completions and the gap increments of the whole step."""
+
+    e: Entries
+    pc: object
+    t_end: jnp.ndarray
+    n_leap: jnp.ndarray
+    busy_s: jnp.ndarray
+    tokens: jnp.ndarray
+    n_completed: jnp.ndarray
+    kv_used: jnp.ndarray
+    gaps: tuple
+
+
 def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a: _Arrived,
              e: Entries, search_window):
-    """The rest of the iteration, on entries `e` in scheduling order."""
+    """The rest of the iteration, on entries `e` in scheduling order: schedule, cost, advance,
+    next boundary, skip the uniform decodes that follow, account, commit."""
     i = _instance(state, cfg)
-    if cfg.cascade_small_instances > 0:  # (needs every instance's cost params)
-        horizon = cascade.retry_horizon(a.entries_all, state.clock, params.cost, cfg)
-    if cfg.prefill_instances > 0:
-        handoff_at = disagg.handoff_horizon(a.entries_all, state.clock, cfg)
+    remote = _remote_horizon(a, state, params, cfg)  # (reads every instance's cost params)
     params = _at_instance(params, i, cfg)
-    t, next_req, outside, n_arrived, n_rejected = (a.t, a.next_req, a.outside, a.n_arrived,
-                                                   a.n_rejected)
+    t = a.t
+    sched = _schedule_phase(e, state, wl, params, cfg, t, i)
+    batch = sched.batch
+    dur, totals = _iteration_seconds(sched.e, batch, params, cfg)
+    adv = _advance_phase(sched, totals, dur, t, params, cfg, i)
+    busy = jnp.any(batch.tokens > 0) | jnp.any(batch.preempted)  # (a preemption is progress)
+    next_arrival = _next_arrival(wl, a.next_req)
+    t_next = jnp.where(busy, t + dur, _wake_time(adv.e, state, t, next_arrival, cfg, i))
+    when = _Boundary(t, dur, t_next, busy, _stalled(adv.e, busy, cfg))
+    run = _skip_phase(adv, t_next, _skip_limit(adv, t_next, next_arrival, wl, remote, cfg, i),
+                      params, cfg, i)
+    e, box = outbox_lib.drain(run.e, state.outbox, cfg.drain_per_step)
+    stats = _account(state, wl, a, batch, adv, run, when, params.cost.kv_blocks, search_window,
+                     i, cfg)
+    new = _commit(state, wl, a, e, box, stats, run, when, i, cfg)
+    if cfg.prefix_cache:
+        new = new.replace(prefix=prefix_lib.store(state.prefix, run.pc, cfg, i))
+    info = {"t": t, "dur": jnp.where(state.done, 0.0, dur),
+            "tokens": jnp.where(state.done, 0, batch.tokens)}
+    info["req"] = jnp.where(info["tokens"] > 0, adv.batch_req, -1)
+    info["preempted"] = jnp.where(batch.preempted & ~state.done, adv.batch_req, -1)
+    return new, info
+
+
+def _remote_horizon(a: _Arrived, state: SimState, params: Params, cfg: EngineConfig):
+    """[] the earliest time another instance can send this one work (seconds; inf when none):
+    a prefill instance's hand-off (disaggregation), a retry from the small pool (cascade).
+    Event skipping on a receiving instance stops before it."""
+    horizon = jnp.inf
+    if cfg.prefill_instances > 0:
+        horizon = jnp.minimum(horizon, disagg.handoff_horizon(a.entries_all, state.clock, cfg))
+    if cfg.cascade_small_instances > 0:  # (needs every instance's cost params)
+        horizon = jnp.minimum(horizon, cascade.retry_horizon(a.entries_all, state.clock,
+                                                             params.cost, cfg))
+    return horizon
+
+
+def _schedule_phase(e: Entries, state: SimState, wl: Workload, params: Params,
+                    cfg: EngineConfig, t, i) -> _Scheduled:
+    """Prefix-cache lookups, the scheduler (engine/scheduler.py), the cache's references and
+    evictions, the finish time of requests the scheduler ended, speculative verification."""
+    pc = None
     if cfg.prefix_cache:  # engine/prefix.py: lookups before, references and eviction after
         pc = prefix_lib.instance(state.prefix, i)
         if cfg.abandonment:  # requests that gave up at t release their cached blocks
@@ -260,23 +355,36 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         hits = prefix_lib.hits(e, pc, params.cost.kv_blocks, cfg)
         computed_before = e.computed
         e, batch, hits = schedule(e, params, cfg, hits)
-        e, pc, pfx_blocks = prefix_lib.after_schedule(e, batch, hits, pc, t,
-                                                      params.cost.kv_blocks, cfg, computed_before)
+        e, pc, kv_used = prefix_lib.after_schedule(e, batch, hits, pc, t, params.cost.kv_blocks,
+                                                   cfg, computed_before)
     else:
         scores = priority(e, t, params.policy) if cfg.relax_order else None
         e, batch, _ = schedule(e, params, cfg, scores=scores)
+        kv_used = jnp.sum(e.blocks, dtype=jnp.int32)
     if cfg.kv_pressure in ("evict", "reject"):  # requests the scheduler ended, at t
         e = e.replace(finish=jnp.where(batch.ended, t, e.finish))
     if cfg.speculation:
         batch = _verify(e, batch, wl)
+    return _Scheduled(e, batch, pc, kv_used)
+
+
+def _iteration_seconds(e: Entries, batch, params: Params, cfg: EngineConfig):
+    """(seconds the iteration lasts, batch_totals). An iteration that only preempted
+    (scheduled no token) runs no model step: 0 s, as in vLLM."""
     totals = batch_totals(e, batch)
-    # an iteration that only preempted (scheduled no token) runs no model step: 0 s, as vLLM
     only_preempted = jnp.any(batch.preempted) & ~jnp.any(batch.tokens > 0)
-    dur = jnp.where(only_preempted, 0.0, batch_cost(e, batch, params, cfg, totals))
-    batch_req = e.req
-    blocks_in_use = jnp.sum(e.blocks, dtype=jnp.int32)
-    n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
+    return jnp.where(only_preempted, 0.0, batch_cost(e, batch, params, cfg, totals)), totals
+
+
+def _advance_phase(sched: _Scheduled, totals, dur, t, params: Params, cfg: EngineConfig,
+                   i) -> _Advanced:
+    """Tokens computed and emitted (engine/advance.py); under a relaxed engine the progress
+    and admission shifts that carry the derivative (grad/); then what leaves the instance: a
+    prefill instance's prefilled requests, a small model's failed answers; then prefix-cache
+    insertions and releases."""
+    e, batch, pc = sched.e, sched.batch, sched.pc
     generated0 = e.generated
+    n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
     if cfg.relax != "hard":  # what the relaxed progress shifts need from before the iteration
         phase = pace.prefilling(e)
         own_s = pace.own_seconds(e, batch.tokens, totals, params, cfg)
@@ -291,139 +399,162 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
             e = swap.record_victims(e, batch.victim_of, batch.victim_p, t)
     if cfg.prefill_instances > 0:  # a prefill instance hands prefilled requests on
         e = disagg.to_handoff(e, i, cfg)
-    n_retry = 0
+    n_retry = jnp.zeros((), jnp.int32)
     if cfg.cascade_small_instances > 0:  # a small answer that fails its check is retried
         e, n_retry = cascade.to_retry(e, i, cfg)
+    insertions_due = jnp.asarray(False)
     if cfg.prefix_cache:  # blocks computed enter the cache; completed requests release theirs
-        blocks_in_use = pfx_blocks
-        e, pc, pfx_deferred = prefix_lib.after_advance(e, completed, pc, t + dur, cfg)
+        e, pc, insertions_due = prefix_lib.after_advance(e, completed, pc, t + dur, cfg)
+    return _Advanced(e, gaps, completed, n_retry, pc, sched.kv_used, insertions_due,
+                     sched.e.req, generated0, n_running)
 
-    busy = jnp.any(batch.tokens > 0) | jnp.any(batch.preempted)  # (a preemption is progress)
-    next_arrival = wl.arrival[jnp.minimum(next_req, wl.arrival.shape[0] - 1)]
-    next_arrival = jnp.where(next_req < wl.n, next_arrival, jnp.inf)
-    t_next = jnp.where(busy, t + dur,
-                       jnp.where(jnp.isfinite(next_arrival), jnp.maximum(t, next_arrival), t))
-    if cfg.n_instances > 1:  # idle: wait for the next event elsewhere (an arrival it may be
-        # routed, another instance's next boundary), not only the next arrival
+
+def _next_arrival(wl: Workload, next_req):
+    """[] arrival time (seconds) of the next request not yet taken (inf when none is left)."""
+    t = wl.arrival[jnp.minimum(next_req, wl.arrival.shape[0] - 1)]
+    return jnp.where(next_req < wl.n, t, jnp.inf)
+
+
+def _wake_time(e: Entries, state: SimState, t, next_arrival, cfg: EngineConfig, i):
+    """When an idle instance iterates next (seconds): the next event that can give it work,
+    or t when there is none (the scenario then ends or stalls). One instance: the next
+    arrival. Several: also another instance's next boundary (it may route or hand on work),
+    and the landing of a request in transit to this one (a hand-off or a retry)."""
+    wake = jnp.where(next_arrival > t, next_arrival, jnp.inf)
+    if cfg.n_instances > 1:
         others = jnp.where(jnp.arange(cfg.n_instances) != i, state.clock, jnp.inf)
-        later = jnp.min(jnp.where(others > t, others, jnp.inf))
-        wake = jnp.minimum(jnp.where(next_arrival > t, next_arrival, jnp.inf), later)
-        if cfg.prefill_instances > 0:  # or a transfer landing here
-            landing = disagg.next_landing(e)
+        wake = jnp.minimum(wake, jnp.min(jnp.where(others > t, others, jnp.inf)))
+        if cfg.prefill_instances > 0 or cfg.cascade_small_instances > 0:
+            landing = disagg.next_landing(e)  # (INFLIGHT: a hand-off or a retry)
             wake = jnp.minimum(wake, jnp.where(landing > t, landing, jnp.inf))
-        if cfg.cascade_small_instances > 0:  # or a retry's check verdict
-            landing = cascade.next_landing(e)
-            wake = jnp.minimum(wake, jnp.where(landing > t, landing, jnp.inf))
-        t_next = jnp.where(busy, t_next, jnp.where(jnp.isfinite(wake), wake, t))
-    # Idle with waiting work: an empty engine admits any request that passed the arrival checks,
-    # so this cannot happen; if it ever does, stop and flag it rather than loop forever.
-    stalled = ~busy & jnp.any(e.status == WAITING)
-    if cfg.prefill_instances > 0:  # back-pressure: KV held for a decode instance frees later
-        stalled = stalled & ~jnp.any((e.status == HANDOFF) | (e.status == INFLIGHT))
+    return jnp.where(jnp.isfinite(wake), wake, t)
 
-    # then the run of uniform decode iterations that follows, if any, in closed form
-    n_completed = jnp.sum(completed, dtype=jnp.int32)
-    t_end, n_leap, leap_busy_s, leap_tokens = t_next, 0, 0.0, 0
+
+def _stalled(e: Entries, busy, cfg: EngineConfig):
+    """Idle with waiting work. An empty engine admits any request that passed the arrival
+    checks, so this cannot happen; if it ever does, the scenario stops and is flagged rather
+    than looping forever. Under disaggregation KV held for a decode instance frees later."""
+    stalled = ~busy & jnp.any(e.status == WAITING)
+    if cfg.prefill_instances > 0:
+        stalled = stalled & ~jnp.any((e.status == HANDOFF) | (e.status == INFLIGHT))
+    return stalled
+
+
+def _skip_limit(adv: _Advanced, t_next, next_arrival, wl: Workload, remote, cfg: EngineConfig,
+                i):
+    """[] seconds before which a run of uniform decode iterations starting at t_next must
+    start each of its iterations: the next arrival and the stop time, and each mechanism's
+    next event (a give-up, a landing, a hand-off or retry from another instance, a retry
+    produced now, a prefix-cache insertion still due)."""
+    e = adv.e
+    limit = jnp.minimum(next_arrival, wl.t_stop)
+    if cfg.abandonment:  # the iteration that notices a give-up is stepped
+        limit = jnp.minimum(limit, next_give_up(e))
+    if cfg.prefill_instances > 0 or cfg.cascade_small_instances > 0:  # one that sees a landing
+        limit = jnp.minimum(limit, disagg.next_landing(e))
+    if cfg.prefill_instances > 0:  # a decode instance: not past a prefill instance's hand-off
+        limit = jnp.where(disagg.is_prefill(i, cfg), limit, jnp.minimum(limit, remote))
+    if cfg.cascade_small_instances > 0:  # a retry produced now leaves at t_next; a large
+        # instance: not past a retry from the small pool
+        limit = jnp.where(jnp.any(e.status == RETRY), t_next, limit)
+        limit = jnp.where(cascade.is_small(i, cfg), limit, jnp.minimum(limit, remote))
+    if cfg.prefix_cache:  # no skipping while cache insertions are still due
+        limit = jnp.where(adv.insertions_due, t_next, limit)
+    return limit
+
+
+def _skip_phase(adv: _Advanced, t_next, t_limit, params: Params, cfg: EngineConfig,
+                i) -> _Skipped:
+    """The run of uniform decode iterations that follows the iteration, in closed form
+    (engine/leap.py), then what the cascade retries from it."""
+    e, pc, kv_used = adv.e, adv.pc, adv.kv_used
+    n_completed = jnp.sum(adv.completed, dtype=jnp.int32)
     if cfg.leap_max > 0 and not cfg.speculation:
         n_leap_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
-        t_limit, kv_offset = jnp.minimum(next_arrival, wl.t_stop), None
-        if cfg.abandonment:  # the iteration that notices a give-up is stepped
-            t_limit = jnp.minimum(t_limit, next_give_up(e))
-        if cfg.prefill_instances > 0:  # and the one that sees a transfer land; on a decode
-            # instance, no run past a boundary where a prefill instance could hand off
-            t_limit = jnp.minimum(t_limit, disagg.next_landing(e))
-            t_limit = jnp.where(disagg.is_prefill(i, cfg), t_limit,
-                                jnp.minimum(t_limit, handoff_at))
-        if cfg.cascade_small_instances > 0:  # and the one that sees a retry land; a retry
-            # produced now leaves at t_next, so no run starts after it
-            t_limit = jnp.minimum(t_limit, cascade.next_landing(e))
-            t_limit = jnp.where(jnp.any(e.status == RETRY), t_next, t_limit)
-            # on a large instance: before a retry could come from the small pool
-            t_limit = jnp.where(cascade.is_small(i, cfg), t_limit,
-                                jnp.minimum(t_limit, horizon))
-        if cfg.prefix_cache:  # no skipping while cache insertions are still due
-            t_limit = jnp.where(pfx_deferred, t_next, t_limit)
-            kv_offset = prefix_lib.kv_offset(e, pc, cfg)
+        kv_offset = prefix_lib.kv_offset(e, pc, cfg) if cfg.prefix_cache else None
         e, t_end, n_leap, leap_dur, leap_gaps, leap_blocks, leap_done = leap(
             e, t_next, t_limit, params, cfg, kv_offset)
         if cfg.prefix_cache:
             e, pc, leap_blocks = prefix_lib.after_leap(e, leap_done, leap_blocks, pc, t_end,
                                                        params.cost.kv_blocks, cfg)
-        blocks_in_use = jnp.where(n_leap > 0, jnp.maximum(blocks_in_use, leap_blocks),
-                                  blocks_in_use)
-        gaps = (jnp.concatenate([gaps, leap_gaps[0]]),
-                jnp.concatenate([jnp.ones_like(gaps), leap_gaps[1]]))
-        leap_busy_s, leap_tokens = jnp.sum(leap_dur), n_leap * n_leap_running
+        kv_used = jnp.where(n_leap > 0, jnp.maximum(kv_used, leap_blocks), kv_used)
+        gaps = (jnp.concatenate([adv.gaps, leap_gaps[0]]),
+                jnp.concatenate([jnp.ones_like(adv.gaps), leap_gaps[1]]))
+        busy_s, tokens = jnp.sum(leap_dur), n_leap * n_leap_running
         n_completed = n_completed + jnp.sum(leap_done, dtype=jnp.int32)
     else:
-        gaps = (gaps, 1.0)
+        t_end, n_leap, busy_s, tokens, gaps = t_next, 0, 0.0, 0, (adv.gaps, 1.0)
     if cfg.cascade_small_instances > 0:  # retries have not ended: the large pool serves them
         e, n_leap_retry = cascade.to_retry(e, i, cfg)
-        n_completed = n_completed - n_retry - n_leap_retry
-    e, box = outbox_lib.drain(e, state.outbox, cfg.drain_per_step)
-    all_done = (next_req >= wl.n) & jnp.all(e.status == EMPTY)
+        n_completed = n_completed - adv.n_retry - n_leap_retry
+    return _Skipped(e, pc, t_end, n_leap, busy_s, tokens, n_completed, kv_used, gaps)
 
-    st = state.stats
-    ended_by_t = st.ended + n_rejected + a.n_abandoned + jnp.sum(batch.ended, dtype=jnp.int32)
-    # requests completed by the first iteration leave at t_next, before the run
-    if cfg.n_instances == 1:
-        occupancy = (_occupancy(wl, t, t_end, n_arrived, ended_by_t, search_window)
-                     - jnp.sum(completed) * (t_end - t_next))
+
+def _account(state: SimState, wl: Workload, a: _Arrived, batch, adv: _Advanced,
+             run: _Skipped, when: _Boundary, kv_blocks, search_window, i, cfg: EngineConfig):
+    """The scenario's statistics after the step (types.Stats); `kv_blocks`: the instance's
+    KV capacity (blocks)."""
+    st, t, t_next = state.stats, when.t, when.t_next
+    ended_by_t = st.ended + a.n_rejected + a.n_abandoned + jnp.sum(batch.ended, dtype=jnp.int32)
+    if cfg.n_instances == 1:  # requests completed by the first iteration leave at t_next
+        occupancy = (_occupancy(wl, t, run.t_end, a.n_arrived, ended_by_t, search_window)
+                     - jnp.sum(adv.completed) * (run.t_end - t_next))
     else:  # instances' iterations overlap in time: the host integrates it (metrics.py)
         occupancy = 0.0
     stats = st.replace(
-        steps=st.steps + busy.astype(jnp.int32) + n_leap,
-        leaped=st.leaped + n_leap,
-        busy_s=st.busy_s.at[i].add(dur + leap_busy_s),
-        kv_peak_blocks=st.kv_peak_blocks.at[i].max(blocks_in_use),
-        kv_overflow=st.kv_overflow.at[i].max(blocks_in_use > params.cost.kv_blocks),
-        clock_regress=st.clock_regress.at[i].max((t_next < t) | (t_end < t_next)),
+        steps=st.steps + when.busy.astype(jnp.int32) + run.n_leap,
+        leaped=st.leaped + run.n_leap,
+        busy_s=st.busy_s.at[i].add(when.dur + run.busy_s),
+        kv_peak_blocks=st.kv_peak_blocks.at[i].max(run.kv_used),
+        kv_overflow=st.kv_overflow.at[i].max(run.kv_used > kv_blocks),
+        clock_regress=st.clock_regress.at[i].max((t_next < t) | (run.t_end < t_next)),
         preemptions=st.preemptions + jnp.sum(batch.preempted, dtype=jnp.int32),
         prefill_tokens=st.prefill_tokens + jnp.sum(jnp.where(batch.decode, 0, batch.tokens)),
         decode_tokens=(st.decode_tokens + jnp.sum(jnp.where(batch.decode, batch.tokens, 0))
-                       + leap_tokens),
-        window_overflow=jnp.maximum(st.window_overflow, outside),
-        max_running=st.max_running.at[i].max(n_running),
+                       + run.tokens),
+        window_overflow=jnp.maximum(st.window_overflow, a.outside),
+        max_running=st.max_running.at[i].max(adv.n_running),
         occupancy_s=st.occupancy_s + occupancy,
-        ended=ended_by_t + n_completed,
+        ended=ended_by_t + run.n_completed,
         slot_bound=st.slot_bound + batch.slot_bound.astype(jnp.int32),
-        stalled=st.stalled | stalled,
-        itl_hist=histogram.add(st.itl_hist, *gaps),
+        stalled=st.stalled | when.stalled,
+        itl_hist=histogram.add(st.itl_hist, *run.gaps),
     )
     if cfg.speculation:
         drafted = batch.decode & (batch.tokens > 1)
+        emitted = jnp.where(drafted, adv.e.generated - adv.generated0, 0)
         stats = stats.replace(
             spec_passes=st.spec_passes + jnp.sum(drafted),
             spec_proposed=st.spec_proposed + jnp.sum(jnp.where(drafted, batch.tokens - 1, 0)),
             spec_accepted=st.spec_accepted + jnp.sum(jnp.where(drafted, batch.accepted, 0)),
-            spec_emitted=st.spec_emitted + jnp.sum(jnp.where(drafted, e.generated - generated0,
-                                                             0)))
-    clock = state.clock.at[i].set(t_end)
+            spec_emitted=st.spec_emitted + jnp.sum(emitted))
+    return stats
+
+
+def _commit(state: SimState, wl: Workload, a: _Arrived, e: Entries, box, stats, run: _Skipped,
+            when: _Boundary, i, cfg: EngineConfig) -> SimState:
+    """The new state: instance i's entries and clock written back, done when every request
+    has ended, the scenario stalled or the clock passed the stop time."""
+    clock = state.clock.at[i].set(run.t_end)
+    t_end, stalled = run.t_end, when.stalled
     if cfg.n_instances == 1:
         entries = jax.tree.map(lambda one: one[None], e)
     else:  # done when every instance is empty, or every clock passed the stop time
         entries = jax.tree.map(lambda all_, one: all_.at[i].set(one), a.entries_all, e)
-        all_done = (next_req >= wl.n) & jnp.all(entries.status == EMPTY)
         t_end = jnp.min(clock)
-    stuck = state.stuck.at[i].set(~busy & (clock[i] <= t))
+    all_done = (a.next_req >= wl.n) & jnp.all(entries.status == EMPTY)
+    stuck = state.stuck.at[i].set(~when.busy & (clock[i] <= a.t))
     if cfg.n_instances > 1:  # every instance idle with nothing to wait for: nothing can move
         stalled = stalled | jnp.all(stuck)
         stats = stats.replace(stalled=stats.stalled | stalled)
-    new = SimState(
+    return SimState(
         clock=clock,
         entries=entries,
-        next_req=next_req,
+        next_req=a.next_req,
         outbox=box,
         stats=stats,
         done=all_done | stalled | (t_end >= wl.t_stop),
-        mid_ended=state.mid_ended.at[i].set(n_completed),
-        mid_blocks=state.mid_blocks.at[i].set(blocks_in_use),
+        mid_ended=state.mid_ended.at[i].set(run.n_completed),
+        mid_blocks=state.mid_blocks.at[i].set(run.kv_used),
         stuck=stuck,
     )
-    if cfg.prefix_cache:
-        new = new.replace(prefix=prefix_lib.store(state.prefix, pc, cfg, i))
-    info = {"t": t, "dur": jnp.where(state.done, 0.0, dur),
-            "tokens": jnp.where(state.done, 0, batch.tokens)}
-    info["req"] = jnp.where(info["tokens"] > 0, batch_req, -1)
-    info["preempted"] = jnp.where(batch.preempted & ~state.done, batch_req, -1)
-    return new, info

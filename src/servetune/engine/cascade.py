@@ -101,11 +101,6 @@ def land(e: Entries, t):
                                       e.status))
 
 
-def next_landing(e: Entries):
-    """[] earliest ready time of an INFLIGHT retry (inf when none)."""
-    return jnp.min(jnp.where(e.status == INFLIGHT, e.ready_at, jnp.inf))
-
-
 def retry_horizon(entries: Entries, clock, cost, cfg: EngineConfig):
     """[] a lower bound (seconds) on when any retry not yet on a large instance can be ready
     there: for a pending retry on small instance i, max(clock_i, finish + check); for a request

@@ -45,8 +45,9 @@ def land(e: Entries, t):
 
 
 def next_landing(e: Entries):
-    """[] earliest landing time of an INFLIGHT request (inf when none): event skipping stops
-    before the iteration that would see it."""
+    """[] earliest landing time of an INFLIGHT request (inf when none): a hand-off in transit
+    to a decode instance, or a cascade retry whose check verdict is pending. Event skipping
+    stops before the iteration that would see it."""
     return jnp.min(jnp.where(e.status == INFLIGHT, e.ready_at, jnp.inf))
 
 
