@@ -86,7 +86,8 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
                 path = base / path
         full = workload.load_trace(path, name=name)
         start = settings.number(cfg, "workload.start_s", lo=0, hi=MAX_SECONDS, default=0.0)
-        duration = settings.number(cfg, "workload.duration_s", lo=0, hi=MAX_SECONDS, allow_none=True)
+        duration = settings.number(cfg, "workload.duration_s", lo=0, hi=MAX_SECONDS,
+                                   allow_none=True)
         rate_scale = settings.number(cfg, "workload.rate_scale", lo=1e-9, hi=1e9, default=1.0)
         spec = replica_spec(cfg)
         start += replicas_lib.start_shift(spec, seed)
@@ -96,8 +97,9 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
                                  allow_none=True))
     elif kind == "synthetic":
         for part in ("prompt", "output"):
-            if not isinstance(settings.get(cfg, f"workload.{part}"), DictConfig):
-                raise ConfigError(f"workload.{part}: got {settings.get(cfg, f'workload.{part}')!r}; "
+            node = settings.get(cfg, f"workload.{part}")
+            if not isinstance(node, DictConfig):
+                raise ConfigError(f"workload.{part}: got {node!r}; "
                                   f"expected a mapping like {{dist: lognormal, mean: 1000, "
                                   f"cv: 1.0, min: 1, max: 6000}}")
         trace = workload.synthetic(
@@ -124,15 +126,17 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
 
 def replica_spec(cfg: DictConfig) -> replicas_lib.ReplicaSpec:
     """The `workload.replicas.*` settings, checked by key (all off where the section is absent)."""
-    if settings.get(cfg, "workload.replicas") is None:
+    node = settings.get(cfg, "workload.replicas")
+    if node is None:
         return replicas_lib.ReplicaSpec()
-    if not isinstance(settings.get(cfg, "workload.replicas"), DictConfig):
-        raise ConfigError(f"workload.replicas: got {settings.get(cfg, 'workload.replicas')!r}; expected "
-                          f"a mapping like {{block_s: 60, shift_s: 0, rate: 1, lengths: false}}")
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"workload.replicas: got {node!r}; expected a mapping like "
+                          f"{{block_s: 60, shift_s: 0, rate: 1, lengths: false}}")
     return replicas_lib.ReplicaSpec(
         block_s=settings.number(cfg, "workload.replicas.block_s", lo=1e-3, hi=MAX_SECONDS,
                         allow_none=True),
-        shift_s=settings.number(cfg, "workload.replicas.shift_s", lo=0, hi=MAX_SECONDS, default=0.0),
+        shift_s=settings.number(cfg, "workload.replicas.shift_s", lo=0, hi=MAX_SECONDS,
+                                default=0.0),
         rate=settings.number(cfg, "workload.replicas.rate", lo=1e-6, hi=1e3, default=1.0),
         lengths=settings.flag(cfg, "workload.replicas.lengths", False))
 
@@ -353,12 +357,27 @@ def _check_vllm_limits(pol, max_len: int) -> None:
                           f"expected at most engine.max_model_len = {max_len} (0 = off)")
 
 
-def build(cfg: DictConfig) -> Scenario:
-    """Validate `cfg` and build the scenario batch (seeds x grid points).
+@dataclasses.dataclass(frozen=True)
+class _Hardware:
+    """What the `hardware.*`, `model.*` and KV-memory keys of `engine.*` say: the GPU and model,
+    tensor parallelism, precisions (bits), KV block size and max_model_len (tokens), the cost
+    form, speculation's draft (or None), the KV capacity arguments and blocks."""
 
-    Every key is checked before anything is compiled or allocated on device; a bad value raises
-    ConfigError naming the key, the value and what was expected (TraceError for a bad trace)."""
-    _check_sections(cfg)
+    gpu: hardware.GPUSpec
+    model: hardware.ModelSpec
+    tp: int
+    weight_bits: int
+    kv_bits: int
+    block: int
+    max_len: int
+    form: str
+    draft: _Speculation | None
+    kv_args: dict
+    kv_blocks: int
+
+
+def _hardware_section(cfg: DictConfig) -> _Hardware:
+    """The GPU, the model, their precisions and the KV capacity they leave (blocks)."""
     gpu = hardware.lookup(hardware.GPUS, settings.get(cfg, "hardware.gpu"), "hardware.gpu")
     model = hardware.lookup(hardware.MODELS, settings.get(cfg, "model.name"), "model.name")
     tp = settings.number(cfg, "hardware.tp", lo=1, integer=True, default=1)
@@ -366,74 +385,84 @@ def build(cfg: DictConfig) -> Scenario:
     kvbits = settings.number(cfg, "model.kv_bits", integer=True, default=16)
     block = settings.number(cfg, "engine.block_size", lo=1, hi=4096, integer=True)
     max_len = settings.number(cfg, "engine.max_model_len", lo=1, hi=MAX_INT32, integer=True,
-                      allow_none=True)
+                              allow_none=True)
     max_len = model.max_context if max_len is None else max_len
     if max_len > model.max_context:
         raise ConfigError(f"engine.max_model_len: got {max_len}; {model.name} supports at most "
                           f"{model.max_context} tokens")
     form = settings.get(cfg, "cost.form", "roofline")
-    draft_spec = _speculation(cfg, model, form)
-    if draft_spec is not None:
-        for key, bits in (("speculation.draft_weight_bits", draft_spec.weight_bits),
-                          ("speculation.draft_kv_bits", draft_spec.kv_bits)):
+    draft = _speculation(cfg, model, form)
+    if draft is not None:
+        for key, bits in (("speculation.draft_weight_bits", draft.weight_bits),
+                          ("speculation.draft_kv_bits", draft.kv_bits)):
             if bits not in (4, 8, 16):
                 raise ConfigError(f"{key}: got {bits}; expected one of (4, 8, 16)")
-    extra = {} if draft_spec is None else {
-        "extra_weight_bytes": hardware.weight_bytes(draft_spec.draft, draft_spec.weight_bits),
-        "extra_kv_bytes_per_token": hardware.kv_bytes_per_token(draft_spec.draft,
-                                                                draft_spec.kv_bits)}
+    extra = {} if draft is None else {
+        "extra_weight_bytes": hardware.weight_bytes(draft.draft, draft.weight_bits),
+        "extra_kv_bytes_per_token": hardware.kv_bytes_per_token(draft.draft, draft.kv_bits)}
     kv_args = {
         "tp": tp, "weight_bits": wbits, "kv_bits": kvbits, "block_size": block,
-        "gpu_memory_utilization": settings.number(cfg, "engine.gpu_memory_utilization", lo=0, hi=1),
-        "activation_reserve_gib": settings.number(cfg, "engine.activation_reserve_gib", lo=0, hi=1e4),
+        "gpu_memory_utilization": settings.number(cfg, "engine.gpu_memory_utilization", lo=0,
+                                                  hi=1),
+        "activation_reserve_gib": settings.number(cfg, "engine.activation_reserve_gib", lo=0,
+                                                  hi=1e4),
         "max_model_len": max_len}
     kv_blocks = hardware.kv_capacity_blocks(gpu, model, **kv_args, **extra)
-    draft_cost = None
-    gpu_figures = None  # roofline only
-    qsection = settings.get(cfg, "quality")
-    qspec = quality.from_config(  # None when quality.enabled is false
-        None if qsection is None else OmegaConf.to_container(qsection),
-        {"weight_bits": wbits, "kv_bits": kvbits})
-    if form == "roofline":
+    return _Hardware(gpu, model, tp, wbits, kvbits, block, max_len, form, draft, kv_args,
+                     kv_blocks)
+
+
+def _cost_section(cfg: DictConfig, hw: _Hardware):
+    """(target cost params, draft cost params or None, the roofline's GPU figures or None, KV
+    blocks) from `cost.*` and `hardware.*`: the roofline of the model on the GPU, or the
+    linear model's coefficients (seconds) with its own KV capacity."""
+    kv_blocks, draft_cost, gpu_figures = hw.kv_blocks, None, None
+    if hw.form == "roofline":
         gpu_figures = {
             "flops_efficiency": settings.number(cfg, "hardware.flops_efficiency", lo=1e-6, hi=1),
-            "bandwidth_efficiency": settings.number(cfg, "hardware.bandwidth_efficiency", lo=1e-6, hi=1),
+            "bandwidth_efficiency": settings.number(cfg, "hardware.bandwidth_efficiency",
+                                                    lo=1e-6, hi=1),
             "overhead_s": settings.number(cfg, "hardware.overhead_s", lo=0, hi=MAX_SECONDS),
             "allreduce_latency_s": settings.number(cfg, "hardware.allreduce_latency_s", lo=0,
-                                        hi=MAX_SECONDS, default=0.0)}
+                                                   hi=MAX_SECONDS, default=0.0)}
         cost = hardware.roofline_cost_params(
-            gpu, model, tp=tp, weight_bits=wbits, kv_bits=kvbits, kv_blocks=kv_blocks,
-            **gpu_figures)
-        if draft_spec is not None:  # the draft runs on the same GPUs, as tensor parallel
+            hw.gpu, hw.model, tp=hw.tp, weight_bits=hw.weight_bits, kv_bits=hw.kv_bits,
+            kv_blocks=kv_blocks, **gpu_figures)
+        if hw.draft is not None:  # the draft runs on the same GPUs, as tensor parallel
             draft_cost = hardware.roofline_cost_params(
-                gpu, draft_spec.draft, tp=tp, weight_bits=draft_spec.weight_bits,
-                kv_bits=draft_spec.kv_bits, kv_blocks=kv_blocks,
-                **{**gpu_figures, "overhead_s": draft_spec.overhead_s})
-    elif form == "linear":
+                hw.gpu, hw.draft.draft, tp=hw.tp, weight_bits=hw.draft.weight_bits,
+                kv_bits=hw.draft.kv_bits, kv_blocks=kv_blocks,
+                **{**gpu_figures, "overhead_s": hw.draft.overhead_s})
+    elif hw.form == "linear":
+        seconds = lambda key: settings.number(cfg, key, lo=0, hi=MAX_SECONDS)
         cost = hardware.linear_cost_params(
-            base_s=settings.number(cfg, "cost.base_s", lo=0, hi=MAX_SECONDS),
-            per_prefill_token_s=settings.number(cfg, "cost.per_prefill_token_s", lo=0, hi=MAX_SECONDS),
-            per_decode_seq_s=settings.number(cfg, "cost.per_decode_seq_s", lo=0, hi=MAX_SECONDS),
-            per_ctx_token_s=settings.number(cfg, "cost.per_ctx_token_s", lo=0, hi=MAX_SECONDS),
+            base_s=seconds("cost.base_s"),
+            per_prefill_token_s=seconds("cost.per_prefill_token_s"),
+            per_decode_seq_s=seconds("cost.per_decode_seq_s"),
+            per_ctx_token_s=seconds("cost.per_ctx_token_s"),
             kv_blocks=settings.number(cfg, "cost.kv_blocks", lo=1, hi=MAX_INT32, integer=True,
-                              default=kv_blocks))
+                                      default=kv_blocks))
         # (a null cost.kv_blocks means: from hardware and model memory)
         kv_blocks = int(cost.kv_blocks)
     else:
-        raise ConfigError(f"cost.form: got {form!r}; expected roofline or linear")
+        raise ConfigError(f"cost.form: got {hw.form!r}; expected roofline or linear")
+    return cost, draft_cost, gpu_figures, kv_blocks
 
+
+def _policy_values(cfg: DictConfig) -> tuple[dict, str, object]:
+    """`policy.*` as {key: number} (null or inf: no limit, for the keys that may be
+    unlimited), its order and its score network (order neural), each value checked."""
     policy_cfg = OmegaConf.to_container(cfg.policy)
     order = policy_cfg.pop("order", "fcfs")
     if not isinstance(order, str):
         raise ConfigError(f"policy.order: got {order!r}; expected one of fcfs, sjf, parametric, "
                           f"neural, priority")
     score_net = policy_cfg.pop("score_net", None)  # order neural: weights or a JSON path
-    unlimited = UNLIMITED  # null or inf: no limit
     for k, v in policy_cfg.items():
         if isinstance(v, list):
             raise ConfigError(f"policy.{k}: got a list {v}; a policy value is one number -- to "
                               f"simulate several values in one call use grid.{k}={v}")
-        if k not in DEFAULTS or (v is None and k in unlimited):
+        if k not in DEFAULTS or (v is None and k in UNLIMITED):
             continue  # unknown keys: make_policy names them
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ConfigError(f"policy.{k}: got {v!r}; expected a number")
@@ -442,123 +471,156 @@ def build(cfg: DictConfig) -> Scenario:
         except OverflowError:  # an integer beyond float range
             raise ConfigError(f"policy.{k}: got an integer of {len(str(v))} digits; expected a "
                               f"number within float range") from None
-        if math.isinf(v) and k not in unlimited:
+        if math.isinf(v) and k not in UNLIMITED:
             raise ConfigError(f"policy.{k}: got {v!r}; expected a finite number (only "
-                              f"{', '.join(unlimited)} may be unlimited)")
-    policy_cfg = {k: (math.inf if v is None else v) for k, v in policy_cfg.items()}
+                              f"{', '.join(UNLIMITED)} may be unlimited)")
+    return {k: (math.inf if v is None else v) for k, v in policy_cfg.items()}, order, score_net
+
+
+def _policy_section(cfg: DictConfig):
+    """(policy params with leaves [P], the P grid points, the order) from `policy.*` and the
+    `grid.*` lists."""
+    values, order, score_net = _policy_values(cfg)
     points = grid_points(cfg)
     for key in (points[0] if points else {}):
         if key not in DEFAULTS:
             raise ConfigError(f"grid.{key}: not a policy parameter")
     columns = {k: [pt[k] for pt in points] for k in points[0]} if points[0] else {}
-    base = {k: np.full(len(points), v, dtype=np.float64) for k, v in policy_cfg.items()}
+    base = {k: np.full(len(points), v, dtype=np.float64) for k, v in values.items()}
     base.update(columns)
     if score_net is not None:
         base["score_net"] = score_net
-    pol = make_policy(base, order=order)
+    return make_policy(base, order=order), points, order
+
+
+def _choice(cfg: DictConfig, key: str, default: str, options) -> str:
+    value = settings.get(cfg, key, default)
+    if value not in options:
+        expected = (f"one of {options}" if not isinstance(options, tuple) or len(options) != 2
+                    else f"{options[0]} or {options[1]}")
+        raise ConfigError(f"{key}: got {value!r}; expected {expected}")
+    return value
+
+
+def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> EngineConfig:
+    """The engine's static configuration from `engine.*` (capacities, batching, KV layout and
+    pressure, instances and routing, prefix caching), checked against vLLM's own limits."""
     max_seqs = float(np.max(np.asarray(pol.max_num_seqs)))
     slots = settings.number(cfg, "engine.max_slots", lo=1, hi=MAX_CAPACITY, integer=True,
-                    allow_none=True)
+                            allow_none=True)
     if slots is None:  # exact: room for every sequence the policy may run
         if max_seqs > MAX_CAPACITY:
             raise ConfigError(f"engine.max_slots: null sizes the slots to policy.max_num_seqs = "
                               f"{max_seqs:g}, expected at most {MAX_CAPACITY}; set "
                               f"engine.max_slots (admissions it holds back are counted)")
         slots = math.ceil(max_seqs)
-    batching = settings.get(cfg, "engine.batching", "continuous")
+    routing = _choice(cfg, "engine.routing", "round_robin", ROUTERS)
+    kv_pressure = _choice(cfg, "engine.kv_pressure", "preempt", POLICIES)
     layout = settings.get(cfg, "engine.kv_layout", "paged")
-    routing = settings.get(cfg, "engine.routing", "round_robin")
-    if routing not in ROUTERS:
-        raise ConfigError(f"engine.routing: got {routing!r}; expected one of {ROUTERS}")
-    kv_pressure = settings.get(cfg, "engine.kv_pressure", "preempt")
-    if kv_pressure not in POLICIES:
-        raise ConfigError(f"engine.kv_pressure: got {kv_pressure!r}; expected one of {POLICIES}")
     if kv_pressure == "compress" and layout != "paged":
         raise ConfigError("engine.kv_pressure: compress needs engine.kv_layout=paged")
-    if batching not in ("continuous", "static"):
-        raise ConfigError(f"engine.batching: got {batching!r}; expected continuous or static")
-    if layout not in ("paged", "contiguous"):
-        raise ConfigError(f"engine.kv_layout: got {layout!r}; expected paged or contiguous")
+    batching = _choice(cfg, "engine.batching", "continuous", ("continuous", "static"))
+    layout = _choice(cfg, "engine.kv_layout", "paged", ("paged", "contiguous"))
+    count = lambda key, hi, default, lo=1: settings.number(cfg, key, lo=lo, hi=hi, integer=True,
+                                                           default=default)
     engine = EngineConfig(
-        max_slots=slots,
-        queue_window=settings.number(cfg, "engine.queue_window", lo=1, hi=MAX_CAPACITY, integer=True),
-        block_size=block, max_model_len=max_len, batching=batching, kv_layout=layout,
-        chunked_prefill=settings.flag(cfg, "engine.chunked_prefill", True), cost_form=form,
-        outbox=settings.number(cfg, "engine.outbox", lo=1, hi=MAX_CAPACITY, integer=True, default=2048),
-        max_steps_per_chunk=settings.number(cfg, "engine.max_steps_per_chunk", lo=1, hi=MAX_INT32,
-                                    integer=True, default=200_000),
-        drain_per_step=settings.number(cfg, "engine.drain_per_step", lo=1, hi=MAX_VECTOR, integer=True,
-                               default=8),
-        leap_max=settings.number(cfg, "engine.leap_max", lo=0, hi=MAX_VECTOR, integer=True, default=64),
+        max_slots=slots, queue_window=count("engine.queue_window", MAX_CAPACITY, None),
+        block_size=hw.block, max_model_len=hw.max_len, batching=batching, kv_layout=layout,
+        chunked_prefill=settings.flag(cfg, "engine.chunked_prefill", True), cost_form=hw.form,
+        outbox=count("engine.outbox", MAX_CAPACITY, 2048),
+        max_steps_per_chunk=count("engine.max_steps_per_chunk", MAX_INT32, 200_000),
+        drain_per_step=count("engine.drain_per_step", MAX_VECTOR, 8),
+        leap_max=count("engine.leap_max", MAX_VECTOR, 64, lo=0),
         kv_pressure=kv_pressure,
-        n_instances=settings.number(cfg, "engine.n_instances", lo=1, hi=MAX_INSTANCES, integer=True,
-                            default=1),
+        n_instances=count("engine.n_instances", MAX_INSTANCES, 1),
         routing=routing,
-        route_window=settings.number(cfg, "engine.route_window", lo=1, hi=MAX_VECTOR, integer=True,
-                             default=64),
-        prefill_instances=settings.number(cfg, "engine.prefill_instances", lo=0, hi=MAX_INSTANCES,
-                                  integer=True, default=0),
+        route_window=count("engine.route_window", MAX_VECTOR, 64),
+        prefill_instances=count("engine.prefill_instances", MAX_INSTANCES, 0, lo=0),
         scheduler_reserve_full_isl=settings.flag(cfg, "engine.scheduler_reserve_full_isl", True),
         long_prefill_token_threshold_adaptive=settings.flag(
             cfg, "engine.long_prefill_token_threshold_adaptive", False),
-        **_prefix_engine(cfg, block, layout, kv_blocks))
+        **_prefix_engine(cfg, hw.block, layout, kv_blocks))
+    _check_engine_limits(engine, pol, kv_blocks)
+    return engine
+
+
+def _check_engine_limits(engine: EngineConfig, pol, kv_blocks: int) -> None:
+    """What vLLM refuses to start with: budgets below the sequence cap, prompts that chunked
+    prefill off could never schedule, KV too small for one max_model_len sequence; and a
+    disaggregated engine without a decode instance."""
+    max_len, block = engine.max_model_len, engine.block_size
     _check_vllm_limits(pol, max_len)
     budget = float(np.min(np.asarray(pol.max_num_batched_tokens)))
-    if batching == "continuous" and not engine.chunked_prefill and budget < max_len:
+    if engine.batching == "continuous" and not engine.chunked_prefill and budget < max_len:
         raise ConfigError(
             f"policy.max_num_batched_tokens: {budget:g} is below engine.max_model_len = {max_len} "
             f"with engine.chunked_prefill=false, so long prompts could never be scheduled (vLLM "
             f"refuses this too); raise it, lower engine.max_model_len or enable chunked prefill")
-    lone_blocks = engine.max_blocks_per_request
-    if lone_blocks > kv_blocks:  # vLLM refuses to start then (the watermark does not apply
-        # to an admission into an empty engine)
+    if engine.max_blocks_per_request > kv_blocks:  # vLLM refuses to start then (the watermark
+        # does not apply to an admission into an empty engine)
         raise ConfigError(
             f"cost.kv_blocks: {kv_blocks} blocks of {block} tokens cannot hold one "
-            f"max_model_len = {max_len} sequence ({lone_blocks} blocks); "
+            f"max_model_len = {max_len} sequence ({engine.max_blocks_per_request} blocks); "
             f"raise it or lower engine.max_model_len")
     if engine.prefill_instances and engine.prefill_instances >= engine.n_instances:
         raise ConfigError(f"engine.prefill_instances: got {engine.prefill_instances} of "
                           f"engine.n_instances = {engine.n_instances}; expected fewer, so that "
                           f"at least one instance decodes (0 = colocated)")
-    price = settings.number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE, allow_none=True)
-    price = gpu.price_per_gpu_hour if price is None else price
-    # model cascade (servetune.cascade_config): a small-model pool; cost params get an instance axis
+
+
+def _cascade_section(cfg: DictConfig, engine: EngineConfig, hw: _Hardware, cost, kv_blocks,
+                     gpu_figures, price, qspec):
+    """The model cascade (servetune.cascade_config) when configured: (engine, cost params with
+    an instance axis, CascadeSpec or None, the quality spec with its tier component)."""
     casc, cost, small_n = cascade_lib.from_config(
-        cfg, n_instances=engine.n_instances, large_gpu=gpu, large_model=model, large_tp=tp,
-        large_price=price, large_cost=cost, large_kv_blocks=kv_blocks, kv_args=kv_args,
-        gpu_figures=gpu_figures, incompatible={
+        cfg, n_instances=engine.n_instances, large_gpu=hw.gpu, large_model=hw.model,
+        large_tp=hw.tp, large_price=price, large_cost=cost, large_kv_blocks=kv_blocks,
+        kv_args=hw.kv_args, gpu_figures=gpu_figures, incompatible={
             "engine.prefill_instances": engine.prefill_instances > 0,
             "engine.prefix_cache": engine.prefix_cache,
-            "speculation.draft": draft_spec is not None})
-    if casc is not None:
-        engine = dataclasses.replace(engine, cascade_small_instances=small_n)
-        qspec = cascade_lib.tier_quality(qspec)
-        for pool, blocks in (("large", casc.large_kv_blocks), ("small", casc.small_kv_blocks)):
-            if lone_blocks > blocks:  # a retry admissible on the small pool must be on the large
-                raise ConfigError(
-                    f"engine.max_model_len: the {pool} pool's {blocks} KV blocks cannot hold one "
-                    f"engine.max_model_len = {max_len} sequence ({lone_blocks} blocks); "
-                    f"lower it")
-    if order == "priority":
-        engine = _priority_engine(engine, casc is not None)
+            "speculation.draft": hw.draft is not None})
+    if casc is None:
+        return engine, cost, None, qspec
+    engine = dataclasses.replace(engine, cascade_small_instances=small_n)
+    lone_blocks = engine.max_blocks_per_request
+    for pool, blocks in (("large", casc.large_kv_blocks), ("small", casc.small_kv_blocks)):
+        if lone_blocks > blocks:  # a retry admissible on the small pool must be on the large
+            raise ConfigError(
+                f"engine.max_model_len: the {pool} pool's {blocks} KV blocks cannot hold one "
+                f"engine.max_model_len = {engine.max_model_len} sequence ({lone_blocks} "
+                f"blocks); lower it")
+    return engine, cost, casc, cascade_lib.tier_quality(qspec)
+
+
+def _with_links(cfg: DictConfig, cost, n_params: int):
+    """Cost params with the KV transfer link (`hardware.kv_link_*`, bytes/s and seconds),
+    every leaf broadcast over the P policy points."""
     cost = cost.replace(
         link_bytes_per_s=jnp.asarray(settings.number(cfg, "hardware.kv_link_bytes_per_s", lo=1,
-                                             hi=1e15, default=25e9), jnp.float64),
+                                                     hi=1e15, default=25e9), jnp.float64),
         link_latency_s=jnp.asarray(settings.number(cfg, "hardware.kv_link_latency_s", lo=0,
-                                           hi=MAX_SECONDS, default=1e-4), jnp.float64))
-    n_params = len(points)
-    widen = lambda tree: jax.tree.map(
-        lambda x: jnp.broadcast_to(x, (n_params,) + jnp.shape(x)), tree)
-    cost = widen(cost)
-    draft_cost = None if draft_cost is None else widen(draft_cost)
+                                                   hi=MAX_SECONDS, default=1e-4), jnp.float64))
+    return _widen(cost, n_params)
 
+
+def _widen(tree, n_params: int):
+    """Every leaf of `tree` broadcast to a leading axis of n_params (None stays None)."""
+    if tree is None:
+        return None
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (n_params,) + jnp.shape(x)), tree)
+
+
+def _traces_section(cfg: DictConfig, engine: EngineConfig, qspec, casc):
+    """(seeds [S], request traces [S] with every per-seed draw, predicted outputs [S] (tokens))
+    from `seed`, `seeds`, `workload.*`: a replayed trace is one scenario for every seed unless
+    replicas resample it per seed; patience, compression, quality and cascade draws are per
+    seed."""
     seed0 = settings.number(cfg, "seed", lo=0, hi=2**63 - 1, integer=True, default=0)
     n_seeds = settings.number(cfg, "seeds", lo=1, hi=MAX_SEEDS, integer=True, default=1)
     seeds = [seed0 + k for k in range(n_seeds)]
     sigma = settings.number(cfg, "workload.predictor.sigma", lo=0, default=0.0)
     bias = settings.number(cfg, "workload.predictor.bias", lo=1e-9, default=1.0)
     traces, preds = [], []
-    # a replayed trace is one scenario for every seed, unless replicas resample it per seed
     per_seed = settings.get(cfg, "workload.kind") == "synthetic" or replica_spec(cfg).active
     replayed = None if per_seed else load_workload(cfg, seeds[0])
     for s in seeds:
@@ -566,28 +628,43 @@ def build(cfg: DictConfig) -> Scenario:
         tr = _with_abandonment(cfg, tr, s)  # patience draws differ per seed
         traces.append(tr)
         preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
-    if engine.kv_pressure == "compress":  # per seed: the compression quality check's draw
+    if engine.kv_pressure == "compress":  # the compression quality check's draw
         traces = [dataclasses.replace(tr, compress_u=np.random.default_rng([s, 7177]).random(
             len(tr))) for tr, s in zip(traces, seeds)]
-    if qspec is not None:  # per seed: difficulty and the quality check's uniform draw (CRN)
-        traces = [dataclasses.replace(tr, **dict(zip(("difficulty", "quality_u"), quality.draws(
-            len(tr), s, qspec.difficulty, tr.difficulty, tr.name)))) for tr, s in zip(traces, seeds)]
-    if casc is not None:  # per seed: the router's predicted difficulty, small-answer failures
+    if qspec is not None:  # difficulty and the quality check's uniform draw (CRN)
+        draws = lambda tr, s: dict(zip(("difficulty", "quality_u"), quality.draws(
+            len(tr), s, qspec.difficulty, tr.difficulty, tr.name)))
+        traces = [dataclasses.replace(tr, **draws(tr, s)) for tr, s in zip(traces, seeds)]
+    if casc is not None:  # the router's predicted difficulty, small-answer failures
         traces = [cascade_lib.with_draws(tr, qspec, casc, s) for tr, s in zip(traces, seeds)]
-    if _prefix_by_default(cfg, engine, traces, draft_spec is not None):
+    return seeds, traces, preds
+
+
+def _with_prefix_cache(cfg: DictConfig, engine: EngineConfig, traces, kv_blocks: int,
+                       speculation: bool) -> EngineConfig:
+    """The engine with prefix caching on by default where the traces carry block ids, and
+    refused with the mechanisms whose block accounting does not track shared references."""
+    if _prefix_by_default(cfg, engine, traces, speculation):
         engine = dataclasses.replace(engine, **_prefix_engine(cfg, engine.block_size,
                                                               engine.kv_layout, kv_blocks,
                                                               auto=True))
-    if engine.prefix_cache:
-        for key, combined in (("engine.n_instances", engine.n_instances > 1),
-                              ("engine.kv_pressure", engine.kv_pressure != "preempt"),
-                              ("speculation.draft", draft_spec is not None)):
-            if combined:  # their block accounting does not track shared cache references yet
-                raise ConfigError(f"{key}: not supported together with engine.prefix_cache "
-                                  f"yet; turn one of them off")
-    if engine.prefix_cache and any(tr.hash_ids is None for tr in traces):
+    if not engine.prefix_cache:
+        return engine
+    for key, combined in (("engine.n_instances", engine.n_instances > 1),
+                          ("engine.kv_pressure", engine.kv_pressure != "preempt"),
+                          ("speculation.draft", speculation)):
+        if combined:
+            raise ConfigError(f"{key}: not supported together with engine.prefix_cache "
+                              f"yet; turn one of them off")
+    if any(tr.hash_ids is None for tr in traces):
         raise ConfigError(f"engine.prefix_cache: the workload {traces[0].name} has no prefix "
                           f"block ids (a Mooncake trace's hash_ids); expected a trace with them")
+    return engine
+
+
+def _metrics_section(cfg: DictConfig, traces, hw: _Hardware, engine: EngineConfig, price,
+                     kv_blocks, qspec, casc) -> tuple[MetricsSpec, float]:
+    """(MetricsSpec from `slo.*`, `window.*` and the price, drain limit in seconds)."""
     drain = settings.number(cfg, "window.drain_s", lo=0)  # finite: the drain limit bounds the run
     warmup = settings.number(cfg, "window.warmup_s", lo=0, hi=MAX_SECONDS, default=0.0)
     for tr in traces:
@@ -595,28 +672,59 @@ def build(cfg: DictConfig) -> Scenario:
             raise ConfigError(f"window.warmup_s: {warmup} s is past the last arrival "
                               f"({tr.arrival[-1]:.1f} s) of {tr.name}; nothing would be counted")
     slo = lambda k: settings.number(cfg, f"slo.{k}", lo=0, allow_none=True)
-    spec = MetricsSpec(slo_ttft_s=slo("ttft_s"), slo_tpot_s=slo("tpot_s"), slo_e2e_s=slo("e2e_s"),
-                       warmup_s=warmup,
-                       kv_compress_fail_prob=settings.number(cfg, "engine.kv_compress_fail_prob", lo=0,
-                                                     hi=1, default=0.0),
-                       price_per_gpu_hour=price if casc is None else casc.price_per_gpu_hour,
-                       n_gpus=tp * engine.n_instances if casc is None else casc.n_gpus,
-                       kv_blocks=kv_blocks, quality=qspec, cascade=casc)
+    spec = MetricsSpec(
+        slo_ttft_s=slo("ttft_s"), slo_tpot_s=slo("tpot_s"), slo_e2e_s=slo("e2e_s"),
+        warmup_s=warmup,
+        kv_compress_fail_prob=settings.number(cfg, "engine.kv_compress_fail_prob", lo=0, hi=1,
+                                              default=0.0),
+        price_per_gpu_hour=price if casc is None else casc.price_per_gpu_hour,
+        n_gpus=hw.tp * engine.n_instances if casc is None else casc.n_gpus,
+        kv_blocks=kv_blocks, quality=qspec, cascade=casc)
+    return spec, drain
+
+
+def build(cfg: DictConfig) -> Scenario:
+    """Validate `cfg` and build the scenario batch (seeds x grid points).
+
+    Every key is checked before anything is compiled or allocated on device; a bad value raises
+    ConfigError naming the key, the value and what was expected (TraceError for a bad trace).
+    Sections are read in a fixed order: hardware and model, quality, cost, policy and grid,
+    engine, price, cascade, workloads, window and SLOs."""
+    _check_sections(cfg)
+    hw = _hardware_section(cfg)
+    qsection = settings.get(cfg, "quality")
+    qspec = quality.from_config(  # None when quality.enabled is false
+        None if qsection is None else OmegaConf.to_container(qsection),
+        {"weight_bits": hw.weight_bits, "kv_bits": hw.kv_bits})
+    cost, draft_cost, gpu_figures, kv_blocks = _cost_section(cfg, hw)
+    pol, points, order = _policy_section(cfg)
+    engine = _engine_section(cfg, pol, hw, kv_blocks)
+    price = settings.number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE,
+                            allow_none=True)
+    price = hw.gpu.price_per_gpu_hour if price is None else price
+    engine, cost, casc, qspec = _cascade_section(cfg, engine, hw, cost, kv_blocks, gpu_figures,
+                                                 price, qspec)
+    if order == "priority":
+        engine = _priority_engine(engine, casc is not None)
+    cost = _with_links(cfg, cost, len(points))
+    seeds, traces, preds = _traces_section(cfg, engine, qspec, casc)
+    engine = _with_prefix_cache(cfg, engine, traces, kv_blocks, hw.draft is not None)
+    spec, drain = _metrics_section(cfg, traces, hw, engine, price, kv_blocks, qspec, casc)
     if any(tr.gives_up for tr in traces):  # the engine checks for give-ups only when needed
         engine = dataclasses.replace(engine, abandonment=True)
-    if draft_spec is not None:
+    if hw.draft is not None:
         n_classes = len(traces[0].class_names)
-        if len(draft_spec.acceptance) not in (1, n_classes):
-            raise ConfigError(f"speculation.acceptance: got {len(draft_spec.acceptance)} rates; "
+        if len(hw.draft.acceptance) not in (1, n_classes):
+            raise ConfigError(f"speculation.acceptance: got {len(hw.draft.acceptance)} rates; "
                               f"expected one, or one per request class {traces[0].class_names}")
         engine = dataclasses.replace(engine, speculation=True)
     return Scenario(
         traces=traces, seeds=seeds,
         workloads=stack_workloads(traces, preds, drain, engine, seeds=seeds,
-                                  spec_alpha=None if draft_spec is None else draft_spec.acceptance),
-        params=Params(policy=pol, cost=cost, draft=draft_cost), grid_points=points,
-        engine=engine, metrics=spec,
-        labels={"gpu": gpu.name, "model": model.name, "tp": tp, "workload": traces[0].name,
-                "kv_blocks": kv_blocks, "order": order,
-                "draft": None if draft_spec is None else draft_spec.draft.name,
+                                  spec_alpha=None if hw.draft is None else hw.draft.acceptance),
+        params=Params(policy=pol, cost=cost, draft=_widen(draft_cost, len(points))),
+        grid_points=points, engine=engine, metrics=spec,
+        labels={"gpu": hw.gpu.name, "model": hw.model.name, "tp": hw.tp,
+                "workload": traces[0].name, "kv_blocks": kv_blocks, "order": order,
+                "draft": None if hw.draft is None else hw.draft.draft.name,
                 "cascade_small_model": None if casc is None else casc.small_model})
