@@ -1,8 +1,17 @@
+import getpass
 import os
 import sys
+import tempfile
 
 # Keep CPU tests single-device and quiet; set before JAX initializes.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# JAX's persistent compilation cache, shared by the xdist workers, the CLI processes the tests
+# start and later runs: many test modules compile the same simulator programs (each module's
+# in-memory programs are released when it ends, see below), and a program compiled once is
+# then read back instead of compiled again. Set JAX_COMPILATION_CACHE_DIR to use another.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"servetune-tests-jax-cache-{getpass.getuser()}"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
 sys.path.insert(0, os.path.dirname(__file__))
 
 # Hypothesis profiles for tests/test_properties.py: "ci" (the default) is fast and derandomized
@@ -32,3 +41,63 @@ def _release_compiled_programs():
 
     jax.clear_caches()
     gc.collect()
+
+
+# ---- the suite's compilations: counted in each process (xdist workers report theirs to the
+# controller) and printed at the end, so a change that compiles the simulator more is seen
+_COMPILES = {"count": 0, "seconds": 0.0, "simulator": 0, "simulator_seconds": 0.0,
+             "cache_hits": 0, "saved_seconds": 0.0}
+_SIMULATOR_MIN_S = 1.0  # a compilation this long is a simulator loop (small ops take ms)
+
+
+# jax.monitoring's event names: a compilation, a program read from the persistent cache, and
+# the compile time that saved
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+_SAVED_EVENT = "/jax/compilation_cache/compile_time_saved_sec"
+
+
+def _on_event(event: str, **_):
+    if event == _HIT_EVENT:
+        _COMPILES["cache_hits"] += 1
+
+
+def _on_compile(event: str, duration: float, **_):
+    if event == _SAVED_EVENT:
+        _COMPILES["saved_seconds"] += duration
+    if event == _COMPILE_EVENT:
+        _COMPILES["count"] += 1
+        _COMPILES["seconds"] += duration
+        if duration >= _SIMULATOR_MIN_S:
+            _COMPILES["simulator"] += 1
+            _COMPILES["simulator_seconds"] += duration
+
+
+def pytest_configure(config):
+    import jax.monitoring
+
+    jax.monitoring.register_event_duration_secs_listener(_on_compile)
+    jax.monitoring.register_event_listener(_on_event)
+    config._compiles_total = dict.fromkeys(_COMPILES, 0)
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the counts over
+        session.config.workeroutput["compiles"] = dict(_COMPILES)
+
+
+def pytest_testnodedown(node, error):
+    totals = node.config._compiles_total
+    for key, value in getattr(node, "workeroutput", {}).get("compiles", {}).items():
+        totals[key] += value
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    totals = config._compiles_total
+    if not any(totals.values()):  # not distributed: this process's own counts
+        totals = _COMPILES
+    terminalreporter.write_line(
+        f"XLA compilations: {totals['count']} ({totals['seconds']:.0f} s), of which "
+        f"{totals['simulator']} simulator-sized (>= {_SIMULATOR_MIN_S:.0f} s each, "
+        f"{totals['simulator_seconds']:.0f} s); {totals['cache_hits']} programs read from the "
+        f"persistent cache ({totals['saved_seconds']:.0f} s of compilation saved)")

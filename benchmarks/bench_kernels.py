@@ -1,0 +1,193 @@
+"""Kernels per iteration and compiled speed of the core loop, for two source trees side by side.
+
+On XLA:CPU an iteration costs about 0.2-0.3 us per kernel (thunk) of the compiled while-loop
+body, whatever the arrays' widths, so the kernel count of the body is the figure that bounds
+the simulator's speed. This benchmark compiles `run_chunk` (one scenario) for a few engine
+configurations and counts the kernels of its loop body: every instruction of the body's
+computation except parameters, tuples and their elements, constants and bitcasts, with a
+conditional counted as 1 + its largest branch and a nested loop as 1 + its body. It then times
+the Azure conversation hour (one scenario, compiled) and 10,000 Poisson requests.
+
+    python benchmarks/bench_kernels.py                       # this tree
+    python benchmarks/bench_kernels.py --baseline a934457    # and a git revision, alternated
+
+With --baseline the revision is checked out into a temporary worktree and each measurement
+runs in a fresh process per tree, the trees alternating `--repeats` times, so both see the
+same machine load; the figures are reported as medians and as new/baseline ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CONFIGS = {  # name -> overrides (every one also gets the short-trace base below)
+    "default": [],
+    "prefix_cache": ["workload=mooncake_conv", "engine.prefix_cache=true"],
+    "two_instances": ["engine.n_instances=2"],
+}
+SKIP = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast"}
+
+
+def _computations(hlo: str) -> dict[str, list[str]]:
+    """HLO module text -> {computation name: its instruction lines}."""
+    comps, name = {}, None
+    for line in hlo.splitlines():
+        head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if head and not line.startswith(" "):
+            name = head.group(1)
+            comps[name] = []
+        elif name and line.startswith("  ") and "=" in line:
+            comps[name].append(line.strip())
+    return comps
+
+
+def _opcode(line: str) -> str:
+    """The opcode of an HLO instruction line `%name = TYPE opcode(operands), attributes`."""
+    rhs = line.split("=", 1)[1].strip()
+    if rhs.startswith("("):  # a tuple type: skip to its closing parenthesis
+        depth = 0
+        for k, ch in enumerate(rhs):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0:
+                rhs = rhs[k + 1:].strip()
+                break
+    else:
+        rhs = rhs.split(" ", 1)[1].strip()
+    return rhs.split("(", 1)[0].strip()
+
+
+def kernels(comps: dict, name: str) -> int:
+    """Kernels one execution of computation `name` launches (conditionals: the largest branch;
+    nested loops: one trip)."""
+    total = 0
+    for line in comps.get(name, []):
+        op = _opcode(line)
+        if op in SKIP:
+            continue
+        total += 1
+        if op == "conditional":
+            branches = re.findall(r"(?:branch_computations=\{([^}]*)\}|"
+                                  r"(?:true|false)_computation=%?([\w.\-]+))", line)
+            names = [n.strip().lstrip("%") for a, b in branches for n in (a.split(",") if a else [b])]
+            total += max((kernels(comps, n) for n in names if n), default=0)
+        elif op == "while":
+            body = re.search(r"body=%?([\w.\-]+)", line)
+            total += kernels(comps, body.group(1)) if body else 0
+        elif op == "call":
+            callee = re.search(r"to_apply=%?([\w.\-]+)", line)
+            total += kernels(comps, callee.group(1)) if callee else 0
+    return total
+
+
+def loop_body_kernels(hlo: str) -> int:
+    """Kernels of the outermost while loop's body in the entry computation."""
+    comps = _computations(hlo)
+    entry = next(n for n in comps if re.search(rf"^ENTRY %?{re.escape(n)}\b", hlo,
+                                                  re.MULTILINE))
+    for line in comps[entry]:
+        if _opcode(line) == "while":
+            return kernels(comps, re.search(r"body=%?([\w.\-]+)", line).group(1))
+    raise RuntimeError("no while loop in the entry computation")
+
+
+def measure(what: str) -> dict:
+    """One measurement in this process (this tree): `kernels` or `speed`."""
+    import jax
+
+    from servetune.api import compose, simulate_batch
+    from servetune.scenario import build
+
+    try:
+        from servetune.loop import init_state, run_chunk
+    except ImportError:  # a tree from before the loop/driver split (a baseline)
+        from servetune.simulate import init_state, run_chunk
+
+    base = ["output.progress=false", "model=llama3_8b", "hardware=h100", "policy=vllm_default"]
+    if what == "kernels":
+        out = {}
+        for name, overrides in CONFIGS.items():
+            sc = build(compose(base + ["workload.duration_s=30", *overrides]))
+            one = lambda t: jax.tree.map(lambda x: x[0], t)
+            wl, params = one(sc.workloads), one(sc.params)
+            state = init_state(wl, params, sc.engine)
+            hlo = jax.jit(run_chunk, static_argnames=("cfg",)).lower(
+                state, wl, params, cfg=sc.engine).compile().as_text()
+            out[name] = loop_body_kernels(hlo)
+        return out
+    runs = {"azure_conv_hour": ["workload=azure_conv", "workload.duration_s=null"],
+            "poisson_10k": ["workload=poisson", "workload.rate=10", "workload.duration_s=1000"]}
+    out = {}
+    for name, overrides in runs.items():
+        sc = build(compose(base + overrides))
+        simulate_batch(sc)  # compile
+        start = time.perf_counter()
+        res = simulate_batch(sc)
+        out[name] = time.perf_counter() - start
+        out[name + "_iterations"] = int(res.metrics[0]["iterations"])
+    return out
+
+
+def _run_in(src: Path, what: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    done = subprocess.run([sys.executable, __file__, "--measure", what], env=env,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"measuring {what} in {src} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline", help="a git revision to compare with, side by side")
+    ap.add_argument("--repeats", type=int, default=3, help="alternations of the speed runs")
+    ap.add_argument("--measure", choices=("kernels", "speed"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure)))
+        return
+    repo = Path(__file__).resolve().parents[1]
+    trees = {"this tree": repo / "src"}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.baseline:
+            subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", tmp,
+                            args.baseline], check=True, capture_output=True)
+            trees = {f"baseline {args.baseline}": Path(tmp) / "src", **trees}
+        try:
+            kern = {name: _run_in(src, "kernels") for name, src in trees.items()}
+            speed = {name: [] for name in trees}
+            for _ in range(args.repeats):
+                for name, src in trees.items():
+                    speed[name].append(_run_in(src, "speed"))
+        finally:
+            if args.baseline:
+                subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", tmp],
+                               check=False, capture_output=True)
+    print("kernels in the compiled loop body (one scenario):")
+    for name, k in kern.items():
+        print(f"  {name:>24}: " + "  ".join(f"{c} {n}" for c, n in k.items()))
+    print(f"compiled seconds (median of {args.repeats}):")
+    medians = {}
+    for name, runs in speed.items():
+        medians[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        m = medians[name]
+        print(f"  {name:>24}: azure_conv hour {m['azure_conv_hour']:.3f} s "
+              f"({m['azure_conv_hour_iterations']:,} iterations) | 10k Poisson "
+              f"{m['poisson_10k']:.3f} s ({m['poisson_10k_iterations']:,} iterations)")
+    if args.baseline:
+        old, new = medians.values()
+        print("ratios this tree / baseline: " + ", ".join(
+            f"{k} {new[k] / old[k]:.3f}" for k in ("azure_conv_hour", "poisson_10k")))
+
+
+if __name__ == "__main__":
+    main()
