@@ -140,3 +140,26 @@ def test_no_private_name_is_imported_across_modules():
 def test_public_names_are_not_module_names(public):
     assert f"servetune.{public}" not in MODULES
     assert getattr(servetune, public) is not None
+
+
+def test_random_streams_are_distinct_and_only_in_their_table():
+    from servetune import streams
+
+    assert len(set(streams.ALL.values())) == len(streams.ALL) >= 10
+    draws = [f"{MODULES[name].name}" for name in MODULES if name != "servetune.streams"
+             for line in MODULES[name].read_text().splitlines()
+             if "default_rng([" in line and "iteration" not in line and "domain" not in line]
+    assert draws == []  # (ES's noise is indexed by iteration, the oracle's by token domain)
+
+
+def test_policy_fields_are_one_table():
+    import dataclasses
+
+    from servetune import policy
+    from servetune.types import PolicyParams
+
+    declared = [f.name for f in dataclasses.fields(PolicyParams) if f.name != "score_net"]
+    assert declared == list(policy.FIELDS)
+    assert all(f.lo <= f.default <= f.hi for f in policy.FIELDS.values())
+    assert all(f.unlimited or f.default < float("inf") for f in policy.FIELDS.values())
+    assert policy.make_policy().max_num_seqs == policy.FIELDS["max_num_seqs"].default

@@ -38,14 +38,13 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from servetune import hardware, settings
+from servetune import hardware, settings, streams
 from servetune.errors import ConfigError
 from servetune.quality import QualityModel, QualitySpec
 from servetune.types import TIER_LARGE, TIER_RETRIED, TIER_SMALL, CostParams
 
 DEFAULT_TIER = {"large": 0.0, "small": 0.15}
 DEFAULT_BINS = (0.0, 1.0 / 3.0, 2.0 / 3.0, 1.0)
-_STREAM_PRED = 0x51A3  # numpy stream of the router's predictor noise (distinct from quality's)
 _EPS = 1e-9  # difficulty is clipped to [eps, 1 - eps] before the logit
 
 
@@ -98,7 +97,7 @@ def predicted_difficulty(difficulty, sigma: float, seed: int) -> np.ndarray:
     """[N] the router's difficulty estimates in (0, 1): sigmoid(logit(d) + sigma z), z standard
     normal from the seed's predictor stream."""
     d = np.clip(np.asarray(difficulty, np.float64), _EPS, 1.0 - _EPS)
-    z = np.random.default_rng([seed, _STREAM_PRED]).standard_normal(len(d))
+    z = streams.rng(seed, streams.CASCADE_PRED).standard_normal(len(d))
     x = np.log(d) - np.log1p(-d) + sigma * z
     return np.clip(1.0 / (1.0 + np.exp(-x)), 1e-12, 1.0 - 1e-12)
 

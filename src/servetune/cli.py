@@ -19,6 +19,7 @@ from servetune.errors import exit_on_user_error
 from servetune.progress import console as progress_console
 from servetune.progress import simulation_progress
 from servetune.reporting.cli import main as report_main
+from servetune.reporting.numbers import fmt
 from servetune.reporting.summary import grid_summary, summary
 from servetune.scenario import build
 from servetune.tuning import tune
@@ -122,11 +123,10 @@ def run_tune(cfg: DictConfig):
     for c in cols:
         table.add_column(c, justify="left" if c in ("policy", "split") else "right")
     for row in result.evaluation.to_dict("records"):
-        table.add_row(*[f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c])
-                        for c in cols])
+        table.add_row(*[fmt(row[c]) for c in cols])
     console.print(table)
     shown = lambda k, v: (f"{k}=[{len(v)} weights, export/score_net.json]" if k == "score_net"
-                          else f"{k}={v:.4g}")
+                          else f"{k}={fmt(v)}")
     console.print("tuned policy: " + ", ".join(shown(k, v) for k, v in result.best.items()))
     if result.regression:
         console.print("[bold red]regression:[/] the tuned policy is worse than the start on "

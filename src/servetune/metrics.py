@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from servetune import cascade_config as cascade_lib
-from servetune import histogram, quality
+from servetune import histogram, quality, streams
 from servetune.driver import ScenarioResult
 from servetune.errors import ServetuneError
 from servetune.types import (
@@ -88,7 +88,7 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
     compressed = res.kv_ratio > 1.0
     if spec.kv_compress_fail_prob > 0 and compressed.any():
         u = (trace.compress_u if trace.compress_u is not None
-             else np.random.default_rng([0, 7177]).random(len(trace)))
+             else streams.rng(0, streams.KV_COMPRESS).random(len(trace)))
         quality_ok = quality_ok & ~(compressed & (u < spec.kv_compress_fail_prob))
     names = np.asarray(trace.class_names, dtype=object)
     extra = {}
@@ -258,39 +258,57 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "slot_bound_iterations": int(st["slot_bound"]),
         "stalled": bool(st["stalled"]),
     })
-    passes = float(st["spec_passes"])
-    m.update({  # speculative decoding (nan without draft passes)
-        "spec_acceptance_rate": (float(st["spec_accepted"]) / float(st["spec_proposed"])
-                                 if st["spec_proposed"] > 0 else float("nan")),
-        "spec_tokens_per_pass": float(st["spec_emitted"]) / passes if passes else float("nan"),
-        "spec_draft_tokens": int(st["spec_proposed"]),
-    })
-    by_class = {}
-    for name in trace.class_names:
-        sub = table[table["class"] == name]
-        if len(sub):
-            c = _core(sub, window_s, cost_usd, spec.warmup_s)
-            by_class[name] = {k: c[k] for k in (
-                "n_requests", "n_completed", "n_rejected", "n_outstanding", "goodput_rps",
-                "slo_attainment", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
-                "e2e_mean_s", "e2e_p99_s")}
+    m.update(_speculation_metrics(st))
     if "prefix_lookups" in st:  # prefix caching (engine/prefix.py), as vLLM 0.32 counts it
-        (new_reqs, queries, hits), (re_reqs, re_queries, re_hits) = (
-            [int(v) for v in row] for row in np.asarray(st["prefix_lookups"]))
-        m.update({
-            "prefix_hit_rate": hits / queries if queries else float("nan"),
-            "prefix_requests": new_reqs, "prefix_queries": queries, "prefix_hits": hits,
-            "prefix_preempted_requests": re_reqs, "prefix_preempted_queries": re_queries,
-            "prefix_preempted_hits": re_hits,
-            "prefix_evictions": int(st["prefix_evictions"]),
-            "prefix_insert_failed": int(st["prefix_insert_failed"]),
-            "prefix_insert_deferred_iterations": int(st["prefix_insert_deferred"]),
-        })
-    m["by_class"] = by_class
+        m.update(_prefix_metrics(st))
+    m["by_class"] = _by_class(trace, table, window_s, cost_usd, spec.warmup_s)
     if spec.cascade is not None and "retried" in table:  # model cascade (servetune.cascade_config)
         m.update(cascade_lib.metrics(table, window_s, spec.cascade, st["busy_s"], sim_s))
     _check_finite(m)
     return m
+
+
+def _speculation_metrics(st: dict) -> dict:
+    """Speculative decoding's acceptance rate, tokens per draft pass (nan without draft
+    passes) and draft tokens proposed."""
+    passes = float(st["spec_passes"])
+    return {
+        "spec_acceptance_rate": (float(st["spec_accepted"]) / float(st["spec_proposed"])
+                                 if st["spec_proposed"] > 0 else float("nan")),
+        "spec_tokens_per_pass": float(st["spec_emitted"]) / passes if passes else float("nan"),
+        "spec_draft_tokens": int(st["spec_proposed"]),
+    }
+
+
+def _prefix_metrics(st: dict) -> dict:
+    """Prefix caching's counts as vLLM 0.32's PrefixCacheStats has them (new and re-admitted
+    requests, queried and hit tokens), the hit rate, evictions and insertions."""
+    (new_reqs, queries, hits), (re_reqs, re_queries, re_hits) = (
+        [int(v) for v in row] for row in np.asarray(st["prefix_lookups"]))
+    return {
+        "prefix_hit_rate": hits / queries if queries else float("nan"),
+        "prefix_requests": new_reqs, "prefix_queries": queries, "prefix_hits": hits,
+        "prefix_preempted_requests": re_reqs, "prefix_preempted_queries": re_queries,
+        "prefix_preempted_hits": re_hits,
+        "prefix_evictions": int(st["prefix_evictions"]),
+        "prefix_insert_failed": int(st["prefix_insert_failed"]),
+        "prefix_insert_deferred_iterations": int(st["prefix_insert_deferred"]),
+    }
+
+
+def _by_class(trace: RequestTrace, table: pd.DataFrame, window_s: float, cost_usd: float,
+              warmup_s: float) -> dict:
+    """{request class: its counts, goodput and latency percentiles} for the classes present."""
+    out = {}
+    for name in trace.class_names:
+        sub = table[table["class"] == name]
+        if len(sub):
+            c = _core(sub, window_s, cost_usd, warmup_s)
+            out[name] = {k: c[k] for k in (
+                "n_requests", "n_completed", "n_rejected", "n_outstanding", "goodput_rps",
+                "slo_attainment", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+                "e2e_mean_s", "e2e_p99_s")}
+    return out
 
 
 # Metrics that are finite in every run; a NaN or inf here means the simulation went wrong (e.g.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 
@@ -13,33 +14,49 @@ from servetune.errors import ConfigError
 from servetune.neural import neural_score
 from servetune.types import RUNNING, WAITING, Entries, PolicyParams
 
-# Fields of PolicyParams, with their defaults (vLLM V1's defaults for an OpenAI server on an
-# 80 GB H100: max_num_seqs 1024, max_num_batched_tokens 8192 -- vllm/engine/arg_utils.py,
-# EngineArgs.get_batch_defaults; the watermark, the queue caps and the long-prefill threshold
-# are off by default in vLLM 0.32, vllm/config/scheduler.py).
-DEFAULTS: dict[str, float] = {
-    "max_num_seqs": 1024.0,
-    "max_num_batched_tokens": 8192.0,
-    "watermark": 0.0,
-    "queue_cap": math.inf,
-    "max_num_queued_reqs": math.inf,
-    "max_num_queued_tokens": math.inf,
-    "max_num_active_seqs": math.inf,
-    "long_prefill_token_threshold": 0.0,
-    "w_age": 1.0,
-    "w_prompt": 0.0,
-    "w_pred": 0.0,
-    "w_slack": 0.0,
-    "ttft_target_s": 2.0,
-    "spec_k": 0.0,
-    "kv_compress_ratio": 2.0,
-    "route_w_queue": 1.0,
-    "route_w_kv": 0.0,
-    "route_w_work": 0.0,
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One policy parameter: its default, its valid range [lo, hi], and whether inf (null in
+    the config files) means no limit."""
+
+    default: float
+    lo: float = -math.inf
+    hi: float = math.inf
+    unlimited: bool = False
+
+
+# The one table of PolicyParams' fields (types.py declares them in the same order, with their
+# units). Defaults are vLLM V1's for an OpenAI server on an 80 GB H100: max_num_seqs 1024,
+# max_num_batched_tokens 8192 -- vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults; the
+# watermark, the queue caps and the long-prefill threshold are off by default in vLLM 0.32,
+# vllm/config/scheduler.py.
+FIELDS: dict[str, Field] = {
+    "max_num_seqs": Field(1024.0, lo=1.0),
+    "max_num_batched_tokens": Field(8192.0, lo=1.0, unlimited=True),
+    "watermark": Field(0.0, lo=0.0, hi=0.999),
+    "queue_cap": Field(math.inf, lo=0.0, unlimited=True),
+    "max_num_queued_reqs": Field(math.inf, lo=0.0, unlimited=True),
+    "max_num_queued_tokens": Field(math.inf, lo=0.0, unlimited=True),
+    "max_num_active_seqs": Field(math.inf, lo=1.0, unlimited=True),
+    "long_prefill_token_threshold": Field(0.0, lo=0.0),
+    "w_age": Field(1.0),
+    "w_prompt": Field(0.0),
+    "w_pred": Field(0.0),
+    "w_slack": Field(0.0),
+    "ttft_target_s": Field(2.0, lo=0.0),
+    "spec_k": Field(0.0, lo=0.0, hi=64.0),
+    "kv_compress_ratio": Field(2.0, lo=1.0, hi=16.0),
+    "route_w_queue": Field(1.0),
+    "route_w_kv": Field(0.0),
+    "route_w_work": Field(0.0),
     # model cascade (engine.cascade_small_instances > 0): predicted difficulty at or below
     # which a request goes to the small model (0 = all to the large pool, 1 = all to small)
-    "cascade_threshold": 0.5,
+    "cascade_threshold": Field(0.5, lo=0.0, hi=1.0),
 }
+DEFAULTS: dict[str, float] = {key: f.default for key, f in FIELDS.items()}
+BOUNDS: dict[str, tuple[float, float]] = {key: (f.lo, f.hi) for key, f in FIELDS.items()}
+UNLIMITED: tuple[str, ...] = tuple(key for key, f in FIELDS.items() if f.unlimited)
 
 # Named orders: each is a setting of the score weights.
 ORDERS: dict[str, dict[str, float]] = {
@@ -53,26 +70,6 @@ ORDERS: dict[str, dict[str, float]] = {
     # structural order (engine.scheduling_policy, engine/priority.py); the score stays FCFS's
     "priority": {"w_age": 1.0, "w_prompt": 0.0, "w_pred": 0.0, "w_slack": 0.0},
 }
-
-# keys whose "no limit" is inf (null in the conf files)
-UNLIMITED = ("queue_cap", "max_num_batched_tokens", "max_num_queued_reqs", "max_num_queued_tokens",
-             "max_num_active_seqs")
-
-BOUNDS = {
-    "max_num_seqs": (1.0, math.inf),
-    "max_num_batched_tokens": (1.0, math.inf),
-    "watermark": (0.0, 0.999),
-    "queue_cap": (0.0, math.inf),
-    "max_num_queued_reqs": (0.0, math.inf),
-    "max_num_queued_tokens": (0.0, math.inf),
-    "max_num_active_seqs": (1.0, math.inf),
-    "long_prefill_token_threshold": (0.0, math.inf),
-    "ttft_target_s": (0.0, math.inf),
-    "spec_k": (0.0, 64.0),
-    "kv_compress_ratio": (1.0, 16.0),
-    "cascade_threshold": (0.0, 1.0),
-}
-
 
 def make_policy(values: Mapping[str, object] | None = None, order: str = "fcfs",
                 key_prefix: str = "policy") -> PolicyParams:
@@ -117,7 +114,6 @@ def make_policy(values: Mapping[str, object] | None = None, order: str = "fcfs",
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     fields = {k: jnp.asarray(np.broadcast_to(a, shape)) for k, a in arrays.items()}
     if net is not None:
-
         w = neural.load(net)
         if w.ndim > 1:  # one row per policy point
             shape = np.broadcast_shapes(shape, w.shape[:-1])
@@ -144,7 +140,6 @@ def priority(e: Entries, t, pol: PolicyParams):
     neural score's network where the policy has one."""
     score = priority_score(e, t, pol)
     if pol.score_net is not None:  # order neural: a structural (static) switch
-
         score = neural_score(e, t, pol, score)
     return score
 

@@ -66,7 +66,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from servetune import settings
+from servetune import settings, streams
 from servetune.errors import ConfigError
 
 # Levels in order of increasing degradation, for the components whose order is known: the config
@@ -79,9 +79,6 @@ DEFAULT_COMPONENTS = {
 }
 DIFFICULTY_DISTS = ("uniform", "beta", "constant")
 _SOURCES = ("auto", "trace", "draw")
-# Streams of the per-seed generators (distinct so that drawing difficulty does not move u).
-_STREAM_U, _STREAM_D = 0x51A1, 0x51A2
-
 
 @dataclasses.dataclass(frozen=True)
 class QualityModel:
@@ -168,7 +165,7 @@ class DifficultySpec:
         raise ValueError("no closed-form quantile for beta difficulty; draw() instead")
 
     def draw(self, n: int, seed: int) -> np.ndarray:
-        rng = np.random.default_rng([seed, _STREAM_D])
+        rng = streams.rng(seed, streams.DIFFICULTY)
         if self.dist == "uniform":
             return rng.random(n)
         if self.dist == "constant":
@@ -194,7 +191,7 @@ def draws(n: int, seed: int, spec: DifficultySpec, trace_difficulty=None, name: 
     """(difficulty [N], u [N]) of one seed: the trace's difficulty (per spec.source) or drawn,
     and the uniform of each request's quality check (common random numbers: fixed by the seed
     alone). Seed s gives the same u whatever the precision, policy or difficulty source."""
-    u = np.random.default_rng([seed, _STREAM_U]).random(n)
+    u = streams.rng(seed, streams.QUALITY_U).random(n)
     has = trace_difficulty is not None
     if spec.source == "trace" and not has:
         raise ConfigError(f"quality.difficulty.source: 'trace' but {name} has no difficulty "

@@ -30,9 +30,9 @@ import math
 
 import numpy as np
 
+from servetune import streams
 from servetune.workload import RequestTrace, flush_subnormal
 
-_SHIFT, _BLOCKS, _RATE, _LENGTHS = 9001, 9002, 9003, 9004  # random stream ids per technique
 MAX_BLOCKS = 100_000  # blocks per replica: span / block_s
 
 
@@ -56,7 +56,7 @@ def start_shift(spec: ReplicaSpec, seed: int) -> float:
     """Seconds by which seed `seed`'s window starts later: U(0, shift_s)."""
     if spec.shift_s <= 0:
         return 0.0
-    return float(np.random.default_rng([seed, _SHIFT]).uniform(0.0, spec.shift_s))
+    return float(streams.rng(seed, streams.REPLICA_SHIFT).uniform(0.0, spec.shift_s))
 
 
 def _take(trace: RequestTrace, idx: np.ndarray, arrival: np.ndarray) -> RequestTrace:
@@ -121,9 +121,9 @@ def replica(trace: RequestTrace, span: float, spec: ReplicaSpec, seed: int) -> R
     """Seed `seed`'s replica of the slice `trace` (arrivals in [0, span) s); the window shift
     is applied by the caller when slicing (`start_shift`)."""
     if spec.block_s is not None:
-        trace = block_bootstrap(trace, span, spec.block_s, np.random.default_rng([seed, _BLOCKS]))
+        trace = block_bootstrap(trace, span, spec.block_s, streams.rng(seed, streams.REPLICA_BLOCKS))
     if spec.rate != 1.0:
-        trace = scale_rate(trace, span, spec.rate, np.random.default_rng([seed, _RATE]))
+        trace = scale_rate(trace, span, spec.rate, streams.rng(seed, streams.REPLICA_RATE))
     if spec.lengths:
-        trace = resample_lengths(trace, np.random.default_rng([seed, _LENGTHS]))
+        trace = resample_lengths(trace, streams.rng(seed, streams.REPLICA_LENGTHS))
     return trace

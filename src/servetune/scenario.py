@@ -13,7 +13,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from servetune import cascade_config as cascade_lib
-from servetune import hardware, quality, settings, workload
+from servetune import hardware, quality, settings, streams, workload
 from servetune import replicas as replicas_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.pressure import POLICIES
@@ -629,7 +629,7 @@ def _traces_section(cfg: DictConfig, engine: EngineConfig, qspec, casc):
         traces.append(tr)
         preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
     if engine.kv_pressure == "compress":  # the compression quality check's draw
-        traces = [dataclasses.replace(tr, compress_u=np.random.default_rng([s, 7177]).random(
+        traces = [dataclasses.replace(tr, compress_u=streams.rng(s, streams.KV_COMPRESS).random(
             len(tr))) for tr, s in zip(traces, seeds)]
     if qspec is not None:  # difficulty and the quality check's uniform draw (CRN)
         draws = lambda tr, s: dict(zip(("difficulty", "quality_u"), quality.draws(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from servetune import streams
 from servetune.errors import ConfigError, TraceError
 
 MAX_TOKENS = 10_000_000  # a per-request token count above this is a corrupt row, not a request
@@ -630,7 +631,7 @@ def predict_output(trace: RequestTrace, *, sigma: float = 0.0, bias: float = 1.0
     if not (0 <= sigma < math.inf and 0 < bias < math.inf):
         raise ConfigError(f"workload.predictor: got sigma={sigma}, bias={bias}; expected "
                           f"finite sigma >= 0 and bias > 0")
-    rng = np.random.default_rng([seed, 7919])
+    rng = streams.rng(seed, streams.PREDICTOR)
     with np.errstate(over="ignore", invalid="ignore"):
         noise = np.exp(sigma * rng.standard_normal(len(trace))) if sigma > 0 else 1.0
         pred = np.maximum(trace.output * bias * noise, 1.0)
@@ -662,7 +663,7 @@ def with_abandonment(trace: RequestTrace, *, patience: dict | None = None,
     if patience is not None and patience.get("dist", "none") not in (None, "none"):
         pk = f"{key}.patience"
         dist = patience["dist"]
-        rng = np.random.default_rng([seed, 104729])
+        rng = streams.rng(seed, streams.PATIENCE)
         mean = _spec_number(patience, "mean_s", pk, 1e-9, MAX_SPAN_S)
         if dist == "exponential":
             draw = rng.exponential(mean, n)

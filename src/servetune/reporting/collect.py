@@ -20,6 +20,7 @@ import yaml
 from hydra.errors import OverrideParseException
 
 from servetune.errors import ServetuneError
+from servetune.reporting.numbers import fmt
 
 # Resolved config values copied into every row, for context (they are not point keys).
 CONTEXT_KEYS = ("workload.name", "model.name", "hardware.gpu", "policy.order")
@@ -217,12 +218,4 @@ def point_label(row: dict | pd.Series, keys: list) -> str:
     if not keys:
         return "all"
     names = short_names(keys)
-    return ", ".join(f"{names[k]}={_fmt(row[k])}" for k in keys)
-
-
-def _fmt(v) -> str:
-    if isinstance(v, (float, np.floating)) and float(v).is_integer():
-        return str(int(v))
-    if isinstance(v, (float, np.floating)):
-        return f"{float(v):.4g}"
-    return str(v)
+    return ", ".join(f"{names[k]}={fmt(row[k])}" for k in keys)

@@ -10,20 +10,11 @@ from rich.console import Console
 from rich.table import Table
 
 from servetune.reporting.collect import short_names
+from servetune.reporting.numbers import fmt
 
 COLUMNS = (("goodput_rps", "goodput rps"), ("slo_attainment", "SLO att."),
            ("ttft_p99_s", "P99 TTFT s"), ("tpot_p99_s", "P99 TPOT s"),
            ("useful_tokens_per_dollar", "useful tok/$"))
-
-
-def _num(v, digits=4) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "-"
-    if isinstance(v, float):
-        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
-            return f"{v:.3g}"
-        return f"{v:.{digits}g}"
-    return str(v)
 
 
 def wide_console() -> Console:
@@ -33,13 +24,13 @@ def wide_console() -> Console:
 
 
 def _cell(row: pd.Series, metric: str, ci: bool) -> str:
-    text = _num(row.get(f"{metric}_mean"), 3)
+    text = fmt(row.get(f"{metric}_mean"), 3)
     std = row.get(f"{metric}_std", math.nan)
     if isinstance(std, float) and math.isfinite(std):
-        text += f" ±{_num(std, 2)}"
+        text += f" ±{fmt(std, 2)}"
     lo, hi = row.get(f"{metric}_ci_lo", math.nan), row.get(f"{metric}_ci_hi", math.nan)
     if ci and isinstance(lo, float) and math.isfinite(lo):
-        text += f" [{_num(lo, 3)}, {_num(hi, 3)}]"
+        text += f" [{fmt(lo, 3)}, {fmt(hi, 3)}]"
     return text
 
 
@@ -56,7 +47,7 @@ def points_table(points: pd.DataFrame, keys: list, title: str, max_rows: int = 2
     for _, label in columns:
         t.add_column(label, justify="right", overflow="fold")
     for _, row in points.head(max_rows).iterrows():
-        t.add_row(*[_num(row[k]) for k in shown], str(int(row["n"])),
+        t.add_row(*[fmt(row[k]) for k in shown], str(int(row["n"])),
                   *[_cell(row, m, ci and m == "ttft_p99_s") for m, _ in columns])
     if len(points) > max_rows:
         t.caption = f"... and {len(points) - max_rows} more points"

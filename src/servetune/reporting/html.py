@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from servetune.reporting.figures import log_scale, x_axis
+from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import LEVEL, series
 
 TOP = (("goodput_rps", "goodput (req/s)"), ("slo_attainment", "SLO attainment"),
@@ -146,11 +147,7 @@ def figure(points: pd.DataFrame, keys: list, x: str):
 
 
 def _fmt(v, digits=4) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "&ndash;"
-    if isinstance(v, (float, np.floating)):
-        return f"{float(v):.{digits}g}"
-    return html_lib.escape(str(v))
+    return html_lib.escape(fmt(v, digits, missing="\u2013"))
 
 
 def _points_table(points: pd.DataFrame, keys: list) -> str:

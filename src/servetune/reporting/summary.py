@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 from rich.console import Console
 from rich.table import Table
 
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "-"
-        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
-            return f"{v:.3g}"
-        return f"{v:.3f}"
-    return str(v)
+from servetune.reporting.numbers import fmt
 
 
 def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
@@ -30,21 +20,21 @@ def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
     t.add_column("metric", style="bold")
     t.add_column("value", justify="right")
     rows = [
-        ("requests counted (offered rps)", f"{m['n_requests']} ({_fmt(m['offered_rps'])}/s)"),
+        ("requests counted (offered rps)", f"{m['n_requests']} ({fmt(m['offered_rps'])}/s)"),
         ("completed / rejected / outstanding",
          f"{m['n_completed']} / {m['n_rejected']} / {m['n_outstanding']}"),
         ("TTFT mean / p50 / p99 (s)",
-         " / ".join(_fmt(m[f"ttft_{q}_s"]) for q in ("mean", "p50", "p99"))),
+         " / ".join(fmt(m[f"ttft_{q}_s"]) for q in ("mean", "p50", "p99"))),
         ("TPOT mean / p50 / p99 (s)",
-         " / ".join(_fmt(m[f"tpot_{q}_s"]) for q in ("mean", "p50", "p99"))),
-        ("ITL p50 / p99 (s)", f"{_fmt(m['itl_p50_s'])} / {_fmt(m['itl_p99_s'])}"),
-        ("E2E mean / p99 (s)", f"{_fmt(m['e2e_mean_s'])} / {_fmt(m['e2e_p99_s'])}"),
+         " / ".join(fmt(m[f"tpot_{q}_s"]) for q in ("mean", "p50", "p99"))),
+        ("ITL p50 / p99 (s)", f"{fmt(m['itl_p50_s'])} / {fmt(m['itl_p99_s'])}"),
+        ("E2E mean / p99 (s)", f"{fmt(m['e2e_mean_s'])} / {fmt(m['e2e_p99_s'])}"),
         ("throughput (req/s, output tok/s)",
-         f"{_fmt(m['throughput_rps'])}, {m['output_tokens_per_s']:,.0f}"),
-        ("goodput (req/s) / SLO attainment", f"{_fmt(m['goodput_rps'])} / {m['slo_attainment']:.1%}"),
+         f"{fmt(m['throughput_rps'])}, {m['output_tokens_per_s']:,.0f}"),
+        ("goodput (req/s) / SLO attainment", f"{fmt(m['goodput_rps'])} / {m['slo_attainment']:.1%}"),
         ("useful tokens per dollar", f"{m['useful_tokens_per_dollar']:,.0f}"),
         ("cost (USD) / per qualifying request",
-         f"{m['cost_usd']:.3f} / {_fmt(m['cost_per_qualifying_request_usd'])}"),
+         f"{m['cost_usd']:.3f} / {fmt(m['cost_per_qualifying_request_usd'])}"),
         ("utilization / KV peak occupancy",
          f"{m['utilization']:.1%} / {m['kv_peak_occupancy']:.1%}"),
         ("preemptions / wasted token ratio", f"{m['preemptions']} / {m['wasted_token_ratio']:.2%}"),
@@ -64,8 +54,8 @@ def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
             c.add_column(col, justify="right")
         for name, v in m["by_class"].items():
             c.add_row(name, str(v["n_requests"]), str(v["n_completed"]),
-                      f"{v['slo_attainment']:.1%}", _fmt(v["ttft_p99_s"]), _fmt(v["tpot_p99_s"]),
-                      _fmt(v["e2e_mean_s"]))
+                      f"{v['slo_attainment']:.1%}", fmt(v["ttft_p99_s"]), fmt(v["tpot_p99_s"]),
+                      fmt(v["e2e_mean_s"]))
         console.print(c)
     flags = []
     if m.get("queue_window_overflow"):
@@ -91,5 +81,5 @@ def grid_summary(table, console: Console | None = None, max_rows: int = 20) -> N
     for c in cols:
         t.add_column(c, justify="right")
     for _, row in table.head(max_rows).iterrows():
-        t.add_row(*(_fmt(row[c]) for c in cols))
+        t.add_row(*(fmt(row[c]) for c in cols))
     console.print(t)
