@@ -49,6 +49,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import hydra
 import jax
@@ -313,6 +314,129 @@ def _logit(p: float) -> float:
     return math.log(p / (1.0 - p))
 
 
+class _Start(NamedTuple):
+    """Where the fit starts: the cost params its coefficients go into (`base`), which
+    coefficients the data can determine (`mask` [K]), their natural scales [K], starting points
+    theta0 [M, K] (unconstrained), a label of the start, the hardware labels and warnings."""
+
+    base: object
+    mask: np.ndarray
+    scale: np.ndarray
+    theta0: np.ndarray
+    label: str
+    labels: dict
+    warnings: list
+
+
+def _linear_start(table: pd.DataFrame, y_np: np.ndarray, median: float, init: str) -> _Start:
+    """The linear form's start: weighted least squares (`init` lstsq) or equal shares of the
+    median time (scale); columns that are 0 in every row are fixed at 0, with a warning."""
+    base = hardware.linear_cost_params(base_s=0.0, per_prefill_token_s=0.0,
+                                       per_decode_seq_s=0.0, per_ctx_token_s=0.0, kv_blocks=1)
+    x = np.stack([np.ones_like(y_np)] + [table[c].to_numpy(np.float64)
+                                         for c in _LINEAR_COLUMNS[1:]], axis=1)
+    present = np.any(x > 0, axis=0)
+    warnings = [f"{key}: column {col!r} is 0 in every row, so the data cannot determine it; "
+                f"fixed at 0" for key, col, ok in zip(LINEAR_KEYS, _LINEAR_COLUMNS, present)
+                if not ok]
+    # Natural scales: the coefficient at which its column alone explains the median time.
+    scale = np.where(present, median / np.maximum(x.mean(axis=0), 1e-300), 1.0)
+    if init == "lstsq":
+        coef = np.zeros(4)
+        w = x[:, present] / y_np[:, None]  # relative-error weighting
+        coef[present] = np.linalg.lstsq(w, np.ones_like(y_np), rcond=None)[0]
+        clipped = [k for k, c, ok in zip(LINEAR_KEYS, coef, present) if ok and c <= 0]
+        coef = np.where(coef > 0, coef, 1e-6 * scale)
+        label = "lstsq" + (f" (clipped {', '.join(clipped)} to ~0)" if clipped else "")
+    else:
+        coef = scale / present.sum()
+        label = "scale"
+    return _Start(base, present.astype(np.float64), scale, np.log(coef / scale)[None, :], label,
+                  {}, warnings)
+
+
+def _roofline_start(gpu, model, tp, weight_bits, kv_bits, allreduce_latency_s, start,
+                    median: float) -> _Start:
+    """The roofline form's start: a grid of efficiencies (plus the configured ones, `start`)
+    and an overhead near a tenth of the median time; the catalog names checked."""
+    gpu = _spec(hardware.GPUS, gpu, "hardware.gpu")
+    model = _spec(hardware.MODELS, model, "model.name")
+    if not (isinstance(tp, int) and tp >= 1 and model.heads % tp == 0):
+        raise ConfigError(f"hardware.tp: got {tp!r}; expected a positive divisor of "
+                          f"{model.name}'s {model.heads} attention heads")
+    for key, bits in (("model.weight_bits", weight_bits), ("model.kv_bits", kv_bits)):
+        if bits not in (4, 8, 16):
+            raise ConfigError(f"{key}: got {bits!r}; expected one of (4, 8, 16)")
+    base = hardware.roofline_cost_params(
+        gpu, model, tp=tp, weight_bits=weight_bits, kv_bits=kv_bits, kv_blocks=1,
+        flops_efficiency=1.0, bandwidth_efficiency=1.0, overhead_s=0.0,
+        allreduce_latency_s=allreduce_latency_s)
+    labels = {"gpu": gpu.name, "model": model.name, "tp": tp, "weight_bits": weight_bits,
+              "kv_bits": kv_bits}
+    starts = list(_ROOFLINE_STARTS)
+    over0 = 0.1 * median
+    if start:
+        fe = min(max(float(start.get("flops_efficiency", 0.5)), 1e-3), 0.999)
+        be = min(max(float(start.get("bandwidth_efficiency", 0.5)), 1e-3), 0.999)
+        starts.insert(0, (fe, be))
+        if start.get("overhead_s"):
+            over0 = float(start["overhead_s"])
+    over0 = min(max(over0, 1e-4 * median), median)
+    theta0 = np.array([[_logit(f), _logit(b), math.log(over0 / median)] for f, b in starts])
+    return _Start(base, np.ones(3), np.array([1.0, 1.0, median]), theta0,
+                  f"multi-start ({len(starts)} starting points, best kept)", labels, [])
+
+
+def _check_fit_settings(form, objective, init, steps, learning_rate) -> None:
+    if form not in FORMS:
+        raise ConfigError(f"form: got {form!r}; expected one of {FORMS}")
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"fit.objective: got {objective!r}; expected one of {OBJECTIVES}")
+    if init not in INITS:
+        raise ConfigError(f"fit.init: got {init!r}; expected one of {INITS}")
+    if not (isinstance(steps, int) and steps >= 1):
+        raise ConfigError(f"fit.steps: got {steps!r}; expected an integer >= 1")
+    if not (isinstance(learning_rate, (int, float)) and 0 < learning_rate < math.inf):
+        raise ConfigError(f"fit.learning_rate: got {learning_rate!r}; expected a number > 0")
+
+
+def _roofline_warnings(cost, feats, pred, coefficients) -> tuple[int, list[str]]:
+    """(rows that are compute-bound under the fit, warnings about efficiencies the data only
+    bound from below or that sit at their bound of 1)."""
+    memory_only = np.asarray(hardware.step_time(cost.replace(flops_rate=jnp.inf), "roofline",
+                                                *feats))
+    compute_bound = int(np.sum(pred > memory_only * (1 + 1e-12)))
+    warnings = []
+    if compute_bound == 0:
+        warnings.append("flops_efficiency: no row is compute-bound under the fit, so the data "
+                        "only bound it from below; measure larger prefill batches")
+    if compute_bound == len(pred):
+        warnings.append("bandwidth_efficiency: no row is memory-bound under the fit, so the "
+                        "data only bound it from below; measure small decode batches")
+    for key in ("flops_efficiency", "bandwidth_efficiency"):
+        if coefficients[key] > 0.99:
+            warnings.append(f"{key}: fitted {coefficients[key]:.3f}, at the bound of 1; check "
+                            f"hardware.gpu, hardware.tp, model and its weight/KV bits")
+    return compute_bound, warnings
+
+
+def _determination_warnings(std_errors: dict, warned: list[str]) -> list[str]:
+    """Warnings for coefficients the data barely or do not determine (relative standard error
+    over 10% or infinite), except those `warned` about already."""
+    out = []
+    for key, err in std_errors.items():
+        if any(w.startswith(f"{key}:") for w in warned):
+            continue
+        if math.isinf(err):
+            out.append(f"{key}: the measurements do not determine it (nearly collinear "
+                       f"columns, or too few distinct batch compositions)")
+        elif err > 0.1:
+            out.append(f"{key}: standard error {err:.0%} of its value; the measurements "
+                       f"barely determine it (too few or too similar batch compositions, "
+                       f"or nearly collinear columns)")
+    return out
+
+
 def fit_cost_model(
     table: pd.DataFrame,
     form: str,
@@ -338,19 +462,11 @@ def fit_cost_model(
     learning_rate: Adam's iterations and peak rate (in the unconstrained parameter space).
     objective: "rel" (mean squared relative error) or "log" (mean squared log error). init:
     linear form only, "lstsq" (weighted least squares, then Adam) or "scale" (equal shares of
-    the median time, Adam only: slow to converge when columns are nearly collinear). Returns the fitted coefficients (seconds, seconds per
-    token/sequence, efficiencies) and the relative fit errors over all rows.
+    the median time, Adam only: slow to converge when columns are nearly collinear). Returns
+    the fitted coefficients (seconds, seconds per token/sequence, efficiencies) and the
+    relative fit errors over all rows.
     """
-    if form not in FORMS:
-        raise ConfigError(f"form: got {form!r}; expected one of {FORMS}")
-    if objective not in OBJECTIVES:
-        raise ConfigError(f"fit.objective: got {objective!r}; expected one of {OBJECTIVES}")
-    if init not in INITS:
-        raise ConfigError(f"fit.init: got {init!r}; expected one of {INITS}")
-    if not (isinstance(steps, int) and steps >= 1):
-        raise ConfigError(f"fit.steps: got {steps!r}; expected an integer >= 1")
-    if not (isinstance(learning_rate, (int, float)) and 0 < learning_rate < math.inf):
-        raise ConfigError(f"fit.learning_rate: got {learning_rate!r}; expected a number > 0")
+    _check_fit_settings(form, objective, init, steps, learning_rate)
     table = _check_table(table)
     n_params = len(LINEAR_KEYS) if form == "linear" else len(ROOFLINE_KEYS)
     where = table.attrs.get("source", "table")
@@ -362,100 +478,27 @@ def fit_cost_model(
     y_np = table["seconds"].to_numpy(np.float64)
     y = jnp.asarray(y_np)
     median = float(np.median(y_np))
-    warnings: list[str] = []
-    labels: dict = {}
-
-    if form == "linear":
-        base = hardware.linear_cost_params(base_s=0.0, per_prefill_token_s=0.0,
-                                           per_decode_seq_s=0.0, per_ctx_token_s=0.0,
-                                           kv_blocks=1)
-        x = np.stack([np.ones_like(y_np)] + [table[c].to_numpy(np.float64)
-                                             for c in _LINEAR_COLUMNS[1:]], axis=1)
-        present = np.any(x > 0, axis=0)
-        for key, col, ok in zip(LINEAR_KEYS, _LINEAR_COLUMNS, present):
-            if not ok:
-                warnings.append(f"{key}: column {col!r} is 0 in every row, so the data cannot "
-                                f"determine it; fixed at 0")
-        mask = present.astype(np.float64)
-        # Natural scales: the coefficient at which its column alone explains the median time.
-        scale = np.where(present, median / np.maximum(x.mean(axis=0), 1e-300), 1.0)
-        if init == "lstsq":
-            coef = np.zeros(4)
-            w = x[:, present] / y_np[:, None]  # relative-error weighting
-            coef[present] = np.linalg.lstsq(w, np.ones_like(y_np), rcond=None)[0]
-            clipped = [k for k, c, ok in zip(LINEAR_KEYS, coef, present) if ok and c <= 0]
-            coef = np.where(coef > 0, coef, 1e-6 * scale)
-            init_label = "lstsq" + (f" (clipped {', '.join(clipped)} to ~0)" if clipped else "")
-        else:
-            coef = scale / present.sum()
-            init_label = "scale"
-        theta0 = np.log(coef / scale)[None, :]
-    else:
-        gpu = _spec(hardware.GPUS, gpu, "hardware.gpu")
-        model = _spec(hardware.MODELS, model, "model.name")
-        if not (isinstance(tp, int) and tp >= 1 and model.heads % tp == 0):
-            raise ConfigError(f"hardware.tp: got {tp!r}; expected a positive divisor of "
-                              f"{model.name}'s {model.heads} attention heads")
-        for key, bits in (("model.weight_bits", weight_bits), ("model.kv_bits", kv_bits)):
-            if bits not in (4, 8, 16):
-                raise ConfigError(f"{key}: got {bits!r}; expected one of (4, 8, 16)")
-        base = hardware.roofline_cost_params(
-            gpu, model, tp=tp, weight_bits=weight_bits, kv_bits=kv_bits, kv_blocks=1,
-            flops_efficiency=1.0, bandwidth_efficiency=1.0, overhead_s=0.0,
-            allreduce_latency_s=allreduce_latency_s)
-        labels = {"gpu": gpu.name, "model": model.name, "tp": tp, "weight_bits": weight_bits,
-                  "kv_bits": kv_bits}
-        mask = np.ones(3)
-        scale = np.array([1.0, 1.0, median])
-        starts = list(_ROOFLINE_STARTS)
-        over0 = 0.1 * median
-        if start:
-            fe = min(max(float(start.get("flops_efficiency", 0.5)), 1e-3), 0.999)
-            be = min(max(float(start.get("bandwidth_efficiency", 0.5)), 1e-3), 0.999)
-            starts.insert(0, (fe, be))
-            if start.get("overhead_s"):
-                over0 = float(start["overhead_s"])
-        over0 = min(max(over0, 1e-4 * median), median)
-        theta0 = np.array([[_logit(f), _logit(b), math.log(over0 / median)] for f, b in starts])
-        init_label = f"multi-start ({len(starts)} starting points, best kept)"
-
-    args = (jnp.asarray(scale), jnp.asarray(mask), feats, y, jnp.asarray(float(learning_rate)))
-    thetas, losses = _fit_loop(jnp.asarray(theta0), base, *args, form=form, steps=steps,
+    st = (_linear_start(table, y_np, median, init) if form == "linear" else
+          _roofline_start(gpu, model, tp, weight_bits, kv_bits, allreduce_latency_s, start,
+                          median))
+    args = (jnp.asarray(st.scale), jnp.asarray(st.mask), feats, y,
+            jnp.asarray(float(learning_rate)))
+    thetas, losses = _fit_loop(jnp.asarray(st.theta0), st.base, *args, form=form, steps=steps,
                                objective=objective)
     k = int(jnp.argmin(losses))
     c = _coefficients(form, thetas[k], args[0], args[1])
-    cost = _cost_of(form, base, c)
+    cost = _cost_of(form, st.base, c)
     pred = np.asarray(hardware.step_time(cost, form, *feats))
     rel = pred / y_np - 1.0
     keys = LINEAR_KEYS if form == "linear" else ROOFLINE_KEYS
     coefficients = dict(zip(keys, map(float, np.asarray(c))))
-    std = _relative_std_errors(form, base, c, feats, y, mask, rel)
-    std_errors = dict(zip(keys, map(float, std)))
-    compute_bound = None
+    std_errors = dict(zip(keys, map(float, _relative_std_errors(form, st.base, c, feats, y,
+                                                               st.mask, rel))))
+    warnings, compute_bound = list(st.warnings), None
     if form == "roofline":
-        memory_only = np.asarray(hardware.step_time(cost.replace(flops_rate=jnp.inf), form,
-                                                    *feats))
-        compute_bound = int(np.sum(pred > memory_only * (1 + 1e-12)))
-        if compute_bound == 0:
-            warnings.append("flops_efficiency: no row is compute-bound under the fit, so the data "
-                            "only bound it from below; measure larger prefill batches")
-        if compute_bound == len(pred):
-            warnings.append("bandwidth_efficiency: no row is memory-bound under the fit, so the "
-                            "data only bound it from below; measure small decode batches")
-        for key in ("flops_efficiency", "bandwidth_efficiency"):
-            if coefficients[key] > 0.99:
-                warnings.append(f"{key}: fitted {coefficients[key]:.3f}, at the bound of 1; check "
-                                f"hardware.gpu, hardware.tp, model and its weight/KV bits")
-    for key, err in std_errors.items():
-        if any(w.startswith(f"{key}:") for w in warnings):
-            continue
-        if math.isinf(err):
-            warnings.append(f"{key}: the measurements do not determine it (nearly collinear "
-                            f"columns, or too few distinct batch compositions)")
-        elif err > 0.1:
-            warnings.append(f"{key}: standard error {err:.0%} of its value; the measurements "
-                            f"barely determine it (too few or too similar batch compositions, "
-                            f"or nearly collinear columns)")
+        compute_bound, more = _roofline_warnings(cost, feats, pred, coefficients)
+        warnings += more
+    warnings += _determination_warnings(std_errors, warnings)
     if form == "roofline" and table.attrs.get("attn_work_approximated"):
         warnings.append("attn_work: not measured; approximated from the other columns (see the "
                         "servetune.calibrate module docstring)")
@@ -463,9 +506,10 @@ def fit_cost_model(
     return CalibrationResult(
         form=form, coefficients=coefficients,
         rms_rel_error=float(np.sqrt(np.mean(rel**2))), max_rel_error=float(np.abs(rel).max()),
-        std_errors=std_errors, worst_row=table.index[worst], n_rows=len(table), init=init_label, objective=objective,
-        steps=steps, learning_rate=float(learning_rate), final_loss=float(losses[k]),
-        predicted_s=pred, compute_bound_rows=compute_bound, warnings=warnings, labels=labels)
+        std_errors=std_errors, worst_row=table.index[worst], n_rows=len(table), init=st.label,
+        objective=objective, steps=steps, learning_rate=float(learning_rate),
+        final_loss=float(losses[k]), predicted_s=pred, compute_bound_rows=compute_bound,
+        warnings=warnings, labels=st.labels)
 
 
 def calibrated_config(result: CalibrationResult, hardware_cfg: dict | None = None) -> dict:

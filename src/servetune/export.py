@@ -302,9 +302,16 @@ def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | N
     `priority` a gateway computes (lower first in both engines, with the flags exported).
     `deploy` (`deployment`): 4-bit weights or KV, which no flag turns on, are listed too."""
     eff = _effective(values, order)
-    both = ["vllm", "sglang"]
-    out = []
-    deploy = dict(deploy or {})
+    return (_deploy_knobs(dict(deploy or {})) + _limit_knobs(eff) + _order_knobs(eff, order)
+            + _serving_knobs(eff, _engine_dict(engine) if engine is not None else {}))
+
+
+_BOTH = ["vllm", "sglang"]
+
+
+def _deploy_knobs(deploy: dict) -> list[dict]:
+    """4-bit weights or KV, which no flag turns on."""
+    both, out = _BOTH, []
     if deploy.get("weight_bits") == 4:
         out.append({"name": "weight_bits", "value": 4, "engines": both,
                     "note": "serve a 4-bit (AWQ or GPTQ) checkpoint of the model; its method "
@@ -313,6 +320,13 @@ def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | N
         out.append({"name": "kv_bits", "value": 4, "engines": both,
                     "note": "no 4-bit KV-cache dtype in vLLM or SGLang; fp8 (8 bits) is the "
                             "smallest, so re-simulate with model.kv_bits=8"})
+    return out
+
+
+def _limit_knobs(eff: dict) -> list[dict]:
+    """Admission limits one of the engines lacks: the watermark (SGLang), a gateway's queue
+    cap, vLLM 0.32's caps and long-prefill threshold (SGLang)."""
+    out = []
     if eff["watermark"] > 0:
         out.append({"name": "watermark", "value": eff["watermark"], "engines": ["sglang"],
                     "note": "vLLM: --watermark; SGLang has no admission watermark (the "
@@ -330,6 +344,12 @@ def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | N
     for key in sglang_lacks:
         out.append({"name": key, "value": eff[key], "engines": ["sglang"],
                     "note": f"vLLM: --{key.replace('_', '-')}; no SGLang equivalent"})
+    return out
+
+
+def _order_knobs(eff: dict, order: str) -> list[dict]:
+    """A priority order: what a gateway computes per request (lower first in both engines)."""
+    both, out = _BOTH, []
     w = {k: eff[k] for k in WEIGHTS}
     if order == "neural":
         out.append({"name": "order", "value": order, "engines": both,
@@ -365,6 +385,13 @@ def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | N
             out.append({"name": "ttft_target_s", "value": eff["ttft_target_s"], "engines": both,
                         "note": "only shifts every waiting request's priority equally; "
                                 "nothing to set"})
+    return out
+
+
+def _serving_knobs(eff: dict, eng: dict) -> list[dict]:
+    """The token budget and speculation as SGLang reads them, and the engine's mechanisms no
+    flag sets: KV pressure, routing, the cascade, SGLang's memory fraction."""
+    both, out = _BOTH, []
     out.append({"name": "max_num_batched_tokens", "value": eff["max_num_batched_tokens"],
                 "engines": ["sglang"],
                 "note": "approximate: SGLang budgets prefill tokens (--chunked-prefill-size, "
@@ -376,7 +403,6 @@ def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | N
                             f"--speculative-num-steps {k} --speculative-eagle-topk 1 "
                             f"--speculative-num-draft-tokens {k + 1} (vLLM: add method and "
                             f"model to --speculative-config)"})
-    eng = _engine_dict(engine) if engine is not None else {}
     pressure = eng.get("kv_pressure", "preempt")
     if pressure != "preempt":
         out.append({"name": "kv_pressure", "value": pressure, "engines": both,
@@ -401,9 +427,9 @@ def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | N
                     "note": "no engine flag: a gateway in front of the two pools sends a request "
                             "to the small model when its predicted difficulty is at most this, "
                             "and retries it on the large model when the answer fails its check"})
-    if engine is not None and _engine_dict(engine).get("gpu_memory_utilization") is not None:
+    if eng.get("gpu_memory_utilization") is not None:
         out.append({"name": "gpu_memory_utilization",
-                    "value": float(_engine_dict(engine)["gpu_memory_utilization"]),
+                    "value": float(eng["gpu_memory_utilization"]),
                     "engines": ["sglang"],
                     "note": "SGLang's --mem-fraction-static covers weights + KV only (not "
                             "activations); set it so the KV pool matches the simulated one"})

@@ -63,6 +63,30 @@ def _tie_rank(cost, n: int):
     return jnp.zeros((n,), jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32))
 
 
+def _router_value(cfg: EngineConfig, req, queue, kv, kv_total, work, pol, salt):
+    """[I] each instance's value for request `req` under engine.routing (lowest wins, ties by
+    listing order): round robin's turn, the queue length (jsq), the KV fraction in use
+    (least_kv: blocks `kv` of `kv_total`), the queue of two instances drawn at random (p2c;
+    the others inf), or the policy's score (route_w_queue x requests + route_w_kv x KV
+    fraction + route_w_work x ktokens of predicted `work`)."""
+    n_inst = cfg.n_instances
+    if cfg.routing == "round_robin":
+        return jnp.mod(jnp.arange(n_inst) - req, n_inst).astype(jnp.float64)
+    if cfg.routing == "jsq":
+        return queue.astype(jnp.float64)
+    if cfg.routing == "least_kv":
+        return kv / kv_total
+    if cfg.routing == "p2c":
+        u1 = speculation.uniform(req, 0, salt)
+        u2 = speculation.uniform(req, 1, salt)
+        c1 = jnp.floor(u1 * n_inst).astype(jnp.int32)
+        c2 = jnp.mod(c1 + 1 + jnp.floor(u2 * (n_inst - 1)).astype(jnp.int32), n_inst)
+        pair = (jnp.arange(n_inst) == c1) | (jnp.arange(n_inst) == c2)
+        return jnp.where(pair, queue.astype(jnp.float64), jnp.inf)
+    return (pol.route_w_queue * queue + pol.route_w_kv * kv / kv_total
+            + pol.route_w_work * work / 1000.0)
+
+
 def route(state: SimState, t, wl: Workload, params: Params, cfg: EngineConfig,
           search_window=None):
     """Route every request that arrived by t (at most engine.route_window per call) and put it
@@ -94,22 +118,7 @@ def route(state: SimState, t, wl: Workload, params: Params, cfg: EngineConfig,
         mid = state.clock > a  # mid-iteration at a: what it completes at its end is still in
         q = queue + jnp.where(mid, state.mid_ended, 0) + add_q
         kv = jnp.where(mid, jnp.maximum(state.mid_blocks, blocks), blocks) + add_blocks
-        if cfg.routing == "round_robin":
-            value = jnp.mod(jnp.arange(n_inst) - req, n_inst).astype(jnp.float64)
-        elif cfg.routing == "jsq":
-            value = q.astype(jnp.float64)
-        elif cfg.routing == "least_kv":
-            value = kv / kv_total
-        elif cfg.routing == "p2c":
-            u1 = speculation.uniform(req, 0, wl.salt)
-            u2 = speculation.uniform(req, 1, wl.salt)
-            c1 = jnp.floor(u1 * n_inst).astype(jnp.int32)
-            c2 = jnp.mod(c1 + 1 + jnp.floor(u2 * (n_inst - 1)).astype(jnp.int32), n_inst)
-            pair = (jnp.arange(n_inst) == c1) | (jnp.arange(n_inst) == c2)
-            value = jnp.where(pair, q.astype(jnp.float64), jnp.inf)
-        else:
-            value = (pol.route_w_queue * q + pol.route_w_kv * kv / kv_total
-                     + pol.route_w_work * (work + add_work) / 1000.0)
+        value = _router_value(cfg, req, q, kv, kv_total, work + add_work, pol, wl.salt)
         ok = room > 0
         if cfg.cascade_small_instances > 0:
             ok = ok & cascade.pool_mask(small[offset + k], cfg)

@@ -27,6 +27,7 @@ victim with the last request kept: engine/swap.py.)
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax.numpy as jnp
 from flax import struct
@@ -151,20 +152,27 @@ def _exclusive_cumsum(x):
     return ops.cumsum(x) - x
 
 
-def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=None):
-    """Schedule one iteration over entries `es` sorted by `policy.scheduling_order`.
+class _Running(NamedTuple):
+    """Phase 1 of an iteration's schedule, per entry [A]: the tokens running requests want
+    (`need`, after the per-request prefill cap `per_request`) and get (`alloc`), whether each
+    is decoding, which running requests keep running (`keep`) or are preempted, their KV blocks
+    after it and their KV compression ratio."""
 
-    `hits`: prefix caching's view (engine/prefix.Hits) when engine.prefix_cache is on: cached
-    blocks count once, hit tokens count as computed at admission. `scores` [A]: the priority
-    scores the order came from, with engine.relax_order (the order swaps use them).
-    Returns (entries with statuses, blocks and preemption counters updated, Batch, the hits
-    as admission found them: `hits` with blocks scheduled in this iteration found too).
-    """
+    need: jnp.ndarray
+    decoding: jnp.ndarray
+    per_request: jnp.ndarray
+    alloc: jnp.ndarray
+    keep: jnp.ndarray
+    preempt: jnp.ndarray
+    blocks: jnp.ndarray
+    kv_ratio: jnp.ndarray
+
+
+def _schedule_running(es: Entries, params: Params, cfg: EngineConfig, budget, hits) -> _Running:
+    """Running requests, in scheduling order, take the token budget; keeping the first m costs
+    their new blocks and frees the held blocks of the preempted tail; m is the largest prefix
+    for which that fits (what vLLM's loop reaches)."""
     pol, kv_total = params.policy, params.cost.kv_blocks
-    static = cfg.batching == "static"
-    budget = token_budget(pol, cfg)
-
-    # 1. running requests, by priority
     running = es.status == RUNNING
     waiting = es.status == WAITING
     need, decoding = wanted_tokens(es, params, cfg)
@@ -181,8 +189,6 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     if cfg.kv_pressure == "compress":
         compress, grow = pressure.compress_tail(es, running, alloc, grow, held, free,
                                                 pol.kv_compress_ratio, cfg)
-    # Keeping the first m requests costs their new blocks and frees the held blocks of the
-    # preempted tail; m is the largest prefix for which that fits (what vLLM's loop reaches).
     if cfg.scheduling_policy == "priority":  # the victim by fixed priority, sequentially
         keep, alloc, grow = priority_policy.schedule_running(es, running, need, alloc, grow,
                                                              budget, free, cfg)
@@ -191,60 +197,82 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     if cfg.kv_pressure == "compress":
         kv_ratio = jnp.where(compress & keep, jnp.maximum(pol.kv_compress_ratio, 1.0), kv_ratio)
     preempt = running & ~keep
-    any_preempt = jnp.any(preempt)
     alloc = jnp.where(keep, alloc, 0)
     blocks = jnp.where(keep, es.blocks + grow, jnp.where(preempt, 0, es.blocks))
+    return _Running(need, decoding, per_request, alloc, keep, preempt, blocks, kv_ratio)
 
-    # 2. admissions, only when nothing was preempted
+
+def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=None):
+    """Schedule one iteration over entries `es` sorted by `policy.scheduling_order`: running
+    requests first (`_schedule_running`), then admissions, only when nothing was preempted.
+
+    `hits`: prefix caching's view (engine/prefix.Hits) when engine.prefix_cache is on: cached
+    blocks count once, hit tokens count as computed at admission. `scores` [A]: the priority
+    scores the order came from, with engine.relax_order (the order swaps use them).
+    Returns (entries with statuses, blocks and preemption counters updated, Batch, the hits
+    as admission found them: `hits` with blocks scheduled in this iteration found too).
+    """
+    pol, kv_total = params.policy, params.cost.kv_blocks
+    budget = token_budget(pol, cfg)
+    run = _schedule_running(es, params, cfg, budget, hits)
+    keep, alloc = run.keep, run.alloc
+
     n_running = jnp.sum(keep, dtype=jnp.int32)
-    free_after = kv_total - jnp.sum(blocks)
+    free_after = kv_total - jnp.sum(run.blocks)
     if hits is not None:
         free_after = free_after - hits.kv_offset
-    rank = ops.cumsum(waiting) - 1
-    gate = ~any_preempt
-    if static:
+    rank = ops.cumsum(es.status == WAITING) - 1
+    gate = ~jnp.any(run.preempt)
+    if cfg.batching == "static":
         gate = gate & (n_running == 0)
     admission = functools.partial(
         _admission, es, pol, kv_total, cfg, free_after=free_after,
-        budget_left=budget - jnp.sum(alloc), per_request=per_request, n_running=n_running,
+        budget_left=budget - jnp.sum(alloc), per_request=run.per_request, n_running=n_running,
         rank=rank, gate=gate, footprint_left=jnp.sum(jnp.where(
-            keep, jnp.maximum(pressure.footprint(es, cfg) - blocks, 0), 0)))
+            keep, jnp.maximum(pressure.footprint(es, cfg) - run.blocks, 0), 0)))
     if hits is None:
         adm = admission()
     else:  # blocks scheduled earlier in this iteration are found as well (vLLM caches them)
         hits, adm = prefix_lib.settle(es, hits, keep, alloc, rank, admission, cfg)
-    admit, chunk, need_w, want = adm.admit, adm.chunk, adm.need_w, adm.want
-    ended = adm.ended
-    if cfg.kv_pressure == "evict":  # the victims end instead of waiting for a recompute
-        ended = preempt
+    admit = adm.admit
+    ended = run.preempt if cfg.kv_pressure == "evict" else adm.ended  # (evict: victims end)
 
-    tokens = alloc + jnp.where(admit, chunk, 0)
+    tokens = alloc + jnp.where(admit, adm.chunk, 0)
     # a resumed request whose cache hits leave only its last token computes it as a decode
-    decode = ((alloc > 0) & decoding) | (admit & (need_w == 1) & (es.generated > 0))
+    decode = ((alloc > 0) & run.decoding) | (admit & (adm.need_w == 1) & (es.generated > 0))
     relaxed = {}
     if cfg.relax != "hard":
-        relaxed = _relaxed_tokens(es, tokens, need, decoding, keep, need_w,
+        relaxed = _relaxed_tokens(es, tokens, run.need, run.decoding, keep, adm.need_w,
                                   adm.candidate & (rank < cfg.max_slots - n_running), admit,
-                                  rank, n_running, want, adm.kv_margin, pol, cfg, scores)
-    requeue = preempt & ~ended
+                                  rank, n_running, adm.want, adm.kv_margin, pol, cfg, scores)
+    requeue = run.preempt & ~ended
+    es = _scheduled_entries(es, run, adm, ended, requeue, hits, cfg)
+    return es, Batch(tokens=tokens, decode=decode, preempted=requeue,
+                     slot_bound=adm.slot_bound, ended=ended, **relaxed), hits
+
+
+def _scheduled_entries(es: Entries, run: _Running, adm, ended, requeue, hits,
+                       cfg: EngineConfig) -> Entries:
+    """The entries after scheduling: admitted ones run with their first chunk's blocks (and
+    their cache hits as computed), ended ones are done, preempted ones wait to recompute."""
+    admit = adm.admit
     es = es.replace(
-        qkey=queue_keys(es, keep, admit, requeue),
+        qkey=queue_keys(es, run.keep, admit, requeue),
         status=jnp.where(admit, RUNNING,
                          jnp.where(ended, DONE, jnp.where(requeue, WAITING, es.status))),
         end_state=jnp.where(ended, EVICTED if cfg.kv_pressure == "evict" else REJECTED,
                             es.end_state),
-        blocks=jnp.where(admit, adm.first_blocks, jnp.where(ended, 0, blocks)),
+        blocks=jnp.where(admit, adm.first_blocks, jnp.where(ended, 0, run.blocks)),
         computed=jnp.where(requeue, 0, es.computed),
         preempted=jnp.where(requeue, True, jnp.where(admit, False, es.preempted)),
         n_preempt=es.n_preempt + requeue.astype(jnp.int32),
-        kv_ratio=kv_ratio,
+        kv_ratio=run.kv_ratio,
     )
     if hits is not None:  # hit tokens count as computed; their blocks are the request's too
         es = es.replace(computed=jnp.where(admit, hits.cached, es.computed),
                         blocks=jnp.where(admit, es.blocks + hits.cached // cfg.block_size,
                                          es.blocks))
-    return es, Batch(tokens=tokens, decode=decode, preempted=requeue,
-                     slot_bound=adm.slot_bound, ended=ended, **relaxed), hits
+    return es
 
 
 @struct.dataclass

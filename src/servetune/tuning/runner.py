@@ -21,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from servetune import export, neural, settings
 from servetune.api import compose
 from servetune.errors import ConfigError
+from servetune.files import write_whole
 from servetune.scenario import build
 from servetune.tuning import checkpoint, es
 from servetune.tuning.evaluator import Evaluator, MultiEvaluator
@@ -240,6 +241,74 @@ def _plain(values: dict) -> dict:
             for k, v in values.items()}
 
 
+def _evaluators(cfg: DictConfig, st: Settings, order: str):
+    """(the exact simulator scoring policy points: one workload or several, the pathwise
+    estimator or None for ES)."""
+    if st.workloads:  # tune over several workloads at once
+        evaluator = MultiEvaluator([
+            Evaluator(build(_with_overrides(cfg, w, "tune.workloads")), order, st.batch_mode)
+            for w in st.workloads])
+    else:
+        evaluator = Evaluator(build(cfg), order, st.batch_mode)
+    if st.estimator != "pathwise":
+        return evaluator, None
+    if st.workloads:
+        raise ConfigError("tune.workloads: the pathwise estimator tunes on one workload; "
+                          "use tune=es to tune over several")
+    return evaluator, PathwiseEstimator(evaluator, st.space, st.relax, st.temperature,
+                                        st.objective.slo_target, st.slo_tau,
+                                        st.objective.aggregate, st.objective.cvar_alpha,
+                                        st.difference_step)
+
+
+def _restore(out_dir: Path, st: Settings, state: dict, opt_state, log):
+    """(state, optimizer state) from the checkpoint in out_dir when resuming and one is there
+    (refused when another config wrote it), else the ones given."""
+    loaded = checkpoint.load(out_dir, opt_state) if st.resume else None
+    if loaded is None:
+        return state, opt_state
+    if loaded[0].get("fingerprint") != state["fingerprint"]:
+        raise ConfigError(
+            f"{out_dir / checkpoint.NAME}: written by a run with a different scenario or "
+            f"tune settings; resume with the same config, or use another output directory "
+            f"(or tune.resume=false to start over there)")
+    log(f"resuming from {out_dir / checkpoint.NAME} at iteration {loaded[0]['iteration']}")
+    return loaded
+
+
+def _estimate(st: Settings, evaluator, estimator, theta, lam: float, it: int):
+    """One gradient estimate of the Lagrangian at theta: (points scored [M, d], their
+    summaries (the center first), gradient [d], the pathwise estimator's soft figures)."""
+    space = st.space
+    if estimator is None:  # ES: antithetic pairs around the center
+        eps = es.perturbations(st.seed, it, st.pairs, space.size)
+        points = es.population(theta, eps, st.sigma)
+        summaries = [st.objective.summarize(col, lam)
+                     for col in evaluator(space.values(points))]
+        lagr = np.array([s["lagrangian"] for s in summaries])
+        m = st.pairs
+        return points, summaries, es.gradient(lagr[1:1 + m], lagr[1 + m:], eps, st.sigma), {}
+    # pathwise: the exact simulator scores the point, the relaxed one gives the gradient
+    points = theta[None]
+    summaries = [st.objective.summarize(col, lam) for col in evaluator(space.values(points))]
+    grad, soft = estimator(theta, lam)
+    return points, summaries, grad, soft
+
+
+def _history_row(it: int, state: dict, evaluator, lam: float, grad, soft: dict, summaries,
+                 center: dict) -> dict:
+    """One row of history.csv: the iteration, the center's and the best point's summaries and
+    the center's policy values (a network by its weights' norm)."""
+    net = center.pop("score_net", None)
+    if net is not None:
+        center["score_net_norm"] = float(np.linalg.norm(net))
+    return {"iteration": it, "scenarios_simulated": evaluator.scenarios_simulated,
+            "lambda": lam, "grad_norm": float(np.linalg.norm(grad)), **soft,
+            **{f"center_{k}": v for k, v in summaries[0].items()},
+            **{f"best_{k}": v for k, v in state["best"].items()},
+            **{f"policy.{k}": v for k, v in center.items()}}
+
+
 def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
          log: Callable[[str], None] = print, stop_after: int | None = None) -> TuneResult:
     """Tune the policy keys of `tune.space` for the configured scenario; see the module doc.
@@ -257,61 +326,25 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     _check_keys_act(cfg, space)
     cfg = _prepare(cfg, space)
     order = "neural" if st.policy_family == "neural" else _order(cfg)
-    if st.workloads:  # tune over several workloads at once
-        evaluator = MultiEvaluator([
-            Evaluator(build(_with_overrides(cfg, w, "tune.workloads")), order, st.batch_mode)
-            for w in st.workloads])
-    else:
-        evaluator = Evaluator(build(cfg), order, st.batch_mode)
-    if st.estimator == "pathwise":
-        if st.workloads:
-            raise ConfigError("tune.workloads: the pathwise estimator tunes on one workload; "
-                              "use tune=es to tune over several")
-        estimator = PathwiseEstimator(evaluator, space, st.relax, st.temperature,
-                                      st.objective.slo_target, st.slo_tau,
-                                      st.objective.aggregate, st.objective.cvar_alpha,
-                                      st.difference_step)
+    evaluator, estimator = _evaluators(cfg, st, order)
     start_values = dict(evaluator.base)
     if space.net_size and "score_net" not in start_values:
         # the configured (linear) policy plus a network that adds nothing yet (out scale 0)
         start_values["score_net"] = neural.init_weights(st.net_hidden, st.net_init_seed,
                                                         st.net_init_out_scale)
     theta = space.point(start_values)
-    m, dim = st.pairs, space.size
     opt = OPTIMIZERS[st.optimizer](st.learning_rate)
     dual = optax.sgd(st.lambda_learning_rate)
-    opt_state = opt.init(jnp.asarray(theta))
-    fingerprint = _fingerprint(cfg)
     state = {"iteration": 0, "theta": theta, "lambda": st.lambda_init, "history": [],
-             "best": None, "best_values": None, "scenarios": 0, "fingerprint": fingerprint}
-    loaded = checkpoint.load(out_dir, opt_state) if st.resume else None
-    if loaded is not None:
-        if loaded[0].get("fingerprint") != fingerprint:
-            raise ConfigError(
-                f"{out_dir / checkpoint.NAME}: written by a run with a different scenario or "
-                f"tune settings; resume with the same config, or use another output directory "
-                f"(or tune.resume=false to start over there)")
-        state, opt_state = loaded
-        log(f"resuming from {out_dir / checkpoint.NAME} at iteration {state['iteration']}")
+             "best": None, "best_values": None, "scenarios": 0, "fingerprint": _fingerprint(cfg)}
+    state, opt_state = _restore(out_dir, st, state, opt.init(jnp.asarray(theta)), log)
     evaluator.scenarios_simulated = state["scenarios"]
 
     done_here = 0
     while state["iteration"] < st.iterations:
         it = state["iteration"]
         theta, lam = np.asarray(state["theta"]), float(state["lambda"])
-        soft = {}
-        if st.estimator == "es":
-            eps = es.perturbations(st.seed, it, m, dim)
-            points = es.population(theta, eps, st.sigma)
-            columns = evaluator(space.values(points))
-            summaries = [st.objective.summarize(col, lam) for col in columns]
-            lagr = np.array([s["lagrangian"] for s in summaries])
-            grad = es.gradient(lagr[1:1 + m], lagr[1 + m:], eps, st.sigma)
-        else:  # the exact simulator scores the point, the relaxed one gives the gradient
-            points = theta[None]
-            summaries = [st.objective.summarize(col, lam)
-                         for col in evaluator(space.values(points))]
-            grad, soft = estimator(theta, lam)
+        points, summaries, grad, soft = _estimate(st, evaluator, estimator, theta, lam, it)
         updates, opt_state = opt.update(jnp.asarray(-grad), opt_state, jnp.asarray(theta))
         new_theta = np.asarray(optax.apply_updates(jnp.asarray(theta), updates))
         # dual ascent: raise lambda while the center misses the target, lower it with slack
@@ -321,17 +354,9 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
         for k, s in enumerate(summaries):
             if _better(state["best"], s):
                 state["best"] = s
-                state["best_values"] = _plain({**start_values,
-                                               **space.values(points[k])})
+                state["best_values"] = _plain({**start_values, **space.values(points[k])})
         center = _plain(space.values(theta))
-        net = center.pop("score_net", None)
-        if net is not None:
-            center["score_net_norm"] = float(np.linalg.norm(net))
-        row = {"iteration": it, "scenarios_simulated": evaluator.scenarios_simulated,
-               "lambda": lam, "grad_norm": float(np.linalg.norm(grad)), **soft,
-               **{f"center_{k}": v for k, v in summaries[0].items()},
-               **{f"best_{k}": v for k, v in state["best"].items()},
-               **{f"policy.{k}": v for k, v in center.items()}}
+        row = _history_row(it, state, evaluator, lam, grad, soft, summaries, center)
         state["history"].append(row)
         log(f"iter {it:3d}  objective {row['center_objective']:.4f}  attainment "
             f"{row['center_slo_attainment']:.4f}  lambda {lam:.2f}  best {row['best_objective']:.4f}"
@@ -344,15 +369,23 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
         done_here += 1
         if stop_after is not None and done_here >= stop_after and state["iteration"] < st.iterations:
             raise KeyboardInterrupt(f"stopped after {done_here} iterations (stop_after)")
+    return _finish(cfg, st, state, _plain(start_values), order, evaluator, out_dir, log,
+                   time.perf_counter() - start_time)
 
+
+def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, order: str,
+            evaluator, out_dir: Path, log, elapsed_s: float) -> TuneResult:
+    """After the last iteration: history.csv, the held-out evaluation of the start and the
+    tuned policy (evaluation.csv, with regressions flagged), convergence.png, the export
+    (unless the tuned policy regressed, or tune.export_on_regression) and tune_summary.json;
+    each file written whole."""
     history = pd.DataFrame(state["history"])
-    history.to_csv(out_dir / "history.csv", index=False)
+    write_whole(out_dir / "history.csv", lambda tmp: history.to_csv(tmp, index=False))
     best = state["best_values"]
-    start_values = _plain(start_values)
     evaluation = evaluate_policies(cfg, {"start": start_values, "tuned": best}, st, order)
     regressed = regressions(evaluation)
     evaluation["regression"] = evaluation["split"].isin(regressed)
-    evaluation.to_csv(out_dir / "evaluation.csv", index=False)
+    write_whole(out_dir / "evaluation.csv", lambda tmp: evaluation.to_csv(tmp, index=False))
     _plot(history, out_dir / "convergence.png", st.objective.slo_target)
     if regressed:
         log(f"regression: the tuned policy is worse than the start on held-out "
@@ -370,13 +403,13 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
                             deploy=export.deployment(cfg, _first_scenario(evaluator)))
         for warning in export.vllm_warnings(export.vllm_args(best, engine, order)):
             log(f"warning (export/vllm_args.json): {warning}")
-    wall = time.perf_counter() - start_time
     summary = {"start": start_values, "best": best, "best_summary": state["best"],
                "regression": bool(regressed), "regressed_splits": regressed,
-               "scenarios_simulated": int(state["scenarios"]), "wall_s": wall}
-    (out_dir / "tune_summary.json").write_text(json.dumps(summary, indent=2, default=float))
+               "scenarios_simulated": int(state["scenarios"]), "wall_s": elapsed_s}
+    text = json.dumps(summary, indent=2, default=float)
+    write_whole(out_dir / "tune_summary.json", lambda tmp: tmp.write_text(text))
     return TuneResult(start_values, best, state["best"], history, evaluation,
-                      int(state["scenarios"]), wall, out_dir, bool(regressed))
+                      int(state["scenarios"]), elapsed_s, out_dir, bool(regressed))
 
 
 HELD_OUT = ("heldout_seeds", "holdout_workload")  # the evaluation splits tuning never saw
