@@ -97,6 +97,14 @@ def _env(**extra):
     return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(path), **extra)
 
 
+def _with_this_process_flags(flags: str) -> str:
+    """`flags` plus this process's XLA_FLAGS other than the device count: the compared runs
+    must compile alike (conftest's backend optimization level changes float rounding)."""
+    own = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_force_host_platform_device_count")]
+    return " ".join([flags, *own])
+
+
 def _spawn(*args, env):
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), *map(str, args)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -128,7 +136,8 @@ def _compare(n_s, n_p, other):
 def test_sharded_over_four_devices_equals_one_device(tmp_path):
     out = tmp_path / "sharded.pkl"
     proc = _spawn("devices", out,
-                  env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=4"))
+                  env=_env(XLA_FLAGS=_with_this_process_flags(
+                      "--xla_force_host_platform_device_count=4")))
     for case in CASES:  # meanwhile, here on one device
         _one_device(*case)
     _finish(proc)
