@@ -69,14 +69,17 @@ _SAVED_EVENT = "/jax/compilation_cache/compile_time_saved_sec"
 
 
 def _on_event(event: str, **_):
-    if event == _HIT_EVENT:
+    if event == _HIT_EVENT:  # fired inside the compile event that follows: that one is a read
         _COMPILES["cache_hits"] += 1
+        _COMPILES["reading"] = True
 
 
 def _on_compile(event: str, duration: float, **_):
     if event == _SAVED_EVENT:
         _COMPILES["saved_seconds"] += duration
     if event == _COMPILE_EVENT:
+        if _COMPILES.pop("reading", False):  # read from the persistent cache, not compiled
+            return
         _COMPILES["count"] += 1
         _COMPILES["seconds"] += duration
         if duration >= _SIMULATOR_MIN_S:
@@ -89,24 +92,25 @@ def pytest_configure(config):
 
     jax.monitoring.register_event_duration_secs_listener(_on_compile)
     jax.monitoring.register_event_listener(_on_event)
-    config._compiles_total = dict.fromkeys(_COMPILES, 0)
+    config._compiles_total = dict.fromkeys(_COMPILES, 0)  # (before any "reading" flag)
 
 
 def pytest_sessionfinish(session):
     if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the counts over
-        session.config.workeroutput["compiles"] = dict(_COMPILES)
+        session.config.workeroutput["compiles"] = {k: v for k, v in _COMPILES.items()
+                                                   if k in session.config._compiles_total}
 
 
 def pytest_testnodedown(node, error):
     totals = node.config._compiles_total
     for key, value in getattr(node, "workeroutput", {}).get("compiles", {}).items():
-        totals[key] += value
+        totals[key] = totals.get(key, 0) + value
 
 
 def pytest_terminal_summary(terminalreporter, config):
     totals = config._compiles_total
     if not any(totals.values()):  # not distributed: this process's own counts
-        totals = _COMPILES
+        totals = {k: v for k, v in _COMPILES.items() if k in totals}
     terminalreporter.write_line(
         f"XLA compilations: {totals['count']} ({totals['seconds']:.0f} s), of which "
         f"{totals['simulator']} simulator-sized (>= {_SIMULATOR_MIN_S:.0f} s each, "

@@ -17,6 +17,7 @@ import pytest
 
 from servetune.reporting import report
 from servetune.reporting.collect import collect, parse_overrides
+from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import aggregate, bootstrap, compare, verdicts
 
 SWEEP = ["workload=poisson", "workload.duration_s=8", "window.drain_s=30",
@@ -171,3 +172,10 @@ def test_parse_overrides_reads_as_hydra_does():
     values, swept = parse_overrides(["a.b=1", "+c=x", "d=1,2", "e=[1,2]", "f=null", "~g"])
     assert values == {"a.b": 1, "c": "x", "d": None, "e": "[1, 2]", "f": None}
     assert swept == ["d"]
+
+
+def test_the_one_number_formatter():
+    assert fmt(4096.0) == "4096" and fmt(0.012345) == "0.01235" and fmt(1234567.8) == "1.235e+06"
+    assert fmt(float("inf")) == "inf" and fmt(-np.inf) == "-inf"  # an unlimited cap stays visible
+    assert fmt(None) == "-" and fmt(float("nan")) == "-" and fmt(np.nan, missing="?") == "?"
+    assert fmt(np.float32(2.5)) == "2.5" and fmt(7) == "7" and fmt("fcfs") == "fcfs"

@@ -564,7 +564,6 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
     from hydra.core.hydra_config import HydraConfig
     from rich.console import Console
 
-
     raw = OmegaConf.select(cfg, "path")
     if raw is None or not str(raw).strip():
         raise ConfigError("path: required; the CSV of measured iterations, e.g. "

@@ -110,7 +110,6 @@ def run_tune(cfg: DictConfig):
     checkpoint.json and export/ into the Hydra run directory. Returns the TuneResult."""
     from rich.table import Table
 
-
     _quiet_jax_logs()
     console = Console()
     out = Path(HydraConfig.get().runtime.output_dir)

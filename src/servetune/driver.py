@@ -114,7 +114,8 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
         out[f][ids] = getattr(ent, f)[live]
     out["end_state"][ids] = np.where(ent.status[live] == DONE, ent.end_state[live], OUTSTANDING)
     if np.any(seen > 1):
-        raise AssertionError(f"request {int(np.argmax(seen > 1))} reported twice (scenario {s},{p})")
+        twice = int(np.argmax(seen > 1))
+        raise AssertionError(f"request {twice} reported twice (scenario {s},{p})")
     st = jax.tree.map(lambda x: np.asarray(x[s, p]), final.stats)
     stats = {f.name: getattr(st, f.name) for f in dataclasses.fields(st)}
     stats["requests_taken"] = int(final.next_req[s, p])
@@ -123,4 +124,5 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
             stats[f"prefix_{f}"] = int(getattr(final.prefix, f)[s, p])
         stats["prefix_lookups"] = np.asarray(final.prefix.lookups[s, p])
     clock = float(np.max(final.clock[s, p]))
-    return ScenarioResult(stats=stats, clock_s=clock if math.isfinite(clock) else float("nan"), **out)
+    clock_s = clock if math.isfinite(clock) else float("nan")
+    return ScenarioResult(stats=stats, clock_s=clock_s, **out)

@@ -306,18 +306,18 @@ def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | N
             + _serving_knobs(eff, _engine_dict(engine) if engine is not None else {}))
 
 
-_BOTH = ["vllm", "sglang"]
+_BOTH = ("vllm", "sglang")  # each knob gets its own list (list(_BOTH)): callers may edit one
 
 
 def _deploy_knobs(deploy: dict) -> list[dict]:
     """4-bit weights or KV, which no flag turns on."""
     both, out = _BOTH, []
     if deploy.get("weight_bits") == 4:
-        out.append({"name": "weight_bits", "value": 4, "engines": both,
+        out.append({"name": "weight_bits", "value": 4, "engines": list(both),
                     "note": "serve a 4-bit (AWQ or GPTQ) checkpoint of the model; its method "
                             "is read from the checkpoint"})
     if deploy.get("kv_bits") == 4:
-        out.append({"name": "kv_bits", "value": 4, "engines": both,
+        out.append({"name": "kv_bits", "value": 4, "engines": list(both),
                     "note": "no 4-bit KV-cache dtype in vLLM or SGLang; fp8 (8 bits) is the "
                             "smallest, so re-simulate with model.kv_bits=8"})
     return out
@@ -352,14 +352,14 @@ def _order_knobs(eff: dict, order: str) -> list[dict]:
     both, out = _BOTH, []
     w = {k: eff[k] for k in WEIGHTS}
     if order == "neural":
-        out.append({"name": "order", "value": order, "engines": both,
+        out.append({"name": "order", "value": order, "engines": list(both),
                     "note": "a gateway sets each request's priority with priority.py's "
                             "priority(request, engine) (weights in score_net.json: the linear "
                             "w_* terms plus a small network over request and engine features), "
                             "lower first; it scores once at submission, the simulator every "
                             "iteration"})
     elif order == "priority":
-        out.append({"name": "order", "value": order, "engines": both,
+        out.append({"name": "order", "value": order, "engines": list(both),
                     "note": "each request's own priority (the trace's priority column, lower "
                             "first) goes in its request's `priority` field (vLLM's OpenAI "
                             "server; SGLang's with --enable-priority-scheduling), set by the "
@@ -367,7 +367,7 @@ def _order_knobs(eff: dict, order: str) -> list[dict]:
     elif order != "fcfs":
         key = (f"{w['w_age'] + w['w_slack']:g} * arrival_s + {w['w_prompt']:g} * prompt_tokens"
                f" / 1000 + {w['w_pred']:g} * predicted_output_tokens / 1000")
-        out.append({"name": "order", "value": order, "engines": both,
+        out.append({"name": "order", "value": order, "engines": list(both),
                     "note": f"gateway sets each request's priority = round({PRIORITY_SCALE} * "
                             f"({key})), lower first; SGLang's schedule policies (lpm, dfs-weight, "
                             f"lof, random, shortest-prefill-first) are not this order"})
@@ -379,10 +379,11 @@ def _order_knobs(eff: dict, order: str) -> list[dict]:
                             "adds to the arrival weight (exact while waiting; the simulator "
                             "drops it once a token is out, a static priority cannot)"}
         for k in WEIGHTS:
-            out.append({"name": k, "value": w[k], "engines": both,
+            out.append({"name": k, "value": w[k], "engines": list(both),
                         "note": f"term of the gateway priority, {terms[k]}"})
         if w["w_slack"] != 0:
-            out.append({"name": "ttft_target_s", "value": eff["ttft_target_s"], "engines": both,
+            out.append({"name": "ttft_target_s", "value": eff["ttft_target_s"],
+                        "engines": list(both),
                         "note": "only shifts every waiting request's priority equally; "
                                 "nothing to set"})
     return out
@@ -405,7 +406,7 @@ def _serving_knobs(eff: dict, eng: dict) -> list[dict]:
                             f"model to --speculative-config)"})
     pressure = eng.get("kv_pressure", "preempt")
     if pressure != "preempt":
-        out.append({"name": "kv_pressure", "value": pressure, "engines": both,
+        out.append({"name": "kv_pressure", "value": pressure, "engines": list(both),
                     "note": {"evict": "no engine flag: both preempt and recompute; a gateway "
                                       "can abort the lowest-priority request instead",
                              "reject": "no engine flag: a gateway admits a request only if "
@@ -416,14 +417,14 @@ def _serving_knobs(eff: dict, eng: dict) -> list[dict]:
                                          f"compresses every request 2x"}.get(pressure, "")})
     if int(eng.get("n_instances") or 1) > 1:
         out.append({"name": "routing", "value": eng.get("routing", "round_robin"),
-                    "engines": both,
+                    "engines": list(both),
                     "note": f"a router in front of the replicas (e.g. the vLLM production "
                             f"stack's or SGLang's router); score weights: queue "
                             f"{eff['route_w_queue']:g}, KV {eff['route_w_kv']:g}, work "
                             f"{eff['route_w_work']:g}"})
     if int(eng.get("cascade_small_instances") or 0) > 0:
         out.append({"name": "cascade_threshold", "value": eff["cascade_threshold"],
-                    "engines": both,
+                    "engines": list(both),
                     "note": "no engine flag: a gateway in front of the two pools sends a request "
                             "to the small model when its predicted difficulty is at most this, "
                             "and retries it on the large model when the answer fails its check"})

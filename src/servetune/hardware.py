@@ -21,7 +21,8 @@ GIB = 1024**3
 
 @dataclasses.dataclass(frozen=True)
 class GPUSpec:
-    """One GPU: dense bf16 peak (FLOP/s), HBM bandwidth (bytes/s), memory (bytes), TP link, price."""
+    """One GPU: dense bf16 peak (FLOP/s), HBM bandwidth (bytes/s), memory (bytes), TP link,
+    price."""
 
     name: str
     peak_flops: float  # dense bf16 FLOP/s
@@ -143,7 +144,8 @@ def kv_capacity_blocks(
             f"model: {model.name} does not fit: it needs {weights / 1e9:.1f} GB of "
             f"{weight_bits}-bit weights, "
             f"but {tp} x {gpu.name} at gpu_memory_utilization={gpu_memory_utilization} leaves "
-            f"{usable / 1e9:.1f} GB minus {tp * activation_reserve_gib:.1f} GiB activation reserve; "
+            f"{usable / 1e9:.1f} GB minus {tp * activation_reserve_gib:.1f} GiB activation "
+            f"reserve; "
             f"raise hardware.tp or lower model.weight_bits"
         )
     per_token = kv_bytes_per_token(model, kv_bits) + extra_kv_bytes_per_token
@@ -187,7 +189,8 @@ def roofline_cost_params(
     comm_fixed = 0.0
     if tp > 1:
         ring = 2.0 * (tp - 1) / tp
-        comm_per_token = 2 * model.layers * ring * model.hidden * activation_bits / 8 / gpu.link_bytes_per_s
+        comm_per_token = (2 * model.layers * ring * model.hidden * activation_bits / 8
+                          / gpu.link_bytes_per_s)
         comm_fixed = 2 * model.layers * allreduce_latency_s
     f = lambda x: jnp.asarray(x, jnp.float64)
     return CostParams(

@@ -58,7 +58,8 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
     stats = Stats(
-        steps=zi, leaped=zi, busy_s=per_inst + zf, kv_peak_blocks=per_inst, kv_overflow=per_inst > 0,
+        steps=zi, leaped=zi, busy_s=per_inst + zf, kv_peak_blocks=per_inst,
+        kv_overflow=per_inst > 0,
         clock_regress=per_inst > 0, preemptions=zi, prefill_tokens=zi.astype(jnp.int64),
         decode_tokens=zi.astype(jnp.int64), window_overflow=zi, max_running=per_inst,
         occupancy_s=zf, ended=zi, slot_bound=zi,
@@ -81,7 +82,8 @@ def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) 
 
     def cond(carry):
         s, k = carry
-        return (~s.done) & (s.outbox.count + cfg.drain_per_step <= cap) & (k < cfg.max_steps_per_chunk)
+        room = s.outbox.count + cfg.drain_per_step <= cap
+        return (~s.done) & room & (k < cfg.max_steps_per_chunk)
 
     def body(carry):
         s, k = carry

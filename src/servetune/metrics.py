@@ -42,7 +42,7 @@ class MetricsSpec:
     kv_blocks: int
     kv_compress_fail_prob: float = 0.0  # quality cost of KV compression (engine/pressure.py)
     quality: quality.QualitySpec | None = None
-    cascade: cascade_lib.CascadeSpec | None = None  # model cascade (servetune.cascade_config), else None
+    cascade: cascade_lib.CascadeSpec | None = None  # model cascade (cascade_config), else None
 
 
 def quality_outcome(trace: RequestTrace, spec: MetricsSpec, extra_hazard=0.0

@@ -179,8 +179,8 @@ def spec(w: Sequence[float], linear: dict, ttft_target_s: float) -> dict:
 
 PRIORITY_SCALE = 10**6  # priority = round(-PRIORITY_SCALE x score): lower is served first
 
-_TEMPLATE = '''"""Request priority for vLLM's priority scheduling (--scheduling-policy priority), from a
-servetune neural score (generated; do not edit: regenerate from score_net.json).
+_TEMPLATE = '''"""Request priority for vLLM's priority scheduling (--scheduling-policy priority),
+from a servetune neural score (generated; do not edit: regenerate from score_net.json).
 
 A gateway calls priority(request, engine) when it forwards a request and sends the result as
 the request's "priority" (vLLM serves lower values first; ties by arrival). Dependency-free.

@@ -71,6 +71,7 @@ ORDERS: dict[str, dict[str, float]] = {
     "priority": {"w_age": 1.0, "w_prompt": 0.0, "w_pred": 0.0, "w_slack": 0.0},
 }
 
+
 def make_policy(values: Mapping[str, object] | None = None, order: str = "fcfs",
                 key_prefix: str = "policy") -> PolicyParams:
     """Build PolicyParams from a mapping of field -> number or list of numbers (a grid axis).

@@ -80,6 +80,7 @@ DEFAULT_COMPONENTS = {
 DIFFICULTY_DISTS = ("uniform", "beta", "constant")
 _SOURCES = ("auto", "trace", "draw")
 
+
 @dataclasses.dataclass(frozen=True)
 class QualityModel:
     """P(fail | difficulty, degradation setting); see the module docstring for the formula.

@@ -121,7 +121,8 @@ def replica(trace: RequestTrace, span: float, spec: ReplicaSpec, seed: int) -> R
     """Seed `seed`'s replica of the slice `trace` (arrivals in [0, span) s); the window shift
     is applied by the caller when slicing (`start_shift`)."""
     if spec.block_s is not None:
-        trace = block_bootstrap(trace, span, spec.block_s, streams.rng(seed, streams.REPLICA_BLOCKS))
+        blocks_rng = streams.rng(seed, streams.REPLICA_BLOCKS)
+        trace = block_bootstrap(trace, span, spec.block_s, blocks_rng)
     if spec.rate != 1.0:
         trace = scale_rate(trace, span, spec.rate, streams.rng(seed, streams.REPLICA_RATE))
     if spec.lengths:

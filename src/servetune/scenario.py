@@ -493,15 +493,6 @@ def _policy_section(cfg: DictConfig):
     return make_policy(base, order=order), points, order
 
 
-def _choice(cfg: DictConfig, key: str, default: str, options) -> str:
-    value = settings.get(cfg, key, default)
-    if value not in options:
-        expected = (f"one of {options}" if not isinstance(options, tuple) or len(options) != 2
-                    else f"{options[0]} or {options[1]}")
-        raise ConfigError(f"{key}: got {value!r}; expected {expected}")
-    return value
-
-
 def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> EngineConfig:
     """The engine's static configuration from `engine.*` (capacities, batching, KV layout and
     pressure, instances and routing, prefix caching), checked against vLLM's own limits."""
@@ -514,13 +505,13 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
                               f"{max_seqs:g}, expected at most {MAX_CAPACITY}; set "
                               f"engine.max_slots (admissions it holds back are counted)")
         slots = math.ceil(max_seqs)
-    routing = _choice(cfg, "engine.routing", "round_robin", ROUTERS)
-    kv_pressure = _choice(cfg, "engine.kv_pressure", "preempt", POLICIES)
+    routing = settings.choice(cfg, "engine.routing", ROUTERS, "round_robin")
+    kv_pressure = settings.choice(cfg, "engine.kv_pressure", POLICIES, "preempt")
     layout = settings.get(cfg, "engine.kv_layout", "paged")
     if kv_pressure == "compress" and layout != "paged":
         raise ConfigError("engine.kv_pressure: compress needs engine.kv_layout=paged")
-    batching = _choice(cfg, "engine.batching", "continuous", ("continuous", "static"))
-    layout = _choice(cfg, "engine.kv_layout", "paged", ("paged", "contiguous"))
+    batching = settings.choice(cfg, "engine.batching", ("continuous", "static"), "continuous")
+    layout = settings.choice(cfg, "engine.kv_layout", ("paged", "contiguous"), "paged")
     count = lambda key, hi, default, lo=1: settings.number(cfg, key, lo=lo, hi=hi, integer=True,
                                                            default=default)
     engine = EngineConfig(
@@ -582,6 +573,7 @@ def _cascade_section(cfg: DictConfig, engine: EngineConfig, hw: _Hardware, cost,
     if casc is None:
         return engine, cost, None, qspec
     engine = dataclasses.replace(engine, cascade_small_instances=small_n)
+    qspec = cascade_lib.tier_quality(qspec)  # checked before the pools' sizes, as it always was
     lone_blocks = engine.max_blocks_per_request
     for pool, blocks in (("large", casc.large_kv_blocks), ("small", casc.small_kv_blocks)):
         if lone_blocks > blocks:  # a retry admissible on the small pool must be on the large
@@ -589,7 +581,7 @@ def _cascade_section(cfg: DictConfig, engine: EngineConfig, hw: _Hardware, cost,
                 f"engine.max_model_len: the {pool} pool's {blocks} KV blocks cannot hold one "
                 f"engine.max_model_len = {engine.max_model_len} sequence ({lone_blocks} "
                 f"blocks); lower it")
-    return engine, cost, casc, cascade_lib.tier_quality(qspec)
+    return engine, cost, casc, qspec
 
 
 def _with_links(cfg: DictConfig, cost, n_params: int):

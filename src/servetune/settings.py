@@ -41,16 +41,17 @@ def check_number(value, key: str, *, lo=-math.inf, hi=math.inf, integer=False,
 
 
 def number(cfg, key: str, *, lo=-math.inf, hi=math.inf, integer=False, default=None,
-           allow_none=False, allow_inf=False, where: str | None = None):
-    """The number at `key` of `cfg`, checked as `check_number` does; `default` when absent;
-    None when absent or null and `allow_none`. `where`: the key's name in messages when `cfg`
-    is a sub-section (default `key`)."""
+           allow_none=False, where: str | None = None):
+    """The number at `key` of `cfg`, checked as `check_number` does. Absent or null (YAML
+    `null`: "use the default"), it is `default` when one is given, else None with
+    `allow_none`, else an error. `where`: the key's name in messages when `cfg` is a
+    sub-section (default `key`)."""
     value = get(cfg, key, default)
     if value is None and default is not None:
         value = default
     if value is None and allow_none:
         return None
-    return check_number(value, where or key, lo=lo, hi=hi, integer=integer, allow_inf=allow_inf)
+    return check_number(value, where or key, lo=lo, hi=hi, integer=integer)
 
 
 def string(cfg, key: str, default=None, allow_none=False, where: str | None = None):
@@ -72,8 +73,11 @@ def flag(cfg, key: str, default: bool, where: str | None = None) -> bool:
 
 
 def choice(cfg, key: str, options, default=None, where: str | None = None):
-    """The value at `key` of `cfg`, which must be one of `options`."""
+    """The value at `key` of `cfg` (`default` when absent), which must be one of `options`."""
     value = get(cfg, key, default)
     if value not in options:
-        raise ConfigError(f"{where or key}: got {value!r}; expected one of {list(options)}")
+        options = list(options)
+        expected = (f"{options[0]} or {options[1]}" if len(options) == 2 else
+                    f"one of {options}")
+        raise ConfigError(f"{where or key}: got {value!r}; expected {expected}")
     return value

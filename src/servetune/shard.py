@@ -101,8 +101,8 @@ def layout(n_s: int, n_p: int, devices: Sequence | None = None) -> Layout | None
 
 @functools.lru_cache(maxsize=32)
 def _compiled(mesh: Mesh, cfg: EngineConfig):
-    init = jax.jit(jax.shard_map(functools.partial(loop.init_grid, cfg=cfg), mesh=mesh, in_specs=(WORKLOAD, PARAMS),
-                                 out_specs=STATE, check_vma=False))
+    init = jax.jit(jax.shard_map(functools.partial(loop.init_grid, cfg=cfg), mesh=mesh,
+                                 in_specs=(WORKLOAD, PARAMS), out_specs=STATE, check_vma=False))
     chunk = jax.jit(jax.shard_map(loop.batched(loop.run_chunk, cfg), mesh=mesh,
                                   in_specs=(STATE, WORKLOAD, PARAMS), out_specs=STATE,
                                   check_vma=False), donate_argnums=(0,))

@@ -1,9 +1,16 @@
-"""Every random stream of the host-side draws, in one table. A draw for scenario seed s from
-stream k is numpy's `default_rng([s, k])`: the streams are independent of each other, so
-switching one mechanism on moves no other mechanism's draws, and every draw is fixed per
-(request, seed) whatever the policy (paired comparisons). The engine's own draws on device
+"""Every random stream of the host-side draws of a scenario, in one table. A draw for scenario
+seed s from stream k is numpy's `default_rng([s, k])`: the streams are independent of each
+other, so switching one mechanism on moves no other mechanism's draws, and every draw is fixed
+per (request, seed) whatever the policy (paired comparisons). The engine's own draws on device
 (speculative acceptance, power-of-two routing) are counter-based on the scenario's salt
-(engine/speculation.py)."""
+(engine/speculation.py).
+
+Four generators are outside the table on purpose (tests/test_layout.py lists them): the
+synthetic arrival process, `default_rng(seed)` (workload.synthetic: every synthetic trace and
+golden was drawn from it), the ES perturbations, `default_rng([seed, iteration])`
+(tuning/es.py), and two that are not part of a scenario: the report's bootstrap
+(reporting/stats.py) and the made-up token ids sent to a real vLLM (validate/oracle.py,
+validate/observe.py)."""
 
 from __future__ import annotations
 

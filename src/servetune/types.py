@@ -162,7 +162,8 @@ class PolicyParams:
 
     Integer limits are continuous thresholds here and rounded only when exported.
     Priority score (higher runs first) =
-      w_age * age_s - w_prompt * prompt_ktok - w_pred * predicted_output_ktok - w_slack * ttft_slack_s
+      w_age * age_s - w_prompt * prompt_ktok - w_pred * predicted_output_ktok
+      - w_slack * ttft_slack_s
     """
 
     max_num_seqs: jnp.ndarray  # [] sequences running at once
@@ -248,7 +249,7 @@ class Workload:
     prompt: jnp.ndarray  # [N] i32 prompt tokens
     output: jnp.ndarray  # [N] i32 true output tokens (hidden from the scheduler)
     predicted: jnp.ndarray  # [N] f64 predicted output tokens (what the scheduler sees)
-    klass: jnp.ndarray  # [N] i32 request class id (for per-class mechanisms; metrics use the host copy)
+    klass: jnp.ndarray  # [N] i32 request class id (per-class mechanisms; metrics use the host copy)
     n: jnp.ndarray  # [] i32 number of real (unpadded) requests
     t_stop: jnp.ndarray  # [] f64 time at which the simulation stops (last arrival + drain)
     give_up_at: jnp.ndarray  # [N] f64 time the request is cancelled or expires if not done
@@ -257,7 +258,8 @@ class Workload:
     spec_alpha: jnp.ndarray  # [N] f64 per-token draft acceptance rate (speculation)
     salt: jnp.ndarray  # [] u32 scenario seed for counter-based random draws
     # prefix caching only (engine/prefix.py), else None:
-    prefix_ids: jnp.ndarray | None = None  # [N, Hp] i32 ids of the full prompt prefix blocks, -1 after
+    prefix_ids: jnp.ndarray | None = None  # [N, Hp] i32 ids of the full prompt prefix blocks,
+    #                                        -1 after
     # model cascade only (engine/cascade.py), else None:
     cascade_pred: jnp.ndarray | None = None  # [N] f64 predicted difficulty in (0, 1) (the router's)
     cascade_fail: jnp.ndarray | None = None  # [N] bool the small model's answer fails its check
@@ -295,7 +297,8 @@ class Entries:
     #                    pushed back to the front of (ascending, below 0); new arrivals 0
     # prefix caching only (engine/prefix.py), else None:
     pfx_ids: jnp.ndarray | None = None  # [A, Hp] i32 the request's full prompt block ids, -1 after
-    pfx_slot: jnp.ndarray | None = None  # [A, Hp] i32 cache-table slot of each block it references, -1
+    pfx_slot: jnp.ndarray | None = None  # [A, Hp] i32 cache-table slot of each block it
+    #                                      references, -1
     pfx_n: jnp.ndarray | None = None  # [A] i32 blocks it references (KV counted once, in the cache)
     pfx_next: jnp.ndarray | None = None  # [A] i32 next block to insert into the cache
     # relaxed engines only (engine.relax st/soft, servetune/grad/pathwise.py), else None:
@@ -351,7 +354,7 @@ class Stats:
     leaped: jnp.ndarray  # [] i32 of those, iterations applied in closed form (event skipping)
     busy_s: jnp.ndarray  # [I] f64 seconds spent in iterations
     kv_peak_blocks: jnp.ndarray  # [I] i32 most KV blocks in use at once
-    kv_overflow: jnp.ndarray  # [I] bool KV use ever exceeded capacity (an invariant; must stay False)
+    kv_overflow: jnp.ndarray  # [I] bool KV use ever exceeded capacity (invariant: stays False)
     clock_regress: jnp.ndarray  # [I] bool a clock ever went back (an invariant; must stay False)
     preemptions: jnp.ndarray  # [] i32 preemption events
     prefill_tokens: jnp.ndarray  # [] i64 prompt (and recomputed) tokens processed

@@ -429,7 +429,8 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
                 hash_ids[k, :len(h)] = h
     return RequestTrace(name or path.stem, arr - arr[0], np.asarray(prompt, np.int32),
                         np.asarray(output, np.int32),
-                        difficulty=_optional_column(difficulty, lines, path, 'difficulty', np.float64),
+                        difficulty=_optional_column(difficulty, lines, path, 'difficulty',
+                                                    np.float64),
                         priority=_optional_column(priority, lines, path, 'priority', np.int32),
                         hash_ids=hash_ids)
 

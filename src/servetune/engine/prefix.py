@@ -157,7 +157,8 @@ def _set_of(ids, n_sets: int):
 def lookup(table_ids, ids):
     """Slot holding each id ([...] int32), -1 where absent (or id < 0)."""
     n_sets = table_ids.shape[0] // WAYS
-    ways = _set_of(jnp.maximum(ids, 0), n_sets)[..., None] * WAYS + jnp.arange(WAYS, dtype=jnp.int32)
+    first_way = _set_of(jnp.maximum(ids, 0), n_sets)[..., None] * WAYS
+    ways = first_way + jnp.arange(WAYS, dtype=jnp.int32)
     match = (table_ids[ways] == ids[..., None]) & (ids[..., None] >= 0)
     return jnp.where(jnp.any(match, -1), jnp.sum(jnp.where(match, ways, 0), -1, dtype=jnp.int32),
                      -1)

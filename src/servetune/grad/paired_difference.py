@@ -51,7 +51,7 @@ def cap_bracket(cap: float, step: float) -> tuple[int, int]:
 
 
 def bracket(dim, value: float, step: float) -> tuple[float, float]:
-    """The settings (lo, hi), lo < hi, of the tuned key `dim` (a tune.space.Dimension) whose
+    """The settings (lo, hi), lo < hi, of the tuned key `dim` (a tuning.space.Dimension) whose
     difference estimates the slope at `value` (in the key's units); see the module doc."""
     if dim.key == QUEUE_CAP:
         return cap_bracket(value, step)

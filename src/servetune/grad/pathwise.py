@@ -32,8 +32,8 @@ differences of paired runs (servetune/grad/paired_difference.py). The neural sco
 tune=es for it.
 
 With a model cascade, the useful tokens of a request depend on the model whose answer is
-final (servetune.cascade_config), so each request carries two weights (`request_weights`) and the run
-tells which applies (RequestTimes.final_small).
+final (servetune.cascade_config), so each request carries two weights (`request_weights`) and
+the run tells which applies (RequestTimes.final_small).
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ class PointMap:
     """The tuner's point z [d] -> policy values, as tuning/space.py maps it, in JAX (traced,
     differentiable): value = low..high through a sigmoid, on a log or linear scale."""
 
-    dims: tuple  # [d] tune.space.Dimension
+    dims: tuple  # [d] tuning.space.Dimension
 
     def values(self, z) -> dict:
         """Policy key -> traced value of each coordinate of z [d]."""

@@ -31,7 +31,8 @@ def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
         ("E2E mean / p99 (s)", f"{fmt(m['e2e_mean_s'])} / {fmt(m['e2e_p99_s'])}"),
         ("throughput (req/s, output tok/s)",
          f"{fmt(m['throughput_rps'])}, {m['output_tokens_per_s']:,.0f}"),
-        ("goodput (req/s) / SLO attainment", f"{fmt(m['goodput_rps'])} / {m['slo_attainment']:.1%}"),
+        ("goodput (req/s) / SLO attainment",
+         f"{fmt(m['goodput_rps'])} / {m['slo_attainment']:.1%}"),
         ("useful tokens per dollar", f"{m['useful_tokens_per_dollar']:,.0f}"),
         ("cost (USD) / per qualifying request",
          f"{m['cost_usd']:.3f} / {fmt(m['cost_per_qualifying_request_usd'])}"),
@@ -62,7 +63,8 @@ def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
         flags.append(f"queue window overflow: up to {m['queue_window_overflow']} arrivals waited "
                      f"outside the scheduler's window (raise engine.queue_window)")
     if m.get("slot_bound_iterations"):
-        flags.append(f"capacity bound: in {m['slot_bound_iterations']} iterations engine.max_slots, "
+        flags.append(f"capacity bound: in {m['slot_bound_iterations']} iterations "
+                     f"engine.max_slots, "
                      f"not policy.max_num_seqs, held back admissions (raise engine.max_slots, or "
                      f"null for exact results)")
     if m.get("stalled"):

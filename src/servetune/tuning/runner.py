@@ -359,7 +359,8 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
         row = _history_row(it, state, evaluator, lam, grad, soft, summaries, center)
         state["history"].append(row)
         log(f"iter {it:3d}  objective {row['center_objective']:.4f}  attainment "
-            f"{row['center_slo_attainment']:.4f}  lambda {lam:.2f}  best {row['best_objective']:.4f}"
+            f"{row['center_slo_attainment']:.4f}  lambda {lam:.2f}  "
+            f"best {row['best_objective']:.4f}"
             f" (att {row['best_slo_attainment']:.4f})  scenarios {row['scenarios_simulated']}  "
             + " ".join(f"{k}={center[k]:.4g}" for k in space.keys))
         state.update(iteration=it + 1, theta=new_theta, **{"lambda": new_lam},
@@ -367,18 +368,20 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
         if (it + 1) % st.checkpoint_every == 0 or it + 1 == st.iterations:
             checkpoint.save(out_dir, state, opt_state)
         done_here += 1
-        if stop_after is not None and done_here >= stop_after and state["iteration"] < st.iterations:
+        left = state["iteration"] < st.iterations
+        if stop_after is not None and done_here >= stop_after and left:
             raise KeyboardInterrupt(f"stopped after {done_here} iterations (stop_after)")
     return _finish(cfg, st, state, _plain(start_values), order, evaluator, out_dir, log,
-                   time.perf_counter() - start_time)
+                   start_time)
 
 
 def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, order: str,
-            evaluator, out_dir: Path, log, elapsed_s: float) -> TuneResult:
+            evaluator, out_dir: Path, log, start_time: float) -> TuneResult:
     """After the last iteration: history.csv, the held-out evaluation of the start and the
     tuned policy (evaluation.csv, with regressions flagged), convergence.png, the export
     (unless the tuned policy regressed, or tune.export_on_regression) and tune_summary.json;
-    each file written whole."""
+    each file written whole. `start_time` (time.perf_counter()) began the run: its wall time
+    includes the evaluation and the export."""
     history = pd.DataFrame(state["history"])
     write_whole(out_dir / "history.csv", lambda tmp: history.to_csv(tmp, index=False))
     best = state["best_values"]
@@ -403,6 +406,7 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
                             deploy=export.deployment(cfg, _first_scenario(evaluator)))
         for warning in export.vllm_warnings(export.vllm_args(best, engine, order)):
             log(f"warning (export/vllm_args.json): {warning}")
+    elapsed_s = time.perf_counter() - start_time
     summary = {"start": start_values, "best": best, "best_summary": state["best"],
                "regression": bool(regressed), "regressed_splits": regressed,
                "scenarios_simulated": int(state["scenarios"]), "wall_s": elapsed_s}

@@ -102,14 +102,17 @@ def space_from_config(spec: Mapping[str, Mapping], key_prefix: str = "tune.space
         if d is None:  # null: not tuned (lets an experiment drop a key the tune config lists)
             continue
         if key not in DEFAULTS:
-            raise ConfigError(f"{where}: not a policy parameter; expected one of {sorted(DEFAULTS)}")
+            raise ConfigError(f"{where}: not a policy parameter; expected one of "
+                              f"{sorted(DEFAULTS)}")
         if not isinstance(d, Mapping) or not {"low", "high"} <= set(d):
-            raise ConfigError(f"{where}: got {d!r}; expected {{low: ..., high: ..., scale: log|linear}}")
+            raise ConfigError(f"{where}: got {d!r}; expected "
+                              f"{{low: ..., high: ..., scale: log|linear}}")
         scale = d.get("scale", "linear")
         try:
             low, high = float(d["low"]), float(d["high"])
         except (TypeError, ValueError):
-            raise ConfigError(f"{where}: low/high must be numbers; got {d['low']!r}, {d['high']!r}") from None
+            raise ConfigError(f"{where}: low/high must be numbers; got {d['low']!r}, "
+                              f"{d['high']!r}") from None
         if scale not in ("log", "linear"):
             raise ConfigError(f"{where}.scale: got {scale!r}; expected log or linear")
         if not (math.isfinite(low) and math.isfinite(high) and low < high):

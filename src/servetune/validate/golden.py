@@ -257,7 +257,6 @@ def replay(fixture: dict) -> dict:
     off) and its per-request results (the production rollout, event skipping on), in the
     oracle's shapes."""
 
-
     trace, params, cfg = _servetune_inputs(fixture)
     wl = stack_workloads([trace], [trace.output.astype(np.float64)], drain_s=1e6, engine=cfg)
     n_steps = len(fixture["steps"]) + len(trace) + 1  # idle jumps take a step each

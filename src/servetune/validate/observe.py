@@ -212,7 +212,6 @@ def main(argv: list[str]) -> int:
 
     import pandas as pd
 
-
     args = _parser().parse_args(argv)
     try:
         path = Path(args.trace).expanduser()
