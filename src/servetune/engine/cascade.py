@@ -8,8 +8,8 @@ pool the configured replica router (engine/routing.py) picks the instance.
 
 Whether a request's small answer fails its quality check is a fixed property of the request
 and the seed (Workload.cascade_fail, drawn on the host by servetune.cascade_config from the
-quality model), the same for every policy. A small answer that fails is not delivered: when the small
-instance completes it, the request becomes RETRY (its blocks are already free). At that
+quality model), the same for every policy. A small answer that fails is not delivered: when the
+small instance completes it, the request becomes RETRY (its blocks are already free). At that
 instance's next iteration boundary (the end of the iteration that completed it: event skipping
 stops at a completion and is not started after an iteration that produced a retry), the
 request moves to the large instance with the fewest requests that has a free entry (ties: the
@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import relax
+from servetune.engine import transfer
 from servetune.hardware import step_time
 from servetune.types import (
     COMPLETED,
@@ -125,8 +126,8 @@ def retry_horizon(entries: Entries, clock, cost, cfg: EngineConfig):
 
 def fall_back(entries: Entries, i, t, cost, cfg: EngineConfig):
     """Move instance i's RETRY requests (i a small instance, its clock t in seconds) to large
-    instances, as many as have a free entry. `cost`: CostParams with leaves [] or [I] (the
-    small instance's check_latency_s applies). Returns entries [I, A]."""
+    instances, as many as have a free entry (engine/transfer.py). `cost`: CostParams with
+    leaves [] or [I] (the small instance's check_latency_s applies). Returns entries [I, A]."""
     n_inst = cfg.n_instances
     large = jnp.arange(n_inst) >= cfg.cascade_small_instances
     check_s = jnp.broadcast_to(cost.check_latency_s, (n_inst,))[i]
@@ -134,41 +135,16 @@ def fall_back(entries: Entries, i, t, cost, cfg: EngineConfig):
     def pending(entries):
         return (entries.status[i] == RETRY) & is_small(i, cfg)
 
-    def cond(c):
-        entries, go = c
-        return go & jnp.any(pending(entries))
-
-    def body(c):
-        entries, _ = c
-        k = jnp.argmax(pending(entries))  # the first waiting retry, in entry order
+    def destination(entries, k):  # the large instance with the fewest requests, with room
         s = entries.status
         load = jnp.sum((s == WAITING) | (s == RUNNING) | (s == INFLIGHT), axis=1)
         room = jnp.any(s == EMPTY, axis=1)
-        value = jnp.where(large & room, load.astype(jnp.float64), jnp.inf)
-        j = jnp.argmin(value)  # first listed among the least loaded
-        go = jnp.isfinite(value[j])
-        slot = jnp.argmax(s[j] == EMPTY)
-        ready = jnp.maximum(t, entries.finish[i, k] + check_s)
+        return jnp.where(large & room, load.astype(jnp.float64), jnp.inf)
 
-        def move(entries):
-            moved = jax.tree.map(lambda x: x.at[j, slot].set(x[i, k]), entries)
-            put = lambda x, v: x.at[j, slot].set(v)
-            return moved.replace(
-                status=put(moved.status, INFLIGHT).at[i, k].set(EMPTY),
-                req=moved.req.at[i, k].set(-1),
-                ready_at=put(moved.ready_at, ready),
-                computed=put(moved.computed, 0),
-                generated=put(moved.generated, 0),
-                blocks=put(moved.blocks, 0),
-                preempted=put(moved.preempted, False),
-                first_token=put(moved.first_token, jnp.nan),
-                last_emit=put(moved.last_emit, jnp.nan),
-                finish=put(moved.finish, jnp.nan),
-                end_state=put(moved.end_state, -1),
-                kv_ratio=put(moved.kv_ratio, 1.0),
-                tier=put(moved.tier, TIER_RETRIED))
+    def arrival_fields(entries, k):  # a new attempt: nothing computed, nothing emitted
+        return {"ready_at": jnp.maximum(t, entries.finish[i, k] + check_s), "computed": 0,
+                "generated": 0, "blocks": 0, "preempted": False, "first_token": jnp.nan,
+                "last_emit": jnp.nan, "finish": jnp.nan, "end_state": -1, "kv_ratio": 1.0,
+                "tier": TIER_RETRIED}
 
-        return jax.lax.cond(go, move, lambda x: x, entries), go
-
-    entries, _ = jax.lax.while_loop(cond, body, (entries, jnp.asarray(True)))
-    return entries
+    return transfer.move_out(entries, i, pending, destination, arrival_fields)

@@ -19,9 +19,9 @@ iteration boundary at or after the landing time.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
+from servetune.engine import transfer
 from servetune.engine.kv import blocks_for
 from servetune.types import EMPTY, HANDOFF, INFLIGHT, RUNNING, WAITING, EngineConfig, Entries
 
@@ -65,8 +65,8 @@ def handoff_horizon(entries: Entries, clock, cfg: EngineConfig):
 
 def hand_off(entries: Entries, i, t, cost, cfg: EngineConfig):
     """Move instance i's HANDOFF requests (i a prefill instance, its clock t) to decode
-    instances, as many as fit. `cost`: CostParams with leaves [] or [I]. Returns entries
-    [I, A]."""
+    instances, as many as fit (engine/transfer.py). `cost`: CostParams with leaves [] or
+    [I]. Returns entries [I, A]."""
     n_inst = cfg.n_instances
     per = lambda x: jnp.broadcast_to(x, (n_inst,))
     kv_total = per(cost.kv_blocks).astype(jnp.int32)
@@ -78,32 +78,15 @@ def hand_off(entries: Entries, i, t, cost, cfg: EngineConfig):
     def pending(entries):
         return (entries.status[i] == HANDOFF) & is_prefill(i, cfg)
 
-    def cond(c):
-        entries, go = c
-        return go & jnp.any(pending(entries))
-
-    def body(c):
-        entries, _ = c
-        k = jnp.argmax(pending(entries))  # the first waiting request, in entry order
+    def destination(entries, k):  # the decode instance with the lowest KV use that has room
         need = blocks_for(entries.computed[i, k], cfg)
         used = jnp.sum(entries.blocks, axis=1)
         room = jnp.any(entries.status == EMPTY, axis=1)
-        ok = decode & room & (kv_total - used >= need)
-        value = jnp.where(ok, used / kv_total, jnp.inf)
-        j = jnp.argmin(value)
-        go = jnp.isfinite(value[j])
-        slot = jnp.argmax(entries.status[j] == EMPTY)
-        ready = t + link_lat + entries.computed[i, k] * kv_bytes / link_bw
+        return jnp.where(decode & room & (kv_total - used >= need), used / kv_total, jnp.inf)
 
-        def move(entries):
-            moved = jax.tree.map(lambda x: x.at[j, slot].set(x[i, k]), entries)
-            return moved.replace(
-                status=moved.status.at[j, slot].set(INFLIGHT).at[i, k].set(EMPTY),
-                ready_at=moved.ready_at.at[j, slot].set(ready),
-                blocks=moved.blocks.at[j, slot].set(need).at[i, k].set(0),
-                req=moved.req.at[i, k].set(-1))
+    def arrival_fields(entries, k):  # its blocks reserved at once; its KV lands after the link
+        tokens = entries.computed[i, k]
+        return {"ready_at": t + link_lat + tokens * kv_bytes / link_bw,
+                "blocks": blocks_for(tokens, cfg)}
 
-        return jax.lax.cond(go, move, lambda x: x, entries), go
-
-    entries, _ = jax.lax.while_loop(cond, body, (entries, jnp.asarray(True)))
-    return entries
+    return transfer.move_out(entries, i, pending, destination, arrival_fields)

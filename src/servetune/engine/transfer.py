@@ -1,0 +1,54 @@
+"""Moving requests between instances: the one loop behind disaggregation's hand-off
+(engine/disagg.py) and the cascade's fall-back (engine/cascade.py).
+
+One at a time, in entry order, each of instance i's requests that wait to move goes to the
+destination instance its mechanism values lowest (the first listed on ties), into that
+instance's first EMPTY entry, as INFLIGHT with the fields its mechanism sets on arrival; its
+entry on i is freed (EMPTY, no request, no blocks). The loop stops at the first request that
+no destination takes: it and the ones after it wait on i for i's next iteration boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from servetune.types import EMPTY, INFLIGHT, Entries
+
+
+def move_out(entries: Entries, i, pending: Callable, destination: Callable,
+             arrival_fields: Callable) -> Entries:
+    """Entries [I, A] after moving instance i's pending requests, as the module doc says.
+
+    pending(entries) -> [A] bool: i's entries waiting to move.
+    destination(entries, k) -> [I] f64: how much each instance is valued as the destination of
+      i's entry k (lowest wins; inf where it cannot take it).
+    arrival_fields(entries, k) -> {field: value}: what the moved entry's fields become on the
+      destination (besides status INFLIGHT), e.g. its ready_at in seconds."""
+    def cond(c):
+        entries, go = c
+        return go & jnp.any(pending(entries))
+
+    def body(c):
+        entries, _ = c
+        k = jnp.argmax(pending(entries))  # the first waiting request, in entry order
+        value = destination(entries, k)
+        j = jnp.argmin(value)
+        go = jnp.isfinite(value[j])
+        slot = jnp.argmax(entries.status[j] == EMPTY)
+
+        def move(entries):
+            arriving = {"status": INFLIGHT, **arrival_fields(entries, k)}
+            moved = jax.tree.map(lambda x: x.at[j, slot].set(x[i, k]), entries)
+            moved = moved.replace(**{name: getattr(moved, name).at[j, slot].set(v)
+                                     for name, v in arriving.items()})
+            return moved.replace(status=moved.status.at[i, k].set(EMPTY),
+                                 req=moved.req.at[i, k].set(-1),
+                                 blocks=moved.blocks.at[i, k].set(0))
+
+        return jax.lax.cond(go, move, lambda x: x, entries), go
+
+    entries, _ = jax.lax.while_loop(cond, body, (entries, jnp.asarray(True)))
+    return entries
