@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import servetune
@@ -168,3 +169,23 @@ def test_policy_fields_are_one_table():
     assert all(f.lo <= f.default <= f.hi for f in policy.FIELDS.values())
     assert all(f.unlimited or f.default < float("inf") for f in policy.FIELDS.values())
     assert policy.make_policy().max_num_seqs == policy.FIELDS["max_num_seqs"].default
+
+
+def test_the_record_table_generates_the_outbox_and_the_results():
+    import dataclasses
+
+    from servetune.driver import ScenarioResult
+    from servetune.engine.outbox import RECORDS, empty_outbox, record_fields
+    from servetune.types import Entries, Outbox
+
+    names = [f.name for f in RECORDS]
+    assert [f.name for f in dataclasses.fields(Outbox)] == names[:-2] + ["count"] + names[-2:]
+    assert set(names) <= {f.name for f in dataclasses.fields(Entries)} | {"shift"}
+    results = [f.name for f in dataclasses.fields(ScenarioResult)]
+    assert [n for n in names if n not in ("req", "shift")] == [
+        n for n in results if n not in ("stats", "clock_s")]
+    box = empty_outbox(3, 0, tier=True)
+    assert record_fields(box) == tuple(names[:-1]) and box.shift is None
+    for f in RECORDS[:-1]:
+        value = getattr(box, f.name)
+        assert value.dtype == f.dtype and np.array_equal(value, np.full(3, f.unset), equal_nan=True)

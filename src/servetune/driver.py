@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from servetune import shard
-from servetune.engine.outbox import record_fields
+from servetune.engine.outbox import RECORD, record_fields
 from servetune.loop import init_batch, run_chunk_batch
 from servetune.types import DONE, EMPTY, OUTSTANDING, EngineConfig, Params, SimState, Workload
 
@@ -32,10 +32,6 @@ class ScenarioResult:
     clock_s: float
     tier: np.ndarray | None = None  # [N] i32 model cascade: TIER_* each request was served on
     #                                 (-1: never routed); None when the cascade is off
-
-
-_FIELDS = ("end_state", "first_token", "finish", "generated", "n_preempt", "tokens_computed",
-           "kv_ratio")
 
 
 def _collect(box, sink: list) -> None:
@@ -87,16 +83,9 @@ def rollout(wl: Workload, params: Params, cfg: EngineConfig, n_real: list[int],
 
 
 def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> ScenarioResult:
-    out = {
-        "end_state": np.full(n, OUTSTANDING, np.int32),
-        "first_token": np.full(n, np.nan), "finish": np.full(n, np.nan),
-        "generated": np.zeros(n, np.int32), "n_preempt": np.zeros(n, np.int32),
-        "tokens_computed": np.zeros(n, np.int32), "kv_ratio": np.ones(n),
-    }
-    fields = _FIELDS
-    if final.entries.tier is not None:  # model cascade: the tier each request was served on
-        out["tier"] = np.full(n, -1, np.int32)
-        fields = _FIELDS + ("tier",)
+    # every record field but the id (the cascade tier with a cascade; never the relaxed shift)
+    fields = [f for f in record_fields(final.outbox) if f not in ("req", "shift")]
+    out = {f: np.full(n, RECORD[f].unset, RECORD[f].dtype) for f in fields}
     seen = np.zeros(n, np.int32)
     for valid, rec in chunks:
         m = valid[s, p]

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from servetune.types import DONE, RUNNING, WAITING, Entries
+from servetune.engine.outbox import retire
+from servetune.types import RUNNING, WAITING, Entries
 
 
 def live(e: Entries):
@@ -25,13 +26,8 @@ def abandon(e: Entries, t):
 
     Returns (entries, number of requests that ended)."""
     gone = live(e) & (e.give_up_at <= t)
-    e = e.replace(
-        status=jnp.where(gone, DONE, e.status),
-        end_state=jnp.where(gone, e.give_up_state, e.end_state),
-        finish=jnp.where(gone, e.give_up_at, e.finish),
-        blocks=jnp.where(gone, 0, e.blocks),
-        preempted=jnp.where(gone, False, e.preempted),
-    )
+    e = retire(e.replace(preempted=jnp.where(gone, False, e.preempted)), gone, e.give_up_state,
+               e.give_up_at)
     return e, jnp.sum(gone, dtype=jnp.int32)
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from servetune.engine.outbox import retire
 from servetune.engine.scheduler import Batch
-from servetune.types import COMPLETED, DONE, Entries
+from servetune.types import COMPLETED, Entries
 
 
 def advance(es: Entries, batch: Batch, t_end):
@@ -35,9 +36,5 @@ def advance(es: Entries, batch: Batch, t_end):
         tokens_computed=es.tokens_computed + batch.tokens,
         first_token=jnp.where(emit & (es.generated == 0), t_end, es.first_token),
         last_emit=jnp.where(emit, t_end, es.last_emit),
-        status=jnp.where(complete, DONE, es.status),
-        end_state=jnp.where(complete, COMPLETED, es.end_state),
-        finish=jnp.where(complete, t_end, es.finish),
-        blocks=jnp.where(complete, 0, es.blocks),
     )
-    return es, gap, complete
+    return retire(es, complete, COMPLETED, t_end), gap, complete

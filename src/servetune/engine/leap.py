@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from servetune import histogram, ops, relax
 from servetune.engine import pressure
 from servetune.engine.kv import blocks_for
+from servetune.engine.outbox import retire
 from servetune.engine.scheduler import (
     admission_cap,
     full_sequence_blocks,
@@ -26,7 +27,7 @@ from servetune.engine.scheduler import (
     watermark_blocks,
 )
 from servetune.hardware import step_time
-from servetune.types import COMPLETED, DONE, RUNNING, WAITING, EngineConfig, Entries, Params
+from servetune.types import COMPLETED, RUNNING, WAITING, EngineConfig, Entries, Params
 
 
 def _admission_blocked(e: Entries, n_running, budget, free, params: Params, cfg: EngineConfig,
@@ -110,11 +111,9 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
         generated=generated,
         tokens_computed=e.tokens_computed + jnp.where(grow, k, 0),
         last_emit=jnp.where(grow, t_end, e.last_emit),
-        status=jnp.where(complete, DONE, e.status),
-        end_state=jnp.where(complete, COMPLETED, e.end_state),
-        finish=jnp.where(complete, t_end, e.finish),
-        blocks=jnp.where(complete, 0, blocks),
+        blocks=blocks,
     )
+    e = retire(e, complete, COMPLETED, t_end)
     return e, t_end, k, jnp.where(j < k, dur, 0.0), (gaps, weights), blocks_in_use, complete
 
 

@@ -9,33 +9,68 @@ the rest stay finished in their entries and leave in the following iterations.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
 from servetune import ops
-from servetune.types import DONE, EMPTY, Entries, Outbox
+from servetune.types import DONE, EMPTY, OUTSTANDING, Entries, Outbox
 
-RECORD_FIELDS = ("req", "end_state", "first_token", "finish", "generated", "n_preempt",
-                 "tokens_computed", "kv_ratio")
+
+@dataclasses.dataclass(frozen=True)
+class RecordField:
+    """One field of a finished request's record: copied from its entry into the outbox, then
+    into the result arrays the host assembles (driver.ScenarioResult, grad.pathwise)."""
+
+    name: str  # the Entries / Outbox / ScenarioResult field of the same name
+    dtype: type
+    unset: float  # the value of a request without a record (still waiting or running, or
+    #               never taken in); also what an empty outbox holds
+    only: str | None = None  # the Outbox option that carries it ("tier": model cascade,
+    #                          "shift": relaxed engines), None: always
+
+
+RECORDS = (
+    RecordField("req", jnp.int32, -1),
+    RecordField("end_state", jnp.int32, OUTSTANDING),
+    RecordField("first_token", jnp.float64, float("nan")),  # seconds
+    RecordField("finish", jnp.float64, float("nan")),  # seconds
+    RecordField("generated", jnp.int32, 0),  # output tokens delivered
+    RecordField("n_preempt", jnp.int32, 0),
+    RecordField("tokens_computed", jnp.int32, 0),  # recomputation included
+    RecordField("kv_ratio", jnp.float64, 1.0),  # KV compression it ended with (1 = none)
+    RecordField("tier", jnp.int32, -1, only="tier"),  # cascade tier (-1: never routed)
+    RecordField("shift", jnp.float64, float("nan"), only="shift"),  # seconds (grad/shift.py)
+)
+RECORD = {f.name: f for f in RECORDS}
 
 
 def record_fields(box: Outbox) -> tuple[str, ...]:
-    """The fields each record carries: RECORD_FIELDS, plus the cascade tier and the relaxed
-    time shift when the outbox has them (static properties of the pytree)."""
-    return (RECORD_FIELDS + (("tier",) if box.tier is not None else ())
-            + (("shift",) if box.shift is not None else ()))
+    """The fields each record of `box` carries: every RECORDS field whose option the outbox
+    has (static properties of the pytree)."""
+    return tuple(f.name for f in RECORDS if f.only is None or getattr(box, f.only) is not None)
 
 
 def empty_outbox(capacity: int, like, tier: bool = False, shift: bool = False) -> Outbox:
-    """An empty outbox of `capacity` records; `like` is any traced scalar (keeps carries
-    sharded); `tier`: records also carry the cascade tier (model cascade on); `shift`: the
-    time shift of a relaxed engine (engine.relax st or soft)."""
-    zi = jnp.zeros((capacity,), jnp.int32) + jnp.zeros_like(like, jnp.int32)
-    zf = jnp.full((capacity,), jnp.nan) + jnp.zeros_like(like, jnp.float64)
-    return Outbox(req=zi - 1, end_state=zi - 1, first_token=zf, finish=zf, generated=zi,
-                  n_preempt=zi, tokens_computed=zi, kv_ratio=zf,
-                  count=jnp.zeros_like(like, jnp.int32), tier=zi - 1 if tier else None,
-                  shift=zf if shift else None)
+    """An empty outbox of `capacity` records, each field at its `unset` value; `like` is any
+    traced scalar (keeps carries sharded); `tier`: records also carry the cascade tier (model
+    cascade on); `shift`: the time shift of a relaxed engine (engine.relax st or soft)."""
+    options = {"tier": tier, "shift": shift}
+    fields = {f.name: (jnp.full((capacity,), f.unset, f.dtype) + jnp.zeros_like(like, f.dtype)
+                       if f.only is None or options[f.only] else None) for f in RECORDS}
+    return Outbox(**fields, count=jnp.zeros_like(like, jnp.int32))
+
+
+def retire(e: Entries, which, end_state, t) -> Entries:
+    """Entries with the requests in `which` [A] ended at time t (seconds; [] or [A]) in
+    `end_state` (an end-state constant or [A]): DONE, holding no KV blocks, until `drain`
+    moves them to the outbox. Completion, event skipping's completions and abandonment end a
+    request here."""
+    return e.replace(status=jnp.where(which, DONE, e.status),
+                     end_state=jnp.where(which, end_state, e.end_state),
+                     finish=jnp.where(which, t, e.finish),
+                     blocks=jnp.where(which, 0, e.blocks))
 
 
 def drain(e: Entries, box: Outbox, per_step: int):

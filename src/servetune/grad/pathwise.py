@@ -50,6 +50,7 @@ import numpy as np
 from servetune import cascade_config as cascade_lib
 from servetune import metrics as metrics_lib
 from servetune.engine import swap
+from servetune.engine.outbox import RECORD
 from servetune.errors import ConfigError
 from servetune.loop import init_state
 from servetune.metrics import MetricsSpec
@@ -121,10 +122,11 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     n, m = wl.arrival.shape[0], swap.SWAP_PARTNERS
     state = init_state(wl, params, cfg)
     nan = jnp.full((n,), jnp.nan) + jnp.zeros_like(wl.t_stop)
+    unset = lambda f: (jnp.full((n,), RECORD[f].unset, RECORD[f].dtype)
+                       + jnp.zeros_like(wl.n, RECORD[f].dtype))
     # per request: first token, finish, end state, shift, cascade tier; with a relaxed order
     # also its latest admission time and that admission's swap partners and pair perturbations
-    out = (nan, nan, jnp.full((n,), OUTSTANDING, jnp.int32), nan,
-           jnp.full((n,), -1, jnp.int32) + jnp.zeros_like(wl.n))
+    out = tuple(unset(f) for f in ("first_token", "finish", "end_state", "shift", "tier"))
     if cfg.relax_order:  # and its latest preemption's time, kept request and perturbation
         out = out + (nan, jnp.full((n * m,), -1, jnp.int32),
                      jnp.zeros((n * m,)) + jnp.zeros_like(wl.t_stop),
