@@ -12,8 +12,8 @@ import jax.numpy as jnp
 
 from servetune import histogram
 from servetune.engine import prefix as prefix_lib
-from servetune.engine import swap
 from servetune.engine.outbox import empty_outbox, record_fields
+from servetune.grad import swap
 from servetune.grad.shift import RELAXED_FIELDS
 from servetune.step import step, step_grid, step_or_stay
 from servetune.types import (

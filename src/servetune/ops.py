@@ -49,6 +49,11 @@ def cumsum(x, dtype=None):
     return out[..., :n].astype(x.dtype)
 
 
+def exclusive_cumsum(x):
+    """Exclusive prefix sum along the last axis: the sum of the elements before each."""
+    return cumsum(x) - x
+
+
 def count_at_most(sorted_x, t, lo, window: int | None = 64):
     """How many entries of the ascending array `sorted_x` [N] are <= t, given that the first
     `lo` of them are (a lower bound the caller knows). Exact.

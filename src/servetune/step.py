@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import histogram, ops
-from servetune.engine import cascade, disagg, routing, speculation, swap
+from servetune.engine import cascade, disagg, routing, speculation
 from servetune.engine import outbox as outbox_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.abandon import abandon, next_give_up
@@ -16,7 +16,7 @@ from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
 from servetune.engine.leap import leap
 from servetune.engine.scheduler import new_blocks, schedule, token_budget, wanted_tokens
-from servetune.grad import pace
+from servetune.grad import pace, swap
 from servetune.grad.shift import admission_shift
 from servetune.hardware import step_time
 from servetune.policy import priority, scheduling_order

@@ -88,7 +88,7 @@ class EngineConfig:
         prefill/decode disaggregation.
       relax_temperature: tau of the st/soft sigmoids, in units of each gate's scale.
       relax_order: also relax the priority order among waiting requests (pair swaps at the
-        admission boundary, engine/swap.py, O(queue_window^2) per iteration): for gradients
+        admission boundary, grad/swap.py, O(queue_window^2) per iteration): for gradients
         in the priority weights.
       scheduler_reserve_full_isl: vLLM 0.32's admission rule (`--scheduler-reserve-full-isl`,
         default on): a waiting request is admitted only if blocks for its whole prompt (plus
@@ -313,14 +313,14 @@ class Entries:
     #                                   beyond the exact ones in its current prefill (pace.py)
     pre_s: jnp.ndarray | None = None  # [A] f64 seconds of its current prefill less its own compute
     pre_tok: jnp.ndarray | None = None  # [A] f64 prompt tokens computed in its current prefill
-    # relaxed priority order only (engine.relax_order, engine/swap.py), else None:
+    # relaxed priority order only (engine.relax_order, grad/swap.py), else None:
     admitted_at: jnp.ndarray | None = None  # [A] f64 time of its latest admission (s; nan before)
     swap_req: jnp.ndarray | None = None  # [A, m] i32 requests that admission passed over (-1 none)
-    swap_p: jnp.ndarray | None = None  # [A, m] f64 their pair perturbations (engine/swap.py)
+    swap_p: jnp.ndarray | None = None  # [A, m] f64 their pair perturbations (grad/swap.py)
     preempted_at: jnp.ndarray | None = None  # [A] f64 time of its latest preemption (s; nan before)
     victim_of: jnp.ndarray | None = None  # [A] i32 the request that preemption kept in its place
     #                                       (the last kept; -1 none)
-    victim_p: jnp.ndarray | None = None  # [A] f64 that pair's perturbation (engine/swap.py)
+    victim_p: jnp.ndarray | None = None  # [A] f64 that pair's perturbation (grad/swap.py)
     # model cascade only (engine/cascade.py), else None:
     cascade_fail: jnp.ndarray | None = None  # [A] bool its small-model answer fails its check
     tier: jnp.ndarray | None = None  # [A] i32 TIER_LARGE / TIER_SMALL / TIER_RETRIED

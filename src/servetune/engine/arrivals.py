@@ -7,8 +7,8 @@ import jax.numpy as jnp
 
 from servetune import ops, relax
 from servetune.engine import prefix as prefix_lib
-from servetune.engine import swap
 from servetune.engine.kv import blocks_for
+from servetune.grad import swap
 from servetune.grad.shift import RELAXED_FIELDS
 from servetune.types import DONE, EMPTY, REJECTED, WAITING, EngineConfig, Entries, Params, Workload
 

@@ -21,7 +21,7 @@ Under FCFS the order is vLLM's own (`Entries.qkey`); under a score order the run
 are ordered by score, so the victim is the lowest-priority one. Under vLLM's priority policy
 (engine.scheduling_policy priority) the victim is chosen by fixed priority wherever it stands
 in the running list (engine/priority.py). (A relaxed order pairs the
-victim with the last request kept: engine/swap.py.)
+victim with the last request kept: grad/swap.py.)
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ from flax import struct
 
 from servetune import ops, relax
 from servetune.engine import prefix as prefix_lib
-from servetune.engine import pressure, swap
+from servetune.engine import pressure
 from servetune.engine import priority as priority_policy
 from servetune.engine.kv import blocks_for
-from servetune.engine.speculation import draft_tokens, relaxed_draft_tokens
+from servetune.engine.speculation import draft_tokens
+from servetune.grad.relaxed_batch import relaxed_batch
 from servetune.types import (
     DONE,
     EVICTED,
@@ -72,20 +73,22 @@ class Batch:
     gain: jnp.ndarray | None = None  # [A] f64 prompt tokens a relaxed budget computes for the
     #                                  entry beyond the exact ones (0 in value under st)
     swap_req: jnp.ndarray | None = None  # [A, m] i32 with a relaxed order: requests each
-    #                                      admission passed over (-1 none; engine/swap.py)
+    #                                      admission passed over (-1 none; grad/swap.py)
     swap_p: jnp.ndarray | None = None  # [A, m] f64 their pair perturbations
     victim_of: jnp.ndarray | None = None  # [A] i32 with a relaxed order: for the first request
     #                                       preempted, the last one kept (-1 elsewhere)
     victim_p: jnp.ndarray | None = None  # [A] f64 that pair's perturbation
 
 
-def token_budget(pol, cfg: EngineConfig):
-    """Tokens one iteration may compute. Static batching has no budget. Without chunked prefill
-    a whole prompt must fit in one iteration, so (as vLLM enforces at startup) the budget is at
-    least max_model_len."""
+def token_budget(pol, cfg: EngineConfig, relaxed: bool = False):
+    """Tokens one iteration may compute: policy.max_num_batched_tokens as a whole number (as a
+    relaxed limit, `relax.relaxed_limit`, with `relaxed`). Static batching has no budget.
+    Without chunked prefill a whole prompt must fit in one iteration, so (as vLLM enforces at
+    startup) the budget is at least max_model_len."""
     if cfg.batching == "static":
         return jnp.asarray(_NO_BUDGET, jnp.float64)
-    budget = relax.integer_limit(pol.max_num_batched_tokens)
+    budget = (relax.relaxed_limit(pol.max_num_batched_tokens, cfg.relax) if relaxed else
+              relax.integer_limit(pol.max_num_batched_tokens))
     if not cfg.chunked_prefill:
         budget = jnp.maximum(budget, cfg.max_model_len)
     return budget
@@ -148,10 +151,6 @@ def new_blocks(e: Entries, tokens, cfg: EngineConfig):
     return jnp.where(e.status == RUNNING, grow, 0)
 
 
-def _exclusive_cumsum(x):
-    return ops.cumsum(x) - x
-
-
 class _Running(NamedTuple):
     """Phase 1 of an iteration's schedule, per entry [A]: the tokens running requests want
     (`need`, after the per-request prefill cap `per_request`) and get (`alloc`), whether each
@@ -178,7 +177,7 @@ def _schedule_running(es: Entries, params: Params, cfg: EngineConfig, budget, hi
     need, decoding = wanted_tokens(es, params, cfg)
     per_request = prefill_cap(pol, budget, jnp.sum(running) + jnp.sum(waiting), cfg)
     need = jnp.minimum(need, per_request).astype(need.dtype)
-    alloc = jnp.clip(budget - _exclusive_cumsum(need), 0, need).astype(jnp.int32)
+    alloc = jnp.clip(budget - ops.exclusive_cumsum(need), 0, need).astype(jnp.int32)
     grow = new_blocks(es, alloc, cfg)
     held = jnp.where(running, es.blocks, 0)
     free = kv_total - jnp.sum(es.blocks)
@@ -242,9 +241,8 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     decode = ((alloc > 0) & run.decoding) | (admit & (adm.need_w == 1) & (es.generated > 0))
     relaxed = {}
     if cfg.relax != "hard":
-        relaxed = _relaxed_tokens(es, tokens, run.need, run.decoding, keep, adm.need_w,
-                                  adm.candidate & (rank < cfg.max_slots - n_running), admit,
-                                  rank, n_running, adm.want, adm.kv_margin, pol, cfg, scores)
+        relaxed = relaxed_batch(es, tokens, run, adm, token_budget(pol, cfg, relaxed=True),
+                                rank, n_running, pol, cfg, scores)
     requeue = run.preempt & ~ended
     es = _scheduled_entries(es, run, adm, ended, requeue, hits, cfg)
     return es, Batch(tokens=tokens, decode=decode, preempted=requeue,
@@ -304,7 +302,7 @@ def _admission(es: Entries, pol, kv_total, cfg: EngineConfig, cached=None, claim
         need_w = jnp.where(waiting, need_w - cached, 0)
     need_w = jnp.minimum(need_w, per_request).astype(need_w.dtype)
     if cfg.chunked_prefill:
-        chunk = jnp.clip(budget_left - _exclusive_cumsum(need_w), 0, need_w)
+        chunk = jnp.clip(budget_left - ops.exclusive_cumsum(need_w), 0, need_w)
     else:
         chunk = jnp.where(ops.cumsum(need_w) <= budget_left, need_w, 0)
     chunk = chunk.astype(jnp.int32)
@@ -320,7 +318,7 @@ def _admission(es: Entries, pol, kv_total, cfg: EngineConfig, cached=None, claim
         # (its footprint, once overrun, could exceed the whole cache)
         want = jnp.where(waiting, jnp.where(resumed, first_blocks, pressure.footprint(es, cfg))
                          + claimed, 0)
-        taken = _exclusive_cumsum(want)
+        taken = ops.exclusive_cumsum(want)
     else:
         room = free_after
         want = first_blocks
@@ -330,7 +328,7 @@ def _admission(es: Entries, pol, kv_total, cfg: EngineConfig, cached=None, claim
                 full = full - cached // cfg.block_size
             want = jnp.maximum(full, first_blocks)
         want = jnp.where(waiting, want + claimed, 0)
-        taken = _exclusive_cumsum(first_blocks + claimed)
+        taken = ops.exclusive_cumsum(first_blocks + claimed)
     kv_margin = room - wm - taken - want  # >= 0 where the blocks fit
     candidate = waiting & gate & (chunk > 0)  # the exact conditions no policy number sets
     fits = (candidate
@@ -360,69 +358,3 @@ def queue_keys(es: Entries, keep, admit, requeue):
                      jnp.where(requeue, front - n_requeue - 1 + ops.cumsum(requeue,
                                                                           dtype=jnp.int32),
                                es.qkey))
-
-
-def _relaxed_tokens(es: Entries, tokens, need, decoding, keep, need_w, eligible, admit, rank,
-                    n_running, want, kv_margin, pol, cfg: EngineConfig, scores=None):
-    """The iteration's token counts as relaxed decisions (engine.relax st or soft).
-
-    The budget is `relax.relaxed_limit` of max_num_batched_tokens, so the running requests'
-    shares and the admitted chunks are piecewise linear in it; an admission weighs in through
-    `relax.weight` of its two tunable gates: the sequence cap (margin in requests) and the KV
-    watermark (margin in blocks, measured in the request's own first-chunk blocks), among the
-    `eligible` waiting requests (the exact gates that are not tunable hold). Which requests
-    are preempted stays exact; with `scores` (engine.relax_order) the pairs each admission
-    passes over, and the pair at the preemption boundary, are recorded for order swaps
-    (engine/swap.py). `tokens` [A]: the exact token counts. With speculation a decoding
-    request verifies 1 + k positions with k relaxed (`speculation.relaxed_draft_tokens`);
-    those positions are not owed back (a longer draft is more work, not work moved). Returns
-    the Batch fields weight, admit_z, admitted, debt and gain (the prompt tokens the relaxed
-    budget adds to a request's progress: grad/pace.py)."""
-    mode, tau = cfg.relax, cfg.relax_temperature
-    if cfg.batching == "static":
-        budget = jnp.asarray(_NO_BUDGET, jnp.float64)
-    else:
-        budget = relax.relaxed_limit(pol.max_num_batched_tokens, mode)
-        if not cfg.chunked_prefill:
-            budget = jnp.maximum(budget, cfg.max_model_len)
-    # A prefilling request ahead of the exact path (grad/pace.py) needs that many tokens
-    # fewer: the budget it leaves goes to the requests after it (the queue drains faster).
-    # Its own share still counts its whole need: its progress, and the work it is owed.
-    prefilling = keep & ~decoding
-    need_left = jnp.where(prefilling, jnp.maximum(need - es.ahead, 0.0), need)
-    taken_before = _exclusive_cumsum(jnp.where(keep, need_left, 0.0))
-    alloc = jnp.where(keep, jnp.clip(budget - taken_before, 0, need), 0.0)
-    budget_left = budget - jnp.sum(jnp.where(keep, jnp.clip(budget - taken_before, 0,
-                                                            need_left), 0.0))
-    if cfg.chunked_prefill:
-        chunk = jnp.clip(budget_left - _exclusive_cumsum(need_w), 0, need_w)
-    else:
-        chunk = jnp.where(ops.cumsum(need_w) <= budget_left, need_w, 0.0)
-    seq_margin = (relax.relaxed_limit(jnp.minimum(pol.max_num_seqs, pol.max_num_active_seqs),
-                                      mode) - n_running - rank)
-    w = relax.weight(admit, eligible, (seq_margin, kv_margin),
-                     (1.0, jnp.maximum(want, 1).astype(jnp.float64)), mode, tau)
-    # of a waiting request, only the mass not yet admitted early (1 - wait_z) is still to
-    # admit: a fluid request is admitted at most once in all (0 in value under st)
-    w = admit + (1.0 - es.wait_z) * relax.perturbation(w, admit)
-    relaxed = alloc + w * chunk
-    # Work is conserved: tokens a perturbation computes early (or late) are owed back, and a
-    # request's debt is settled at its next iteration that computes, so a perturbation moves
-    # the times within a busy period, not forever after.
-    paid = jnp.where(tokens > 0, es.debt, 0.0)
-    gain = jnp.where(prefilling, alloc, jnp.where(admit, chunk, 0.0)) - jnp.where(
-        prefilling | admit, tokens, 0)
-    drafts = 0.0
-    if cfg.speculation:  # decodes granted their whole ask verify 1 + k positions
-        k, k_rel = draft_tokens(pol), relaxed_draft_tokens(pol, mode)
-        room_len = jnp.maximum(cfg.max_model_len - es.computed, 1)
-        full = decoding & keep & (tokens > 0) & (tokens == need)
-        drafts = jnp.where(full, jnp.minimum(1.0 + k_rel, room_len) - jnp.minimum(1 + k, room_len),
-                           0.0)
-    out = {"weight": relaxed - paid + drafts, "admit_z": relax.perturbation(w, admit),
-           "admitted": admit, "debt": es.debt - paid + (relaxed - tokens), "gain": gain}
-    if scores is not None:  # the relaxed order: the admission and preemption boundaries' pairs
-        out["swap_req"], out["swap_p"] = swap.partners(es, admit, scores, mode, tau,
-                                                       cfg.queue_window)
-        out["victim_of"], out["victim_p"] = swap.victim_pair(es, keep, scores, mode, tau)
-    return out

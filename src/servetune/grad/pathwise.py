@@ -4,7 +4,7 @@ The engine runs with engine.relax = st or soft (servetune/relax.py): its discret
 the exact decisions, while the iteration durations (through relaxed token weights), each
 request's admission time (grad/shift.py), its pace of progress (grad/pace.py: prompt
 tokens a bigger budget adds, tokens a longer speculation emits) and, with a relaxed order,
-its admission slot (engine/swap.py) carry the derivative of the relaxed gates. Forward-mode
+its admission slot (grad/swap.py) carry the derivative of the relaxed gates. Forward-mode
 differentiation (jax.jacfwd: one tangent per tuned coordinate, through the while_loop that
 reverse mode cannot enter) then gives the derivative of every request's first-token and finish
 time, and of the run's length, with respect to the policy.
@@ -24,7 +24,7 @@ mechanisms keep exact decisions whose relaxations are not written yet); one inst
 several (replica routing, a model cascade), each instance's iterations relaxed as one
 instance's are, the routing decisions exact. Event skipping is off (each iteration's
 perturbations are accumulated). Keys with a pathwise gradient: PATHWISE_KEYS; the priority
-weights through order swaps at the admission and preemption boundaries (engine/swap.py,
+weights through order swaps at the admission and preemption boundaries (grad/swap.py,
 O(W^2) per iteration, on only when one is tuned). DIFFERENCE_KEYS (the queue cap, the
 routing score's weights and the cascade threshold: decisions that move a request out of the
 run or onto another instance) get no tangent here: their derivatives are central
@@ -49,9 +49,9 @@ import numpy as np
 
 from servetune import cascade_config as cascade_lib
 from servetune import metrics as metrics_lib
-from servetune.engine import swap
 from servetune.engine.outbox import RECORD
 from servetune.errors import ConfigError
+from servetune.grad import swap
 from servetune.loop import init_state
 from servetune.metrics import MetricsSpec
 from servetune.step import step
@@ -117,7 +117,7 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
 
     The run ends when its last request does: where that is a completion, the end moves with
     the request's shift (grad/shift.py), so a policy that finishes the last requests sooner
-    also pays for fewer GPU-seconds. With a relaxed order the order swaps (engine/swap.py)
+    also pays for fewer GPU-seconds. With a relaxed order the order swaps (grad/swap.py)
     are settled after the run, from every request's latest admission."""
     n, m = wl.arrival.shape[0], swap.SWAP_PARTNERS
     state = init_state(wl, params, cfg)
@@ -173,7 +173,7 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     ended = ent.replace(end_state=jnp.where(ent.status == DONE, ent.end_state, OUTSTANDING))
     first, finish, end_state, shift, tier = collect(out, ent.req, ent.req >= 0, ended)[:5]
     completed = end_state == COMPLETED
-    if cfg.relax_order:  # order swaps move first tokens and completions (engine/swap.py)
+    if cfg.relax_order:  # order swaps move first tokens and completions (grad/swap.py)
         moved = swap.settle(out[5], out[6].reshape(n, m), out[7].reshape(n, m))
         d_first, d_finish = swap.settle_victims(first, out[5], *out[8:])
         first, finish, shift = first + moved + d_first, finish + moved + d_finish, (
