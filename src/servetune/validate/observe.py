@@ -38,6 +38,7 @@ import numpy as np
 from servetune import workload
 from servetune.errors import ConfigError, ServetuneError
 from servetune.files import write_whole
+from servetune.validate import bench_import
 from servetune.validate.oracle import VllmNotInstalledError, import_vllm, step_work
 
 MODEL_CONFIG = {  # the random-weight Llama: small, and shapes vLLM's CPU attention supports
@@ -203,6 +204,10 @@ def _parser():
     p.add_argument("--out", type=Path, default=Path("outputs/observe"))
     p.add_argument("--model-dir", type=Path, default=None,
                    help="where the random-weight model lives (default: OUT/model)")
+    p.add_argument("--import-bench", type=Path, default=None, metavar="RESULT.json",
+                   help="instead of running an engine, import a `vllm bench serve --save-result "
+                        "--save-detailed` file: OUT/requests.parquet, OUT/trace.csv, "
+                        "OUT/bench.json")
     return p
 
 
@@ -213,6 +218,13 @@ def main(argv: list[str]) -> int:
     import pandas as pd
 
     args = _parser().parse_args(argv)
+    if args.import_bench is not None:  # a production run's record: no engine, no vLLM needed
+        try:
+            print(bench_import.write_import(args.import_bench, args.out))
+        except (ServetuneError, OSError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
     try:
         path = Path(args.trace).expanduser()
         if not path.is_file():

@@ -1,0 +1,138 @@
+"""Import a `vllm bench serve` result: the requests it sent as a servetune trace, and what the
+server did as a per-request table in the shape of `servetune observe`'s (issue 20 item 1).
+
+A production deployment often has these files already: `vllm bench serve --save-result
+--save-detailed` writes one JSON object whose per-request lists (vLLM 0.32,
+vllm/benchmarks/serve.py, the dict `benchmark()` returns) are read here:
+
+- `start_times`: `time.perf_counter()` when the request was sent (seconds);
+- `queue_times`: seconds it waited in the client before being sent (`--max-concurrency`);
+  absent in older results (taken as 0);
+- `input_lens`, `output_lens`: prompt tokens and output tokens delivered;
+- `ttfts`, `latencies`: seconds from sending to the first token and to the last;
+- `errors`: "" for a request that succeeded, else the client's error text.
+
+Without `--save-detailed` vLLM drops these lists and keeps only aggregates: such a file is
+refused, naming the missing keys. A request's arrival is its send time minus its client queue
+time (when the benchmark meant it to arrive), counted from the first arrival; its first token
+and finish are on the same clock. TTFT here counts from that arrival, so with
+`--max-concurrency` it includes the client's queueing, which vLLM's own `ttfts` leave out.
+Failed requests are in the table (end_state `failed`, no times) but not in the trace: their
+output length is unknown. The server reports no preemptions; the column is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from servetune.errors import TraceError
+from servetune.files import write_whole
+
+LISTS = ("start_times", "input_lens", "output_lens", "ttfts", "latencies", "errors")
+ABOUT = ("date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate",
+         "burstiness", "max_concurrency", "duration", "completed", "failed")
+
+
+def _load(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise TraceError(f"{path}: unreadable ({err})") from None
+    except json.JSONDecodeError as err:
+        raise TraceError(f"{path}:{err.lineno}: not JSON ({err.msg}); expected the file "
+                         f"`vllm bench serve --save-result` writes") from None
+    if not isinstance(data, dict):
+        raise TraceError(f"{path}: a JSON {type(data).__name__}; expected one object, as "
+                         f"`vllm bench serve --save-result` writes")
+    missing = [k for k in LISTS if k not in data]
+    if missing:
+        raise TraceError(f"{path}: no {', '.join(missing)}; expected a `vllm bench serve "
+                         f"--save-result --save-detailed` result (without --save-detailed "
+                         f"vLLM keeps only aggregates)")
+    return data
+
+
+def _column(data: dict, key: str, n: int, path: Path, *, integer: bool = False) -> np.ndarray:
+    """A per-request list as floats (integers with `integer`), checked: length n, numbers,
+    finite, non-negative."""
+    values = data[key]
+    if not isinstance(values, list) or len(values) != n:
+        got = f"{len(values)} values" if isinstance(values, list) else type(values).__name__
+        raise TraceError(f"{path}: {key}: {got}; expected a list of {n} (one per request, as "
+                         f"start_times)")
+    for i, v in enumerate(values):
+        ok = (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+              and v >= 0 and (not integer or float(v).is_integer()))
+        if not ok:
+            kind = "a whole number" if integer else "a number"
+            raise TraceError(f"{path}: {key}[{i}]: got {v!r}; expected {kind} >= 0")
+    return np.asarray(values, np.int64 if integer else np.float64)
+
+
+def load_bench_result(path: str | Path) -> dict:
+    """Read a `vllm bench serve --save-result --save-detailed` JSON file.
+
+    Returns {"requests": requests.parquet's columns (request, arrival_s, prompt_tokens,
+    output_tokens, first_token_s, finish_s, output_tokens_delivered, end_state, ttft_s,
+    tpot_s, e2e_s; seconds and tokens), "trace": (arrival_s, prompt_tokens, output_tokens)
+    of the requests that completed with at least one output token, in arrival order, "about": the run's settings the file records}. A file of
+    another shape raises TraceError naming it and the key."""
+    path = Path(path).expanduser()
+    data = _load(path)
+    if not isinstance(data["start_times"], list) or not data["start_times"]:
+        raise TraceError(f"{path}: start_times: no requests; expected one send time per request")
+    n = len(data["start_times"])
+    sent = _column(data, "start_times", n, path)
+    queued = (_column(data, "queue_times", n, path) if data.get("queue_times") is not None
+              else np.zeros(n))
+    prompt = _column(data, "input_lens", n, path, integer=True)
+    output = _column(data, "output_lens", n, path, integer=True)
+    ttft, latency = _column(data, "ttfts", n, path), _column(data, "latencies", n, path)
+    errors = data["errors"]
+    if not isinstance(errors, list) or len(errors) != n:
+        raise TraceError(f"{path}: errors: expected a list of {n} strings (\"\" = succeeded)")
+    ok = np.array([not e for e in errors])
+    arrival_abs = sent - queued
+    t0 = float(arrival_abs.min())
+    arrival, send = arrival_abs - t0, sent - t0
+    first = np.where(ok, send + ttft, np.nan)
+    finish = np.where(ok, send + latency, np.nan)
+    tpot = np.where(ok & (output > 1), (finish - first) / np.maximum(output - 1, 1), np.nan)
+    order = np.argsort(arrival, kind="stable")
+    requests = {"request": np.arange(n), "arrival_s": arrival, "prompt_tokens": prompt,
+                "output_tokens": output, "first_token_s": first, "finish_s": finish,
+                "output_tokens_delivered": np.where(ok, output, 0),
+                "end_state": np.where(ok, "completed", "failed"), "ttft_s": first - arrival,
+                "tpot_s": tpot, "e2e_s": finish - arrival}
+    keep = order[ok[order] & (output[order] > 0)]
+    trace = {"arrival_s": arrival[keep], "prompt_tokens": prompt[keep],
+             "output_tokens": output[keep]}
+    about = {k: data[k] for k in ABOUT if k in data}
+    return {"requests": requests, "trace": trace, "about": about}
+
+
+def write_import(path: str | Path, out: Path) -> str:
+    """Import `path` (load_bench_result) into folder `out`: requests.parquet, trace.csv (a
+    plain servetune trace: `servetune simulate workload.path=OUT/trace.csv` replays it) and
+    bench.json (the run's recorded settings and counts), each written whole. Returns a one-line
+    summary."""
+    result = load_bench_result(path)
+    requests, trace = pd.DataFrame(result["requests"]), pd.DataFrame(result["trace"])
+    out.mkdir(parents=True, exist_ok=True)
+    n_failed = int((requests["end_state"] == "failed").sum())
+    meta = {"source": str(Path(path).expanduser()), "format": "vllm bench serve --save-result "
+            "--save-detailed (vLLM 0.32)", "requests": len(requests), "failed": n_failed,
+            "in_trace": len(trace), "about": result["about"]}
+    write_whole(out / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
+    write_whole(out / "trace.csv", lambda p: trace.to_csv(p, index=False))
+    write_whole(out / "bench.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
+    done = requests["end_state"] == "completed"
+    return (f"{out}: {len(requests)} requests ({n_failed} failed), {len(trace)} in trace.csv "
+            f"over {trace['arrival_s'].max() if len(trace) else 0:.4g} s; mean TTFT "
+            f"{requests.loc[done, 'ttft_s'].mean():.4g} s, mean E2E "
+            f"{requests.loc[done, 'e2e_s'].mean():.4g} s")

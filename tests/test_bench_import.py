@@ -1,0 +1,83 @@
+"""`servetune observe --import-bench`: a `vllm bench serve --save-result --save-detailed` file
+(vLLM 0.32's key names) into a trace and a per-request table, worked by hand; bad files refused
+by name, with nothing written."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from servetune.errors import TraceError
+from servetune.validate.bench_import import load_bench_result
+from servetune.validate.observe import main as observe_main
+from servetune.workload import load_csv
+
+# four requests: sent at perf_counter 100, 100.5, 101 (after 0.25 s in the client's queue) and
+# 102; the third failed; the second delivered one token
+BENCH = {"date": "20261203-120000", "backend": "vllm", "model_id": "m", "request_rate": 2.0,
+         "max_concurrency": 2, "completed": 3, "failed": 1, "duration": 3.0,
+         "start_times": [100.0, 100.5, 101.0, 102.0], "queue_times": [0.0, 0.0, 0.25, 0.0],
+         "input_lens": [10, 20, 30, 40], "output_lens": [5, 1, 0, 8],
+         "ttfts": [0.1, 0.2, 0.0, 0.3], "latencies": [0.5, 0.2, 0.0, 1.0],
+         "itls": [[0.1] * 4, [], [], [0.1] * 7], "generated_texts": ["", "", "", ""],
+         "errors": ["", "", "ReadTimeout", ""]}
+
+
+def _file(tmp_path, data, name="bench.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return path
+
+
+def test_the_requests_on_one_clock_from_the_first_arrival(tmp_path):
+    r = load_bench_result(_file(tmp_path, BENCH))["requests"]
+    nan = np.nan
+    # arrival = send - client queue: 100, 100.5, 100.75, 102 -> from the first
+    np.testing.assert_allclose(r["arrival_s"], [0.0, 0.5, 0.75, 2.0])
+    np.testing.assert_allclose(r["first_token_s"], [0.1, 0.7, nan, 2.3])
+    np.testing.assert_allclose(r["finish_s"], [0.5, 0.7, nan, 3.0])
+    np.testing.assert_allclose(r["ttft_s"], [0.1, 0.2, nan, 0.3])
+    np.testing.assert_allclose(r["e2e_s"], [0.5, 0.2, nan, 1.0])
+    # TPOT = (latency - TTFT) / (output - 1), vLLM's definition; none for a one-token answer
+    np.testing.assert_allclose(r["tpot_s"], [0.1, nan, nan, 0.1])
+    assert list(r["end_state"]) == ["completed", "completed", "failed", "completed"]
+    assert list(r["output_tokens_delivered"]) == [5, 1, 0, 8]
+
+
+def test_the_import_writes_a_trace_servetune_replays(tmp_path, capsys):
+    out = tmp_path / "imported"
+    assert observe_main(["--import-bench", str(_file(tmp_path, BENCH)), "--out", str(out)]) == 0
+    assert "4 requests (1 failed), 3 in trace.csv" in capsys.readouterr().out
+    trace = load_csv(out / "trace.csv")  # the failed request is left out: its length is unknown
+    np.testing.assert_allclose(trace.arrival, [0.0, 0.5, 2.0])
+    assert list(trace.prompt) == [10, 20, 40] and list(trace.output) == [5, 1, 8]
+    table = pd.read_parquet(out / "requests.parquet")
+    assert len(table) == 4 and table["end_state"].tolist()[2] == "failed"
+    meta = json.loads((out / "bench.json").read_text())
+    assert meta["about"]["max_concurrency"] == 2 and meta["in_trace"] == 3
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"start_times": None}, ("no start_times; expected a `vllm bench serve --save-result "
+                             "--save-detailed` result")),
+    ({"ttfts": [0.1, 0.2]}, r"ttfts: 2 values; expected a list of 4"),
+    ({"latencies": [0.5, -0.2, 0.0, 1.0]}, r"latencies\[1\]: got -0.2; expected a number >= 0"),
+    ({"input_lens": [10, 20.5, 30, 40]}, r"input_lens\[1\]: got 20.5; expected a whole number"),
+    ({"errors": "none"}, r"errors: expected a list of 4 strings"),
+    ({"start_times": []}, "start_times: no requests"),
+])
+def test_a_file_of_another_shape_is_refused_by_key(tmp_path, change, match):
+    data = {k: v for k, v in {**BENCH, **change}.items() if v is not None}
+    with pytest.raises(TraceError, match=match):
+        load_bench_result(_file(tmp_path, data))
+
+
+def test_not_a_bench_result_is_refused_and_nothing_is_written(tmp_path, capsys):
+    out = tmp_path / "imported"
+    for text, match in (("{oops", r"bench.json:1: not JSON"), ("[1, 2]", "a JSON list")):
+        path = _file(tmp_path, text)
+        with pytest.raises(TraceError, match=match):
+            load_bench_result(path)
+        assert observe_main(["--import-bench", str(path), "--out", str(out)]) == 2
+        assert "error: " in capsys.readouterr().err and not out.exists()
