@@ -11,9 +11,8 @@ import pytest
 from servetune import relax
 from servetune.api import compose
 from servetune.driver import rollout
-from servetune.grad import swap
 from servetune.errors import ConfigError
-from servetune.grad import paired_difference, pathwise
+from servetune.grad import paired_difference, pathwise, swap
 from servetune.scenario import build
 from servetune.tuning import es
 from servetune.tuning.evaluator import Evaluator
