@@ -72,10 +72,11 @@ def entries(cfg: EngineConfig, rows, **optional) -> Entries:
 
 def running(prompt, output, generated=0, **row) -> dict:
     """A row of a RUNNING request that has computed its prompt and `generated` outputs (the
-    last emitted token's KV not yet computed, as in vLLM: it is the next decode's input)."""
+    last emitted token's KV not yet computed, as in vLLM: it is the next decode's input);
+    `row` adds or overrides fields (status, computed, ...)."""
     computed = prompt + max(generated - 1, 0) if generated else prompt
-    return dict(status=RUNNING, prompt=prompt, output=output, generated=generated,
-                computed=row.pop("computed", computed), **row)
+    return {"status": RUNNING, "prompt": prompt, "output": output, "generated": generated,
+            "computed": computed, **row}
 
 
 def params(policy=None, *, kv_blocks=1000, base_s=0.01, per_prefill_token_s=1e-4,
