@@ -179,13 +179,19 @@ def test_the_record_table_generates_the_outbox_and_the_results():
     from servetune.types import Entries, Outbox
 
     names = [f.name for f in RECORDS]
-    assert [f.name for f in dataclasses.fields(Outbox)] == names[:-2] + ["count"] + names[-2:]
-    assert set(names) <= {f.name for f in dataclasses.fields(Entries)} | {"shift"}
+    always = [f.name for f in RECORDS if f.only is None]
+    optional = [f.name for f in RECORDS if f.only is not None]
+    assert [f.name for f in dataclasses.fields(Outbox)] == always + ["count"] + optional
+    assert set(names) <= {f.name for f in dataclasses.fields(Entries)}
     results = [f.name for f in dataclasses.fields(ScenarioResult)]
-    assert [n for n in names if n not in ("req", "shift")] == [
+    assert [f.name for f in RECORDS if f.result] == [
         n for n in results if n not in ("stats", "clock_s")]
     box = empty_outbox(3, 0, tier=True)
-    assert record_fields(box) == tuple(names[:-1]) and box.shift is None
-    for f in RECORDS[:-1]:
-        value = getattr(box, f.name)
-        assert value.dtype == f.dtype and np.array_equal(value, np.full(3, f.unset), equal_nan=True)
+    assert record_fields(box) == (*always, "tier")
+    relaxed = empty_outbox(3, 0, shift=True, swap=True)
+    assert record_fields(relaxed) == tuple(n for n in names if n != "tier")
+    for f in RECORDS:
+        value = getattr(relaxed if f.name in record_fields(relaxed) else box, f.name)
+        shape = (3,) if f.width is None else (3, f.width)
+        assert value.dtype == f.dtype and np.array_equal(value, np.full(shape, f.unset),
+                                                         equal_nan=True)

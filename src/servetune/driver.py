@@ -83,8 +83,8 @@ def rollout(wl: Workload, params: Params, cfg: EngineConfig, n_real: list[int],
 
 
 def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> ScenarioResult:
-    # every record field but the id (the cascade tier with a cascade; never the relaxed shift)
-    fields = [f for f in record_fields(final.outbox) if f not in ("req", "shift")]
+    # every record field of the results (the cascade tier with a cascade)
+    fields = [f for f in record_fields(final.outbox) if RECORD[f].result]
     out = {f: np.full(n, RECORD[f].unset, RECORD[f].dtype) for f in fields}
     seen = np.zeros(n, np.int32)
     for valid, rec in chunks:

@@ -69,7 +69,8 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     )
     return SimState(clock=per_inst + zf, entries=entries, next_req=zi,
                     outbox=empty_outbox(outbox_capacity(cfg), zi, cfg.cascade_small_instances > 0,
-                                       cfg.relax != "hard"), stats=stats, done=wl.n <= 0,
+                                       cfg.relax != "hard", cfg.relax_order),
+                    stats=stats, done=wl.n <= 0,
                     mid_ended=per_inst, mid_blocks=per_inst, stuck=per_inst > 0,
                     prefix=prefix_lib.init_cache(cfg, zi) if cfg.prefix_cache else None)
 
@@ -133,14 +134,15 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     box0 = state.outbox.replace(count=state.outbox.count * 0)
     state = state.replace(outbox=box0)
     rec_fields = record_fields(box0)
-    scratch = box0.replace(**{f: getattr(box0, f)[..., :per] for f in rec_fields})
+    scratch = box0.replace(**{f: getattr(box0, f)[:, :, :per] for f in rec_fields})
 
     def active(s, k):
         return (~s.done) & (s.outbox.count + per <= cap) & (k < cfg.max_steps_per_chunk)
 
-    def write(old, rec, at, on):  # one scenario: records [per] at the fill mark, if active
-        cur = jax.lax.dynamic_slice(old, (at,), (per,))
-        return jax.lax.dynamic_update_slice(old, jnp.where(on, rec, cur), (at,))
+    def write(old, rec, at, on):  # one scenario: records [per, ...] at the fill mark, if active
+        start = (at,) + (jnp.zeros_like(at),) * (old.ndim - 1)
+        cur = jax.lax.dynamic_slice(old, start, rec.shape)
+        return jax.lax.dynamic_update_slice(old, jnp.where(on, rec, cur), start)
 
     write_all = jax.vmap(jax.vmap(write))
 

@@ -6,6 +6,7 @@ Shapes use these letters:
   I  instances (replicas, P/D pools, cascade tiers)
   R  outbox capacity (finished-request records awaiting collection by the host)
   H  bins of the inter-token-latency histogram
+  m  order-swap partners recorded per admission (SWAP_PARTNERS; relaxed order, grad/swap.py)
 Times are float64 seconds; token counts are int32.
 """
 
@@ -33,6 +34,9 @@ END_STATE_NAMES = ("completed", "rejected", "cancelled", "expired", "outstanding
 # routed to the small pool (its answer is final unless it fails its check); RETRIED: routed to
 # the small pool, failed its check there, and served again on the large pool.
 TIER_LARGE, TIER_SMALL, TIER_RETRIED = 0, 1, 2
+
+# A relaxed priority order (grad/swap.py): waiting partners recorded per admitted request.
+SWAP_PARTNERS = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -344,6 +348,13 @@ class Outbox:
     tier: jnp.ndarray | None = None  # [R] i32 cascade tier (model cascade only, else None)
     shift: jnp.ndarray | None = None  # [R] f64 seconds its events moved by (relaxed engines only:
     #                                   grad/shift.py), else None
+    # relaxed priority order only (grad/swap.py), else None: its latest admission and preemption
+    admitted_at: jnp.ndarray | None = None  # [R] f64 time of its latest admission (s; nan none)
+    swap_req: jnp.ndarray | None = None  # [R, m] i32 requests that admission passed over (-1)
+    swap_p: jnp.ndarray | None = None  # [R, m] f64 their pair perturbations
+    preempted_at: jnp.ndarray | None = None  # [R] f64 time of its latest preemption (s; nan none)
+    victim_of: jnp.ndarray | None = None  # [R] i32 the request that preemption kept (-1 none)
+    victim_p: jnp.ndarray | None = None  # [R] f64 that pair's perturbation
 
 
 @struct.dataclass

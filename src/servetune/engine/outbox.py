@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import ops
-from servetune.types import DONE, EMPTY, OUTSTANDING, Entries, Outbox
+from servetune.types import DONE, EMPTY, OUTSTANDING, SWAP_PARTNERS, Entries, Outbox
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,16 +23,18 @@ class RecordField:
     """One field of a finished request's record: copied from its entry into the outbox, then
     into the result arrays the host assembles (driver.ScenarioResult, grad.pathwise)."""
 
-    name: str  # the Entries / Outbox / ScenarioResult field of the same name
+    name: str  # the Entries / Outbox field of the same name
     dtype: type
     unset: float  # the value of a request without a record (still waiting or running, or
     #               never taken in); also what an empty outbox holds
-    only: str | None = None  # the Outbox option that carries it ("tier": model cascade,
-    #                          "shift": relaxed engines), None: always
+    only: str | None = None  # the mechanism whose records carry it ("tier": model cascade,
+    #                          "shift": relaxed engines, "swap": a relaxed order), None: always
+    width: int | None = None  # values per record ([R, width]); None: one ([R])
+    result: bool = True  # a ScenarioResult field too (the host's per-request results)
 
 
 RECORDS = (
-    RecordField("req", jnp.int32, -1),
+    RecordField("req", jnp.int32, -1, result=False),
     RecordField("end_state", jnp.int32, OUTSTANDING),
     RecordField("first_token", jnp.float64, float("nan")),  # seconds
     RecordField("finish", jnp.float64, float("nan")),  # seconds
@@ -41,25 +43,42 @@ RECORDS = (
     RecordField("tokens_computed", jnp.int32, 0),  # recomputation included
     RecordField("kv_ratio", jnp.float64, 1.0),  # KV compression it ended with (1 = none)
     RecordField("tier", jnp.int32, -1, only="tier"),  # cascade tier (-1: never routed)
-    RecordField("shift", jnp.float64, float("nan"), only="shift"),  # seconds (grad/shift.py)
+    # the relaxed engines' tapes, read by grad/pathwise.py only
+    RecordField("shift", jnp.float64, float("nan"), only="shift", result=False),  # seconds
+    RecordField("admitted_at", jnp.float64, float("nan"), only="swap", result=False),
+    RecordField("swap_req", jnp.int32, -1, only="swap", width=SWAP_PARTNERS, result=False),
+    RecordField("swap_p", jnp.float64, 0.0, only="swap", width=SWAP_PARTNERS, result=False),
+    RecordField("preempted_at", jnp.float64, float("nan"), only="swap", result=False),
+    RecordField("victim_of", jnp.int32, -1, only="swap", result=False),
+    RecordField("victim_p", jnp.float64, 0.0, only="swap", result=False),
 )
 RECORD = {f.name: f for f in RECORDS}
 
 
 def record_fields(box: Outbox) -> tuple[str, ...]:
-    """The fields each record of `box` carries: every RECORDS field whose option the outbox
-    has (static properties of the pytree)."""
-    return tuple(f.name for f in RECORDS if f.only is None or getattr(box, f.only) is not None)
+    """The fields each record of `box` carries: every RECORDS field the outbox holds (its
+    mechanism's fields are None when the mechanism is off: static properties of the pytree)."""
+    return tuple(f.name for f in RECORDS if getattr(box, f.name) is not None)
 
 
-def empty_outbox(capacity: int, like, tier: bool = False, shift: bool = False) -> Outbox:
+def unset_records(n: int, names, like) -> dict:
+    """{name: [n] or [n, width] array at the field's `unset` value}: the records of n requests
+    of which none has ended; `like` is any traced scalar (keeps carries sharded)."""
+    def full(f):
+        shape = (n,) if f.width is None else (n, f.width)
+        return jnp.full(shape, f.unset, f.dtype) + jnp.zeros_like(like, f.dtype)
+    return {name: full(RECORD[name]) for name in names}
+
+
+def empty_outbox(capacity: int, like, tier: bool = False, shift: bool = False,
+                 swap: bool = False) -> Outbox:
     """An empty outbox of `capacity` records, each field at its `unset` value; `like` is any
     traced scalar (keeps carries sharded); `tier`: records also carry the cascade tier (model
-    cascade on); `shift`: the time shift of a relaxed engine (engine.relax st or soft)."""
-    options = {"tier": tier, "shift": shift}
-    fields = {f.name: (jnp.full((capacity,), f.unset, f.dtype) + jnp.zeros_like(like, f.dtype)
-                       if f.only is None or options[f.only] else None) for f in RECORDS}
-    return Outbox(**fields, count=jnp.zeros_like(like, jnp.int32))
+    cascade on); `shift`: the time shift of a relaxed engine (engine.relax st or soft);
+    `swap`: the latest admission and preemption of a relaxed order (engine.relax_order)."""
+    options = {"tier": tier, "shift": shift, "swap": swap}
+    names = [f.name for f in RECORDS if f.only is None or options[f.only]]
+    return Outbox(**unset_records(capacity, names, like), count=jnp.zeros_like(like, jnp.int32))
 
 
 def retire(e: Entries, which, end_state, t) -> Entries:
@@ -73,6 +92,12 @@ def retire(e: Entries, which, end_state, t) -> Entries:
                      blocks=jnp.where(which, 0, e.blocks))
 
 
+def _write_at(field, records, at):
+    """field [R, ...] with records [F, ...] written from record `at` on."""
+    zero = jnp.zeros_like(at)
+    return jax.lax.dynamic_update_slice(field, records, (at,) + (zero,) * (field.ndim - 1))
+
+
 def drain(e: Entries, box: Outbox, per_step: int):
     """Move up to `per_step` DONE entries (the first in entry order) into the outbox; their
     entries become EMPTY. The caller guarantees room: box.count + per_step <= capacity."""
@@ -84,7 +109,7 @@ def drain(e: Entries, box: Outbox, per_step: int):
     n_moved = jnp.minimum(rank[-1], per_step)
     src = jnp.minimum(pos, e.req.shape[0] - 1)
     # records past n_moved are junk beyond the fill mark: the next write starts over them
-    updates = {f: jax.lax.dynamic_update_slice(getattr(box, f), getattr(e, f)[src], (box.count,))
+    updates = {f: _write_at(getattr(box, f), getattr(e, f)[src], box.count)
                for f in record_fields(box)}
     box = Outbox(**updates, count=box.count + n_moved)
     moved = finished & (rank <= per_step)

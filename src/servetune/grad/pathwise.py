@@ -49,12 +49,11 @@ import numpy as np
 
 from servetune import cascade_config as cascade_lib
 from servetune import metrics as metrics_lib
-from servetune.engine.outbox import RECORD
+from servetune.engine.outbox import record_fields, unset_records
 from servetune.errors import ConfigError
 from servetune.grad import swap
-from servetune.loop import init_state
+from servetune.loop import init_state, run_chunk
 from servetune.metrics import MetricsSpec
-from servetune.step import step
 from servetune.types import (
     COMPLETED,
     DONE,
@@ -72,6 +71,7 @@ ROUTING_KEYS = ("route_w_queue", "route_w_kv", "route_w_work", "cascade_threshol
 # by paired differences (servetune/grad/paired_difference.py)
 DIFFERENCE_KEYS = ("queue_cap",) + ROUTING_KEYS
 _FLOOR = 1e-9
+_RECORDS_PER_DRAIN = 16  # outbox capacity of a relaxed engine, in iterations' worth of records
 
 
 def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float,
@@ -95,9 +95,12 @@ def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float,
     if order and cfg.queue_window < swap.SWAP_PARTNERS:
         raise ConfigError(f"engine.queue_window: got {cfg.queue_window}; a relaxed priority "
                           f"order needs at least {swap.SWAP_PARTNERS}")
-    # outbox drained every iteration into per-request arrays: two iterations' worth suffices
+    # request_times writes the outbox into per-request arrays once per chunk: a chunk ends
+    # when the outbox is nearly full (a vmapped loop selects over the whole outbox every
+    # iteration, so it stays small)
     return dataclasses.replace(cfg, relax=mode, relax_temperature=float(temperature),
-                               relax_order=order, leap_max=0, outbox=2 * cfg.drain_per_step)
+                               relax_order=order, leap_max=0,
+                               outbox=_RECORDS_PER_DRAIN * cfg.drain_per_step)
 
 
 class RequestTimes(NamedTuple):
@@ -115,67 +118,40 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     """Run one scenario (unbatched) to its end on a relaxed engine: every request's times and
     the run's end (RequestTimes).
 
-    The run ends when its last request does: where that is a completion, the end moves with
-    the request's shift (grad/shift.py), so a policy that finishes the last requests sooner
-    also pays for fewer GPU-seconds. With a relaxed order the order swaps (grad/swap.py)
-    are settled after the run, from every request's latest admission."""
-    n, m = wl.arrival.shape[0], swap.SWAP_PARTNERS
+    The run is the host driver's loop on device: chunks of iterations (servetune/loop.py's
+    `run_chunk`) whose finished-request records (first token, finish, end state, shift, and
+    with a cascade the tier, with a relaxed order the swap tape of grad/swap.py) are written
+    into the per-request arrays once per chunk, not per iteration; what is still in the active
+    sets at the end is read from the entries. The run ends when its last request does: where
+    that is a completion, the end moves with the request's shift (grad/shift.py), so a policy
+    that finishes the last requests sooner also pays for fewer GPU-seconds. With a relaxed
+    order the order swaps are settled after the run, from every request's latest admission."""
+    n = wl.arrival.shape[0]
     state = init_state(wl, params, cfg)
-    nan = jnp.full((n,), jnp.nan) + jnp.zeros_like(wl.t_stop)
-    unset = lambda f: (jnp.full((n,), RECORD[f].unset, RECORD[f].dtype)
-                       + jnp.zeros_like(wl.n, RECORD[f].dtype))
-    # per request: first token, finish, end state, shift, cascade tier; with a relaxed order
-    # also its latest admission time and that admission's swap partners and pair perturbations
-    out = tuple(unset(f) for f in ("first_token", "finish", "end_state", "shift", "tier"))
-    if cfg.relax_order:  # and its latest preemption's time, kept request and perturbation
-        out = out + (nan, jnp.full((n * m,), -1, jnp.int32),
-                     jnp.zeros((n * m,)) + jnp.zeros_like(wl.t_stop),
-                     nan, jnp.full((n,), -1, jnp.int32) + jnp.zeros_like(wl.n),
-                     jnp.zeros((n,)) + jnp.zeros_like(wl.t_stop))
+    names = ("first_token", "finish", "end_state", "shift", "tier") + tuple(swap.SWAP_FIELDS)
+    names = tuple(f for f in names if f in record_fields(state.outbox))
+    out = unset_records(n, (*names, "tier"), wl.n)  # tier -1 without a cascade
 
-    def put(out, req, valid, values):
+    def put(out, req, valid, rec):
         idx = jnp.where(valid, req, n)  # out of range: dropped
-        return tuple(o.at[idx].set(x, mode="drop") for o, x in zip(out, values, strict=True))
-
-    cascade = cfg.cascade_small_instances > 0
-
-    def collect(out, req, valid, rec):
-        fields = (rec.first_token, rec.finish, rec.end_state, rec.shift)
-        if cascade:  # (without one the tiers stay -1)
-            return put(out[:5], req, valid, fields + (rec.tier,)) + out[5:]
-        return put(out[:4], req, valid, fields) + out[4:]
-
-    def admissions(out, e):  # entries holding an admitted request: its latest admission
-        e = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), e)  # instances flattened
-        valid = (e.req >= 0) & jnp.isfinite(e.admitted_at)
-        # the pair tables flat ([N x m], row-major): a 1-D scatter is far cheaper on CPU
-        flat = (jnp.where(valid, e.req, n)[:, None] * m + jnp.arange(m)).reshape(-1)
-        at, reqs, ps, pre_at, victim_of, victim_p = out[5:]
-        idx = jnp.where(valid, e.req, n)
-        return out[:5] + (at.at[idx].set(e.admitted_at, mode="drop"),
-                          reqs.at[flat].set(e.swap_req.reshape(-1), mode="drop"),
-                          ps.at[flat].set(e.swap_p.reshape(-1), mode="drop"),
-                          pre_at.at[idx].set(e.preempted_at, mode="drop"),
-                          victim_of.at[idx].set(e.victim_of, mode="drop"),
-                          victim_p.at[idx].set(e.victim_p, mode="drop"))
+        return {**out, **{f: out[f].at[idx].set(getattr(rec, f), mode="drop") for f in names}}
 
     def body(carry):
         s, out = carry
-        s = step(s, wl, params, cfg)
+        s = run_chunk(s, wl, params, cfg)  # each request leaves the active sets once
         box = s.outbox
-        out = collect(out, box.req, jnp.arange(box.req.shape[0]) < box.count, box)
-        if cfg.relax_order:
-            out = admissions(out, s.entries)
-        return s.replace(outbox=box.replace(count=box.count * 0)), out
+        return s, put(out, box.req, jnp.arange(box.req.shape[0]) < box.count, box)
 
     state, out = jax.lax.while_loop(lambda c: ~c[0].done, body, (state, out))
-    ent = jax.tree.map(lambda x: x.reshape(-1), state.entries)
+    ent = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), state.entries)  # instances flat
     ended = ent.replace(end_state=jnp.where(ent.status == DONE, ent.end_state, OUTSTANDING))
-    first, finish, end_state, shift, tier = collect(out, ent.req, ent.req >= 0, ended)[:5]
-    completed = end_state == COMPLETED
+    out = put(out, ent.req, ent.req >= 0, ended)
+    first, finish, shift = out["first_token"], out["finish"], out["shift"]
+    completed = out["end_state"] == COMPLETED
     if cfg.relax_order:  # order swaps move first tokens and completions (grad/swap.py)
-        moved = swap.settle(out[5], out[6].reshape(n, m), out[7].reshape(n, m))
-        d_first, d_finish = swap.settle_victims(first, out[5], *out[8:])
+        moved = swap.settle(out["admitted_at"], out["swap_req"], out["swap_p"])
+        d_first, d_finish = swap.settle_victims(first, out["admitted_at"], out["preempted_at"],
+                                                out["victim_of"], out["victim_p"])
         first, finish, shift = first + moved + d_first, finish + moved + d_finish, (
             shift + moved + d_finish)
     clock = jnp.max(state.clock)
@@ -184,7 +160,7 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     last = jnp.argmax(unshifted)
     ends_run = jnp.abs(unshifted[last] - clock) <= 1e-9 * jnp.maximum(clock, 1.0)
     end_s = clock + jnp.where(ends_run, shift[last], 0.0)
-    return RequestTimes(first, finish, completed, end_s, tier == TIER_SMALL)
+    return RequestTimes(first, finish, completed, end_s, out["tier"] == TIER_SMALL)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,25 +41,24 @@ import jax
 import jax.numpy as jnp
 
 from servetune import relax
-from servetune.types import RUNNING, WAITING, Entries
+from servetune.engine.outbox import RECORDS
+from servetune.types import RUNNING, SWAP_PARTNERS, WAITING, Entries
 
-SWAP_PARTNERS = 4  # m: waiting partners recorded per admitted request
-# Entries fields of an engine with a relaxed order, and their values before an admission:
-# the latest admission time (s), that admission's partners (request ids) and pair perturbations
-# and the latest preemption's time, the request it kept in the victim's place and their pair's
-# perturbation
-SWAP_FIELDS = {"admitted_at": (jnp.nan, jnp.float64), "swap_req": (-1, jnp.int32),
-               "swap_p": (0.0, jnp.float64), "preempted_at": (jnp.nan, jnp.float64),
-               "victim_of": (-1, jnp.int32), "victim_p": (0.0, jnp.float64)}
-_PAIR_TABLES = ("swap_req", "swap_p")  # [.., m]; the other fields have one value per entry
+# Entries fields of an engine with a relaxed order, and their values before an admission
+# (name -> (value, dtype)): the latest admission time (s), that admission's partners (request
+# ids) and pair perturbations, and the latest preemption's time, the request it kept in the
+# victim's place and their pair's perturbation. They leave with the request's record.
+_RECORDS = tuple(f for f in RECORDS if f.only == "swap")
+SWAP_FIELDS = {f.name: (f.unset, f.dtype) for f in _RECORDS}
 
 
 def init_fields(shape, like) -> dict:
-    """Initial SWAP_FIELDS for entries of `shape` (instances, entries); `like` a traced int."""
-    def full(name, v, dtype):
-        s = (*shape, SWAP_PARTNERS) if name in _PAIR_TABLES else shape
-        return jnp.full(s, v, dtype) + jnp.zeros_like(like, dtype)
-    return {name: full(name, v, dtype) for name, (v, dtype) in SWAP_FIELDS.items()}
+    """Initial SWAP_FIELDS for entries of `shape` (instances, entries), the pair tables
+    [..., m]; `like` a traced int."""
+    def full(f):
+        width = () if f.width is None else (f.width,)
+        return jnp.full((*shape, *width), f.unset, f.dtype) + jnp.zeros_like(like, f.dtype)
+    return {f.name: full(f) for f in _RECORDS}
 
 
 def reset_fields(e: Entries, take) -> dict:
