@@ -77,8 +77,7 @@ def _in_scheduling_order(cfg: EngineConfig):
     by_priority = cfg.scheduling_policy == "priority"
 
     def permute(e, t, pol):
-        order = scheduling_order(e, t, pol, by_priority)
-        return jax.tree.map(lambda x: x[order], e)
+        return ops.take(e, scheduling_order(e, t, pol, by_priority))
     return permute
 
 
