@@ -176,19 +176,23 @@ def test_the_record_table_generates_the_outbox_and_the_results():
 
     from servetune.driver import ScenarioResult
     from servetune.engine.outbox import RECORDS, empty_outbox, record_fields
-    from servetune.types import Entries, Outbox
+    from servetune.types import CascadeEntries, Entries, Outbox, RelaxTape, SwapTape
+
+    type_of = {"cascade": CascadeEntries, "relaxed": RelaxTape, "swap": SwapTape}
 
     names = [f.name for f in RECORDS]
     always = [f.name for f in RECORDS if f.only is None]
     optional = [f.name for f in RECORDS if f.only is not None]
     assert [f.name for f in dataclasses.fields(Outbox)] == always + ["count"] + optional
-    assert set(names) <= {f.name for f in dataclasses.fields(Entries)}
+    for f in RECORDS:  # each record field is a field of the entries or of its sub-state
+        holder = Entries if f.only is None else type_of[f.only]
+        assert f.name in {g.name for g in dataclasses.fields(holder)}, f.name
     results = [f.name for f in dataclasses.fields(ScenarioResult)]
     assert [f.name for f in RECORDS if f.result] == [
         n for n in results if n not in ("stats", "clock_s")]
-    box = empty_outbox(3, 0, tier=True)
+    box = empty_outbox(3, 0, cascade=True)
     assert record_fields(box) == (*always, "tier")
-    relaxed = empty_outbox(3, 0, shift=True, swap=True)
+    relaxed = empty_outbox(3, 0, relaxed=True, swap=True)
     assert record_fields(relaxed) == tuple(n for n in names if n != "tier")
     for f in RECORDS:
         value = getattr(relaxed if f.name in record_fields(relaxed) else box, f.name)

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from servetune import shard
-from servetune.engine.outbox import RECORD, record_fields
+from servetune.engine.outbox import RECORD, entry_value, record_fields
 from servetune.loop import init_batch, run_chunk_batch
 from servetune.types import DONE, EMPTY, OUTSTANDING, EngineConfig, Params, SimState, Workload
 
@@ -100,7 +100,7 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
     ids = ent.req[live]
     seen[ids] += 1
     for f in fields:
-        out[f][ids] = getattr(ent, f)[live]
+        out[f][ids] = entry_value(ent, f)[live]
     out["end_state"][ids] = np.where(ent.status[live] == DONE, ent.end_state[live], OUTSTANDING)
     if np.any(seen > 1):
         twice = int(np.argmax(seen > 1))

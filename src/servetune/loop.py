@@ -11,10 +11,10 @@ import jax
 import jax.numpy as jnp
 
 from servetune import histogram
+from servetune.engine import cascade
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.outbox import empty_outbox, record_fields
-from servetune.grad import swap
-from servetune.grad.shift import RELAXED_FIELDS
+from servetune.grad import shift, swap
 from servetune.step import step, step_grid, step_or_stay
 from servetune.types import (
     EMPTY,
@@ -49,11 +49,10 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         give_up_state=full(-1, jnp.int32), spec_alpha=full(0.0, jnp.float64),
         kv_ratio=full(1.0, jnp.float64), ready_at=full(-jnp.inf, jnp.float64),
         qkey=full(0, jnp.int32),
-        **(prefix_lib.init_entries(shape, zi, cfg) if cfg.prefix_cache else {}),
-        **({f: full(0.0, jnp.float64) for f in RELAXED_FIELDS} if cfg.relax != "hard" else {}),
-        **(swap.init_fields(shape, zi) if cfg.relax_order else {}),
-        **({"cascade_fail": full(0, jnp.int32) > 0, "tier": full(-1, jnp.int32)}
-           if cfg.cascade_small_instances > 0 else {}),
+        prefix=prefix_lib.init_refs(shape, zi, cfg) if cfg.prefix_cache else None,
+        relaxed=shift.init_tape(shape, zi) if cfg.relax != "hard" else None,
+        swap=swap.init_tape(shape, zi) if cfg.relax_order else None,
+        cascade=cascade.init_entries(shape, zi) if cfg.cascade_small_instances > 0 else None,
         priority=full(0, jnp.int32) if cfg.scheduling_policy == "priority" else None,
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi

@@ -350,7 +350,7 @@ def _schedule_phase(e: Entries, state: SimState, wl: Workload, params: Params,
     if cfg.prefix_cache:  # engine/prefix.py: lookups before, references and eviction after
         pc = prefix_lib.instance(state.prefix, i)
         if cfg.abandonment:  # requests that gave up at t release their cached blocks
-            e, pc = prefix_lib.release(e, pc, (e.status == DONE) & (e.pfx_n > 0), t)
+            e, pc = prefix_lib.release(e, pc, (e.status == DONE) & (e.prefix.n > 0), t)
         hits = prefix_lib.hits(e, pc, params.cost.kv_blocks, cfg)
         computed_before = e.computed
         e, batch, hits = schedule(e, params, cfg, hits)

@@ -272,6 +272,56 @@ class Workload:
 
 
 @struct.dataclass
+class PrefixRefs:
+    """Prefix caching (engine/prefix.py): the cached prompt blocks each entry's request uses."""
+
+    ids: jnp.ndarray  # [A, Hp] i32 the request's full prompt block ids, -1 after
+    slot: jnp.ndarray  # [A, Hp] i32 cache-table slot of each block it references, -1
+    n: jnp.ndarray  # [A] i32 blocks it references (KV counted once, in the cache)
+    next: jnp.ndarray  # [A] i32 next block to insert into the cache
+
+
+@struct.dataclass
+class RelaxTape:
+    """A relaxed engine's per-request tapes (engine.relax st/soft; servetune/grad), 0 on
+    arrival."""
+
+    wait_z: jnp.ndarray  # [A] f64 sum of the admission perturbations of the iterations it
+    #                      waited through since it last queued
+    wait_zt: jnp.ndarray  # [A] f64 the same, each times its iteration's start (s)
+    shift: jnp.ndarray  # [A] f64 seconds its later events move by: its admissions' expected
+    #                     time shift (0 in value under st; grad/shift.py)
+    debt: jnp.ndarray  # [A] f64 tokens computed ahead under perturbations, owed back at its
+    #                    next iteration that computes (grad/relaxed_batch.py)
+    ahead: jnp.ndarray  # [A] f64 prompt tokens a relaxed budget computed for it beyond the
+    #                     exact ones in its current prefill (grad/pace.py)
+    pre_s: jnp.ndarray  # [A] f64 seconds of its current prefill less its own compute
+    pre_tok: jnp.ndarray  # [A] f64 prompt tokens computed in its current prefill
+
+
+@struct.dataclass
+class SwapTape:
+    """A relaxed priority order (engine.relax_order, grad/swap.py): each request's latest
+    admission and preemption; it leaves with the request's record (engine/outbox.py)."""
+
+    admitted_at: jnp.ndarray  # [A] f64 time of its latest admission (s; nan before)
+    swap_req: jnp.ndarray  # [A, m] i32 requests that admission passed over (-1 none)
+    swap_p: jnp.ndarray  # [A, m] f64 their pair perturbations
+    preempted_at: jnp.ndarray  # [A] f64 time of its latest preemption (s; nan before)
+    victim_of: jnp.ndarray  # [A] i32 the request that preemption kept in its place (the last
+    #                         kept; -1 none)
+    victim_p: jnp.ndarray  # [A] f64 that pair's perturbation
+
+
+@struct.dataclass
+class CascadeEntries:
+    """A model cascade (engine/cascade.py): each request's small-answer check and tier."""
+
+    fail: jnp.ndarray  # [A] bool its small-model answer fails its check
+    tier: jnp.ndarray  # [A] i32 TIER_LARGE / TIER_SMALL / TIER_RETRIED
+
+
+@struct.dataclass
 class Entries:
     """An instance's active set: running requests, the visible queue, finished records."""
 
@@ -299,35 +349,12 @@ class Entries:
     qkey: jnp.ndarray  # [A] i32 vLLM's queue positions: running, the order of admission
     #                    (ascending); preempted and waiting, the order of the deque they were
     #                    pushed back to the front of (ascending, below 0); new arrivals 0
-    # prefix caching only (engine/prefix.py), else None:
-    pfx_ids: jnp.ndarray | None = None  # [A, Hp] i32 the request's full prompt block ids, -1 after
-    pfx_slot: jnp.ndarray | None = None  # [A, Hp] i32 cache-table slot of each block it
-    #                                      references, -1
-    pfx_n: jnp.ndarray | None = None  # [A] i32 blocks it references (KV counted once, in the cache)
-    pfx_next: jnp.ndarray | None = None  # [A] i32 next block to insert into the cache
-    # relaxed engines only (engine.relax st/soft, servetune/grad/pathwise.py), else None:
-    wait_z: jnp.ndarray | None = None  # [A] f64 sum of the admission perturbations of the
-    #                                    iterations it waited through since it last queued
-    wait_zt: jnp.ndarray | None = None  # [A] f64 the same, each times its iteration's start (s)
-    shift: jnp.ndarray | None = None  # [A] f64 seconds its later events move by: its
-    #                                   admissions' expected time shift (0 in value under st)
-    debt: jnp.ndarray | None = None  # [A] f64 tokens computed ahead under perturbations, owed
-    #                                  back at its next iteration that computes (scheduler.py)
-    ahead: jnp.ndarray | None = None  # [A] f64 prompt tokens a relaxed budget computed for it
-    #                                   beyond the exact ones in its current prefill (pace.py)
-    pre_s: jnp.ndarray | None = None  # [A] f64 seconds of its current prefill less its own compute
-    pre_tok: jnp.ndarray | None = None  # [A] f64 prompt tokens computed in its current prefill
-    # relaxed priority order only (engine.relax_order, grad/swap.py), else None:
-    admitted_at: jnp.ndarray | None = None  # [A] f64 time of its latest admission (s; nan before)
-    swap_req: jnp.ndarray | None = None  # [A, m] i32 requests that admission passed over (-1 none)
-    swap_p: jnp.ndarray | None = None  # [A, m] f64 their pair perturbations (grad/swap.py)
-    preempted_at: jnp.ndarray | None = None  # [A] f64 time of its latest preemption (s; nan before)
-    victim_of: jnp.ndarray | None = None  # [A] i32 the request that preemption kept in its place
-    #                                       (the last kept; -1 none)
-    victim_p: jnp.ndarray | None = None  # [A] f64 that pair's perturbation (grad/swap.py)
-    # model cascade only (engine/cascade.py), else None:
-    cascade_fail: jnp.ndarray | None = None  # [A] bool its small-model answer fails its check
-    tier: jnp.ndarray | None = None  # [A] i32 TIER_LARGE / TIER_SMALL / TIER_RETRIED
+    # one sub-state per mechanism, None when the mechanism is off; each is set up on arrival
+    # and reset beside its mechanism:
+    prefix: PrefixRefs | None = None  # prefix caching (engine/prefix.py)
+    relaxed: RelaxTape | None = None  # engine.relax st/soft (grad/shift.py, grad/pace.py)
+    swap: SwapTape | None = None  # engine.relax_order, a relaxed priority order (grad/swap.py)
+    cascade: CascadeEntries | None = None  # a model cascade (engine/cascade.py)
     # engine.scheduling_policy priority only (engine/priority.py), else None:
     priority: jnp.ndarray | None = None  # [A] i32 the request's fixed priority (lower first)
 

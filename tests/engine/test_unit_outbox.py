@@ -8,7 +8,7 @@ from toy import column, config, entries, running
 from servetune.engine.abandon import abandon, next_give_up
 from servetune.engine.kv import blocks_for
 from servetune.engine.outbox import drain, empty_outbox, retire
-from servetune.grad import swap
+from servetune.grad import shift, swap
 from servetune.types import (
     CANCELLED,
     COMPLETED,
@@ -62,14 +62,15 @@ def test_drain_carries_a_relaxed_order_tape_with_its_record():
     admission and preemption, its pair table [m] included, written at the fill mark."""
     e = entries(CFG, [running(8, 4, req=20),
                       {"status": DONE, "end_state": COMPLETED, "finish": 2.0, "req": 11}])
-    tape = swap.init_fields((CFG.n_entries,), 0)
-    tape["admitted_at"] = tape["admitted_at"].at[1].set(1.5)
-    tape["swap_req"] = tape["swap_req"].at[1, :2].set(jnp.asarray([7, 3], jnp.int32))
-    tape["swap_p"] = tape["swap_p"].at[1, :2].set(jnp.asarray([0.25, 0.5]))
-    tape["victim_of"] = tape["victim_of"].at[1].set(9)
-    box = empty_outbox(CFG.outbox, 0, shift=True, swap=True)
+    tape = swap.init_tape((CFG.n_entries,), 0)
+    tape = tape.replace(admitted_at=tape.admitted_at.at[1].set(1.5),
+                        swap_req=tape.swap_req.at[1, :2].set(jnp.asarray([7, 3], jnp.int32)),
+                        swap_p=tape.swap_p.at[1, :2].set(jnp.asarray([0.25, 0.5])),
+                        victim_of=tape.victim_of.at[1].set(9))
+    box = empty_outbox(CFG.outbox, 0, relaxed=True, swap=True)
     box = box.replace(count=jnp.asarray(3, jnp.int32))  # three records collected before
-    e, box = drain(e.replace(**tape, shift=jnp.zeros(CFG.n_entries)), box, CFG.drain_per_step)
+    relaxed = shift.init_tape((CFG.n_entries,), 0)
+    e, box = drain(e.replace(swap=tape, relaxed=relaxed), box, CFG.drain_per_step)
     assert int(box.count) == 4 and int(box.req[3]) == 11
     assert box.swap_req.shape == (CFG.outbox, SWAP_PARTNERS)
     assert np.asarray(box.swap_req[3]).tolist() == [7, 3, -1, -1]

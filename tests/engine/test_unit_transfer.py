@@ -60,14 +60,15 @@ def test_a_failed_small_answer_retries_on_the_least_loaded_large_instance_from_s
     cfg = config(n_instances=3, cascade_small_instances=1)
     done = {"status": DONE, "end_state": COMPLETED, "prompt": 8, "output": 4, "generated": 4,
             "computed": 11, "first_token": 1.0, "finish": 3.0, "req": 5, "n_preempt": 1}
-    small = entries(cfg, [done], cascade_fail=[True], tier=[TIER_SMALL])
+    small = entries(cfg, [done], cascade={"fail": [True], "tier": [TIER_SMALL]})
     small, n = cascade.to_retry(small, 0, cfg)
     assert int(n) == 1 and small.status[0] == RETRY
-    two = entries(cfg, [{}, {}], cascade_fail=[False, False], tier=[0, 0])  # 2 waiting
-    one = entries(cfg, [{}], cascade_fail=[False], tier=[0])  # 1 waiting
+    two = entries(cfg, [{}, {}], cascade={"fail": [False, False], "tier": [0, 0]})  # 2 waiting
+    one = entries(cfg, [{}], cascade={"fail": [False], "tier": [0]})  # 1 waiting
     out = cascade.fall_back(_stack(small, two, one), 0, 3.2, _cost(check_latency_s=0.5), cfg)
     assert out.status[0, 0] == EMPTY and out.req[0, 0] == -1
-    assert out.status[2, 1] == INFLIGHT and out.req[2, 1] == 5 and out.tier[2, 1] == TIER_RETRIED
+    assert out.status[2, 1] == INFLIGHT and out.req[2, 1] == 5
+    assert out.cascade.tier[2, 1] == TIER_RETRIED
     # ready at max(send 3.2 s, finish 3 s + check 0.5 s); a new attempt: nothing computed
     assert float(out.ready_at[2, 1]) == 3.5
     assert (out.computed[2, 1], out.generated[2, 1], out.end_state[2, 1]) == (0, 0, -1)

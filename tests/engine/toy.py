@@ -16,7 +16,18 @@ import numpy as np
 from servetune import hardware
 from servetune.engine.kv import blocks_for
 from servetune.policy import make_policy
-from servetune.types import EMPTY, RUNNING, WAITING, EngineConfig, Entries, Params
+from servetune.types import (
+    EMPTY,
+    RUNNING,
+    WAITING,
+    CascadeEntries,
+    EngineConfig,
+    Entries,
+    Params,
+    PrefixRefs,
+    RelaxTape,
+    SwapTape,
+)
 
 # A small engine: 4 running slots, 4 visible waiting, 4-token blocks, 64-token sequences.
 SMALL = {"max_slots": 4, "queue_window": 4, "block_size": 4, "max_model_len": 64,
@@ -38,6 +49,8 @@ _DTYPE = {f.name: (jnp.float64 if isinstance(_EMPTY[f.name], float) else
                    jnp.bool_ if isinstance(_EMPTY[f.name], bool) else jnp.int32)
           for f in dataclasses.fields(Entries) if f.name in _EMPTY}
 _OPTIONAL = {f.name for f in dataclasses.fields(Entries)} - set(_EMPTY)
+_SUBSTATES = {"prefix": PrefixRefs, "relaxed": RelaxTape, "swap": SwapTape,
+              "cascade": CascadeEntries}
 
 
 def entries(cfg: EngineConfig, rows, **optional) -> Entries:
@@ -45,8 +58,9 @@ def entries(cfg: EngineConfig, rows, **optional) -> Entries:
 
     A row is a dict of Entries fields. Defaults: `req` its slot, status WAITING, arrival 0,
     `predicted` its output, `blocks` what `computed` tokens occupy (cfg's block size), the rest
-    as an empty slot. `optional` sets mechanism fields (e.g. priority=[...]) as given lists,
-    padded with zeros; the others stay None.
+    as an empty slot. `optional` sets mechanism fields, padded with zeros: a list per entry
+    (priority=[...]), or for a mechanism's sub-state a dict of such lists
+    (cascade={'fail': [...], 'tier': [...]}); the others stay None.
     """
     n = cfg.n_entries
     assert len(rows) <= n, f"{len(rows)} rows for {n} slots"
@@ -65,9 +79,17 @@ def entries(cfg: EngineConfig, rows, **optional) -> Entries:
     fields = {name: jnp.asarray(np.asarray(v), _DTYPE[name]) for name, v in cols.items()}
     for name, values in optional.items():
         assert name in _OPTIONAL, f"{name} is not a mechanism field of Entries"
-        padded = list(values) + [0] * (n - len(values))
-        fields[name] = jnp.asarray(np.asarray(padded))
+        if isinstance(values, dict):
+            fields[name] = _SUBSTATES[name](**{f: _padded(v, n) for f, v in values.items()})
+        else:
+            fields[name] = _padded(values, n)
     return Entries(**fields)
+
+
+def _padded(values, n: int):
+    """values (one per row) padded with zeros of their dtype to n entries."""
+    a = np.asarray(values)
+    return jnp.asarray(np.concatenate([a, np.zeros((n - len(a),) + a.shape[1:], a.dtype)]))
 
 
 def running(prompt, output, generated=0, **row) -> dict:

@@ -8,8 +8,7 @@ import jax.numpy as jnp
 from servetune import ops, relax
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.kv import blocks_for
-from servetune.grad import swap
-from servetune.grad.shift import RELAXED_FIELDS
+from servetune.grad import shift, swap
 from servetune.types import DONE, EMPTY, REJECTED, WAITING, EngineConfig, Entries, Params, Workload
 
 
@@ -47,7 +46,7 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
     else:
         read = lambda x: x[idx]
 
-    pfx = prefix_lib.arrive(e, take, idx, next_req, wl) if cfg.prefix_cache else {}
+    pfx = {"prefix": prefix_lib.arrive(e, take, idx, next_req, wl)} if cfg.prefix_cache else {}
     e, n_rejected = fill(e, t, take, idx, read, wl, params, cfg, pfx)
     return e, next_req + n_take, pending - n_take, n_arrived, n_rejected
 
@@ -72,8 +71,9 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
          extra: dict | None = None):
     """Put arriving requests into the entries where `take` [A] holds: entry k gets request
     idx[k], whose fields `read(wl.field)` gives ([A]). Applies the arrival checks (too long,
-    never fits, queue caps: rejected). `extra`: further Entries fields
-    (prefix caching's). Returns (entries, rejected count)."""
+    never fits, queue caps: rejected). `extra`: the sub-states of mechanisms set up by the
+    caller ({"prefix": ...} with prefix caching, {"cascade": ...} with a cascade; otherwise
+    they are kept). Returns (entries, rejected count)."""
     prompt = read(wl.prompt)
     output = jnp.minimum(read(wl.output), jnp.maximum(cfg.max_model_len - prompt, 1))
     pol, kv_total = params.policy, params.cost.kv_blocks
@@ -116,9 +116,9 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
         qkey=sel(zero, e.qkey),
         priority=(sel(read(wl.priority), e.priority) if cfg.scheduling_policy == "priority"
                   else e.priority),
-        **({f: sel(jnp.zeros_like(e.finish), getattr(e, f)) for f in RELAXED_FIELDS}
-           if cfg.relax != "hard" else {}),
-        **(swap.reset_fields(e, take) if cfg.relax_order else {}),
-        **(extra or {}),
+        relaxed=shift.reset_tape(e.relaxed, take) if cfg.relax != "hard" else None,
+        swap=swap.reset_tape(e.swap, take) if cfg.relax_order else None,
+        # the prefix and cascade sub-states: what the caller sets up (`extra`)
+        **{"prefix": e.prefix, "cascade": e.cascade, **(extra or {})},
     )
     return e, jnp.sum(reject, dtype=jnp.int32)

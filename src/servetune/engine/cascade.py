@@ -55,6 +55,7 @@ from servetune.types import (
     TIER_RETRIED,
     TIER_SMALL,
     WAITING,
+    CascadeEntries,
     EngineConfig,
     Entries,
 )
@@ -79,19 +80,28 @@ def pool_mask(small, cfg: EngineConfig):
                      idx >= cfg.cascade_small_instances)
 
 
+def init_entries(shape, like) -> CascadeEntries:
+    """The cascade sub-state of entries of `shape` ([I, A]): no failure, never routed (-1);
+    `like` a traced int (keeps carries sharded)."""
+    never = jnp.full(shape, -1, jnp.int32) + jnp.zeros_like(like, jnp.int32)
+    return CascadeEntries(fail=never > 0, tier=never)
+
+
 def arrival_fields(e: Entries, take, read, wl, j, cfg: EngineConfig) -> dict:
-    """Entries fields (for arrivals.fill's `extra`) of requests routed to instance j, where
-    `take` [A] holds: their small-answer check outcome, and their tier (small or large)."""
+    """The cascade sub-state (for arrivals.fill's `extra`) of requests routed to instance j,
+    where `take` [A] holds: their small-answer check outcome, and their tier (small or
+    large)."""
     tier = jnp.where(is_small(j, cfg), TIER_SMALL, TIER_LARGE).astype(jnp.int32)
-    return {"cascade_fail": jnp.where(take, read(wl.cascade_fail), e.cascade_fail),
-            "tier": jnp.where(take, tier, e.tier)}
+    c = e.cascade
+    return {"cascade": CascadeEntries(fail=jnp.where(take, read(wl.cascade_fail), c.fail),
+                                      tier=jnp.where(take, tier, c.tier))}
 
 
 def to_retry(e: Entries, i, cfg: EngineConfig):
     """On a small instance, completed requests whose answer fails its check become RETRY
     (not delivered; the large pool will serve them). Returns (entries, how many)."""
-    failed = ((e.status == DONE) & (e.end_state == COMPLETED) & e.cascade_fail
-              & (e.tier == TIER_SMALL) & is_small(i, cfg))
+    failed = ((e.status == DONE) & (e.end_state == COMPLETED) & e.cascade.fail
+              & (e.cascade.tier == TIER_SMALL) & is_small(i, cfg))
     e = e.replace(status=jnp.where(failed, RETRY, e.status))
     return e, jnp.sum(failed, dtype=jnp.int32)
 
@@ -116,7 +126,7 @@ def retry_horizon(entries: Entries, clock, cost, cfg: EngineConfig):
                                               step_time(c, cfg.cost_form, 0, 1, 0, 0)))(costs)
     check_s = costs.check_latency_s[:, None]
     live = (small.status == WAITING) | (small.status == RUNNING)
-    will_fail = live & small.cascade_fail & (small.tier == TIER_SMALL)
+    will_fail = live & small.cascade.fail & (small.cascade.tier == TIER_SMALL)
     left = jnp.maximum(small.output - small.generated, 1)
     soonest = jnp.where(will_fail, clk + left * shortest[:, None] + check_s, jnp.inf)
     pending = jnp.where(small.status == RETRY, jnp.maximum(clk, small.finish + check_s),
@@ -145,6 +155,6 @@ def fall_back(entries: Entries, i, t, cost, cfg: EngineConfig):
         return {"ready_at": jnp.maximum(t, entries.finish[i, k] + check_s), "computed": 0,
                 "generated": 0, "blocks": 0, "preempted": False, "first_token": jnp.nan,
                 "last_emit": jnp.nan, "finish": jnp.nan, "end_state": -1, "kv_ratio": 1.0,
-                "tier": TIER_RETRIED}
+                "cascade.tier": TIER_RETRIED}
 
     return transfer.move_out(entries, i, pending, destination, arrival_fields)

@@ -66,7 +66,8 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
 
     Returns (entries, end time, iterations K, duration of each iteration [L] (0 past K),
     gap histogram increments as (values [A + L], weights [A + L]), KV blocks in use in the
-    run's last iteration (its peak: before the completions free theirs), completed mask [A]). K = 0 leaves everything unchanged.
+    run's last iteration (its peak: before the completions free theirs), completed mask [A]).
+    K = 0 leaves everything unchanged.
     `kv_offset`: with prefix caching, blocks in use beyond sum(e.blocks) (engine/prefix.py).
     """
     L = cfg.leap_max

@@ -23,12 +23,13 @@ class RecordField:
     """One field of a finished request's record: copied from its entry into the outbox, then
     into the result arrays the host assembles (driver.ScenarioResult, grad.pathwise)."""
 
-    name: str  # the Entries / Outbox field of the same name
+    name: str  # the Outbox field, and the field of the same name in the entries (or in their
+    #            sub-state `only`)
     dtype: type
     unset: float  # the value of a request without a record (still waiting or running, or
     #               never taken in); also what an empty outbox holds
-    only: str | None = None  # the mechanism whose records carry it ("tier": model cascade,
-    #                          "shift": relaxed engines, "swap": a relaxed order), None: always
+    only: str | None = None  # the mechanism whose records carry it, named as its Entries
+    #                          sub-state ("cascade", "relaxed", "swap"); None: every record
     width: int | None = None  # values per record ([R, width]); None: one ([R])
     result: bool = True  # a ScenarioResult field too (the host's per-request results)
 
@@ -42,9 +43,9 @@ RECORDS = (
     RecordField("n_preempt", jnp.int32, 0),
     RecordField("tokens_computed", jnp.int32, 0),  # recomputation included
     RecordField("kv_ratio", jnp.float64, 1.0),  # KV compression it ended with (1 = none)
-    RecordField("tier", jnp.int32, -1, only="tier"),  # cascade tier (-1: never routed)
+    RecordField("tier", jnp.int32, -1, only="cascade"),  # cascade tier (-1: never routed)
     # the relaxed engines' tapes, read by grad/pathwise.py only
-    RecordField("shift", jnp.float64, float("nan"), only="shift", result=False),  # seconds
+    RecordField("shift", jnp.float64, float("nan"), only="relaxed", result=False),  # seconds
     RecordField("admitted_at", jnp.float64, float("nan"), only="swap", result=False),
     RecordField("swap_req", jnp.int32, -1, only="swap", width=SWAP_PARTNERS, result=False),
     RecordField("swap_p", jnp.float64, 0.0, only="swap", width=SWAP_PARTNERS, result=False),
@@ -70,13 +71,13 @@ def unset_records(n: int, names, like) -> dict:
     return {name: full(RECORD[name]) for name in names}
 
 
-def empty_outbox(capacity: int, like, tier: bool = False, shift: bool = False,
+def empty_outbox(capacity: int, like, cascade: bool = False, relaxed: bool = False,
                  swap: bool = False) -> Outbox:
     """An empty outbox of `capacity` records, each field at its `unset` value; `like` is any
-    traced scalar (keeps carries sharded); `tier`: records also carry the cascade tier (model
-    cascade on); `shift`: the time shift of a relaxed engine (engine.relax st or soft);
-    `swap`: the latest admission and preemption of a relaxed order (engine.relax_order)."""
-    options = {"tier": tier, "shift": shift, "swap": swap}
+    traced scalar (keeps carries sharded); `cascade`: records also carry the cascade tier
+    (model cascade on); `relaxed`: the time shift of a relaxed engine (engine.relax st or
+    soft); `swap`: the latest admission and preemption of a relaxed order (relax_order)."""
+    options = {"cascade": cascade, "relaxed": relaxed, "swap": swap}
     names = [f.name for f in RECORDS if f.only is None or options[f.only]]
     return Outbox(**unset_records(capacity, names, like), count=jnp.zeros_like(like, jnp.int32))
 
@@ -90,6 +91,13 @@ def retire(e: Entries, which, end_state, t) -> Entries:
                      end_state=jnp.where(which, end_state, e.end_state),
                      finish=jnp.where(which, t, e.finish),
                      blocks=jnp.where(which, 0, e.blocks))
+
+
+def entry_value(e: Entries, name: str):
+    """The entries' values ([A, ...]) of record field `name`, from the entries or from the
+    sub-state of the mechanism that carries it."""
+    only = RECORD[name].only
+    return getattr(e if only is None else getattr(e, only), name)
 
 
 def _write_at(field, records, at):
@@ -109,7 +117,7 @@ def drain(e: Entries, box: Outbox, per_step: int):
     n_moved = jnp.minimum(rank[-1], per_step)
     src = jnp.minimum(pos, e.req.shape[0] - 1)
     # records past n_moved are junk beyond the fill mark: the next write starts over them
-    updates = {f: _write_at(getattr(box, f), getattr(e, f)[src], box.count)
+    updates = {f: _write_at(getattr(box, f), entry_value(e, f)[src], box.count)
                for f in record_fields(box)}
     box = Outbox(**updates, count=box.count + n_moved)
     moved = finished & (rank <= per_step)

@@ -31,7 +31,7 @@ B = T / block_size KV blocks. Only full blocks are cached (vLLM hashes full bloc
   blocks nobody references stay cached and evictable.
 - KV: every cached block counts once, whoever references it: blocks in use = sum over running
   requests of their private blocks (e.blocks, which counts all the request's blocks, minus
-  B x pfx_n referenced ones) + B x cached blocks. The scheduler sees evictable blocks as free
+  B x prefix.n referenced ones) + B x cached blocks. The scheduler sees evictable blocks as free
   (as vLLM's free-block pool does); after it allocates, the least recently used evictable
   blocks (ties: deepest first, so a prefix outlives its extensions) are evicted until the
   blocks in use fit the KV capacity again, so `kv_peak_blocks <= kv_blocks` holds exactly.
@@ -63,7 +63,7 @@ import numpy as np
 from servetune import ops
 from servetune.engine.kv import blocks_for
 from servetune.errors import TraceError
-from servetune.types import RUNNING, WAITING, EngineConfig, Entries, PrefixCache
+from servetune.types import RUNNING, WAITING, EngineConfig, Entries, PrefixCache, PrefixRefs
 
 WAYS = 8  # slots per set of the cache table
 MAX_INSERTS = 64  # blocks inserted into the cache per iteration at most
@@ -100,12 +100,12 @@ def workload_ids(trace, prompt: np.ndarray, cfg: EngineConfig, n: int) -> np.nda
     return out
 
 
-def init_entries(shape, like, cfg: EngineConfig) -> dict:
-    """The Entries prefix fields, all empty, for entries of `shape` ([I, A])."""
+def init_refs(shape, like, cfg: EngineConfig) -> PrefixRefs:
+    """The entries' prefix sub-state, all empty, for entries of `shape` ([I, A])."""
     z = jnp.zeros(shape, jnp.int32) + jnp.zeros_like(like, jnp.int32)
     wide = jnp.zeros(shape + (cfg.prefix_width,), jnp.int32) - 1 + jnp.zeros_like(like,
                                                                                    jnp.int32)
-    return {"pfx_ids": wide, "pfx_slot": wide, "pfx_n": z, "pfx_next": z}
+    return PrefixRefs(ids=wide, slot=wide, n=z, next=z)
 
 
 def init_cache(cfg: EngineConfig, like) -> PrefixCache:
@@ -131,8 +131,8 @@ def store(cache: PrefixCache, pc: PrefixCache, cfg: EngineConfig, i) -> PrefixCa
                          for f in ("ids", "ref", "last", "depth")})
 
 
-def arrive(e: Entries, take, idx, next_req, wl) -> dict:
-    """Prefix fields of entries after arrivals: the requests taken (`take` [A], trace indices
+def arrive(e: Entries, take, idx, next_req, wl) -> PrefixRefs:
+    """The prefix sub-state of entries after arrivals: the requests taken (`take` [A], trace indices
     `idx` [A] = next_req, next_req + 1, ...) get their block ids and no references. The rows
     come from one contiguous window of the trace (as arrivals.take_arrivals reads)."""
     ids = wl.prefix_ids
@@ -144,8 +144,9 @@ def arrive(e: Entries, take, idx, next_req, wl) -> dict:
     else:
         rows = ids[idx]
     t2 = take[:, None]
-    return {"pfx_ids": jnp.where(t2, rows, e.pfx_ids), "pfx_slot": jnp.where(t2, -1, e.pfx_slot),
-            "pfx_n": jnp.where(take, 0, e.pfx_n), "pfx_next": jnp.where(take, 0, e.pfx_next)}
+    r = e.prefix
+    return PrefixRefs(ids=jnp.where(t2, rows, r.ids), slot=jnp.where(t2, -1, r.slot),
+                      n=jnp.where(take, 0, r.n), next=jnp.where(take, 0, r.next))
 
 
 def _set_of(ids, n_sets: int):
@@ -186,7 +187,7 @@ def kv_offset(e: Entries, pc: PrefixCache, cfg: EngineConfig):
     scheduler's blocks in use are sum(e.blocks) + this."""
     b = blocks_per_prefix(cfg)
     return (b * jnp.sum(pc.ref > 0, dtype=jnp.int32)
-            - b * jnp.sum(jnp.where(e.status == RUNNING, e.pfx_n, 0), dtype=jnp.int32))
+            - b * jnp.sum(jnp.where(e.status == RUNNING, e.prefix.n, 0), dtype=jnp.int32))
 
 
 def hits(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig) -> Hits:
@@ -198,14 +199,15 @@ def hits(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig) -> Hits:
     running = e.status == RUNNING
 
     def look():
-        slots = lookup(pc.ids, jnp.where(waiting[:, None], e.pfx_ids, -1))
+        slots = lookup(pc.ids, jnp.where(waiting[:, None], e.prefix.ids, -1))
         evictable = (slots >= 0) & (pc.ref[jnp.maximum(slots, 0)] == 0)
         n_hit, _, claim = _leads(e, waiting, slots, slots >= 0, evictable, cfg)
         return slots, evictable, n_hit, claim
 
     def none():
-        z = jnp.zeros_like(e.pfx_n)
-        return jnp.full(e.pfx_ids.shape, -1, jnp.int32), jnp.zeros(e.pfx_ids.shape, bool), z, z
+        z = jnp.zeros_like(e.prefix.n)
+        wide = e.prefix.ids.shape
+        return jnp.full(wide, -1, jnp.int32), jnp.zeros(wide, bool), z, z
 
     slots, evictable, n_hit, claim = jax.lax.cond(jnp.any(waiting), look, none)
     offset = kv_offset(e, pc, cfg)
@@ -213,14 +215,14 @@ def hits(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig) -> Hits:
     tight = jnp.sum(grow) > kv_total - jnp.sum(e.blocks) - offset
 
     def exclusive():
-        only = (e.pfx_slot >= 0) & (pc.ref[jnp.maximum(e.pfx_slot, 0)] == 1)
+        only = (e.prefix.slot >= 0) & (pc.ref[jnp.maximum(e.prefix.slot, 0)] == 1)
         return jnp.where(running, b * jnp.sum(only, axis=1, dtype=jnp.int32), 0)
 
     return Hits(
         waiting=waiting, slots=slots, n_hit=n_hit, cached=n_hit * t_blk, claim=claim,
         n_table=n_hit, evictable=evictable,
-        exclusive=jax.lax.cond(tight, exclusive, lambda: jnp.zeros_like(e.pfx_n)),
-        shared=jnp.where(running, b * e.pfx_n, 0), kv_offset=offset)
+        exclusive=jax.lax.cond(tight, exclusive, lambda: jnp.zeros_like(e.prefix.n)),
+        shared=jnp.where(running, b * e.prefix.n, 0), kv_offset=offset)
 
 
 def _leads(e: Entries, waiting, slots, found, evictable, cfg: EngineConfig):
@@ -228,7 +230,7 @@ def _leads(e: Entries, waiting, slots, found, evictable, cfg: EngineConfig):
     (blocks reused [A]: the leading run found, capped so that at least one token of the
     sequence is computed (vLLM: num_tokens - 1, in whole blocks); of them, the leading ones in
     the table `slots` [A, Hp] [A]; KV blocks taken from the `evictable` [A, Hp] cache [A])."""
-    t_blk, width = cfg.prefix_block_tokens, e.pfx_ids.shape[1]
+    t_blk, width = cfg.prefix_block_tokens, e.prefix.ids.shape[1]
     cap = (e.prompt + e.generated - 1) // t_blk
     lead = jnp.sum(jnp.cumprod(found, axis=1), axis=1, dtype=jnp.int32)
     n_hit = jnp.where(waiting, jnp.minimum(lead, cap), 0).astype(jnp.int32)
@@ -255,14 +257,14 @@ def _pending(e: Entries, start, end, rank):
     them (a request reuses a block pending from a lower rank). At most MAX_INSERTS rows, in
     entry order (the rest are not found until inserted); a block pending twice keeps its
     lowest rank first."""
-    a_n, width = e.req.shape[0], e.pfx_ids.shape[1]
+    a_n, width = e.req.shape[0], e.prefix.ids.shape[1]
     count = jnp.maximum(end - start, 0).astype(jnp.int32)
     csum = ops.cumsum(count, dtype=jnp.int32)
     k = jnp.arange(MAX_INSERTS, dtype=jnp.int32)
     a = jnp.minimum(jnp.searchsorted(csum, k, side="right"), a_n - 1).astype(jnp.int32)
     used = k < csum[-1]
     j = jnp.clip(start[a] + k - (csum[a] - count[a]), 0, width - 1)
-    ids = jnp.where(used, e.pfx_ids[a, j], _NOBODY)
+    ids = jnp.where(used, e.prefix.ids[a, j], _NOBODY)
     ranks = jnp.where(used & (ids >= 0), rank[a], _NOBODY)
     order = jnp.lexsort((ranks, ids))
     return ids[order], ranks[order]
@@ -288,11 +290,11 @@ def settle(e: Entries, h: Hits, keep, alloc, rank, admission, cfg: EngineConfig)
         """`h` with the blocks computed this iteration found too: the running requests', and
         those of the requests `admit` [A] taking `chunk` [A] tokens after `before`'s hits."""
         end = jnp.where(running, run_end, jnp.where(admit, full_of(before.cached + chunk), 0))
-        start = jnp.where(running, e.pfx_next, before.n_hit)
+        start = jnp.where(running, e.prefix.next, before.n_hit)
 
         def look():
             ids, ranks = _pending(e, start, end, jnp.where(running, -1, rank))
-            q = jnp.where(h.waiting[:, None], e.pfx_ids, -1)
+            q = jnp.where(h.waiting[:, None], e.prefix.ids, -1)
             pos = jnp.minimum(jnp.searchsorted(ids, q, side="left"), MAX_INSERTS - 1)
             pending = (ids[pos] == q) & (q >= 0) & (ranks[pos] < rank[:, None])
             return _leads(e, h.waiting, h.slots, (h.slots >= 0) | pending, h.evictable, cfg)
@@ -329,10 +331,12 @@ def _release(pc: PrefixCache, slots, mask, t):
 def release(e: Entries, pc: PrefixCache, which, t):
     """Requests `which` [A] (completed or preempted) release their cached blocks at time t."""
     def do(e, pc):
-        mask = which[:, None] & (e.pfx_slot >= 0)
-        pc = _release(pc, e.pfx_slot, mask, t)
-        e = e.replace(pfx_slot=jnp.where(which[:, None], -1, e.pfx_slot),
-                      pfx_n=jnp.where(which, 0, e.pfx_n), pfx_next=jnp.where(which, 0, e.pfx_next))
+        mask = which[:, None] & (e.prefix.slot >= 0)
+        pc = _release(pc, e.prefix.slot, mask, t)
+        r = e.prefix
+        e = e.replace(prefix=r.replace(slot=jnp.where(which[:, None], -1, r.slot),
+                                       n=jnp.where(which, 0, r.n),
+                                       next=jnp.where(which, 0, r.next)))
         return e, pc
     return jax.lax.cond(jnp.any(which), do, lambda e, pc: (e, pc), e, pc)
 
@@ -354,7 +358,7 @@ def blocks_in_use(e: Entries, pc: PrefixCache, cfg: EngineConfig, blocks_sum=Non
     `blocks_sum`: sum(e.blocks) when it is known (e.g. a leap's peak)."""
     b = blocks_per_prefix(cfg)
     total = jnp.sum(e.blocks, dtype=jnp.int32) if blocks_sum is None else blocks_sum
-    return (total - b * jnp.sum(e.pfx_n, dtype=jnp.int32)
+    return (total - b * jnp.sum(e.prefix.n, dtype=jnp.int32)
             + b * jnp.sum(pc.ids >= 0, dtype=jnp.int32))
 
 
@@ -377,7 +381,7 @@ def _keep_output_blocks(e: Entries, pc: PrefixCache, preempted, computed_before,
     (A running request inserts only its shareable prompt blocks; nobody else can find the
     others, so they enter the cache only when they can be found.) Returns (entries, cache)."""
     full = jnp.minimum(computed_before // cfg.prefix_block_tokens, cfg.prefix_width)
-    due = preempted & (full > e.pfx_next)
+    due = preempted & (full > e.prefix.next)
     return jax.lax.cond(jnp.any(due), lambda e, pc: _insert(e, pc, due, full, t)[:2],
                         lambda e, pc: (e, pc), e, pc)
 
@@ -398,10 +402,10 @@ def after_schedule(e: Entries, batch, h: Hits, pc: PrefixCache, t, kv_total, cfg
                        lambda: pc.ref.at[jnp.where(in_hit, h.slots, c)].add(1, mode="drop"),
                        lambda: pc.ref)
     pc = pc.replace(ref=ref, lookups=pc.lookups + lookup_counts(e, admitted, h.cached))
-    e = e.replace(pfx_slot=jnp.where(admitted[:, None], jnp.where(in_hit, h.slots, -1),
-                                     e.pfx_slot),
-                  pfx_n=jnp.where(admitted, h.n_table, e.pfx_n),
-                  pfx_next=jnp.where(admitted, h.n_table, e.pfx_next))
+    r = e.prefix
+    e = e.replace(prefix=r.replace(
+        slot=jnp.where(admitted[:, None], jnp.where(in_hit, h.slots, -1), r.slot),
+        n=jnp.where(admitted, h.n_table, r.n), next=jnp.where(admitted, h.n_table, r.next)))
     # until then such a block counts in two requests' blocks: once is in use
     twice = blocks_per_prefix(cfg) * jnp.sum(jnp.where(admitted, h.n_hit - h.n_table, 0),
                                              dtype=jnp.int32)
@@ -424,17 +428,17 @@ def lookup_counts(e: Entries, admitted, cached):
 def _insert(e: Entries, pc: PrefixCache, active, full, t):
     """Insert the blocks before `full` [A] that `active` [A] requests have not yet inserted
     (at most MAX_INSERTS, in entry order). Returns (entries, cache, deferred: more were due)."""
-    width = e.pfx_ids.shape[1]
+    width = e.prefix.ids.shape[1]
     a_n, c = e.req.shape[0], pc.ids.shape[0]
-    pend = jnp.where(active, jnp.maximum(full - e.pfx_next, 0), 0).astype(jnp.int32)
+    pend = jnp.where(active, jnp.maximum(full - e.prefix.next, 0), 0).astype(jnp.int32)
     csum = ops.cumsum(pend, dtype=jnp.int32)
     start = csum - pend
     total = csum[-1]
     k = jnp.arange(MAX_INSERTS, dtype=jnp.int32)
     a = jnp.minimum(jnp.searchsorted(csum, k, side="right"), a_n - 1).astype(jnp.int32)
     in_range = k < total
-    j = jnp.clip(e.pfx_next[a] + k - start[a], 0, width - 1)
-    ids = jnp.where(in_range, e.pfx_ids[a, j], -1)
+    j = jnp.clip(e.prefix.next[a] + k - start[a], 0, width - 1)
+    ids = jnp.where(in_range, e.prefix.ids[a, j], -1)
     valid = ids >= 0
     exist = lookup(pc.ids, ids)
     earlier = k[None, :] < k[:, None]  # [K, K] k' < k
@@ -470,9 +474,9 @@ def _insert(e: Entries, pc: PrefixCache, active, full, t):
         insert_deferred=pc.insert_deferred + (total > MAX_INSERTS).astype(jnp.int32))
     tried = jnp.clip(MAX_INSERTS - start, 0, pend)
     a_ok = jnp.where(ok, a, a_n)
-    e = e.replace(pfx_slot=e.pfx_slot.at[a_ok, j].set(slot, mode="drop"),
-                  pfx_n=e.pfx_n.at[a_ok].add(1, mode="drop"),
-                  pfx_next=e.pfx_next + tried)
+    r = e.prefix
+    e = e.replace(prefix=r.replace(slot=r.slot.at[a_ok, j].set(slot, mode="drop"),
+                                   n=r.n.at[a_ok].add(1, mode="drop"), next=r.next + tried))
     return e, pc, total > MAX_INSERTS
 
 
@@ -481,7 +485,7 @@ def after_advance(e: Entries, completed, pc: PrefixCache, t_end, cfg: EngineConf
     requests release theirs. Returns (entries, cache, deferred: blocks left to insert)."""
     active = (e.status == RUNNING) | completed
     full = _full_prompt_blocks(e, e.computed, cfg)
-    due = active & (full > e.pfx_next)
+    due = active & (full > e.prefix.next)
     e, pc, deferred = jax.lax.cond(
         jnp.any(due), lambda e, pc: _insert(e, pc, active, full, t_end),
         lambda e, pc: (e, pc, jnp.asarray(False)), e, pc)

@@ -18,6 +18,14 @@ import jax.numpy as jnp
 from servetune.types import EMPTY, INFLIGHT, Entries
 
 
+def _set(entries: Entries, name: str, at, value) -> Entries:
+    """entries with field `name` ("field" or "sub.field") set to value at index `at`."""
+    sub, _, leaf = name.rpartition(".")
+    holder = getattr(entries, sub) if sub else entries
+    holder = holder.replace(**{leaf: getattr(holder, leaf).at[at].set(value)})
+    return entries.replace(**{sub: holder}) if sub else holder
+
+
 def move_out(entries: Entries, i, pending: Callable, destination: Callable,
              arrival_fields: Callable) -> Entries:
     """Entries [I, A] after moving instance i's pending requests, as the module doc says.
@@ -26,7 +34,8 @@ def move_out(entries: Entries, i, pending: Callable, destination: Callable,
     destination(entries, k) -> [I] f64: how much each instance is valued as the destination of
       i's entry k (lowest wins; inf where it cannot take it).
     arrival_fields(entries, k) -> {field: value}: what the moved entry's fields become on the
-      destination (besides status INFLIGHT), e.g. its ready_at in seconds."""
+      destination (besides status INFLIGHT), e.g. its ready_at in seconds; a field of a
+      mechanism's sub-state as "sub.field" (e.g. "cascade.tier")."""
     def cond(c):
         entries, go = c
         return go & jnp.any(pending(entries))
@@ -42,8 +51,8 @@ def move_out(entries: Entries, i, pending: Callable, destination: Callable,
         def move(entries):
             arriving = {"status": INFLIGHT, **arrival_fields(entries, k)}
             moved = jax.tree.map(lambda x: x.at[j, slot].set(x[i, k]), entries)
-            moved = moved.replace(**{name: getattr(moved, name).at[j, slot].set(v)
-                                     for name, v in arriving.items()})
+            for name, v in arriving.items():
+                moved = _set(moved, name, (j, slot), v)
             return moved.replace(status=moved.status.at[i, k].set(EMPTY),
                                  req=moved.req.at[i, k].set(-1),
                                  blocks=moved.blocks.at[i, k].set(0))

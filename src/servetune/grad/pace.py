@@ -30,9 +30,9 @@ from servetune.engine import speculation
 from servetune.hardware import step_time
 from servetune.types import RUNNING, EngineConfig, Entries, Params
 
-# Entries fields (0 at arrival and after each prefill): prompt tokens ahead, seconds of the
-# prefill so far less the request's own compute, and prompt tokens computed in it
-PACE_FIELDS = ("ahead", "pre_s", "pre_tok")
+# The tape's fields here (types.RelaxTape: 0 at arrival and after each prefill): ahead, prompt
+# tokens ahead; pre_s, seconds of the prefill so far less the request's own compute; pre_tok,
+# prompt tokens computed in it
 
 
 def prefilling(e: Entries):
@@ -79,12 +79,13 @@ def progress_shift(e: Entries, gain, tokens, phase, preempted, generated0, dur, 
     (it emitted a token) turns its tokens ahead into seconds at its prefill's pace and adds
     them to its shift. Decoding entries add `spec_s` [A] (`speculation_gain_s`). Progress of a
     `preempted` [A] entry is dropped with its KV. `generated0` [A]: output tokens before."""
-    ahead = e.ahead + jnp.where(phase, gain, 0.0)
-    pre_s = e.pre_s + jnp.where(phase, dur - own_s, 0.0)
-    pre_tok = e.pre_tok + jnp.where(phase, tokens, 0).astype(jnp.float64)
+    r = e.relaxed
+    ahead = r.ahead + jnp.where(phase, gain, 0.0)
+    pre_s = r.pre_s + jnp.where(phase, dur - own_s, 0.0)
+    pre_tok = r.pre_tok + jnp.where(phase, tokens, 0).astype(jnp.float64)
     done = phase & (e.generated > generated0)
     sooner = jnp.where(done, ahead * pre_s / jnp.maximum(pre_tok, 1.0), 0.0)
     reset = done | preempted
     zero = lambda x: jnp.where(reset, 0.0, x)
-    return e.replace(shift=e.shift - sooner - spec_s, ahead=zero(ahead), pre_s=zero(pre_s),
-                     pre_tok=zero(pre_tok))
+    return e.replace(relaxed=r.replace(shift=r.shift - sooner - spec_s, ahead=zero(ahead),
+                                       pre_s=zero(pre_s), pre_tok=zero(pre_tok)))

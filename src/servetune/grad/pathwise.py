@@ -49,7 +49,7 @@ import numpy as np
 
 from servetune import cascade_config as cascade_lib
 from servetune import metrics as metrics_lib
-from servetune.engine.outbox import record_fields, unset_records
+from servetune.engine.outbox import entry_value, record_fields, unset_records
 from servetune.errors import ConfigError
 from servetune.grad import swap
 from servetune.loop import init_state, run_chunk
@@ -132,20 +132,21 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     names = tuple(f for f in names if f in record_fields(state.outbox))
     out = unset_records(n, (*names, "tier"), wl.n)  # tier -1 without a cascade
 
-    def put(out, req, valid, rec):
+    def put(out, req, valid, value):  # value(name) -> [R or A, ...]
         idx = jnp.where(valid, req, n)  # out of range: dropped
-        return {**out, **{f: out[f].at[idx].set(getattr(rec, f), mode="drop") for f in names}}
+        return {**out, **{f: out[f].at[idx].set(value(f), mode="drop") for f in names}}
 
     def body(carry):
         s, out = carry
         s = run_chunk(s, wl, params, cfg)  # each request leaves the active sets once
         box = s.outbox
-        return s, put(out, box.req, jnp.arange(box.req.shape[0]) < box.count, box)
+        return s, put(out, box.req, jnp.arange(box.req.shape[0]) < box.count,
+                      lambda f: getattr(box, f))
 
     state, out = jax.lax.while_loop(lambda c: ~c[0].done, body, (state, out))
     ent = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), state.entries)  # instances flat
     ended = ent.replace(end_state=jnp.where(ent.status == DONE, ent.end_state, OUTSTANDING))
-    out = put(out, ent.req, ent.req >= 0, ended)
+    out = put(out, ent.req, ent.req >= 0, lambda f: entry_value(ended, f))
     first, finish, shift = out["first_token"], out["finish"], out["shift"]
     completed = out["end_state"] == COMPLETED
     if cfg.relax_order:  # order swaps move first tokens and completions (grad/swap.py)

@@ -42,7 +42,7 @@ def relaxed_batch(es: Entries, tokens, run, adm, budget, rank, n_running, pol,
     # fewer: the budget it leaves goes to the requests after it (the queue drains faster).
     # Its own share still counts its whole need: its progress, and the work it is owed.
     prefilling = keep & ~decoding
-    need_left = jnp.where(prefilling, jnp.maximum(need - es.ahead, 0.0), need)
+    need_left = jnp.where(prefilling, jnp.maximum(need - es.relaxed.ahead, 0.0), need)
     taken_before = ops.exclusive_cumsum(jnp.where(keep, need_left, 0.0))
     alloc = jnp.where(keep, jnp.clip(budget - taken_before, 0, need), 0.0)
     budget_left = budget - jnp.sum(jnp.where(keep, jnp.clip(budget - taken_before, 0,
@@ -57,12 +57,12 @@ def relaxed_batch(es: Entries, tokens, run, adm, budget, rank, n_running, pol,
                      (1.0, jnp.maximum(want, 1).astype(jnp.float64)), mode, tau)
     # of a waiting request, only the mass not yet admitted early (1 - wait_z) is still to
     # admit: a fluid request is admitted at most once in all (0 in value under st)
-    w = admit + (1.0 - es.wait_z) * relax.perturbation(w, admit)
+    w = admit + (1.0 - es.relaxed.wait_z) * relax.perturbation(w, admit)
     relaxed = alloc + w * chunk
     # Work is conserved: tokens a perturbation computes early (or late) are owed back, and a
     # request's debt is settled at its next iteration that computes, so a perturbation moves
     # the times within a busy period, not forever after.
-    paid = jnp.where(tokens > 0, es.debt, 0.0)
+    paid = jnp.where(tokens > 0, es.relaxed.debt, 0.0)
     gain = jnp.where(prefilling, alloc, jnp.where(admit, chunk, 0.0)) - jnp.where(
         prefilling | admit, tokens, 0)
     drafts = 0.0
@@ -73,7 +73,7 @@ def relaxed_batch(es: Entries, tokens, run, adm, budget, rank, n_running, pol,
         drafts = jnp.where(full, jnp.minimum(1.0 + k_rel, room_len) - jnp.minimum(1 + k, room_len),
                            0.0)
     out = {"weight": relaxed - paid + drafts, "admit_z": relax.perturbation(w, admit),
-           "admitted": admit, "debt": es.debt - paid + (relaxed - tokens), "gain": gain}
+           "admitted": admit, "debt": es.relaxed.debt - paid + (relaxed - tokens), "gain": gain}
     if scores is not None:  # the relaxed order: the admission and preemption boundaries' pairs
         out["swap_req"], out["swap_p"] = swap.partners(es, admit, scores, mode, tau,
                                                        cfg.queue_window)

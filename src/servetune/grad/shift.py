@@ -19,14 +19,26 @@ the forward pass is the exact simulator's.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 
 from servetune.engine.scheduler import Batch
-from servetune.grad.pace import PACE_FIELDS
-from servetune.types import WAITING, Entries
+from servetune.types import WAITING, Entries, RelaxTape
 
-# Entries fields of a relaxed engine (0 at arrival)
-RELAXED_FIELDS = ("wait_z", "wait_zt", "shift", "debt") + PACE_FIELDS
+
+def init_tape(shape, like) -> RelaxTape:
+    """A relaxed engine's tapes for entries of `shape` ([I, A]), all 0; `like` a traced
+    scalar (keeps carries sharded)."""
+    zero = jnp.zeros(shape, jnp.float64) + jnp.zeros_like(like, jnp.float64)
+    return RelaxTape(wait_z=zero, wait_zt=zero, shift=zero, debt=zero, ahead=zero, pre_s=zero,
+                     pre_tok=zero)
+
+
+def reset_tape(tape: RelaxTape, take) -> RelaxTape:
+    """`tape` with the entries where `take` [A] holds (new arrivals) at 0."""
+    return tape.replace(**{f.name: jnp.where(take, 0.0, getattr(tape, f.name))
+                           for f in dataclasses.fields(tape)})
 
 
 def admission_shift(e: Entries, batch: Batch, generated0, completed, t, dur):
@@ -36,16 +48,16 @@ def admission_shift(e: Entries, batch: Batch, generated0, completed, t, dur):
     `generated0` [A]: output tokens before the iteration; `completed` [A]: entries that
     completed in it. (The iteration ends no waiting request, so those WAITING now are the ones
     the schedule left waiting.)"""
-    z, admitted = batch.admit_z, batch.admitted
+    z, admitted, r = batch.admit_z, batch.admitted, e.relaxed
     still_waiting = e.status == WAITING
-    shift = e.shift + jnp.where(admitted, e.wait_zt - e.wait_z * t - z * dur, 0.0)
+    shift = r.shift + jnp.where(admitted, r.wait_zt - r.wait_z * t - z * dur, 0.0)
     first_now = (generated0 == 0) & (e.generated > 0)
     return e.replace(
-        shift=shift,
-        debt=batch.debt,
-        wait_z=jnp.where(admitted, 0.0, jnp.where(still_waiting, e.wait_z + z, e.wait_z)),
-        wait_zt=jnp.where(admitted, 0.0, jnp.where(still_waiting, e.wait_zt + z * t,
-                                                   e.wait_zt)),
+        relaxed=r.replace(
+            shift=shift, debt=batch.debt,
+            wait_z=jnp.where(admitted, 0.0, jnp.where(still_waiting, r.wait_z + z, r.wait_z)),
+            wait_zt=jnp.where(admitted, 0.0, jnp.where(still_waiting, r.wait_zt + z * t,
+                                                       r.wait_zt))),
         first_token=jnp.where(first_now, e.first_token + shift, e.first_token),
         finish=jnp.where(completed, e.finish + shift, e.finish),
     )

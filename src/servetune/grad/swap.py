@@ -42,31 +42,31 @@ import jax.numpy as jnp
 
 from servetune import relax
 from servetune.engine.outbox import RECORDS
-from servetune.types import RUNNING, SWAP_PARTNERS, WAITING, Entries
+from servetune.types import RUNNING, SWAP_PARTNERS, WAITING, Entries, SwapTape
 
-# Entries fields of an engine with a relaxed order, and their values before an admission
-# (name -> (value, dtype)): the latest admission time (s), that admission's partners (request
-# ids) and pair perturbations, and the latest preemption's time, the request it kept in the
-# victim's place and their pair's perturbation. They leave with the request's record.
+# The tape (types.SwapTape) and its values before an admission: the latest admission time
+# (s), that admission's partners (request ids) and pair perturbations, and the latest
+# preemption's time, the request it kept in the victim's place and their pair's perturbation.
+# They leave with the request's record: their unset values and widths are the record table's.
 _RECORDS = tuple(f for f in RECORDS if f.only == "swap")
-SWAP_FIELDS = {f.name: (f.unset, f.dtype) for f in _RECORDS}
+SWAP_FIELDS = tuple(f.name for f in _RECORDS)
 
 
-def init_fields(shape, like) -> dict:
-    """Initial SWAP_FIELDS for entries of `shape` (instances, entries), the pair tables
+def init_tape(shape, like) -> SwapTape:
+    """The tape for entries of `shape` ([I, A]), nobody admitted yet, the pair tables
     [..., m]; `like` a traced int."""
     def full(f):
         width = () if f.width is None else (f.width,)
         return jnp.full((*shape, *width), f.unset, f.dtype) + jnp.zeros_like(like, f.dtype)
-    return {f.name: full(f) for f in _RECORDS}
+    return SwapTape(**{f.name: full(f) for f in _RECORDS})
 
 
-def reset_fields(e: Entries, take) -> dict:
-    """SWAP_FIELDS of entries `e` with those where `take` [A] holds (new arrivals) reset."""
-    def reset(name, v):
-        x = getattr(e, name)
-        return jnp.where(take.reshape(take.shape + (1,) * (x.ndim - 1)), v, x)
-    return {name: reset(name, v) for name, (v, _) in SWAP_FIELDS.items()}
+def reset_tape(tape: SwapTape, take) -> SwapTape:
+    """`tape` with the entries where `take` [A] holds (new arrivals) as nobody admitted."""
+    def reset(f):
+        x = getattr(tape, f.name)
+        return jnp.where(take.reshape(take.shape + (1,) * (x.ndim - 1)), f.unset, x)
+    return SwapTape(**{f.name: reset(f) for f in _RECORDS})
 
 
 def rank_gap(scores, among):
@@ -129,19 +129,19 @@ def victim_pair(es: Entries, keep, scores, mode: str, tau: float):
 def record_victims(e: Entries, victim_of, victim_p, t):
     """Entries with the preemption time t (seconds) and pair of the entry where `victim_of`
     [A] names a kept request recorded."""
-    hit = victim_of >= 0
-    return e.replace(preempted_at=jnp.where(hit, t, e.preempted_at),
-                     victim_of=jnp.where(hit, victim_of, e.victim_of),
-                     victim_p=jnp.where(hit, victim_p, e.victim_p))
+    hit, tape = victim_of >= 0, e.swap
+    return e.replace(swap=tape.replace(preempted_at=jnp.where(hit, t, tape.preempted_at),
+                                       victim_of=jnp.where(hit, victim_of, tape.victim_of),
+                                       victim_p=jnp.where(hit, victim_p, tape.victim_p)))
 
 
 def record(e: Entries, admitted, swap_req, swap_p, t):
     """Entries with the admission time t (seconds) and partners of each `admitted` [A]
     entry recorded."""
-    a = admitted[:, None]
-    return e.replace(admitted_at=jnp.where(admitted, t, e.admitted_at),
-                     swap_req=jnp.where(a, swap_req, e.swap_req),
-                     swap_p=jnp.where(a, swap_p, e.swap_p))
+    a, tape = admitted[:, None], e.swap
+    return e.replace(swap=tape.replace(admitted_at=jnp.where(admitted, t, tape.admitted_at),
+                                       swap_req=jnp.where(a, swap_req, tape.swap_req),
+                                       swap_p=jnp.where(a, swap_p, tape.swap_p)))
 
 
 def settle_victims(first, admitted_at, preempted_at, victim_of, victim_p):

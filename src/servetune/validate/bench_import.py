@@ -80,8 +80,9 @@ def load_bench_result(path: str | Path) -> dict:
     Returns {"requests": requests.parquet's columns (request, arrival_s, prompt_tokens,
     output_tokens, first_token_s, finish_s, output_tokens_delivered, end_state, ttft_s,
     tpot_s, e2e_s; seconds and tokens), "trace": (arrival_s, prompt_tokens, output_tokens)
-    of the requests that completed with at least one output token, in arrival order, "about": the run's settings the file records}. A file of
-    another shape raises TraceError naming it and the key."""
+    of the requests that completed with at least one output token, in arrival order,
+    "about": the run's settings the file records}. A file of another shape raises TraceError
+    naming it and the key."""
     path = Path(path).expanduser()
     data = _load(path)
     if not isinstance(data["start_times"], list) or not data["start_times"]:
