@@ -1,6 +1,6 @@
 """Pathwise vs ES gradients, and a short tuning run with each estimator.
 
-Scenario (the documented one of tests/test_pathwise.py, longer): Llama-3-8B on one H100,
+Scenario (the documented one of tests/integration/test_pathwise.py, longer): Llama-3-8B on one H100,
 Poisson arrivals at 35 req/s for 20 s (an overloaded engine: the sequence cap binds), SLOs
 TTFT <= 2 s and TPOT <= 100 ms, two seeds. Tuned keys: max_num_seqs, max_num_batched_tokens
 and the KV watermark, at the point max_num_seqs 48.5, max_num_batched_tokens 2048.5,

@@ -29,9 +29,9 @@ for _flag in ("--xla_backend_optimization_level=1", "--xla_cpu_use_fusion_emitte
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 sys.path.insert(0, os.path.dirname(__file__))
 
-# Hypothesis profiles for tests/test_properties.py: "ci" (the default) is fast and derandomized
+# Hypothesis profiles for tests/properties/test_properties.py: "ci" (the default) is fast and derandomized
 # (the same examples every run); "slow" explores >= 500 new examples and more engine configs:
-#   HYPOTHESIS_PROFILE=slow python -m pytest -q tests/test_properties.py
+#   HYPOTHESIS_PROFILE=slow python -m pytest -q tests/properties/test_properties.py
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True,

@@ -12,7 +12,7 @@ from servetune.loop import step_trace
 from servetune.metrics import MetricsSpec
 from servetune.policy import make_policy
 from servetune.scenario import stack_workloads
-from servetune.types import Params
+from servetune.types import EngineConfig, Params
 from servetune.workload import RequestTrace
 
 
@@ -69,3 +69,47 @@ def spec(kv_blocks=10_000, **kw) -> MetricsSpec:
                 "price_per_gpu_hour": 1.0, "n_gpus": 1, "kv_blocks": kv_blocks}
     base.update(kw)
     return MetricsSpec(**base)
+
+
+# small engines the invariant, leap, prefix and batched-loop tests run random workloads on
+_BASE = {"max_slots": 16, "queue_window": 16, "block_size": 4, "max_model_len": 256,
+         "cost_form": "linear", "outbox": 64}
+CONFIGS = {
+    "continuous-paged": EngineConfig(**_BASE),
+    "static-contiguous": EngineConfig(**{**_BASE, "batching": "static", "kv_layout": "contiguous",
+                                         "chunked_prefill": False}),
+    "continuous-no-chunking": EngineConfig(**{**_BASE, "chunked_prefill": False}),
+}
+
+
+def random_traces(rng, n_traces=3, n=120):
+    """n_traces random traces of n requests: Poisson arrivals with bursts of simultaneous
+    ones, prompts of 1-199 and outputs of 1-119 tokens."""
+    traces = []
+    for _ in range(n_traces):
+        rate = rng.uniform(0.5, 8.0)
+        arrival = np.cumsum(rng.exponential(1 / rate, n))
+        arrival[rng.random(n) < 0.2] = 0  # bursts of simultaneous arrivals
+        arrival = np.sort(arrival)
+        prompt = rng.integers(1, 200, n)
+        output = rng.integers(1, 120, n)
+        traces.append(trace_of(np.stack([arrival, prompt, output], 1)))
+    return traces
+
+
+def random_params(rng, p, cfg):
+    """p random policies [P] for engine cfg (limits, watermark, queue cap, score weights) with
+    a linear cost and a KV capacity where a lone request always fits."""
+    need = cfg.max_blocks_per_request
+    kv = rng.integers(need + 1, 6 * need, p)
+    policy = {
+        "max_num_seqs": rng.integers(1, cfg.max_slots + 1, p).astype(float),
+        "max_num_batched_tokens": rng.choice([16.0, 64.0, 256.0, 1024.0], p),
+        "watermark": rng.uniform(0, 0.2, p) * (need / kv),  # a lone request always fits
+        "queue_cap": np.where(rng.random(p) < 0.3, rng.integers(1, 20, p), np.inf),
+        "w_age": rng.uniform(-1, 1, p), "w_prompt": rng.uniform(-1, 1, p),
+        "w_pred": rng.uniform(-1, 1, p), "w_slack": rng.uniform(-1, 1, p),
+    }
+    params = linear_params(policy, order="parametric", base_s=0.01, per_prefill_token_s=1e-4,
+                           per_decode_seq_s=1e-3, per_ctx_token_s=1e-6, kv_blocks=0)
+    return params.replace(cost=params.cost.replace(kv_blocks=jax.numpy.asarray(kv, "int32")))

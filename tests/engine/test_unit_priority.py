@@ -3,7 +3,7 @@
 Rows are running requests in admission order (the scheduling order of the running list); a
 decode of 8 computed tokens opens a 3rd 4-token block, one of 7 stays in its 2. The end-to-end
 cases (a victim scheduled earlier gives back its blocks, a request that picks itself ends the
-scan) are in tests/test_priority.py.
+scan) are in tests/integration/test_priority.py.
 """
 
 import jax

@@ -2,7 +2,7 @@
 
 The files are checked in; this script documents how each was made (several are not text, so
 they cannot be written by hand) and rewrites them byte for byte: `python tests/fuzz/generate.py`.
-Expected outcomes live in tests/fuzz/manifest.yaml, which tests/test_fuzz.py checks.
+Expected outcomes live in tests/fuzz/manifest.yaml, which tests/fuzz/test_fuzz.py checks.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 FIXTURES = ROOT / "tests" / "golden" / "fixtures"
 REPORT_DIR = "outputs/multirun/2026-11-30/12-00-00"  # the folder the README's report command names
@@ -95,9 +95,9 @@ COMMANDS: dict[str, How] = {
         How("run", needs="vllm", setup="OMP_NUM_THREADS=1 servetune observe --duration-s 20 "
                                        "--max-requests 8 --max-model-len 8192 "
                                        "--out outputs/observe"),
-    "python -m pytest -q tests/test_fuzz.py": How("suite"),
-    "python -m pytest -q tests/test_properties.py": How("suite"),
-    "HYPOTHESIS_PROFILE=slow python -m pytest -q tests/test_properties.py": How("suite"),
+    "python -m pytest -q tests/fuzz/test_fuzz.py": How("suite"),
+    "python -m pytest -q tests/properties/test_properties.py": How("suite"),
+    "HYPOTHESIS_PROFILE=slow python -m pytest -q tests/properties/test_properties.py": How("suite"),
     "python -m pytest -q -m slow": How("suite"),
 }
 

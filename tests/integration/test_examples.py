@@ -1,5 +1,5 @@
 """The example studies in examples/ run end to end against the public API (about a minute in
-all on 2 cores, hence slow: `python -m pytest -m slow tests/test_examples.py`)."""
+all on 2 cores, hence slow: `python -m pytest -m slow tests/integration/test_examples.py`)."""
 
 import os
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _run(name, *args):

@@ -5,49 +5,11 @@ time-integral of requests in the system equals the sum of their sojourns (Little
 import jax
 import numpy as np
 import pytest
-from helpers import batched, linear_params, run, trace_of
+from helpers import CONFIGS, batched, linear_params, random_params, random_traces, run, trace_of
 
 from servetune.loop import step_trace
 from servetune.scenario import stack_workloads
 from servetune.types import COMPLETED, OUTSTANDING, REJECTED, EngineConfig
-
-BASE = {"max_slots": 16, "queue_window": 16, "block_size": 4, "max_model_len": 256, "cost_form": "linear",
-            "outbox": 64}
-CONFIGS = {
-    "continuous-paged": EngineConfig(**BASE),
-    "static-contiguous": EngineConfig(**{**BASE, "batching": "static", "kv_layout": "contiguous",
-                                         "chunked_prefill": False}),
-    "continuous-no-chunking": EngineConfig(**{**BASE, "chunked_prefill": False}),
-}
-
-
-def random_traces(rng, n_traces=3, n=120):
-    traces = []
-    for _ in range(n_traces):
-        rate = rng.uniform(0.5, 8.0)
-        arrival = np.cumsum(rng.exponential(1 / rate, n))
-        arrival[rng.random(n) < 0.2] = 0  # bursts of simultaneous arrivals
-        arrival = np.sort(arrival)
-        prompt = rng.integers(1, 200, n)
-        output = rng.integers(1, 120, n)
-        traces.append(trace_of(np.stack([arrival, prompt, output], 1)))
-    return traces
-
-
-def random_params(rng, p, cfg):
-    need = cfg.max_blocks_per_request
-    kv = rng.integers(need + 1, 6 * need, p)
-    policy = {
-        "max_num_seqs": rng.integers(1, cfg.max_slots + 1, p).astype(float),
-        "max_num_batched_tokens": rng.choice([16.0, 64.0, 256.0, 1024.0], p),
-        "watermark": rng.uniform(0, 0.2, p) * (need / kv),  # a lone request always fits
-        "queue_cap": np.where(rng.random(p) < 0.3, rng.integers(1, 20, p), np.inf),
-        "w_age": rng.uniform(-1, 1, p), "w_prompt": rng.uniform(-1, 1, p),
-        "w_pred": rng.uniform(-1, 1, p), "w_slack": rng.uniform(-1, 1, p),
-    }
-    params = linear_params(policy, order="parametric", base_s=0.01, per_prefill_token_s=1e-4,
-                           per_decode_seq_s=1e-3, per_ctx_token_s=1e-6, kv_blocks=0)
-    return params.replace(cost=params.cost.replace(kv_blocks=jax.numpy.asarray(kv, "int32")))
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))

@@ -9,8 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import batched, linear_params
-from test_invariants import random_params
+from helpers import batched, linear_params, random_params
 
 from servetune import workload
 from servetune.api import compose, simulate_batch

@@ -18,7 +18,7 @@ from servetune.scenario import build
 from servetune.tuning.runner import settings_from_config
 from servetune.workload import load_trace
 
-FUZZ = Path(__file__).parent / "fuzz"
+FUZZ = Path(__file__).parent
 MANIFEST = yaml.safe_load((FUZZ / "manifest.yaml").read_text())
 CLASSES = {"ServetuneError": errors.ServetuneError, "ConfigError": errors.ConfigError,
            "TraceError": errors.TraceError}

@@ -96,7 +96,8 @@ def test_optuna_sweep_end_to_end(tmp_path, cache):
     study = optuna.load_study(study_name="optuna_policy", storage=f"sqlite:///{db}")
     assert len(study.trials) == 4 and study.best_value == pytest.approx(result["best_value"])
     # the study's figure script draws these trials
-    script = os.path.join(os.path.dirname(__file__), "..", "sweeps", "optuna_policy", "figure.py")
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "sweeps", "optuna_policy",
+                          "figure.py")
     fig = subprocess.run([sys.executable, script, str(root), "--out", str(tmp_path / "f.png")],
                          capture_output=True, text=True, check=False)
     assert fig.returncode == 0, fig.stderr[-2000:]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)  # tests/: helpers.py
 FIELDS = ("end_state", "first_token", "finish", "generated", "n_preempt", "tokens_computed")
 # (workloads S, policy points P): on 4 devices, 3 x 3 pads S to 4 (mesh 4 x 1); 1 x 2 pads
 # both axes (mesh 2 x 2) and runs each device's 1 x 1 block unbatched.
@@ -93,7 +94,7 @@ def test_one_device_has_no_layout():
 
 
 def _env(**extra):
-    path = [HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = [HERE, TESTS] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(path), **extra)
 
 

@@ -7,8 +7,7 @@ import functools
 
 import jax
 import numpy as np
-from helpers import batched
-from test_invariants import CONFIGS, random_params, random_traces
+from helpers import CONFIGS, batched, random_params, random_traces
 
 from servetune.loop import init_batch, run_chunk, run_chunk_grid
 from servetune.scenario import stack_workloads

@@ -5,8 +5,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from helpers import run
-from test_invariants import CONFIGS, random_params, random_traces
+from helpers import CONFIGS, random_params, random_traces, run
 
 EXACT = ("end_state", "generated", "n_preempt", "tokens_computed")
 TIMES = ("first_token", "finish")
