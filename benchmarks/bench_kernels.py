@@ -10,6 +10,7 @@ the Azure conversation hour (one scenario, compiled) and 10,000 Poisson requests
 
     python benchmarks/bench_kernels.py                       # this tree
     python benchmarks/bench_kernels.py --baseline a934457    # and a git revision, alternated
+    python benchmarks/bench_kernels.py --by-source           # where the default's kernels come from
 
 With --baseline the revision is checked out into a temporary worktree and each measurement
 runs in a fresh process per tree, the trees alternating `--repeats` times, so both see the
@@ -88,15 +89,82 @@ def kernels(comps: dict, name: str) -> int:
     return total
 
 
-def loop_body_kernels(hlo: str) -> int:
-    """Kernels of the outermost while loop's body in the entry computation."""
-    comps = _computations(hlo)
+def _loop_body(hlo: str, comps: dict) -> str:
+    """The name of the outermost while loop's body in the entry computation."""
     entry = next(n for n in comps if re.search(rf"^ENTRY %?{re.escape(n)}\b", hlo,
                                                   re.MULTILINE))
     for line in comps[entry]:
         if _opcode(line) == "while":
-            return kernels(comps, re.search(r"body=%?([\w.\-]+)", line).group(1))
+            return re.search(r"body=%?([\w.\-]+)", line).group(1)
     raise RuntimeError("no while loop in the entry computation")
+
+
+def loop_body_kernels(hlo: str) -> int:
+    """Kernels of the outermost while loop's body in the entry computation."""
+    comps = _computations(hlo)
+    return kernels(comps, _loop_body(hlo, comps))
+
+
+def _table(lines: list[str], title: str) -> dict[int, str]:
+    """One of the module's debug-info tables (FileNames, FunctionNames, FileLocations,
+    StackFrames): {1-based id: its text}."""
+    start = lines.index(title) + 1
+    out = {}
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        key, value = line.split(" ", 1)
+        out[int(key)] = value
+    return out
+
+
+def kernels_by_source(hlo: str) -> dict[str, int]:
+    """Kernels of the loop body (as `kernels` counts them, the largest branch of each
+    conditional) by the servetune function that emitted them: the innermost frame of each
+    kernel's stack outside ops.py ("?" where XLA kept no frame: copies, most of them)."""
+    comps, lines = _computations(hlo), hlo.splitlines()
+    files = {k: v.strip('"').split("servetune/")[-1] for k, v in _table(lines, "FileNames").items()}
+    funcs = {k: v.strip('"') for k, v in _table(lines, "FunctionNames").items()}
+    locs, frames = {}, {}
+    for k, v in _table(lines, "FileLocations").items():
+        d = dict(re.findall(r"(\w+)=(\d+)", v))
+        locs[k] = (files[int(d["file_name_id"])], funcs[int(d["function_name_id"])])
+    for k, v in _table(lines, "StackFrames").items():
+        d = dict(re.findall(r"(\w+)=(\d+)", v))
+        frames[k] = (int(d["file_location_id"]), int(d["parent_frame_id"]) - 1)  # 0: none
+
+    def source(frame: int) -> str:
+        seen = set()
+        while frame in frames and frame not in seen:
+            seen.add(frame)
+            (file, func), frame = locs[frames[frame][0]], frames[frame][1]
+            if file != "ops.py":
+                return f"{file}:{func}"
+        return "?"
+
+    out: dict[str, int] = {}
+
+    def walk(name):
+        for line in comps.get(name, []):
+            op = _opcode(line)
+            if op in SKIP:
+                continue
+            m = re.search(r"stack_frame_id=(\d+)", line)
+            key = source(int(m.group(1))) if m else "?"
+            out[key] = out.get(key, 0) + 1
+            if op == "conditional":
+                branches = re.findall(r"(?:branch_computations=\{([^}]*)\}|"
+                                      r"(?:true|false)_computation=%?([\w.\-]+))", line)
+                names = [n.strip().lstrip("%") for a, b in branches
+                         for n in (a.split(",") if a else [b]) if n]
+                walk(max(names, key=lambda n: kernels(comps, n)))
+            elif op in ("while", "call"):
+                callee = re.search(r"(?:body|to_apply)=%?([\w.\-]+)", line)
+                if callee:
+                    walk(callee.group(1))
+
+    walk(_loop_body(hlo, comps))
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def measure(what: str) -> dict:
@@ -112,16 +180,18 @@ def measure(what: str) -> dict:
         from servetune.simulate import init_state, run_chunk
 
     base = ["output.progress=false", "model=llama3_8b", "hardware=h100", "policy=vllm_default"]
-    if what == "kernels":
+    if what in ("kernels", "by_source"):
         out = {}
         for name, overrides in CONFIGS.items():
+            if what == "by_source" and name != "default":
+                continue
             sc = build(compose(base + ["workload.duration_s=30", *overrides]))
             one = lambda t: jax.tree.map(lambda x: x[0], t)
             wl, params = one(sc.workloads), one(sc.params)
             state = init_state(wl, params, sc.engine)
             hlo = jax.jit(run_chunk, static_argnames=("cfg",)).lower(
                 state, wl, params, cfg=sc.engine).compile().as_text()
-            out[name] = loop_body_kernels(hlo)
+            out[name] = loop_body_kernels(hlo) if what == "kernels" else kernels_by_source(hlo)
         return out
     runs = {"azure_conv_hour": ["workload=azure_conv", "workload.duration_s=null"],
             "poisson_10k": ["workload=poisson", "workload.rate=10", "workload.duration_s=1000"]}
@@ -150,10 +220,18 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", help="a git revision to compare with, side by side")
     ap.add_argument("--repeats", type=int, default=3, help="alternations of the speed runs")
-    ap.add_argument("--measure", choices=("kernels", "speed"), help=argparse.SUPPRESS)
+    ap.add_argument("--by-source", action="store_true",
+                    help="only list the default engine's loop-body kernels by source function")
+    ap.add_argument("--measure", choices=("kernels", "speed", "by_source"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
         print(json.dumps(measure(args.measure)))
+        return
+    if args.by_source:
+        counts = measure("by_source")["default"]
+        print(f"loop-body kernels of the default engine by source ({sum(counts.values())}):")
+        for where, n in counts.items():
+            print(f"  {n:4d}  {where}")
         return
     repo = Path(__file__).resolve().parents[1]
     trees = {"this tree": repo / "src"}
