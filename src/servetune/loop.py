@@ -10,7 +10,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from servetune import histogram
+from servetune import histogram, ops
 from servetune.engine import cascade
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.outbox import empty_outbox, record_fields
@@ -113,11 +113,6 @@ def step_trace(wl: Workload, params: Params, cfg: EngineConfig, n_steps: int):
     return jax.lax.scan(body, state, None, length=n_steps)
 
 
-def _grid(fn):
-    """fn(state, wl, params) vmapped over state [S, P], workloads [S], params [P]."""
-    return jax.vmap(jax.vmap(fn, in_axes=(0, None, 0)), in_axes=(0, 0, None))
-
-
 def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     """run_chunk over state [S, P], workloads [S], params [P]: one loop that steps every
     scenario still active (same iterations, same results as vmapping run_chunk).
@@ -172,7 +167,7 @@ def batched(fn, cfg):
     if fn is run_chunk:
         outer = functools.partial(run_chunk_grid, cfg=cfg)
     else:
-        outer = _grid(functools.partial(fn, cfg=cfg))
+        outer = ops.over_grid(functools.partial(fn, cfg=cfg), "gsp")
 
     def call(state, wl, params):
         if state.done.shape == (1, 1):
@@ -186,8 +181,7 @@ def batched(fn, cfg):
 
 def init_grid(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     """init_state for workloads [S] x params [P] -> state [S, P]."""
-    return jax.vmap(jax.vmap(functools.partial(init_state, cfg=cfg), in_axes=(None, 0)),
-                    in_axes=(0, None))(wl, params)
+    return ops.over_grid(functools.partial(init_state, cfg=cfg), "sp")(wl, params)
 
 
 init_batch = jax.jit(init_grid, static_argnames=("cfg",))

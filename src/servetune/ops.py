@@ -49,6 +49,16 @@ def cumsum(x, dtype=None):
     return out[..., :n].astype(x.dtype)
 
 
+def over_grid(fn, kinds: str):
+    """fn vmapped over the scenario grid [S workloads, P policy points]: kinds[k] says how its
+    argument k varies: "g" over both (leaves [S, P, ...]), "s" over the workloads only
+    ([S, ...]), "p" over the policy points only ([P, ...]). The outputs are [S, P, ...]."""
+    assert set(kinds) <= set("gsp"), kinds
+    inner = tuple(0 if k in "gp" else None for k in kinds)
+    outer = tuple(0 if k in "gs" else None for k in kinds)
+    return jax.vmap(jax.vmap(fn, in_axes=inner), in_axes=outer)
+
+
 def take(tree, idx):
     """Every leaf of `tree` indexed by idx along its first axis (leaf[idx]), as one gather per
     group of leaves of the same dtype and shape (stacked, gathered, split) rather than one

@@ -210,8 +210,7 @@ def step_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, 
     they are gathered into a block of at most ceil(S x P / 8) rows (all rows when more need
     it; none when none does), sorted and written back.
     """
-    grid = lambda f: jax.vmap(jax.vmap(f, in_axes=(0, None, 0)), in_axes=(0, 0, None))
-    a = grid(lambda s, w, p: _arrive(s, w, p, cfg, None))(state, wl, params)
+    a = ops.over_grid(lambda s, w, p: _arrive(s, w, p, cfg, None), "gsp")(state, wl, params)
     n_s, n_p = a.sort.shape
     n = n_s * n_p
     flat = lambda x: x.reshape((n,) + x.shape[2:])
@@ -237,8 +236,7 @@ def step_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, 
     e = jax.lax.switch(which, (lambda: e, some, every))
     e = jax.tree.map(lambda x: x.reshape((n_s, n_p) + x.shape[1:]), e)
     proceed = lambda s, w, p, a, e: _proceed(s, w, p, cfg, a, e, None)[0]
-    return jax.vmap(jax.vmap(proceed, in_axes=(0, None, 0, 0, 0)),
-                    in_axes=(0, 0, None, 0, 0))(state, wl, params, a, e)
+    return ops.over_grid(proceed, "gspgg")(state, wl, params, a, e)
 
 
 class _Scheduled(NamedTuple):

@@ -1,6 +1,6 @@
 """servetune/ops.py: the hot loop's array primitives against their plain numpy meaning, at the
 sizes where their fast paths switch (the 32-lane blocks of the integer prefix sum, the window
-of count_at_most), and the gathers ops.take saves."""
+of count_at_most), the gathers ops.take saves, and the scenario-grid vmap."""
 
 import jax
 import jax.numpy as jnp
@@ -55,3 +55,11 @@ def test_take_indexes_every_leaf_with_one_gather_per_dtype_and_shape():
         assert np.array_equal(got[name], np.asarray(leaf)[np.asarray(order)]), name
     jaxpr = str(jax.make_jaxpr(ops.take)(tree, order))
     assert jaxpr.count("gather[") == 4  # a and b stacked; c, d and e alone
+
+
+def test_over_grid_maps_workloads_and_policy_points():
+    f = ops.over_grid(lambda g, s, p: g + 10 * s + 100 * p, "gsp")
+    out = f(jnp.ones((2, 3)), jnp.arange(2.0), jnp.arange(3.0))  # [S=2, P=3]
+    assert np.array_equal(out, 1 + 10 * np.arange(2)[:, None] + 100 * np.arange(3)[None, :])
+    only = ops.over_grid(lambda s, p: s * p, "sp")(jnp.asarray([1.0, 2.0]), jnp.asarray([3.0]))
+    assert only.shape == (2, 1) and only[:, 0].tolist() == [3.0, 6.0]
