@@ -262,6 +262,78 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
+_CSV_FORMATS = {
+    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    "plain": ("arrival_s", "prompt_tokens", "output_tokens"),
+}
+
+
+def _csv_records(path: Path, text: str):
+    """(line number, fields) of each CSV row of `text`; TraceError with the line where the CSV
+    is unreadable."""
+    reader = csv.reader(_lines(text))
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            raise TraceError(f"{path}:{reader.line_num}: unreadable CSV ({err}); expected "
+                             f"comma-separated fields") from None
+        yield reader.line_num, row
+
+
+def _csv_header(records, path: Path):
+    """The first non-blank row as the header: (format name, its three columns, the header's
+    stripped names, its line)."""
+    header, header_line = None, 1
+    for header_line, row in records:
+        if any(cell.strip() for cell in row):
+            header = row
+            break
+    if header is None:
+        raise TraceError(f"{path}: empty file; expected a header line and data rows")
+    header = [h.strip() for h in header]
+    for kind, cols in _CSV_FORMATS.items():
+        if all(c in header for c in cols):
+            break
+    else:
+        raise TraceError(f"{path}:{header_line}: header {_show(header, 120)}; expected columns "
+                         f"{list(_CSV_FORMATS['azure'])} (Azure LLM 2023) or "
+                         f"{list(_CSV_FORMATS['plain'])}")
+    for c in cols + ("difficulty", "priority"):
+        if header.count(c) > 1:
+            raise TraceError(f"{path}:{header_line}: column {c!r} appears {header.count(c)} "
+                             f"times in the header; expected each column once")
+    return kind, cols, header, header_line
+
+
+def _check_row(row, header, path: Path, line: int) -> None:
+    """TraceError unless `row` has the header's fields (no repeated header, no extra ones)."""
+    if [cell.strip() for cell in row] == header:
+        raise TraceError(f"{path}:{line}: the header line again; expected data rows "
+                         f"(concatenated files?)")
+    if len(row) < len(header):
+        raise TraceError(f"{path}:{line}: {len(row)} fields; expected {len(header)} "
+                         f"({', '.join(header)})")
+    if any(cell.strip() for cell in row[len(header):]):
+        raise TraceError(f"{path}:{line}: {len(row)} fields; expected {len(header)} "
+                         f"({', '.join(header)}) -- an unquoted comma?")
+
+
+def _plain_arrival(cell: str, path: Path, line: int) -> float:
+    """An arrival_s cell as finite seconds."""
+    try:
+        value = float(cell)
+    except ValueError:
+        raise TraceError(f"{path}:{line}: column 'arrival_s' = {_show(cell)}; "
+                         f"expected seconds") from None
+    if not math.isfinite(value):
+        raise TraceError(f"{path}:{line}: column 'arrival_s' = {_show(cell)} is not "
+                         f"finite; expected seconds >= 0")
+    return value
+
+
 def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
     """Load a CSV trace: Azure LLM 2023 (TIMESTAMP, ContextTokens, GeneratedTokens) or plain
     (arrival_s, prompt_tokens, output_tokens). Arrival times become seconds from the first row.
@@ -270,43 +342,8 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
     `priority` column vLLM's priority scheduling (policy.order=priority). Extra columns are
     ignored; a row may not carry non-empty fields beyond the header's."""
     path = Path(path)
-    text = read_text(path)
-    reader = csv.reader(_lines(text))
-
-    def rows():
-        while True:
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as err:
-                raise TraceError(f"{path}:{reader.line_num}: unreadable CSV ({err}); expected "
-                                 f"comma-separated fields") from None
-            yield reader.line_num, row
-
-    records = rows()
-    header, header_line = None, 1
-    for header_line, row in records:  # the first non-blank line is the header
-        if any(cell.strip() for cell in row):
-            header = row
-            break
-    if header is None:
-        raise TraceError(f"{path}: empty file; expected a header line and data rows")
-    header = [h.strip() for h in header]
-    formats = {
-        "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
-        "plain": ("arrival_s", "prompt_tokens", "output_tokens"),
-    }
-    for kind, cols in formats.items():
-        if all(c in header for c in cols):
-            break
-    else:
-        raise TraceError(f"{path}:{header_line}: header {_show(header, 120)}; expected columns "
-                         f"{list(formats['azure'])} (Azure LLM 2023) or {list(formats['plain'])}")
-    for c in cols + ("difficulty", "priority"):
-        if header.count(c) > 1:
-            raise TraceError(f"{path}:{header_line}: column {c!r} appears {header.count(c)} "
-                             f"times in the header; expected each column once")
+    records = _csv_records(path, read_text(path))
+    kind, cols, header, _ = _csv_header(records, path)
     t_col, p_col, o_col = (header.index(c) for c in cols)
     d_col = header.index("difficulty") if "difficulty" in header else None
     q_col = header.index("priority") if "priority" in header else None
@@ -315,15 +352,7 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
     for line, row in records:
         if not row or all(not cell.strip() for cell in row):
             continue
-        if [cell.strip() for cell in row] == header:
-            raise TraceError(f"{path}:{line}: the header line again; expected data rows "
-                             f"(concatenated files?)")
-        if len(row) < len(header):
-            raise TraceError(f"{path}:{line}: {len(row)} fields; expected {len(header)} "
-                             f"({', '.join(header)})")
-        if any(cell.strip() for cell in row[len(header):]):
-            raise TraceError(f"{path}:{line}: {len(row)} fields; expected {len(header)} "
-                             f"({', '.join(header)}) -- an unquoted comma?")
+        _check_row(row, header, path, line)
         if kind == "azure":
             value, stamp_kind = _parse_timestamp(row[t_col], path, line)
             if first_kind is None:
@@ -332,17 +361,9 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
                 raise TraceError(f"{path}:{line}: column 'TIMESTAMP' = {_show(row[t_col])} is "
                                  f"{_KIND_NAMES[stamp_kind]} but line {first_kind[1]} is "
                                  f"{_KIND_NAMES[first_kind[0]]}; expected one kind of timestamp")
-            arrival.append(value)
         else:
-            try:
-                value = float(row[t_col])
-            except ValueError:
-                raise TraceError(f"{path}:{line}: column 'arrival_s' = {_show(row[t_col])}; "
-                                 f"expected seconds") from None
-            if not math.isfinite(value):
-                raise TraceError(f"{path}:{line}: column 'arrival_s' = {_show(row[t_col])} is not "
-                                 f"finite; expected seconds >= 0")
-            arrival.append(value)
+            value = _plain_arrival(row[t_col], path, line)
+        arrival.append(value)
         prompt.append(_int_field(row[p_col], path, line, cols[1], 1))
         output.append(_int_field(row[o_col], path, line, cols[2], 1))
         if d_col is not None:
