@@ -168,6 +168,14 @@ def kernels_by_source(hlo: str) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def _compiler_options() -> dict:
+    """The XLA options the tree compiles its simulator with (none in trees before
+    ops.COMPILER_OPTIONS)."""
+    from servetune import ops
+
+    return dict(getattr(ops, "COMPILER_OPTIONS", {}))
+
+
 def measure(what: str) -> dict:
     """One measurement in this process (this tree): `kernels` or `speed`."""
     import jax
@@ -191,7 +199,7 @@ def measure(what: str) -> dict:
             wl, params = one(sc.workloads), one(sc.params)
             state = init_state(wl, params, sc.engine)
             hlo = jax.jit(run_chunk, static_argnames=("cfg",)).lower(
-                state, wl, params, cfg=sc.engine).compile().as_text()
+                state, wl, params, cfg=sc.engine).compile(_compiler_options()).as_text()
             out[name] = loop_body_kernels(hlo) if what == "kernels" else kernels_by_source(hlo)
         return out
     runs = {"azure_conv_hour": ["workload=azure_conv", "workload.duration_s=null"],

@@ -93,7 +93,8 @@ def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) 
     return state
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "n_steps"))
+@functools.partial(jax.jit, static_argnames=("cfg", "n_steps"),
+                   compiler_options=ops.COMPILER_OPTIONS)
 def step_trace(wl: Workload, params: Params, cfg: EngineConfig, n_steps: int):
     """Run one scenario (unbatched wl and params) for `n_steps` iterations, recording each.
 
@@ -184,10 +185,11 @@ def init_grid(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     return ops.over_grid(functools.partial(init_state, cfg=cfg), "sp")(wl, params)
 
 
-init_batch = jax.jit(init_grid, static_argnames=("cfg",))
+init_batch = jax.jit(init_grid, static_argnames=("cfg",), compiler_options=ops.COMPILER_OPTIONS)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnums=(0,))
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnums=(0,),
+                   compiler_options=ops.COMPILER_OPTIONS)
 def run_chunk_batch(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     """run_chunk over state [S, P], workloads [S], params [P] in one compiled call."""
     return batched(run_chunk, cfg)(state, wl, params)

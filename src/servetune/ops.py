@@ -14,6 +14,16 @@ import numpy as np
 
 _BLOCK = 32  # integer prefix sums: lanes per block of the two-level matrix form
 
+# XLA options of every compiled simulator program (jax.jit(..., compiler_options=...)).
+# XLA:CPU's tree-reduction rewriter splits each reduction over more than 32 elements into a
+# reduce-window and a second reduce: two kernels (sometimes a dot) for every jnp.sum over an
+# instance's entries. In a loop body of a few hundred kernels over arrays of at most a few
+# thousand elements that doubles the cost of every reduction for no gain: without it the
+# default engine's body has 255 kernels instead of 349 (benchmarks/bench_kernels.py). Sums
+# then add in another order (float64 rounding in the last place). A name XLA does not know
+# (on another backend) is ignored; these options take precedence over XLA_FLAGS'.
+COMPILER_OPTIONS = {"xla_disable_hlo_passes": "tree_reduction_rewriter"}
+
 
 @functools.lru_cache(maxsize=8)
 def _upper(n: int, strict: bool) -> np.ndarray:

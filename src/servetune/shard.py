@@ -29,7 +29,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as PS
 
-from servetune import loop
+from servetune import loop, ops
 from servetune.types import EngineConfig, Params, SimState, Workload
 
 STATE, WORKLOAD, PARAMS = PS("s", "p"), PS("s"), PS("p")
@@ -102,10 +102,12 @@ def layout(n_s: int, n_p: int, devices: Sequence | None = None) -> Layout | None
 @functools.lru_cache(maxsize=32)
 def _compiled(mesh: Mesh, cfg: EngineConfig):
     init = jax.jit(jax.shard_map(functools.partial(loop.init_grid, cfg=cfg), mesh=mesh,
-                                 in_specs=(WORKLOAD, PARAMS), out_specs=STATE, check_vma=False))
+                                 in_specs=(WORKLOAD, PARAMS), out_specs=STATE, check_vma=False),
+                   compiler_options=ops.COMPILER_OPTIONS)
     chunk = jax.jit(jax.shard_map(loop.batched(loop.run_chunk, cfg), mesh=mesh,
                                   in_specs=(STATE, WORKLOAD, PARAMS), out_specs=STATE,
-                                  check_vma=False), donate_argnums=(0,))
+                                  check_vma=False), donate_argnums=(0,),
+                    compiler_options=ops.COMPILER_OPTIONS)
     return init, chunk
 
 

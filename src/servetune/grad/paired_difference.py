@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from servetune import ops
 from servetune.grad import pathwise
 from servetune.types import EngineConfig, Params, Workload
 
@@ -68,7 +69,8 @@ def _setting(key: str, value: float) -> float:
     return math.floor(value) + 0.5 if key == QUEUE_CAP else value
 
 
-@functools.partial(jax.jit, static_argnames=("keys", "cfg", "tg", "point_map"))
+@functools.partial(jax.jit, static_argnames=("keys", "cfg", "tg", "point_map"),
+                   compiler_options=ops.COMPILER_OPTIONS)
 def _paired(settings, keys, z, wl, weights, counted, lam, base, cfg, tg, point_map):
     """(f, attainment, Lagrangian) [S, R, 3] on each scenario (wl leaves [S, N]) at the point
     z [d] with the policy keys `keys` [K] set to each row of settings [R, K] (`_setting`s)."""

@@ -49,6 +49,7 @@ import numpy as np
 
 from servetune import cascade_config as cascade_lib
 from servetune import metrics as metrics_lib
+from servetune import ops
 from servetune.engine.outbox import entry_value, record_fields, unset_records
 from servetune.errors import ConfigError
 from servetune.grad import swap
@@ -251,7 +252,8 @@ def objective_parts(rt: RequestTimes, wl: Workload, weights, counted, tg: SoftTa
     return jnp.stack(soft_objective(rt, wl, weights, counted, tg, lam))
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "tg", "point_map"))
+@functools.partial(jax.jit, static_argnames=("cfg", "tg", "point_map"),
+                   compiler_options=ops.COMPILER_OPTIONS)
 def _per_scenario(z, wl, weights, counted, lam, base, cfg, tg, point_map):
     """Per scenario (wl leaves [S, N]): (f, attainment, Lagrangian) [S, 3] at z [d] and their
     forward-mode Jacobian [S, 3, d], 0 in the columns of DIFFERENCE_KEYS (no relaxed run
