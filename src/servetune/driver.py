@@ -95,7 +95,7 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
             out[f][ids] = rec[f][s, p][m]
     # what is still in an active set at the end: running or waiting -> outstanding;
     # finished but not yet collected -> its own end state
-    ent = jax.tree.map(lambda x: x[s, p].reshape(-1), final.entries)
+    ent = jax.tree.map(lambda x: x[s, p].reshape((-1,) + x.shape[4:]), final.entries)
     live = ent.status != EMPTY
     ids = ent.req[live]
     seen[ids] += 1

@@ -38,7 +38,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     zi = jnp.zeros_like(wl.n, jnp.int32)
     shape = (cfg.n_instances, cfg.n_entries)
     full = lambda v, dtype: jnp.full(shape, v, dtype) + jnp.zeros_like(zi, dtype)
-    entries = Entries(
+    entries = Entries.of(
         req=full(-1, jnp.int32), status=full(EMPTY, jnp.int32), arrival=full(jnp.nan, jnp.float64),
         prompt=full(0, jnp.int32), output=full(0, jnp.int32), predicted=full(0.0, jnp.float64),
         computed=full(0, jnp.int32), generated=full(0, jnp.int32), blocks=full(0, jnp.int32),

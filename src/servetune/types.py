@@ -321,34 +321,52 @@ class CascadeEntries:
     tier: jnp.ndarray  # [A] i32 TIER_LARGE / TIER_SMALL / TIER_RETRIED
 
 
+# The core per-request fields of Entries, each [A] (an instance's entries; [..., A] batched):
+# {name: what it holds}. They are stored as the columns of two matrices, integers and floats,
+# because on XLA:CPU each separately stored array an iteration updates costs a kernel of its
+# own, while one update of a matrix costs one whatever the columns it changes.
+ENTRY_INTS = {
+    "req": "i32 request id (index into the workload), -1 when empty",
+    "status": "i32 EMPTY / WAITING / RUNNING / DONE (HANDOFF, INFLIGHT, RETRY)",
+    "prompt": "i32 prompt tokens",
+    "output": "i32 true output tokens",
+    "computed": "i32 tokens whose KV is computed (prompt + output so far)",
+    "generated": "i32 output tokens emitted",
+    "blocks": "i32 KV blocks held",
+    "preempted": "bool waiting after a preemption (head of the queue); stored as 0/1",
+    "n_preempt": "i32 times preempted",
+    "tokens_computed": "i32 tokens computed, recomputation included",
+    "end_state": "i32 end state once DONE",
+    "give_up_state": "i32 CANCELLED or EXPIRED: its end state at give_up_at",
+    "qkey": "i32 vLLM's queue positions: running, the order of admission (ascending); "
+            "preempted and waiting, the order of the deque they were pushed back to the front "
+            "of (ascending, below 0); new arrivals 0",
+}
+ENTRY_FLOATS = {
+    "arrival": "f64 arrival time (seconds)",
+    "predicted": "f64 predicted output tokens",
+    "first_token": "f64 time of the first output token (nan before)",
+    "last_emit": "f64 time of the latest output token (nan before)",
+    "finish": "f64 time the request ended (nan before)",
+    "give_up_at": "f64 time the request is cancelled or expires (inf = never)",
+    "spec_alpha": "f64 per-token draft acceptance rate (speculation)",
+    "kv_ratio": "f64 KV compression factor of the request (1 = uncompressed)",
+    "ready_at": "f64 time its KV lands on this decode instance (INFLIGHT)",
+}
+ENTRY_FIELDS = (*ENTRY_INTS, *ENTRY_FLOATS)
+_BOOL_FIELDS = frozenset({"preempted"})
+
+
 @struct.dataclass
 class Entries:
-    """An instance's active set: running requests, the visible queue, finished records."""
+    """An instance's active set: running requests, the visible queue, finished records.
 
-    req: jnp.ndarray  # [A] i32 request id (index into the workload), -1 when empty
-    status: jnp.ndarray  # [A] i32 EMPTY / WAITING / RUNNING / DONE
-    arrival: jnp.ndarray  # [A] f64 arrival time (seconds)
-    prompt: jnp.ndarray  # [A] i32 prompt tokens
-    output: jnp.ndarray  # [A] i32 true output tokens
-    predicted: jnp.ndarray  # [A] f64 predicted output tokens
-    computed: jnp.ndarray  # [A] i32 tokens whose KV is computed (prompt + output so far)
-    generated: jnp.ndarray  # [A] i32 output tokens emitted
-    blocks: jnp.ndarray  # [A] i32 KV blocks held
-    preempted: jnp.ndarray  # [A] bool waiting after a preemption (head of the queue)
-    n_preempt: jnp.ndarray  # [A] i32 times preempted
-    tokens_computed: jnp.ndarray  # [A] i32 tokens computed, recomputation included
-    first_token: jnp.ndarray  # [A] f64 time of the first output token (nan before)
-    last_emit: jnp.ndarray  # [A] f64 time of the latest output token (nan before)
-    finish: jnp.ndarray  # [A] f64 time the request ended (nan before)
-    end_state: jnp.ndarray  # [A] i32 end state once DONE
-    give_up_at: jnp.ndarray  # [A] f64 time the request is cancelled or expires (inf = never)
-    give_up_state: jnp.ndarray  # [A] i32 CANCELLED or EXPIRED: its end state at give_up_at
-    spec_alpha: jnp.ndarray  # [A] f64 per-token draft acceptance rate (speculation)
-    kv_ratio: jnp.ndarray  # [A] f64 KV compression factor of the request (1 = uncompressed)
-    ready_at: jnp.ndarray  # [A] f64 time its KV lands on this decode instance (INFLIGHT)
-    qkey: jnp.ndarray  # [A] i32 vLLM's queue positions: running, the order of admission
-    #                    (ascending); preempted and waiting, the order of the deque they were
-    #                    pushed back to the front of (ascending, below 0); new arrivals 0
+    The core fields (ENTRY_INTS, ENTRY_FLOATS) read as attributes (`e.status`: [A]) and are
+    written with `replace` (`e.replace(status=..., finish=...)`: one matrix update per dtype);
+    build new entries with `Entries.of(**fields)`."""
+
+    ints: jnp.ndarray  # [A, len(ENTRY_INTS)] i32 the integer core fields, one column each
+    floats: jnp.ndarray  # [A, len(ENTRY_FLOATS)] f64 the float core fields, one column each
     # one sub-state per mechanism, None when the mechanism is off; each is set up on arrival
     # and reset beside its mechanism:
     prefix: PrefixRefs | None = None  # prefix caching (engine/prefix.py)
@@ -357,6 +375,58 @@ class Entries:
     cascade: CascadeEntries | None = None  # a model cascade (engine/cascade.py)
     # engine.scheduling_policy priority only (engine/priority.py), else None:
     priority: jnp.ndarray | None = None  # [A] i32 the request's fixed priority (lower first)
+
+    @classmethod
+    def of(cls, **fields) -> Entries:
+        """Entries from every core field ([..., A] each, or broadcastable to the others) and
+        any sub-states (the others None)."""
+        missing = [n for n in ENTRY_FIELDS if n not in fields]
+        if missing:
+            raise TypeError(f"Entries.of: missing core fields {missing}")
+        rest = {k: v for k, v in fields.items() if k not in ENTRY_FIELDS}
+        shape = jnp.broadcast_shapes(*(jnp.shape(fields[n]) for n in ENTRY_FIELDS))
+        ints = _columns({}, ENTRY_INTS, fields, jnp.int32, shape)
+        floats = _columns({}, ENTRY_FLOATS, fields, jnp.float64, shape)
+        return cls(ints=ints, floats=floats, **rest)
+
+    def _replace(self, **updates) -> Entries:
+        """These entries with the named fields (core fields, sub-states) replaced: installed
+        as `replace` below (flax's struct.dataclass installs a plain one)."""
+        ints = {k: updates.pop(k) for k in [k for k in updates if k in ENTRY_INTS]}
+        floats = {k: updates.pop(k) for k in [k for k in updates if k in ENTRY_FLOATS]}
+        if ints:
+            updates["ints"] = _columns(self.ints, ENTRY_INTS, ints, self.ints.dtype)
+        if floats:
+            updates["floats"] = _columns(self.floats, ENTRY_FLOATS, floats, self.floats.dtype)
+        return dataclasses.replace(self, **updates)
+
+
+def _columns(old, names, values: dict, dtype, shape=None):
+    """The matrix [..., A, len(names)] whose column k is values[names[k]] where given (cast
+    to dtype, broadcast to the rows' shape), else old's column k: one stack, one kernel."""
+    if shape is None:
+        shape = old.shape[:-1]
+    cols = []
+    for k, name in enumerate(names):
+        if name in values:
+            v = jnp.asarray(values[name])
+            cols.append(jnp.broadcast_to(v.astype(dtype) if v.dtype != dtype else v, shape))
+        else:
+            cols.append(old[..., k])
+    return jnp.stack(cols, axis=-1)
+
+
+def _core_field(matrix: str, k: int, name: str, doc: str) -> property:
+    def get(self):
+        col = getattr(self, matrix)[..., k]
+        return col != 0 if name in _BOOL_FIELDS else col
+    return property(get, doc=f"[A] {doc}")
+
+
+for _matrix, _table in (("ints", ENTRY_INTS), ("floats", ENTRY_FLOATS)):
+    for _k, (_name, _doc) in enumerate(_table.items()):
+        setattr(Entries, _name, _core_field(_matrix, _k, _name, _doc))
+Entries.replace = Entries._replace
 
 
 @struct.dataclass

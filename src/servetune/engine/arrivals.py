@@ -87,7 +87,7 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
     nan = jnp.full_like(e.finish, jnp.nan)
     zero = jnp.zeros_like(e.computed)
     sel = lambda new, old: jnp.where(take, new, old)
-    e = Entries(
+    e = Entries.of(
         req=sel(idx, e.req),
         status=jnp.where(accept, WAITING, jnp.where(reject, DONE, e.status)),
         arrival=sel(read(wl.arrival), e.arrival),
