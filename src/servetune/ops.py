@@ -59,7 +59,9 @@ def cumsum(x, dtype=None):
     if pad:
         xf = jnp.concatenate([xf, jnp.zeros(x.shape[:-1] + (pad,), jnp.float64)], axis=-1)
     within = xf.reshape(x.shape[:-1] + (nb, _BLOCK)) @ _upper(_BLOCK, False)
-    offsets = within[..., -1] @ _upper(nb, True)  # sum of the blocks before each block
+    # the sum of the blocks before each block: the strictly lower triangle times every column
+    # of `within` (its last column would do, but slicing it first costs a kernel of its own)
+    offsets = (_upper(nb, True).T @ within)[..., -1]
     out = (within + offsets[..., None]).reshape(x.shape[:-1] + (nb * _BLOCK,))
     return out[..., :n].astype(x.dtype)
 
