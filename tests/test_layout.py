@@ -176,28 +176,17 @@ def test_the_record_table_generates_the_outbox_and_the_results():
 
     from servetune.driver import ScenarioResult
     from servetune.engine.outbox import RECORDS, empty_outbox, record_fields
-    from servetune.types import (
-        ENTRY_FIELDS,
-        OUTBOX_FLOATS,
-        OUTBOX_INTS,
-        CascadeEntries,
-        Outbox,
-        RelaxTape,
-        SwapTape,
-    )
+    from servetune.types import CascadeEntries, Entries, Outbox, RelaxTape, SwapTape
 
     type_of = {"cascade": CascadeEntries, "relaxed": RelaxTape, "swap": SwapTape}
 
     names = [f.name for f in RECORDS]
     always = [f.name for f in RECORDS if f.only is None]
     optional = [f.name for f in RECORDS if f.only is not None]
-    # every record carries the core fields (the outbox's two matrices), then its mechanisms'
-    assert sorted([*OUTBOX_INTS, *OUTBOX_FLOATS]) == sorted(always)
-    assert [f.name for f in dataclasses.fields(Outbox)] == ["ints", "floats", "count", *optional]
+    assert [f.name for f in dataclasses.fields(Outbox)] == always + ["count"] + optional
     for f in RECORDS:  # each record field is a field of the entries or of its sub-state
-        held = (ENTRY_FIELDS if f.only is None
-                else {g.name for g in dataclasses.fields(type_of[f.only])})
-        assert f.name in held, f.name
+        holder = Entries if f.only is None else type_of[f.only]
+        assert f.name in {g.name for g in dataclasses.fields(holder)}, f.name
     results = [f.name for f in dataclasses.fields(ScenarioResult)]
     assert [f.name for f in RECORDS if f.result] == [
         n for n in results if n not in ("stats", "clock_s")]

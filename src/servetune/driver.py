@@ -14,16 +14,7 @@ import numpy as np
 from servetune import shard
 from servetune.engine.outbox import RECORD, entry_value, record_fields
 from servetune.loop import init_batch, run_chunk_batch
-from servetune.types import (
-    DONE,
-    EMPTY,
-    OUTSTANDING,
-    STAT_FIELDS,
-    EngineConfig,
-    Params,
-    SimState,
-    Workload,
-)
+from servetune.types import DONE, EMPTY, OUTSTANDING, EngineConfig, Params, SimState, Workload
 
 
 @dataclasses.dataclass
@@ -104,7 +95,7 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
             out[f][ids] = rec[f][s, p][m]
     # what is still in an active set at the end: running or waiting -> outstanding;
     # finished but not yet collected -> its own end state
-    ent = jax.tree.map(lambda x: x[s, p].reshape((-1,) + x.shape[4:]), final.entries)
+    ent = jax.tree.map(lambda x: x[s, p].reshape(-1), final.entries)
     live = ent.status != EMPTY
     ids = ent.req[live]
     seen[ids] += 1
@@ -115,7 +106,7 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
         twice = int(np.argmax(seen > 1))
         raise AssertionError(f"request {twice} reported twice (scenario {s},{p})")
     st = jax.tree.map(lambda x: np.asarray(x[s, p]), final.stats)
-    stats = {name: getattr(st, name) for name in STAT_FIELDS}
+    stats = {f.name: getattr(st, f.name) for f in dataclasses.fields(st)}
     stats["requests_taken"] = int(final.next_req[s, p])
     if final.prefix is not None:  # prefix caching totals (engine/prefix.py)
         for f in ("evictions", "insert_failed", "insert_deferred"):

@@ -13,12 +13,11 @@ import jax.numpy as jnp
 from servetune import histogram, ops
 from servetune.engine import cascade
 from servetune.engine import prefix as prefix_lib
-from servetune.engine.outbox import empty_outbox, stored_arrays
+from servetune.engine.outbox import empty_outbox, record_fields
 from servetune.grad import shift, swap
 from servetune.step import step, step_grid, step_or_stay
 from servetune.types import (
     EMPTY,
-    STAT_SUMS,
     EngineConfig,
     Entries,
     Params,
@@ -39,7 +38,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     zi = jnp.zeros_like(wl.n, jnp.int32)
     shape = (cfg.n_instances, cfg.n_entries)
     full = lambda v, dtype: jnp.full(shape, v, dtype) + jnp.zeros_like(zi, dtype)
-    entries = Entries.of(
+    entries = Entries(
         req=full(-1, jnp.int32), status=full(EMPTY, jnp.int32), arrival=full(jnp.nan, jnp.float64),
         prompt=full(0, jnp.int32), output=full(0, jnp.int32), predicted=full(0.0, jnp.float64),
         computed=full(0, jnp.int32), generated=full(0, jnp.int32), blocks=full(0, jnp.int32),
@@ -58,10 +57,14 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
     stats = Stats(
-        sums=jnp.zeros((len(STAT_SUMS),), jnp.int64) + zi, busy_s=per_inst + zf,
-        kv_peak_blocks=per_inst, kv_overflow=per_inst > 0, clock_regress=per_inst > 0,
-        window_overflow=zi, max_running=per_inst, occupancy_s=zf, stalled=zi > 0,
-        itl_hist=jnp.zeros((histogram.BINS,), jnp.float64) + zf,
+        steps=zi, leaped=zi, busy_s=per_inst + zf, kv_peak_blocks=per_inst,
+        kv_overflow=per_inst > 0,
+        clock_regress=per_inst > 0, preemptions=zi, prefill_tokens=zi.astype(jnp.int64),
+        decode_tokens=zi.astype(jnp.int64), window_overflow=zi, max_running=per_inst,
+        occupancy_s=zf, ended=zi, slot_bound=zi,
+        stalled=zi > 0, itl_hist=jnp.zeros((histogram.BINS,), jnp.float64) + zf,
+        spec_passes=zi.astype(jnp.int64), spec_proposed=zi.astype(jnp.int64),
+        spec_accepted=zi.astype(jnp.int64), spec_emitted=zi.astype(jnp.int64),
     )
     return SimState(clock=per_inst + zf, entries=entries, next_req=zi,
                     outbox=empty_outbox(outbox_capacity(cfg), zi, cfg.cascade_small_instances > 0,
@@ -125,8 +128,8 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     per = cfg.drain_per_step
     box0 = state.outbox.replace(count=state.outbox.count * 0)
     state = state.replace(outbox=box0)
-    arrays = stored_arrays(box0)
-    scratch = box0.replace(**{f: getattr(box0, f)[:, :, :per] for f in arrays})
+    rec_fields = record_fields(box0)
+    scratch = box0.replace(**{f: getattr(box0, f)[:, :, :per] for f in rec_fields})
 
     def active(s, k):
         return (~s.done) & (s.outbox.count + per <= cap) & (k < cfg.max_steps_per_chunk)
@@ -144,7 +147,7 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
         new = step_grid(s.replace(outbox=scratch), wl, params, cfg, on)
         box, rec = s.outbox, new.outbox
         fields = {f: write_all(getattr(box, f), getattr(rec, f), box.count, on)
-                  for f in arrays}
+                  for f in rec_fields}
         box = box.replace(**fields, count=box.count + jnp.where(on, rec.count, 0))
         rest = jax.tree.map(lambda a, b: jnp.where(on.reshape(on.shape + (1,) * (a.ndim - 2)),
                                                    a, b),

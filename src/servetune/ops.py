@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 
 _BLOCK = 32  # integer prefix sums: lanes per block of the two-level matrix form
-_SHORT_FLOAT = 128  # float prefix sums up to this length: one triangular product
 
 # XLA options of every compiled simulator program (jax.jit(..., compiler_options=...)).
 # XLA:CPU's tree-reduction rewriter splits each reduction over more than 32 elements into a
@@ -38,10 +37,8 @@ def cumsum(x, dtype=None):
     Integers: a two-level product with 0/1 triangular matrices in float64 (a prefix sum within
     blocks of 32, then the blocks' running offsets): three kernels instead of the ~20 of a
     log-depth scan, and exact while the partial sums stay below 2**53 in magnitude (token and
-    block counts here are far below). Short float arrays (at most _SHORT_FLOAT, such as event
-    skipping's iteration durations): one product with the triangular matrix, one kernel
-    instead of the ~13 of a scan (sums rounded in another order). Longer floats and short
-    integers: an associative scan.
+    block counts here are far below). Floats (and short arrays): an associative scan, the same
+    rounding as before.
     """
     x = jnp.asarray(x)
     if dtype is not None:
@@ -49,8 +46,6 @@ def cumsum(x, dtype=None):
     elif x.dtype == jnp.bool_:
         x = x.astype(jnp.int32)
     n = x.shape[-1]
-    if jnp.issubdtype(x.dtype, jnp.floating) and n <= _SHORT_FLOAT:
-        return x @ _upper(n, False).astype(x.dtype)
     if not jnp.issubdtype(x.dtype, jnp.integer) or n < 2 * _BLOCK:
         return jax.lax.associative_scan(jnp.add, x, axis=x.ndim - 1)
     nb = -(-n // _BLOCK)
@@ -59,9 +54,7 @@ def cumsum(x, dtype=None):
     if pad:
         xf = jnp.concatenate([xf, jnp.zeros(x.shape[:-1] + (pad,), jnp.float64)], axis=-1)
     within = xf.reshape(x.shape[:-1] + (nb, _BLOCK)) @ _upper(_BLOCK, False)
-    # the sum of the blocks before each block: the strictly lower triangle times every column
-    # of `within` (its last column would do, but slicing it first costs a kernel of its own)
-    offsets = (_upper(nb, True).T @ within)[..., -1]
+    offsets = within[..., -1] @ _upper(nb, True)  # sum of the blocks before each block
     out = (within + offsets[..., None]).reshape(x.shape[:-1] + (nb * _BLOCK,))
     return out[..., :n].astype(x.dtype)
 

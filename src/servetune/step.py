@@ -499,34 +499,32 @@ def _account(state: SimState, wl: Workload, a: _Arrived, batch, adv: _Advanced,
     else:  # instances' iterations overlap in time: the host integrates it (metrics.py)
         occupancy = 0.0
     stats = st.replace(
+        steps=st.steps + when.busy.astype(jnp.int32) + run.n_leap,
+        leaped=st.leaped + run.n_leap,
         busy_s=st.busy_s.at[i].add(when.dur + run.busy_s),
         kv_peak_blocks=st.kv_peak_blocks.at[i].max(run.kv_used),
         kv_overflow=st.kv_overflow.at[i].max(run.kv_used > kv_blocks),
         clock_regress=st.clock_regress.at[i].max((t_next < t) | (run.t_end < t_next)),
+        preemptions=st.preemptions + jnp.sum(batch.preempted, dtype=jnp.int32),
+        prefill_tokens=st.prefill_tokens + jnp.sum(jnp.where(batch.decode, 0, batch.tokens)),
+        decode_tokens=(st.decode_tokens + jnp.sum(jnp.where(batch.decode, batch.tokens, 0))
+                       + run.tokens),
         window_overflow=jnp.maximum(st.window_overflow, a.outside),
         max_running=st.max_running.at[i].max(adv.n_running),
         occupancy_s=st.occupancy_s + occupancy,
+        ended=ended_by_t + run.n_completed,
+        slot_bound=st.slot_bound + batch.slot_bound.astype(jnp.int32),
         stalled=st.stalled | when.stalled,
         itl_hist=histogram.add(st.itl_hist, *run.gaps),
-    )
-    sums = dict(
-        steps=when.busy.astype(jnp.int32) + run.n_leap,
-        leaped=run.n_leap,
-        preemptions=jnp.sum(batch.preempted, dtype=jnp.int32),
-        prefill_tokens=jnp.sum(jnp.where(batch.decode, 0, batch.tokens)),
-        decode_tokens=jnp.sum(jnp.where(batch.decode, batch.tokens, 0)) + run.tokens,
-        ended=ended_by_t - st.ended + run.n_completed,
-        slot_bound=batch.slot_bound.astype(jnp.int32),
     )
     if cfg.speculation:
         drafted = batch.decode & (batch.tokens > 1)
         emitted = jnp.where(drafted, adv.e.generated - adv.generated0, 0)
-        sums.update(
-            spec_passes=jnp.sum(drafted),
-            spec_proposed=jnp.sum(jnp.where(drafted, batch.tokens - 1, 0)),
-            spec_accepted=jnp.sum(jnp.where(drafted, batch.accepted, 0)),
-            spec_emitted=jnp.sum(emitted))
-    return stats.add(**sums)
+        stats = stats.replace(
+            spec_passes=st.spec_passes + jnp.sum(drafted),
+            spec_proposed=st.spec_proposed + jnp.sum(jnp.where(drafted, batch.tokens - 1, 0)),
+            spec_accepted=st.spec_accepted + jnp.sum(jnp.where(drafted, batch.accepted, 0)),
+            spec_emitted=st.spec_emitted + jnp.sum(emitted))
     return stats
 
 

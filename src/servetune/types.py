@@ -321,52 +321,34 @@ class CascadeEntries:
     tier: jnp.ndarray  # [A] i32 TIER_LARGE / TIER_SMALL / TIER_RETRIED
 
 
-# The core per-request fields of Entries, each [A] (an instance's entries; [..., A] batched):
-# {name: what it holds}. They are stored as the columns of two matrices, integers and floats,
-# because on XLA:CPU each separately stored array an iteration updates costs a kernel of its
-# own, while one update of a matrix costs one whatever the columns it changes.
-ENTRY_INTS = {
-    "req": "i32 request id (index into the workload), -1 when empty",
-    "status": "i32 EMPTY / WAITING / RUNNING / DONE (HANDOFF, INFLIGHT, RETRY)",
-    "prompt": "i32 prompt tokens",
-    "output": "i32 true output tokens",
-    "computed": "i32 tokens whose KV is computed (prompt + output so far)",
-    "generated": "i32 output tokens emitted",
-    "blocks": "i32 KV blocks held",
-    "preempted": "bool waiting after a preemption (head of the queue); stored as 0/1",
-    "n_preempt": "i32 times preempted",
-    "tokens_computed": "i32 tokens computed, recomputation included",
-    "end_state": "i32 end state once DONE",
-    "give_up_state": "i32 CANCELLED or EXPIRED: its end state at give_up_at",
-    "qkey": "i32 vLLM's queue positions: running, the order of admission (ascending); "
-            "preempted and waiting, the order of the deque they were pushed back to the front "
-            "of (ascending, below 0); new arrivals 0",
-}
-ENTRY_FLOATS = {
-    "arrival": "f64 arrival time (seconds)",
-    "predicted": "f64 predicted output tokens",
-    "first_token": "f64 time of the first output token (nan before)",
-    "last_emit": "f64 time of the latest output token (nan before)",
-    "finish": "f64 time the request ended (nan before)",
-    "give_up_at": "f64 time the request is cancelled or expires (inf = never)",
-    "spec_alpha": "f64 per-token draft acceptance rate (speculation)",
-    "kv_ratio": "f64 KV compression factor of the request (1 = uncompressed)",
-    "ready_at": "f64 time its KV lands on this decode instance (INFLIGHT)",
-}
-ENTRY_FIELDS = (*ENTRY_INTS, *ENTRY_FLOATS)
-_BOOL_FIELDS = frozenset({"preempted"})
-
-
 @struct.dataclass
 class Entries:
-    """An instance's active set: running requests, the visible queue, finished records.
+    """An instance's active set: running requests, the visible queue, finished records."""
 
-    The core fields (ENTRY_INTS, ENTRY_FLOATS) read as attributes (`e.status`: [A]) and are
-    written with `replace` (`e.replace(status=..., finish=...)`: one matrix update per dtype);
-    build new entries with `Entries.of(**fields)`."""
-
-    ints: jnp.ndarray  # [A, len(ENTRY_INTS)] i32 the integer core fields, one column each
-    floats: jnp.ndarray  # [A, len(ENTRY_FLOATS)] f64 the float core fields, one column each
+    req: jnp.ndarray  # [A] i32 request id (index into the workload), -1 when empty
+    status: jnp.ndarray  # [A] i32 EMPTY / WAITING / RUNNING / DONE
+    arrival: jnp.ndarray  # [A] f64 arrival time (seconds)
+    prompt: jnp.ndarray  # [A] i32 prompt tokens
+    output: jnp.ndarray  # [A] i32 true output tokens
+    predicted: jnp.ndarray  # [A] f64 predicted output tokens
+    computed: jnp.ndarray  # [A] i32 tokens whose KV is computed (prompt + output so far)
+    generated: jnp.ndarray  # [A] i32 output tokens emitted
+    blocks: jnp.ndarray  # [A] i32 KV blocks held
+    preempted: jnp.ndarray  # [A] bool waiting after a preemption (head of the queue)
+    n_preempt: jnp.ndarray  # [A] i32 times preempted
+    tokens_computed: jnp.ndarray  # [A] i32 tokens computed, recomputation included
+    first_token: jnp.ndarray  # [A] f64 time of the first output token (nan before)
+    last_emit: jnp.ndarray  # [A] f64 time of the latest output token (nan before)
+    finish: jnp.ndarray  # [A] f64 time the request ended (nan before)
+    end_state: jnp.ndarray  # [A] i32 end state once DONE
+    give_up_at: jnp.ndarray  # [A] f64 time the request is cancelled or expires (inf = never)
+    give_up_state: jnp.ndarray  # [A] i32 CANCELLED or EXPIRED: its end state at give_up_at
+    spec_alpha: jnp.ndarray  # [A] f64 per-token draft acceptance rate (speculation)
+    kv_ratio: jnp.ndarray  # [A] f64 KV compression factor of the request (1 = uncompressed)
+    ready_at: jnp.ndarray  # [A] f64 time its KV lands on this decode instance (INFLIGHT)
+    qkey: jnp.ndarray  # [A] i32 vLLM's queue positions: running, the order of admission
+    #                    (ascending); preempted and waiting, the order of the deque they were
+    #                    pushed back to the front of (ascending, below 0); new arrivals 0
     # one sub-state per mechanism, None when the mechanism is off; each is set up on arrival
     # and reset beside its mechanism:
     prefix: PrefixRefs | None = None  # prefix caching (engine/prefix.py)
@@ -376,77 +358,19 @@ class Entries:
     # engine.scheduling_policy priority only (engine/priority.py), else None:
     priority: jnp.ndarray | None = None  # [A] i32 the request's fixed priority (lower first)
 
-    @classmethod
-    def of(cls, **fields) -> Entries:
-        """Entries from every core field ([..., A] each, or broadcastable to the others) and
-        any sub-states (the others None)."""
-        missing = [n for n in ENTRY_FIELDS if n not in fields]
-        if missing:
-            raise TypeError(f"Entries.of: missing core fields {missing}")
-        rest = {k: v for k, v in fields.items() if k not in ENTRY_FIELDS}
-        shape = jnp.broadcast_shapes(*(jnp.shape(fields[n]) for n in ENTRY_FIELDS))
-        ints = _columns(None, ENTRY_INTS, fields, jnp.int32, shape)
-        floats = _columns(None, ENTRY_FLOATS, fields, jnp.float64, shape)
-        return cls(ints=ints, floats=floats, **rest)
-
-    def _replace(self, **updates) -> Entries:
-        """These entries with the named fields (core fields, sub-states) replaced: installed
-        as `replace` below (flax's struct.dataclass installs a plain one)."""
-        ints = {k: updates.pop(k) for k in [k for k in updates if k in ENTRY_INTS]}
-        floats = {k: updates.pop(k) for k in [k for k in updates if k in ENTRY_FLOATS]}
-        if ints:
-            updates["ints"] = _columns(self.ints, ENTRY_INTS, ints, self.ints.dtype)
-        if floats:
-            updates["floats"] = _columns(self.floats, ENTRY_FLOATS, floats, self.floats.dtype)
-        return dataclasses.replace(self, **updates)
-
-
-def _columns(old, names, values: dict, dtype, shape=None):
-    """The matrix [..., A, len(names)] whose column k is values[names[k]] where given (cast
-    to dtype, broadcast to the rows' shape), else old's column k (old None: every column
-    given). One stack: writing the changed columns in place instead costs more on XLA:CPU
-    (each dynamic-update-slice a kernel, plus copies of columns read after they change)."""
-    shape = old.shape[:-1] if shape is None else shape
-    column = lambda v: jnp.broadcast_to(jnp.asarray(v).astype(dtype), shape)
-    return jnp.stack([column(values[name]) if name in values else old[..., k]
-                      for k, name in enumerate(names)], axis=-1)
-
-
-def _column_property(matrix: str, k: int, is_bool: bool, doc: str) -> property:
-    """A read-only attribute: column k of the struct's field `matrix` (as bool: != 0)."""
-    def get(self):
-        col = getattr(self, matrix)[..., k]
-        return col != 0 if is_bool else col
-    return property(get, doc=doc)
-
-
-Entries.replace = Entries._replace
-
-
-# The record fields every finished request leaves with (engine/outbox.py's RECORDS), [R]
-# each: the columns of two matrices, as the entries' core fields they are copied from.
-OUTBOX_INTS = {
-    "req": "i32 request id",
-    "end_state": "i32 end state",
-    "generated": "i32 output tokens delivered",
-    "n_preempt": "i32 preemptions",
-    "tokens_computed": "i32 tokens computed for the request",
-}
-OUTBOX_FLOATS = {
-    "first_token": "f64 first-token time (seconds; nan if none)",
-    "finish": "f64 end time (seconds)",
-    "kv_ratio": "f64 KV compression factor it ended with (1 = never compressed)",
-}
-
 
 @struct.dataclass
 class Outbox:
-    """Finished-request records since the host last collected them. The OUTBOX_INTS and
-    OUTBOX_FLOATS fields read as attributes (`box.req`: [R]); `Outbox.of(**fields)` builds
-    one."""
+    """Finished-request records since the host last collected them."""
 
-    ints: jnp.ndarray  # [R, len(OUTBOX_INTS)] i32 the OUTBOX_INTS, one column each
-    floats: jnp.ndarray  # [R, len(OUTBOX_FLOATS)] f64 the OUTBOX_FLOATS, one column each
+    req: jnp.ndarray  # [R] i32 request id
+    end_state: jnp.ndarray  # [R] i32 end state
+    first_token: jnp.ndarray  # [R] f64 first-token time (seconds; nan if none)
+    finish: jnp.ndarray  # [R] f64 end time (seconds)
+    generated: jnp.ndarray  # [R] i32 output tokens delivered
+    n_preempt: jnp.ndarray  # [R] i32 preemptions
+    tokens_computed: jnp.ndarray  # [R] i32 tokens computed for the request
+    kv_ratio: jnp.ndarray  # [R] f64 KV compression factor it ended with (1 = never compressed)
     count: jnp.ndarray  # [] i32 valid records
     tier: jnp.ndarray | None = None  # [R] i32 cascade tier (model cascade only, else None)
     shift: jnp.ndarray | None = None  # [R] f64 seconds its events moved by (relaxed engines only:
@@ -459,76 +383,34 @@ class Outbox:
     victim_of: jnp.ndarray | None = None  # [R] i32 the request that preemption kept (-1 none)
     victim_p: jnp.ndarray | None = None  # [R] f64 that pair's perturbation
 
-    @classmethod
-    def of(cls, **fields) -> Outbox:
-        """An outbox from every OUTBOX_INTS and OUTBOX_FLOATS field ([R] each), `count` and
-        any of the optional fields."""
-        core = (*OUTBOX_INTS, *OUTBOX_FLOATS)
-        missing = [n for n in core if n not in fields]
-        if missing:
-            raise TypeError(f"Outbox.of: missing fields {missing}")
-        shape = jnp.shape(fields["req"])
-        rest = {k: v for k, v in fields.items() if k not in core}
-        return cls(ints=_columns(None, OUTBOX_INTS, fields, jnp.int32, shape),
-                   floats=_columns(None, OUTBOX_FLOATS, fields, jnp.float64, shape), **rest)
-
-
-# The scenario's running sums, [] i64 each: {name: what it counts}. They are the columns of
-# one vector that an iteration adds its increments to at once (`Stats.add`): on XLA:CPU the
-# reductions behind the increments then run as one fused kernel, not one each.
-STAT_SUMS = {
-    "steps": "iterations that computed tokens (idle clock jumps excluded)",
-    "leaped": "of those, iterations applied in closed form (event skipping)",
-    "preemptions": "preemption events",
-    "prefill_tokens": "prompt (and recomputed) tokens processed",
-    "decode_tokens": "decode tokens processed",
-    "ended": "requests that ended (completed or rejected) so far",
-    "slot_bound": "iterations where engine.max_slots, not the policy, held back an admission "
-                  "(results then depend on the capacity)",
-    "spec_passes": "decode passes (one request, one iteration) with drafts",
-    "spec_proposed": "draft tokens proposed",
-    "spec_accepted": "draft tokens accepted (before output-length caps)",
-    "spec_emitted": "tokens emitted by those passes",
-}
-
 
 @struct.dataclass
 class Stats:
-    """Running totals of one scenario. The STAT_SUMS read as attributes (`st.steps`: [])."""
+    """Running totals of one scenario."""
 
-    sums: jnp.ndarray  # [len(STAT_SUMS)] i64 the STAT_SUMS, one column each
+    steps: jnp.ndarray  # [] i32 iterations that computed tokens (idle clock jumps excluded)
+    leaped: jnp.ndarray  # [] i32 of those, iterations applied in closed form (event skipping)
     busy_s: jnp.ndarray  # [I] f64 seconds spent in iterations
     kv_peak_blocks: jnp.ndarray  # [I] i32 most KV blocks in use at once
     kv_overflow: jnp.ndarray  # [I] bool KV use ever exceeded capacity (invariant: stays False)
     clock_regress: jnp.ndarray  # [I] bool a clock ever went back (an invariant; must stay False)
+    preemptions: jnp.ndarray  # [] i32 preemption events
+    prefill_tokens: jnp.ndarray  # [] i64 prompt (and recomputed) tokens processed
+    decode_tokens: jnp.ndarray  # [] i64 decode tokens processed
     window_overflow: jnp.ndarray  # [] i32 most arrived requests waiting outside the queue window
     max_running: jnp.ndarray  # [I] i32 most requests running at once
     occupancy_s: jnp.ndarray  # [] f64 integral over time of requests in the system (arrived,
     #                            not ended), request-seconds: mean concurrency x time
+    ended: jnp.ndarray  # [] i32 requests that ended (completed or rejected) so far
+    slot_bound: jnp.ndarray  # [] i32 iterations where engine.max_slots, not the policy, held
+    #                          back an admission (results then depend on the capacity)
     stalled: jnp.ndarray  # [] bool waiting work that can never run (guards an infinite loop)
     itl_hist: jnp.ndarray  # [H] f64 counts of inter-token gaps per log-spaced bin
     #                        (gaps between output-bearing events: the delivery cadence)
-
-    def add(self, **increments) -> Stats:
-        """These totals with `increments` ({STAT_SUMS name: [] amount}) added, as one vector."""
-        unknown = set(increments) - set(STAT_SUMS)
-        if unknown:
-            raise TypeError(f"Stats.add: not STAT_SUMS: {sorted(unknown)}")
-        step = jnp.stack([jnp.asarray(increments.get(name, 0)).astype(jnp.int64)
-                          for name in STAT_SUMS])
-        return self.replace(sums=self.sums + step)
-
-
-for _matrix, _table in (("ints", ENTRY_INTS), ("floats", ENTRY_FLOATS)):
-    for _k, (_name, _doc) in enumerate(_table.items()):
-        setattr(Entries, _name, _column_property(_matrix, _k, _name in _BOOL_FIELDS,
-                                                 f"[A] {_doc}"))
-for _matrix, _table in (("ints", OUTBOX_INTS), ("floats", OUTBOX_FLOATS)):
-    for _k, (_name, _doc) in enumerate(_table.items()):
-        setattr(Outbox, _name, _column_property(_matrix, _k, False, f"[R] {_doc}"))
-for _k, (_name, _doc) in enumerate(STAT_SUMS.items()):
-    setattr(Stats, _name, _column_property("sums", _k, False, f"[] i64 {_doc}"))
-STAT_FIELDS = (*STAT_SUMS, *(f.name for f in dataclasses.fields(Stats) if f.name != "sums"))
+    spec_passes: jnp.ndarray  # [] i64 decode passes (one request, one iteration) with drafts
+    spec_proposed: jnp.ndarray  # [] i64 draft tokens proposed
+    spec_accepted: jnp.ndarray  # [] i64 draft tokens accepted (before output-length caps)
+    spec_emitted: jnp.ndarray  # [] i64 tokens emitted by those passes
 
 
 @struct.dataclass

@@ -18,7 +18,6 @@ from servetune.engine.kv import blocks_for
 from servetune.policy import make_policy
 from servetune.types import (
     EMPTY,
-    ENTRY_FIELDS,
     RUNNING,
     WAITING,
     CascadeEntries,
@@ -46,10 +45,10 @@ _EMPTY = {"req": -1, "status": EMPTY, "arrival": np.nan, "prompt": 0, "output": 
           "n_preempt": 0, "tokens_computed": 0, "first_token": np.nan, "last_emit": np.nan,
           "finish": np.nan, "end_state": -1, "give_up_at": np.inf, "give_up_state": -1,
           "spec_alpha": 0.0, "kv_ratio": 1.0, "ready_at": -np.inf, "qkey": 0}
-assert set(_EMPTY) == set(ENTRY_FIELDS)
-_DTYPE = {name: (jnp.float64 if isinstance(v, float) else jnp.bool_ if isinstance(v, bool)
-                 else jnp.int32) for name, v in _EMPTY.items()}
-_OPTIONAL = {f.name for f in dataclasses.fields(Entries)} - {"ints", "floats"}
+_DTYPE = {f.name: (jnp.float64 if isinstance(_EMPTY[f.name], float) else
+                   jnp.bool_ if isinstance(_EMPTY[f.name], bool) else jnp.int32)
+          for f in dataclasses.fields(Entries) if f.name in _EMPTY}
+_OPTIONAL = {f.name for f in dataclasses.fields(Entries)} - set(_EMPTY)
 _SUBSTATES = {"prefix": PrefixRefs, "relaxed": RelaxTape, "swap": SwapTape,
               "cascade": CascadeEntries}
 
@@ -84,7 +83,7 @@ def entries(cfg: EngineConfig, rows, **optional) -> Entries:
             fields[name] = _SUBSTATES[name](**{f: _padded(v, n) for f, v in values.items()})
         else:
             fields[name] = _padded(values, n)
-    return Entries.of(**fields)
+    return Entries(**fields)
 
 
 def _padded(values, n: int):

@@ -29,7 +29,7 @@ def _entries(rng, n=40, waiting_only=False):
     generated = np.where(rng.random(n) < 0.5, 0, rng.integers(1, 500, n))
     status = np.full(n, WAITING) if waiting_only else rng.choice([WAITING, RUNNING], n)
     z = lambda dtype=np.int32: jnp.zeros(n, dtype)
-    return Entries.of(
+    return Entries(
         req=jnp.arange(n, dtype=jnp.int32), status=jnp.asarray(status, jnp.int32),
         arrival=jnp.asarray(rng.uniform(0, 20, n)), prompt=jnp.asarray(prompt, jnp.int32),
         output=z(), predicted=jnp.asarray(predicted),

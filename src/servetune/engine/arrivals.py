@@ -86,43 +86,39 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
 
     nan = jnp.full_like(e.finish, jnp.nan)
     zero = jnp.zeros_like(e.computed)
-    # what an arriving request's entry holds; the entries take it where `take` holds, as one
-    # select per dtype matrix
-    arriving = Entries.of(
-        req=idx,
-        status=jnp.where(accept, WAITING, DONE),
-        arrival=read(wl.arrival),
-        prompt=prompt,
-        output=output,
-        predicted=read(wl.predicted),
-        computed=zero,
-        generated=zero,
-        blocks=zero,
-        preempted=zero,
-        n_preempt=zero,
-        tokens_computed=zero,
-        first_token=nan,
-        last_emit=nan,
-        finish=jnp.where(reject, t, nan),
-        end_state=jnp.where(reject, REJECTED, -1),
+    sel = lambda new, old: jnp.where(take, new, old)
+    e = Entries(
+        req=sel(idx, e.req),
+        status=jnp.where(accept, WAITING, jnp.where(reject, DONE, e.status)),
+        arrival=sel(read(wl.arrival), e.arrival),
+        prompt=sel(prompt, e.prompt),
+        output=sel(output, e.output),
+        predicted=sel(read(wl.predicted), e.predicted),
+        computed=sel(zero, e.computed),
+        generated=sel(zero, e.generated),
+        blocks=sel(zero, e.blocks),
+        preempted=sel(jnp.zeros_like(e.preempted), e.preempted),
+        n_preempt=sel(zero, e.n_preempt),
+        tokens_computed=sel(zero, e.tokens_computed),
+        first_token=sel(nan, e.first_token),
+        last_emit=sel(nan, e.last_emit),
+        finish=sel(jnp.where(reject, t, nan), e.finish),
+        end_state=sel(jnp.where(reject, REJECTED, -1), e.end_state),
         # mechanism fields are read only where their mechanism is on (each read is a slice
         # of the trace per iteration); otherwise they keep their initial values
-        give_up_at=read(wl.give_up_at) if cfg.abandonment else e.give_up_at,
-        give_up_state=read(wl.give_up_state) if cfg.abandonment else e.give_up_state,
-        spec_alpha=read(wl.spec_alpha) if cfg.speculation else e.spec_alpha,
-        kv_ratio=jnp.ones_like(e.kv_ratio) if cfg.kv_pressure == "compress" else e.kv_ratio,
+        give_up_at=sel(read(wl.give_up_at), e.give_up_at) if cfg.abandonment else e.give_up_at,
+        give_up_state=(sel(read(wl.give_up_state), e.give_up_state) if cfg.abandonment
+                       else e.give_up_state),
+        spec_alpha=sel(read(wl.spec_alpha), e.spec_alpha) if cfg.speculation else e.spec_alpha,
+        kv_ratio=(sel(jnp.ones_like(e.kv_ratio), e.kv_ratio) if cfg.kv_pressure == "compress"
+                  else e.kv_ratio),
         ready_at=e.ready_at,
-        qkey=zero,
-    )
-    rows = take[..., None]
-    e = e.replace(
-        ints=jnp.where(rows, arriving.ints, e.ints),
-        floats=jnp.where(rows, arriving.floats, e.floats),
-        priority=(jnp.where(take, read(wl.priority), e.priority)
-                  if cfg.scheduling_policy == "priority" else e.priority),
+        qkey=sel(zero, e.qkey),
+        priority=(sel(read(wl.priority), e.priority) if cfg.scheduling_policy == "priority"
+                  else e.priority),
         relaxed=shift.reset_tape(e.relaxed, take) if cfg.relax != "hard" else None,
         swap=swap.reset_tape(e.swap, take) if cfg.relax_order else None,
         # the prefix and cascade sub-states: what the caller sets up (`extra`)
-        **(extra or {}),
+        **{"prefix": e.prefix, "cascade": e.cascade, **(extra or {})},
     )
     return e, jnp.sum(reject, dtype=jnp.int32)

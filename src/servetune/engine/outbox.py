@@ -15,18 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import ops
-from servetune.types import (
-    DONE,
-    EMPTY,
-    ENTRY_FLOATS,
-    ENTRY_INTS,
-    OUTBOX_FLOATS,
-    OUTBOX_INTS,
-    OUTSTANDING,
-    SWAP_PARTNERS,
-    Entries,
-    Outbox,
-)
+from servetune.types import DONE, EMPTY, OUTSTANDING, SWAP_PARTNERS, Entries, Outbox
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +54,6 @@ RECORDS = (
     RecordField("victim_p", jnp.float64, 0.0, only="swap", result=False),
 )
 RECORD = {f.name: f for f in RECORDS}
-# the entries' columns the outbox's matrices copy (OUTBOX_INTS from ENTRY_INTS, and floats)
-_OUTBOX_FROM_INTS = tuple(list(ENTRY_INTS).index(n) for n in OUTBOX_INTS)
-_OUTBOX_FROM_FLOATS = tuple(list(ENTRY_FLOATS).index(n) for n in OUTBOX_FLOATS)
 
 
 def record_fields(box: Outbox) -> tuple[str, ...]:
@@ -93,14 +79,7 @@ def empty_outbox(capacity: int, like, cascade: bool = False, relaxed: bool = Fal
     soft); `swap`: the latest admission and preemption of a relaxed order (relax_order)."""
     options = {"cascade": cascade, "relaxed": relaxed, "swap": swap}
     names = [f.name for f in RECORDS if f.only is None or options[f.only]]
-    return Outbox.of(**unset_records(capacity, names, like), count=jnp.zeros_like(like, jnp.int32))
-
-
-def stored_arrays(box: Outbox) -> tuple[str, ...]:
-    """The Outbox fields that hold records ([R, ...]: the two matrices of the core record
-    fields, then each mechanism's fields that are on), as dataclass fields, not record names."""
-    return tuple(f.name for f in dataclasses.fields(box)
-                 if f.name != "count" and getattr(box, f.name) is not None)
+    return Outbox(**unset_records(capacity, names, like), count=jnp.zeros_like(like, jnp.int32))
 
 
 def retire(e: Entries, which, end_state, t) -> Entries:
@@ -137,16 +116,10 @@ def drain(e: Entries, box: Outbox, per_step: int):
     pos = jnp.sum(rank[None, :] <= k[:, None], axis=1, dtype=jnp.int32)  # [F]; A when none
     n_moved = jnp.minimum(rank[-1], per_step)
     src = jnp.minimum(pos, e.req.shape[0] - 1)
-    # records past n_moved are junk beyond the fill mark: the next write starts over them;
-    # the core record fields as two row gathers of the entries' matrices
-    rows_i, rows_f = e.ints[src], e.floats[src]
-    updates = {
-        "ints": _write_at(box.ints, rows_i[:, _OUTBOX_FROM_INTS], box.count),
-        "floats": _write_at(box.floats, rows_f[:, _OUTBOX_FROM_FLOATS], box.count),
-        **{f: _write_at(getattr(box, f), entry_value(e, f)[src], box.count)
-           for f in record_fields(box) if RECORD[f].only is not None},
-    }
-    box = box.replace(**updates, count=box.count + n_moved)
+    # records past n_moved are junk beyond the fill mark: the next write starts over them
+    updates = {f: _write_at(getattr(box, f), entry_value(e, f)[src], box.count)
+               for f in record_fields(box)}
+    box = Outbox(**updates, count=box.count + n_moved)
     moved = finished & (rank <= per_step)
     e = e.replace(status=jnp.where(moved, EMPTY, e.status), req=jnp.where(moved, -1, e.req))
     return e, box
