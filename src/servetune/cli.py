@@ -149,6 +149,7 @@ def main() -> None:
               f"       servetune golden [--check] [--out DIR] [--cases NAME,...]\n"
               f"       servetune observe [--trace FILE] [--duration-s S] [--out DIR] ...\n"
               f"       servetune observe --import-bench RESULT.json --out DIR\n"
+              f"       servetune observe --import-otel SPANS.json --out DIR\n"
               f"       servetune validate --calibrate-on DIR --predict DIR [--noise-floor DIR]\n"
               f"example: servetune simulate workload=azure_conv policy.max_num_seqs=128",
               file=sys.stderr)

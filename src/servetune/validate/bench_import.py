@@ -28,10 +28,8 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from servetune.errors import TraceError
-from servetune.files import write_whole
 
 LISTS = ("start_times", "input_lens", "output_lens", "ttfts", "latencies", "errors")
 ABOUT = ("date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate",
@@ -115,25 +113,3 @@ def load_bench_result(path: str | Path) -> dict:
              "output_tokens": output[keep]}
     about = {k: data[k] for k in ABOUT if k in data}
     return {"requests": requests, "trace": trace, "about": about}
-
-
-def write_import(path: str | Path, out: Path) -> str:
-    """Import `path` (load_bench_result) into folder `out`: requests.parquet, trace.csv (a
-    plain servetune trace: `servetune simulate workload.path=OUT/trace.csv` replays it) and
-    bench.json (the run's recorded settings and counts), each written whole. Returns a one-line
-    summary."""
-    result = load_bench_result(path)
-    requests, trace = pd.DataFrame(result["requests"]), pd.DataFrame(result["trace"])
-    out.mkdir(parents=True, exist_ok=True)
-    n_failed = int((requests["end_state"] == "failed").sum())
-    meta = {"source": str(Path(path).expanduser()), "format": "vllm bench serve --save-result "
-            "--save-detailed (vLLM 0.32)", "requests": len(requests), "failed": n_failed,
-            "in_trace": len(trace), "about": result["about"]}
-    write_whole(out / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
-    write_whole(out / "trace.csv", lambda p: trace.to_csv(p, index=False))
-    write_whole(out / "bench.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
-    done = requests["end_state"] == "completed"
-    return (f"{out}: {len(requests)} requests ({n_failed} failed), {len(trace)} in trace.csv "
-            f"over {trace['arrival_s'].max() if len(trace) else 0:.4g} s; mean TTFT "
-            f"{requests.loc[done, 'ttft_s'].mean():.4g} s, mean E2E "
-            f"{requests.loc[done, 'e2e_s'].mean():.4g} s")

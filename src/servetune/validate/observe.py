@@ -38,7 +38,7 @@ import numpy as np
 from servetune import workload
 from servetune.errors import ConfigError, ServetuneError
 from servetune.files import write_whole
-from servetune.validate import bench_import
+from servetune.validate import record_import
 from servetune.validate.oracle import VllmNotInstalledError, import_vllm, step_work
 
 MODEL_CONFIG = {  # the random-weight Llama: small, and shapes vLLM's CPU attention supports
@@ -208,6 +208,11 @@ def _parser():
                    help="instead of running an engine, import a `vllm bench serve --save-result "
                         "--save-detailed` file: OUT/requests.parquet, OUT/trace.csv, "
                         "OUT/bench.json")
+    p.add_argument("--import-otel", type=Path, default=None, metavar="SPANS.json",
+                   help="instead of running an engine, import the llm_request spans a vLLM "
+                        "server exported with --otlp-traces-endpoint (OTLP JSON, as a "
+                        "Collector's file exporter writes it): OUT/requests.parquet, "
+                        "OUT/trace.csv, OUT/otel.json")
     return p
 
 
@@ -218,9 +223,11 @@ def main(argv: list[str]) -> int:
     import pandas as pd
 
     args = _parser().parse_args(argv)
-    if args.import_bench is not None:  # a production run's record: no engine, no vLLM needed
+    record = ("bench", args.import_bench) if args.import_bench is not None else (
+        ("otel", args.import_otel) if args.import_otel is not None else None)
+    if record is not None:  # a production run's record: no engine, no vLLM needed
         try:
-            print(bench_import.write_import(args.import_bench, args.out))
+            print(record_import.write_import(record[1], args.out, record[0]))
         except (ServetuneError, OSError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

@@ -1,0 +1,44 @@
+"""A production deployment's own record of its requests, imported into a trace and a
+per-request table (`servetune observe --import-bench` / `--import-otel`): the readers are
+validate/bench_import.py and validate/otel_import.py, the writer is here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from servetune.files import write_whole
+from servetune.validate.bench_import import load_bench_result
+from servetune.validate.otel_import import load_otel_spans
+
+FORMATS = {  # --import-... format -> (reader, what the file is, the summary file written)
+    "bench": (load_bench_result, "vllm bench serve --save-result --save-detailed (vLLM 0.32)",
+              "bench.json"),
+    "otel": (load_otel_spans, "OTLP JSON of vLLM's llm_request spans (--otlp-traces-endpoint)",
+             "otel.json"),
+}
+
+
+def write_import(path: str | Path, out: Path, fmt: str = "bench") -> str:
+    """Import `path` (read by FORMATS[fmt]'s reader) into folder `out`: requests.parquet,
+    trace.csv (a plain servetune trace: `servetune simulate workload.path=OUT/trace.csv`
+    replays it) and a summary JSON (what the file records and the counts), each written whole.
+    Returns a one-line summary."""
+    read, described, summary = FORMATS[fmt]
+    result = read(path)
+    requests, trace = pd.DataFrame(result["requests"]), pd.DataFrame(result["trace"])
+    out.mkdir(parents=True, exist_ok=True)
+    n_failed = int((requests["end_state"] == "failed").sum())
+    meta = {"source": str(Path(path).expanduser()), "format": described,
+            "requests": len(requests), "failed": n_failed, "in_trace": len(trace),
+            "about": result["about"]}
+    write_whole(out / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
+    write_whole(out / "trace.csv", lambda p: trace.to_csv(p, index=False))
+    write_whole(out / summary, lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
+    done = requests["end_state"] == "completed"
+    return (f"{out}: {len(requests)} requests ({n_failed} failed), {len(trace)} in trace.csv "
+            f"over {trace['arrival_s'].max() if len(trace) else 0:.4g} s; mean TTFT "
+            f"{requests.loc[done, 'ttft_s'].mean():.4g} s, mean E2E "
+            f"{requests.loc[done, 'e2e_s'].mean():.4g} s")

@@ -1,0 +1,107 @@
+"""`servetune observe --import-otel`: vLLM's llm_request spans in OTLP JSON (as a Collector's
+file exporter writes them) into a trace and a per-request table, worked by hand; bad files
+refused by line, span and key, with nothing written."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from servetune.errors import TraceError
+from servetune.validate.observe import main as observe_main
+from servetune.validate.otel_import import load_otel_spans
+from servetune.workload import load_csv
+
+T0 = 1_764_806_400  # an arrival epoch, seconds
+
+
+def _attr(key, value):
+    kind = ("stringValue" if isinstance(value, str) else
+            "intValue" if isinstance(value, int) else "doubleValue")
+    return {"key": key, "value": {kind: str(value) if kind == "intValue" else value}}
+
+
+def _span(arrival_s, prompt, output, ttft, e2e, queue=None, name="llm_request", rid=None):
+    attrs = [_attr("gen_ai.usage.prompt_tokens", prompt),
+             _attr("gen_ai.usage.completion_tokens", output),
+             _attr("gen_ai.latency.time_to_first_token", ttft),
+             _attr("gen_ai.latency.e2e", e2e)]
+    if queue is not None:
+        attrs.append(_attr("gen_ai.latency.time_in_queue", queue))
+    if rid is not None:
+        attrs.append(_attr("gen_ai.request.id", rid))
+    nanos = str(int(round((T0 + arrival_s) * 1e9)))
+    return {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": name, "kind": 2,
+            "startTimeUnixNano": nanos, "endTimeUnixNano": nanos, "attributes": attrs}
+
+
+def _doc(spans):
+    return {"resourceSpans": [{"resource": {"attributes": []},
+                               "scopeSpans": [{"scope": {"name": "vllm.llm_engine"},
+                                               "spans": spans}]}]}
+
+
+# three requests, exported in two batches (two lines) out of arrival order, plus an API
+# server span that is not vLLM's request span; the third arrival delivered one token
+LINES = [_doc([_span(2.0, 40, 8, 0.3, 1.0, queue=0.05, rid="c"),
+               _span(0.0, 10, 5, 0.1, 0.5, queue=0.0, rid="a"),
+               _span(0.0, 10, 5, 0.1, 0.5, name="POST /v1/completions")]),
+         _doc([_span(0.5, 20, 1, 0.2, 0.2, rid="b")])]
+
+
+def _file(tmp_path, lines, name="spans.json"):
+    path = tmp_path / name
+    path.write_text("\n".join(json.dumps(x) if not isinstance(x, str) else x for x in lines))
+    return path
+
+
+def test_the_requests_in_arrival_order_from_the_first_arrival(tmp_path):
+    r = load_otel_spans(_file(tmp_path, LINES))["requests"]
+    np.testing.assert_allclose(r["arrival_s"], [0.0, 0.5, 2.0], atol=1e-6)
+    np.testing.assert_array_equal(r["prompt_tokens"], [10, 20, 40])
+    np.testing.assert_array_equal(r["output_tokens"], [5, 1, 8])
+    np.testing.assert_allclose(r["first_token_s"], [0.1, 0.7, 2.3], atol=1e-6)
+    np.testing.assert_allclose(r["finish_s"], [0.5, 0.7, 3.0], atol=1e-6)
+    # TPOT = (e2e - ttft) / (output - 1): 0.4 / 4, none for one token, 0.7 / 7
+    np.testing.assert_allclose(r["tpot_s"], [0.1, np.nan, 0.1])
+    np.testing.assert_allclose(r["queue_s"], [0.0, np.nan, 0.05])
+    assert list(r["end_state"]) == ["completed"] * 3
+
+
+def test_one_object_for_the_whole_file_reads_the_same(tmp_path):
+    whole = _doc(LINES[0]["resourceSpans"][0]["scopeSpans"][0]["spans"]
+                 + LINES[1]["resourceSpans"][0]["scopeSpans"][0]["spans"])
+    a = load_otel_spans(_file(tmp_path, LINES))["requests"]
+    b = load_otel_spans(_file(tmp_path, [json.dumps(whole, indent=2)], "one.json"))["requests"]
+    np.testing.assert_allclose(a["finish_s"], b["finish_s"])
+
+
+def test_the_import_writes_a_trace_servetune_replays(tmp_path):
+    out = tmp_path / "imported"
+    assert observe_main(["--import-otel", str(_file(tmp_path, LINES)), "--out", str(out)]) == 0
+    trace = load_csv(out / "trace.csv")
+    np.testing.assert_allclose(trace.arrival, [0.0, 0.5, 2.0], atol=1e-6)
+    np.testing.assert_array_equal(trace.prompt, [10, 20, 40])
+    np.testing.assert_array_equal(trace.output, [5, 1, 8])
+    table = pd.read_parquet(out / "requests.parquet")
+    assert len(table) == 3 and json.loads((out / "otel.json").read_text())["requests"] == 3
+
+
+@pytest.mark.parametrize("lines, says", [
+    (["{not json"], ":1: not JSON"),
+    ([{"spans": []}], "no resourceSpans"),
+    ([_doc([_span(0.0, 10, 5, 0.1, 0.5, name="other")])], "no 'llm_request' spans"),
+    ([_doc([{**_span(0.0, 10, 5, 0.1, 0.5), "attributes": []}])],
+     "spans[0]: no gen_ai.usage.prompt_tokens"),
+    ([_doc([_span(0.0, 10, 5, 0.1, -0.5)])], "gen_ai.latency.e2e: got -0.5"),
+    ([_doc([_span(0.0, 10, 5, 0.3, 0.2)])], "is below gen_ai.latency.time_to_first_token"),
+    ([_doc([{**_span(0.0, 10, 5, 0.1, 0.5), "startTimeUnixNano": "soon"}])],
+     "startTimeUnixNano"),
+])
+def test_bad_files_are_refused_by_line_span_and_key(tmp_path, lines, says):
+    with pytest.raises(TraceError, match=says.replace("[", r"\[").replace("]", r"\]")):
+        load_otel_spans(_file(tmp_path, lines))
+    out = tmp_path / "out"
+    assert observe_main(["--import-otel", str(_file(tmp_path, lines)), "--out", str(out)]) == 2
+    assert not out.exists()
