@@ -12,6 +12,7 @@ fastest of three runs (load on a shared machine only adds time).
     python benchmarks/bench_kernels.py                       # this tree
     python benchmarks/bench_kernels.py --baseline a934457    # and a git revision, alternated
     python benchmarks/bench_kernels.py --by-source           # where the default's kernels come from
+    python benchmarks/bench_kernels.py --profile             # where the default's time goes
 
 With --baseline the revision is checked out into a temporary worktree and each measurement
 runs in a fresh process per tree, the trees alternating `--repeats` times, so both see the
@@ -119,11 +120,10 @@ def _table(lines: list[str], title: str) -> dict[int, str]:
     return out
 
 
-def kernels_by_source(hlo: str) -> dict[str, int]:
-    """Kernels of the loop body (as `kernels` counts them, the largest branch of each
-    conditional) by the servetune function that emitted them: the innermost frame of each
-    kernel's stack outside ops.py ("?" where XLA kept no frame: copies, most of them)."""
-    comps, lines = _computations(hlo), hlo.splitlines()
+def _source_of(hlo: str):
+    """instruction line -> the servetune function that emitted it: the innermost frame of its
+    stack outside ops.py ("?" where XLA kept no frame: copies, most of them)."""
+    lines = hlo.splitlines()
     files = {k: v.strip('"').split("servetune/")[-1] for k, v in _table(lines, "FileNames").items()}
     funcs = {k: v.strip('"') for k, v in _table(lines, "FunctionNames").items()}
     locs, frames = {}, {}
@@ -134,15 +134,22 @@ def kernels_by_source(hlo: str) -> dict[str, int]:
         d = dict(re.findall(r"(\w+)=(\d+)", v))
         frames[k] = (int(d["file_location_id"]), int(d["parent_frame_id"]) - 1)  # 0: none
 
-    def source(frame: int) -> str:
-        seen = set()
+    def source(line: str) -> str:
+        m = re.search(r"stack_frame_id=(\d+)", line)
+        frame, seen = (int(m.group(1)) if m else -1), set()
         while frame in frames and frame not in seen:
             seen.add(frame)
             (file, func), frame = locs[frames[frame][0]], frames[frame][1]
             if file != "ops.py":
                 return f"{file}:{func}"
         return "?"
+    return source
 
+
+def kernels_by_source(hlo: str) -> dict[str, int]:
+    """Kernels of the loop body (as `kernels` counts them, the largest branch of each
+    conditional) by the servetune function that emitted them (`_source_of`)."""
+    comps, source = _computations(hlo), _source_of(hlo)
     out: dict[str, int] = {}
 
     def walk(name):
@@ -150,8 +157,7 @@ def kernels_by_source(hlo: str) -> dict[str, int]:
             op = _opcode(line)
             if op in SKIP:
                 continue
-            m = re.search(r"stack_frame_id=(\d+)", line)
-            key = source(int(m.group(1))) if m else "?"
+            key = source(line)
             out[key] = out.get(key, 0) + 1
             if op == "conditional":
                 branches = re.findall(r"(?:branch_computations=\{([^}]*)\}|"
@@ -166,6 +172,22 @@ def kernels_by_source(hlo: str) -> dict[str, int]:
 
     walk(_loop_body(hlo, comps))
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def time_by_source(hlo: str, events: dict[str, tuple[int, float]]) -> tuple[int, dict]:
+    """(loop trips, {source: microseconds per trip}) of the loop body's top-level kernels (a
+    conditional or nested loop as a whole), from profiler `events` {kernel name: (times run,
+    total us)}: XLA:CPU records one event per kernel it runs."""
+    comps, source = _computations(hlo), _source_of(hlo)
+    body = [(line.split("=", 1)[0].strip().lstrip("%"), line)
+            for line in comps[_loop_body(hlo, comps)] if _opcode(line) not in SKIP]
+    trips = max((events.get(name, (0, 0.0))[0] for name, _ in body), default=0)
+    out: dict[str, float] = {}
+    for name, line in body:
+        if name in events:
+            key = source(line)
+            out[key] = out.get(key, 0.0) + events[name][1] / max(trips, 1)
+    return trips, dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def _compiler_options() -> dict:
@@ -218,6 +240,44 @@ def measure(what: str) -> dict:
     return out
 
 
+def profile(duration_s: float = 120.0) -> tuple[int, dict, int]:
+    """Profile the default engine's compiled loop (one scenario, the first `duration_s` of
+    the Azure conversation trace): (loop trips, {source: us per trip}, the body's kernels).
+    Profiling adds its own cost to every kernel, so compare the sources with each other, not
+    the total with an unprofiled run."""
+    import glob
+    import gzip
+
+    import jax
+
+    from servetune.api import compose
+    from servetune.loop import init_state, run_chunk
+    from servetune.scenario import build
+
+    sc = build(compose(["output.progress=false", "model=llama3_8b", "hardware=h100",
+                        "policy=vllm_default", f"workload.duration_s={duration_s}"]))
+    one = lambda t: jax.tree.map(lambda x: x[0], t)
+    wl, params = one(sc.workloads), one(sc.params)
+    compiled = jax.jit(run_chunk, static_argnames=("cfg",)).lower(
+        init_state(wl, params, sc.engine), wl, params, cfg=sc.engine).compile(
+        _compiler_options())
+    jax.block_until_ready(compiled(init_state(wl, params, sc.engine), wl, params))  # warm
+    state = init_state(wl, params, sc.engine)
+    with tempfile.TemporaryDirectory() as tmp:
+        jax.profiler.start_trace(tmp, create_perfetto_trace=True)
+        jax.block_until_ready(compiled(state, wl, params))
+        jax.profiler.stop_trace()
+        trace = json.load(gzip.open(glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True)[0]))
+    events: dict[str, tuple[int, float]] = {}
+    for e in trace["traceEvents"] if isinstance(trace, dict) else trace:
+        if e.get("ph") == "X":
+            n, us = events.get(e["name"], (0, 0.0))
+            events[e["name"]] = (n + 1, us + float(e.get("dur", 0.0)))
+    hlo = compiled.as_text()
+    trips, per_source = time_by_source(hlo, events)
+    return trips, per_source, loop_body_kernels(hlo)
+
+
 def _run_in(src: Path, what: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(src)}
     done = subprocess.run([sys.executable, __file__, "--measure", what], env=env,
@@ -234,8 +294,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="alternations of the speed runs")
     ap.add_argument("--by-source", action="store_true",
                     help="only list the default engine's loop-body kernels by source function")
+    ap.add_argument("--profile", action="store_true",
+                    help="only time the default engine's loop-body kernels by source function "
+                         "(jax.profiler; one scenario, 120 s of the Azure trace)")
     ap.add_argument("--measure", choices=("kernels", "speed", "by_source"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.profile:
+        trips, per_source, n_kernels = profile()
+        total = sum(per_source.values())
+        print(f"profiled loop body ({n_kernels} kernels, {trips:,} trips): {total:.1f} us per "
+              f"trip under the profiler, by source:")
+        for where, us in per_source.items():
+            print(f"  {us:7.2f} us  {100 * us / total:5.1f}%  {where}")
+        return
     if args.measure:
         print(json.dumps(measure(args.measure)))
         return
