@@ -267,7 +267,8 @@ def profile(duration_s: float = 120.0) -> tuple[int, dict, int]:
         jax.profiler.start_trace(tmp, create_perfetto_trace=True)
         jax.block_until_ready(compiled(state, wl, params))
         jax.profiler.stop_trace()
-        trace = json.load(gzip.open(glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True)[0]))
+        with gzip.open(glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True)[0]) as f:
+            trace = json.load(f)
     events: dict[str, tuple[int, float]] = {}
     for e in trace["traceEvents"] if isinstance(trace, dict) else trace:
         if e.get("ph") == "X":

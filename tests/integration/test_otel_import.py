@@ -31,7 +31,7 @@ def _span(arrival_s, prompt, output, ttft, e2e, queue=None, name="llm_request", 
         attrs.append(_attr("gen_ai.latency.time_in_queue", queue))
     if rid is not None:
         attrs.append(_attr("gen_ai.request.id", rid))
-    nanos = str(int(round((T0 + arrival_s) * 1e9)))
+    nanos = str(round((T0 + arrival_s) * 1e9))
     return {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": name, "kind": 2,
             "startTimeUnixNano": nanos, "endTimeUnixNano": nanos, "attributes": attrs}
 
