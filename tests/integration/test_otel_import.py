@@ -105,3 +105,10 @@ def test_bad_files_are_refused_by_line_span_and_key(tmp_path, lines, says):
     out = tmp_path / "out"
     assert observe_main(["--import-otel", str(_file(tmp_path, lines)), "--out", str(out)]) == 2
     assert not out.exists()
+
+
+def test_one_record_at_a_time(tmp_path, capsys):
+    spans = str(_file(tmp_path, LINES))
+    with pytest.raises(SystemExit) as stop:  # argparse's usage error
+        observe_main(["--import-otel", spans, "--import-bench", spans, "--out", str(tmp_path)])
+    assert stop.value.code == 2 and "not allowed with argument" in capsys.readouterr().err

@@ -204,15 +204,16 @@ def _parser():
     p.add_argument("--out", type=Path, default=Path("outputs/observe"))
     p.add_argument("--model-dir", type=Path, default=None,
                    help="where the random-weight model lives (default: OUT/model)")
-    p.add_argument("--import-bench", type=Path, default=None, metavar="RESULT.json",
-                   help="instead of running an engine, import a `vllm bench serve --save-result "
-                        "--save-detailed` file: OUT/requests.parquet, OUT/trace.csv, "
-                        "OUT/bench.json")
-    p.add_argument("--import-otel", type=Path, default=None, metavar="SPANS.json",
-                   help="instead of running an engine, import the llm_request spans a vLLM "
-                        "server exported with --otlp-traces-endpoint (OTLP JSON, as a "
-                        "Collector's file exporter writes it): OUT/requests.parquet, "
-                        "OUT/trace.csv, OUT/otel.json")
+    record = p.add_mutually_exclusive_group()  # a production run's record instead of a run
+    record.add_argument("--import-bench", type=Path, default=None, metavar="RESULT.json",
+                        help="instead of running an engine, import a `vllm bench serve "
+                             "--save-result --save-detailed` file: OUT/requests.parquet, "
+                             "OUT/trace.csv, OUT/bench.json")
+    record.add_argument("--import-otel", type=Path, default=None, metavar="SPANS.json",
+                        help="instead of running an engine, import the llm_request spans a "
+                             "vLLM server exported with --otlp-traces-endpoint (OTLP JSON, as "
+                             "a Collector's file exporter writes it): OUT/requests.parquet, "
+                             "OUT/trace.csv, OUT/otel.json")
     return p
 
 
@@ -223,11 +224,11 @@ def main(argv: list[str]) -> int:
     import pandas as pd
 
     args = _parser().parse_args(argv)
-    record = ("bench", args.import_bench) if args.import_bench is not None else (
-        ("otel", args.import_otel) if args.import_otel is not None else None)
-    if record is not None:  # a production run's record: no engine, no vLLM needed
+    records = {"bench": args.import_bench, "otel": args.import_otel}
+    fmt = next((f for f, path in records.items() if path is not None), None)
+    if fmt is not None:  # a production run's record: no engine, no vLLM needed
         try:
-            print(record_import.write_import(record[1], args.out, record[0]))
+            print(record_import.write_import(records[fmt], args.out, fmt))
         except (ServetuneError, OSError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
