@@ -24,12 +24,12 @@ output length is unknown. The server reports no preemptions; the column is absen
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 
 from servetune.errors import TraceError
+from servetune.validate.record_columns import non_negative, request_columns
 
 LISTS = ("start_times", "input_lens", "output_lens", "ttfts", "latencies", "errors")
 ABOUT = ("date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate",
@@ -64,9 +64,7 @@ def _column(data: dict, key: str, n: int, path: Path, *, integer: bool = False) 
         raise TraceError(f"{path}: {key}: {got}; expected a list of {n} (one per request, as "
                          f"start_times)")
     for i, v in enumerate(values):
-        ok = (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-              and v >= 0 and (not integer or float(v).is_integer()))
-        if not ok:
+        if not non_negative(v, integer):
             kind = "a whole number" if integer else "a number"
             raise TraceError(f"{path}: {key}[{i}]: got {v!r}; expected {kind} >= 0")
     return np.asarray(values, np.int64 if integer else np.float64)
@@ -99,17 +97,6 @@ def load_bench_result(path: str | Path) -> dict:
     arrival_abs = sent - queued
     t0 = float(arrival_abs.min())
     arrival, send = arrival_abs - t0, sent - t0
-    first = np.where(ok, send + ttft, np.nan)
-    finish = np.where(ok, send + latency, np.nan)
-    tpot = np.where(ok & (output > 1), (finish - first) / np.maximum(output - 1, 1), np.nan)
-    order = np.argsort(arrival, kind="stable")
-    requests = {"request": np.arange(n), "arrival_s": arrival, "prompt_tokens": prompt,
-                "output_tokens": output, "first_token_s": first, "finish_s": finish,
-                "output_tokens_delivered": np.where(ok, output, 0),
-                "end_state": np.where(ok, "completed", "failed"), "ttft_s": first - arrival,
-                "tpot_s": tpot, "e2e_s": finish - arrival}
-    keep = order[ok[order] & (output[order] > 0)]
-    trace = {"arrival_s": arrival[keep], "prompt_tokens": prompt[keep],
-             "output_tokens": output[keep]}
+    requests, trace = request_columns(arrival, prompt, output, send + ttft, send + latency, ok)
     about = {k: data[k] for k in ABOUT if k in data}
     return {"requests": requests, "trace": trace, "about": about}

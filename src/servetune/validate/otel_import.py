@@ -6,7 +6,7 @@ vLLM ends each request with one span named `llm_request` whose start time is the
 arrival at the engine and whose attributes (vllm/tracing.py, `SpanAttributes`) give, in
 seconds and tokens: `gen_ai.usage.prompt_tokens`, `gen_ai.usage.completion_tokens`,
 `gen_ai.latency.time_to_first_token`, `gen_ai.latency.e2e` and, where recorded,
-`gen_ai.latency.time_in_queue` (waiting in the scheduler) and `gen_ai.request.id`.
+`gen_ai.latency.time_in_queue` (waiting in the scheduler).
 
 The file is OTLP JSON as an OpenTelemetry Collector's `file` exporter writes it: one
 `{"resourceSpans": [{"scopeSpans": [{"spans": [...]}]}]}` object per line (or one object for
@@ -20,17 +20,17 @@ carries no usage: it is refused, naming the span, rather than guessed.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 
 from servetune.errors import TraceError
+from servetune.validate.record_columns import non_negative, request_columns
 
 SPAN = "llm_request"
 PROMPT, OUTPUT = "gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens"
 TTFT, E2E = "gen_ai.latency.time_to_first_token", "gen_ai.latency.e2e"
-QUEUE, REQUEST_ID = "gen_ai.latency.time_in_queue", "gen_ai.request.id"
+QUEUE = "gen_ai.latency.time_in_queue"
 REQUIRED = (PROMPT, OUTPUT, TTFT, E2E)
 
 
@@ -104,16 +104,14 @@ def _request(where: str, span: dict) -> dict:
     except (KeyError, TypeError, ValueError):
         raise TraceError(f"{where}: startTimeUnixNano: expected the arrival time in "
                          f"nanoseconds since the epoch") from None
-    row = {"arrival": start, "id": attrs.get(REQUEST_ID)}
+    row = {"arrival": start}
     for key, name, whole in ((PROMPT, "prompt", True), (OUTPUT, "output", True),
                              (TTFT, "ttft", False), (E2E, "e2e", False), (QUEUE, "queue", False)):
         v = attrs.get(key)
         if v is None:  # only the queue time is optional
             row[name] = np.nan
             continue
-        ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-              and v >= 0 and (not whole or float(v).is_integer()))
-        if not ok:
+        if not non_negative(v, whole):
             kind = "a whole number" if whole else "seconds"
             raise TraceError(f"{where}: {key}: got {v!r}; expected {kind} >= 0")
         row[name] = v
@@ -139,14 +137,7 @@ def load_otel_spans(path: str | Path) -> dict:
     prompt = np.array([r["prompt"] for r in rows], np.int64)
     output = np.array([r["output"] for r in rows], np.int64)
     ttft, e2e = np.array([r["ttft"] for r in rows]), np.array([r["e2e"] for r in rows])
-    first, finish = arrival + ttft, arrival + e2e
-    tpot = np.where(output > 1, (e2e - ttft) / np.maximum(output - 1, 1), np.nan)
-    requests = {"request": np.arange(len(rows)), "arrival_s": arrival, "prompt_tokens": prompt,
-                "output_tokens": output, "first_token_s": first, "finish_s": finish,
-                "output_tokens_delivered": output,
-                "end_state": np.full(len(rows), "completed"), "ttft_s": ttft, "tpot_s": tpot,
-                "e2e_s": e2e, "queue_s": np.array([r["queue"] for r in rows])}
-    keep = output > 0
-    trace = {"arrival_s": arrival[keep], "prompt_tokens": prompt[keep],
-             "output_tokens": output[keep]}
+    requests, trace = request_columns(arrival, prompt, output, arrival + ttft, arrival + e2e,
+                                      np.ones(len(rows), bool))
+    requests["queue_s"] = np.array([r["queue"] for r in rows])
     return {"requests": requests, "trace": trace, "about": {"spans": len(rows)}}
