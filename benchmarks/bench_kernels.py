@@ -198,11 +198,15 @@ def _compiler_options() -> dict:
     return dict(getattr(ops, "COMPILER_OPTIONS", {}))
 
 
-def measure(what: str) -> dict:
-    """One measurement in this process (this tree): `kernels` or `speed`."""
+BASE = ["output.progress=false", "model=llama3_8b", "hardware=h100", "policy=vllm_default"]
+
+
+def _one_scenario_loop(overrides: list[str]):
+    """(compiled run_chunk, a function giving a fresh initial state, workload, params) of one
+    scenario of BASE + overrides, compiled as the tree compiles its simulator."""
     import jax
 
-    from servetune.api import compose, simulate_batch
+    from servetune.api import compose
     from servetune.scenario import build
 
     try:
@@ -210,25 +214,33 @@ def measure(what: str) -> dict:
     except ImportError:  # a tree from before the loop/driver split (a baseline)
         from servetune.simulate import init_state, run_chunk
 
-    base = ["output.progress=false", "model=llama3_8b", "hardware=h100", "policy=vllm_default"]
+    sc = build(compose(BASE + overrides))
+    one = lambda t: jax.tree.map(lambda x: x[0], t)
+    wl, params = one(sc.workloads), one(sc.params)
+    fresh = lambda: init_state(wl, params, sc.engine)
+    compiled = jax.jit(run_chunk, static_argnames=("cfg",)).lower(
+        fresh(), wl, params, cfg=sc.engine).compile(_compiler_options())
+    return compiled, fresh, wl, params
+
+
+def measure(what: str) -> dict:
+    """One measurement in this process (this tree): `kernels` or `speed`."""
+    from servetune.api import compose, simulate_batch
+    from servetune.scenario import build
+
     if what in ("kernels", "by_source"):
         out = {}
         for name, overrides in CONFIGS.items():
             if what == "by_source" and name != "default":
                 continue
-            sc = build(compose(base + ["workload.duration_s=30", *overrides]))
-            one = lambda t: jax.tree.map(lambda x: x[0], t)
-            wl, params = one(sc.workloads), one(sc.params)
-            state = init_state(wl, params, sc.engine)
-            hlo = jax.jit(run_chunk, static_argnames=("cfg",)).lower(
-                state, wl, params, cfg=sc.engine).compile(_compiler_options()).as_text()
+            hlo = _one_scenario_loop(["workload.duration_s=30", *overrides])[0].as_text()
             out[name] = loop_body_kernels(hlo) if what == "kernels" else kernels_by_source(hlo)
         return out
     runs = {"azure_conv_hour": ["workload=azure_conv", "workload.duration_s=null"],
             "poisson_10k": ["workload=poisson", "workload.rate=10", "workload.duration_s=1000"]}
     out = {}
     for name, overrides in runs.items():
-        sc = build(compose(base + overrides))
+        sc = build(compose(BASE + overrides))
         simulate_batch(sc)  # compile
         times = []
         for _ in range(3):  # the fastest of three: load on a shared machine only adds time
@@ -250,19 +262,9 @@ def profile(duration_s: float = 120.0) -> tuple[int, dict, int]:
 
     import jax
 
-    from servetune.api import compose
-    from servetune.loop import init_state, run_chunk
-    from servetune.scenario import build
-
-    sc = build(compose(["output.progress=false", "model=llama3_8b", "hardware=h100",
-                        "policy=vllm_default", f"workload.duration_s={duration_s}"]))
-    one = lambda t: jax.tree.map(lambda x: x[0], t)
-    wl, params = one(sc.workloads), one(sc.params)
-    compiled = jax.jit(run_chunk, static_argnames=("cfg",)).lower(
-        init_state(wl, params, sc.engine), wl, params, cfg=sc.engine).compile(
-        _compiler_options())
-    jax.block_until_ready(compiled(init_state(wl, params, sc.engine), wl, params))  # warm
-    state = init_state(wl, params, sc.engine)
+    compiled, fresh, wl, params = _one_scenario_loop([f"workload.duration_s={duration_s}"])
+    jax.block_until_ready(compiled(fresh(), wl, params))  # warm
+    state = fresh()
     with tempfile.TemporaryDirectory() as tmp:
         jax.profiler.start_trace(tmp, create_perfetto_trace=True)
         jax.block_until_ready(compiled(state, wl, params))
