@@ -102,6 +102,11 @@ def weight_bytes(model: ModelSpec, weight_bits: int) -> float:
     return model.params * weight_bits / 8.0
 
 
+# KV blocks of one instance: block counts are int32 on device, and sums of a few of them (the
+# watermark's kv + 1, free + held) must not wrap around.
+MAX_KV_BLOCKS = 1 << 30
+
+
 def kv_capacity_blocks(
     gpu: GPUSpec,
     model: ModelSpec,
@@ -121,8 +126,8 @@ def kv_capacity_blocks(
     memory = tp x gpu memory x utilization; KV = memory - weights - tp x reserve.
     extra_*: what a second model on the same GPUs (a speculative draft) adds: its weights, and
     its KV bytes per token (each block then holds both models' KV of its tokens).
-    Raises ConfigError when the weights do not fit, or when one max_model_len sequence does not
-    (as vLLM refuses to start in that case).
+    Raises ConfigError when the weights do not fit, when one max_model_len sequence does not
+    (as vLLM refuses to start in that case), or when there would be more than MAX_KV_BLOCKS.
     """
     for key, bits in (("model.weight_bits", weight_bits), ("model.kv_bits", kv_bits)):
         if bits not in _BITS:
@@ -150,6 +155,13 @@ def kv_capacity_blocks(
         )
     per_token = kv_bytes_per_token(model, kv_bits) + extra_kv_bytes_per_token
     blocks = int(kv_memory // (block_size * per_token))
+    if blocks > MAX_KV_BLOCKS:
+        raise ConfigError(
+            f"engine.block_size: {tp} x {gpu.name} ({gpu.memory_bytes / GIB:.4g} GiB each) would "
+            f"hold {blocks} KV blocks of {block_size} tokens; the simulator counts blocks in "
+            f"int32 and allows at most {MAX_KV_BLOCKS}; raise engine.block_size or lower "
+            f"engine.gpu_memory_utilization or the hardware's memory"
+        )
     needed = -(-max_model_len // block_size)
     if blocks < needed:
         raise ConfigError(

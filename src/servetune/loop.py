@@ -43,7 +43,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         prompt=full(0, jnp.int32), output=full(0, jnp.int32), predicted=full(0.0, jnp.float64),
         computed=full(0, jnp.int32), generated=full(0, jnp.int32), blocks=full(0, jnp.int32),
         preempted=full(0, jnp.int32) > 0, n_preempt=full(0, jnp.int32),
-        tokens_computed=full(0, jnp.int32), first_token=full(jnp.nan, jnp.float64),
+        tokens_computed=full(0, jnp.int64), first_token=full(jnp.nan, jnp.float64),
         last_emit=full(jnp.nan, jnp.float64), finish=full(jnp.nan, jnp.float64),
         end_state=full(-1, jnp.int32), give_up_at=full(jnp.inf, jnp.float64),
         give_up_state=full(-1, jnp.int32), spec_alpha=full(0.0, jnp.float64),

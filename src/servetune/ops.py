@@ -34,19 +34,25 @@ def _upper(n: int, strict: bool) -> np.ndarray:
 
 
 def cumsum(x, dtype=None):
-    """Inclusive prefix sum along the last axis (dtype: of x, int32 for booleans, or `dtype`).
+    """Inclusive prefix sum along the last axis.
+
+    dtype: `dtype` when given; int32 for booleans (counts of at most the array's length);
+    int64 for other integers, so that a running total of token or block counts (each up to
+    int32's range, over up to 2**20 entries) cannot wrap around; floats keep theirs.
 
     Integers: a two-level product with 0/1 triangular matrices in float64 (a prefix sum within
     blocks of 32, then the blocks' running offsets): three kernels instead of the ~20 of a
-    log-depth scan, and exact while the partial sums stay below 2**53 in magnitude (token and
-    block counts here are far below). Floats (and short arrays): an associative scan, the same
-    rounding as before.
+    log-depth scan, and exact while the partial sums stay below 2**53 in magnitude (2**20
+    entries of 2**31 each stay below 2**51). Floats (and short arrays): an associative scan,
+    the same rounding as before.
     """
     x = jnp.asarray(x)
     if dtype is not None:
         x = x.astype(dtype)
     elif x.dtype == jnp.bool_:
         x = x.astype(jnp.int32)
+    elif jnp.issubdtype(x.dtype, jnp.integer):
+        x = x.astype(jnp.int64)
     n = x.shape[-1]
     if not jnp.issubdtype(x.dtype, jnp.integer) or n < 2 * _BLOCK:
         return jax.lax.associative_scan(jnp.add, x, axis=x.ndim - 1)

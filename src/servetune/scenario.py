@@ -440,8 +440,8 @@ def _cost_section(cfg: DictConfig, hw: _Hardware):
             per_prefill_token_s=seconds("cost.per_prefill_token_s"),
             per_decode_seq_s=seconds("cost.per_decode_seq_s"),
             per_ctx_token_s=seconds("cost.per_ctx_token_s"),
-            kv_blocks=settings.number(cfg, "cost.kv_blocks", lo=1, hi=MAX_INT32, integer=True,
-                                      default=kv_blocks))
+            kv_blocks=settings.number(cfg, "cost.kv_blocks", lo=1, hi=hardware.MAX_KV_BLOCKS,
+                                      integer=True, default=kv_blocks))
         # (a null cost.kv_blocks means: from hardware and model memory)
         kv_blocks = int(cost.kv_blocks)
     else:

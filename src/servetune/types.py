@@ -336,7 +336,8 @@ class Entries:
     blocks: jnp.ndarray  # [A] i32 KV blocks held
     preempted: jnp.ndarray  # [A] bool waiting after a preemption (head of the queue)
     n_preempt: jnp.ndarray  # [A] i32 times preempted
-    tokens_computed: jnp.ndarray  # [A] i32 tokens computed, recomputation included
+    tokens_computed: jnp.ndarray  # [A] i64 tokens computed, recomputation included (each pass
+    # can be max_model_len tokens: int64, so that many preemptions cannot wrap it)
     first_token: jnp.ndarray  # [A] f64 time of the first output token (nan before)
     last_emit: jnp.ndarray  # [A] f64 time of the latest output token (nan before)
     finish: jnp.ndarray  # [A] f64 time the request ended (nan before)
@@ -369,7 +370,7 @@ class Outbox:
     finish: jnp.ndarray  # [R] f64 end time (seconds)
     generated: jnp.ndarray  # [R] i32 output tokens delivered
     n_preempt: jnp.ndarray  # [R] i32 preemptions
-    tokens_computed: jnp.ndarray  # [R] i32 tokens computed for the request
+    tokens_computed: jnp.ndarray  # [R] i64 tokens computed for the request
     kv_ratio: jnp.ndarray  # [R] f64 KV compression factor it ended with (1 = never compressed)
     count: jnp.ndarray  # [] i32 valid records
     tier: jnp.ndarray | None = None  # [R] i32 cascade tier (model cascade only, else None)

@@ -73,3 +73,18 @@ def test_the_queue_caps_each_see_the_arrivals_let_in_before_them():
         out, _, _, _, rejected = _take(e, 1.0, p=params({key: cap}))
         assert column(out, "status", 4)[1:] == statuses, key
         assert rejected == statuses.count(DONE), key
+
+
+def test_the_queued_token_cap_counts_past_int32_without_wrapping():
+    # 300 arrivals of 10^7 prompt tokens (the loader's largest) against a cap of 2.5e9 tokens:
+    # the running total passes 2**31 at the 215th; a wrapped int32 total would turn negative
+    # there and let every later one in. Exactly 250 get in (250 x 10^7 = 2.5e9 is refused).
+    cfg = config(max_slots=4, queue_window=300, max_model_len=2**31 - 1)
+    rows = [(0.0, 10**7, 4)] * 300
+    a = np.asarray(rows, np.float64)
+    trace = RequestTrace("t", a[:, 0], a[:, 1].astype(np.int32), a[:, 2].astype(np.int32))
+    wl = jax.tree.map(lambda x: x[0], stack_workloads([trace], [trace.output * 1.0], 100.0, cfg))
+    p = params({"max_num_queued_tokens": 2.5e9}, kv_blocks=2**30)
+    out, _, _, arrived, rejected = take_arrivals(entries(cfg, []), 0.0, 0, wl, p, cfg, None)
+    assert (int(arrived), int(rejected)) == (300, 50)
+    assert column(out, "status", 300) == [WAITING] * 250 + [DONE] * 50

@@ -16,13 +16,23 @@ RNG = np.random.default_rng(7)
 def test_integer_prefix_sums_are_exact_on_both_sides_of_the_block_form(n):
     x = RNG.integers(-5_000, 5_000, size=(3, n)).astype(np.int32)
     got = ops.cumsum(jnp.asarray(x))
-    assert got.dtype == jnp.int32 and np.array_equal(got, np.cumsum(x, axis=-1))
+    assert got.dtype == jnp.int64 and np.array_equal(got, np.cumsum(x, axis=-1))
     assert np.array_equal(ops.exclusive_cumsum(jnp.asarray(x)), np.cumsum(x, axis=-1) - x)
 
 
 def test_large_token_counts_stay_exact_below_2_to_the_53():
     x = np.full(200, 2**31 // 256, np.int64)  # partial sums far beyond float32's 24 bits
     assert np.array_equal(ops.cumsum(jnp.asarray(x)), np.cumsum(x))
+
+
+@pytest.mark.parametrize("n", [10, 300])  # the associative scan and the block form
+def test_int32_token_counts_sum_past_int32_without_wrapping(n):
+    # prompts of 10^7 tokens (the trace loader's largest): 215 of them pass 2**31
+    x = np.full(n, 10**7, np.int32)
+    x[-1] = 2**31 - 1
+    got = ops.cumsum(jnp.asarray(x))
+    assert got.dtype == jnp.int64 and np.array_equal(got, np.cumsum(x.astype(np.int64)))
+    assert got[-1] > 2**31 and (ops.exclusive_cumsum(jnp.asarray(x)) >= 0).all()
 
 
 def test_booleans_count_as_int32_and_floats_keep_their_dtype():

@@ -48,3 +48,14 @@ def test_the_footprint_is_prompt_plus_predicted_output_capped_at_max_model_len()
         {"prompt": 10, "output": 20, "predicted": 3e9},  # beyond int32: still 16, not wrapped
     ])
     assert footprint(e, CFG).tolist()[:4] == [4, 5, 16, 16]
+
+
+def test_the_footprint_cannot_wrap_whatever_max_model_len_is():
+    # max_model_len at int32's largest: prompt + a prediction clipped at max_model_len alone
+    # would pass 2**31; the prediction is clipped to the room the prompt leaves
+    cfg = config(max_model_len=2**31 - 1, block_size=16)
+    e = entries(cfg, [{"prompt": 10**7, "output": 20, "predicted": 3e9},
+                      {"prompt": 10**7, "output": 20, "predicted": 1e300},
+                      {"prompt": 10**7, "output": 20, "predicted": 2**31 - 10**7 - 1.0}])
+    whole = -(-(2**31 - 1) // 16)  # blocks of a max_model_len sequence
+    assert footprint(e, cfg).tolist()[:3] == [whole] * 3

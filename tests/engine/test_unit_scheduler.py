@@ -426,3 +426,15 @@ def test_empty_entries_schedule_nothing():
     assert not np.asarray(batch.tokens).any() and not np.asarray(batch.preempted).any()
     assert column(out, "status", n) == column(e, "status", n)
     assert column(out, "qkey", n) == column(e, "qkey", n) and not bool(batch.slot_bound)
+
+
+def test_whole_prompt_admission_counts_tokens_past_int32_without_wrapping():
+    # 250 waiting prompts of 10^7 tokens (the trace loader's largest) against a budget of
+    # max_model_len = 2**31 - 1 tokens: 214 fit (2.14e9); the running total of the 215th,
+    # 2.15e9, would wrap negative in int32 and let it and those after it in
+    cfg = config(chunked_prefill=False, max_slots=256, queue_window=256, block_size=16,
+                 max_model_len=2**31 - 1)
+    e = entries(cfg, [_waiting(10**7)] * 250)
+    out, batch, _ = _schedule(e, params({"max_num_seqs": 1024}, kv_blocks=2**30), cfg)
+    assert column(batch, "tokens", 250) == [10**7] * 214 + [0] * 36
+    assert column(out, "status", 250) == [RUNNING] * 214 + [WAITING] * 36

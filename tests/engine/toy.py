@@ -48,6 +48,7 @@ _EMPTY = {"req": -1, "status": EMPTY, "arrival": np.nan, "prompt": 0, "output": 
 _DTYPE = {f.name: (jnp.float64 if isinstance(_EMPTY[f.name], float) else
                    jnp.bool_ if isinstance(_EMPTY[f.name], bool) else jnp.int32)
           for f in dataclasses.fields(Entries) if f.name in _EMPTY}
+_DTYPE["tokens_computed"] = jnp.int64  # a running total over recomputations (types.Entries)
 _OPTIONAL = {f.name for f in dataclasses.fields(Entries)} - set(_EMPTY)
 _SUBSTATES = {"prefix": PrefixRefs, "relaxed": RelaxTape, "swap": SwapTape,
               "cascade": CascadeEntries}

@@ -1,9 +1,12 @@
 """Catalog, memory -> KV capacity, and the roofline step time against hand computation."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from servetune import hardware as hw
+from servetune.errors import ConfigError
 
 H100, L8B = hw.GPUS["h100"], hw.MODELS["llama3_8b"]
 KW = {"block_size": 16, "gpu_memory_utilization": 0.9, "activation_reserve_gib": 2.0, "max_model_len": 8192}
@@ -32,6 +35,16 @@ def test_quantization_frees_memory_for_kv():
 def test_tensor_parallel_adds_memory():
     one, two = blocks(), blocks(tp=2)
     assert two > 2 * one  # the weights are paid for once
+
+
+def test_more_kv_blocks_than_int32_arithmetic_allows_is_a_config_error():
+    # a GPU of 10^6 GiB at one token per block: ~8e9 blocks, past MAX_KV_BLOCKS (2**30), where
+    # the engine's sums of block counts (free + held, the watermark's total + 1) could wrap
+    huge = dataclasses.replace(H100, memory_bytes=1e6 * hw.GIB)
+    with pytest.raises(ConfigError, match=r"^engine\.block_size: .* at most 1073741824"):
+        hw.kv_capacity_blocks(huge, L8B, tp=1, weight_bits=16, kv_bits=16,
+                              **{**KW, "block_size": 1})
+    assert blocks(huge) <= hw.MAX_KV_BLOCKS  # 16-token blocks: 4.8e8, allowed
 
 
 def _params(**kw):

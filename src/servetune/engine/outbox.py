@@ -41,7 +41,7 @@ RECORDS = (
     RecordField("finish", jnp.float64, float("nan")),  # seconds
     RecordField("generated", jnp.int32, 0),  # output tokens delivered
     RecordField("n_preempt", jnp.int32, 0),
-    RecordField("tokens_computed", jnp.int32, 0),  # recomputation included
+    RecordField("tokens_computed", jnp.int64, 0),  # recomputation included
     RecordField("kv_ratio", jnp.float64, 1.0),  # KV compression it ended with (1 = none)
     RecordField("tier", jnp.int32, -1, only="cascade"),  # cascade tier (-1: never routed)
     # the relaxed engines' tapes, read by grad/pathwise.py only

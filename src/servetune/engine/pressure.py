@@ -60,8 +60,10 @@ def compress_tail(e: Entries, running, alloc, grow, held, free, compress_ratio, 
 def footprint(e: Entries, cfg: EngineConfig):
     """[A] KV blocks a request is predicted to hold at its end: prompt + predicted output
     (at least what it holds already, plus its next token), at most max_model_len tokens (the
-    length cap stops it there; the cap also keeps a huge prediction from overflowing int32)."""
+    length cap stops it there). The prediction is clipped to the room the prompt leaves below
+    the cap before it becomes an integer, so that neither a huge prediction nor the sum with
+    the prompt can overflow int32, whatever max_model_len (up to int32's range) is."""
     cap = cfg.max_model_len
-    predicted = jnp.ceil(jnp.clip(e.predicted, 0, cap)).astype(jnp.int32)
+    predicted = jnp.ceil(jnp.clip(e.predicted, 0, cap - e.prompt)).astype(jnp.int32)
     total = jnp.minimum(e.prompt + jnp.maximum(predicted, e.generated + 1), cap)
     return blocks_for(total, cfg, ratio(e, cfg))
