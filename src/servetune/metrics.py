@@ -133,8 +133,8 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float
     c = table[table["counted"]]
     state = c["end_state"].to_numpy()
     done = c[state == END_STATE_NAMES[COMPLETED]]
-    # throughput: completions inside the window, whoever arrived when -- the service rate, which
-    # a backlogged engine cannot raise by finishing its queue during the drain
+    # service rate: completions inside the window, whoever arrived when -- which a backlogged
+    # engine cannot raise by finishing its queue during the drain
     fin = table["finish_s"].to_numpy()
     in_window = ((table["end_state"] == END_STATE_NAMES[COMPLETED]).to_numpy()
                  & (fin >= warmup_s) & (fin <= warmup_s + window_s))
@@ -162,9 +162,12 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float
     m.update(_stats("tpot", done["tpot_s"].to_numpy()))
     m.update(_stats("e2e", done["e2e_s"].to_numpy()))
     m.update({
-        "throughput_rps": float(in_window.sum()) / window_s,
-        "output_tokens_per_s": float(table["output_tokens"].to_numpy()[in_window].sum()) / window_s,
+        # throughput and goodput count one population, the counted requests, over one window
+        # (as vllm bench serve's request_throughput and request_goodput): goodput <= throughput
+        "throughput_rps": len(done) / window_s,
+        "output_tokens_per_s": float(done["output_tokens_delivered"].sum()) / window_s,
         "goodput_rps": len(q) / window_s,
+        "service_rate_rps": float(in_window.sum()) / window_s,
         "slo_attainment": len(q) / n if n else float("nan"),
         "useful_tokens": useful,
         "useful_tokens_per_dollar": useful / cost_usd if cost_usd > 0 else float("nan"),
@@ -193,17 +196,20 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
                     table: pd.DataFrame | None = None) -> dict:
     """Aggregate metrics over the measurement window (arrivals from warm-up to the last arrival).
 
-    Rates are per second of the window; throughput counts the completions that fall inside it
-    (the service rate), goodput the counted requests that qualify. Cost is the GPUs provisioned
-    from the warm-up's end until the simulation ends (the drain that finishes counted requests
-    is paid for): price x GPUs x hours. Utilization is busy time over the whole simulated time.
-    ITL pools every inter-token gap of the run (warm-up included), from a histogram.
-    Utilization = busy time / simulated time; wasted_token_ratio = tokens computed for requests
+    Rates are per second of the window. Throughput counts the counted requests that completed,
+    goodput those of them that qualify (so goodput <= throughput); output_tokens_per_s is the
+    output of the completed counted requests; service_rate_rps counts the completions that fall
+    inside the window whoever arrived when (what a backlogged engine sustains). Cost is the
+    GPUs provisioned from the warm-up's end until the simulation ends (the drain that finishes
+    counted requests is paid for): price x GPUs x hours. busy_fraction is the time an instance
+    spends in iterations over the simulated time (not model FLOPs utilization: a busy engine
+    can be memory-bound at a few percent of peak). ITL pools every inter-token gap of the run
+    (warm-up included), from a histogram. wasted_token_ratio = tokens computed for requests
     that did not qualify, plus recomputation of those that did, over all tokens computed.
 
     Not-a-number only where a metric is undefined (see ALWAYS_FINITE for the ones that never
     are): TTFT/TPOT/E2E statistics with no completed counted request (TPOT also when every
-    completion has one output token), ITL statistics with no inter-token gap, utilization and
+    completion has one output token), ITL statistics with no inter-token gap, busy_fraction and
     mean_in_system when no simulated time passed, useful_tokens_per_dollar when the cost is 0
     (a price of 0), slo_attainment with no counted request, quality_failure_rate with no
     completed counted request, spec_acceptance_rate and spec_tokens_per_pass without a draft
@@ -234,7 +240,7 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "itl_p90_s": histogram.quantile(hist, 0.9), "itl_p99_s": histogram.quantile(hist, 0.99),
         "cost_usd": cost_usd,
         # busy time over provisioned instance time (averaged over instances)
-        "utilization": (float(np.sum(st["busy_s"])) / (sim_s * np.size(st["busy_s"]))
+        "busy_fraction": (float(np.sum(st["busy_s"])) / (sim_s * np.size(st["busy_s"]))
                         if sim_s > 0 else float("nan")),
         "wasted_token_ratio": float(wasted / computed.sum()) if computed.sum() > 0 else 0.0,
         # useful output per unit of compute: useful tokens / tokens computed (all requests)
@@ -314,6 +320,7 @@ def _by_class(trace: RequestTrace, table: pd.DataFrame, window_s: float, cost_us
 # Metrics that are finite in every run; a NaN or inf here means the simulation went wrong (e.g.
 # a clock that overflowed), and is raised rather than reported.
 ALWAYS_FINITE = ("offered_rps", "throughput_rps", "output_tokens_per_s", "goodput_rps",
+                 "service_rate_rps",
                  "useful_tokens", "cost_usd", "wasted_token_ratio", "kv_peak_occupancy",
                  "sim_duration_s", "provisioned_s", "window_s", "goodput_lost_to_quality_rps",
                  "useful_tokens_lost_to_quality")

@@ -6,7 +6,7 @@ import sys
 
 import pandas as pd
 
-KEYS = ["n_requests", "offered_rps", "n_completed", "n_rejected", "n_cancelled", "n_expired", "n_outstanding", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_mean_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "throughput_rps", "output_tokens_per_s", "goodput_rps", "slo_attainment", "useful_tokens_per_dollar", "cost_usd", "cost_per_qualifying_request_usd", "utilization", "wasted_token_ratio", "kv_peak_occupancy", "preemptions", "sim_duration_s", "by_class"]
+KEYS = ["n_requests", "offered_rps", "n_completed", "n_rejected", "n_cancelled", "n_expired", "n_outstanding", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_mean_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "throughput_rps", "output_tokens_per_s", "goodput_rps", "slo_attainment", "useful_tokens_per_dollar", "cost_usd", "cost_per_qualifying_request_usd", "busy_fraction", "wasted_token_ratio", "kv_peak_occupancy", "preemptions", "sim_duration_s", "by_class"]
 
 
 def _run(tmp_path, *overrides):

@@ -120,7 +120,7 @@ def test_cost_counts_every_instance(bursty_azure):
     m = metrics[0]
     assert m["cost_usd"] == pytest.approx(
         sc.metrics.price_per_gpu_hour * 4 * m["provisioned_s"] / 3600.0)
-    assert 0 < m["utilization"] <= 1.0
+    assert 0 < m["busy_fraction"] <= 1.0
 
 
 def test_bad_routing_config_names_the_key():

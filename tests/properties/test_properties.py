@@ -213,6 +213,9 @@ def check(cfg, tr, d, res):
     counts = ("n_completed", "n_rejected", "n_cancelled", "n_expired", "n_outstanding")
     assert sum(m[k] for k in counts) == m["n_requests"] == n
     assert m["n_completed"] == int(done.sum()) and m["n_rejected"] == int(rejected.sum())
+    # goodput and throughput count one population over one window
+    assert m["goodput_rps"] <= m["throughput_rps"] <= m["offered_rps"]
+    assert m["useful_tokens"] / m["window_s"] <= m["output_tokens_per_s"] * (1 + 1e-12)
     _check_documented_nan(m, tr, res, done)
     for c in m["by_class"].values():
         assert sum(c[k] for k in ("n_completed", "n_rejected", "n_outstanding")) <= c["n_requests"]
@@ -226,7 +229,7 @@ def _check_documented_nan(m: dict, tr, res, done) -> None:
     allowed = {  # metric prefix -> the condition under which it is undefined
         "ttft_": not done.any(), "e2e_": not done.any(), "tpot_": not multi.any(),
         "itl_": True,  # any gap at all (also from unfinished requests) makes it finite
-        "utilization": res.clock_s == 0, "mean_in_system": res.clock_s == 0,
+        "busy_fraction": res.clock_s == 0, "mean_in_system": res.clock_s == 0,
         "useful_tokens_per_dollar": m["cost_usd"] == 0,
         "slo_attainment": m["n_requests"] == 0, "quality_failure_rate": not done.any(),
         # speculation metrics: undefined without a draft pass
