@@ -45,7 +45,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
-import json
 import math
 import time
 from pathlib import Path
@@ -61,6 +60,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from servetune import hardware, settings
 from servetune.errors import ConfigError, TraceError, exit_on_user_error
+from servetune.files import write_json, write_text
 from servetune.workload import read_text
 
 REQUIRED = ("prefill_tokens", "decode_seqs", "ctx_tokens", "seconds")
@@ -609,10 +609,10 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
         lb = result.labels
         comment += (f"# Fitted for {lb['model']} ({lb['weight_bits']}-bit weights, "
                     f"{lb['kv_bits']}-bit KV) on {lb['tp']} x {lb['gpu']}.\n")
-    (out / "calibrated.yaml").write_text(comment + OmegaConf.to_yaml(OmegaConf.create(doc)))
+    write_text(out / "calibrated.yaml", comment + OmegaConf.to_yaml(OmegaConf.create(doc)))
     metrics = dict(result.metrics(), source=str(path), wall_s=wall,
                    attn_work_approximated=bool(table.attrs.get("attn_work_approximated")))
-    (out / "calibration.json").write_text(json.dumps(metrics, indent=2, default=_plain))
+    write_json(out / "calibration.json", metrics)
     _print_result(result, kwargs.get("start", {}), path.name, console)
     console.print(f"wrote {out}/calibrated.yaml, calibration.json  ({wall:.1f} s)")
     return result

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import sys
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from rich.console import Console
 from servetune.api import simulate_batch
 from servetune.calibrate import calibrate_app
 from servetune.errors import exit_on_user_error
+from servetune.files import write_json, write_text, write_whole
 from servetune.progress import console as progress_console
 from servetune.progress import simulation_progress
 from servetune.reporting.cli import main as report_main
@@ -29,18 +28,6 @@ from servetune.validate.observe import main as observe_main
 from servetune.validate.predict import main as validate_main
 
 COMMANDS = ("simulate", "tune", "calibrate", "report", "golden", "observe", "validate")
-
-
-def _jsonable(obj):
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if hasattr(obj, "item"):
-        return _jsonable(obj.item())
-    return obj
 
 
 def _quiet_jax_logs() -> None:
@@ -63,24 +50,23 @@ def simulate_job(cfg: DictConfig):
                   f"(compiling on first use) ...")
     with simulation_progress(bool(cfg.output.progress), console=console) as progress:
         result = simulate_batch(scenario, progress)
-    (out / "config_resolved.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    write_text(out / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     doc = result.metrics[0] if n == 1 else {"scenarios": [
         {"seed": row["seed"], "grid": pt, "metrics": m}
         for row, pt, m in zip(result.table.to_dict("records"),
                               scenario.grid_points * len(scenario.seeds), result.metrics)]}
     doc = dict(doc, wall_s=result.wall_s)
-    (out / "metrics.json").write_text(json.dumps(_jsonable(doc), indent=2))
-    result.table.to_csv(out / "metrics.csv", index=False)
+    write_json(out / "metrics.json", doc)
+    write_whole(out / "metrics.csv", lambda tmp: result.table.to_csv(tmp, index=False))
     if cfg.output.request_table:
         import pandas as pd
-        frames = []
-        for k, table in enumerate(result.requests):
-            frames.append(table.assign(scenario=k))
-        pd.concat(frames, ignore_index=True).to_parquet(out / "requests.parquet", index=False)
+        requests = pd.concat([table.assign(scenario=k) for k, table in enumerate(result.requests)],
+                             ignore_index=True)
+        write_whole(out / "requests.parquet", lambda tmp: requests.to_parquet(tmp, index=False))
     objective = sweep_objective(cfg, result.metrics)  # after the outputs: a bad key loses none
-    (out / "objective.json").write_text(json.dumps(_jsonable(
-        {"objective": objective, "sweep.objective": OmegaConf.select(cfg, "sweep.objective"),
-         "scenarios": n}), indent=2) + "\n")
+    write_json(out / "objective.json",
+               {"objective": objective, "sweep.objective": OmegaConf.select(cfg, "sweep.objective"),
+                "scenarios": n})
     con = progress_console()
     if n == 1:
         summary(result.metrics[0], scenario.labels, console=con)
@@ -113,7 +99,7 @@ def run_tune(cfg: DictConfig):
     _quiet_jax_logs()
     console = Console()
     out = Path(HydraConfig.get().runtime.output_dir)
-    (out / "config_resolved.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    write_text(out / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     result = tune(cfg, out_dir=out, log=lambda line: console.print(line, highlight=False))
     table = Table(title=f"start vs tuned ({result.scenarios_simulated} scenarios simulated, "
                         f"{result.wall_s:.0f} s)")

@@ -13,6 +13,10 @@ class ConfigError(ServetuneError, ValueError):
     """A config key holds a bad value; the message names the key and what was expected."""
 
 
+class OutputError(ServetuneError):
+    """An output file could not be written; the message names the file and the reason."""
+
+
 class TraceError(ServetuneError, ValueError):
     """A trace file is malformed; the message names the file, the line and what was expected."""
 

@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from servetune import hardware, neural
 from servetune.errors import ConfigError
+from servetune.files import ensure_dir, write_json, write_text
 from servetune.policy import BOUNDS, DEFAULTS, ORDERS
 
 # Tuned keys that are not PolicyParams (none since spec_k became one; kept for engine settings).
@@ -461,7 +462,7 @@ def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine
     into the YAML as comments; `deploy` (`deployment`) pins the simulated engine in the engine
     arguments. Returns {name: path}."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out_dir)
     paths = {name: out_dir / name for name in
              ("tuned_policy.yaml", "vllm_args.json", "sglang_args.json", "unmapped_knobs.json")}
     if values.get(NET_KEY) is not None:  # order neural: score_net.json and priority.py too
@@ -474,12 +475,12 @@ def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine
               + "hydra.searchpath=[file://<dir>] policy=tuned_policy"]
     header += [f"# {k}: {json.dumps(v, default=str)}" for k, v in (extra or {}).items()]
     yaml = OmegaConf.to_yaml(OmegaConf.create(policy_to_config(values, order, engine)))
-    paths["tuned_policy.yaml"].write_text("\n".join(header) + "\n" + yaml)
+    write_text(paths["tuned_policy.yaml"], "\n".join(header) + "\n" + yaml)
 
     def dump(name: str, payload: dict) -> None:
         if extra:
             payload["extra"] = extra
-        paths[name].write_text(json.dumps(payload, indent=2, default=str) + "\n")
+        write_json(paths[name], payload)
 
     v_args = vllm_args(values, engine, order, deploy)
     s_args = sglang_args(values, engine, order, deploy)

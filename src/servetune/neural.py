@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from servetune.errors import ConfigError
+from servetune.files import ensure_dir, write_json, write_text
 from servetune.types import RUNNING, WAITING, Entries, PolicyParams
 
 # (name, unit, scale): the network sees raw / scale. Request features come first, then engine
@@ -252,9 +253,9 @@ def gateway_source(doc: dict) -> str:
 def export_score_net(out_dir: Path, w, linear: dict, ttft_target_s: float) -> dict[str, Path]:
     """Write score_net.json and priority.py into out_dir; returns {name: path}."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out_dir)
     doc = spec(w, linear, ttft_target_s)
     paths = {"score_net.json": out_dir / "score_net.json", "priority.py": out_dir / "priority.py"}
-    paths["score_net.json"].write_text(json.dumps(doc, indent=1) + "\n")
-    paths["priority.py"].write_text(gateway_source(doc))
+    write_json(paths["score_net.json"], doc, indent=1)
+    write_text(paths["priority.py"], gateway_source(doc))
     return paths

@@ -26,6 +26,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from servetune.errors import ServetuneError
+from servetune.files import write_json
+
 # (module, function) of the jitted simulator entry points whose compilations are counted
 JITTED = (("servetune.loop", "run_chunk_batch"), ("servetune.loop", "init_batch"),
           ("servetune.shard", "run_chunk"))
@@ -155,8 +158,8 @@ class ServetuneCallback(Callback):
         try:
             doc = {"pid": os.getpid(), "job": OmegaConf.select(config, "hydra.job.num"),
                    "jit_cache": jit_cache_sizes()}
-            (Path(out) / STATS_FILE).write_text(json.dumps(doc) + "\n")
-        except OSError:
+            write_json(Path(out) / STATS_FILE, doc, indent=None)
+        except ServetuneError:
             pass
         if self._bar is not None:  # jobs in this process: count it now
             self._bar.poll()

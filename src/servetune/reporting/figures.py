@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from servetune.files import write_whole
 from servetune.reporting.stats import LEVEL, series
 
 PANELS = (
@@ -99,6 +100,6 @@ def draw(points: pd.DataFrame, keys: list, out_dir: Path) -> list[Path]:
         fig.suptitle(f"{x}: mean over {seeds} seed(s) per point; bars +- std, shaded "
                      f"{LEVEL:.0%} bootstrap CI", fontsize=11)
         path = out_dir / f"fig_{_safe(x)}.png"
-        fig.savefig(path, dpi=100)
+        write_whole(path, lambda tmp, fig=fig: fig.savefig(tmp, dpi=100))
         paths.append(path)
     return paths

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from servetune.errors import OutputError
+from servetune.files import ensure_dir, write_text, write_whole
 from servetune.reporting import stats
 from servetune.reporting.collect import CONTEXT_KEYS, collect
 
@@ -40,19 +42,20 @@ def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, 
     """
     root = Path(root)
     out_dir = Path(out) if out is not None else root / "report"
+    if out_dir.exists() and not out_dir.is_dir():  # before the work, not after it
+        raise OutputError(f"--out {out_dir}: is a file; expected a folder (new or existing)")
     col = collect(root, exclude=out_dir)
     reps = stats.bootstrap(col, n_boot, seed)
     runs = stats.runs_ci(col, reps)
     points = stats.aggregate(col, reps)
     comparisons = stats.compare(points)
     verdicts = stats.verdicts(comparisons)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out_dir)
     files = [out_dir / "runs.parquet", out_dir / "runs.csv", out_dir / "points.csv",
              out_dir / "comparisons.csv"]
-    runs.to_parquet(files[0], index=False)
-    runs.to_csv(files[1], index=False)
-    points.to_csv(files[2], index=False)
-    comparisons.to_csv(files[3], index=False)
+    write_whole(files[0], lambda tmp: runs.to_parquet(tmp, index=False))
+    for path, table in zip(files[1:], (runs, points, comparisons)):
+        write_whole(path, lambda tmp, table=table: table.to_csv(tmp, index=False))
     if figures:
         from servetune.reporting.figures import draw
         files += draw(points, col.keys, out_dir)
@@ -67,7 +70,7 @@ def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, 
             if k in runs and runs[k].notna().any():
                 meta[k] = ", ".join(str(v) for v in dict.fromkeys(runs[k].dropna()))
         path = out_dir / "report.html"
-        path.write_text(page(points, runs, col.keys, verdicts, meta), encoding="utf-8")
+        write_text(path, page(points, runs, col.keys, verdicts, meta))
         files.append(path)
     return Report(out_dir=out_dir, runs=runs, points=points, comparisons=comparisons,
                   verdicts=verdicts, keys=col.keys, files=files)

@@ -8,11 +8,12 @@ into the tree structure of a freshly initialized state.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import jax
 import numpy as np
+
+from servetune.files import ensure_dir, write_text
 
 NAME = "checkpoint.json"
 
@@ -29,16 +30,11 @@ def _array(d: dict) -> np.ndarray:
 def save(out_dir: Path, state: dict, opt_state) -> Path:
     """Write `state` (JSON-able scalars and lists, numpy arrays allowed at the top level) and the
     optimizer state to out_dir/checkpoint.json, atomically."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out_dir)
     doc = {k: (_leaf(v) if isinstance(v, np.ndarray) else v) for k, v in state.items()}
     doc["opt_state"] = [_leaf(x) for x in jax.tree.leaves(opt_state)]
     path = out_dir / NAME
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc))
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
+    return write_text(path, json.dumps(doc))
 
 
 def load(out_dir: Path, opt_state_like, array_keys=("theta",)):

@@ -37,7 +37,7 @@ import numpy as np
 
 from servetune import workload
 from servetune.errors import ConfigError, ServetuneError
-from servetune.files import write_whole
+from servetune.files import ensure_dir, write_json, write_whole
 from servetune.validate import record_import
 from servetune.validate.oracle import VllmNotInstalledError, import_vllm, step_work
 
@@ -242,22 +242,25 @@ def main(argv: list[str]) -> int:
                                      max_requests=args.max_requests)
         es = EngineSettings(**{f.name: getattr(args, f.name)
                                for f in dataclasses.fields(EngineSettings)})
-        args.out.mkdir(parents=True, exist_ok=True)
+        ensure_dir(args.out)
         result = observe(trace, es, args.model_dir or args.out / "model", args.clock)
     except (ServetuneError, VllmNotInstalledError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     requests = pd.DataFrame(result["requests"])
-    write_whole(args.out / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
-    write_whole(args.out / "steps.csv",
-                 lambda p: pd.DataFrame(result["steps"]).to_csv(p, index=False))
     meta = {"vllm_version": result["vllm_version"], "clock": args.clock,
             "trace": str(path), "start_s": args.start_s, "duration_s": args.duration_s,
             "rate_scale": args.rate_scale, "max_requests": args.max_requests,
             "engine": dataclasses.asdict(es),
             "model": MODEL_CONFIG}
-    write_whole(args.out / "observe.json",
-                 lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
+    try:
+        write_whole(args.out / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
+        write_whole(args.out / "steps.csv",
+                    lambda p: pd.DataFrame(result["steps"]).to_csv(p, index=False))
+        write_json(args.out / "observe.json", meta)
+    except ServetuneError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     done = int((requests["end_state"] == "completed").sum())
     print(f"{args.out}: {len(requests)} requests ({done} completed), {len(result['steps'])} "
           f"engine steps, vLLM {result['vllm_version']}, {args.clock} clock; mean TTFT "

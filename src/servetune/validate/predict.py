@@ -27,7 +27,7 @@ import pandas as pd
 from servetune.api import simulate
 from servetune.calibrate import fit_cost_model, load_measurements
 from servetune.errors import ServetuneError, TraceError
-from servetune.files import write_whole
+from servetune.files import write_json, write_whole
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
 STATS = {"mean": np.nanmean, "p50": lambda v: np.nanpercentile(v, 50),
@@ -133,12 +133,11 @@ def main(argv: list[str]) -> int:
                   "prediction": compare(predicted, observed)}
         if args.noise_floor is not None:
             report["noise_floor"] = compare(_observed(args.noise_floor)[1], observed)
+        write_json(args.out / "validation.json", report)
+        _plot(predicted, observed, args.out / "validation_cdf.png")
     except ServetuneError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    write_whole(args.out / "validation.json",
-                lambda tmp: tmp.write_text(json.dumps(report, indent=2) + "\n"))
-    _plot(predicted, observed, args.out / "validation_cdf.png")
     for part in ("prediction", "noise_floor"):
         if part in report:
             print(f"{part}: relative error of mean / P50 / P90 / P99; per request P50 / P90")

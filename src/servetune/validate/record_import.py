@@ -4,12 +4,11 @@ validate/bench_import.py and validate/otel_import.py, the writer is here."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from servetune.files import write_whole
+from servetune.files import ensure_dir, write_json, write_whole
 from servetune.validate.bench_import import load_bench_result
 from servetune.validate.otel_import import load_otel_spans
 
@@ -29,14 +28,14 @@ def write_import(path: str | Path, out: Path, fmt: str = "bench") -> str:
     read, described, summary = FORMATS[fmt]
     result = read(path)
     requests, trace = pd.DataFrame(result["requests"]), pd.DataFrame(result["trace"])
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out)
     n_failed = int((requests["end_state"] == "failed").sum())
     meta = {"source": str(Path(path).expanduser()), "format": described,
             "requests": len(requests), "failed": n_failed, "in_trace": len(trace),
             "about": result["about"]}
     write_whole(out / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
     write_whole(out / "trace.csv", lambda p: trace.to_csv(p, index=False))
-    write_whole(out / summary, lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
+    write_json(out / summary, meta)
     done = requests["end_state"] == "completed"
     return (f"{out}: {len(requests)} requests ({n_failed} failed), {len(trace)} in trace.csv "
             f"over {trace['arrival_s'].max() if len(trace) else 0:.4g} s; mean TTFT "
