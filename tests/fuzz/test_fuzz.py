@@ -15,7 +15,7 @@ import yaml
 from servetune import errors
 from servetune.api import compose
 from servetune.scenario import build
-from servetune.tuning.runner import settings_from_config
+from servetune.tuning.runner import checked_config
 from servetune.workload import load_trace
 
 FUZZ = Path(__file__).parent
@@ -78,7 +78,7 @@ def test_config_corpus(entry):
 
 @pytest.mark.parametrize("entry", _cases("tune"))
 def test_tune_config_corpus(entry):
-    _expect_error(lambda: settings_from_config(compose(_overrides(entry))), entry)
+    _expect_error(lambda: checked_config(compose(_overrides(entry))), entry)
 
 
 def test_corpus_is_complete():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import json
 import math
 import time
@@ -20,8 +21,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from servetune import export, neural, settings
 from servetune.api import compose
-from servetune.errors import ConfigError
-from servetune.files import write_whole
+from servetune.errors import ConfigError, ServetuneError
+from servetune.files import write_json, write_whole
 from servetune.scenario import build
 from servetune.tuning import checkpoint, es
 from servetune.tuning.evaluator import Evaluator, MultiEvaluator
@@ -91,8 +92,36 @@ def _holdout(value, key: str = "tune.eval.holdout") -> list[str]:
     return items
 
 
+_ABSENT = object()
+
+
+def _check_override(cfg: DictConfig, item: str, key: str) -> None:
+    """ConfigError (naming `key`) unless `item` sets a value the composed config already has:
+    a misspelt key would otherwise leave the workload as it is (the "held-out" rows would be
+    the training workload), and a group choice (`workload=azure_code`) would replace a whole
+    section by a string."""
+    name = item.partition("=")[0].strip()
+    if not name or name[0] in "+~":
+        raise ConfigError(f"{key}: {item!r}; expected a plain override like "
+                          f"'workload.start_s=1200' (no + or ~)")
+    node = OmegaConf.select(cfg, name, default=_ABSENT)
+    if node is _ABSENT:
+        parent, _, leaf = name.rpartition(".")
+        section = OmegaConf.select(cfg, parent) if parent else cfg
+        known = list(section.keys()) if isinstance(section, DictConfig) else []
+        near = difflib.get_close_matches(leaf, [str(k) for k in known], n=1)
+        hint = f"; did you mean {parent + '.' if parent else ''}{near[0]}?" if near else ""
+        raise ConfigError(f"{key}: {item!r}: the config has no key {name!r}{hint}")
+    if isinstance(node, DictConfig):
+        raise ConfigError(f"{key}: {item!r}: {name!r} is a section (a config group), not a "
+                          f"value; override its keys instead, e.g. a held-out trace as "
+                          f"workload.path=FILE")
+
+
 def _with_overrides(cfg: DictConfig, overrides: list[str], key: str) -> DictConfig:
-    """cfg with dotted `key=value` overrides merged in; errors name `key`."""
+    """cfg with dotted `key=value` overrides of keys it has merged in; errors name `key`."""
+    for item in overrides:
+        _check_override(cfg, item, key)
     try:
         return OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
     except OmegaConfBaseException as err:  # its message names the key
@@ -211,6 +240,17 @@ def _prepare(cfg: DictConfig, space: SearchSpace) -> DictConfig:
     return cfg
 
 
+def checked_config(cfg: DictConfig) -> tuple[Settings, DictConfig]:
+    """(settings, the config the tuner simulates) after every check that needs no simulation:
+    the tune.* settings, tuned keys the engine reads, and the evaluation's held-out
+    overrides; the first problem is a ConfigError naming its key."""
+    st = settings_from_config(cfg)
+    _check_keys_act(cfg, st.space)
+    cfg = _prepare(cfg, st.space)
+    check_evaluation(cfg, st)
+    return st, cfg
+
+
 def _fingerprint(cfg: DictConfig) -> str:
     """A hash of everything that shapes the search (not the iteration count, evaluation or
     output settings), so a checkpoint is never resumed under a different problem."""
@@ -321,10 +361,8 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
         cfg = compose(list(cfg))
     start_time = time.perf_counter()
     out_dir = Path(out_dir)
-    st = settings_from_config(cfg)
+    st, cfg = checked_config(cfg)
     space = st.space
-    _check_keys_act(cfg, space)
-    cfg = _prepare(cfg, space)
     order = "neural" if st.policy_family == "neural" else _order(cfg)
     evaluator, estimator = _evaluators(cfg, st, order)
     start_values = dict(evaluator.base)
@@ -410,8 +448,7 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
     summary = {"start": start_values, "best": best, "best_summary": state["best"],
                "regression": bool(regressed), "regressed_splits": regressed,
                "scenarios_simulated": int(state["scenarios"]), "wall_s": elapsed_s}
-    text = json.dumps(summary, indent=2, default=float)
-    write_whole(out_dir / "tune_summary.json", lambda tmp: tmp.write_text(text))
+    write_json(out_dir / "tune_summary.json", summary)
     return TuneResult(start_values, best, state["best"], history, evaluation,
                       int(state["scenarios"]), elapsed_s, out_dir, bool(regressed))
 
@@ -446,10 +483,9 @@ def _first_scenario(evaluator):
     return getattr(evaluator, "scenario", None) or evaluator.evaluators[0].scenario
 
 
-def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st: Settings, order: str
-                      ) -> pd.DataFrame:
-    """Each named policy (values dict) on the training scenario, on held-out seeds, and on the
-    held-out workload (tune.eval.holdout overrides): one row per (policy, split)."""
+def evaluation_splits(cfg: DictConfig, st: Settings) -> dict[str, DictConfig]:
+    """{split name: config} of the final evaluation: the training workload(s), held-out seeds
+    (tune.eval.seeds) and the held-out workload (tune.eval.holdout overrides)."""
     splits = {"train": cfg}
     if st.workloads:
         splits = {f"train[{i}]": _with_overrides(cfg, w, "tune.workloads")
@@ -461,6 +497,27 @@ def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st: Settings, 
         splits["heldout_seeds"] = held
     if st.holdout:
         splits["holdout_workload"] = _with_overrides(cfg, st.holdout, "tune.eval.holdout")
+    return splits
+
+
+def check_evaluation(cfg: DictConfig, st: Settings) -> None:
+    """The evaluation's splits, checked before any simulation: a bad held-out override (an
+    unknown key, a section, a value out of range, a missing trace) is a ConfigError naming
+    tune.eval.holdout now, not after the tuning loop. (The training splits are built by the
+    evaluators; held-out seeds change only seed counts, validated with the settings.)"""
+    splits = evaluation_splits(cfg, st)
+    if "holdout_workload" in splits:
+        try:
+            build(splits["holdout_workload"])
+        except ServetuneError as err:
+            raise ConfigError(f"tune.eval.holdout {list(st.holdout)}: {err}") from None
+
+
+def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st: Settings, order: str
+                      ) -> pd.DataFrame:
+    """Each named policy (values dict) on each split of evaluation_splits: one row per
+    (policy, split)."""
+    splits = evaluation_splits(cfg, st)
     names = list(policies)
     values = {k: np.stack([np.asarray(policies[n][k], np.float64) for n in names])
               for k in policies[names[0]]}
@@ -497,5 +554,5 @@ def _plot(history: pd.DataFrame, path: Path, target: float) -> None:
     ax2.set_xlabel("scenarios simulated")
     ax2.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_whole(path, lambda tmp: fig.savefig(tmp, dpi=120))
     plt.close(fig)
