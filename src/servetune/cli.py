@@ -1,4 +1,4 @@
-"""Command-line entry point: `servetune simulate [hydra overrides...]`."""
+"""Command-line entry point: `servetune COMMAND [arguments]` (`servetune --help` lists them)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,15 @@ from servetune.validate.cli import main as golden_main
 from servetune.validate.observe import main as observe_main
 from servetune.validate.predict import main as validate_main
 
-COMMANDS = ("simulate", "tune", "calibrate", "report", "golden", "observe", "validate")
+COMMANDS = {  # command -> what it does (servetune --help)
+    "simulate": "simulate a serving engine on a trace; metrics, goodput, tokens per dollar",
+    "tune": "search scheduler/admission settings for goodput per dollar; export them",
+    "calibrate": "fit the step-time cost model to measured engine iterations",
+    "report": "collect run folders into tables, figures and one HTML page",
+    "golden": "record vLLM's own scheduler as fixtures, or check servetune against them",
+    "observe": "replay a trace on a real vLLM engine, or import a deployment's records",
+    "validate": "calibrate on one observed run, predict another, report the errors",
+}
 
 
 def _quiet_jax_logs() -> None:
@@ -127,34 +135,33 @@ def _tune_app(cfg: DictConfig) -> None:
     exit_on_user_error(run_tune, cfg)
 
 
+def usage() -> str:
+    """The top-level help: each command with what it does, and where to read more."""
+    width = max(len(c) for c in COMMANDS)
+    lines = ["usage: servetune COMMAND [arguments]", "", "commands:"]
+    lines += [f"  {c:<{width}}  {what}" for c, what in COMMANDS.items()]
+    lines += ["", "servetune COMMAND --help says what a command does and takes.",
+              "example: servetune simulate workload=azure_conv policy.max_num_seqs=128"]
+    return "\n".join(lines)
+
+
 def main() -> None:
-    """Dispatch `servetune <command> [overrides]` to the command's Hydra app."""
-    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
-        print(f"usage: servetune {{{','.join(COMMANDS)}}} [key=value ...] [-m for multirun]\n"
-              f"       servetune report DIR [--out OUT]\n"
-              f"       servetune golden [--check] [--out DIR] [--cases NAME,...]\n"
-              f"       servetune observe [--trace FILE] [--duration-s S] [--out DIR] ...\n"
-              f"       servetune observe --import-bench RESULT.json --out DIR\n"
-              f"       servetune observe --import-otel SPANS.json --out DIR\n"
-              f"       servetune validate --calibrate-on DIR --predict DIR [--noise-floor DIR]\n"
-              f"example: servetune simulate workload=azure_conv policy.max_num_seqs=128",
-              file=sys.stderr)
+    """Dispatch `servetune <command> [arguments]` to the command's Hydra or argparse app;
+    `servetune`, `servetune --help` and `servetune help` print the commands and exit 0."""
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help", "help"):
+        print(usage())
+        sys.exit(0)
+    if sys.argv[1] not in COMMANDS:
+        print(f"servetune: unknown command {sys.argv[1]!r}\n\n{usage()}", file=sys.stderr)
         sys.exit(2)
     command = sys.argv.pop(1)
-    if command == "report":  # argparse, not Hydra: servetune report DIR [--out OUT]
-        sys.exit(report_main(sys.argv[1:]))
-    if command == "golden":  # argparse: vLLM's scheduler -> fixtures, or --check against them
-        sys.exit(golden_main(sys.argv[1:]))
-    if command == "observe":  # argparse: a real vLLM engine replays a trace (servetune[vllm])
-        sys.exit(observe_main(sys.argv[1:]))
-    if command == "validate":  # argparse: observed runs -> calibrate, predict, errors
-        sys.exit(validate_main(sys.argv[1:]))
-    if command == "simulate":
-        _simulate_app()
-    elif command == "tune":
-        _tune_app()
-    elif command == "calibrate":
-        calibrate_app()
+    argparse_apps = {"report": report_main, "golden": golden_main, "observe": observe_main,
+                     "validate": validate_main}
+    if command in argparse_apps:
+        sys.exit(argparse_apps[command](sys.argv[1:]))
+    # Hydra apps: their --help is the command's own page (conf/hydra/help/COMMAND.yaml)
+    sys.argv.insert(1, f"hydra/help={command}")
+    {"simulate": _simulate_app, "tune": _tune_app, "calibrate": calibrate_app}[command]()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
+
+from servetune import cli
 
 KEYS = ["n_requests", "offered_rps", "n_completed", "n_rejected", "n_cancelled", "n_expired", "n_outstanding", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_mean_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "throughput_rps", "output_tokens_per_s", "goodput_rps", "slo_attainment", "useful_tokens_per_dollar", "cost_usd", "cost_per_qualifying_request_usd", "busy_fraction", "wasted_token_ratio", "kv_peak_occupancy", "preemptions", "sim_duration_s", "by_class"]
 
@@ -45,3 +48,35 @@ def test_bad_config_exits_with_message(tmp_path):
     proc = _run(tmp_path, "hardware.gpu=h900")
     assert proc.returncode == 2
     assert "hardware.gpu: unknown name 'h900'" in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [[], ["--help"], ["-h"], ["help"]])
+def test_servetune_alone_or_with_help_lists_the_commands(argv, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["servetune", *argv])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for command in cli.COMMANDS:
+        assert f"\n  {command} " in out
+    assert "servetune COMMAND --help" in out
+
+
+def test_an_unknown_command_is_an_error_that_lists_the_commands(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["servetune", "simulat"])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'simulat'" in err and "  simulate " in err
+
+
+@pytest.mark.parametrize("command", ["simulate", "tune", "calibrate"])
+def test_each_hydra_command_has_its_own_help(command):
+    proc = subprocess.run([sys.executable, "-m", "servetune.cli", command, "--help"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"servetune {command}: ")
+    assert f"usage: servetune {command}" in proc.stdout
+    assert "powered by Hydra" not in proc.stdout
+    assert "== Configuration groups ==" in proc.stdout  # Hydra's reference stays

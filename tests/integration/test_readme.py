@@ -60,6 +60,8 @@ COMMANDS: dict[str, How] = {
     "servetune simulate seeds=4 workload.predictor.sigma=0.5 grid.max_num_seqs=[64,128,256] "
     "grid.max_num_batched_tokens=[2048,8192]": How("run"),
     "servetune simulate engine=static cost=linear": How("run"),
+    "servetune --help": How("run"),
+    "servetune simulate --help": How("run"),
     "servetune tune workload.rate_scale=4 workload.duration_s=1200 tune.iterations=8 "
     "'tune.eval.holdout=[\"workload.start_s=1200\"]'":
         How("run", fast="tune.iterations=1 workload.duration_s=120"),
@@ -177,6 +179,9 @@ RUNNABLE = [c for c, h in COMMANDS.items() if h.kind == "run"]
 
 def _check(cmd: str, proc: subprocess.CompletedProcess, tmp_path: Path, exact: bool) -> None:
     """What the command must have produced, beyond exiting 0."""
+    if cmd.endswith("--help"):  # a help page: what the command is and how to call it
+        assert "usage: servetune" in proc.stdout, proc.stdout[:2000]
+        return
     if cmd.startswith(("servetune simulate", "servetune tune", "servetune calibrate")):
         assert [p for p in tmp_path.rglob("*") if p.is_file()], f"{cmd!r} wrote nothing"
     if "servetune observe" in cmd:
