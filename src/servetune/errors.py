@@ -17,6 +17,10 @@ class OutputError(ServetuneError):
     """An output file could not be written; the message names the file and the reason."""
 
 
+class CheckpointError(ServetuneError):
+    """A tuning checkpoint cannot be resumed; the message names the file and why."""
+
+
 class TraceError(ServetuneError, ValueError):
     """A trace file is malformed; the message names the file, the line and what was expected."""
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servetune.errors import ConfigError
+from servetune.errors import CheckpointError, ConfigError
 from servetune.loop import run_chunk_batch
 from servetune.tuning import es, tune
 from servetune.tuning.objective import Objective
@@ -107,8 +107,12 @@ def test_interrupted_run_resumes_to_the_same_result(straight, tmp_path):
 
 
 def test_resuming_under_a_different_problem_is_refused(straight):
-    with pytest.raises(ConfigError, match=r"checkpoint.json: written by a run with a different"):
+    with pytest.raises(CheckpointError, match=r"checkpoint.json: written by a run with a "
+                       r"different scenario or tune settings \(tune.sigma: 0.5 -> 0.1\)"):
         tune(SMALL + ["tune.iterations=3", "tune.sigma=0.1"], out_dir=straight.out_dir)
+    # another optimizer's state does not fit this one's: named, not a pytree error
+    with pytest.raises(CheckpointError, match=r'tune.optimizer: "adam" -> "sgd"'):
+        tune(SMALL + ["tune.iterations=3", "tune.optimizer=sgd"], out_dir=straight.out_dir)
 
 
 def test_tuning_over_several_workloads_aggregates_them(tmp_path):

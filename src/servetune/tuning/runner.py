@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from servetune import export, neural, settings
 from servetune.api import compose
-from servetune.errors import ConfigError, ServetuneError
+from servetune.errors import CheckpointError, ConfigError, ServetuneError
 from servetune.files import write_json, write_whole
 from servetune.scenario import build
 from servetune.tuning import checkpoint, es
@@ -251,18 +251,42 @@ def checked_config(cfg: DictConfig) -> tuple[Settings, DictConfig]:
     return st, cfg
 
 
-def _fingerprint(cfg: DictConfig) -> str:
-    """A hash of everything that shapes the search (not the iteration count, evaluation or
-    output settings), so a checkpoint is never resumed under a different problem."""
-    import hashlib
-
+def _problem(cfg: DictConfig) -> dict[str, str]:
+    """{dotted key: JSON of its value} of everything that shapes the search (not the
+    iteration count, evaluation or output settings): a checkpoint records it, so a resume
+    under a different problem is refused with the keys that differ."""
     c = OmegaConf.to_container(cfg, resolve=False)
     c.pop("hydra", None)
     c.pop("output", None)
     for key in ("iterations", "eval", "export", "export_on_regression", "resume",
                 "checkpoint_every", "batch_mode"):
         c.get("tune", {}).pop(key, None)
-    return hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    flat: dict[str, str] = {}
+
+    def walk(prefix: str, node) -> None:
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            flat[prefix] = json.dumps(node, sort_keys=True, default=str)
+
+    walk("", c)
+    return flat
+
+
+def _fingerprint(problem: dict[str, str]) -> str:
+    """A short hash of _problem's document."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(problem, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _differences(then: dict, now: dict, limit: int = 6) -> str:
+    """'key: old (checkpoint) -> new (this run)' for up to `limit` keys that differ."""
+    keys = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
+    shown = [f"{k}: {then.get(k, '(absent)')} -> {now.get(k, '(absent)')}" for k in keys[:limit]]
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return "; ".join(shown) + more
 
 
 def _better(a: dict | None, b: dict) -> bool:
@@ -304,14 +328,17 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str):
 def _restore(out_dir: Path, st: Settings, state: dict, opt_state, log):
     """(state, optimizer state) from the checkpoint in out_dir when resuming and one is there
     (refused when another config wrote it), else the ones given."""
-    loaded = checkpoint.load(out_dir, opt_state) if st.resume else None
-    if loaded is None:
+    doc = checkpoint.read(out_dir) if st.resume else None
+    if doc is None:
         return state, opt_state
-    if loaded[0].get("fingerprint") != state["fingerprint"]:
-        raise ConfigError(
+    if doc["fingerprint"] != state["fingerprint"]:  # before unpacking: the arrays may not fit
+        what = (f" ({_differences(doc['problem'], state['problem'])})"
+                if isinstance(doc.get("problem"), dict) else "")
+        raise CheckpointError(
             f"{out_dir / checkpoint.NAME}: written by a run with a different scenario or "
-            f"tune settings; resume with the same config, or use another output directory "
-            f"(or tune.resume=false to start over there)")
+            f"tune settings{what}; resume with the same config, or use another output "
+            f"directory (or tune.resume=false to start over there)")
+    loaded = checkpoint.unpack(doc, opt_state, out_dir)
     log(f"resuming from {out_dir / checkpoint.NAME} at iteration {loaded[0]['iteration']}")
     return loaded
 
@@ -374,7 +401,9 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     opt = OPTIMIZERS[st.optimizer](st.learning_rate)
     dual = optax.sgd(st.lambda_learning_rate)
     state = {"iteration": 0, "theta": theta, "lambda": st.lambda_init, "history": [],
-             "best": None, "best_values": None, "scenarios": 0, "fingerprint": _fingerprint(cfg)}
+             "best": None, "best_values": None, "scenarios": 0}
+    state["problem"] = _problem(cfg)
+    state["fingerprint"] = _fingerprint(state["problem"])
     state, opt_state = _restore(out_dir, st, state, opt.init(jnp.asarray(theta)), log)
     evaluator.scenarios_simulated = state["scenarios"]
 
