@@ -211,9 +211,11 @@ def _order(cfg: DictConfig) -> str:
 
 
 def _check_keys_act(cfg: DictConfig, space: SearchSpace) -> None:
-    """ConfigError naming a tuned routing key that the configured engine never reads (its
-    every simulated scenario would be the same): the routing weights act only with
-    engine.routing=score over several instances, the cascade threshold only with a cascade."""
+    """ConfigError naming a tuned key that the configured engine never reads (its every
+    simulated scenario would be the same): the routing weights act only with
+    engine.routing=score over several instances, the cascade threshold only with a cascade,
+    the draft length only with a draft model, the compression ratio only under
+    kv_pressure=compress."""
     engine = cfg.engine
     for dim in space.dims:
         if dim.key.startswith("route_w_") and not (engine.routing == "score"
@@ -224,6 +226,12 @@ def _check_keys_act(cfg: DictConfig, space: SearchSpace) -> None:
         if dim.key == "cascade_threshold" and not engine.cascade_small_instances > 0:
             raise ConfigError("tune.space.cascade_threshold: acts only with a model cascade "
                               "(engine.cascade_small_instances > 0, e.g. +experiment=cascade)")
+        if dim.key == "spec_k" and OmegaConf.select(cfg, "speculation.draft") is None:
+            raise ConfigError("tune.space.spec_k: the draft length acts only with a draft "
+                              "model (speculation=draft); got speculation.draft=null")
+        if dim.key == "kv_compress_ratio" and engine.kv_pressure != "compress":
+            raise ConfigError(f"tune.space.kv_compress_ratio: acts only with "
+                              f"engine.kv_pressure=compress; got {engine.kv_pressure}")
 
 
 def _prepare(cfg: DictConfig, space: SearchSpace) -> DictConfig:

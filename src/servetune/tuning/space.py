@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from servetune.errors import ConfigError
-from servetune.policy import DEFAULTS
+from servetune.policy import BOUNDS, DEFAULTS
 
 _EDGE = 0.02  # initial points are kept this far inside the bounds (sigmoid units), where
 #               a perturbation of the coordinate still moves the value
@@ -119,6 +119,10 @@ def space_from_config(spec: Mapping[str, Mapping], key_prefix: str = "tune.space
             raise ConfigError(f"{where}: expected finite low < high; got [{low}, {high}]")
         if scale == "log" and low <= 0:
             raise ConfigError(f"{where}.low: got {low}; a log scale needs low > 0")
+        valid_lo, valid_hi = BOUNDS[key]
+        if low < valid_lo or high > valid_hi:
+            raise ConfigError(f"{where}: got [{low:g}, {high:g}]; policy.{key} is valid within "
+                              f"[{valid_lo:g}, {valid_hi:g}]")
         dims.append(Dimension(key, low, high, scale))
     if not dims and not net_size:
         raise ConfigError(f"{key_prefix}: empty; name at least one policy key to tune")
