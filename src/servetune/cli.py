@@ -159,8 +159,11 @@ def main() -> None:
                      "validate": validate_main}
     if command in argparse_apps:
         sys.exit(argparse_apps[command](sys.argv[1:]))
-    # Hydra apps: their --help is the command's own page (conf/hydra/help/COMMAND.yaml)
-    sys.argv.insert(1, f"hydra/help={command}")
+    # Hydra apps: their --help is the command's own page (conf/hydra/help/COMMAND.yaml).
+    # Appended, not inserted: argparse stops reading overrides at a flag such as -m that
+    # follows the first positional argument.
+    if not any(arg.startswith("hydra/help=") for arg in sys.argv[1:]):
+        sys.argv.append(f"hydra/help={command}")
     {"simulate": _simulate_app, "tune": _tune_app, "calibrate": calibrate_app}[command]()
 
 

@@ -80,3 +80,18 @@ def test_each_hydra_command_has_its_own_help(command):
     assert f"usage: servetune {command}" in proc.stdout
     assert "powered by Hydra" not in proc.stdout
     assert "== Configuration groups ==" in proc.stdout  # Hydra's reference stays
+
+
+def test_the_dispatcher_keeps_overrides_after_the_multirun_flag(monkeypatch):
+    """The help override goes last: argparse drops overrides after -m if it comes first."""
+    from hydra._internal.utils import get_args_parser
+
+    seen = {}
+    monkeypatch.setattr(cli, "_simulate_app", lambda: seen.setdefault("argv", list(sys.argv)))
+    monkeypatch.setattr(sys, "argv", ["servetune", "simulate", "-m", "workload=poisson",
+                                      "policy.max_num_seqs=8,16"])
+    cli.main()
+    args = get_args_parser().parse_args(seen["argv"][1:])
+    assert args.multirun
+    assert args.overrides == ["workload=poisson", "policy.max_num_seqs=8,16",
+                              "hydra/help=simulate"]
