@@ -195,6 +195,7 @@ def from_config(cfg, *, n_instances: int, large_gpu, large_model, large_tp: int,
     small_tp = settings.number(cfg, "cascade.small_tp", lo=1, hi=1024, integer=True, default=1)
     price = settings.number(cfg, "cascade.small_price_per_gpu_hour", lo=0, hi=1e6, allow_none=True)
     small_price = small_gpu.price_per_gpu_hour if price is None else price
+    hardware.check_price(small_price, "cascade.small_price_per_gpu_hour")
     try:
         small_kv = hardware.kv_capacity_blocks(small_gpu, small_model, **{**kv_args,
                                                                           "tp": small_tp})

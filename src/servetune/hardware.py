@@ -85,6 +85,18 @@ MODELS: dict[str, ModelSpec] = {
 _BITS = (4, 8, 16)
 
 
+MIN_PRICE = 1e-6  # USD per GPU-hour (or exactly 0): useful tokens / cost then stays finite
+
+
+def check_price(price: float, key: str) -> None:
+    """ConfigError naming `key` for a price (USD per GPU-hour) above 0 but below MIN_PRICE,
+    at which tokens per dollar would overflow to inf; 0 means free (tokens per dollar
+    undefined, NaN)."""
+    if 0 < price < MIN_PRICE:
+        raise ConfigError(f"{key}: got {price!r}; expected 0 (free: tokens per dollar "
+                          f"undefined) or at least {MIN_PRICE:g} USD per GPU-hour")
+
+
 def lookup(catalog: dict, name: str, key: str):
     """Return catalog[name], or raise ConfigError naming `key` and the known names."""
     if name not in catalog:

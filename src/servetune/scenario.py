@@ -694,6 +694,7 @@ def build(cfg: DictConfig) -> Scenario:
     price = settings.number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE,
                             allow_none=True)
     price = hw.gpu.price_per_gpu_hour if price is None else price
+    hardware.check_price(price, "hardware.price_per_gpu_hour")
     engine, cost, casc, qspec = _cascade_section(cfg, engine, hw, cost, kv_blocks, gpu_figures,
                                                  price, qspec)
     if order == "priority":
