@@ -37,7 +37,9 @@ by optax.adam under a cosine-decayed learning rate in one jit-compiled `lax.scan
 form starts from the weighted least-squares solution (numpy lstsq, negative coefficients
 clipped) unless `init="scale"`; the roofline form runs several starting points at once (vmapped)
 and keeps the best. The command writes `calibrated.yaml` (a `hardware=` group file for roofline,
-a `cost=` group file for linear) and `calibration.json` (fit metrics) into the Hydra run dir.
+a `cost=` group file for linear) and `calibration.json` (fit metrics) into the Hydra run dir,
+or, when the fit diverges or its RMS relative error exceeds `fit.max_rms_rel_error`, nothing
+(a CalibrationError: exit 2).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from servetune import hardware, settings
-from servetune.errors import ConfigError, TraceError, exit_on_user_error
+from servetune.errors import CalibrationError, ConfigError, TraceError, exit_on_user_error
 from servetune.files import write_json, write_text
 from servetune.workload import read_text
 
@@ -71,6 +73,7 @@ FORMS = ("linear", "roofline")
 OBJECTIVES = ("rel", "log")
 INITS = ("lstsq", "scale")
 STEPS, LEARNING_RATE = 5000, 0.1  # Adam's defaults (also in conf/calibrate.yaml)
+MAX_RMS_REL_ERROR = 0.5  # the command refuses to write a fit worse than this (fit.* key)
 _LINEAR_COLUMNS = (None, "prefill_tokens", "decode_seqs", "ctx_tokens")  # base_s: all ones
 # Roofline starting points (flops_efficiency, bandwidth_efficiency); the configured values join.
 _ROOFLINE_STARTS = tuple((f, b) for f in (0.3, 0.6, 0.9) for b in (0.4, 0.7, 0.95))
@@ -485,11 +488,20 @@ def fit_cost_model(
             jnp.asarray(float(learning_rate)))
     thetas, losses = _fit_loop(jnp.asarray(st.theta0), st.base, *args, form=form, steps=steps,
                                objective=objective)
-    k = int(jnp.argmin(losses))
+    losses_np = np.asarray(losses)
+    if not np.isfinite(losses_np).any():
+        raise CalibrationError(
+            f"{where}: the {form} fit diverged (loss {losses_np.min()} after {steps} Adam "
+            f"steps at fit.learning_rate={learning_rate:g}); lower fit.learning_rate "
+            f"(default {LEARNING_RATE:g}) or check the 'seconds' column's scale")
+    k = int(np.nanargmin(np.where(np.isfinite(losses_np), losses_np, np.nan)))
     c = _coefficients(form, thetas[k], args[0], args[1])
     cost = _cost_of(form, st.base, c)
     pred = np.asarray(hardware.step_time(cost, form, *feats))
     rel = pred / y_np - 1.0
+    if not np.isfinite(rel).all():
+        raise CalibrationError(f"{where}: the {form} fit predicts non-finite step times; "
+                               f"check the measurements' scale (seconds per iteration)")
     keys = LINEAR_KEYS if form == "linear" else ROOFLINE_KEYS
     coefficients = dict(zip(keys, map(float, np.asarray(c))))
     std_errors = dict(zip(keys, map(float, _relative_std_errors(form, st.base, c, feats, y,
@@ -589,6 +601,8 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
             "start": {k: settings.number(cfg, f"hardware.{k}", lo=0, default=0.0)
                       for k in ROOFLINE_KEYS}}
     steps = settings.number(cfg, "fit.steps", lo=1, integer=True, default=STEPS)
+    max_rms = settings.number(cfg, "fit.max_rms_rel_error", lo=0, hi=1e6,
+                              default=MAX_RMS_REL_ERROR)
     lr = settings.number(cfg, "fit.learning_rate", lo=1e-12, default=LEARNING_RATE)
     console = Console()
     console.print(f"fitting the {form} step-time model to {len(table)} measured iterations "
@@ -598,6 +612,13 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
                             objective=OmegaConf.select(cfg, "fit.objective") or "rel",
                             init=OmegaConf.select(cfg, "fit.init") or "lstsq", **kwargs)
     wall = time.perf_counter() - t0
+    if not result.rms_rel_error <= max_rms:
+        _print_result(result, kwargs.get("start", {}), path.name, console)
+        raise CalibrationError(
+            f"{path}: RMS relative fit error {result.rms_rel_error:.1%} exceeds "
+            f"fit.max_rms_rel_error={max_rms:g}, so no calibrated.yaml was written. The "
+            f"measurements may mix setups or come from a shared machine's wall clock; to use "
+            f"the fit anyway, raise fit.max_rms_rel_error")
     out = Path(HydraConfig.get().runtime.output_dir)
     doc = calibrated_config(result, hw_cfg)
     what = "hardware=" if form == "roofline" else "cost="

@@ -21,6 +21,11 @@ class CheckpointError(ServetuneError):
     """A tuning checkpoint cannot be resumed; the message names the file and why."""
 
 
+class CalibrationError(ServetuneError):
+    """A cost-model fit diverged or fits its measurements too poorly to use; the message says
+    which and the setting that changes it."""
+
+
 class TraceError(ServetuneError, ValueError):
     """A trace file is malformed; the message names the file, the line and what was expected."""
 

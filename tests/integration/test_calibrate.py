@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from servetune import calibrate as cal
 from servetune import hardware as hw
-from servetune.errors import ConfigError, TraceError
+from servetune.errors import CalibrationError, ConfigError, TraceError
 
 CONF = Path(cal.__file__).parent / "conf"
 N = 360  # rows of every synthetic table: one compiled fit per form serves every test
@@ -271,3 +271,34 @@ def test_cli_bad_input_exits_with_message(tmp_path):
     _, proc = run_cli(tmp_path, f"path={path}")
     assert proc.returncode == 2
     assert f"{path}:3: column 'seconds' = '-0.5'" in proc.stderr.replace("\n", ""), proc.stderr
+
+
+@pytest.mark.parametrize("form", ["linear", "roofline"])
+def test_a_diverged_fit_is_an_error_not_a_nan_result(form, table, linear_cost):
+    """At a learning rate of 1e30 Adam's loss is NaN at every start: no result with NaN."""
+    measured = table.assign(seconds=seconds(table, linear_cost, "linear"))
+    with pytest.raises(CalibrationError, match=rf"the {form} fit diverged .*lower fit\.lear"):
+        if form == "linear":
+            cal.fit_cost_model(measured, "linear", learning_rate=1e30, init="scale")
+        else:
+            fit_roofline(measured, "h100-8b", learning_rate=1e30)
+
+
+def test_cli_refuses_a_poor_fit_unless_the_threshold_is_raised(tmp_path, table):
+    """Step times unrelated to the batch (log-normal noise) fit at ~90% RMS error: exit 2 and
+    no output file; with fit.max_rms_rel_error raised the same fit is written."""
+    rng = np.random.default_rng(1)
+    path = tmp_path / "noise.csv"
+    table.assign(seconds=0.01 * np.exp(3 * rng.normal(size=len(table)))).to_csv(path,
+                                                                               index=False)
+    out, proc = run_cli(tmp_path, f"path={path}", "form=linear", "fit.steps=200")
+    assert proc.returncode == 2
+    err = proc.stderr.replace("\n", "")
+    assert "exceeds fit.max_rms_rel_error=0.5, so no calibrated.yaml was written" in err, err
+    assert not (out / "calibrated.yaml").exists() and not (out / "calibration.json").exists()
+    assert "RMS relative" in proc.stdout  # the fit is still shown
+    out, proc = run_cli(tmp_path / "kept", f"path={path}", "form=linear", "fit.steps=200",
+                        "fit.max_rms_rel_error=100")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "calibration.json").read_text())["rms_rel_error"] > 0.5
+    assert (out / "calibrated.yaml").exists()
