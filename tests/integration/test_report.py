@@ -179,3 +179,54 @@ def test_the_one_number_formatter():
     assert fmt(float("inf")) == "inf" and fmt(-np.inf) == "-inf"  # an unlimited cap stays visible
     assert fmt(None) == "-" and fmt(float("nan")) == "-" and fmt(np.nan, missing="?") == "?"
     assert fmt(np.float32(2.5)) == "2.5" and fmt(7) == "7" and fmt("fcfs") == "fcfs"
+
+
+def _damaged_sweep(root):
+    """Seven fake runs of two policies; five of them damaged in a different way each."""
+    rng = np.random.default_rng(2)
+    for job in range(7):
+        _fake_run(root / str(job), [f"policy={'ab'[job % 2]}", f"seed={job}"], job,
+                  rng.exponential(0.5, 50))
+    (root / "1" / "metrics.csv").write_bytes(b"\x00\xff\xfe binary \x89PNG\r\n")
+    (root / "2" / "metrics.csv").write_text("seed,goodput_rps,slo_attainment\n")
+    (root / "3" / ".hydra" / "overrides.yaml").write_text("- policy=[unclosed\n")
+    (root / "4" / ".hydra" / "overrides.yaml").write_text("- policy: {: oops\n")
+    parquet = (root / "5" / "requests.parquet").read_bytes()
+    (root / "5" / "requests.parquet").write_bytes(parquet[: len(parquet) // 2])
+    (root / "6" / "config_resolved.yaml").write_bytes(b"\xff\xfe\x00binary")
+    (root / "multirun.yaml").write_text("hydra: [unclosed\n")
+
+
+def test_a_report_leaves_out_damaged_run_folders_and_names_them(tmp_path):
+    _damaged_sweep(tmp_path)
+    rep = report(tmp_path, tmp_path / "out", n_boot=50, figures=False)
+    assert sorted(rep.runs["run"]) == ["0", "5"]  # 5 keeps its metrics, loses its intervals
+    names = [m.split(": cannot read")[0] for m in rep.skipped]
+    assert sorted(names) == sorted(str(tmp_path / p) for p in (
+        "1/metrics.csv", "2/metrics.csv", "3/.hydra/overrides.yaml", "4/.hydra/overrides.yaml",
+        "6/config_resolved.yaml", "multirun.yaml", "5/requests.parquet"))
+    assert any("a header and no rows" in m for m in rep.skipped)
+    five = rep.runs.set_index("run").loc["5"]
+    assert np.isnan(five["ttft_p99_s_ci_lo"]) and np.isfinite(five["ttft_p99_s"])
+    assert "left out (damaged)" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_report_command_warns_for_each_damaged_folder(tmp_path):
+    _damaged_sweep(tmp_path)
+    proc = _servetune("report", str(tmp_path), "--bootstrap", "20", "--no-figures",
+                      "--no-html", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr.replace("\n", " ")
+    assert err.count("warning: left out") == 7
+    assert f"{tmp_path / '1' / 'metrics.csv'}: cannot read" in err
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_report_of_only_damaged_runs_is_an_error_listing_them(tmp_path):
+    _damaged_sweep(tmp_path)
+    for job in (0, 5, 6):
+        (tmp_path / str(job) / "metrics.csv").write_text("")
+    proc = _servetune("report", str(tmp_path), timeout=120)
+    assert proc.returncode == 2
+    assert "no readable runs; every run folder is damaged" in proc.stderr
+    assert proc.stderr.count("cannot read") >= 6 and "Traceback" not in proc.stderr

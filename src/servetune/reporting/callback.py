@@ -203,5 +203,7 @@ def print_sweep_summary(root: Path, max_rows: int = 20, console=None) -> bool:
         console.print(f"simulator compilations: {counts or 'none'} in {comp['processes']} "
                       f"process(es) across {comp['jobs']} job(s)",
                       highlight=False, soft_wrap=True)
+    for message in col.skipped:
+        console.print(f"warning: left out {message}", highlight=False, soft_wrap=True)
     console.print(f"report: servetune report {root}", highlight=False, soft_wrap=True)
     return True

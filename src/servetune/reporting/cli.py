@@ -39,5 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     except ServetuneError as err:
         Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
         return 2
+    for message in rep.skipped:
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] left out {message}",
+                                   highlight=False, soft_wrap=True)
     print_report(rep, wide_console())
     return 0

@@ -41,6 +41,9 @@ class Collection:
       excluded), in sweep order; rows that agree on them are seeds of one point.
     overrides: every override key seen, in order.
     run_dirs: absolute path of each run, by `run`.
+    skipped: one message per damaged file left out ("path: cannot read (why)"): a run whose
+      metrics.csv or overrides are damaged is not in `runs`; one whose requests.parquet is has
+      no bootstrap intervals (stats.bootstrap appends those).
     """
 
     root: Path
@@ -48,6 +51,7 @@ class Collection:
     keys: list
     overrides: list
     run_dirs: dict
+    skipped: list = dataclasses.field(default_factory=list)
 
     def numeric_keys(self) -> list:
         """Point keys whose values are all numbers (plotted on a numeric axis)."""
@@ -107,15 +111,55 @@ def parse_overrides(lines: list[str]) -> tuple[dict, list[str]]:
 def _read_yaml(path: Path):
     try:
         return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise ReportError(f"{path}: cannot read ({err})") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ReportError(f"{path}: cannot read ({_first_line(err)})") from None
 
 
-def sweep_order(root: Path) -> list[str]:
-    """Keys swept by the multiruns under `root` (from each multirun.yaml), in override order."""
+def _first_line(err: Exception) -> str:
+    """A one-line reason for a read error: where a YAML or UTF-8 error is, else its first line."""
+    if isinstance(err, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {err.start} = 0x{err.object[err.start]:02x}): binary or damaged"
+    mark = getattr(err, "problem_mark", None)
+    if isinstance(err, yaml.YAMLError) and mark is not None:
+        return f"not YAML at line {mark.line + 1}, column {mark.column + 1}: {err.problem}"
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def _read_overrides(path: Path) -> dict:
+    """{key: value} of a run's .hydra/overrides.yaml (a list of Hydra override strings)."""
+    doc = _read_yaml(path) or []
+    if not isinstance(doc, list):
+        raise ReportError(f"{path}: cannot read (a {type(doc).__name__}; expected a list of "
+                          f"Hydra overrides)")
+    try:
+        return parse_overrides(doc)[0]
+    except OverrideParseException as err:
+        raise ReportError(f"{path}: cannot read ({_first_line(err)})") from None
+
+
+def _read_metrics(path: Path) -> pd.DataFrame:
+    """A run's metrics.csv: at least one row, a header naming its columns."""
+    try:
+        table = pd.read_csv(path)
+    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError,
+            pd.errors.EmptyDataError) as err:
+        raise ReportError(f"{path}: cannot read ({_first_line(err)})") from None
+    if table.empty:
+        raise ReportError(f"{path}: cannot read (a header and no rows)")
+    return table
+
+
+def sweep_order(root: Path, skipped: list | None = None) -> list[str]:
+    """Keys swept by the multiruns under `root` (from each multirun.yaml), in override order;
+    an unreadable multirun.yaml is left out, its message appended to `skipped`."""
     keys: list[str] = []
     for path in sorted(Path(root).rglob("multirun.yaml"), key=_natural):
-        doc = _read_yaml(path) or {}
+        try:
+            doc = _read_yaml(path)
+        except ReportError as err:
+            (skipped if skipped is not None else []).append(str(err))
+            continue
+        doc = doc if isinstance(doc, dict) else {}
         task = (((doc.get("hydra") or {}).get("overrides") or {}).get("task")) or []
         try:
             _, swept = parse_overrides(task)
@@ -134,19 +178,16 @@ def _select(doc, dotted: str):
 
 
 def read_run(run_dir: Path) -> tuple[pd.DataFrame, dict]:
-    """One run's metrics.csv rows and its overrides {key: value}."""
-    try:
-        table = pd.read_csv(run_dir / "metrics.csv")
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
-        raise ReportError(f"{run_dir / 'metrics.csv'}: cannot read ({err})") from None
-    overrides: dict = {}
+    """One run's metrics.csv rows and its overrides {key: value}; ReportError naming the file
+    when one of them is damaged (binary, truncated, header only, not YAML)."""
+    table = _read_metrics(run_dir / "metrics.csv")
     path = run_dir / ".hydra" / "overrides.yaml"
-    if path.exists():
-        overrides, _ = parse_overrides(_read_yaml(path) or [])
+    overrides = _read_overrides(path) if path.exists() else {}
     resolved = run_dir / "config_resolved.yaml"
     context = {}
     if resolved.exists():
-        doc = _read_yaml(resolved) or {}
+        doc = _read_yaml(resolved)
+        doc = doc if isinstance(doc, dict) else {}
         context = {k: _select(doc, k) for k in CONTEXT_KEYS}
     for k, v in context.items():
         if k not in table.columns:
@@ -175,9 +216,13 @@ def collect(root: Path | str, exclude: Path | None = None) -> Collection:
     if not dirs:
         raise ReportError(f"{root}: no runs found (no metrics.csv under it; is this the output "
                           f"directory of `servetune simulate`?)")
-    frames, order, run_dirs = [], [], {}
+    frames, order, run_dirs, skipped = [], [], {}, []
     for d in dirs:
-        table, overrides = read_run(d)
+        try:
+            table, overrides = read_run(d)
+        except ReportError as err:  # a damaged run folder: report the others
+            skipped.append(str(err))
+            continue
         name = str(d.relative_to(root)) if d != root else "."
         run_dirs[name] = d
         order += [k for k in overrides if k not in order]
@@ -187,13 +232,16 @@ def collect(root: Path | str, exclude: Path | None = None) -> Collection:
                 continue  # a grid column or the seed: metrics.csv holds the simulated value
             rows[key] = [value] * len(rows)
         frames.append(rows)
+    if not frames:
+        raise ReportError(f"{root}: no readable runs; every run folder is damaged:\n  " +
+                          "\n  ".join(skipped))
     runs = pd.concat(frames, ignore_index=True)
     for c in runs.columns:
         if runs[c].dtype == object:
             runs[c] = _tidy(runs[c])
     grid_cols = [c for c in runs.columns if c.startswith("policy.") and c not in CONTEXT_KEYS
                  and c not in order]
-    candidates = sweep_order(root)
+    candidates = sweep_order(root, skipped)
     candidates += [k for k in order + grid_cols if k not in candidates]
     keys = [k for k in candidates if k in runs.columns and k != "seed"
             and runs[k].astype(str).nunique(dropna=False) > 1]
@@ -201,7 +249,8 @@ def collect(root: Path | str, exclude: Path | None = None) -> Collection:
         [c for c in grid_cols if c not in order] + list(CONTEXT_KEYS)
     front = [c for c in dict.fromkeys(front) if c in runs.columns]
     runs = runs[front + [c for c in runs.columns if c not in front]]
-    return Collection(root=root, runs=runs, keys=keys, overrides=order, run_dirs=run_dirs)
+    return Collection(root=root, runs=runs, keys=keys, overrides=order, run_dirs=run_dirs,
+                      skipped=skipped)
 
 
 def short_names(keys: list) -> dict:

@@ -20,7 +20,8 @@ class Report:
     runs: one row per scenario (runs.parquet / runs.csv), with M_ci_lo / M_ci_hi bootstrap
       intervals of each scenario's CI metrics; points: one row per point (points.csv), see
       stats.aggregate; comparisons: best point vs each other per headline metric
-      (comparisons.csv); verdicts: the same in sentences; keys: the point keys; files: paths.
+      (comparisons.csv); verdicts: the same in sentences; keys: the point keys; files: paths;
+      skipped: a message per damaged file left out (Collection.skipped).
     """
 
     out_dir: Path
@@ -30,6 +31,7 @@ class Report:
     verdicts: list
     keys: list
     files: list
+    skipped: list = dataclasses.field(default_factory=list)
 
 
 def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, seed: int = 0,
@@ -66,6 +68,8 @@ def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, 
                 "point keys": ", ".join(col.keys) or "none (one point)",
                 "seeds per point": " / ".join(str(n) for n in sorted(set(points["n"]))),
                 "bootstrap resamples": n_boot}
+        if col.skipped:
+            meta["left out (damaged)"] = "; ".join(col.skipped)
         for k in CONTEXT_KEYS:
             if k in runs and runs[k].notna().any():
                 meta[k] = ", ".join(str(v) for v in dict.fromkeys(runs[k].dropna()))
@@ -73,4 +77,4 @@ def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, 
         write_text(path, page(points, runs, col.keys, verdicts, meta))
         files.append(path)
     return Report(out_dir=out_dir, runs=runs, points=points, comparisons=comparisons,
-                  verdicts=verdicts, keys=col.keys, files=files)
+                  verdicts=verdicts, keys=col.keys, files=files, skipped=col.skipped)

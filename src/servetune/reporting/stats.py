@@ -24,6 +24,8 @@ CI_METRICS = tuple(f"{m}_{s}_s" for m in LATENCIES for s in STATS) + ("slo_attai
 HEADLINE = {"goodput_rps": 1, "slo_attainment": 1, "useful_tokens_per_dollar": 1,
             "ttft_p99_s": -1, "tpot_p99_s": -1}
 LEVEL = 0.95
+# Columns of requests.parquet the bootstrap reads.
+REQUEST_COLUMNS = ("counted", "end_state", "qualifies") + tuple(f"{lat}_s" for lat in LATENCIES)
 
 
 def _resamples(n: int, n_boot: int, rng: np.random.Generator):
@@ -70,6 +72,23 @@ def bootstrap_scenario(requests: pd.DataFrame, window_s: float, n_boot: int,
     return reps
 
 
+def _read_requests(path, skipped: list) -> pd.DataFrame | None:
+    """A run's requests.parquet, or None (its message appended to `skipped`) when it is
+    truncated, not parquet or lacks the columns the bootstrap reads."""
+    try:
+        table = pd.read_parquet(path)
+    except Exception as err:  # noqa: BLE001 -- pyarrow raises several kinds on a damaged file
+        why = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        skipped.append(f"{path}: cannot read ({why}); no intervals for this run")
+        return None
+    missing = [c for c in REQUEST_COLUMNS if c not in table.columns]
+    if missing:
+        skipped.append(f"{path}: cannot read (no column {', '.join(missing)}); no intervals "
+                       f"for this run")
+        return None
+    return table
+
+
 def bootstrap(col: Collection, n_boot: int = 1000, seed: int = 0) -> dict:
     """{row index of col.runs: {metric: replicates [n_boot]}} for every scenario whose run has
     a requests.parquet; deterministic in `seed`."""
@@ -81,7 +100,9 @@ def bootstrap(col: Collection, n_boot: int = 1000, seed: int = 0) -> dict:
         path = col.run_dirs[run] / "requests.parquet"
         if not path.exists():
             continue
-        table = pd.read_parquet(path)
+        table = _read_requests(path, col.skipped)
+        if table is None:
+            continue
         by_scenario = dict(tuple(table.groupby("scenario"))) if "scenario" in table else {0: table}
         for idx, row in rows.iterrows():
             req = by_scenario.get(int(row["scenario"]))
