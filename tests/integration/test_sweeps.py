@@ -104,6 +104,44 @@ def test_optuna_sweep_end_to_end(tmp_path, cache):
     assert (tmp_path / "f.png").stat().st_size > 10_000
 
 
+def test_a_failed_job_does_not_stop_the_sweep_and_is_named_at_its_end(tmp_path, cache):
+    """hardware.gpu=h900,h100: job 0's bad value is its own error (error.json, its message);
+    job 1 still runs; the summary counts the failure and the sweep exits 2 naming job 0."""
+    root = tmp_path / "mr"
+    proc = _servetune("simulate", "-m", *TINY, "hardware.gpu=h900,h100",
+                      f"hydra.sweep.dir={root}", cache=cache)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    record = json.loads((root / "0" / "error.json").read_text())
+    assert record["job"] == 0 and "hardware.gpu=h900" in record["overrides"]
+    assert record["error"].startswith("hardware.gpu: unknown name 'h900'")
+    assert not (root / "0" / "metrics.csv").exists()
+    assert json.loads((root / "1" / "metrics.json").read_text())["n_completed"] > 0
+    assert "sweep: 1 job(s) (1 more failed)" in proc.stdout
+    err = proc.stderr.replace("\n", " ")
+    assert "1 job(s) failed:" in err and "#0 (" in err and "unknown name 'h900'" in err
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_optuna_trial_that_fails_is_the_worst_value_not_the_end_of_the_study(tmp_path,
+                                                                                 cache):
+    """Optuna refuses NaN; a failed trial returns -inf (the study maximizes), so the study
+    goes on and its best trial is one that ran."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    root = tmp_path / "study"
+    proc = _servetune("simulate", "-m", "+experiment=optuna_policy", *TINY,
+                      "hardware.gpu=choice(h900,h100)", "hydra.sweeper.n_trials=4",
+                      "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler.n_startup_trials=2",
+                      f"hydra.sweep.dir={root}", cache=cache)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    failed = sorted(int(p.parent.name) for p in root.glob("*/error.json"))
+    ran = sorted(int(p.parent.name) for p in root.glob("*/metrics.json"))
+    assert failed and ran and sorted(failed + ran) == [0, 1, 2, 3]
+    result = yaml.safe_load((root / "optimization_results.yaml").read_text())
+    assert result["best_params"]["hardware.gpu"] == "h100"
+    assert math.isfinite(result["best_value"])
+    assert f"{len(failed)} job(s) failed:" in proc.stderr
+
+
 def test_joblib_launcher_runs_jobs_in_parallel_workers(tmp_path, cache):
     """hydra/launcher=joblib_local, n_jobs=2: a 2 x 2 multirun in two worker processes, each
     compiling (or loading) the simulator once."""

@@ -26,7 +26,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from servetune.errors import ServetuneError
+from servetune.errors import JOB_ERROR_FILE, ServetuneError
 from servetune.files import write_json
 
 # (module, function) of the jitted simulator entry points whose compilations are counted
@@ -168,15 +168,40 @@ class ServetuneCallback(Callback):
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
-        if not self.summary:
-            return
         root = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
+        if self.summary:
+            self._print_summary(root)
+        failed = failed_jobs(root)
+        if failed:  # after the summary of the jobs that ran; the sweep as a whole failed
+            from rich.console import Console
+
+            err = Console(stderr=True)
+            err.print(f"[red]{len(failed)} job(s) failed:[/red]", highlight=False)
+            for doc in failed:
+                err.print(f"  #{doc.get('job')} ({' '.join(doc.get('overrides') or [])}): "
+                          f"{doc.get('error')}", highlight=False, soft_wrap=True)
+            sys.exit(2)
+
+    def _print_summary(self, root: Path) -> None:
         try:
             print_sweep_summary(root, self.max_rows)
         except Exception as err:  # noqa: BLE001 -- a summary must never fail the sweep
             from rich.console import Console
             Console(stderr=True).print(f"[yellow]sweep summary unavailable:[/yellow] {err}",
                                        highlight=False, soft_wrap=True)
+
+
+def failed_jobs(root: Path) -> list[dict]:
+    """The error records ({job, overrides, error}) of the sweep's failed jobs under `root`,
+    by job number (servetune.errors.exit_on_user_error writes them)."""
+    docs = []
+    for path in Path(root).rglob(JOB_ERROR_FILE):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            doc = {"job": path.parent.name, "error": f"{path}: unreadable error record"}
+        docs.append(doc if isinstance(doc, dict) else {"job": path.parent.name})
+    return sorted(docs, key=lambda d: int(d["job"]) if str(d.get("job")).isdigit() else 1 << 30)
 
 
 def print_sweep_summary(root: Path, max_rows: int = 20, console=None) -> bool:
@@ -192,9 +217,11 @@ def print_sweep_summary(root: Path, max_rows: int = 20, console=None) -> bool:
     except ReportError:
         return False
     points = aggregate(col)
+    failed = len(failed_jobs(root))
     cols = (("goodput_rps", "goodput rps"), ("slo_attainment", "SLO att."),
             ("ttft_p99_s", "P99 TTFT s"))
-    console.print(points_table(points, col.keys, f"sweep: {col.runs['run'].nunique()} job(s), "
+    jobs = f"{col.runs['run'].nunique()} job(s)" + (f" ({failed} more failed)" if failed else "")
+    console.print(points_table(points, col.keys, f"sweep: {jobs}, "
                                f"{len(points)} point(s), mean ±std over seeds", max_rows,
                                columns=cols, ci=False))
     comp = compile_summary(root)
