@@ -60,8 +60,9 @@ import optax
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from servetune import hardware, settings
-from servetune.errors import CalibrationError, ConfigError, TraceError, exit_on_user_error
+from servetune import hardware, inputs, settings
+from servetune.entry import exit_on_user_error
+from servetune.errors import CalibrationError, ConfigError, TraceError
 from servetune.files import write_json, write_text
 from servetune.workload import read_text
 
@@ -580,7 +581,7 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
     if raw is None or not str(raw).strip():
         raise ConfigError("path: required; the CSV of measured iterations, e.g. "
                           "servetune calibrate path=measurements.csv form=linear")
-    path = Path(str(raw)).expanduser()
+    path = inputs.expand(str(raw), "path")
     if not path.is_absolute():
         path = Path(OmegaConf.select(cfg, "paths.root") or ".") / path
     form = OmegaConf.select(cfg, "form")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from rich.console import Console
 
 from servetune.api import simulate_batch
 from servetune.calibrate import calibrate_app
-from servetune.errors import exit_on_user_error
+from servetune.entry import exit_on_user_error
 from servetune.files import write_json, write_text, write_whole
 from servetune.progress import console as progress_console
 from servetune.progress import simulation_progress
@@ -145,6 +146,32 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+OUTPUT_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
+
+
+def output_dir_problem(overrides: list[str]) -> str | None:
+    """A message naming the key when an output folder override (hydra.run.dir,
+    hydra.sweep.dir) lies under a file or an unwritable folder; None when it looks usable
+    (Hydra would otherwise fail creating it with a bare OSError)."""
+    for arg in overrides:
+        key, _, value = arg.partition("=")
+        value = value.strip("'\"")
+        if key not in OUTPUT_DIR_KEYS or not value or "${" in value:
+            continue
+        try:
+            path = Path(value).expanduser()
+        except RuntimeError:
+            return f"{key}: got {value!r}; cannot expand its ~user (no such user)"
+        parent = path
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            return f"{key}: got {value!r}; {parent} is a file, expected a folder to write in"
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return f"{key}: got {value!r}; {parent} is not writable"
+    return None
+
+
 def main() -> None:
     """Dispatch `servetune <command> [arguments]` to the command's Hydra or argparse app;
     `servetune`, `servetune --help` and `servetune help` print the commands and exit 0."""
@@ -159,6 +186,11 @@ def main() -> None:
                      "validate": validate_main}
     if command in argparse_apps:
         sys.exit(argparse_apps[command](sys.argv[1:]))
+    problem = output_dir_problem(sys.argv[1:])
+    if problem:
+        Console(stderr=True).print(f"[red]error:[/red] {problem}", highlight=False,
+                                   soft_wrap=True)
+        sys.exit(2)
     # Hydra apps: their --help is the command's own page (conf/hydra/help/COMMAND.yaml).
     # Appended, not inserted: argparse stops reading overrides at a flag such as -m that
     # follows the first positional argument.

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from servetune import inputs
 from servetune.errors import ConfigError
 from servetune.files import ensure_dir, write_json, write_text
 from servetune.types import RUNNING, WAITING, Entries, PolicyParams
@@ -133,9 +134,14 @@ def load(value) -> np.ndarray:
     if isinstance(value, (str, Path)):
         path = Path(value)
         try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
+            doc = json.loads(inputs.read_bytes(path, "score_net.json", ConfigError))
+        except ConfigError as err:
+            raise ConfigError(f"policy.score_net: {err}") from None
+        except ValueError as err:
             raise ConfigError(f"policy.score_net: cannot read {path}: {err}") from None
+        if not isinstance(doc, dict):
+            raise ConfigError(f"policy.score_net: {path} holds a JSON {type(doc).__name__}; "
+                              f"expected the object `servetune tune` exports")
         if list(doc.get("features", {}).get("names", [])) != list(FEATURE_NAMES):
             raise ConfigError(f"policy.score_net: {path} has features "
                               f"{doc.get('features', {}).get('names')}; this servetune "

@@ -13,7 +13,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from servetune import cascade_config as cascade_lib
-from servetune import hardware, quality, settings, streams, workload
+from servetune import hardware, inputs, quality, settings, streams, workload
 from servetune import replicas as replicas_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.pressure import POLICIES
@@ -80,7 +80,7 @@ def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
         if path is None:
             path = workload.bundled_path(settings.get(cfg, "workload.bundled"))
         else:
-            path = Path(path).expanduser()
+            path = inputs.expand(path, "workload.path")
             if not path.is_absolute():
                 base = Path(settings.string(cfg, "paths.root", allow_none=True) or ".")
                 path = base / path
@@ -675,6 +675,18 @@ def _metrics_section(cfg: DictConfig, traces, hw: _Hardware, engine: EngineConfi
     return spec, drain
 
 
+def _check_cache_dir(cfg: DictConfig) -> None:
+    """compilation_cache.dir: null or a path that expands and is not a file (the run's callback
+    reads it before this check, and Hydra turns a callback's error into a warning)."""
+    raw = settings.string(cfg, "compilation_cache.dir", allow_none=True)
+    if raw is None:
+        return
+    path = inputs.expand(raw, "compilation_cache.dir")
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"compilation_cache.dir: got {raw!r}; it is a file, expected a folder "
+                          f"(or null: no persistent cache)")
+
+
 def build(cfg: DictConfig) -> Scenario:
     """Validate `cfg` and build the scenario batch (seeds x grid points).
 
@@ -683,6 +695,7 @@ def build(cfg: DictConfig) -> Scenario:
     Sections are read in a fixed order: hardware and model, quality, cost, policy and grid,
     engine, price, cascade, workloads, window and SLOs."""
     _check_sections(cfg)
+    _check_cache_dir(cfg)
     hw = _hardware_section(cfg)
     qsection = settings.get(cfg, "quality")
     qspec = quality.from_config(  # None when quality.enabled is false

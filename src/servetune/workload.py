@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servetune import streams
+from servetune import inputs, streams
 from servetune.errors import ConfigError, TraceError
 
 MAX_TOKENS = 10_000_000  # a per-request token count above this is a corrupt row, not a request
@@ -228,16 +228,8 @@ def _check_sorted(arrival: np.ndarray, lines: list[int], path, what: str) -> Non
 
 def read_text(path: Path, what: str = "trace file") -> str:
     """The UTF-8 text of `path` (a BOM is dropped); TraceError naming the file (and line, for a
-    bad byte) when it is missing, unreadable, UTF-16 or binary. `what` names the expected file."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise TraceError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: is a directory; expected a {what}") from None
-    except OSError as err:
-        raise TraceError(f"{path}: cannot be read ({err.strerror or err}); expected a readable "
-                         f"{what}") from None
+    bad byte) when it is missing, unreadable, not a regular file, UTF-16 or binary. `what` names the expected file."""
+    data = inputs.read_bytes(path, what, TraceError)
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise TraceError(f"{path}: UTF-16 text (byte-order mark); expected a UTF-8 CSV or JSONL "
                          f"trace (re-encode it, e.g. iconv -f UTF-16 -t UTF-8)")
@@ -476,6 +468,7 @@ def _hash_ids(value, path, line: int) -> list[int] | None:
 def load_trace(path: str | Path, name: str | None = None) -> RequestTrace:
     """Load a trace file by extension: .csv (Azure or plain) or .jsonl (Mooncake)."""
     path = Path(path)
+    inputs.check_regular(path, "trace file", TraceError)  # a folder, FIFO or device: say so
     if path.suffix.lower() == ".jsonl":
         return load_jsonl(path, name)
     if path.suffix.lower() == ".csv":

@@ -95,3 +95,14 @@ def test_the_dispatcher_keeps_overrides_after_the_multirun_flag(monkeypatch):
     assert args.multirun
     assert args.overrides == ["workload=poisson", "policy.max_num_seqs=8,16",
                               "hydra/help=simulate"]
+
+
+def test_an_output_folder_under_a_file_exits_2_naming_the_key(tmp_path, monkeypatch, capsys):
+    (tmp_path / "f").write_text("")
+    monkeypatch.setattr(cli, "_simulate_app", lambda: pytest.fail("Hydra must not start"))
+    monkeypatch.setattr(sys, "argv", ["servetune", "simulate", f"hydra.run.dir={tmp_path}/f/r"])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    assert exit_.value.code == 2
+    assert f"hydra.run.dir: got '{tmp_path}/f/r'; {tmp_path}/f is a file" in \
+        capsys.readouterr().err.replace("\n", "")

@@ -26,7 +26,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from servetune.errors import JOB_ERROR_FILE, ServetuneError
+from servetune.entry import JOB_ERROR_FILE
+from servetune.errors import ServetuneError
 from servetune.files import write_json
 
 # (module, function) of the jitted simulator entry points whose compilations are counted
@@ -42,7 +43,10 @@ def enable_compilation_cache(directory: str | None, min_compile_time_s: float = 
         return None
     import jax
 
-    path = str(Path(directory).expanduser())
+    try:
+        path = str(Path(directory).expanduser())
+    except RuntimeError:  # ~nosuchuser: scenario.build names the key
+        return None
     if jax.config.jax_compilation_cache_dir != path:
         jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))

@@ -19,6 +19,7 @@ import pandas as pd
 import yaml
 from hydra.errors import OverrideParseException
 
+from servetune import inputs
 from servetune.errors import ServetuneError
 from servetune.reporting.numbers import fmt
 
@@ -110,8 +111,8 @@ def parse_overrides(lines: list[str]) -> tuple[dict, list[str]]:
 
 def _read_yaml(path: Path):
     try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        return yaml.safe_load(inputs.read_bytes(path, "YAML file", ReportError).decode())
+    except (UnicodeDecodeError, yaml.YAMLError) as err:
         raise ReportError(f"{path}: cannot read ({_first_line(err)})") from None
 
 
@@ -139,6 +140,7 @@ def _read_overrides(path: Path) -> dict:
 
 def _read_metrics(path: Path) -> pd.DataFrame:
     """A run's metrics.csv: at least one row, a header naming its columns."""
+    inputs.check_regular(path, "metrics.csv", ReportError)
     try:
         table = pd.read_csv(path)
     except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError,

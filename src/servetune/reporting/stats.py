@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from servetune.reporting.collect import Collection, point_label
+from servetune.inputs import check_regular
+from servetune.reporting.collect import Collection, ReportError, point_label
 
 LATENCIES = ("ttft", "tpot", "e2e")
 STATS = ("mean", "p50", "p90", "p99")
@@ -76,7 +77,11 @@ def _read_requests(path, skipped: list) -> pd.DataFrame | None:
     """A run's requests.parquet, or None (its message appended to `skipped`) when it is
     truncated, not parquet or lacks the columns the bootstrap reads."""
     try:
+        check_regular(path, "parquet file", ReportError)
         table = pd.read_parquet(path)
+    except ReportError as err:
+        skipped.append(f"{err}; no intervals for this run")
+        return None
     except Exception as err:  # noqa: BLE001 -- pyarrow raises several kinds on a damaged file
         why = (str(err).strip().splitlines() or [type(err).__name__])[0]
         skipped.append(f"{path}: cannot read ({why}); no intervals for this run")

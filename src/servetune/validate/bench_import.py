@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from servetune import inputs
 from servetune.errors import TraceError
 from servetune.validate.record_columns import non_negative, request_columns
 
@@ -37,10 +38,12 @@ ABOUT = ("date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_
 
 
 def _load(path: Path) -> dict:
+    raw = inputs.read_bytes(path, "`vllm bench serve --save-result` JSON", TraceError)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as err:
-        raise TraceError(f"{path}: unreadable ({err})") from None
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise TraceError(f"{path}: not UTF-8 text (byte {err.start}); expected the JSON "
+                         f"`vllm bench serve --save-result` writes") from None
     except json.JSONDecodeError as err:
         raise TraceError(f"{path}:{err.lineno}: not JSON ({err.msg}); expected the file "
                          f"`vllm bench serve --save-result` writes") from None
@@ -79,7 +82,7 @@ def load_bench_result(path: str | Path) -> dict:
     of the requests that completed with at least one output token, in arrival order,
     "about": the run's settings the file records}. A file of another shape raises TraceError
     naming it and the key."""
-    path = Path(path).expanduser()
+    path = inputs.expand(path, "--import-bench", TraceError)
     data = _load(path)
     if not isinstance(data["start_times"], list) or not data["start_times"]:
         raise TraceError(f"{path}: start_times: no requests; expected one send time per request")

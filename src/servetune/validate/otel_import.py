@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from servetune import inputs
 from servetune.errors import TraceError
 from servetune.validate.record_columns import non_negative, request_columns
 
@@ -36,10 +37,11 @@ REQUIRED = (PROMPT, OUTPUT, TTFT, E2E)
 
 def _documents(path: Path) -> list[tuple[int, dict]]:
     """(line, object) of each OTLP JSON document in the file: one per line, or the whole file."""
+    data = inputs.read_bytes(path, "OTLP JSON file of spans", TraceError)
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise TraceError(f"{path}: unreadable ({err})") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise TraceError(f"{path}: not UTF-8 text (byte {err.start}); expected OTLP JSON") from None
     try:
         whole = json.loads(text)
         docs = [(1, whole)]
@@ -129,7 +131,7 @@ def load_otel_spans(path: str | Path) -> dict:
     the scheduler, nan where not recorded), in arrival order, "trace": (arrival_s,
     prompt_tokens, output_tokens) of those with at least one output token, "about": the span
     count}. A file of another shape raises TraceError naming the line, span and key."""
-    path = Path(path).expanduser()
+    path = inputs.expand(path, "--import-otel", TraceError)
     rows = [_request(where, span) for where, span in _spans(path)]
     rows.sort(key=lambda r: r["arrival"])
     arrival = np.array([r["arrival"] for r in rows])

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from servetune import inputs
 from servetune.api import simulate
 from servetune.calibrate import fit_cost_model, load_measurements
 from servetune.errors import ServetuneError, TraceError
@@ -38,8 +39,9 @@ def _observed(folder: Path) -> tuple[dict, pd.DataFrame]:
     """(observe.json, requests table) of an observe folder; TraceError names what is missing."""
     meta_path, req_path = folder / "observe.json", folder / "requests.parquet"
     for path in (meta_path, req_path, folder / "steps.csv"):
-        if not path.is_file():
+        if not path.exists():
             raise TraceError(f"{path}: missing; expected a `servetune observe` output folder")
+        inputs.check_regular(path, "file of a `servetune observe` output folder", TraceError)
     try:
         meta = json.loads(meta_path.read_text())
         return meta, pd.read_parquet(req_path)
