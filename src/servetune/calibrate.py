@@ -44,7 +44,6 @@ or, when the fit diverges or its RMS relative error exceeds `fit.max_rms_rel_err
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
 import math
@@ -64,7 +63,7 @@ from servetune import hardware, inputs, settings
 from servetune.entry import exit_on_user_error
 from servetune.errors import CalibrationError, ConfigError, TraceError
 from servetune.files import write_json, write_text
-from servetune.workload import read_text
+from servetune.workload import csv_records, read_text, strict_float
 
 REQUIRED = ("prefill_tokens", "decode_seqs", "ctx_tokens", "seconds")
 FEATURES = ("prefill_tokens", "decode_seqs", "ctx_tokens", "attn_work")
@@ -132,7 +131,7 @@ def _cell(raw: str, path, line: int, column: str) -> float:
     text = (raw or "").strip()
     what = "seconds > 0" if column == "seconds" else "a finite number >= 0"
     try:
-        value = float(text)
+        value = strict_float(text)
     except ValueError:
         raise TraceError(f"{path}:{line}: column {column!r} = {raw!r}; expected {what}") from None
     if not math.isfinite(value) or value < 0 or (column == "seconds" and value <= 0):
@@ -159,8 +158,8 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
     """
     path = Path(path)
     text = read_text(path, "CSV of measured iterations")
-    reader = csv.reader(text.splitlines())
-    header = next(reader, None)
+    records = csv_records(path, text)
+    header = next(records, (1, None))[1]
     if header is None or not any(h.strip() for h in header):
         raise TraceError(f"{path}: empty file; expected a header line with columns "
                          f"{', '.join(REQUIRED)} (and optionally attn_work), then data rows")
@@ -173,7 +172,7 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
     index = {c: header.index(c) for c in columns}
     values = {c: [] for c in columns}
     lines = []
-    for line, row in enumerate(reader, start=2):
+    for line, row in records:
         if not row or all(not cell.strip() for cell in row):
             continue
         if len(row) < len(header):

@@ -34,7 +34,22 @@ MAX_SYNTHETIC_REQUESTS = 1 << 26
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # only these end a line (str.splitlines also splits
 # on U+2028, form feeds and other characters that may sit inside a field)
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)",
-                     re.IGNORECASE)
+                     re.IGNORECASE | re.ASCII)
+
+
+def strict_float(raw) -> float:
+    """float(raw) for a number as a trace writes one: ASCII digits, an optional sign, point and
+    exponent. ValueError for what Python's float() also accepts but no trace means: digit
+    groups with underscores (1_000), non-ASCII digits (e.g. Arabic-Indic or full-width);
+    TypeError for a bool."""
+    if isinstance(raw, bool):
+        raise TypeError(raw)
+    if isinstance(raw, (int, float)):
+        return float(raw)
+    text = str(raw).strip()
+    if not _NUMBER.fullmatch(text):
+        raise ValueError(raw)
+    return float(text)
 
 
 @dataclasses.dataclass
@@ -132,8 +147,8 @@ def _int_field(raw: str, path, line: int, column: str, minimum: int) -> int:
         raise TraceError(f"{path}:{line}: column {column!r} is empty; expected an integer token "
                          f"count >= {minimum}")
     try:
-        value = float(raw)
-    except (TypeError, ValueError):
+        value = strict_float(raw)
+    except (TypeError, ValueError, OverflowError):
         raise TraceError(f"{path}:{line}: column {column!r} = {_show(raw)}; expected an integer "
                          f"token count >= {minimum}") from None
     if not math.isfinite(value) or value != int(value) or value < minimum or value > MAX_TOKENS:
@@ -145,10 +160,10 @@ def _int_field(raw: str, path, line: int, column: str, minimum: int) -> int:
 def _difficulty_field(raw, path, line: int) -> float:
     """A request's difficulty cell: a number in [0, 1] (servetune.quality)."""
     try:
-        value = float(raw)
+        value = strict_float(raw)
     except (TypeError, ValueError, OverflowError):
         value = math.nan
-    if isinstance(raw, bool) or not 0.0 <= value <= 1.0:
+    if not 0.0 <= value <= 1.0:
         raise TraceError(f"{path}:{line}: 'difficulty' = {_show(raw)}; expected a number in "
                          f"[0, 1]")
     return value
@@ -157,9 +172,8 @@ def _difficulty_field(raw, path, line: int) -> float:
 def _priority_field(raw, path, line: int) -> int:
     """A request's priority cell: an integer in int32 range (vLLM's per-request priority under
     --scheduling-policy priority: lower runs first)."""
-    text = raw.strip() if isinstance(raw, str) else raw
     try:
-        value = float(text) if not isinstance(text, bool) else math.nan
+        value = strict_float(raw)
     except (TypeError, ValueError, OverflowError):
         value = math.nan
     if not (math.isfinite(value) and value == int(value) and -2**31 <= value < 2**31):
@@ -260,11 +274,12 @@ _CSV_FORMATS = {
 }
 
 
-def _csv_records(path: Path, text: str):
+def csv_records(path: Path, text: str):
     """(line number, fields) of each CSV row of `text`; TraceError with the line where the CSV
-    is unreadable."""
+    is unreadable or where a quoted cell runs over several lines (one request per line)."""
     reader = csv.reader(_lines(text))
     while True:
+        start = reader.line_num + 1
         try:
             row = next(reader)
         except StopIteration:
@@ -272,6 +287,10 @@ def _csv_records(path: Path, text: str):
         except csv.Error as err:
             raise TraceError(f"{path}:{reader.line_num}: unreadable CSV ({err}); expected "
                              f"comma-separated fields") from None
+        if reader.line_num != start:
+            raise TraceError(f"{path}:{start}: a quoted cell runs over lines {start}-"
+                             f"{reader.line_num}; expected one request per line (an unclosed "
+                             f"quote?)")
         yield reader.line_num, row
 
 
@@ -316,7 +335,7 @@ def _check_row(row, header, path: Path, line: int) -> None:
 def _plain_arrival(cell: str, path: Path, line: int) -> float:
     """An arrival_s cell as finite seconds."""
     try:
-        value = float(cell)
+        value = strict_float(cell)
     except ValueError:
         raise TraceError(f"{path}:{line}: column 'arrival_s' = {_show(cell)}; "
                          f"expected seconds") from None
@@ -334,7 +353,7 @@ def load_csv(path: str | Path, name: str | None = None) -> RequestTrace:
     `priority` column vLLM's priority scheduling (policy.order=priority). Extra columns are
     ignored; a row may not carry non-empty fields beyond the header's."""
     path = Path(path)
-    records = _csv_records(path, read_text(path))
+    records = csv_records(path, read_text(path))
     kind, cols, header, _ = _csv_header(records, path)
     t_col, p_col, o_col = (header.index(c) for c in cols)
     d_col = header.index("difficulty") if "difficulty" in header else None
@@ -377,6 +396,24 @@ _KIND_NAMES = {"seconds": "a number of seconds", "naive": "a date-time without U
                "aware": "a date-time with a UTC offset"}
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (json.loads keeps the last one silently)."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json.loads' object_pairs_hook that refuses a repeated key (DuplicateKeyError)."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
 def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
     """Load a Mooncake JSONL trace: one object per line with `timestamp` (ms), `input_length`,
     `output_length` (and optional `hash_ids`, `difficulty` in [0, 1] for the quality model, and
@@ -389,7 +426,10 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw)
+            obj = json.loads(raw, object_pairs_hook=unique_keys)
+        except DuplicateKeyError as err:
+            raise TraceError(f"{path}:{line}: key {err.key!r} appears more than once in the "
+                             f"object; expected each key once") from None
         except json.JSONDecodeError as err:
             raise TraceError(f"{path}:{line}: not valid JSON ({err.msg}); expected one object "
                              f"per line") from None

@@ -88,6 +88,13 @@ def files() -> dict[str, bytes]:
         "ok_plain_upper_suffix.CSV": PL + "0,3,4\n2,5,6\n",
         "ok_plain_subnormal_arrival.csv": PL + "0,3,4\n1e-320,5,6\n2,7,8\n",
         "plain_wrong_suffix.txt": PL + "0,3,4\n",
+        # --- numbers Python's float() reads but no trace means; cells spanning lines
+        "plain_underscore_digits.csv": PL + "0,3,4\n1.5,1_000,4\n",
+        "plain_arabic_indic_digits.csv": PL + "0,3,4\n1.5,\u0661\u0662,4\n",
+        "plain_fullwidth_arrival.csv": PL + "0,3,4\n\uff12,3,4\n",
+        "azure_underscore_timestamp.csv": AZ + "100_000,3,4\n",
+        "plain_multiline_quoted_cell.csv": PL + "0,3,4\n1.5,\"30\n\",40\n2,5,6\n",
+        "azure_multiline_quoted_timestamp.csv": AZ + R1 + '"2023-11-16\n18:15:47.1",3,4\n',
         # --- Mooncake JSONL
         "mooncake_truncated.jsonl": mc(0) + mc(1000)[:25],
         "mooncake_missing_key.jsonl": mc(0) + '{"timestamp": 5, "input_length": 5}\n',
@@ -110,6 +117,11 @@ def files() -> dict[str, bytes]:
                                   '"user": "caf\xe9"}\n').encode("latin-1"),
         "mooncake_utf16_bom.jsonl": (mc(0) + mc(10)).encode("utf-16"),
         "mooncake_blank.jsonl": "\n \n",
+        "mooncake_duplicate_key.jsonl": mc(0) + '{"timestamp": 5, "input_length": 5, '
+                                                '"output_length": 3, "input_length": 9000}\n',
+        "mooncake_duplicate_timestamp_key.jsonl": '{"timestamp": 5, "timestamp": 0, '
+                                                  '"input_length": 5, "output_length": 3}\n',
+        "mooncake_string_underscore_length.jsonl": mc(0, inp='"1_000"'),
         "ok_mooncake_crlf.jsonl": (mc(0) + mc(1000)).replace("\n", "\r\n"),
         "ok_mooncake_line_separator_in_string.jsonl": mc(0, note='"a\u2028b"') + mc(1000),
         "ok_mooncake_extra_keys.jsonl": mc(0, hash_ids="[1, 2, 3]") + mc(1500, hash_ids="[4]"),

@@ -302,3 +302,14 @@ def test_cli_refuses_a_poor_fit_unless_the_threshold_is_raised(tmp_path, table):
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "calibration.json").read_text())["rms_rel_error"] > 0.5
     assert (out / "calibrated.yaml").exists()
+
+
+@pytest.mark.parametrize("row, match", [
+    ('128,"4\n",4000,0.02\n', r"m\.csv:3: a quoted cell runs over lines 3-4"),
+    ("1_28,4,4000,0.02\n", r"m\.csv:3: column 'prefill_tokens' = '1_28'"),
+    ("128,4,4000,\u0660.\u0660\u0662\n", r"m\.csv:3: column 'seconds' = "),
+])
+def test_measurement_cells_are_read_strictly(tmp_path, row, match):
+    """What Python's float() reads but no measurement file means is refused with its line."""
+    with pytest.raises(TraceError, match=match):
+        cal.load_measurements(write(tmp_path, HEAD + GOOD + row + GOOD))

@@ -31,6 +31,7 @@ import numpy as np
 from servetune import inputs
 from servetune.errors import TraceError
 from servetune.validate.record_columns import non_negative, request_columns
+from servetune.workload import DuplicateKeyError, unique_keys
 
 LISTS = ("start_times", "input_lens", "output_lens", "ttfts", "latencies", "errors")
 ABOUT = ("date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate",
@@ -40,7 +41,10 @@ ABOUT = ("date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_
 def _load(path: Path) -> dict:
     raw = inputs.read_bytes(path, "`vllm bench serve --save-result` JSON", TraceError)
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
+    except DuplicateKeyError as err:
+        raise TraceError(f"{path}: key {err.key!r} appears twice in one object; expected each "
+                         f"key once (which one did the run mean?)") from None
     except UnicodeDecodeError as err:
         raise TraceError(f"{path}: not UTF-8 text (byte {err.start}); expected the JSON "
                          f"`vllm bench serve --save-result` writes") from None
