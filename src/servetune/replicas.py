@@ -63,10 +63,7 @@ def _take(trace: RequestTrace, idx: np.ndarray, arrival: np.ndarray) -> RequestT
     """Requests `idx` [M] of `trace` with new arrival times [M] (s), sorted by arrival."""
     order = np.argsort(arrival, kind="stable")
     idx, arrival = idx[order], arrival[order]
-    n = len(trace)
-    fields = {f.name: getattr(trace, f.name)[idx] for f in dataclasses.fields(trace)
-              if isinstance(getattr(trace, f.name), np.ndarray)
-              and getattr(trace, f.name).shape[:1] == (n,)}
+    fields = {name: getattr(trace, name)[idx] for name in trace.per_request_fields()}
     fields["arrival"] = flush_subnormal(arrival.astype(np.float64))
     return dataclasses.replace(trace, **fields)
 

@@ -52,6 +52,51 @@ def strict_float(raw) -> float:
     return float(text)
 
 
+@dataclasses.dataclass(frozen=True)
+class RaggedIds:
+    """One list of int32 ids per request, stored flat: row r is ids[offsets[r]:offsets[r+1]].
+
+    Indexing with an int gives that row (an array); with a bool mask or an index array, the
+    RaggedIds of those rows in that order."""
+
+    ids: np.ndarray  # [total] int32, every row's ids one after another
+    offsets: np.ndarray  # [N + 1] int64, row r's start; offsets[N] = total
+
+    @classmethod
+    def from_rows(cls, rows) -> RaggedIds:
+        """From N sequences of ids (None or empty: a row without ids)."""
+        rows = [np.asarray(r if r is not None else (), np.int64) for r in rows]
+        offsets = np.zeros(len(rows) + 1, np.int64)
+        offsets[1:] = np.cumsum([len(r) for r in rows])
+        ids = np.concatenate(rows) if rows else np.zeros(0, np.int32)
+        return cls(ids.astype(np.int32), offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __iter__(self):
+        return (self.ids[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:]))
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, np.integer)):
+            return self.ids[self.offsets[key]:self.offsets[key + 1]]
+        index = np.arange(len(self))[key]
+        return RaggedIds.from_rows([self[int(r)] for r in index])
+
+    def lengths(self) -> np.ndarray:
+        """[N] int64 ids per row."""
+        return np.diff(self.offsets)
+
+    def dense(self, width: int) -> np.ndarray:
+        """[N, width] int32: each row's first `width` ids, -1 after them."""
+        out = np.full((len(self), width), -1, np.int32)
+        lengths = np.minimum(self.lengths(), width)
+        rows = np.repeat(np.arange(len(self)), lengths)
+        cols = np.arange(len(rows)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        out[rows, cols] = self.ids[np.repeat(self.offsets[:-1], lengths) + cols]
+        return out
+
+
 @dataclasses.dataclass
 class RequestTrace:
     """Requests of one workload, sorted by arrival (host-side numpy arrays).
@@ -67,8 +112,9 @@ class RequestTrace:
       set per seed by scenario.build), or None;
     priority: [N] int32 from the trace's optional `priority` column (vLLM's per-request
       priority, lower first; policy.order=priority), or None;
-    hash_ids: [N, H] int32 ids of the prompt's prefix blocks (Mooncake `hash_ids`: one per
-      512-token block, equal ids = equal prefixes), -1 padded; None when the trace has none;
+    hash_ids: RaggedIds, N rows of int32 ids of the prompt's prefix blocks (Mooncake
+      `hash_ids`: one per 512-token block, equal ids = equal prefixes), stored flat so that
+      one long row does not widen every other; None when the trace has none;
     compress_u: [N] float64 uniform draw of each request's KV-compression quality check (set
       per seed by scenario.build with engine.kv_pressure=compress), or None;
     cascade_pred: [N] float64 the cascade router's predicted difficulty in (0, 1), and
@@ -87,7 +133,7 @@ class RequestTrace:
     difficulty: np.ndarray | None = None
     quality_u: np.ndarray | None = None
     priority: np.ndarray | None = None
-    hash_ids: np.ndarray | None = None
+    hash_ids: RaggedIds | None = None
     compress_u: np.ndarray | None = None
     cascade_pred: np.ndarray | None = None
     cascade_fail: np.ndarray | None = None
@@ -101,17 +147,24 @@ class RequestTrace:
         if self.deadline is None:
             self.deadline = np.full(n, np.inf)
         self.arrival = flush_subnormal(self.arrival)
+        if isinstance(self.hash_ids, np.ndarray):  # [N, H], -1 padded: each row up to its -1
+            self.hash_ids = RaggedIds.from_rows(row[:np.argmax(np.append(row, -1) < 0)]
+                                                for row in np.asarray(self.hash_ids, np.int64))
 
     def __len__(self) -> int:
         return len(self.arrival)
 
     def subset(self, mask: np.ndarray) -> RequestTrace:
-        """The requests where `mask` holds, in order (every per-request [N] field)."""
+        """The requests where `mask` holds (a bool mask, or indices in the order wanted)."""
+        return dataclasses.replace(self, **{name: getattr(self, name)[mask]
+                                            for name in self.per_request_fields()})
+
+    def per_request_fields(self) -> list[str]:
+        """Names of the fields holding one entry per request ([N] arrays, RaggedIds)."""
         n = len(self)
-        per_request = {f.name: getattr(self, f.name)[mask] for f in dataclasses.fields(self)
-                       if isinstance(getattr(self, f.name), np.ndarray)
-                       and getattr(self, f.name).shape[:1] == (n,)}
-        return dataclasses.replace(self, **per_request)
+        return [f.name for f in dataclasses.fields(self)
+                if isinstance(v := getattr(self, f.name), (np.ndarray, RaggedIds))
+                and len(v) == n]
 
     @property
     def gives_up(self) -> bool:
@@ -475,11 +528,7 @@ def load_jsonl(path: str | Path, name: str | None = None) -> RequestTrace:
     _check_sorted(arr, lines, path, "'timestamp' (in seconds)")
     hash_ids = None
     if any(h is not None for h in hashes):  # rows without hash_ids have no prefix blocks
-        width = max(1, max(len(h) for h in hashes if h is not None))
-        hash_ids = np.full((len(hashes), width), -1, np.int32)
-        for k, h in enumerate(hashes):
-            if h:
-                hash_ids[k, :len(h)] = h
+        hash_ids = RaggedIds.from_rows(hashes)
     return RequestTrace(name or path.stem, arr - arr[0], np.asarray(prompt, np.int32),
                         np.asarray(output, np.int32),
                         difficulty=_optional_column(difficulty, lines, path, 'difficulty',

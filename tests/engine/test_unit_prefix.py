@@ -15,6 +15,7 @@ from toy import column, config, entries, running
 
 from servetune.engine import prefix
 from servetune.types import DONE, RUNNING, WAITING, PrefixRefs
+from servetune.workload import RaggedIds
 
 CFG = config(prefix_cache=True, prefix_block_tokens=8, prefix_cache_entries=16)
 B = prefix.blocks_per_prefix(CFG)  # 2 KV blocks per prefix block
@@ -296,7 +297,7 @@ def test_a_preempted_request_releases_its_blocks_and_leaves_its_output_block_to_
 
 
 def test_workload_ids_keep_the_trace_ids_of_full_prompt_blocks_only():
-    trace = types.SimpleNamespace(name="t", hash_ids=np.asarray([[5, 6, 7], [5, 8, 9]]))
+    trace = types.SimpleNamespace(name="t", hash_ids=RaggedIds.from_rows([[5, 6, 7], [5, 8, 9]]))
     out = prefix.workload_ids(trace, np.asarray([20, 8]), CFG, 3)
     # above the largest id 9, request r's block j gets its own id 10 + 8 r + j
     assert out.tolist() == [[5, 6, 12, 13, 14, 15, 16, 17], [5, 19, 20, 21, 22, 23, 24, 25],

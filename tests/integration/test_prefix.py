@@ -19,7 +19,7 @@ from servetune.errors import ConfigError, TraceError
 from servetune.loop import step_trace
 from servetune.scenario import build, stack_workloads
 from servetune.types import COMPLETED, OUTSTANDING, EngineConfig
-from servetune.workload import RequestTrace
+from servetune.workload import RaggedIds, RequestTrace
 
 CFG = EngineConfig(max_slots=4, queue_window=4, block_size=16, max_model_len=4096,
                    cost_form="linear", outbox=16, prefix_cache=True, prefix_cache_entries=64)
@@ -287,8 +287,7 @@ def test_caching_without_reuse_schedules_exactly_like_no_caching():
     rng = np.random.default_rng(4)
     traces = random_prefix_traces(rng, PCFG.prefix_block_tokens, 1, 80)
     tr = traces[0]
-    uniq = np.where(tr.hash_ids >= 0, np.arange(tr.hash_ids.size).reshape(tr.hash_ids.shape),
-                    -1).astype(np.int32)
+    uniq = RaggedIds(np.arange(len(tr.hash_ids.ids), dtype=np.int32), tr.hash_ids.offsets)
     tr = dataclasses.replace(tr, hash_ids=uniq)
     params = random_params(rng, 3, PCFG)
     params = params.replace(cost=params.cost.replace(kv_blocks=params.cost.kv_blocks * 0 + 300))
@@ -373,11 +372,12 @@ def test_prefix_cache_needs_a_trace_with_prefix_ids():
 
 def test_mooncake_hash_ids_loaded_and_checked(tmp_path):
     tr = workload.load_trace(workload.bundled_path("mooncake_synthetic_300s.jsonl"))
-    assert tr.hash_ids.shape[0] == len(tr)
-    n_ids = (tr.hash_ids >= 0).sum(axis=1)
-    np.testing.assert_array_equal(n_ids, -(-tr.prompt // 512))
+    assert len(tr.hash_ids) == len(tr)
+    np.testing.assert_array_equal(tr.hash_ids.lengths(), -(-tr.prompt // 512))
     sliced = workload.slice_trace(tr, start_s=10, duration_s=5)
-    assert sliced.hash_ids.shape[0] == len(sliced)
+    assert len(sliced.hash_ids) == len(sliced)
+    first = int(np.argmax(tr.arrival >= 10))
+    np.testing.assert_array_equal(sliced.hash_ids[0], tr.hash_ids[first])
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [0]}\n'
                    '{"timestamp": 1, "input_length": 5, "output_length": 1, '

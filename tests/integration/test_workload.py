@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from servetune.workload import (
+    RaggedIds,
+    RequestTrace,
     bundled_path,
     classify_by_prompt,
     load_trace,
@@ -75,3 +77,32 @@ def test_classes_by_prompt_length():
     tr = classify_by_prompt(synthetic(rate=1.0, n_requests=1000, prompt=LOGN, output=LOGN), 500)
     assert np.array_equal(tr.klass == 1, tr.prompt >= 500)
     assert tr.class_names == ("prompt<500", "prompt>=500")
+
+
+def test_ragged_ids_index_like_a_per_request_column():
+    ids = RaggedIds.from_rows([[1, 2, 3], None, [7], [8, 9]])
+    assert len(ids) == 4 and ids.lengths().tolist() == [3, 0, 1, 2]
+    assert ids[0].tolist() == [1, 2, 3] and ids[1].tolist() == []
+    picked = ids[np.array([True, False, True, True])]
+    assert [r.tolist() for r in picked] == [[1, 2, 3], [7], [8, 9]]
+    assert [r.tolist() for r in ids[np.array([3, 0, 3])]] == [[8, 9], [1, 2, 3], [8, 9]]
+    assert ids.dense(2).tolist() == [[1, 2], [-1, -1], [7, -1], [8, 9]]
+    # a dense [N, H] -1-padded array given to RequestTrace becomes the same rows
+    trace = RequestTrace("t", np.zeros(2), np.ones(2, np.int32), np.ones(2, np.int32),
+                         hash_ids=np.array([[4, 5, -1], [6, -1, -1]]))
+    assert [r.tolist() for r in trace.hash_ids] == [[4, 5], [6]]
+
+
+def test_one_long_hash_id_row_does_not_widen_the_others(tmp_path):
+    """A row of 100k hash ids among 2,000 short rows: stored flat, ~100k ids, not the
+    2,000 x 100k (800 MB) a padded table would take."""
+    rows = [f'{{"timestamp": {k}, "input_length": 600, "output_length": 5, '
+            f'"hash_ids": [{2 * k}, {2 * k + 1}]}}' for k in range(2000)]
+    long_ids = ", ".join(str(10_000 + j) for j in range(100_000))
+    rows.append('{"timestamp": 2000, "input_length": 60000, "output_length": 5, '
+                f'"hash_ids": [{long_ids}]}}')
+    path = tmp_path / "wide.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    trace = load_trace(path)
+    assert trace.hash_ids.ids.nbytes + trace.hash_ids.offsets.nbytes < 1_000_000
+    assert trace.hash_ids.lengths()[-1] == 100_000 and trace.hash_ids[5].tolist() == [10, 11]

@@ -86,9 +86,8 @@ def workload_ids(trace, prompt: np.ndarray, cfg: EngineConfig, n: int) -> np.nda
     if ids is None:
         return out
     rows = len(prompt)
-    k = min(width, ids.shape[1])
-    out[:rows, :k] = ids[:, :k]
-    base = int(max(ids.max(initial=-1), -1)) + 1
+    out[:rows] = ids.dense(width)
+    base = int(max(ids.ids.max(initial=-1), -1)) + 1
     if base + rows * width > np.iinfo(np.int32).max:
         raise TraceError(f"trace {getattr(trace, 'name', '?')!r}: {rows} requests x {width} "
                          f"prefix blocks do not fit int32 block ids above its largest hash id "

@@ -29,7 +29,7 @@ from servetune.scenario import stack_workloads
 from servetune.types import END_STATE_NAMES, EngineConfig, Params
 from servetune.validate import oracle
 from servetune.validate.oracle import PREFIX_STAT_KEYS
-from servetune.workload import RequestTrace
+from servetune.workload import RaggedIds, RequestTrace
 
 FORMAT = 1
 VLLM_VERSION = "0.32.0"  # the version the committed fixtures, and servetune's semantics, match
@@ -144,7 +144,7 @@ def case_requests(case: dict) -> dict:
         tiers = np.asarray(spec["priority_tiers"])
         columns["priority"] = [int(np.sum(p >= tiers)) for p in trace.prompt]
     if trace.hash_ids is not None:  # the trace's prefix block ids, as vLLM's block hashes
-        columns["block_hashes"] = [[int(h) for h in row if h >= 0] for row in trace.hash_ids]
+        columns["block_hashes"] = [[int(h) for h in row] for row in trace.hash_ids]
     return columns
 
 
@@ -231,9 +231,7 @@ def _servetune_inputs(fixture: dict):
     prefix, hash_ids = {}, None
     if eng["enable_prefix_caching"]:  # a table so roomy that no set ever overflows
         rows = req.get("block_hashes") or [[]] * n
-        hash_ids = np.full((n, max(1, max(map(len, rows)))), -1, np.int32)
-        for k, row in enumerate(rows):
-            hash_ids[k, :len(row)] = row
+        hash_ids = RaggedIds.from_rows(rows)
         slots = 1 << max(10, (4 * sum(map(len, rows))).bit_length())
         prefix = {"prefix_cache": True, "prefix_block_tokens": hash_tokens,
                   "prefix_cache_entries": max(slots, WAYS)}
