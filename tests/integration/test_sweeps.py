@@ -122,6 +122,7 @@ def test_a_failed_job_does_not_stop_the_sweep_and_is_named_at_its_end(tmp_path, 
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # ~12 s; the basic sweeper's failure path is in the default suite
 def test_an_optuna_trial_that_fails_is_the_worst_value_not_the_end_of_the_study(tmp_path,
                                                                                  cache):
     """Optuna refuses NaN; a failed trial returns -inf (the study maximizes), so the study
