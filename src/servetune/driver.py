@@ -11,7 +11,7 @@ import math
 import jax
 import numpy as np
 
-from servetune import shard
+from servetune import memory, shard
 from servetune.engine.outbox import RECORD, entry_value, record_fields
 from servetune.loop import init_batch, run_chunk_batch
 from servetune.types import DONE, EMPTY, OUTSTANDING, EngineConfig, Params, SimState, Workload
@@ -48,10 +48,12 @@ def rollout(wl: Workload, params: Params, cfg: EngineConfig, n_real: list[int],
 
     `n_real[s]` is workload s's unpadded request count; `progress(done, total)` is called after
     each compiled chunk. With several `devices` (default: all, every process's) the batch is
-    sharded over them (servetune/shard.py); results do not depend on it.
+    sharded over them (servetune/shard.py); results do not depend on it. A batch whose state
+    would not fit in memory is a ConfigError before anything is allocated (servetune/memory.py).
     """
     n_p = int(jax.tree.leaves(params)[0].shape[0])
     lay = shard.layout(len(n_real), n_p, devices)
+    memory.check_fits(wl, params, cfg, 1 if lay is None else lay.mesh.devices.size)
     if lay is None:
         state = init_batch(wl, params, cfg)
         chunk = lambda s: run_chunk_batch(s, wl, params, cfg)

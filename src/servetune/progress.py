@@ -144,14 +144,19 @@ class SweepProgress:
             del os.environ[PID_ENV]
         atexit.unregister(self.stop)
 
+LOG_WIDTH = 160  # columns of a console writing to a file or a pipe
+
 
 def console(stderr: bool = False) -> Console:
     """A console for a job's output: while this process draws the sweep's live bar, its console
     (printing above the bar; a console of its own would write through it) when the stream is a
-    terminal too; otherwise a plain Console on stdout or stderr."""
+    terminal too; otherwise a Console on stdout or stderr, LOG_WIDTH columns wide when that is a
+    file or a pipe (a log's lines are not wrapped at 80)."""
     con = Console(stderr=stderr)
     live = _LIVE
-    return live.console if live is not None and con.is_terminal else con
+    if live is not None and con.is_terminal:
+        return live.console
+    return con if con.is_terminal else Console(stderr=stderr, width=LOG_WIDTH)
 
 
 @contextmanager

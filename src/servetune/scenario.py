@@ -687,6 +687,15 @@ def _check_cache_dir(cfg: DictConfig) -> None:
                           f"(or null: no persistent cache)")
 
 
+HEADLINE_POLICY = ("max_num_seqs", "max_num_batched_tokens", "watermark", "queue_cap",
+                   "max_num_queued_reqs", "long_prefill_token_threshold")
+
+
+def _headline_policy(pol) -> dict:
+    """{knob: value of the first policy point} of the vLLM knobs a summary shows."""
+    return {k: float(np.asarray(getattr(pol, k)).reshape(-1)[0]) for k in HEADLINE_POLICY}
+
+
 def build(cfg: DictConfig) -> Scenario:
     """Validate `cfg` and build the scenario batch (seeds x grid points).
 
@@ -731,6 +740,10 @@ def build(cfg: DictConfig) -> Scenario:
         params=Params(policy=pol, cost=cost, draft=_widen(draft_cost, len(points))),
         grid_points=points, engine=engine, metrics=spec,
         labels={"gpu": hw.gpu.name, "model": hw.model.name, "tp": hw.tp,
+                "instances": engine.n_instances, "prefill_instances": engine.prefill_instances,
                 "workload": traces[0].name, "kv_blocks": kv_blocks, "order": order,
                 "draft": None if hw.draft is None else hw.draft.draft.name,
-                "cascade_small_model": None if casc is None else casc.small_model})
+                "cascade_small_model": None if casc is None else casc.small_model,
+                "policy": _headline_policy(pol), "price_per_gpu_hour": price,
+                "slo": {"ttft_s": spec.slo_ttft_s, "tpot_s": spec.slo_tpot_s,
+                        "e2e_s": spec.slo_e2e_s}})

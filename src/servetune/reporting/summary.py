@@ -10,13 +10,14 @@ from servetune.reporting.numbers import fmt
 
 def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
             console: Console | None = None) -> None:
-    """Print one scenario's key metrics and its per-class breakdown."""
+    """Print what was simulated (hardware, price, policy, SLOs: a header a pasted summary is
+    understood by), then one scenario's key metrics and its per-class breakdown."""
     console = console or Console()
-    head = (f"{labels.get('workload')} | {labels.get('model')} on {labels.get('tp')} x "
-            f"{labels.get('gpu')} | {labels.get('kv_blocks')} KV blocks | order "
-            f"{labels.get('order')}")
+    console.print(f"[bold]{title}[/bold]")
+    for line in (_hardware_line(labels), _policy_line(labels), _slo_line(labels)):
+        console.print(f"  {line}", highlight=False)
     m = metrics
-    t = Table(title=f"{title}\n{head}", show_header=False, box=None, padding=(0, 2))
+    t = Table(show_header=False, box=None, padding=(0, 2))
     t.add_column("metric", style="bold")
     t.add_column("value", justify="right")
     rows = [
@@ -74,15 +75,50 @@ def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
         console.print(f"[yellow]note:[/yellow] {f}")
 
 
+def _hardware_line(labels: dict) -> str:
+    """'workload | model on [I instances of] TP x GPU | KV blocks | price'."""
+    instances = labels.get("instances") or 1
+    where = f"{labels.get('tp')} x {labels.get('gpu')}"
+    if instances > 1:
+        split = labels.get("prefill_instances") or 0
+        where = (f"{instances} instances of {where}"
+                 + (f" ({split} prefill, {instances - split} decode)" if split else ""))
+    line = (f"{labels.get('workload')} | {labels.get('model')} on {where} | "
+            f"{labels.get('kv_blocks')} KV blocks per instance")
+    price = labels.get("price_per_gpu_hour")
+    return line + ("" if price is None else f" | ${fmt(price)}/GPU-hour")
+
+
+def _policy_line(labels: dict) -> str:
+    """'order fcfs | max_num_seqs 256 | ...': the first policy point's vLLM knobs (no limit
+    shown as such)."""
+    knobs = labels.get("policy") or {}
+    shown = [f"order {labels.get('order')}"]
+    shown += [f"{k} {'none' if v == float('inf') else fmt(v)}" for k, v in knobs.items()]
+    return " | ".join(shown)
+
+
+def _slo_line(labels: dict) -> str:
+    """'SLOs: TTFT <= 2 s, TPOT <= 0.1 s' (the targets set), or ''."""
+    slo = labels.get("slo") or {}
+    names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+    set_ = [f"{names[k]} <= {fmt(v)} s" for k, v in slo.items() if v is not None]
+    return "SLOs: " + ", ".join(set_) if set_ else "SLOs: none (every completed request counts)"
+
+
 def grid_summary(table, console: Console | None = None, max_rows: int = 20) -> None:
-    """Print the per-scenario table of a batch (the first `max_rows` rows)."""
+    """Print the per-scenario table of a batch: the first `max_rows` rows, saying how many were
+    left out."""
     console = console or Console()
     cols = [c for c in table.columns if c == "seed" or c.startswith("policy.")]
     cols += ["goodput_rps", "slo_attainment", "ttft_p99_s", "tpot_p99_s",
              "useful_tokens_per_dollar", "preemptions"]
     t = Table(title=f"{len(table)} scenarios", show_header=True)
     for c in cols:
-        t.add_column(c, justify="right")
+        t.add_column(c, justify="right", overflow="fold")
     for _, row in table.head(max_rows).iterrows():
         t.add_row(*(fmt(row[c]) for c in cols))
+    if len(table) > max_rows:
+        t.caption = (f"first {max_rows} of {len(table)} scenarios; {len(table) - max_rows} left "
+                     f"out here, all in metrics.csv")
     console.print(t)

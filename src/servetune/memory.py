@@ -1,0 +1,87 @@
+"""Memory a rollout will need, estimated before anything is allocated, against what the
+machine has: a size the config validator allows (engine.queue_window = 1,048,576 on several
+instances, thousands of seeds) must be refused with the figures, not swap the machine to a halt
+or die of an out-of-memory kill.
+
+The estimate is the loop state's exact size (jax.eval_shape of its initializer: shapes only,
+nothing allocated or compiled) times STATE_COPIES, plus the workload arrays.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+
+from servetune.errors import ConfigError
+from servetune.loop import init_grid
+from servetune.types import EngineConfig, Params, Workload
+
+STATE_COPIES = 2  # the donated loop state and the one its compiled chunk writes
+USABLE = 0.8  # of the memory available, the most a rollout may plan to take
+GIB = 1 << 30
+
+
+def tree_bytes(tree) -> int:
+    """Bytes of every array (or ShapeDtypeStruct) leaf of `tree`."""
+    return sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree.leaves(tree))
+
+
+def _signature(tree) -> tuple:
+    return tuple((tuple(leaf.shape), str(leaf.dtype)) for leaf in jax.tree.leaves(tree))
+
+
+_STATE_BYTES: dict = {}  # (cfg, input signatures) -> bytes: tuning estimates every iteration
+
+
+def state_bytes(wl: Workload, params: Params, cfg: EngineConfig) -> int:
+    """Bytes of the simulator state of workloads [S] x params [P] under `cfg` (not allocated;
+    cached per config and input shapes)."""
+    key = (cfg, _signature(wl), _signature(params))
+    if key not in _STATE_BYTES:
+        shapes = jax.eval_shape(functools.partial(init_grid, cfg=cfg), wl, params)
+        _STATE_BYTES[key] = tree_bytes(shapes)
+    return _STATE_BYTES[key]
+
+
+def available_bytes(device=None) -> int | None:
+    """Memory a rollout on `device` (default: the first) can use: the accelerator's free memory
+    as its runtime reports it, or on CPU the host's MemAvailable; None when unknown."""
+    device = device or jax.devices()[0]
+    if device.platform != "cpu":
+        stats = device.memory_stats() or {}
+        if "bytes_limit" in stats:
+            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+        return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_fits(wl: Workload, params: Params, cfg: EngineConfig, n_devices: int = 1,
+               available: int | None = None) -> int:
+    """The estimated bytes of a rollout (per device when sharded over `n_devices`
+    accelerators; CPU devices share the host's memory); ConfigError naming the settings that
+    size it when that exceeds USABLE of `available` (default: available_bytes())."""
+    available = available_bytes() if available is None else available
+    cpu = jax.devices()[0].platform == "cpu"
+    need = STATE_COPIES * state_bytes(wl, params, cfg) + tree_bytes(wl)
+    if not cpu:
+        need = -(-need // max(n_devices, 1))
+    if available is None or need <= USABLE * available:
+        return need
+    n_s = wl.arrival.shape[0]
+    n_p = int(jax.tree.leaves(params)[0].shape[0])
+    raise ConfigError(
+        f"engine.max_slots / engine.queue_window / seeds / grid: the simulator would need "
+        f"~{need / GIB:.1f} GiB ({n_s} workload(s) x {n_p} policy point(s), each with "
+        f"{cfg.max_slots} slots + {cfg.queue_window} queued entries x {cfg.n_instances} "
+        f"instance(s)), more than {USABLE:.0%} of the "
+        f"{available / GIB:.1f} GiB available; lower engine.queue_window or engine.max_slots, "
+        f"or run fewer seeds or grid points per call")

@@ -1,0 +1,70 @@
+"""The printed summary says what was simulated (issue 22 item 5): a pasted summary names the
+hardware and instances, the price, the policy's vLLM knobs and the SLOs it was judged against;
+a batch table says when it leaves rows out."""
+
+import io
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from servetune import api
+from servetune.reporting.summary import grid_summary, summary
+from servetune.scenario import build
+
+BASE = ["workload=poisson", "workload.duration_s=5"]
+
+
+def _text(print_fn, *args) -> str:
+    buf = io.StringIO()
+    print_fn(*args, console=Console(file=buf, width=200))
+    return buf.getvalue()
+
+
+class _Figures(dict):
+    """A metrics dict with a figure for every key the summary asks for (values irrelevant)."""
+
+    def __missing__(self, key):
+        return 0.5
+
+
+def _metrics(n: int = 3) -> dict:
+    return _Figures(n_requests=n, n_completed=n, n_rejected=0, n_outstanding=0, preemptions=0,
+                    iterations=10)
+
+
+@pytest.fixture(scope="module")
+def labels():
+    return build(api.compose(BASE + ["policy.max_num_seqs=48", "hardware.price_per_gpu_hour=3.25",
+                                     "slo.ttft_s=1.5", "slo.tpot_s=0.05"])).labels
+
+
+def test_the_header_names_hardware_price_policy_and_slos(labels):
+    text = _text(summary, _metrics(), labels)
+    assert "Llama-3-8B on 1 x H100-SXM" in text
+    assert "$3.25/GPU-hour" in text
+    assert "max_num_seqs 48 |" in text and "max_num_batched_tokens 8192" in text
+    assert "queue_cap none" in text  # no limit is said as such, not as inf
+    assert "SLOs: TTFT <= 1.5 s, TPOT <= 0.05 s" in text
+
+
+def test_the_header_counts_instances_and_the_prefill_split():
+    split = build(api.compose(BASE + ["engine.n_instances=4", "engine.prefill_instances=1"]))
+    text = _text(summary, _metrics(), split.labels)
+    assert "4 instances of 1 x H100-SXM (1 prefill, 3 decode)" in text
+    plain = build(api.compose(BASE + ["engine.n_instances=2"]))
+    assert "2 instances of 1 x H100-SXM |" in _text(summary, _metrics(), plain.labels)
+
+
+def test_no_slo_is_said_as_such(labels):
+    text = _text(summary, _metrics(), dict(labels, slo={"ttft_s": None, "tpot_s": None}))
+    assert "SLOs: none (every completed request counts)" in text
+
+
+def test_a_long_batch_table_says_how_many_rows_it_left_out():
+    table = pd.DataFrame({"seed": range(25), "policy.max_num_seqs": 64.0, "goodput_rps": 1.0,
+                          "slo_attainment": 1.0, "ttft_p99_s": 0.1, "tpot_p99_s": 0.01,
+                          "useful_tokens_per_dollar": 1e5, "preemptions": 0})
+    text = _text(grid_summary, table)
+    assert "first 20 of 25 scenarios; 5 left out here, all in metrics.csv" in text
+    assert "left out" not in _text(grid_summary, table.head(20))
