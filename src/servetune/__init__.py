@@ -6,10 +6,11 @@ Every other array carries an explicit dtype.
 
 The public API (no public name is also a module's name):
 
-- `compose(overrides)` -> the config; `build(cfg)` -> a `Scenario` (workloads [S] x policy
-  points [P], engine config, metrics spec);
-- `simulate(overrides or cfg)` and `simulate_batch(scenario)` -> a `SimulationResult`
-  (metrics, request tables, one summary table);
+- `compose(overrides, **settings)` -> the config (keyword settings are overrides written as
+  Python values: `policy={"max_num_seqs": 64}`); `build(cfg)` -> a `Scenario` (workloads [S] x
+  policy points [P], engine config, metrics spec);
+- `simulate(overrides or cfg, **settings)` and `simulate_batch(scenario)` -> a
+  `SimulationResult` (metrics, request tables, one summary table, `requests_table()`);
 - `rollout(workloads, params, engine, n_real)` -> [S][P] `ScenarioResult` per-request arrays,
   the device loop without the metrics;
 - `tune(cfg or overrides, out_dir)` -> a `TuneResult`;

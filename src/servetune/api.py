@@ -12,10 +12,14 @@ from omegaconf import DictConfig
 from servetune import metrics as metrics_lib
 from servetune.driver import rollout
 from servetune.errors import ConfigError, ServetuneError
+from servetune.overrides import to_overrides
 from servetune.scenario import Scenario, build
 
+REPR_METRICS = ("goodput_rps", "slo_attainment", "ttft_p99_s", "tpot_p99_s",
+                "useful_tokens_per_dollar")
 
-@dataclasses.dataclass
+
+@dataclasses.dataclass(repr=False)
 class SimulationResult:
     """Results of a batch: one entry per scenario, ordered seed-major then grid point.
 
@@ -29,9 +33,42 @@ class SimulationResult:
     table: pd.DataFrame
     wall_s: float
 
+    def requests_table(self) -> pd.DataFrame:
+        """Every scenario's requests in one table: `scenario` (the row of `table`), `seed` and
+        the grid values (`policy.*`) first, then the per-request columns."""
+        keys = self.table[[c for c in self.table.columns
+                           if c == "seed" or c.startswith("policy.")]]
+        parts = [req.assign(scenario=k, **keys.iloc[k].to_dict())
+                 for k, req in enumerate(self.requests)]
+        frame = pd.concat(parts, ignore_index=True)
+        front = ["scenario", *keys.columns]
+        return frame[front + [c for c in frame.columns if c not in front]]
 
-def compose(overrides: Sequence[str] = ()) -> DictConfig:
-    """The servetune config with Hydra-style `overrides` applied (e.g. "policy.max_num_seqs=64")."""
+    def __repr__(self) -> str:
+        n = len(self.metrics)
+        grid = sorted({k for pt in self.scenario.grid_points for k in pt})
+        shape = (f"{len(self.scenario.seeds)} seed(s) x {len(self.scenario.grid_points)} grid "
+                 f"point(s)" + (f" over {', '.join(grid)}" if grid else ""))
+        figures = []
+        for name in REPR_METRICS:
+            col = self.table[name]
+            figures.append(f"{name}={col.iloc[0]:.4g}" if n == 1 else
+                           f"{name} in [{col.min():.4g}, {col.max():.4g}]")
+        sizes = sorted({len(trace) for trace in self.scenario.traces})
+        requests = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+        return (f"SimulationResult({n} scenario(s): {shape}; workload "
+                f"{self.scenario.labels.get('workload')}, {requests} requests per scenario; "
+                f"{', '.join(figures)}; {self.wall_s:.1f} s wall)")
+
+
+def compose(overrides: Sequence[str] = (), **settings) -> DictConfig:
+    """The servetune config with Hydra-style `overrides` applied (e.g. "policy.max_num_seqs=64"),
+    then keyword `settings` (e.g. `policy={"max_num_seqs": 64}, seeds=2`: servetune/overrides.py).
+    """
+    if isinstance(overrides, str):
+        raise ConfigError(f"overrides: got the string {overrides!r}; expected a list of "
+                          f"overrides, e.g. [{overrides!r}]")
+    overrides = [*overrides, *to_overrides(settings)]
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
@@ -96,7 +133,16 @@ def simulate_batch(scenario: Scenario, progress: Callable[[int, int], None] | No
     return SimulationResult(scenario, all_metrics, tables, pd.DataFrame(rows), wall)
 
 
-def simulate(overrides: Sequence[str] | DictConfig = (), progress=None) -> SimulationResult:
-    """Compose the config (or take a DictConfig), build the scenarios and simulate them."""
-    cfg = overrides if isinstance(overrides, DictConfig) else compose(overrides)
+def simulate(overrides: Sequence[str] | DictConfig = (), progress=None, **settings
+             ) -> SimulationResult:
+    """Compose the config from Hydra `overrides` and keyword `settings` (or take a composed
+    DictConfig), build the scenarios and simulate them, e.g.
+    `simulate(workload="poisson", policy={"max_num_seqs": 64}, seeds=2)`."""
+    if isinstance(overrides, DictConfig):
+        if settings:
+            raise ConfigError(f"{next(iter(settings))}: keyword settings apply to overrides, not "
+                              f"to a composed config; pass them to compose()")
+        cfg = overrides
+    else:
+        cfg = compose(overrides, **settings)
     return simulate_batch(build(cfg), progress)
