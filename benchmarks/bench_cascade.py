@@ -1,7 +1,7 @@
 """Study (h): goodput per dollar of a model cascade against its routing threshold, and whether
 the ES tuner finds the grid's optimum.
 
-Scenario: `+experiment=cascade` (src/servetune/conf/experiment/cascade.yaml): one Llama-3-8B
+Scenario: `+experiment=cascade` (conf/experiment/cascade.yaml): one Llama-3-8B
 (1 x H100) and one Llama-3-70B (4 x H100) instance, Poisson 8 req/s for 120 s, TTFT <= 2 s,
 TPOT <= 100 ms, 3 seeds. For each router noise (logit-scale sigma of the difficulty predictor)
 the 11-point threshold grid runs as one compiled, vmapped call. Then `servetune tune` (ES, the

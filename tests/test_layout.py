@@ -199,3 +199,38 @@ def test_the_record_table_generates_the_outbox_and_the_results():
         shape = (3,) if f.width is None else (3, f.width)
         assert value.dtype == f.dtype and np.array_equal(value, np.full(shape, f.unset),
                                                          equal_nan=True)
+
+
+def test_the_wheel_lists_every_package_and_ships_conf_as_servetune_conf():
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    root = SRC.parents[1]
+    tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    on_disk = {".".join(("servetune",) + p.parent.relative_to(SRC).parts)
+               for p in SRC.rglob("__init__.py")}
+    on_disk |= {".".join(("servetune", "conf") + p.parent.relative_to(root / "conf").parts)
+                for p in (root / "conf").rglob("__init__.py")}
+    assert sorted(tool["packages"]) == sorted(on_disk)
+    assert tool["package-dir"] == {"": "src", "servetune.conf": "conf"}
+    assert not (SRC / "conf").exists()  # one copy of the configs: conf/ at the top level
+    assert (root / "conf" / "config.yaml").is_file()
+
+
+@pytest.mark.slow
+def test_the_built_wheel_holds_every_config_and_bundled_trace(tmp_path):
+    import subprocess
+    import sys
+    import zipfile
+
+    root = SRC.parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w",
+                    str(tmp_path), str(root)], check=True, capture_output=True, timeout=600)
+    (wheel,) = tmp_path.glob("servetune-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for path in (root / "conf").rglob("*.yaml"):
+        assert f"servetune/conf/{path.relative_to(root / 'conf').as_posix()}" in names
+    for path in (SRC / "data").iterdir():
+        if path.is_file():
+            assert f"servetune/data/{path.name}" in names

@@ -62,6 +62,7 @@ from omegaconf import DictConfig, OmegaConf
 from servetune import hardware, inputs, settings
 from servetune.entry import exit_on_user_error
 from servetune.errors import CalibrationError, ConfigError, TraceError
+from servetune.export import config_group_hint
 from servetune.files import write_json, write_text
 from servetune.workload import csv_records, read_text, strict_float
 
@@ -621,11 +622,11 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
             f"the fit anyway, raise fit.max_rms_rel_error")
     out = Path(HydraConfig.get().runtime.output_dir)
     doc = calibrated_config(result, hw_cfg)
-    what = "hardware=" if form == "roofline" else "cost="
+    hint = config_group_hint(out / "calibrated.yaml",
+                             "hardware" if form == "roofline" else "cost", "calibrated")
     comment = (f"# servetune calibrate: {result.form} form fitted to {result.n_rows} iterations "
                f"of {path.name}\n# RMS relative error {result.rms_rel_error:.3%}, max "
-               f"{result.max_rel_error:.3%}. Copy into conf/"
-               f"{'hardware' if form == 'roofline' else 'cost'}/ and select with {what}<name>.\n")
+               f"{result.max_rel_error:.3%}.\n# {hint}\n")
     if form == "roofline":
         lb = result.labels
         comment += (f"# Fitted for {lb['model']} ({lb['weight_bits']}-bit weights, "
@@ -635,11 +636,12 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
                    attn_work_approximated=bool(table.attrs.get("attn_work_approximated")))
     write_json(out / "calibration.json", metrics)
     _print_result(result, kwargs.get("start", {}), path.name, console)
-    console.print(f"wrote {out}/calibrated.yaml, calibration.json  ({wall:.1f} s)")
+    console.print(f"wrote {out}/calibrated.yaml, calibration.json  ({wall:.1f} s)\n{hint}",
+                  markup=False)
     return result
 
 
-@hydra.main(config_path="conf", config_name="calibrate", version_base=None)
+@hydra.main(config_path="pkg://servetune.conf", config_name="calibrate", version_base=None)
 def calibrate_app(cfg: DictConfig) -> None:
     """Hydra entry point of `servetune calibrate`: exit 2 with the message on a user error."""
 

@@ -94,7 +94,7 @@ def run_simulate(cfg: DictConfig) -> dict:
     return simulate_job(cfg)[0].metrics[0]
 
 
-@hydra.main(config_path="conf", config_name="config", version_base=None)
+@hydra.main(config_path="pkg://servetune.conf", config_name="config", version_base=None)
 def _simulate_app(cfg: DictConfig) -> float:
     # the job's return value is what a sweeper such as Optuna maximizes (sweep.objective)
     return exit_on_user_error(lambda c: simulate_job(c)[1], cfg)
@@ -109,7 +109,8 @@ def run_tune(cfg: DictConfig):
     console = Console()
     out = Path(HydraConfig.get().runtime.output_dir)
     write_text(out / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    result = tune(cfg, out_dir=out, log=lambda line: console.print(line, highlight=False))
+    result = tune(cfg, out_dir=out,
+                  log=lambda line: console.print(line, highlight=False, markup=False))
     table = Table(title=f"start vs tuned ({result.scenarios_simulated} scenarios simulated, "
                         f"{result.wall_s:.0f} s)")
     cols = ["policy", "split", "objective", "slo_attainment", "useful_tokens_per_dollar",
@@ -131,7 +132,7 @@ def run_tune(cfg: DictConfig):
     return result
 
 
-@hydra.main(config_path="conf", config_name="config", version_base=None)
+@hydra.main(config_path="pkg://servetune.conf", config_name="config", version_base=None)
 def _tune_app(cfg: DictConfig) -> None:
     exit_on_user_error(run_tune, cfg)
 

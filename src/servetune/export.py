@@ -452,6 +452,14 @@ def vllm_warnings(args: Mapping[str, object]) -> list[str]:
     return out
 
 
+def config_group_hint(path: Path, group: str, name: str) -> str:
+    """How to select the config file `path` as `group=name` from any folder, an installed
+    servetune included: a Hydra search path names a folder holding `group/name.yaml`."""
+    return (f"to use {path.name}: copy it to <dir>/{group}/{name}.yaml and pass "
+            f"hydra.searchpath=[file://<dir>] {group}={name} (<dir> an absolute path; in a "
+            f"clone of servetune, conf/ works as <dir> without the search path)")
+
+
 def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine: Mapping,
                  extra: dict | None = None, deploy: Mapping | None = None) -> dict[str, Path]:
     """Write tuned_policy.yaml, vllm_args.json, sglang_args.json (args plus the "flags" command
@@ -470,9 +478,8 @@ def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine
         eff = _effective(values, order)
         paths.update(neural.export_score_net(out_dir, values[NET_KEY],
                                              {k: eff[k] for k in WEIGHTS}, eff["ttft_target_s"]))
-    header = [f"# servetune tuned policy (order {order}). To simulate it, put it at",
-              "# <dir>/policy/tuned_policy.yaml and pass "
-              + "hydra.searchpath=[file://<dir>] policy=tuned_policy"]
+    header = [f"# servetune tuned policy (order {order}).",
+              f"# {config_group_hint(paths['tuned_policy.yaml'], 'policy', 'tuned_policy')}"]
     header += [f"# {k}: {json.dumps(v, default=str)}" for k, v in (extra or {}).items()]
     yaml = OmegaConf.to_yaml(OmegaConf.create(policy_to_config(values, order, engine)))
     write_text(paths["tuned_policy.yaml"], "\n".join(header) + "\n" + yaml)

@@ -2,8 +2,10 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -12,11 +14,12 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+from servetune import api
 from servetune import calibrate as cal
 from servetune import hardware as hw
 from servetune.errors import CalibrationError, ConfigError, TraceError
 
-CONF = Path(cal.__file__).parent / "conf"
+CONF = Path(str(resources.files("servetune.conf")))  # conf/, shipped as servetune.conf
 N = 360  # rows of every synthetic table: one compiled fit per form serves every test
 ROOFLINE_TRUE = {"flops_efficiency": 0.55, "bandwidth_efficiency": 0.72, "overhead_s": 0.0031}
 LINEAR_TRUE = {"base_s": 0.0042, "per_prefill_token_s": 6.5e-5, "per_decode_seq_s": 1.5e-4,
@@ -264,6 +267,14 @@ def test_cli_linear_writes_a_cost_config(tmp_path, table, linear_cost):
     for k, v in LINEAR_TRUE.items():
         assert doc[k] == pytest.approx(v, rel=1e-5)
     assert json.loads((out / "calibration.json").read_text())["init"] == "lstsq"
+    # the printed hint, followed from an unrelated folder, selects the fitted cost model
+    hint = "copy it to <dir>/cost/calibrated.yaml and pass hydra.searchpath=[file://<dir>] " \
+           "cost=calibrated"
+    assert hint in " ".join(proc.stdout.split()) and hint in (out / "calibrated.yaml").read_text()
+    (tmp_path / "mine" / "cost").mkdir(parents=True)
+    shutil.copy(out / "calibrated.yaml", tmp_path / "mine" / "cost" / "calibrated.yaml")
+    cfg = api.compose([f"hydra.searchpath=[file://{tmp_path / 'mine'}]", "cost=calibrated"])
+    assert {k: cfg.cost[k] for k in LINEAR_TRUE} == {k: doc[k] for k in LINEAR_TRUE}
 
 
 def test_cli_bad_input_exits_with_message(tmp_path):

@@ -166,6 +166,9 @@ def test_write_export_files(tmp_path):
     assert json.loads(paths["unmapped_knobs.json"].read_text())["unmapped"][0]["name"] == \
         "watermark"
     assert "# goodput_rps: 3.5" in paths["tuned_policy.yaml"].read_text()
+    # how to select it, as test_exported_policy_simulates_like_the_tuned_one does
+    assert ("copy it to <dir>/policy/tuned_policy.yaml and pass hydra.searchpath=[file://<dir>] "
+            "policy=tuned_policy") in paths["tuned_policy.yaml"].read_text()
 
 
 def _same_metrics(a: dict, b: dict):

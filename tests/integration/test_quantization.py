@@ -222,7 +222,7 @@ def test_study_config_composes_and_builds():
     from importlib import resources
 
     from omegaconf import OmegaConf
-    path = resources.files("servetune") / "conf" / "experiment" / "quantization.yaml"
+    path = resources.files("servetune.conf") / "experiment" / "quantization.yaml"
     params = OmegaConf.load(str(path)).hydra.sweeper.params
     assert params["model.weight_bits"] == "16,8,4" and params["model.kv_bits"] == "16,8,4"
     for w in (16, 8, 4):

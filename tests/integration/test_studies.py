@@ -15,7 +15,7 @@ STUDIES = ("kv_pressure", "speculation", "utilization_vs_value", "tuned_vs_defau
 
 
 def _params(name: str) -> dict:
-    path = resources.files("servetune") / "conf" / "experiment" / f"{name}.yaml"
+    path = resources.files("servetune.conf") / "experiment" / f"{name}.yaml"
     params = OmegaConf.load(str(path)).hydra.sweeper.params
     return {k: str(v).split(",") for k, v in params.items()}
 

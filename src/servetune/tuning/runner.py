@@ -481,6 +481,8 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
                             deploy=export.deployment(cfg, _first_scenario(evaluator)))
         for warning in export.vllm_warnings(export.vllm_args(best, engine, order)):
             log(f"warning (export/vllm_args.json): {warning}")
+        log(export.config_group_hint(out_dir / "export" / "tuned_policy.yaml", "policy",
+                                     "tuned_policy"))
     elapsed_s = time.perf_counter() - start_time
     summary = {"start": start_values, "best": best, "best_summary": state["best"],
                "regression": bool(regressed), "regressed_splits": regressed,
