@@ -3,6 +3,7 @@
 by name, with nothing written."""
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -62,7 +63,7 @@ def test_the_import_writes_a_trace_servetune_replays(tmp_path, capsys):
     ({"start_times": None}, ("no start_times; expected a `vllm bench serve --save-result "
                              "--save-detailed` result")),
     ({"ttfts": [0.1, 0.2]}, r"ttfts: 2 values; expected a list of 4"),
-    ({"latencies": [0.5, -0.2, 0.0, 1.0]}, r"latencies\[1\]: got -0.2; expected a number >= 0"),
+    ({"latencies": [0.5, -0.2, 0.0, 1.0]}, r"latencies\[1\]: got -0.2; expected seconds in "),
     ({"input_lens": [10, 20.5, 30, 40]}, r"input_lens\[1\]: got 20.5; expected a whole number"),
     ({"errors": "none"}, r"errors: expected a list of 4 strings"),
     ({"start_times": []}, "start_times: no requests"),
@@ -81,3 +82,46 @@ def test_not_a_bench_result_is_refused_and_nothing_is_written(tmp_path, capsys):
             load_bench_result(path)
         assert observe_main(["--import-bench", str(path), "--out", str(out)]) == 2
         assert "error: " in capsys.readouterr().err and not out.exists()
+
+
+# Each of these once raised OverflowError or was read as something it is not (issue 23).
+INDENTED = json.dumps(BENCH, indent=1)  # one key per line: line numbers say where
+
+
+@pytest.mark.parametrize("text, match", [
+    (json.dumps({**BENCH, "input_lens": [10, 10**30, 30, 40]}),
+     (r"bench\.json: input_lens\[1\]: got 10{30}; expected a whole number of tokens in "
+     r"\[0, 10000000\]")),
+    (json.dumps({**BENCH, "input_lens": [10, 1e300, 30, 40]}),
+     r"bench\.json: input_lens\[1\]: got 1e\+300; expected a whole number of tokens"),
+    (json.dumps({**BENCH, "output_lens": [5, 10**400, 0, 8]}),
+     r"output_lens\[1\]: got 10+\.\.\.0+; expected a whole number"),
+    (json.dumps({**BENCH, "start_times": [100.0, 1e308, 101.0, 102.0]}),
+     (r"bench\.json: start_times\[1\]: 1e\+308 is 1e\+308 s after the earliest; expected a "
+     r"record spanning at most 1e\+09 s")),
+    (json.dumps({**BENCH, "start_times": [100.0, 10**400, 101.0, 102.0]}),
+     r"start_times\[1\]: got 10+\.\.\.0+; expected a finite time in seconds >= 0"),
+    (json.dumps({**BENCH, "ttfts": [0.1, 1e300, 0.0, 0.3]}),
+     r"ttfts\[1\]: got 1e\+300; expected seconds in \[0, 1e\+09\]"),
+    (INDENTED[:-2] + ',\n "input_lens": [1, 2, 3, 4]\n}',
+     r"bench\.json:\d+: key 'input_lens' appears twice in one object \(again at column 16\)"),
+    ("[" * 100_000 + "]" * 100_000, r"bench\.json:1: unreadable JSON"),
+    ('{"start_times": [' + "9" * 5000 + "]}", r"bench\.json:1: unreadable JSON"),
+])
+def test_damaged_numbers_and_repeated_keys_are_refused_and_nothing_is_written(
+        tmp_path, capsys, text, match):
+    path = _file(tmp_path, text)
+    with pytest.raises(TraceError, match=match):
+        load_bench_result(path)
+    out = tmp_path / "imported"
+    assert observe_main(["--import-bench", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, " ".join(err.split())) and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_repeated_key_is_named_by_its_line(tmp_path):
+    text = INDENTED[:-2] + ',\n "input_lens": [1, 2, 3, 4]\n}'
+    line = text.splitlines().index(' "input_lens": [1, 2, 3, 4]') + 1
+    with pytest.raises(TraceError, match=rf"bench\.json:{line}: key 'input_lens' appears twice"):
+        load_bench_result(_file(tmp_path, text))

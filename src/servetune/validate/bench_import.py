@@ -19,6 +19,10 @@ and finish are on the same clock. TTFT here counts from that arrival, so with
 `--max-concurrency` it includes the client's queueing, which vLLM's own `ttfts` leave out.
 Failed requests are in the table (end_state `failed`, no times) but not in the trace: their
 output length is unknown. The server reports no preemptions; the column is absent.
+
+Every value is checked (validate/record_columns.py): token counts whole and at most
+workload.MAX_TOKENS, durations at most workload.MAX_SPAN_S seconds, send times finite and
+spanning at most MAX_SPAN_S; a key given twice is refused with its line and column.
 """
 
 from __future__ import annotations
@@ -30,8 +34,7 @@ import numpy as np
 
 from servetune import inputs
 from servetune.errors import TraceError
-from servetune.validate.record_columns import non_negative, request_columns
-from servetune.workload import DuplicateKeyError, unique_keys
+from servetune.validate import record_columns as rc
 
 LISTS = ("start_times", "input_lens", "output_lens", "ttfts", "latencies", "errors")
 ABOUT = ("date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate",
@@ -39,12 +42,11 @@ ABOUT = ("date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_
 
 
 def _load(path: Path) -> dict:
+    """The file's JSON object, read strictly (rc.read_json), with every key of LISTS."""
     raw = inputs.read_bytes(path, "`vllm bench serve --save-result` JSON", TraceError)
     try:
-        data = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
-    except DuplicateKeyError as err:
-        raise TraceError(f"{path}: key {err.key!r} appears twice in one object; expected each "
-                         f"key once (which one did the run mean?)") from None
+        data = rc.read_json(raw.decode("utf-8"), path, 1,
+                            "the JSON `vllm bench serve --save-result` writes")
     except UnicodeDecodeError as err:
         raise TraceError(f"{path}: not UTF-8 text (byte {err.start}); expected the JSON "
                          f"`vllm bench serve --save-result` writes") from None
@@ -62,19 +64,17 @@ def _load(path: Path) -> dict:
     return data
 
 
-def _column(data: dict, key: str, n: int, path: Path, *, integer: bool = False) -> np.ndarray:
-    """A per-request list as floats (integers with `integer`), checked: length n, numbers,
-    finite, non-negative."""
+def _column(data: dict, key: str, n: int, path: Path, kind: str) -> np.ndarray:
+    """A per-request list, checked: length n, each value of `kind` (record_columns.KINDS:
+    "tokens" as int64, "seconds" or "time" as float64)."""
     values = data[key]
     if not isinstance(values, list) or len(values) != n:
         got = f"{len(values)} values" if isinstance(values, list) else type(values).__name__
         raise TraceError(f"{path}: {key}: {got}; expected a list of {n} (one per request, as "
                          f"start_times)")
     for i, v in enumerate(values):
-        if not non_negative(v, integer):
-            kind = "a whole number" if integer else "a number"
-            raise TraceError(f"{path}: {key}[{i}]: got {v!r}; expected {kind} >= 0")
-    return np.asarray(values, np.int64 if integer else np.float64)
+        rc.check_value(v, str(path), f"{key}[{i}]", kind)
+    return np.asarray(values, np.int64 if kind == "tokens" else np.float64)
 
 
 def load_bench_result(path: str | Path) -> dict:
@@ -91,12 +91,14 @@ def load_bench_result(path: str | Path) -> dict:
     if not isinstance(data["start_times"], list) or not data["start_times"]:
         raise TraceError(f"{path}: start_times: no requests; expected one send time per request")
     n = len(data["start_times"])
-    sent = _column(data, "start_times", n, path)
-    queued = (_column(data, "queue_times", n, path) if data.get("queue_times") is not None
-              else np.zeros(n))
-    prompt = _column(data, "input_lens", n, path, integer=True)
-    output = _column(data, "output_lens", n, path, integer=True)
-    ttft, latency = _column(data, "ttfts", n, path), _column(data, "latencies", n, path)
+    sent = _column(data, "start_times", n, path, "time")
+    rc.check_span(sent, lambda k: f"{path}: start_times[{k}]")
+    queued = (_column(data, "queue_times", n, path, "seconds")
+              if data.get("queue_times") is not None else np.zeros(n))
+    prompt = _column(data, "input_lens", n, path, "tokens")
+    output = _column(data, "output_lens", n, path, "tokens")
+    ttft = _column(data, "ttfts", n, path, "seconds")
+    latency = _column(data, "latencies", n, path, "seconds")
     errors = data["errors"]
     if not isinstance(errors, list) or len(errors) != n:
         raise TraceError(f"{path}: errors: expected a list of {n} strings (\"\" = succeeded)")
@@ -104,6 +106,6 @@ def load_bench_result(path: str | Path) -> dict:
     arrival_abs = sent - queued
     t0 = float(arrival_abs.min())
     arrival, send = arrival_abs - t0, sent - t0
-    requests, trace = request_columns(arrival, prompt, output, send + ttft, send + latency, ok)
+    requests, trace = rc.request_columns(arrival, prompt, output, send + ttft, send + latency, ok)
     about = {k: data[k] for k in ABOUT if k in data}
     return {"requests": requests, "trace": trace, "about": about}

@@ -15,24 +15,38 @@ the whole file); span times are `startTimeUnixNano` strings and attribute values
 (the API server's, a client's) are skipped. Arrivals count from the first arrival; a span's
 first token and finish are its arrival plus its TTFT and E2E. A request the server aborted
 carries no usage: it is refused, naming the span, rather than guessed.
+
+Numbers are read as an exporter writes them and no looser: ASCII decimal digits (no `1_000`,
+no other scripts' digits), token counts whole and at most workload.MAX_TOKENS, latencies in
+seconds at most workload.MAX_SPAN_S, start times below 2**64 ns and spanning at most
+MAX_SPAN_S; a JSON key or an attribute given twice is refused too (which one was meant?).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 
 from servetune import inputs
 from servetune.errors import TraceError
-from servetune.validate.record_columns import non_negative, request_columns
+from servetune.validate import record_columns as rc
+from servetune.workload import strict_float
 
 SPAN = "llm_request"
 PROMPT, OUTPUT = "gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens"
 TTFT, E2E = "gen_ai.latency.time_to_first_token", "gen_ai.latency.e2e"
 QUEUE = "gen_ai.latency.time_in_queue"
 REQUIRED = (PROMPT, OUTPUT, TTFT, E2E)
+# attribute -> (row field, kind of value as record_columns.KINDS names it)
+FIELDS = {PROMPT: ("prompt", "tokens"), OUTPUT: ("output", "tokens"),
+          TTFT: ("ttft", "seconds"), E2E: ("e2e", "seconds"), QUEUE: ("queue", "seconds")}
+EXPECTED = "OTLP JSON, one object per line as a Collector's file exporter writes"
+# an OTLP JSON integer written as a string: ASCII decimal digits, at most a uint64's 20
+_INTEGER = re.compile(r"[+-]?[0-9]{1,20}", re.ASCII)
+NANOS_LIMIT = 2**64  # startTimeUnixNano is a fixed64
 
 
 def _documents(path: Path) -> list[tuple[int, dict]]:
@@ -43,18 +57,17 @@ def _documents(path: Path) -> list[tuple[int, dict]]:
     except UnicodeDecodeError as err:
         raise TraceError(f"{path}: not UTF-8 text (byte {err.start}); expected OTLP JSON") from None
     try:
-        whole = json.loads(text)
-        docs = [(1, whole)]
+        docs = [(1, rc.read_json(text, path, 1, EXPECTED))]
     except json.JSONDecodeError:
         docs = []
         for k, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                docs.append((k, json.loads(line)))
+                docs.append((k, rc.read_json(line, path, k, EXPECTED)))
             except json.JSONDecodeError as err:
-                raise TraceError(f"{path}:{k}: not JSON ({err.msg}); expected OTLP JSON, one "
-                                 f"object per line as a Collector's file exporter writes") from None
+                raise TraceError(f"{path}:{k}: not JSON ({err.msg}); expected {EXPECTED}"
+                                 ) from None
     for k, doc in docs:
         if not isinstance(doc, dict) or "resourceSpans" not in doc:
             raise TraceError(f"{path}:{k}: no resourceSpans; expected OTLP JSON trace data "
@@ -62,60 +75,107 @@ def _documents(path: Path) -> list[tuple[int, dict]]:
     return docs
 
 
-def _value(v: dict):
-    """The Python value of an OTLP JSON AnyValue (int64s are strings in OTLP JSON)."""
-    if not isinstance(v, dict):
-        return None
-    if "intValue" in v:
+def _integer(raw):
+    """The int of an OTLP JSON integer (a decimal string, as OTLP JSON writes int64s, or a
+    JSON number that is whole); `raw` itself when it is anything else (1_000, non-ASCII
+    digits, 1.5, a list), for the caller to refuse naming the key."""
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    if isinstance(raw, str) and _INTEGER.fullmatch(raw.strip()):
+        return int(raw)
+    return raw
+
+
+def _double(raw):
+    """The number of an OTLP JSON double (a JSON number, or a string such as "NaN" or
+    "0.5"); `raw` itself when it is anything else, for the caller to refuse."""
+    if isinstance(raw, str):
         try:
-            return int(v["intValue"])
-        except (TypeError, ValueError):
-            return v["intValue"]  # refused by the caller, naming the key
+            return strict_float(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def _value(v):
+    """The Python value of an OTLP JSON AnyValue holding a number (int64s are strings in OTLP
+    JSON); anything else as it is, for the caller to refuse naming the key."""
+    if not isinstance(v, dict):
+        return v
+    if "intValue" in v:
+        return _integer(v["intValue"])
     if "doubleValue" in v:
-        return float(v["doubleValue"])
-    return v.get("stringValue", v.get("boolValue"))
+        return _double(v["doubleValue"])
+    return v.get("stringValue", v.get("boolValue", v))
+
+
+def _list(doc: dict, key: str, where: str) -> list:
+    """doc[key] as a list (absent or null: empty); TraceError naming `where` (the place of
+    `doc`) and `key` otherwise."""
+    if not isinstance(doc, dict):
+        raise TraceError(f"{where}: a JSON {type(doc).__name__}; expected an object")
+    items = doc.get(key)
+    if items is not None and not isinstance(items, list):
+        raise TraceError(f"{where}: {key}: a JSON {type(items).__name__}; expected a list")
+    return items or []
 
 
 def _spans(path: Path) -> list[tuple[str, dict]]:
     """(where, span) of every llm_request span, `where` naming its line and position."""
     out = []
     for k, doc in _documents(path):
-        for r, res in enumerate(doc.get("resourceSpans") or []):
-            for s, scope in enumerate(res.get("scopeSpans") or []):
-                for j, span in enumerate(scope.get("spans") or []):
+        for r, res in enumerate(_list(doc, "resourceSpans", f"{path}:{k}")):
+            at = f"{path}:{k}: resourceSpans[{r}]"
+            for s, scope in enumerate(_list(res, "scopeSpans", at)):
+                where = f"{at}.scopeSpans[{s}]"
+                for j, span in enumerate(_list(scope, "spans", where)):
                     if isinstance(span, dict) and span.get("name") == SPAN:
-                        where = (f"{path}:{k}: resourceSpans[{r}].scopeSpans[{s}]."
-                                 f"spans[{j}]")
-                        out.append((where, span))
+                        out.append((f"{where}.spans[{j}]", span))
     if not out:
         raise TraceError(f"{path}: no '{SPAN}' spans; expected the spans vLLM exports with "
                          f"--otlp-traces-endpoint")
     return out
 
 
+def _attributes(where: str, span: dict) -> dict:
+    """{key: raw value} of the span's attributes that FIELDS reads, each given once."""
+    attrs = {}
+    for a in _list(span, "attributes", where):
+        key = a.get("key") if isinstance(a, dict) else None
+        if not isinstance(key, str) or key not in FIELDS:
+            continue
+        if key in attrs:
+            raise TraceError(f"{where}: attribute {key} appears twice; expected each once "
+                             f"(which one did the server mean?)")
+        attrs[key] = _value(a.get("value"))
+    return attrs
+
+
+def _start_nanos(where: str, span: dict) -> int:
+    """The span's startTimeUnixNano: nanoseconds since the epoch, a whole number < 2**64."""
+    raw = span.get("startTimeUnixNano")
+    nanos = _integer(raw)
+    if isinstance(nanos, bool) or not isinstance(nanos, int) or not 0 <= nanos < NANOS_LIMIT:
+        raise TraceError(f"{where}: startTimeUnixNano: got {rc.show(raw)}; expected the arrival "
+                         f"time in nanoseconds since the epoch (decimal digits, below 2**64)")
+    return nanos
+
+
 def _request(where: str, span: dict) -> dict:
-    """One span's arrival (s since the epoch), tokens and latencies, checked."""
-    attrs = {a.get("key"): _value(a.get("value") or {}) for a in span.get("attributes") or []
-             if isinstance(a, dict)}
+    """One span's arrival (ns since the epoch), tokens and latencies (seconds), checked."""
+    attrs = _attributes(where, span)
     missing = [key for key in REQUIRED if attrs.get(key) is None]
     if missing:
         raise TraceError(f"{where}: no {', '.join(missing)}; expected vLLM's usage and latency "
                          f"attributes (an aborted request has none)")
-    try:
-        start = int(span["startTimeUnixNano"]) / 1e9
-    except (KeyError, TypeError, ValueError):
-        raise TraceError(f"{where}: startTimeUnixNano: expected the arrival time in "
-                         f"nanoseconds since the epoch") from None
-    row = {"arrival": start}
-    for key, name, whole in ((PROMPT, "prompt", True), (OUTPUT, "output", True),
-                             (TTFT, "ttft", False), (E2E, "e2e", False), (QUEUE, "queue", False)):
-        v = attrs.get(key)
-        if v is None:  # only the queue time is optional
-            row[name] = np.nan
-            continue
-        if not non_negative(v, whole):
-            kind = "a whole number" if whole else "seconds"
-            raise TraceError(f"{where}: {key}: got {v!r}; expected {kind} >= 0")
+    row = {"nanos": _start_nanos(where, span), "where": where, "queue": np.nan}
+    for key, v in attrs.items():  # only the queue time is optional
+        name, kind = FIELDS[key]
+        rc.check_value(v, where, key, kind)
         row[name] = v
     if row["e2e"] < row["ttft"]:
         raise TraceError(f"{where}: {E2E} {row['e2e']} is below {TTFT} {row['ttft']}")
@@ -133,13 +193,14 @@ def load_otel_spans(path: str | Path) -> dict:
     count}. A file of another shape raises TraceError naming the line, span and key."""
     path = inputs.expand(path, "--import-otel", TraceError)
     rows = [_request(where, span) for where, span in _spans(path)]
-    rows.sort(key=lambda r: r["arrival"])
-    arrival = np.array([r["arrival"] for r in rows])
-    arrival = arrival - arrival[0]
+    rows.sort(key=lambda r: r["nanos"])
+    first = rows[0]["nanos"]
+    arrival = np.array([(r["nanos"] - first) / 1e9 for r in rows])  # exact before dividing
+    rc.check_span(arrival, lambda k: f"{rows[k]['where']}: startTimeUnixNano")
     prompt = np.array([r["prompt"] for r in rows], np.int64)
     output = np.array([r["output"] for r in rows], np.int64)
     ttft, e2e = np.array([r["ttft"] for r in rows]), np.array([r["e2e"] for r in rows])
-    requests, trace = request_columns(arrival, prompt, output, arrival + ttft, arrival + e2e,
+    requests, trace = rc.request_columns(arrival, prompt, output, arrival + ttft, arrival + e2e,
                                       np.ones(len(rows), bool))
-    requests["queue_s"] = np.array([r["queue"] for r in rows])
+    requests["queue_s"] = np.array([r["queue"] for r in rows], np.float64)
     return {"requests": requests, "trace": trace, "about": {"spans": len(rows)}}
