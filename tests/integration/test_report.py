@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from servetune.reporting import report
+from servetune.reporting.cli import main as report_main
 from servetune.reporting.collect import collect, parse_overrides
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import aggregate, bootstrap, compare, verdicts
@@ -230,3 +231,74 @@ def test_a_report_of_only_damaged_runs_is_an_error_listing_them(tmp_path):
     assert proc.returncode == 2
     assert "no readable runs; every run folder is damaged" in proc.stderr
     assert proc.stderr.count("cannot read") >= 6 and "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- damaged folders
+
+HEADER = "seed,goodput_rps,slo_attainment\n"
+
+
+def _two_runs(root):
+    """Runs `good` (policy a) and `bad` (policy b) under `root`, for a test to damage `bad`."""
+    rng = np.random.default_rng(0)
+    _fake_run(root / "good", ["policy=a", "seed=0"], 0, rng.exponential(0.5, 50))
+    _fake_run(root / "bad", ["policy=b", "seed=1"], 1, rng.exponential(0.5, 50))
+    return root / "bad"
+
+
+def _replace_with_folder(path):
+    path.unlink()
+    path.mkdir()
+
+
+@pytest.mark.parametrize("damage, says", [
+    # a row with more fields than the header: pandas took its first fields as an index and
+    # read the run as seed 0.5, goodput 7 (ranked best)
+    (lambda bad: (bad / "metrics.csv").write_text(HEADER + "0,1.0,0.5,7,8\n"),
+     (r"bad/metrics\.csv:2: cannot read \(5 fields; the header has 3: seed, goodput_rps, "
+     r"slo_attainment\)")),
+    (lambda bad: (bad / "metrics.csv").write_text(HEADER + "0,1.0,0.5\n\n1,1.0\n"),
+     r"bad/metrics\.csv:4: cannot read \(2 fields; the header has 3"),
+    # text where a metric belongs: it went into runs.csv as a string
+    (lambda bad: (bad / "metrics.csv").write_text(HEADER + "0,abc,xyz\n"),
+     r"bad/metrics\.csv:2: cannot read \(column 'goodput_rps' = 'abc'; expected a number\)"),
+    (lambda bad: (bad / "metrics.csv").write_text(HEADER + "0,1.0,0.5\n1,1_000,0.5\n"),
+     r"bad/metrics\.csv:3: cannot read \(column 'goodput_rps' = '1_000'; expected a number\)"),
+    (lambda bad: _replace_with_folder(bad / "metrics.csv"),
+     r"bad/metrics\.csv: is a directory; expected a metrics\.csv"),
+    (lambda bad: (bad / ".hydra" / "overrides.yaml").write_text("policy: b\n"),
+     r"bad/\.hydra/overrides\.yaml: cannot read \(a dict; expected a list of Hydra overrides\)"),
+])
+def test_a_damaged_run_folder_is_left_out_with_its_file_and_line(tmp_path, capsys, damage, says):
+    damage(_two_runs(tmp_path))
+    rep = report(tmp_path, tmp_path / "out", n_boot=20, figures=False, html=False)
+    assert list(rep.runs["run"]) == ["good"]
+    assert len(rep.skipped) == 1 and re.search(says, rep.skipped[0]), rep.skipped
+    assert report_main([str(tmp_path), "--out", str(tmp_path / "cli"), "--bootstrap", "0",
+                        "--no-figures", "--no-html"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert re.search("warning: left out .*" + says, err) and "Traceback" not in err
+
+
+def test_an_empty_requests_parquet_costs_its_run_the_intervals_only(tmp_path):
+    (_two_runs(tmp_path) / "requests.parquet").write_bytes(b"")
+    rep = report(tmp_path, tmp_path / "out", n_boot=20, figures=False, html=False)
+    assert sorted(rep.runs["run"]) == ["bad", "good"]
+    assert len(rep.skipped) == 1 and re.search(
+        r"bad/requests\.parquet: cannot read \(.*0 bytes\); no intervals for this run",
+        rep.skipped[0]), rep.skipped
+    runs = rep.runs.set_index("run")
+    assert np.isnan(runs.loc["bad", "ttft_p99_s_ci_lo"])
+    assert np.isfinite(runs.loc["good", "ttft_p99_s_ci_lo"])
+
+
+def test_metrics_as_simulate_writes_them_are_read(tmp_path):
+    """Flags, empty (undefined) metrics, inf and text grid values are not damage."""
+    bad = _two_runs(tmp_path)
+    (bad / "metrics.csv").write_text("seed,policy.order,goodput_rps,stalled,ttft_p99_s,"
+                                     "cost_per_qualifying_request_usd\n1,fcfs,1.5,False,,inf\n")
+    rep = report(tmp_path, tmp_path / "out", n_boot=0, figures=False, html=False)
+    assert sorted(rep.runs["run"]) == ["bad", "good"] and rep.skipped == []
+    row = rep.runs.set_index("run").loc["bad"]
+    assert row["goodput_rps"] == 1.5 and row["policy.order"] == "fcfs"
+

@@ -8,7 +8,9 @@ with its seed, grid values and scalar metrics). Its configuration comes from Hyd
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import math
 import re
@@ -22,6 +24,7 @@ from hydra.errors import OverrideParseException
 from servetune import inputs
 from servetune.errors import ServetuneError
 from servetune.reporting.numbers import fmt
+from servetune.workload import strict_float
 
 # Resolved config values copied into every row, for context (they are not point keys).
 CONTEXT_KEYS = ("workload.name", "model.name", "hardware.gpu", "policy.order")
@@ -42,9 +45,10 @@ class Collection:
       excluded), in sweep order; rows that agree on them are seeds of one point.
     overrides: every override key seen, in order.
     run_dirs: absolute path of each run, by `run`.
-    skipped: one message per damaged file left out ("path: cannot read (why)"): a run whose
-      metrics.csv or overrides are damaged is not in `runs`; one whose requests.parquet is has
-      no bootstrap intervals (stats.bootstrap appends those).
+    skipped: one message per damaged file left out ("path[:line]: cannot read (why)"): a run
+      whose metrics.csv (binary, header only, a row of another field count, text where a
+      metric belongs) or overrides are damaged is not in `runs`; one whose requests.parquet
+      is has no bootstrap intervals (stats.bootstrap appends those).
     """
 
     root: Path
@@ -139,16 +143,70 @@ def _read_overrides(path: Path) -> dict:
 
 
 def _read_metrics(path: Path) -> pd.DataFrame:
-    """A run's metrics.csv: at least one row, a header naming its columns."""
-    inputs.check_regular(path, "metrics.csv", ReportError)
+    """A run's metrics.csv: a header naming its columns, then at least one row of as many
+    fields, whose metrics (the columns without a dot: seed and every scalar metric, which
+    `servetune simulate` writes as numbers, true/false or empty) are numbers. ReportError
+    naming the file, and the line where there is one, when it is damaged."""
     try:
-        table = pd.read_csv(path)
+        text = inputs.read_bytes(path, "metrics.csv", ReportError).decode("utf-8")
+        lines = _row_lines(path, text)
+        table = pd.read_csv(io.StringIO(text))
     except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError,
             pd.errors.EmptyDataError) as err:
         raise ReportError(f"{path}: cannot read ({_first_line(err)})") from None
     if table.empty:
         raise ReportError(f"{path}: cannot read (a header and no rows)")
+    for column in table.columns:
+        if "." not in str(column):
+            _check_numbers(table[column], path, lines)
     return table
+
+
+def _row_lines(path: Path, text: str) -> list[int]:
+    """The line of each data row of the CSV `text` (blank lines skipped, as pandas does);
+    ReportError naming the line of a row whose field count is not the header's (a shifted
+    row: pandas would read its first fields as an index and every value one column off)."""
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    lines = []
+    try:
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise ReportError(f"{path}:{reader.line_num}: cannot read ({len(row)} fields; "
+                                  f"the header has {len(header)}: {', '.join(header)})")
+            lines.append(reader.line_num)
+    except csv.Error as err:
+        raise ReportError(f"{path}:{reader.line_num}: cannot read (unreadable CSV: {err})"
+                          ) from None
+    return lines
+
+
+def _is_number(cell) -> bool:
+    """Whether a metrics.csv cell as pandas read it is a number, true/false or empty."""
+    if not isinstance(cell, str):
+        return bool(pd.isna(cell)) or isinstance(cell, (bool, int, float, np.number, np.bool_))
+    text = cell.strip()
+    if text in ("", "True", "False"):
+        return True
+    try:
+        strict_float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_numbers(col: pd.Series, path: Path, lines: list[int]) -> None:
+    """ReportError naming the line and column of the first cell of metric column `col` that
+    is text (pandas would keep the column as text and the report would rank strings)."""
+    if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
+        return
+    for k, cell in enumerate(col):
+        if not _is_number(cell):
+            line = f":{lines[k]}" if len(lines) == len(col) else ""
+            raise ReportError(f"{path}{line}: cannot read (column {col.name!r} = "
+                              f"{str(cell)[:40]!r}; expected a number)")
 
 
 def sweep_order(root: Path, skipped: list | None = None) -> list[str]:
