@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -302,3 +303,63 @@ def test_metrics_as_simulate_writes_them_are_read(tmp_path):
     row = rep.runs.set_index("run").loc["bad"]
     assert row["goodput_rps"] == 1.5 and row["policy.order"] == "fcfs"
 
+
+# --------------------------------------------------------------------------- --out
+
+def _report_cli(root, out, *more):
+    return report_main([str(root), "--out", str(out), "--bootstrap", "0", *more])
+
+
+def test_out_with_an_unknown_user_is_an_error_not_a_literal_folder(tmp_path, monkeypatch,
+                                                                   capsys):
+    _two_runs(tmp_path / "runs")
+    monkeypatch.chdir(tmp_path)
+    assert _report_cli("runs", "~nosuchuser_servetune/out", "--no-figures") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("error: --out: got '~nosuchuser_servetune/out'; cannot expand "
+            "'~nosuchuser_servetune' (no such user or home folder)") in err
+    assert not (tmp_path / "~nosuchuser_servetune").exists()
+    assert report_main(["~nosuchuser_servetune/runs"]) == 2
+    assert "error: DIR: got '~nosuchuser_servetune/runs'; cannot expand" in \
+        " ".join(capsys.readouterr().err.split())
+
+
+def test_out_under_home_is_expanded(tmp_path, monkeypatch):
+    _two_runs(tmp_path / "runs")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert _report_cli("runs", "~/rep", "--no-figures", "--no-html") == 0
+    assert (tmp_path / "home" / "rep" / "runs.csv").exists()
+    assert not (tmp_path / "~").exists()
+
+
+@pytest.mark.parametrize("taken", ["report.html", "runs.csv", "fig_policy.png"])
+def test_a_folder_where_a_report_file_goes_is_refused_before_anything_is_written(
+        tmp_path, capsys, taken):
+    _two_runs(tmp_path / "runs")
+    out = tmp_path / "out"
+    (out / taken).mkdir(parents=True)
+    assert _report_cli(tmp_path / "runs", out) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"error: --out {out}: {taken} is a folder; expected a file the report replaces "
+            f"(move the folder away); nothing was written") in err
+    assert [p.name for p in out.iterdir()] == [taken] and not any((out / taken).iterdir())
+
+
+def test_out_in_a_read_only_place_is_an_error(tmp_path, capsys):
+    _two_runs(tmp_path / "runs")
+    places = []
+    if Path("/sys/kernel").is_dir():  # sysfs: no new folder there, even for the superuser
+        places.append(Path("/sys/servetune-report"))
+    if os.geteuid() != 0:  # the superuser writes into a read-only folder
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o555)
+        places.append(locked / "out")
+    if not places:
+        pytest.skip("no read-only place on this system")
+    for out in places:
+        assert _report_cli(tmp_path / "runs", out, "--no-figures") == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert re.search(rf"error: (--out )?{re.escape(str(out))}: cannot be an output folder "
+                         r"\(", err), err
+        assert "Traceback" not in err and not out.exists()

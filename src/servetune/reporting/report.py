@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pandas as pd
 
+from servetune import inputs
 from servetune.errors import OutputError
 from servetune.files import ensure_dir, write_text, write_whole
 from servetune.reporting import stats
-from servetune.reporting.collect import CONTEXT_KEYS, collect
+from servetune.reporting.collect import CONTEXT_KEYS, ReportError, collect
 
 
 @dataclasses.dataclass
@@ -34,18 +36,52 @@ class Report:
     skipped: list = dataclasses.field(default_factory=list)
 
 
+TABLES = ("runs.parquet", "runs.csv", "points.csv", "comparisons.csv")  # what every report writes
+
+
+def _nearest_existing(path: Path) -> Path:
+    """`path` or its nearest ancestor that exists (where creating `path` starts); os.path's
+    tests, which say False rather than raise where a folder cannot be searched."""
+    for at in (path, *path.parents):
+        if os.path.lexists(at):
+            return at
+    return Path(".")
+
+
+def _check_out(out_dir: Path, html: bool) -> None:
+    """OutputError naming --out when the report could not be written there: a file where the
+    folder (or a folder above it) should be, a folder where one of the report's files should
+    be (runs.csv, report.html, fig_*.png), or a read-only folder to create it in. Checked
+    before the work, as far as it can be seen; writing still refuses the rest (write_whole:
+    the superuser passes os.access on a read-only folder, not on a read-only file system)."""
+    base = _nearest_existing(out_dir)
+    if not os.path.isdir(base):
+        where = out_dir if base == out_dir else f"{out_dir}: {base}"
+        raise OutputError(f"--out {where}: is a file; expected a folder (new or existing)")
+    names = TABLES + (("report.html",) if html else ())
+    taken = [out_dir / n for n in names] + sorted(out_dir.glob("fig_*.png"))
+    for path in taken:
+        if os.path.isdir(path):
+            raise OutputError(f"--out {out_dir}: {path.name} is a folder; expected a file the "
+                              f"report replaces (move the folder away); nothing was written")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise OutputError(f"--out {out_dir}: cannot be an output folder ({base} is read-only "
+                          f"for this user); nothing was written")
+
+
 def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, seed: int = 0,
            figures: bool = True, html: bool = True) -> Report:
     """Report on every run under `root` into `out` (default root/report).
 
     Writes runs.parquet, runs.csv, points.csv, comparisons.csv, fig_<key>.png per point key
     (figures=True) and report.html (html=True). n_boot bootstrap resamples per scenario
-    (0: no bootstrap intervals); `seed` makes them reproducible.
+    (0: no bootstrap intervals); `seed` makes them reproducible. `root` and `out` may start
+    with ~ or ~user; an unknown user, or an `out` the report cannot be written into (see
+    _check_out), is an error before any work, and nothing is written.
     """
-    root = Path(root)
-    out_dir = Path(out) if out is not None else root / "report"
-    if out_dir.exists() and not out_dir.is_dir():  # before the work, not after it
-        raise OutputError(f"--out {out_dir}: is a file; expected a folder (new or existing)")
+    root = inputs.expand(root, "DIR", ReportError)
+    out_dir = inputs.expand(out, "--out", OutputError) if out is not None else root / "report"
+    _check_out(out_dir, html)  # before the work, not after it
     col = collect(root, exclude=out_dir)
     reps = stats.bootstrap(col, n_boot, seed)
     runs = stats.runs_ci(col, reps)
@@ -53,8 +89,7 @@ def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, 
     comparisons = stats.compare(points)
     verdicts = stats.verdicts(comparisons)
     ensure_dir(out_dir)
-    files = [out_dir / "runs.parquet", out_dir / "runs.csv", out_dir / "points.csv",
-             out_dir / "comparisons.csv"]
+    files = [out_dir / name for name in TABLES]
     write_whole(files[0], lambda tmp: runs.to_parquet(tmp, index=False))
     for path, table in zip(files[1:], (runs, points, comparisons)):
         write_whole(path, lambda tmp, table=table: table.to_csv(tmp, index=False))
