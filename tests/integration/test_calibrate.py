@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -324,3 +325,51 @@ def test_measurement_cells_are_read_strictly(tmp_path, row, match):
     """What Python's float() reads but no measurement file means is refused with its line."""
     with pytest.raises(TraceError, match=match):
         cal.load_measurements(write(tmp_path, HEAD + GOOD + row + GOOD))
+
+
+@pytest.mark.parametrize("overrides, one_row, match", [
+    (("fit.learning_rate=1e30", "fit.init=scale", "fit.steps=100"), False,
+     (r"m\.csv: the linear fit diverged \(loss nan after 100 Adam steps at "
+     r"fit\.learning_rate=1e\+30\); lower fit\.learning_rate \(default 0\.1\)")),
+    (("fit.max_rms_rel_error=nan",), False,
+     r"error: fit\.max_rms_rel_error: got nan; expected a finite number"),
+    ((), True, (r"m\.csv: 1 data row\(s\); expected at least 4 to fit the linear form's 4 "
+               r"coefficients")),
+])
+def test_cli_refusals_exit_2_and_write_nothing(tmp_path, table, linear_cost, overrides,
+                                               one_row, match):
+    path = write(tmp_path, HEAD + GOOD) if one_row else tmp_path / "m.csv"
+    if not one_row:
+        table.assign(seconds=seconds(table, linear_cost, "linear")).to_csv(path, index=False)
+    out, proc = run_cli(tmp_path, f"path={path}", "form=linear", *overrides)
+    assert proc.returncode == 2, proc.stderr
+    assert re.search(match, proc.stderr), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (out / "calibrated.yaml").exists() and not (out / "calibration.json").exists()
+
+
+def test_calibration_json_holds_only_finite_numbers(tmp_path):
+    """Collinear columns leave two coefficients undetermined (std. error inf): the file says
+    "inf" as text, never a bare Infinity or NaN that strict JSON readers refuse."""
+    rng = np.random.default_rng(3)
+    decode = rng.integers(1, 200, 60)
+    rows = pd.DataFrame({"prefill_tokens": 0, "decode_seqs": decode, "ctx_tokens": 100 * decode,
+                         "seconds": 0.004 + 2e-4 * decode})
+    rows.to_csv(tmp_path / "m.csv", index=False)
+    out, proc = run_cli(tmp_path, f"path={tmp_path / 'm.csv'}", "form=linear", "fit.steps=100")
+    assert proc.returncode == 0, proc.stderr
+
+    def bare(name):
+        raise AssertionError(f"bare {name} in calibration.json")
+
+    doc = json.loads((out / "calibration.json").read_text(), parse_constant=bare)
+    assert "inf" in doc["std_errors"].values()
+
+    def numbers(v):
+        if isinstance(v, dict):
+            return [x for w in v.values() for x in numbers(w)]
+        if isinstance(v, list):
+            return [x for w in v for x in numbers(w)]
+        return [v] if isinstance(v, (int, float)) and not isinstance(v, bool) else []
+
+    assert all(np.isfinite(numbers(doc)))
