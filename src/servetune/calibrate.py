@@ -17,7 +17,8 @@ name, in any order (other columns are ignored):
                   your batches carry those and the model is large relative to its contexts).
   seconds         measured duration of the iteration (seconds, > 0)
 
-Every row is checked: a missing column, a non-numeric, negative or non-finite value, a
+Every row is checked: a missing column, a row with fewer or more fields than the header (an
+unquoted comma shifts every value after it), a non-numeric, negative or non-finite value, a
 non-positive `seconds` or an empty batch (prefill_tokens + decode_seqs = 0) raises TraceError
 naming the file, the line and what was expected.
 
@@ -176,9 +177,10 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
     for line, row in records:
         if not row or all(not cell.strip() for cell in row):
             continue
-        if len(row) < len(header):
+        if len(row) < len(header) or any(cell.strip() for cell in row[len(header):]):
             raise TraceError(f"{path}:{line}: {len(row)} fields; expected {len(header)} "
-                             f"({', '.join(header)})")
+                             f"({', '.join(header)}); an unquoted comma would shift the "
+                             f"values into the wrong columns")
         parsed = {c: _cell(row[index[c]], path, line, c) for c in columns}
         if parsed["prefill_tokens"] + parsed["decode_seqs"] <= 0:
             raise TraceError(f"{path}:{line}: prefill_tokens = decode_seqs = 0 (an empty batch); "

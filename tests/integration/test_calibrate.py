@@ -186,6 +186,9 @@ GOOD = "128,4,4000,0.02\n"
     (HEAD + "128,4,4000,\n", ":2:", "column 'seconds' = ''"),
     (HEAD + "0,0,4000,0.01\n", ":2:", "an empty batch"),
     (HEAD + "128,4\n", ":2:", "2 fields; expected 4"),
+    # an extra field: 1,28 read as prefill 1, decode 28, ctx 4, seconds 4000
+    (HEAD + GOOD + "1,28,4,4000,0.02\n", ":3:", ("5 fields; expected 4 (prefill_tokens, "
+     "decode_seqs, ctx_tokens, seconds); an unquoted comma")),
     ("prefill_tokens,decode_seqs,ctx_tokens,attn_work,seconds\n1,1,1,-5,0.1\n", ":2:",
      "column 'attn_work' = '-5'"),
     ("", "", "empty file; expected a header line"),
