@@ -106,6 +106,9 @@ INDENTED = json.dumps(BENCH, indent=1)  # one key per line: line numbers say whe
     (INDENTED[:-2] + ',\n "input_lens": [1, 2, 3, 4]\n}',
      r"bench\.json:\d+: key 'input_lens' appears twice in one object \(again at column 16\)"),
     ("[" * 100_000 + "]" * 100_000, r"bench\.json:1: unreadable JSON"),
+    # too deep for the pure-Python scanner that finds a repeated key's place: still refused
+    ('{"start_times": ' + "[" * 600 + "]" * 600 + ', "start_times": []}',
+     r"bench\.json:1: key 'start_times' appears twice in one object; expected each key once"),
     ('{"start_times": [' + "9" * 5000 + "]}", r"bench\.json:1: unreadable JSON"),
 ])
 def test_damaged_numbers_and_repeated_keys_are_refused_and_nothing_is_written(

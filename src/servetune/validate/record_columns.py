@@ -121,6 +121,8 @@ def read_json(text: str, path: Path, line: int, expected: str):
                          f"{expected}") from None
     try:
         _locate_repeat(text)
+    except RecursionError:  # deeper than the pure-Python scanner goes: say it without a place
+        pass
     except _RepeatedKey as err:
         raise TraceError(f"{path}:{line + err.line - 1}: key {err.key!r} appears twice in one "
                          f"object (again at column {err.column}); expected each key once "
