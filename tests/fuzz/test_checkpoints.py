@@ -1,7 +1,9 @@
 """Damaged, foreign and mismatched tuning checkpoints: a CheckpointError naming the file and
-what is wrong, never a traceback (issue 23 item 2). No simulation runs here."""
+what is wrong, never a traceback (issue 23 item 2); a checkpoint holding NaN or infinities is
+strict JSON that reads back bit for bit. No simulation runs here."""
 
 import json
+import math
 
 import jax
 import jax.numpy as jnp
@@ -41,10 +43,10 @@ DAMAGE = {  # name -> (bytes written over the checkpoint given its good bytes, m
     "binary": (lambda good: bytes(range(128, 256)), r"is binary, not a JSON checkpoint"),
     "gzip": (lambda good: b"\x1f\x8b\x08\x00" + good[:20], r"is binary"),
     "a list": (lambda good: b"[1, 2, 3]", r"holds a JSON list; expected a checkpoint object"),
-    "newer format": (lambda good: good.replace(b'"format": 2', b'"format": 7'),
-                     r"has checkpoint format 7; this servetune reads format 2"),
-    "format 1": (lambda good: good.replace(b', "format": 2', b''),
-                 r"has checkpoint format 1; this servetune reads format 2"),
+    "newer format": (lambda good: good.replace(b'"format": 3', b'"format": 7'),
+                     r"has checkpoint format 7; this servetune reads formats 2 and 3"),
+    "format 1": (lambda good: good.replace(b', "format": 3', b''),
+                 r"has checkpoint format 1; this servetune reads formats 2 and 3"),
     "foreign layout": (lambda good: json.dumps({"format": 2, "step": 3, "params": [1]}).encode(),
                      r"lacks iteration, theta, fingerprint, .*: an older or foreign format"),
     "bad array": (lambda good: good.replace(b'"dtype": "float64"', b'"dtype": "quux"', 1),
@@ -60,6 +62,42 @@ def test_a_damaged_checkpoint_is_a_clear_error(tmp_path, name):
     with pytest.raises(CheckpointError, match=pattern) as err:
         checkpoint.load(tmp_path, opt)
     assert str(path) in str(err.value) and "tune.resume=false" in str(err.value)
+
+
+def _refuse_constant(name):
+    raise ValueError(f"bare {name} in strict JSON")
+
+
+NON_FINITE = {"iteration": 1, "theta": np.array([math.inf, -math.inf, math.nan]),
+              "lambda": 0.0, "history": [{"iteration": 0, "tokens_per_dollar": math.inf,
+                                          "grad_norm": math.nan, "lagrangian": -math.inf}],
+              "best": {"objective": 1.0, "useful_tokens_per_dollar": np.float32("nan")},
+              "best_values": {"queue_cap": math.inf, "score_net": [0.5, -math.inf]},
+              "scenarios": 3, "fingerprint": "abc", "problem": {"k": '"Infinity"'}}
+
+
+def test_non_finite_floats_are_strict_json_and_read_back(tmp_path):
+    """NaN and infinities (price 0 gives infinite tokens per dollar) are tagged, not bare."""
+    opt = optax.adam(0.1).init(jnp.zeros(3))
+    path = checkpoint.save(tmp_path, NON_FINITE, opt)
+    text = path.read_text()
+    json.loads(text, parse_constant=_refuse_constant)  # strict: no NaN, Infinity
+    doc = checkpoint.read(tmp_path)
+    assert doc["problem"] == {"k": '"Infinity"'}  # strings are left alone
+    row = doc["history"][0]
+    assert row["tokens_per_dollar"] == math.inf and row["lagrangian"] == -math.inf
+    assert math.isnan(row["grad_norm"]) and math.isnan(doc["best"]["useful_tokens_per_dollar"])
+    assert doc["best_values"] == {"queue_cap": math.inf, "score_net": [0.5, -math.inf]}
+    np.testing.assert_array_equal(checkpoint._array(doc["theta"]), NON_FINITE["theta"])
+
+
+def test_a_format_2_checkpoint_with_bare_constants_still_reads(tmp_path):
+    path, _ = _good(tmp_path)
+    doc = json.loads(path.read_text())
+    doc.update(format=2, history=[{"iteration": 0, "x": math.nan, "y": math.inf}])
+    path.write_text(json.dumps(doc))  # NaN, Infinity as servetune wrote them before format 3
+    row = checkpoint.read(tmp_path)["history"][0]
+    assert math.isnan(row["x"]) and row["y"] == math.inf
 
 
 def test_another_optimizers_state_is_a_clear_error(tmp_path):

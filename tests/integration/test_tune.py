@@ -1,5 +1,6 @@
 """The ES tuner: its gradient estimate, the objective, end-to-end improvement, resume, export."""
 
+import json
 import math
 import subprocess
 import sys
@@ -141,6 +142,14 @@ def test_bad_tune_settings_name_the_key(tmp_path):
         tune(SMALL + ["+tune.space.cascade_threshold={low: 0, high: 1}"], out_dir=tmp_path)
 
 
+def _strict_json(path):
+    """The JSON document in `path`, parsed strictly: a bare NaN or Infinity fails the test."""
+    def refuse(name):
+        pytest.fail(f"{path}: bare {name} (not strict JSON)")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
 def test_cli_tune_writes_exports(tmp_path):
     args = [sys.executable, "-m", "servetune.cli", "tune", *SMALL, "tune.iterations=1",
             "tune.eval.seeds=0", f"hydra.run.dir={tmp_path}"]
@@ -148,6 +157,29 @@ def test_cli_tune_writes_exports(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "start vs tuned" in proc.stdout
     assert (tmp_path / "export" / "sglang_args.json").exists()
+    for path in tmp_path.rglob("*.json"):
+        _strict_json(path)
+
+
+FREE = ["workload=poisson", "workload.rate=35", "workload.duration_s=5", "window.drain_s=0.01",
+        "output.progress=false", "tune.eval.seeds=1", "tune.pairs=1",
+        "tune.space.max_num_seqs.high=64", "hardware.price_per_gpu_hour=0"]
+
+
+def test_a_free_gpu_tune_writes_strict_json_and_resumes(tmp_path):
+    """At price 0 tokens per dollar are infinite: checkpoint.json tags them (strict JSON) and a
+    resume reads them back."""
+    tune(FREE + ["tune.iterations=1"], out_dir=tmp_path, log=lambda _: None)
+    files = {p.relative_to(tmp_path).as_posix(): p for p in tmp_path.rglob("*.json")}
+    assert {"checkpoint.json", "tune_summary.json", "export/vllm_args.json"} <= set(files)
+    for path in files.values():
+        _strict_json(path)
+    history = _strict_json(files["checkpoint.json"])["history"]
+    assert history[0]["center_useful_tokens_per_dollar"] == {"$float": "nan"}
+    lines = []
+    resumed = tune(FREE + ["tune.iterations=2"], out_dir=tmp_path, log=lines.append)
+    assert any(line.startswith("resuming") for line in lines)
+    assert resumed.history["iteration"].tolist() == [0, 1]
 
 
 def test_sigkilled_run_resumes_to_the_same_result(straight, tmp_path):

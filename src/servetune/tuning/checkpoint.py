@@ -1,23 +1,29 @@
 """Tuning checkpoints: one JSON file, written atomically (a crash leaves the previous one).
 
 Floats are written with Python's repr, which round-trips exactly, so a resumed run continues
-from bit-identical state. The optimizer state is stored as its flattened leaves and restored
-into the tree structure of a freshly initialized state.
+from bit-identical state. The file is strict JSON: a non-finite float (an infinite queue cap,
+tokens per dollar at price 0) is written as {"$float": "nan" | "inf" | "-inf"} and read back
+as the float. The optimizer state is stored as its flattened leaves and restored into the tree
+structure of a freshly initialized state.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import jax
 import numpy as np
 
 from servetune.errors import CheckpointError
-from servetune.files import ensure_dir, write_text
+from servetune.files import ensure_dir, write_json
 
 NAME = "checkpoint.json"
-FORMAT = 2  # 2: the settings that shape the search recorded ("problem"); 1 had no "format" key
+FORMAT = 3  # 3: non-finite floats tagged (strict JSON); 2: the settings that shape the search
+#             recorded ("problem"), bare NaN / Infinity; 1 had no "format" key
+READS = (2, 3)  # formats this servetune resumes from (2 read with Python's NaN / Infinity)
+_TAG = "$float"  # {"$float": "nan"}: a non-finite float in strict JSON
 
 
 def _leaf(x) -> dict:
@@ -29,15 +35,35 @@ def _array(d: dict) -> np.ndarray:
     return np.asarray(d["data"], dtype=d["dtype"]).reshape(d["shape"])
 
 
+def _encode(obj):
+    """`obj` (dicts, lists, scalars, numpy values) as JSON-able values with every non-finite
+    float tagged ({"$float": "inf"})."""
+    if isinstance(obj, (np.ndarray, np.generic)):
+        obj = obj.tolist()
+    if isinstance(obj, dict):
+        return {k: _encode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_encode(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return {_TAG: "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")}
+    return obj
+
+
+def _decode(obj: dict):
+    """A JSON object as read: a tagged non-finite float as the float, anything else as is."""
+    if len(obj) == 1 and obj.get(_TAG) in ("nan", "inf", "-inf"):
+        return float(obj[_TAG])
+    return obj
+
+
 def save(out_dir: Path, state: dict, opt_state) -> Path:
     """Write `state` (JSON-able scalars and lists, numpy arrays allowed at the top level) and the
-    optimizer state to out_dir/checkpoint.json, atomically."""
+    optimizer state to out_dir/checkpoint.json, atomically, as strict JSON."""
     ensure_dir(out_dir)
     doc = {k: (_leaf(v) if isinstance(v, np.ndarray) else v) for k, v in state.items()}
     doc["opt_state"] = [_leaf(x) for x in jax.tree.leaves(opt_state)]
     doc["format"] = FORMAT
-    path = out_dir / NAME
-    return write_text(path, json.dumps(doc))
+    return write_json(out_dir / NAME, _encode(doc), indent=None)
 
 
 REQUIRED = ("iteration", "theta", "fingerprint", "problem", "opt_state", "history",
@@ -65,7 +91,7 @@ def read(out_dir: Path) -> dict | None:
     if not data.strip():
         raise _refuse(path, "is empty (not a checkpoint)")
     try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = json.loads(data.decode("utf-8"), object_hook=_decode)
     except UnicodeDecodeError as err:
         raise _refuse(path, f"is binary, not a JSON checkpoint (byte {err.start})") from None
     except json.JSONDecodeError as err:
@@ -74,9 +100,9 @@ def read(out_dir: Path) -> dict | None:
     if not isinstance(doc, dict):
         raise _refuse(path, f"holds a JSON {type(doc).__name__}; expected a checkpoint object")
     version = doc.get("format", 1)
-    if version != FORMAT:
+    if version not in READS:
         raise _refuse(path, f"has checkpoint format {version!r}; this servetune reads "
-                            f"format {FORMAT}")
+                            f"formats {' and '.join(map(str, READS))}")
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
         raise _refuse(path, f"lacks {', '.join(missing)}: an older or foreign format")
