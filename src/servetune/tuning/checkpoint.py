@@ -32,7 +32,11 @@ def _leaf(x) -> dict:
 
 
 def _array(d: dict) -> np.ndarray:
-    return np.asarray(d["data"], dtype=d["dtype"]).reshape(d["shape"])
+    """The numeric array of a _leaf document; TypeError or ValueError when it is none."""
+    dtype = np.dtype(d["dtype"])
+    if dtype.kind not in "biuf":
+        raise TypeError(f"dtype {d['dtype']!r} is not numeric")
+    return np.asarray(d["data"], dtype=dtype).reshape(d["shape"])
 
 
 def _encode(obj):
@@ -66,8 +70,8 @@ def save(out_dir: Path, state: dict, opt_state) -> Path:
     return write_json(out_dir / NAME, _encode(doc), indent=None)
 
 
-REQUIRED = ("iteration", "theta", "fingerprint", "problem", "opt_state", "history",
-            "scenarios")
+REQUIRED = ("iteration", "theta", "lambda", "fingerprint", "problem", "opt_state", "history",
+            "best", "best_values", "scenarios")
 
 
 def _refuse(path: Path, what: str) -> CheckpointError:
@@ -75,10 +79,82 @@ def _refuse(path: Path, what: str) -> CheckpointError:
                            f"tune.resume=false to start over here (it overwrites the file)")
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _finite(v) -> bool:
+    return _number(v) and math.isfinite(v)
+
+
+def _policy_value(v) -> bool:
+    """A policy value as the tuner records it: a number (inf: unlimited), or the network's
+    weights (a list of finite numbers)."""
+    if isinstance(v, list):
+        return all(_finite(x) for x in v)
+    return _number(v) and not math.isnan(v)
+
+
+def _is_leaf(v) -> bool:
+    return (isinstance(v, dict) and isinstance(v.get("dtype"), str)
+            and isinstance(v.get("shape"), list) and all(_count(n) for n in v["shape"])
+            and isinstance(v.get("data"), list))
+
+
+FIELDS = {  # key -> (check of its value, what is expected)
+    "iteration": (_count, "a whole number >= 0"),
+    "scenarios": (_count, "a whole number >= 0"),
+    "lambda": (lambda v: _finite(v) and v >= 0, "a finite number >= 0"),
+    "fingerprint": (lambda v: isinstance(v, str), "a string"),
+    "problem": (lambda v: isinstance(v, dict), "an object of settings"),
+    "history": (lambda v: isinstance(v, list) and all(isinstance(r, dict) for r in v),
+                "a list of objects, one row per iteration"),
+    "best": (lambda v: v is None or (isinstance(v, dict) and _finite(v.get("objective"))
+                                     and _finite(v.get("violation"))),
+             "null or an object with a finite objective and violation"),
+    "best_values": (lambda v: v is None or (isinstance(v, dict)
+                                            and all(_policy_value(x) for x in v.values())),
+                    "null or an object of policy values (numbers; score_net a list)"),
+    "theta": (_is_leaf, "an array {dtype, shape, data}"),
+    "opt_state": (lambda v: isinstance(v, list) and all(_is_leaf(x) for x in v),
+                  "a list of arrays {dtype, shape, data}"),
+}
+
+
+def _shown(value) -> str:
+    """`value` for a message: its JSON-like repr, or its type and length when long."""
+    text = repr(value)
+    if len(text) <= 60:
+        return text
+    size = f" of {len(value)}" if hasattr(value, "__len__") else ""
+    return f"a {type(value).__name__}{size}"
+
+
+def _check_fields(path: Path, doc: dict) -> None:
+    """CheckpointError naming the first field of the wrong type or range (FIELDS), or a
+    history or best policy that does not match the iteration count."""
+    for key, (ok, expected) in FIELDS.items():
+        if not ok(doc[key]):
+            raise _refuse(path, f"field {key!r} is {_shown(doc[key])}; expected {expected}")
+    done, rows = doc["iteration"], len(doc["history"])
+    if rows != done:
+        raise _refuse(path, f"field 'history' has {rows} row(s) after {done} iteration(s); "
+                            f"expected one per iteration")
+    for key in ("best", "best_values"):
+        if done and doc[key] is None:
+            raise _refuse(path, f"field {key!r} is null after {done} iteration(s); expected "
+                                f"the best policy found")
+
+
 def read(out_dir: Path) -> dict | None:
     """The checkpoint document in out_dir (checked: JSON of this format with every key a
-    resume needs, its arrays not yet unpacked), or None if there is none. CheckpointError
-    names the file and what is wrong: unreadable, empty, binary, truncated, another format."""
+    resume needs, each of its type and range, its arrays not yet unpacked), or None if there
+    is none. CheckpointError names the file and what is wrong: unreadable, empty, binary,
+    truncated, another format, a field of the wrong type."""
     path = Path(out_dir) / NAME
     if not path.exists():
         return None
@@ -106,34 +182,72 @@ def read(out_dir: Path) -> dict | None:
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
         raise _refuse(path, f"lacks {', '.join(missing)}: an older or foreign format")
+    _check_fields(path, doc)
     return doc
 
 
-def unpack(doc: dict, opt_state_like, out_dir: Path, array_keys=("theta",)):
-    """(state, opt_state) from a checkpoint document (read): arrays restored, the optimizer
-    leaves put into opt_state_like's tree. CheckpointError when they do not fit it (the file
-    was written for another optimizer or search space)."""
+def _arrays(path: Path, doc: dict, shapes: dict[str, tuple]) -> dict[str, np.ndarray]:
+    """The arrays of `doc` named in `shapes` ({key: shape}), each checked: numeric, of that
+    shape, finite."""
+    out = {}
+    for key, shape in shapes.items():
+        try:
+            a = _array(doc[key])
+        except (KeyError, TypeError, ValueError, OverflowError) as err:
+            raise _refuse(path, f"has a malformed array {key!r} ({err})") from None
+        if a.shape != tuple(shape):
+            raise _refuse(path, f"field {key!r} has shape {list(a.shape)}; this run's search "
+                                f"space has {list(shape)}")
+        out[key] = a
+    return out
+
+
+def _finite_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    for key, a in arrays.items():
+        if not np.isfinite(a).all():
+            raise _refuse(path, f"field {key!r} holds NaN or infinite values; expected finite "
+                                f"numbers")
+
+
+def _check_values(path: Path, best: dict | None, value_keys) -> None:
+    """The best policy's keys are this run's policy keys (the evaluation reads each)."""
+    if best is None or value_keys is None or set(best) == set(value_keys):
+        return
+    differ = sorted(set(best) ^ set(value_keys))
+    raise _refuse(path, f"field 'best_values' has keys {sorted(best)}; this run's policy has "
+                        f"{sorted(value_keys)} (they differ in {', '.join(differ)})")
+
+
+def unpack(doc: dict, opt_state_like, out_dir: Path, shapes: dict[str, tuple],
+           value_keys=None):
+    """(state, opt_state) from a checkpoint document (read): the arrays of `shapes` ({key:
+    expected shape}, e.g. theta's) restored, the optimizer leaves put into opt_state_like's
+    tree, every array finite; `value_keys` (if given) the keys best_values must have.
+    CheckpointError when they do not fit (the file was written for another optimizer or search
+    space, or edited)."""
     path = Path(out_dir) / NAME
     doc = dict(doc)
     treedef = jax.tree.structure(opt_state_like)
     like = jax.tree.leaves(opt_state_like)
     try:
         leaves = [_array(d) for d in doc.pop("opt_state")]
-        for k in array_keys:
-            doc[k] = _array(doc[k])
-    except (KeyError, TypeError, ValueError) as err:
-        raise _refuse(path, f"has a malformed array ({err})") from None
-    shapes = [tuple(np.shape(x)) for x in like]
-    if [x.shape for x in leaves] != shapes:
+    except (TypeError, ValueError, OverflowError) as err:
+        raise _refuse(path, f"has a malformed array 'opt_state' ({err})") from None
+    expected = [tuple(np.shape(x)) for x in like]
+    if [x.shape for x in leaves] != expected:
         raise _refuse(path, f"has optimizer state of {len(leaves)} arrays "
                             f"{[x.shape for x in leaves]}; this run's optimizer has "
-                            f"{len(like)} {shapes}")
+                            f"{len(like)} {expected}")
+    arrays = _arrays(path, doc, shapes)
+    _finite_arrays(path, {**arrays, **{f"opt_state[{i}]": x for i, x in enumerate(leaves)}})
+    _check_values(path, doc["best_values"], value_keys)
+    doc.update(arrays)
     opt_state = jax.tree.unflatten(treedef, [jax.numpy.asarray(x) for x in leaves])
     return doc, opt_state
 
 
-def load(out_dir: Path, opt_state_like, array_keys=("theta",)):
+def load(out_dir: Path, opt_state_like, shapes: dict[str, tuple], value_keys=None):
     """(state, opt_state) from out_dir/checkpoint.json, or None if there is none (read, then
     unpack)."""
     doc = read(out_dir)
-    return None if doc is None else unpack(doc, opt_state_like, out_dir, array_keys)
+    return None if doc is None else unpack(doc, opt_state_like, out_dir, shapes, value_keys)

@@ -333,9 +333,10 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str):
                                         st.difference_step)
 
 
-def _restore(out_dir: Path, st: Settings, state: dict, opt_state, log):
+def _restore(out_dir: Path, st: Settings, state: dict, opt_state, log, value_keys):
     """(state, optimizer state) from the checkpoint in out_dir when resuming and one is there
-    (refused when another config wrote it), else the ones given."""
+    (refused when another config wrote it, or when its fields do not fit this run: theta's
+    shape, the policy keys `value_keys` of its best policy), else the ones given."""
     doc = checkpoint.read(out_dir) if st.resume else None
     if doc is None:
         return state, opt_state
@@ -346,7 +347,8 @@ def _restore(out_dir: Path, st: Settings, state: dict, opt_state, log):
             f"{out_dir / checkpoint.NAME}: written by a run with a different scenario or "
             f"tune settings{what}; resume with the same config, or use another output "
             f"directory (or tune.resume=false to start over there)")
-    loaded = checkpoint.unpack(doc, opt_state, out_dir)
+    loaded = checkpoint.unpack(doc, opt_state, out_dir, {"theta": np.shape(state["theta"])},
+                               value_keys)
     log(f"resuming from {out_dir / checkpoint.NAME} at iteration {loaded[0]['iteration']}")
     return loaded
 
@@ -412,7 +414,8 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
              "best": None, "best_values": None, "scenarios": 0}
     state["problem"] = _problem(cfg)
     state["fingerprint"] = _fingerprint(state["problem"])
-    state, opt_state = _restore(out_dir, st, state, opt.init(jnp.asarray(theta)), log)
+    state, opt_state = _restore(out_dir, st, state, opt.init(jnp.asarray(theta)), log,
+                                start_values)
     evaluator.scenarios_simulated = state["scenarios"]
 
     done_here = 0
