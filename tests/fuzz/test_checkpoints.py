@@ -52,7 +52,7 @@ DAMAGE = {  # name -> (bytes written over the checkpoint given its good bytes, m
     "format 1": (lambda good: good.replace(b', "format": 3', b''),
                  r"has checkpoint format 1; this servetune reads formats 2 and 3"),
     "foreign layout": (lambda good: json.dumps({"format": 2, "step": 3, "params": [1]}).encode(),
-                     r"lacks iteration, theta, lambda, fingerprint, .*: an older or foreign format"),
+                       r"lacks iteration, theta, lambda, fingerprint, .*: an older or foreign"),
     "bad array": (lambda good: good.replace(b'"dtype": "float64"', b'"dtype": "quux"', 1),
                   r"has a malformed array"),
 }
