@@ -23,6 +23,7 @@ from servetune import export, neural, settings
 from servetune.api import compose
 from servetune.errors import CheckpointError, ConfigError, ServetuneError
 from servetune.files import write_json, write_whole
+from servetune.policy import DEFAULTS, ORDERS
 from servetune.scenario import build
 from servetune.tuning import checkpoint, es
 from servetune.tuning.evaluator import Evaluator, MultiEvaluator
@@ -234,6 +235,65 @@ def _check_keys_act(cfg: DictConfig, space: SearchSpace) -> None:
                               f"engine.kv_pressure=compress; got {engine.kv_pressure}")
 
 
+SCORE_WEIGHTS = ("w_age", "w_prompt", "w_pred", "w_slack")  # the priority score's terms
+
+
+def _weight(cfg: DictConfig, key: str):
+    """The value the configured policy gives score weight `key` (make_policy's precedence:
+    policy.<key> as configured, else the order's preset, else the default)."""
+    value = OmegaConf.select(cfg, f"policy.{key}", default=None)
+    return ORDERS.get(_order(cfg), {}).get(key, DEFAULTS[key]) if value is None else value
+
+
+def _acts(cfg: DictConfig, space: SearchSpace, key: str) -> bool:
+    """Does score weight `key` shape the score: tuned, or set to a value other than 0 (a value
+    that is not a number is left to the scenario's checks)."""
+    value = _weight(cfg, key)
+    return key in space.keys or not isinstance(value, (int, float)) or value != 0
+
+
+_UNREAD_UNDER_PRIORITY = (": the priority score is not read under policy.order=priority "
+                          "(vLLM's priority scheduling orders the queue by each request's trace "
+                          "priority); use policy.order=parametric (or fcfs, sjf) to tune it")
+
+
+def _check_score_keys_act(cfg: DictConfig, st: Settings) -> None:
+    """ConfigError naming a tuned priority-score key that cannot change the scheduling order:
+    any under vLLM's priority scheduling (policy.order=priority orders by the trace's
+    priorities); ttft_target_s while the slack term is off (w_slack 0 and not tuned); a weight
+    that is the score's only term, since every positive (or every negative) multiple of a
+    score orders the queue the same way. A neural score (tune.policy_family=neural or
+    policy.order=neural) reads them all, except under priority scheduling, which reads no
+    score (tune.policy_family=neural is refused there too)."""
+    neural = st.policy_family == "neural" or _order(cfg) == "neural"
+    by_priority = _order(cfg) == "priority"
+    if by_priority and st.policy_family == "neural":
+        raise ConfigError(f"tune.policy_family: neural{_UNREAD_UNDER_PRIORITY}")
+    for dim in st.space.dims:
+        where = f"tune.space.{dim.key}"
+        if dim.key not in SCORE_WEIGHTS + ("ttft_target_s",):
+            continue
+        if by_priority:
+            raise ConfigError(f"{where}{_UNREAD_UNDER_PRIORITY}")
+        if neural:
+            continue
+        if dim.key == "ttft_target_s" and not _acts(cfg, st.space, "w_slack"):
+            raise ConfigError(f"{where}: acts only through the slack term w_slack x "
+                              f"(ttft_target_s - age_s), and w_slack is 0 and not tuned; set "
+                              f"policy.w_slack non-zero or tune it (+tune.space.w_slack=...), "
+                              f"or use tune.policy_family=neural")
+        others = [k for k in SCORE_WEIGHTS if k != dim.key]
+        crosses_zero = dim.low < 0 < dim.high
+        if (dim.key in SCORE_WEIGHTS and not crosses_zero
+                and not any(_acts(cfg, st.space, k) for k in others)):
+            raise ConfigError(f"{where}: the score's only term ({', '.join(others)} are 0 "
+                              f"and not tuned), and any positive multiple of a score orders "
+                              f"the queue the same way, so every value in [{dim.low:g}, "
+                              f"{dim.high:g}] schedules alike; set or tune another weight "
+                              f"(e.g. policy.w_prompt=1), let the range cross 0, or use "
+                              f"tune.policy_family=neural")
+
+
 def _prepare(cfg: DictConfig, space: SearchSpace) -> DictConfig:
     """A copy of cfg whose engine has a running slot for every max_num_seqs the space allows
     (so no result depends on the static capacity) and no grid."""
@@ -250,10 +310,11 @@ def _prepare(cfg: DictConfig, space: SearchSpace) -> DictConfig:
 
 def checked_config(cfg: DictConfig) -> tuple[Settings, DictConfig]:
     """(settings, the config the tuner simulates) after every check that needs no simulation:
-    the tune.* settings, tuned keys the engine reads, and the evaluation's held-out
-    overrides; the first problem is a ConfigError naming its key."""
+    the tune.* settings, tuned keys the engine and the policy's order read, and the
+    evaluation's held-out overrides; the first problem is a ConfigError naming its key."""
     st = settings_from_config(cfg)
     _check_keys_act(cfg, st.space)
+    _check_score_keys_act(cfg, st)
     cfg = _prepare(cfg, st.space)
     check_evaluation(cfg, st)
     return st, cfg
