@@ -13,7 +13,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from servetune import cascade_config as cascade_lib
-from servetune import hardware, inputs, quality, settings, streams, workload
+from servetune import hardware, inputs, quality, settings, streams, trace_file, workload
 from servetune import replicas as replicas_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.pressure import POLICIES
@@ -67,60 +67,109 @@ def _check_sections(cfg: DictConfig) -> None:
             raise ConfigError(f"{section}: got {node!r}; expected a mapping of {section}.* keys")
 
 
-def load_workload(cfg: DictConfig, seed: int) -> workload.RequestTrace:
-    """The request trace of `workload.*` for one seed (trace replay or synthetic)."""
-    w = cfg.workload
-    kind = settings.get(cfg, "workload.kind")
+def _trace_path(cfg: DictConfig) -> Path:
+    """The trace file of workload.path (relative to paths.root), or the bundled workload.bundled."""
+    path = settings.string(cfg, "workload.path", allow_none=True)
+    if path is None:
+        bundled = settings.get(cfg, "workload.bundled")
+        if bundled is None:
+            raise ConfigError("workload.path: not set; expected the trace file to replay, e.g. "
+                              "workload=file workload.path=my_trace.csv")
+        return workload.bundled_path(bundled)
+    path = inputs.expand(path, "workload.path")
+    if not path.is_absolute():
+        path = Path(settings.string(cfg, "paths.root", allow_none=True) or ".") / path
+    return path
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceSlice:
+    """workload.* of a trace replay: the window of the file every seed slices (from
+    workload.start_s, up to its duration plus the largest replica shift), read once."""
+
+    source: trace_file.TraceFile
+    start_s: float
+    duration_s: float | None
+    rate_scale: float
+    max_requests: int | None
+
+
+def trace_slice(cfg: DictConfig) -> TraceSlice:
+    """Read the trace file of `workload.*` once, keeping what any seed's slice can need."""
+    start = settings.number(cfg, "workload.start_s", lo=0, hi=MAX_SECONDS, default=0.0)
+    duration = settings.number(cfg, "workload.duration_s", lo=0, hi=MAX_SECONDS,
+                               allow_none=True)
+    rate_scale = settings.number(cfg, "workload.rate_scale", lo=1e-9, hi=1e9, default=1.0)
+    max_requests = settings.number(cfg, "workload.max_requests", lo=1, integer=True,
+                                   allow_none=True)
+    end = math.inf if duration is None else start + replica_spec(cfg).shift_s + duration
+    columns = settings.get(cfg, "workload.columns")
+    if columns is not None and not isinstance(columns, DictConfig):
+        raise ConfigError(f"workload.columns: got {columns!r}; expected a mapping like "
+                          f"{{arrival: timestamp, prompt: input_tokens, output: output_tokens}}")
+    options = trace_file.ReadOptions(
+        columns={} if columns is None else OmegaConf.to_container(columns),
+        time_unit=settings.get(cfg, "workload.time_unit"),
+        invalid_rows=settings.get(cfg, "workload.invalid_rows", "error"), window=(start, end))
     name = settings.get(cfg, "workload.name")
     if name is not None and not isinstance(name, (str, int)):
         raise ConfigError(f"workload.name: got {name!r}; expected a string")
-    name = None if name is None else str(name)
+    source = trace_file.read_trace(_trace_path(cfg), None if name is None else str(name),
+                                   options)
+    return TraceSlice(source, start, duration, rate_scale, max_requests)
+
+
+def load_workload(cfg: DictConfig, seed: int,
+                  replay: TraceSlice | None = None) -> workload.RequestTrace:
+    """The request trace of `workload.*` for one seed (trace replay or synthetic); `replay`
+    is the trace file's window already read (trace_slice), read here when not given."""
+    kind = settings.get(cfg, "workload.kind")
     if kind == "trace":
-        path = settings.string(cfg, "workload.path", allow_none=True)
-        if path is None:
-            path = workload.bundled_path(settings.get(cfg, "workload.bundled"))
-        else:
-            path = inputs.expand(path, "workload.path")
-            if not path.is_absolute():
-                base = Path(settings.string(cfg, "paths.root", allow_none=True) or ".")
-                path = base / path
-        full = workload.load_trace(path, name=name)
-        start = settings.number(cfg, "workload.start_s", lo=0, hi=MAX_SECONDS, default=0.0)
-        duration = settings.number(cfg, "workload.duration_s", lo=0, hi=MAX_SECONDS,
-                                   allow_none=True)
-        rate_scale = settings.number(cfg, "workload.rate_scale", lo=1e-9, hi=1e9, default=1.0)
+        replay = replay or trace_slice(cfg)
         spec = replica_spec(cfg)
-        start += replicas_lib.start_shift(spec, seed)
+        start = replay.start_s + replicas_lib.start_shift(spec, seed)
         trace = workload.slice_trace(
-            full, start_s=start, duration_s=duration, rate_scale=rate_scale,
-            max_requests=settings.number(cfg, "workload.max_requests", lo=1, integer=True,
-                                 allow_none=True))
+            replay.source.trace, start_s=start, duration_s=replay.duration_s,
+            rate_scale=replay.rate_scale, max_requests=replay.max_requests,
+            span_s=replay.source.span_s)
     elif kind == "synthetic":
-        for part in ("prompt", "output"):
-            node = settings.get(cfg, f"workload.{part}")
-            if not isinstance(node, DictConfig):
-                raise ConfigError(f"workload.{part}: got {node!r}; "
-                                  f"expected a mapping like {{dist: lognormal, mean: 1000, "
-                                  f"cv: 1.0, min: 1, max: 6000}}")
-        trace = workload.synthetic(
-            rate=settings.number(cfg, "workload.rate", lo=0, hi=workload.MAX_RATE),
-            n_requests=settings.number(cfg, "workload.n_requests", lo=1,
-                               hi=workload.MAX_SYNTHETIC_REQUESTS, integer=True, allow_none=True),
-            duration_s=settings.number(cfg, "workload.duration_s", lo=0, hi=workload.MAX_SPAN_S,
-                               allow_none=True),
-            arrival=str(settings.get(cfg, "workload.arrival", "poisson")),
-            cv=settings.number(cfg, "workload.cv", lo=0, default=1.0),
-            prompt=OmegaConf.to_container(w.prompt), output=OmegaConf.to_container(w.output),
-            seed=seed, name=name or "synthetic")
-        if len(trace) == 0:
-            raise ConfigError("workload: the synthetic workload is empty; raise rate or duration_s")
+        trace = _synthetic(cfg, seed)
     else:
         raise ConfigError(f"workload.kind: got {kind!r}; expected trace or synthetic")
     split = settings.number(cfg, "classes.prompt_split_tokens", lo=1, integer=True, allow_none=True)
     if split is not None:
         trace = workload.classify_by_prompt(trace, split)
     if kind == "trace" and spec.active:
-        trace = _replica(trace, spec, seed, full, start, duration, rate_scale)
+        trace = _replica(trace, spec, seed, replay.source.span_s, start, replay.duration_s,
+                         replay.rate_scale)
+    return trace
+
+
+def _synthetic(cfg: DictConfig, seed: int) -> workload.RequestTrace:
+    """Seed `seed`'s draw of the synthetic workload of `workload.*`."""
+    for part in ("prompt", "output"):
+        node = settings.get(cfg, f"workload.{part}")
+        if not isinstance(node, DictConfig):
+            raise ConfigError(f"workload.{part}: got {node!r}; "
+                              f"expected a mapping like {{dist: lognormal, mean: 1000, "
+                              f"cv: 1.0, min: 1, max: 6000}}")
+    name = settings.get(cfg, "workload.name")
+    if name is not None and not isinstance(name, (str, int)):
+        raise ConfigError(f"workload.name: got {name!r}; expected a string")
+    trace = workload.synthetic(
+        rate=settings.number(cfg, "workload.rate", lo=0, hi=workload.MAX_RATE),
+        n_requests=settings.number(cfg, "workload.n_requests", lo=1,
+                                   hi=workload.MAX_SYNTHETIC_REQUESTS, integer=True,
+                                   allow_none=True),
+        duration_s=settings.number(cfg, "workload.duration_s", lo=0, hi=workload.MAX_SPAN_S,
+                                   allow_none=True),
+        arrival=str(settings.get(cfg, "workload.arrival", "poisson")),
+        cv=settings.number(cfg, "workload.cv", lo=0, default=1.0),
+        prompt=OmegaConf.to_container(cfg.workload.prompt),
+        output=OmegaConf.to_container(cfg.workload.output),
+        seed=seed, name=str(name or "synthetic"))
+    if len(trace) == 0:
+        raise ConfigError("workload: the synthetic workload is empty; raise rate or duration_s")
     return trace
 
 
@@ -141,10 +190,11 @@ def replica_spec(cfg: DictConfig) -> replicas_lib.ReplicaSpec:
         lengths=settings.flag(cfg, "workload.replicas.lengths", False))
 
 
-def _replica(trace, spec, seed: int, full, start: float, duration, rate_scale: float):
-    """Seed `seed`'s replica of the slice `trace`, over the slice's span (its window, or up to
-    one mean gap after its last arrival where the trace ends first)."""
-    if duration is not None and start + duration <= full.arrival[-1]:
+def _replica(trace, spec, seed: int, span_s: float, start: float, duration, rate_scale: float):
+    """Seed `seed`'s replica of the slice `trace` of a file spanning `span_s` seconds, over the
+    slice's span (its window, or up to one mean gap after its last arrival where the file ends
+    first)."""
+    if duration is not None and start + duration <= span_s:
         span = duration / rate_scale
     else:
         span = float(trace.arrival[-1]) * (len(trace) + 1) / len(trace) or 1.0
@@ -613,10 +663,12 @@ def _traces_section(cfg: DictConfig, engine: EngineConfig, qspec, casc):
     sigma = settings.number(cfg, "workload.predictor.sigma", lo=0, default=0.0)
     bias = settings.number(cfg, "workload.predictor.bias", lo=1e-9, default=1.0)
     traces, preds = [], []
-    per_seed = settings.get(cfg, "workload.kind") == "synthetic" or replica_spec(cfg).active
-    replayed = None if per_seed else load_workload(cfg, seeds[0])
+    kind = settings.get(cfg, "workload.kind")
+    per_seed = kind == "synthetic" or replica_spec(cfg).active
+    replay = trace_slice(cfg) if kind == "trace" else None
+    replayed = None if per_seed else load_workload(cfg, seeds[0], replay)
     for s in seeds:
-        tr = load_workload(cfg, s) if per_seed else replayed
+        tr = load_workload(cfg, s, replay) if per_seed else replayed
         tr = _with_abandonment(cfg, tr, s)  # patience draws differ per seed
         traces.append(tr)
         preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
@@ -629,7 +681,44 @@ def _traces_section(cfg: DictConfig, engine: EngineConfig, qspec, casc):
         traces = [dataclasses.replace(tr, **draws(tr, s)) for tr, s in zip(traces, seeds)]
     if casc is not None:  # the router's predicted difficulty, small-answer failures
         traces = [cascade_lib.with_draws(tr, qspec, casc, s) for tr, s in zip(traces, seeds)]
-    return seeds, traces, preds
+    return seeds, traces, preds, _what_is_simulated(cfg, replay, traces[0])
+
+
+def _what_is_simulated(cfg: DictConfig, replay: TraceSlice | None, first) -> str:
+    """One line saying which requests the first seed simulates and which keys chose them, e.g.
+    'the first 600 s of 972 s, 1,226 of 2,000 requests (workload.duration_s)'."""
+    if replay is None:
+        rate = settings.get(cfg, "workload.rate")
+        return (f"synthetic {settings.get(cfg, 'workload.arrival', 'poisson')} arrivals at "
+                f"{rate:g} req/s: {len(first):,} requests over {first.arrival[-1]:,.0f} s "
+                f"(seed {settings.get(cfg, 'seed', 0)})")
+    src, keys = replay.source, []
+    start, duration, span = replay.start_s, replay.duration_s, src.span_s
+    if duration is not None and start + duration < span:
+        part = (f"the first {duration:,g} s" if start == 0 else
+                f"{duration:,g} s from {start:,g} s")
+        keys += ["workload.start_s"] * (start > 0) + ["workload.duration_s"]
+    elif start > 0:
+        part, keys = f"from {start:,g} s to the end", ["workload.start_s"]
+    else:
+        part = None
+    text = (f"{part} of {span:,.0f} s, {len(first):,} of {src.n_requests:,} requests" if part
+            else f"all {len(first):,} requests, {span:,.0f} s")
+    if replay.max_requests is not None and len(first) == replay.max_requests:
+        keys.append("workload.max_requests")
+    if replay.rate_scale != 1:
+        text += f", at {replay.rate_scale:g}x the rate"
+        keys.append("workload.rate_scale")
+    if replica_spec(cfg).active:
+        text += ", each seed a replica"
+        keys.append("workload.replicas")
+    text += f" ({', '.join(keys)})" if keys else ""
+    text += f"; {src.format} format"
+    if src.skipped:
+        reasons = ", ".join(f"{reason}: {count:,} (first at line {line})"
+                            for reason, (count, line) in src.skipped.items())
+        text += f"; {src.n_skipped:,} invalid rows left out ({reasons})"
+    return text
 
 
 def _with_prefix_cache(cfg: DictConfig, engine: EngineConfig, traces, kv_blocks: int,
@@ -722,7 +811,7 @@ def build(cfg: DictConfig) -> Scenario:
     if order == "priority":
         engine = _priority_engine(engine, casc is not None)
     cost = _with_links(cfg, cost, len(points))
-    seeds, traces, preds = _traces_section(cfg, engine, qspec, casc)
+    seeds, traces, preds, simulated = _traces_section(cfg, engine, qspec, casc)
     engine = _with_prefix_cache(cfg, engine, traces, kv_blocks, hw.draft is not None)
     spec, drain = _metrics_section(cfg, traces, hw, engine, price, kv_blocks, qspec, casc)
     if any(tr.gives_up for tr in traces):  # the engine checks for give-ups only when needed
@@ -741,7 +830,8 @@ def build(cfg: DictConfig) -> Scenario:
         grid_points=points, engine=engine, metrics=spec,
         labels={"gpu": hw.gpu.name, "model": hw.model.name, "tp": hw.tp,
                 "instances": engine.n_instances, "prefill_instances": engine.prefill_instances,
-                "workload": traces[0].name, "kv_blocks": kv_blocks, "order": order,
+                "workload": traces[0].name, "simulated": simulated, "kv_blocks": kv_blocks,
+                "order": order,
                 "draft": None if hw.draft is None else hw.draft.draft.name,
                 "cascade_small_model": None if casc is None else casc.small_model,
                 "policy": _headline_policy(pol), "price_per_gpu_hour": price,

@@ -22,7 +22,7 @@ ROW = "2023-11-16 18:15:46.6805900,374,44\n"
     ("unsorted.csv", AZURE_HEAD + ROW + "2023-11-16 18:15:40.0,100,5\n", ":3:",
      "goes back in time"),
     ("missing_timestamp.csv", AZURE_HEAD + ROW + ",100,5\n", ":3:", "'TIMESTAMP' is empty"),
-    ("bad_timestamp.csv", AZURE_HEAD + "yesterday,100,5\n", ":2:", "expected 'YYYY-MM-DD"),
+    ("bad_timestamp.csv", AZURE_HEAD + "yesterday,100,5\n", ":2:", "expected seconds >= 0 or a date-time 'YYYY-MM-DD"),
     ("short_row.csv", AZURE_HEAD + ROW + "2023-11-16 18:15:47.1,100\n", ":3:", "2 fields"),
     ("empty.csv", "", "empty.csv", "empty file"),
     ("header_only.csv", AZURE_HEAD, "header_only.csv", "no requests"),

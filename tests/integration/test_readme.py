@@ -47,6 +47,15 @@ class How:
 
 
 MULTIRUN = "servetune simulate -m workload=poisson policy.max_num_seqs=32,64,128 workload.rate=5,10 seed=0,1,2"
+# the trace files the "Tune for my trace" commands name: 2 minutes of requests, and a log with
+# its own column names, epoch milliseconds and a failed request (0 output tokens)
+MY_TRACE = ("python -c \"import random; r = random.Random(0); open('my_trace.csv', 'w').write("
+            "'arrival_s,prompt_tokens,output_tokens\\n' + ''.join(f'{k * 0.5},"
+            "{r.randint(10, 2000)},{r.randint(1, 300)}\\n' for k in range(240)))\"")
+REQUESTS = ("python -c \"import random; r = random.Random(1); open('requests.csv', 'w').write("
+            "'id,timestamp,input_tokens,output_tokens\\n' + ''.join(f'{k},{1733390000000 + 400 * k},"
+            "{r.randint(10, 2000)},{0 if k % 50 == 7 else r.randint(1, 300)}\\n' "
+            "for k in range(300)))\"")
 
 COMMANDS: dict[str, How] = {
     "pip install -e .": How("install"),
@@ -60,6 +69,11 @@ COMMANDS: dict[str, How] = {
     "servetune simulate seeds=4 workload.predictor.sigma=0.5 grid.max_num_seqs=[64,128,256] "
     "grid.max_num_batched_tokens=[2048,8192]": How("run"),
     "servetune simulate engine=static cost=linear": How("run"),
+    "servetune simulate workload=file workload.path=my_trace.csv": How("run", setup=MY_TRACE),
+    "servetune simulate workload=file workload.path=requests.csv "
+    "workload.columns.arrival=timestamp workload.columns.prompt=input_tokens "
+    "workload.columns.output=output_tokens workload.time_unit=ms workload.invalid_rows=skip":
+        How("run", setup=REQUESTS),
     "servetune --help": How("run"),
     "servetune simulate --help": How("run"),
     "servetune tune workload.rate_scale=4 workload.duration_s=1200 tune.iterations=8 "

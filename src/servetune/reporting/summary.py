@@ -14,7 +14,10 @@ def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
     understood by), then one scenario's key metrics and its per-class breakdown."""
     console = console or Console()
     console.print(f"[bold]{title}[/bold]")
-    for line in (_hardware_line(labels), _policy_line(labels), _slo_line(labels)):
+    lines = [_hardware_line(labels), _policy_line(labels), _slo_line(labels)]
+    if labels.get("simulated"):
+        lines.insert(1, f"simulates {labels['simulated']}")
+    for line in lines:
         console.print(f"  {line}", highlight=False)
     m = metrics
     t = Table(show_header=False, box=None, padding=(0, 2))
