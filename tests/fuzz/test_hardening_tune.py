@@ -61,3 +61,59 @@ def test_a_tuned_key_the_policy_reads_is_accepted(name):
     st, _ = checked_config(compose(ACTS[name]))
     tuned = ACTS[name][0].partition("tune.space.")[2].partition("=")[0]
     assert tuned in st.space.keys
+
+
+SIZES = {  # overrides -> the message: the key, the figures and the limit
+    "pairs 1e12": (["tune.pairs=1e12"],
+                   r"^tune\.pairs: got 1000000000000\.0; expected within \[1, 4096\]$"),
+    "pairs 1e6": (["tune.pairs=1e6"], r"^tune\.pairs: got 1000000\.0; expected within \[1, 4096\]"),
+    "iterations 1e9": (["tune.iterations=1e9"],
+                       r"^tune\.iterations: got 1000000000\.0; expected within \[1, 100000\]"),
+    "iterations x pairs": (
+        ["tune.iterations=100000", "tune.pairs=4096"],
+        (r"^tune\.iterations x tune\.pairs: 100000 iteration\(s\) x 8193 policies x 1 "
+         r"scenario\(s\) each = 8\.19e\+08 simulations; expected at most 1e\+08")),
+    "iterations x pairs x seeds x workloads": (
+        ["tune.iterations=1000", "tune.pairs=512", "seeds=64", "tune.workloads=[[],[]]"],
+        r"^tune\.iterations x tune\.pairs: 1000 .* x 1025 policies x 128 scenario\(s\) each"),
+    "eval seeds 1e9": (["tune.eval.seeds=1e9"],
+                       r"^tune\.eval\.seeds: got 1000000000\.0; expected within \[0, 65536\]"),
+    "seed offset past the largest seed": (
+        ["seed=1000", "tune.eval.seed_offset=9223372036854775000"],
+        r"^tune\.eval\.seed_offset: got 9223372036854775000; .* past the largest seed"),
+}
+
+
+@pytest.mark.parametrize("name", SIZES)
+def test_a_run_too_large_is_refused_by_key(name):
+    overrides, pattern = SIZES[name]
+    with pytest.raises(ConfigError, match=pattern):
+        checked_config(compose(overrides))
+
+
+TINY = ["workload=poisson", "workload.rate=20", "workload.duration_s=2", "window.drain_s=1",
+        "output.progress=false", "tune.eval.seeds=0"]
+
+
+@pytest.mark.parametrize("mode, pairs, pattern", [
+    ("vmap", 64, (r"^tune\.pairs: 64 pair\(s\), 129 policies per iteration on 1 scenario\(s\), "
+                  r"would need ~0\.0\d+ GiB of memory \(.* GiB of simulator state "
+                  r"\(tune\.batch_mode=vmap\)\), more than 80% of the 0\.0312 GiB available; "
+                  r"lower tune\.pairs, use tune\.batch_mode=loop")),
+    ("loop", 1024, (r"^tune\.pairs: 1024 pair\(s\), 2049 policies .* of points and metrics\), "
+                    r"more than 80% of the 0\.0156 GiB available; lower tune\.pairs or run fewer")),
+])
+def test_a_population_too_large_for_memory_is_refused_before_the_loop(
+        tmp_path, monkeypatch, mode, pairs, pattern):
+    """The estimate (points, metrics records, a vmapped population's state) against the memory
+    available, before any simulation or allocation of the population."""
+    from servetune import memory
+    from servetune.tuning import runner
+
+    free = {"vmap": 32 << 20, "loop": 16 << 20}[mode]
+    monkeypatch.setattr(memory, "available_bytes", lambda device=None: free)
+    monkeypatch.setattr(runner, "_estimate", lambda *a: pytest.fail("simulated"))
+    with pytest.raises(ConfigError, match=pattern):
+        runner.tune(TINY + [f"tune.pairs={pairs}", f"tune.batch_mode={mode}"], out_dir=tmp_path,
+                    log=lambda _: None)
+    assert not any(tmp_path.iterdir())

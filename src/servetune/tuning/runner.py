@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -19,12 +20,12 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from servetune import export, neural, settings
+from servetune import export, memory, neural, settings
 from servetune.api import compose
 from servetune.errors import CheckpointError, ConfigError, ServetuneError
 from servetune.files import write_json, write_whole
 from servetune.policy import DEFAULTS, ORDERS
-from servetune.scenario import build
+from servetune.scenario import MAX_SEEDS, build
 from servetune.tuning import checkpoint, es
 from servetune.tuning.evaluator import Evaluator, MultiEvaluator
 from servetune.tuning.objective import Objective
@@ -32,6 +33,11 @@ from servetune.tuning.pathwise_estimator import PathwiseEstimator
 from servetune.tuning.space import SearchSpace, space_from_config
 
 OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
+MAX_ITERATIONS = 100_000  # the checkpoint holds (and rewrites) one history row per iteration
+MAX_PAIRS = 4096  # 8193 policies per iteration
+MAX_SIMULATIONS = 10 ** 8  # scenarios simulated over a run (iterations x policies x scenarios)
+MAX_SEED = 2 ** 63 - 1  # the largest `seed` (servetune.scenario)
+RECORD_BYTES = 12 << 10  # host memory of one scenario's metrics (~60 numbers; measured 11 KiB)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,8 +158,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     net_scale = _num(t, "net.scale", float, 1e-9, 1e6) if neural_family else 1.0
     return Settings(
         estimator=estimator,
-        iterations=_num(t, "iterations", int, 1),
-        pairs=0 if pathwise_only else _num(t, "pairs", int, 1),
+        iterations=_num(t, "iterations", int, 1, MAX_ITERATIONS),
+        pairs=0 if pathwise_only else _num(t, "pairs", int, 1, MAX_PAIRS),
         sigma=0.0 if pathwise_only else _num(t, "sigma", float, 1e-6),
         optimizer=_choice(t, "optimizer", OPTIMIZERS),
         learning_rate=_num(t, "learning_rate", float, 0),
@@ -169,8 +175,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         space=space_from_config(_mapping(t, "space"),
                                 net_size=neural.n_weights(hidden) if neural_family else 0,
                                 net_scale=net_scale),
-        eval_seeds=_num(t, "eval.seeds", int, 0),
-        eval_seed_offset=_num(t, "eval.seed_offset", int, 0),
+        eval_seeds=_num(t, "eval.seeds", int, 0, MAX_SEEDS),
+        eval_seed_offset=_num(t, "eval.seed_offset", int, 0, MAX_SEED),
         holdout=_holdout(OmegaConf.select(t, "eval.holdout")),
         workloads=[_holdout(w, "tune.workloads") for w in (OmegaConf.select(t, "workloads") or [])],
         export=_flag(t, "export", True),
@@ -308,11 +314,38 @@ def _prepare(cfg: DictConfig, space: SearchSpace) -> DictConfig:
     return cfg
 
 
+def population(st: Settings) -> int:
+    """Policies simulated per iteration: the center and 2 x tune.pairs perturbed (ES), or the
+    center alone (pathwise)."""
+    return 2 * st.pairs + 1 if st.estimator == "es" else 1
+
+
+def _check_sizes(cfg: DictConfig, st: Settings) -> None:
+    """ConfigError naming the keys when the run would simulate more than MAX_SIMULATIONS
+    scenarios (iterations x policies x seeds x workloads) or its held-out seeds would start
+    past the largest seed."""
+    seed = settings.number(cfg, "seed", lo=0, hi=MAX_SEED, integer=True, default=0)
+    if seed + st.eval_seed_offset > MAX_SEED:
+        raise ConfigError(f"tune.eval.seed_offset: got {st.eval_seed_offset}; the held-out "
+                          f"seeds would start at seed {seed} + it = {seed + st.eval_seed_offset}"
+                          f", past the largest seed {MAX_SEED}")
+    seeds = settings.number(cfg, "seeds", lo=1, hi=MAX_SEEDS, integer=True, default=1)
+    each = seeds * max(1, len(st.workloads))
+    total = st.iterations * population(st) * each
+    if total > MAX_SIMULATIONS:
+        raise ConfigError(f"tune.iterations x tune.pairs: {st.iterations} iteration(s) x "
+                          f"{population(st)} policies x {each} scenario(s) each = {total:.3g} "
+                          f"simulations; expected at most {MAX_SIMULATIONS:.0e}; lower "
+                          f"tune.iterations, tune.pairs or seeds")
+
+
 def checked_config(cfg: DictConfig) -> tuple[Settings, DictConfig]:
     """(settings, the config the tuner simulates) after every check that needs no simulation:
-    the tune.* settings, tuned keys the engine and the policy's order read, and the
-    evaluation's held-out overrides; the first problem is a ConfigError naming its key."""
+    the tune.* settings and the run's size, tuned keys the engine and the policy's order read,
+    and the evaluation's held-out overrides; the first problem is a ConfigError naming its
+    key."""
     st = settings_from_config(cfg)
+    _check_sizes(cfg, st)
     _check_keys_act(cfg, st.space)
     _check_score_keys_act(cfg, st)
     cfg = _prepare(cfg, st.space)
@@ -394,6 +427,59 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str):
                                         st.difference_step)
 
 
+def _evaluator_list(evaluator) -> list[Evaluator]:
+    """The Evaluators of a MultiEvaluator (one per workload), or [an Evaluator]."""
+    return getattr(evaluator, "evaluators", [evaluator])
+
+
+def _scenario_count(evaluator) -> int:
+    """Scenarios each policy is simulated on: seeds x workloads."""
+    return sum(len(ev.scenario.traces) for ev in _evaluator_list(evaluator))
+
+
+def _population_bytes(st: Settings, evaluator) -> tuple[int, int]:
+    """(host bytes, simulator-state bytes) of one iteration's population of P policies: the
+    perturbations, points and policy values [P, d] and P x scenarios metrics records; under
+    tune.batch_mode vmap also the state of the whole population simulated at once (the largest
+    workload's: workloads run one after another), else 0 (one scenario at a time, checked by
+    the driver)."""
+    n = population(st)
+    evaluators = _evaluator_list(evaluator)
+    host = 8 * st.space.size * (st.pairs + 3 * n) + RECORD_BYTES * n * _scenario_count(evaluator)
+    if evaluators[0].batch_mode != "vmap":
+        return host, 0
+    points = st.space.values(np.zeros((n, st.space.size)))
+    state = max(memory.STATE_COPIES * memory.state_bytes(ev.scenario.workloads, ev.params(points),
+                                                         ev.scenario.engine)
+                + memory.tree_bytes(ev.scenario.workloads) for ev in evaluators)
+    return host, state
+
+
+def _check_population_fits(st: Settings, evaluator) -> None:
+    """ConfigError naming tune.pairs, with the estimate and the memory available, when one
+    iteration's population (_population_bytes) would take more than memory.USABLE of it: on a
+    CPU both parts share the host's memory; on an accelerator the state is checked against
+    the device's."""
+    host, state = _population_bytes(st, evaluator)
+    host_free = memory.available_bytes(jax.devices("cpu")[0])
+    if jax.devices()[0].platform == "cpu":
+        checks = [(host + state, host_free, "memory")]
+    else:
+        checks = [(host, host_free, "host memory"),
+                  (state, memory.available_bytes(), "accelerator memory")]
+    gib = memory.GIB
+    for need, free, where in checks:
+        if free is None or need <= memory.USABLE * free:
+            continue
+        vmapped = f", {state / gib:.3g} GiB of simulator state (tune.batch_mode=vmap)"
+        raise ConfigError(
+            f"tune.pairs: {st.pairs} pair(s), {population(st)} policies per iteration on "
+            f"{_scenario_count(evaluator)} scenario(s), would need ~{need / gib:.3g} GiB of "
+            f"{where} ({host / gib:.3g} GiB of points and metrics{vmapped if state else ''}), more "
+            f"than {memory.USABLE:.0%} of the {free / gib:.3g} GiB available; lower tune.pairs"
+            + (", use tune.batch_mode=loop" if state else "") + " or run fewer seeds")
+
+
 def _restore(out_dir: Path, st: Settings, state: dict, opt_state, log, value_keys):
     """(state, optimizer state) from the checkpoint in out_dir when resuming and one is there
     (refused when another config wrote it, or when its fields do not fit this run: theta's
@@ -463,6 +549,11 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     space = st.space
     order = "neural" if st.policy_family == "neural" else _order(cfg)
     evaluator, estimator = _evaluators(cfg, st, order)
+    _check_population_fits(st, evaluator)
+    per_policy = _scenario_count(evaluator)
+    log(f"tuning {', '.join(space.keys) or 'the network'}: {st.iterations} iteration(s) x "
+        f"{population(st)} policies x {per_policy} scenario(s) = "
+        f"{st.iterations * population(st) * per_policy} simulations, then the evaluation")
     start_values = dict(evaluator.base)
     if space.net_size and "score_net" not in start_values:
         # the configured (linear) policy plus a network that adds nothing yet (out scale 0)
