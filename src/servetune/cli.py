@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import hydra
@@ -150,10 +151,21 @@ def usage() -> str:
 OUTPUT_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
 
 
+def _cannot_create_in(folder: Path) -> str | None:
+    """Why no folder can be made in `folder` (an OSError's reason: read-only, no permission,
+    a pseudo-filesystem such as /proc or /sys), or None; tried by making and removing a
+    temporary folder there."""
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".servetune-probe-"))
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
+
+
 def output_dir_problem(overrides: list[str]) -> str | None:
     """A message naming the key when an output folder override (hydra.run.dir,
-    hydra.sweep.dir) lies under a file or an unwritable folder; None when it looks usable
-    (Hydra would otherwise fail creating it with a bare OSError)."""
+    hydra.sweep.dir) lies under a file or in a folder where none can be created; None when it
+    is usable (Hydra would otherwise fail creating it with a bare OSError traceback)."""
     for arg in overrides:
         key, _, value = arg.partition("=")
         value = value.strip("'\"")
@@ -168,8 +180,10 @@ def output_dir_problem(overrides: list[str]) -> str | None:
             parent = parent.parent
         if not parent.is_dir():
             return f"{key}: got {value!r}; {parent} is a file, expected a folder to write in"
-        if not os.access(parent, os.W_OK | os.X_OK):
-            return f"{key}: got {value!r}; {parent} is not writable"
+        reason = _cannot_create_in(parent)
+        if reason:
+            return (f"{key}: got {value!r}; no folder can be created in {parent} ({reason}); "
+                    f"expected a writable folder")
     return None
 
 

@@ -1,6 +1,7 @@
 """The command line: a small run writes the resolved config, metrics.json and the request table."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -106,3 +107,31 @@ def test_an_output_folder_under_a_file_exits_2_naming_the_key(tmp_path, monkeypa
     assert exit_.value.code == 2
     assert f"hydra.run.dir: got '{tmp_path}/f/r'; {tmp_path}/f is a file" in \
         capsys.readouterr().err.replace("\n", "")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["hydra.run.dir=/proc/servetune_x"],
+     "hydra.run.dir: got '/proc/servetune_x'; no folder can be created in /proc ("),
+    (["-m", "workload=poisson", "hydra.sweep.dir=/sys/servetune_x/sweep"],
+     "hydra.sweep.dir: got '/sys/servetune_x/sweep'; no folder can be created in /sys ("),
+])
+def test_an_output_folder_that_cannot_be_created_exits_2_naming_the_key(args, message,
+                                                                        monkeypatch, capsys):
+    """/proc and /sys exist and pass os.access as root, but take no new folder: Hydra raised a
+    bare OSError traceback (exit 1)."""
+    if not os.path.isdir("/proc/self") or not os.path.isdir("/sys"):
+        pytest.skip("needs Linux /proc and /sys")
+    monkeypatch.setattr(cli, "_simulate_app", lambda: pytest.fail("Hydra must not start"))
+    monkeypatch.setattr(sys, "argv", ["servetune", "simulate", *args])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.replace("\n", "")
+    assert message in err and err.endswith("expected a writable folder")
+
+
+def test_a_writable_output_folder_is_left_as_it_was(tmp_path):
+    """The probe makes and removes a folder: nothing is left behind."""
+    assert cli.output_dir_problem([f"hydra.run.dir={tmp_path}/new/run"]) is None
+    assert cli.output_dir_problem([f"hydra.run.dir={tmp_path}"]) is None
+    assert list(tmp_path.iterdir()) == []
