@@ -122,6 +122,34 @@ def test_a_failed_job_does_not_stop_the_sweep_and_is_named_at_its_end(tmp_path, 
     assert "Traceback" not in proc.stderr
 
 
+def _bad_paths(tmp_path):
+    """(a trace file that does not exist, one that is not UTF-8 text)."""
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"arrival_s,prompt,output\n" + bytes(range(128, 256)) + b"\n")
+    return tmp_path / "missing.csv", binary
+
+
+@pytest.mark.parametrize("sweep, errors", [
+    (lambda tmp: ["workload=poisson", "hardware.gpu=h900,h901"],
+     ["hardware.gpu: unknown name 'h900'", "hardware.gpu: unknown name 'h901'"]),
+    (lambda tmp: ["workload.path={},{}".format(*_bad_paths(tmp))],
+     ["missing.csv: file not found", "binary.csv:2: not UTF-8 text"]),
+], ids=["unknown gpus", "missing and binary traces"])
+def test_every_failed_job_is_recorded_and_named_at_the_sweeps_end(tmp_path, sweep, errors):
+    """Each job fails on its own (before simulating): its error.json holds its message, the
+    sweep goes on to the next one, ends listing both, and exits 2 without a traceback."""
+    root = tmp_path / "mr"
+    proc = _servetune("simulate", "-m", *TINY[1:], *sweep(tmp_path), f"hydra.sweep.dir={root}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    err = proc.stderr.replace("\n", " ")
+    assert "2 job(s) failed:" in err and "Traceback" not in proc.stderr
+    for job, message in enumerate(errors):
+        record = json.loads((root / str(job) / "error.json").read_text())
+        assert record["job"] == job and message in record["error"]
+        assert f"#{job} (" in err and message in err
+        assert not (root / str(job) / "metrics.json").exists()
+
+
 @pytest.mark.slow  # ~12 s; the basic sweeper's failure path is in the default suite
 def test_an_optuna_trial_that_fails_is_the_worst_value_not_the_end_of_the_study(tmp_path,
                                                                                  cache):
