@@ -276,9 +276,9 @@ def _check_score_keys_act(cfg: DictConfig, st: Settings) -> None:
     if by_priority and st.policy_family == "neural":
         raise ConfigError(f"tune.policy_family: neural{_UNREAD_UNDER_PRIORITY}")
     for dim in st.space.dims:
-        where = f"tune.space.{dim.key}"
         if dim.key not in SCORE_WEIGHTS + ("ttft_target_s",):
             continue
+        where = f"tune.space.{dim.key}"
         if by_priority:
             raise ConfigError(f"{where}{_UNREAD_UNDER_PRIORITY}")
         if neural:
@@ -551,7 +551,8 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     evaluator, estimator = _evaluators(cfg, st, order)
     _check_population_fits(st, evaluator)
     per_policy = _scenario_count(evaluator)
-    log(f"tuning {', '.join(space.keys) or 'the network'}: {st.iterations} iteration(s) x "
+    tuned = space.keys + (["score_net"] if space.net_size else [])
+    log(f"tuning {', '.join(tuned)}: {st.iterations} iteration(s) x "
         f"{population(st)} policies x {per_policy} scenario(s) = "
         f"{st.iterations * population(st) * per_policy} simulations, then the evaluation")
     start_values = dict(evaluator.base)
