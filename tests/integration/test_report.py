@@ -164,8 +164,9 @@ def test_points_verdicts_and_overrides(tmp_path):
     twin = "policy=b" if best == "policy=a" else "policy=a"
     assert ttft[twin] == False
     lines = verdicts(comp)
-    assert any(line.startswith("ttft_p99_s: best") and "not distinguishable from 1 of 2" in line
-               and line.endswith(twin) for line in lines)
+    assert any(line.startswith(f"P99 TTFT: best {best} (") and " ms)" in line
+               and "not distinguishable from 1 of 2" in line and line.endswith(twin)
+               for line in lines)
     rep = report(tmp_path, tmp_path / "out", n_boot=200, html=False)
     assert (tmp_path / "out" / "fig_policy.png").exists() and len(rep.runs) == 6
 

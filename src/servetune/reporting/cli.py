@@ -15,8 +15,9 @@ def parser() -> argparse.ArgumentParser:
         prog="servetune report",
         description="Collect every run under DIR (a `servetune simulate` run or multirun "
                     "directory, or a folder of them) into one table (runs.parquet, runs.csv, "
-                    "points.csv), draw PNG figures and write one self-contained interactive "
-                    "HTML page (report.html).")
+                    "points.csv), name the best setting per condition (best.csv), draw PNG "
+                    "figures (the Pareto front, latency CDFs, a timeline) and write one "
+                    "self-contained interactive HTML page (report.html).")
     p.add_argument("dir", help="run or multirun directory (e.g. outputs/multirun/DATE/TIME)")
     p.add_argument("--out", default=None, help="output folder (default: DIR/report)")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="B",
@@ -24,6 +25,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     p.add_argument("--no-html", action="store_true", help="skip report.html")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    p.add_argument("--timeline", default=None, metavar="RUN",
+                   help="the run whose timeline (its timeline.parquet, written by simulate "
+                        "with output.timeline=true) is drawn: a run folder relative to DIR, "
+                        "or its path (default: the first run of the best setting)")
+    p.add_argument("--setting", action="append", default=[], metavar="KEY",
+                   help="treat swept KEY as a setting to choose (compared within a "
+                        "condition) rather than a condition (repeatable); policy, policy.* "
+                        "and grid.* keys are settings, every other swept key a condition")
     return p
 
 
@@ -35,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         rep = report(args.dir, args.out, n_boot=max(args.bootstrap, 0), seed=args.seed,
-                     figures=not args.no_figures, html=not args.no_html)
+                     figures=not args.no_figures, html=not args.no_html,
+                     timeline=args.timeline, settings=args.setting)
     except ServetuneError as err:
         Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
         return 2

@@ -28,6 +28,14 @@ from servetune.workload import strict_float
 
 # Resolved config values copied into every row, for context (they are not point keys).
 CONTEXT_KEYS = ("workload.name", "model.name", "hardware.gpu", "policy.order")
+# Resolved config values the report judges the runs by: the SLO targets (seconds), the SLO
+# attainment the tuner requires and the number a sweeper maximizes (reporting/choose.py).
+TARGET_KEYS = ("slo.ttft_s", "slo.tpot_s", "slo.e2e_s", "tune.objective.slo_target",
+               "sweep.objective")
+RESOLVED_KEYS = CONTEXT_KEYS + TARGET_KEYS
+# Overrides that change what a run writes or how fast, never what it simulates: never point
+# keys (a run simulated again with output.timeline=true is still a seed of its point).
+NOT_KEYS = ("output.", "compilation_cache.", "hydra.")
 
 
 class ReportError(ServetuneError):
@@ -40,7 +48,9 @@ class Collection:
 
     runs: one row per scenario: `run` (directory relative to root), `scenario` (index within the
       run, as in its requests.parquet), the run's overrides, `seed`, grid columns (`policy.*`),
-      context columns (CONTEXT_KEYS) and every scalar metric of metrics.csv.
+      context columns (CONTEXT_KEYS), the targets the runs are judged by (TARGET_KEYS, from
+      config_resolved.yaml or the overrides; absent when neither says) and every scalar metric
+      of metrics.csv.
     keys: point keys, the configuration columns whose values differ between scenarios (seed
       excluded), in sweep order; rows that agree on them are seeds of one point.
     overrides: every override key seen, in order.
@@ -248,7 +258,7 @@ def read_run(run_dir: Path) -> tuple[pd.DataFrame, dict]:
     if resolved.exists():
         doc = _read_yaml(resolved)
         doc = doc if isinstance(doc, dict) else {}
-        context = {k: _select(doc, k) for k in CONTEXT_KEYS}
+        context = {k: _select(doc, k) for k in RESOLVED_KEYS}
     for k, v in context.items():
         if k not in table.columns:
             table[k] = v
@@ -288,7 +298,7 @@ def collect(root: Path | str, exclude: Path | None = None) -> Collection:
         order += [k for k in overrides if k not in order]
         rows = table.assign(run=name, scenario=np.arange(len(table)))
         for key, value in overrides.items():
-            if key in rows.columns and key not in CONTEXT_KEYS:
+            if key in rows.columns and key not in RESOLVED_KEYS:
                 continue  # a grid column or the seed: metrics.csv holds the simulated value
             rows[key] = [value] * len(rows)
         frames.append(rows)
@@ -304,6 +314,7 @@ def collect(root: Path | str, exclude: Path | None = None) -> Collection:
     candidates = sweep_order(root, skipped)
     candidates += [k for k in order + grid_cols if k not in candidates]
     keys = [k for k in candidates if k in runs.columns and k != "seed"
+            and not k.lstrip("+").startswith(NOT_KEYS)
             and runs[k].astype(str).nunique(dropna=False) > 1]
     front = ["run", "scenario"] + [k for k in order if k != "seed"] + ["seed"] + \
         [c for c in grid_cols if c not in order] + list(CONTEXT_KEYS)
@@ -328,3 +339,9 @@ def point_label(row: dict | pd.Series, keys: list) -> str:
         return "all"
     names = short_names(keys)
     return ", ".join(f"{names[k]}={fmt(row[k])}" for k in keys)
+
+
+def condition_label(row: dict | pd.Series, keys: list) -> str:
+    """'key=value, ...' of a condition with the keys in full ("workload.rate=5"); 'all points'
+    when there are no condition keys."""
+    return ", ".join(f"{k}={fmt(row[k])}" for k in keys) if keys else "all points"

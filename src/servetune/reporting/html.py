@@ -12,12 +12,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from servetune.reporting.figures import log_scale, x_axis
+from servetune.reporting.figures import x_axis
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import LEVEL, series
+from servetune.reporting.units import log_scale, scale, shown, title
 
-TOP = (("goodput_rps", "goodput (req/s)"), ("slo_attainment", "SLO attainment"),
-       ("useful_tokens_per_dollar", "useful tokens per $"))
+TOP = tuple((m, title(m)) for m in ("goodput_rps", "slo_attainment", "useful_tokens_per_dollar"))
 LAT = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"))
 STAT_NAMES = {"mean": "mean", "p50": "P50", "p90": "P90", "p99": "P99"}
 HOVER = "%{text}<extra>%{fullData.name}</extra>"
@@ -37,11 +37,13 @@ def _num(v: float, digits: int = 4) -> str:
 
 
 def _main(g: pd.DataFrame, metric: str, xs: list) -> dict:
-    mean, std = _arr(g, f"{metric}_mean"), _arr(g, f"{metric}_std")
-    lo, hi, n = _arr(g, f"{metric}_ci_lo"), _arr(g, f"{metric}_ci_hi"), _arr(g, "n")
+    """The mean trace of one line of a panel (latencies in ms), with its hover texts."""
+    k = scale(metric)
+    mean, std = _arr(g, f"{metric}_mean") * k, _arr(g, f"{metric}_std") * k
+    lo, hi, n = _arr(g, f"{metric}_ci_lo") * k, _arr(g, f"{metric}_ci_hi") * k, _arr(g, "n")
     text = []
     for label, m, s, a, b, k in zip(g["point"], mean, std, lo, hi, n):
-        line = f"<b>{html_lib.escape(str(label))}</b><br>{metric}: {_num(m)}"
+        line = f"<b>{html_lib.escape(str(label))}</b><br>{title(metric)}: {_num(m)}"
         line += f" ± {_num(s, 3)} (std over {int(k)} seeds)" if math.isfinite(s) else \
             f" ({int(k)} seed)"
         if math.isfinite(a) and math.isfinite(b):
@@ -53,7 +55,8 @@ def _main(g: pd.DataFrame, metric: str, xs: list) -> dict:
 
 
 def _band(g: pd.DataFrame, metric: str, xs: list, as_band: bool) -> dict:
-    lo, hi = _arr(g, f"{metric}_ci_lo"), _arr(g, f"{metric}_ci_hi")
+    """The bootstrap band (or per-point bars) of one line of a panel, in shown units."""
+    lo, hi = _arr(g, f"{metric}_ci_lo") * scale(metric), _arr(g, f"{metric}_ci_hi") * scale(metric)
     ok = np.isfinite(lo) & np.isfinite(hi)
     if as_band and ok.sum() > 1:
         x = [v for v, k in zip(xs, ok) if k]
@@ -66,107 +69,157 @@ def _band(g: pd.DataFrame, metric: str, xs: list, as_band: bool) -> dict:
     return {"x": x, "y": y}
 
 
-def figure(points: pd.DataFrame, keys: list, x: str):
-    """The plotly figure of the headline metrics over `x` (see the module docstring)."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+PANELS = [(m, 1, c + 1, None) for c, (m, _) in enumerate(TOP)] + \
+    [(f"{lat}_p99_s", 2, c + 1, lat) for c, (lat, _) in enumerate(LAT)]
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf"]
 
-    numeric, cats = x_axis(points, x)
-    titles = [t for _, t in TOP] + [f"P99 {t} (s)" for _, t in LAT]
-    fig = make_subplots(rows=2, cols=3, subplot_titles=titles, horizontal_spacing=0.07,
-                        vertical_spacing=0.14)
-    lines = series(points, keys, x)
+
+def _add_lines(fig, points: pd.DataFrame, keys: list, x: str, numeric: bool) -> dict:
+    """Add each line's band and mean traces to every panel; returns {stat: {idx, data}}: the
+    latency traces and what the mean/P50/P90/P99 buttons restyle them with."""
+    import plotly.graph_objects as go
+
     lat_traces: dict = {s: {"idx": [], "data": []} for s in STAT_NAMES}
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-               "#7f7f7f", "#bcbd22", "#17becf"]
-    for k, (label, g) in enumerate(lines):
+    for k, (label, g) in enumerate(series(points, keys, x)):
         name = label or "all points"
-        color = palette[k % len(palette)]
+        color = PALETTE[k % len(PALETTE)]
         xs = [float(v) for v in g[x]] if numeric else [str(v) for v in g[x]]
-        panels = [(m, 1, c + 1, None) for c, (m, _) in enumerate(TOP)]
-        panels += [(f"{lat}_p99_s", 2, c + 1, lat) for c, (lat, _) in enumerate(LAT)]
-        for p, (metric, row, colno, lat) in enumerate(panels):
-            band = _band(g, metric, xs, numeric)
+        for p, (metric, row, colno, lat) in enumerate(PANELS):
             fig.add_trace(go.Scatter(
-                **band, mode="lines", legendgroup=name, showlegend=False, hoverinfo="skip",
+                **_band(g, metric, xs, numeric), mode="lines", legendgroup=name,
+                showlegend=False, hoverinfo="skip",
                 line={"width": 0 if numeric and len(g) > 1 else 8, "color": color},
                 fill="toself" if numeric and len(g) > 1 else None, opacity=0.25,
                 fillcolor=color, name=f"{name} CI"), row=row, col=colno)
             fig.add_trace(go.Scatter(
                 **_main(g, metric, xs), mode="lines+markers" if numeric else "markers",
-                name=name, legendgroup=name,
-                showlegend=p == 0, line={"color": color}, marker={"size": 7},
-                hovertemplate=HOVER), row=row, col=colno)
+                name=name, legendgroup=name, showlegend=p == 0, line={"color": color},
+                marker={"size": 7}, hovertemplate=HOVER), row=row, col=colno)
             if lat is not None:
                 n_traces = len(fig.data)
                 for s in STAT_NAMES:
                     m = f"{lat}_{s}_s"
                     lat_traces[s]["idx"] += [n_traces - 2, n_traces - 1]
                     lat_traces[s]["data"] += [_band(g, m, xs, numeric), _main(g, m, xs)]
+    return lat_traces
+
+
+def _menus(fig, lat_traces: dict, y_log: list, x_log: bool | None) -> list:
+    """The buttons: latency statistic (restyles the latency panels), y and x axis types
+    (x only for a numeric key: x_log None)."""
     buttons = []
     for s, label in STAT_NAMES.items():
         idx, data = lat_traces[s]["idx"], lat_traces[s]["data"]
-        keys_ = sorted({k for d in data for k in d})
-        restyle = {k: [d.get(k) for d in data] for k in keys_}
+        restyle = {k: [d.get(k) for d in data] for k in sorted({k for d in data for k in d})}
         annotations = [dict(a.to_plotly_json()) for a in fig.layout.annotations]
         for a, (_, t) in zip(annotations[3:], LAT):
-            a["text"] = f"{label} {t} (s)"
+            a["text"] = f"{label} {t} (ms)"
         buttons.append({"label": label, "method": "update",
                         "args": [restyle, {"annotations": annotations}, idx]})
-    axes = [f"yaxis{'' if i == 1 else i}" for i in range(1, 7)]
+    yaxes = [f"yaxis{'' if i == 1 else i}" for i in range(1, 7)]
     xaxes = [f"xaxis{'' if i == 1 else i}" for i in range(1, 7)]
     menus = [
         {"buttons": buttons, "type": "buttons", "direction": "right", "active": 3,
          "x": 0.0, "y": 1.13, "xanchor": "left", "showactive": True},
         {"buttons": [{"label": f"y {t}", "method": "relayout",
-                      "args": [{f"{a}.type": t for a in axes}]} for t in ("linear", "log")],
-         "type": "buttons", "direction": "right", "active": 0, "x": 0.42, "y": 1.13,
-         "xanchor": "left"},
+                      "args": [{f"{a}.type": t for a in yaxes}]} for t in ("linear", "log")],
+         "type": "buttons", "direction": "right", "active": -1 if any(y_log) else 0,
+         "x": 0.42, "y": 1.13, "xanchor": "left"},
     ]
-    if numeric:
+    if x_log is not None:
         menus.append({"buttons": [{"label": f"x {t}", "method": "relayout",
                                    "args": [{f"{a}.type": t for a in xaxes}]}
                                   for t in ("linear", "log")],
-                      "type": "buttons", "direction": "right",
-                      "active": 1 if log_scale(points[x]) else 0, "x": 0.66, "y": 1.13,
-                      "xanchor": "left"})
-    fig.update_layout(updatemenus=menus, height=720, template="plotly_white",
+                      "type": "buttons", "direction": "right", "active": 1 if x_log else 0,
+                      "x": 0.66, "y": 1.13, "xanchor": "left"})
+    return menus
+
+
+def figure(points: pd.DataFrame, keys: list, x: str):
+    """The plotly figure of the headline metrics over `x` (see the module docstring);
+    latencies in ms, axes logarithmic where their values span more than 1.5 decades."""
+    from plotly.subplots import make_subplots
+
+    numeric, cats = x_axis(points, x)
+    titles = [t for _, t in TOP] + [f"P99 {t} (ms)" for _, t in LAT]
+    fig = make_subplots(rows=2, cols=3, subplot_titles=titles, horizontal_spacing=0.07,
+                        vertical_spacing=0.14)
+    lat_traces = _add_lines(fig, points, keys, x, numeric)
+    y_log = [_y_log(points, m) for m, _, _, _ in PANELS]
+    x_log = log_scale(points[x]) if numeric else None
+    fig.update_layout(updatemenus=_menus(fig, lat_traces, y_log, x_log), height=720,
+                      template="plotly_white",
                       legend={"groupclick": "togglegroup", "title": {"text": "series"}},
                       margin={"t": 110, "l": 60, "r": 20, "b": 50})
-    ticks = sorted({float(v) for v in points[x]}) if numeric else None
+    ticks = sorted({float(v) for v in points[x]}) if numeric else []
+    few = numeric and len(ticks) <= 12
     for i in range(1, 7):
-        fig.update_xaxes(title_text=x if i > 3 else None, row=(i - 1) // 3 + 1,
-                         col=(i - 1) % 3 + 1,
-                         type="log" if numeric and log_scale(points[x]) else None,
-                         tickmode="array" if numeric and len(ticks) <= 12 else None,
-                         tickvals=ticks if numeric and len(ticks) <= 12 else None,
+        where = {"row": (i - 1) // 3 + 1, "col": (i - 1) % 3 + 1}
+        fig.update_xaxes(title_text=x if i > 3 else None, type="log" if x_log else None,
+                         tickmode="array" if few else None, tickvals=ticks if few else None,
                          categoryorder="array" if not numeric else None,
                          categoryarray=cats if not numeric else None,
-                         range=[-0.5, len(cats) - 0.5] if not numeric else None)
+                         range=[-0.5, len(cats) - 0.5] if not numeric else None, **where)
+        fig.update_yaxes(type="log" if y_log[i - 1] else None, **where)
     return fig
+
+
+def _y_log(points: pd.DataFrame, metric: str) -> bool:
+    """Whether a panel's y axis starts logarithmic: a positive quantity (not the attainment)
+    whose P99 means and intervals span more than 1.5 decades."""
+    if metric == "slo_attainment" or f"{metric}_mean" not in points:
+        return False
+    cols = [c for c in (f"{metric}_mean", f"{metric}_ci_lo", f"{metric}_ci_hi") if c in points]
+    return log_scale(points[cols].to_numpy(np.float64))
 
 
 def _fmt(v, digits=4) -> str:
     return html_lib.escape(fmt(v, digits, missing="\u2013"))
 
 
+TABLE_METRICS = ("goodput_rps", "slo_attainment", "useful_tokens_per_dollar", "ttft_p99_s",
+                 "tpot_p99_s", "e2e_p99_s")
+
+
 def _points_table(points: pd.DataFrame, keys: list) -> str:
-    metrics = [("goodput_rps", "goodput (req/s)"), ("slo_attainment", "SLO attainment"),
-               ("useful_tokens_per_dollar", "useful tok/$"), ("ttft_p99_s", "P99 TTFT (s)"),
-               ("tpot_p99_s", "P99 TPOT (s)")]
+    """Every point: its keys, seeds and mean &plusmn; std [bootstrap interval] of the headline
+    metrics (latencies in ms; "no info" where the seeds or the interval carry none)."""
+    from servetune.reporting.console import cell
+    from servetune.reporting.stats import intervals
+
+    metrics = [m for m in TABLE_METRICS if f"{m}_mean" in points]
     head = "".join(f"<th>{html_lib.escape(k)}</th>" for k in (keys or ["point"]))
-    head += "<th>n</th>" + "".join(f"<th>{t}</th>" for _, t in metrics)
+    head += "<th>n</th>" + "".join(f"<th>{html_lib.escape(title(m))}</th>" for m in metrics)
+    notes = {m: intervals(points, m)[2] for m in metrics}
     rows = []
-    for _, r in points.iterrows():
+    for i, (_, r) in enumerate(points.iterrows()):
         cells = "".join(f"<td>{_fmt(r[k])}</td>" for k in (keys or ["point"]))
         cells += f"<td>{int(r['n'])}</td>"
-        for m, _ in metrics:
-            text = _fmt(r.get(f"{m}_mean"))
-            if math.isfinite(r.get(f"{m}_std", math.nan)):
-                text += f" &plusmn; {_fmt(r[f'{m}_std'], 3)}"
-            if math.isfinite(r.get(f"{m}_ci_lo", math.nan)):
-                text += f" <small>[{_fmt(r[f'{m}_ci_lo'])}, {_fmt(r[f'{m}_ci_hi'])}]</small>"
-            cells += f"<td>{text}</td>"
+        for m in metrics:
+            text = cell(r, m, True, scale(m), notes[m][i])
+            cells += f"<td>{html_lib.escape(text)}</td>"
+        rows.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _best_table(best: pd.DataFrame, points: pd.DataFrame) -> str:
+    """One row per condition: its best setting, whether it meets the SLO target, its headline
+    numbers (latencies in ms) and why it is the best."""
+    metrics = [m for m in ("slo_attainment", "useful_tokens_per_dollar", "goodput_rps",
+                           "ttft_p99_s", "tpot_p99_s") if f"{m}_mean" in points]
+    head = "<th>condition</th><th>best setting</th><th>meets SLO target</th>" + "".join(
+        f"<th>{html_lib.escape(title(m))}</th>" for m in metrics) + "<th>why</th>"
+    by_point = points.set_index("point", drop=False)
+    rows = []
+    for b in best.itertuples(index=False):
+        r = by_point.loc[b.point]
+        r = r.iloc[0] if isinstance(r, pd.DataFrame) else r
+        cells = (f"<td>{html_lib.escape(b.condition)}</td><td><b>{html_lib.escape(b.setting)}"
+                 f"</b></td><td>{'yes' if b.meets_target else 'no'} ({fmt(b.slo_target)})</td>")
+        cells += "".join(f"<td>{html_lib.escape(shown(r[f'{m}_mean'], m, 4))}</td>"
+                         for m in metrics)
+        cells += f"<td style='text-align:left'>{html_lib.escape(b.why)}</td>"
         rows.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
@@ -176,52 +229,153 @@ def _json(df: pd.DataFrame) -> str:
     return text.replace("</", "<\\/")
 
 
+def embed(fig, fid: str) -> str:
+    """A figure as an empty div and its JSON; RENDER draws every such div once plotly.js is
+    loaded (one script, so the page knows when all are drawn)."""
+    spec = fig.to_json().replace("</", "<\\/")
+    return (f"<div class='servetune-figure' id='{fid}'></div>"
+            f"<script type='application/json' id='{fid}-json'>{spec}</script>")
+
+
 CSS = """body{font-family:system-ui,sans-serif;margin:24px auto;padding:0 16px;max-width:1360px;
 color:#222}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;
 padding:3px 8px;text-align:right}th{background:#f4f4f4}small{color:#666}
-.note{color:#555;font-size:13px;max-width:1000px}li{margin:3px 0}"""
+.note{color:#555;font-size:13px;max-width:1000px}li{margin:3px 0}
+#servetune-js-errors{color:#b00;border:1px solid #b00;padding:6px}
+#servetune-js-errors:empty{display:none}"""
+
+# Before plotly.js: JavaScript errors, rejected promises and console.error calls are written
+# into the page (#servetune-js-errors), where a reader and a headless browser check see them.
+CATCH = """<script>(function(){var seen=[];
+function note(m){seen.push(String(m));var el=document.getElementById('servetune-js-errors');
+if(el){el.textContent=seen.join('\\n');}}
+window.servetuneNote=note;
+window.addEventListener('error',function(e){note('error: '+(e.message||e.type)+(e.filename?
+' ('+e.filename+':'+e.lineno+')':''));});
+window.addEventListener('unhandledrejection',function(e){var r=e.reason;
+note('unhandled rejection: '+(r&&r.message?r.message:r));});
+var ce=console.error;console.error=function(){note('console.error: '+
+Array.prototype.join.call(arguments,' '));return ce.apply(console,arguments);};
+document.addEventListener('DOMContentLoaded',function(){
+var el=document.getElementById('servetune-js-errors');if(el){el.textContent=seen.join('\\n');}});
+})();</script>"""
+
+# After everything: draw each figure, then append #servetune-rendered, naming the figures
+# drawn and those with a subplot where nothing was drawn (an empty plot).
+RENDER = """<script>(function(){
+var divs=Array.prototype.slice.call(document.querySelectorAll('div.servetune-figure'));
+function empty(div){var out=[];div.querySelectorAll('g.cartesianlayer > g.subplot')
+.forEach(function(sp){var n=0;sp.querySelectorAll('.scatterlayer path').forEach(function(p){
+var d=p.getAttribute('d');if(d&&d.length>4){n++;}});if(!n){out.push(div.id+':'+
+sp.getAttribute('class').replace('subplot ',''));}});
+if(!div.querySelector('g.cartesianlayer > g.subplot')){out.push(div.id);}return out;}
+var jobs=divs.map(function(div){try{var el=document.getElementById(div.id+'-json');
+var spec=JSON.parse(el.textContent);
+return Plotly.newPlot(div,spec.data,spec.layout,{displaylogo:false,responsive:true})
+.then(function(){return div;});}catch(e){servetuneNote('figure '+div.id+': '+e.message);
+return Promise.resolve(null);}});
+Promise.all(jobs).then(function(done){var drawn=done.filter(function(d){return d;});
+var gaps=[];drawn.forEach(function(d){gaps=gaps.concat(empty(d));});
+var m=document.createElement('div');m.id='servetune-rendered';m.hidden=true;
+m.setAttribute('data-expected',String(divs.length));
+m.setAttribute('data-figures',String(drawn.length));m.setAttribute('data-empty',gaps.join(' '));
+document.body.appendChild(m);},function(e){servetuneNote('drawing: '+(e&&e.message||e));});
+})();</script>"""
+
+
+def _head(meta: dict) -> str:
+    from plotly.offline import get_plotlyjs
+
+    return (f"<!doctype html><html><head><meta charset='utf-8'>"
+            f"<title>servetune report: {html_lib.escape(meta.get('root', ''))}</title>"
+            f"<style>{CSS}</style>{CATCH}<script type='text/javascript'>{get_plotlyjs()}"
+            f"</script></head><body><pre id='servetune-js-errors'></pre>"
+            f"<h1>servetune report</h1>")
+
+
+def _choice_section(points, best, conditions, settings, cdfs, timeline) -> list[str]:
+    """Which setting and why: the best per condition, the Pareto front, the latency CDFs and
+    the timeline (or how to get one)."""
+    from servetune.reporting.choose import SETTING_GROUPS
+    from servetune.reporting.html_figures import cdf_figure, pareto_figure, timeline_figure
+
+    parts = ["<h2>Which setting, and why</h2>"]
+    cond = ", ".join(conditions) or "none (every point faces the same conditions)"
+    sett = ", ".join(settings) or "none (no policy knob varies; every point is compared)"
+    parts.append(
+        f"<p class='note'>Settings are the policy knobs ({', '.join(SETTING_GROUPS)} keys, and "
+        f"any given with --setting): here {html_lib.escape(sett)}. Every other swept key is a "
+        f"condition, and settings are only compared within one: here "
+        f"{html_lib.escape(cond)}. Within a condition the tuner's order decides: a setting "
+        f"whose mean SLO attainment meets the target beats one that does not; among those, the "
+        f"most useful tokens per dollar wins; if none meets it, the highest attainment.</p>")
+    if best is not None and len(best):
+        parts.append(_best_table(best, points))
+    fig = pareto_figure(points, conditions, settings, best if best is not None else
+                        pd.DataFrame(columns=["point"]))
+    if fig is not None:
+        parts.append("<h3>Pareto front: value against P99 latency</h3><p class='note'>Lower "
+                     "latency and more value are better; the labelled staircase joins the "
+                     "non-dominated settings of each condition, the star marks its best "
+                     "setting, the dashed lines the SLO targets.</p>")
+        parts.append(embed(fig, "fig-pareto"))
+    fig = cdf_figure(points, cdfs or {}, best if best is not None else
+                     pd.DataFrame(columns=["point"]))
+    if fig is not None:
+        parts.append("<h3>Latency distributions</h3><p class='note'>Empirical CDF over the "
+                     "counted, completed requests of every seed of a point; click a legend "
+                     "entry to hide a point.</p>")
+        parts.append(embed(fig, "fig-cdf"))
+    parts.append("<h3>Timeline</h3>")
+    fig = timeline_figure(timeline)
+    if fig is not None:
+        parts.append(embed(fig, "fig-timeline"))
+    elif timeline is not None:
+        parts.append(f"<p class='note' id='servetune-timeline-note'>"
+                     f"{html_lib.escape(timeline.note)}</p>")
+    return parts
 
 
 def page(points: pd.DataFrame, runs: pd.DataFrame, keys: list, verdict_lines: list,
-         meta: dict) -> str:
-    """The whole HTML document (plotly.js inlined)."""
-    from plotly.offline import get_plotlyjs
-
-    head = (f"<!doctype html><html><head><meta charset='utf-8'>"
-            f"<title>servetune report: {html_lib.escape(meta.get('root', ''))}</title>"
-            f"<style>{CSS}</style><script type='text/javascript'>{get_plotlyjs()}</script>"
-            f"</head><body><h1>servetune report</h1>")
-    parts = [head]
+         meta: dict, best: pd.DataFrame | None = None, conditions: list = (),
+         settings: list = (), cdfs: dict | None = None, timeline=None) -> str:
+    """The whole HTML document (plotly.js inlined; nothing is fetched from the network): the
+    facts, which setting and why (best, Pareto front, CDFs, timeline), the verdicts, a figure
+    per point key, the points table and the data."""
+    parts = [_head(meta)]
     facts = [f"<b>{html_lib.escape(k)}</b>: {html_lib.escape(str(v))}" for k, v in meta.items()]
     parts.append("<p>" + "<br>".join(facts) + "</p>")
+    parts += _choice_section(points, best, list(conditions), list(settings), cdfs, timeline)
     parts.append("<h2>Which points can be told apart</h2><ul>")
     parts += [f"<li>{html_lib.escape(line)}</li>" for line in verdict_lines] or \
         ["<li>one point: nothing to compare</li>"]
     parts.append(
-        f"</ul><p class='note'>Intervals: mean &plusmn; std over seeds, widened to the "
-        f"{LEVEL:.0%} bootstrap interval (requests resampled within each scenario, mean over "
-        f"seeds) where there is one. Two points whose intervals overlap are reported as not "
-        f"distinguishable. The bootstrap treats requests as independent; queueing correlates "
-        f"them, so its intervals are optimistic, and more seeds are the honest remedy.</p>")
-    parts.append("<h2>Figures</h2><p class='note'>Hover for values; click a legend entry to "
+        f"</ul><p class='note'>Points are compared within their condition. Intervals: mean "
+        f"&plusmn; std over seeds, widened to the {LEVEL:.0%} bootstrap interval (requests "
+        f"resampled within each scenario, mean over seeds) where there is one. Two points "
+        f"whose intervals overlap are reported as not distinguishable. Seeds that all gave "
+        f"the same value (a replayed trace without replicas) and intervals of zero width carry "
+        f"no information: such points are told apart from none. The bootstrap treats "
+        f"requests as independent; queueing correlates them, so its intervals are optimistic, "
+        f"and more seeds are the honest remedy.</p>")
+    parts.append("<h2>Each key</h2><p class='note'>Hover for values; click a legend entry to "
                  "hide or show a series (double-click to isolate it); the buttons switch the "
                  "latency panels between mean, P50, P90 and P99 and the axes between linear and "
-                 "log. Bars: &plusmn; std over seeds; shaded band or pale bar: bootstrap "
-                 "interval.</p>")
+                 "log. Latencies in ms. Bars: &plusmn; std over seeds; shaded band or pale bar: "
+                 "bootstrap interval.</p>")
     for i, x in enumerate(keys or ["point"]):
-        fig = figure(points, keys, x)
         parts.append(f"<h3>{html_lib.escape(x)}</h3>")
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=False,
-                                 div_id=f"fig-{i}", config={"displaylogo": False}))
+        parts.append(embed(figure(points, keys, x), f"fig-{i}"))
     parts.append("<h2>Points (mean over seeds)</h2>")
     parts.append(_points_table(points, keys))
     parts.append("<h2>Data</h2><p class='note'>Every scenario (runs) and every point, as JSON in "
                  "this page (elements <code>servetune-runs</code> and "
                  "<code>servetune-points</code>), and as runs.csv / runs.parquet / points.csv "
-                 "beside it.</p>")
+                 "beside it (latencies there in seconds, as the columns' _s says).</p>")
     parts.append(f"<script type='application/json' id='servetune-runs'>{_json(runs)}</script>")
     parts.append(f"<script type='application/json' id='servetune-points'>{_json(points)}"
                  f"</script>")
+    parts.append(RENDER)
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -1,8 +1,10 @@
-"""Build a report: collect the runs, bootstrap, aggregate, compare, write tables, PNGs, HTML."""
+"""Build a report: collect the runs, bootstrap, aggregate, choose the best setting per
+condition, compare, write tables, PNGs and HTML."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from pathlib import Path
 
@@ -11,8 +13,10 @@ import pandas as pd
 from servetune import inputs
 from servetune.errors import OutputError
 from servetune.files import ensure_dir, write_text, write_whole
-from servetune.reporting import stats
+from servetune.reporting import choose, stats
+from servetune.reporting import timeline as timelines
 from servetune.reporting.collect import CONTEXT_KEYS, ReportError, collect
+from servetune.reporting.numbers import fmt
 
 
 @dataclasses.dataclass
@@ -22,8 +26,11 @@ class Report:
     runs: one row per scenario (runs.parquet / runs.csv), with M_ci_lo / M_ci_hi bootstrap
       intervals of each scenario's CI metrics; points: one row per point (points.csv), see
       stats.aggregate; comparisons: best point vs each other per headline metric
-      (comparisons.csv); verdicts: the same in sentences; keys: the point keys; files: paths;
-      skipped: a message per damaged file left out (Collection.skipped).
+      (comparisons.csv), within each condition; verdicts: the same in sentences; keys: the
+      point keys; files: paths; skipped: a message per damaged file left out
+      (Collection.skipped); conditions / settings: the point keys split as choose.split_keys
+      does; best: the best setting per condition with why (best.csv, choose.best_settings);
+      timeline: the run whose timeline was drawn, or the note saying how to get one.
     """
 
     out_dir: Path
@@ -34,9 +41,14 @@ class Report:
     keys: list
     files: list
     skipped: list = dataclasses.field(default_factory=list)
+    conditions: list = dataclasses.field(default_factory=list)
+    settings: list = dataclasses.field(default_factory=list)
+    best: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    timeline: timelines.Timeline | None = None
 
 
-TABLES = ("runs.parquet", "runs.csv", "points.csv", "comparisons.csv")  # what every report writes
+# what every report writes
+TABLES = ("runs.parquet", "runs.csv", "points.csv", "comparisons.csv", "best.csv")
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -70,46 +82,78 @@ def _check_out(out_dir: Path, html: bool) -> None:
 
 
 def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, seed: int = 0,
-           figures: bool = True, html: bool = True) -> Report:
+           figures: bool = True, html: bool = True, timeline: str | None = None,
+           settings: list | tuple = ()) -> Report:
     """Report on every run under `root` into `out` (default root/report).
 
-    Writes runs.parquet, runs.csv, points.csv, comparisons.csv, fig_<key>.png per point key
-    (figures=True) and report.html (html=True). n_boot bootstrap resamples per scenario
-    (0: no bootstrap intervals); `seed` makes them reproducible. `root` and `out` may start
-    with ~ or ~user; an unknown user, or an `out` the report cannot be written into (see
-    _check_out), is an error before any work, and nothing is written.
+    Writes runs.parquet, runs.csv, points.csv, comparisons.csv, best.csv (the best setting per
+    condition), with figures=True fig_<key>.png per point key, fig_pareto.png,
+    fig_latency_cdf.png and fig_timeline.png (when the chosen run has timeline.parquet), and
+    report.html (html=True). n_boot bootstrap resamples per scenario (0: no bootstrap
+    intervals); `seed` makes them reproducible. `timeline` names the run whose timeline is
+    drawn (default: the best setting's first run); `settings` adds keys to the settings
+    (choose.is_setting). `root` and `out` may start with ~ or ~user; an unknown user, or an
+    `out` the report cannot be written into (see _check_out), is an error before any work,
+    and nothing is written.
     """
     root = inputs.expand(root, "DIR", ReportError)
     out_dir = inputs.expand(out, "--out", OutputError) if out is not None else root / "report"
     _check_out(out_dir, html)  # before the work, not after it
     col = collect(root, exclude=out_dir)
+    conditions, setting_keys = choose.split_keys(col.keys, tuple(settings))
     reps = stats.bootstrap(col, n_boot, seed)
     runs = stats.runs_ci(col, reps)
     points = stats.aggregate(col, reps)
-    comparisons = stats.compare(points)
+    best = choose.best_settings(points, conditions, setting_keys)
+    comparisons = stats.compare(points, conditions=conditions, keys=col.keys)
     verdicts = stats.verdicts(comparisons)
+    tl = timelines.read(col, *timelines.choose(col, best, timeline))
+    cdfs = None
+    if figures or html:
+        from servetune.reporting.latency import point_cdfs
+        cdfs = point_cdfs(col)
     ensure_dir(out_dir)
     files = [out_dir / name for name in TABLES]
     write_whole(files[0], lambda tmp: runs.to_parquet(tmp, index=False))
-    for path, table in zip(files[1:], (runs, points, comparisons)):
+    for path, table in zip(files[1:], (runs, points, comparisons, best)):
         write_whole(path, lambda tmp, table=table: table.to_csv(tmp, index=False))
     if figures:
-        from servetune.reporting.figures import draw
-        files += draw(points, col.keys, out_dir)
+        from servetune.reporting import figures as figs
+        files += figs.draw(points, col.keys, out_dir)
+        files += [path for path in (
+            figs.draw_pareto(points, conditions, setting_keys, best, out_dir),
+            figs.draw_cdfs(points, cdfs, best, out_dir),
+            figs.draw_timeline(tl, out_dir)) if path is not None]
     if html:
         from servetune.reporting.html import page
-        meta = {"root": str(col.root), "runs": runs["run"].nunique(), "scenarios": len(runs),
-                "points": len(points),
-                "point keys": ", ".join(col.keys) or "none (one point)",
-                "seeds per point": " / ".join(str(n) for n in sorted(set(points["n"]))),
-                "bootstrap resamples": n_boot}
-        if col.skipped:
-            meta["left out (damaged)"] = "; ".join(col.skipped)
-        for k in CONTEXT_KEYS:
-            if k in runs and runs[k].notna().any():
-                meta[k] = ", ".join(str(v) for v in dict.fromkeys(runs[k].dropna()))
         path = out_dir / "report.html"
-        write_text(path, page(points, runs, col.keys, verdicts, meta))
+        write_text(path, page(points, runs, col.keys, verdicts, _meta(col, runs, points, n_boot),
+                              best=best, conditions=conditions, settings=setting_keys,
+                              cdfs=cdfs, timeline=tl))
         files.append(path)
     return Report(out_dir=out_dir, runs=runs, points=points, comparisons=comparisons,
-                  verdicts=verdicts, keys=col.keys, files=files, skipped=col.skipped)
+                  verdicts=verdicts, keys=col.keys, files=files, skipped=col.skipped,
+                  conditions=conditions, settings=setting_keys, best=best, timeline=tl)
+
+
+def _meta(col, runs: pd.DataFrame, points: pd.DataFrame, n_boot: int) -> dict:
+    """The facts at the top of the page: where, how many, which keys and targets."""
+    meta = {"root": str(col.root), "runs": runs["run"].nunique(), "scenarios": len(runs),
+            "points": len(points), "point keys": ", ".join(col.keys) or "none (one point)",
+            "seeds per point": " / ".join(str(n) for n in sorted(set(points["n"]))),
+            "bootstrap resamples": n_boot}
+    if col.skipped:
+        meta["left out (damaged)"] = "; ".join(col.skipped)
+    for k in CONTEXT_KEYS:
+        if k in runs and runs[k].notna().any():
+            meta[k] = ", ".join(str(v) for v in dict.fromkeys(runs[k].dropna()))
+    for k, name in (("slo.ttft_s", "SLO TTFT target"), ("slo.tpot_s", "SLO TPOT target"),
+                    ("slo.e2e_s", "SLO E2E target")):
+        targets = choose.targets_s(runs, k)
+        if targets:
+            meta[name] = ", ".join(f"{fmt(t * 1000.0)} ms" for t in targets)
+    given = [float(v) for v in runs.get("tune.objective.slo_target", pd.Series(dtype=float))
+             if isinstance(v, (int, float)) and math.isfinite(v)]
+    meta["SLO attainment target"] = ", ".join(fmt(v) for v in dict.fromkeys(given)) or \
+        f"{fmt(choose.DEFAULT_SLO_TARGET)} (the default; the runs do not say)"
+    return meta

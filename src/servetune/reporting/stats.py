@@ -13,7 +13,15 @@ import numpy as np
 import pandas as pd
 
 from servetune.inputs import check_regular
-from servetune.reporting.collect import Collection, ReportError, point_label
+from servetune.reporting.collect import (
+    TARGET_KEYS,
+    Collection,
+    ReportError,
+    condition_label,
+    point_label,
+)
+from servetune.reporting.units import shown as shown_value
+from servetune.reporting.units import title, unit
 
 LATENCIES = ("ttft", "tpot", "e2e")
 STATS = ("mean", "p50", "p90", "p99")
@@ -25,6 +33,10 @@ CI_METRICS = tuple(f"{m}_{s}_s" for m in LATENCIES for s in STATS) + ("slo_attai
 HEADLINE = {"goodput_rps": 1, "slo_attainment": 1, "useful_tokens_per_dollar": 1,
             "ttft_p99_s": -1, "tpot_p99_s": -1}
 LEVEL = 0.95
+TOL = 1e-9  # relative: a spread or an interval width below this is zero
+NO_INFO_SEEDS = "no information (every seed gave the same value)"
+NO_INFO_WIDTH = "no information (an interval of zero width)"
+NO_INTERVAL = "no interval (one seed, no bootstrap)"
 # Columns of requests.parquet the bootstrap reads.
 REQUEST_COLUMNS = ("counted", "end_state", "qualifies") + tuple(f"{lat}_s" for lat in LATENCIES)
 
@@ -127,9 +139,11 @@ def metric_columns(runs: pd.DataFrame, keys: list) -> list:
 
 def aggregate(col: Collection, replicates: dict | None = None) -> pd.DataFrame:
     """One row per point (rows that agree on col.keys): the key values, `point` (a label),
-    `n` (seeds), and for each metric M: M_mean, M_std (ddof 1; NaN with one seed) and, where
-    replicates exist for every seed, M_ci_lo and M_ci_hi (a LEVEL bootstrap interval of the
-    mean over seeds)."""
+    `n` (seeds), `run` (the run folder of its first seed), the SLO targets of its runs
+    (TARGET_KEYS, where the runs say), and for each metric M: M_mean, M_std (ddof 1; NaN with
+    one seed) and, where replicates exist for every seed, M_ci_lo and M_ci_hi (a LEVEL
+    bootstrap interval of the mean over seeds). Seeds that gave one same value of M (a replayed
+    trace without replicas) are one sample, not several: the interval is the first seed's."""
     runs = col.runs
     replicates = replicates or {}
     metrics = metric_columns(runs, col.keys)
@@ -138,7 +152,6 @@ def aggregate(col: Collection, replicates: dict | None = None) -> pd.DataFrame:
         parts = [g for _, g in groups]
     else:
         parts = [runs]
-    lo_q, hi_q = 50 * (1 - LEVEL), 50 * (1 + LEVEL)
     rows = []
     for g in parts:
         first = g.iloc[0]
@@ -146,22 +159,47 @@ def aggregate(col: Collection, replicates: dict | None = None) -> pd.DataFrame:
         row["point"] = point_label(first, col.keys)
         row["n"] = len(g)
         row["seeds"] = " ".join(str(s) for s in g["seed"]) if "seed" in g else ""
+        row["run"] = first["run"]
+        row.update({k: first[k] for k in TARGET_KEYS if k in g and k not in col.keys})
         for m in metrics:
             v = g[m].to_numpy(np.float64)
             finite = v[np.isfinite(v)]
             row[f"{m}_mean"] = float(finite.mean()) if len(finite) else float(np.nan)
             row[f"{m}_std"] = float(finite.std(ddof=1)) if len(finite) > 1 else float(np.nan)
         for m in CI_METRICS:
-            reps = [replicates[i][m] for i in g.index if i in replicates]
-            if len(reps) == len(g) and reps:
-                mean_rep = np.mean(np.stack(reps), axis=0)
-                mean_rep = mean_rep[np.isfinite(mean_rep)]
-                if len(mean_rep):
-                    row[f"{m}_ci_lo"], row[f"{m}_ci_hi"] = np.percentile(mean_rep, [lo_q, hi_q])
-                    continue
-            row[f"{m}_ci_lo"] = row[f"{m}_ci_hi"] = float(np.nan)
+            row[f"{m}_ci_lo"], row[f"{m}_ci_hi"] = _point_ci(g, m, replicates)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _point_ci(g: pd.DataFrame, metric: str, replicates: dict) -> tuple[float, float]:
+    """The LEVEL bootstrap interval of the mean over the seeds (rows of `g`) of `metric`;
+    NaN unless every seed has replicates. Seeds whose values of `metric` are all the same
+    count once (their replicates would average copies of one sample into a narrower one)."""
+    reps = [replicates[i][metric] for i in g.index if i in replicates]
+    if len(reps) != len(g) or not reps:
+        return float(np.nan), float(np.nan)
+    if len(reps) > 1 and metric in g and identical(g[metric].to_numpy(np.float64)):
+        reps = reps[:1]
+    mean_rep = np.mean(np.stack(reps), axis=0)
+    mean_rep = mean_rep[np.isfinite(mean_rep)]
+    if not len(mean_rep):
+        return float(np.nan), float(np.nan)
+    lo, hi = np.percentile(mean_rep, [50 * (1 - LEVEL), 50 * (1 + LEVEL)])
+    return float(lo), float(hi)
+
+
+def identical(values: np.ndarray) -> bool:
+    """Whether two or more values, all finite, are one value (to TOL relative): seeds that
+    carry no information about each other."""
+    v = np.asarray(values, np.float64)
+    return len(v) > 1 and bool(np.isfinite(v).all()) and _zero(v.max() - v.min(), v)
+
+
+def _zero(width: float, around) -> bool:
+    """Whether `width` is zero relative to the magnitude of `around` (TOL)."""
+    size = float(np.max(np.abs(np.asarray(around, np.float64)))) if np.size(around) else 0.0
+    return bool(width <= TOL * size) or width == 0.0
 
 
 def runs_ci(col: Collection, replicates: dict) -> pd.DataFrame:
@@ -178,29 +216,78 @@ def runs_ci(col: Collection, replicates: dict) -> pd.DataFrame:
     return runs
 
 
-def interval(points: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """Each point's uncertainty interval for `metric`: mean +- std over seeds, widened to the
-    bootstrap interval where there is one; NaN where there is neither (one seed, no CI)."""
+def intervals(points: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray, list]:
+    """Each point's uncertainty interval for `metric` and why it has none: (lo, hi, notes).
+
+    The interval is mean +- std over seeds, widened to the bootstrap interval where there is
+    one. A spread is information only when it is not zero: seeds that all gave the same value
+    (NO_INFO_SEEDS) have no spread, and a bootstrap interval of zero width (NO_INFO_WIDTH)
+    tells nothing either; with neither part, lo and hi are NaN and the note says why (also
+    NO_INTERVAL: one seed and no bootstrap). notes[i] is "" where there is an interval."""
     mean = points[f"{metric}_mean"].to_numpy(np.float64)
-    std = points.get(f"{metric}_std", pd.Series(np.nan, index=points.index)).to_numpy(np.float64)
-    lo = np.where(np.isfinite(std), mean - std, np.nan)
-    hi = np.where(np.isfinite(std), mean + std, np.nan)
-    if f"{metric}_ci_lo" in points:
-        clo = points[f"{metric}_ci_lo"].to_numpy(np.float64)
-        chi = points[f"{metric}_ci_hi"].to_numpy(np.float64)
-        lo = np.fmin(lo, clo)
-        hi = np.fmax(hi, chi)
+    nan = pd.Series(np.nan, index=points.index)
+    std = points.get(f"{metric}_std", nan).to_numpy(np.float64)
+    clo = points.get(f"{metric}_ci_lo", nan).to_numpy(np.float64)
+    chi = points.get(f"{metric}_ci_hi", nan).to_numpy(np.float64)
+    n = points.get("n", pd.Series(1, index=points.index)).to_numpy(np.float64)
+    lo, hi, notes = np.full(len(points), np.nan), np.full(len(points), np.nan), []
+    for i in range(len(points)):
+        same = n[i] > 1 and np.isfinite(std[i]) and _zero(std[i], mean[i])
+        seeds_ok = n[i] > 1 and np.isfinite(std[i]) and np.isfinite(mean[i]) and not same
+        has_ci = bool(np.isfinite(clo[i]) and np.isfinite(chi[i]))
+        ci_ok = has_ci and not _zero(chi[i] - clo[i], [clo[i], chi[i]])
+        if seeds_ok:
+            lo[i], hi[i] = mean[i] - std[i], mean[i] + std[i]
+        if ci_ok:
+            lo[i] = np.fmin(lo[i], clo[i])
+            hi[i] = np.fmax(hi[i], chi[i])
+        if seeds_ok or ci_ok:
+            notes.append("")
+        else:
+            notes.append(NO_INFO_SEEDS if same else NO_INFO_WIDTH if has_ci else NO_INTERVAL)
+    return lo, hi, notes
+
+
+def interval(points: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's uncertainty interval for `metric` (see `intervals`); NaN where there is
+    no information to build one from."""
+    lo, hi, _ = intervals(points, metric)
     return lo, hi
 
 
-def compare(points: pd.DataFrame, metrics: dict = HEADLINE) -> pd.DataFrame:
-    """For each headline metric, the best point against every other: columns metric, best,
-    other, best_mean, other_mean, distinguishable (True: the intervals do not overlap; False:
-    they overlap, the two cannot be told apart; None: no interval to judge by)."""
+COMPARISON_COLUMNS = ["condition", "metric", "best", "other", "best_mean", "other_mean",
+                      "distinguishable", "note"]
+
+
+def compare(points: pd.DataFrame, metrics: dict = HEADLINE, conditions: list = (),
+            keys: list | None = None) -> pd.DataFrame:
+    """For each condition (points that agree on the `conditions` keys: a workload, a
+    hardware; "" when there are none) and headline metric, the best point against every other
+    point of that condition: columns condition, metric, best, other (points named by their
+    `keys` other than the conditions; by their `point` label when keys is None), best_mean,
+    other_mean (stored units), distinguishable (True: the intervals do not overlap; False:
+    they overlap, the two cannot be told apart; None: no interval to judge by) and note (why
+    None: see `intervals`)."""
     rows = []
+    conditions = [k for k in conditions if k in points]
+    if keys is not None:
+        rest = [k for k in keys if k not in conditions]
+        points = points.assign(point=[point_label(r, rest) for _, r in points.iterrows()])
+    if conditions:
+        groups = [g for _, g in points.groupby([points[k].astype(str) for k in conditions],
+                                               sort=False, dropna=False)]
+    else:
+        groups = [points]
+    for g in groups:
+        label = condition_label(g.iloc[0], conditions) if conditions else ""
+        rows += _compare_group(g.reset_index(drop=True), metrics, label)
+    return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+
+
+def _compare_group(points: pd.DataFrame, metrics: dict, condition: str) -> list[dict]:
     if len(points) < 2:
-        return pd.DataFrame(rows, columns=["metric", "best", "other", "best_mean", "other_mean",
-                                           "distinguishable"])
+        return []
+    rows = []
     for metric, sign in metrics.items():
         if f"{metric}_mean" not in points:
             continue
@@ -208,38 +295,51 @@ def compare(points: pd.DataFrame, metrics: dict = HEADLINE) -> pd.DataFrame:
         if not np.isfinite(mean).any():
             continue
         best = int(np.nanargmax(sign * mean))
-        lo, hi = interval(points, metric)
+        lo, hi, notes = intervals(points, metric)
         for j in range(len(points)):
             if j == best:
                 continue
             if np.isfinite([lo[best], hi[best], lo[j], hi[j]]).all():
-                dist = bool(hi[j] < lo[best] or hi[best] < lo[j])
+                dist, note = bool(hi[j] < lo[best] or hi[best] < lo[j]), ""
             else:
-                dist = None
-            rows.append({"metric": metric, "best": points["point"].iloc[best],
-                         "other": points["point"].iloc[j], "best_mean": mean[best],
-                         "other_mean": mean[j], "distinguishable": dist})
-    return pd.DataFrame(rows, columns=["metric", "best", "other", "best_mean", "other_mean",
-                                       "distinguishable"])
+                dist, note = None, notes[best] or notes[j]
+            rows.append({"condition": condition, "metric": metric,
+                         "best": points["point"].iloc[best], "other": points["point"].iloc[j],
+                         "best_mean": mean[best], "other_mean": mean[j],
+                         "distinguishable": dist, "note": note})
+    return rows
 
 
 def verdicts(comparisons: pd.DataFrame) -> list[str]:
-    """One sentence per headline metric: the best point and those it cannot be told from."""
+    """One sentence per condition and headline metric: the best point (latencies in ms) and
+    the points it cannot be told from, those it has no information to be told from
+    (identical seeds, zero-width intervals) and those without an interval."""
     lines = []
-    for metric, g in comparisons.groupby("metric", sort=False):
+    if comparisons.empty:
+        return lines
+    for (condition, metric), g in comparisons.groupby(["condition", "metric"], sort=False):
         best = g["best"].iloc[0]
-        same = [o for o, d in zip(g["other"], g["distinguishable"]) if d is not None and not d]
-        unknown = list(g.loc[g["distinguishable"].isna(), "other"])
-        text = f"{metric}: best {best} ({g['best_mean'].iloc[0]:.4g})"
+        dist = list(g["distinguishable"])
+        same = [o for o, d in zip(g["other"], dist) if d is not None and not d]
+        blind = [o for o, d, note in zip(g["other"], dist, g["note"])
+                 if d is None and str(note).startswith("no information")]
+        unknown = [o for o, d, note in zip(g["other"], dist, g["note"])
+                   if d is None and not str(note).startswith("no information")]
+        where = f"[{condition}] " if condition else ""
+        shown = f"{shown_value(g['best_mean'].iloc[0], metric, 4)} {unit(metric)}".strip()
+        text = f"{where}{title(metric, False)}: best {best} ({shown})"
         if same and len(same) == len(g):
             text += f"; not distinguishable from any of the {len(g)} other point(s)"
         elif same:
             more = f" and {len(same) - 4} more" if len(same) > 4 else ""
             text += (f"; not distinguishable from {len(same)} of {len(g)} other(s): "
                      + "; ".join(same[:4]) + more)
+        if blind:
+            text += (f"; no information to tell it from {len(blind)} point(s) (identical seeds "
+                     f"or zero-width intervals)")
         if unknown:
             text += f"; no interval to compare with {len(unknown)} point(s) (one seed, no CI)"
-        if not same and not unknown:
+        if not same and not unknown and not blind:
             text += "; distinguishable from every other point"
         lines.append(text)
     return lines
