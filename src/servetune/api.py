@@ -83,11 +83,12 @@ def compose(overrides: Sequence[str] = (), **settings) -> DictConfig:
     try:
         return attempt(overrides)
     except (HydraException, ValueError) as err:
-        # name the override that fails on its own, in the project's "key: problem" form
+        # name the first override that fails with the ones before it (a group choice changes
+        # which keys the later ones may set), in the project's "key: problem" form
         culprit = "overrides"
-        for ovr in overrides:
+        for k, ovr in enumerate(overrides):
             try:
-                attempt([ovr])
+                attempt(overrides[:k + 1])
             except (HydraException, ValueError):
                 culprit = ovr.split("=", 1)[0].lstrip("+~")
                 break

@@ -72,6 +72,7 @@ class CascadeSpec:
     check_latency_s: float
     bins: tuple
     class_names: tuple
+    small_work: hardware.ModelWork | None = None  # the small model on its GPUs (utilization)
 
     @property
     def n_gpus(self) -> int:
@@ -214,7 +215,10 @@ def from_config(cfg, *, n_instances: int, large_gpu, large_model, large_tp: int,
         large_gpus=large_tp, small_price=float(small_price), large_price=float(large_price),
         small_kv_blocks=int(small_kv), large_kv_blocks=int(large_kv_blocks),
         small_model=small_model.name, large_model=large_model.name, noise=noise,
-        check_latency_s=check_s, bins=bins, class_names=names)
+        check_latency_s=check_s, bins=bins, class_names=names,
+        small_work=hardware.model_work(small_gpu, small_model, tp=small_tp,
+                                       weight_bits=kv_args["weight_bits"],
+                                       kv_bits=kv_args["kv_bits"]))
     stacked = jax.tree.map(
         lambda s, lg: jnp.concatenate([jnp.broadcast_to(jnp.asarray(s), (small_n,)),
                                        jnp.broadcast_to(jnp.asarray(lg), (large_n,))]),

@@ -28,6 +28,8 @@ class ScenarioResult:
     n_preempt: np.ndarray
     tokens_computed: np.ndarray
     kv_ratio: np.ndarray
+    scheduled_at: np.ndarray  # [N] f64 time first scheduled (seconds; nan if never)
+    reject_reason: np.ndarray  # [N] i32 types.REJECT_* (-1: not rejected)
     stats: dict
     clock_s: float
     tier: np.ndarray | None = None  # [N] i32 model cascade: TIER_* each request was served on

@@ -114,6 +114,30 @@ def weight_bytes(model: ModelSpec, weight_bits: int) -> float:
     return model.params * weight_bits / 8.0
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelWork:
+    """What the model computes and moves on one instance, and the instance's peaks: turns the
+    loop's work counters (types.Stats.work) into model FLOPs and bandwidth utilization. The
+    same accounting as the roofline step time (`step_time`), at the GPUs' peak rates."""
+
+    flops_per_token: float  # dense FLOPs per token (2 x parameters)
+    attn_flops_per_work: float  # attention FLOPs per (new token x context token)
+    weight_bytes: float  # bytes of weights read per iteration
+    kv_bytes_per_token: float  # KV bytes per token read or written
+    peak_flops: float  # FLOP/s of the instance (tp x the GPU's dense bf16 peak)
+    peak_bytes_per_s: float  # HBM bytes/s of the instance (tp x the GPU's)
+
+
+def model_work(gpu: GPUSpec, model: ModelSpec, *, tp: int, weight_bits: int,
+               kv_bits: int) -> ModelWork:
+    """ModelWork of `model` at these precisions on an instance of `tp` x `gpu`."""
+    return ModelWork(flops_per_token=2.0 * model.params,
+                     attn_flops_per_work=4.0 * model.layers * model.heads * model.head_dim,
+                     weight_bytes=weight_bytes(model, weight_bits),
+                     kv_bytes_per_token=kv_bytes_per_token(model, kv_bits),
+                     peak_flops=tp * gpu.peak_flops, peak_bytes_per_s=tp * gpu.hbm_bytes_per_s)
+
+
 # KV blocks of one instance: block counts are int32 on device, and sums of a few of them (the
 # watermark's kv + 1, free + held) must not wrap around.
 MAX_KV_BLOCKS = 1 << 30

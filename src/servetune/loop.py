@@ -18,6 +18,7 @@ from servetune.grad import shift, swap
 from servetune.step import step, step_grid, step_or_stay
 from servetune.types import (
     EMPTY,
+    WORK_COLUMNS,
     EngineConfig,
     Entries,
     Params,
@@ -48,7 +49,8 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         end_state=full(-1, jnp.int32), give_up_at=full(jnp.inf, jnp.float64),
         give_up_state=full(-1, jnp.int32), spec_alpha=full(0.0, jnp.float64),
         kv_ratio=full(1.0, jnp.float64), ready_at=full(-jnp.inf, jnp.float64),
-        qkey=full(0, jnp.int32),
+        qkey=full(0, jnp.int32), scheduled_at=full(jnp.nan, jnp.float64),
+        reject_reason=full(-1, jnp.int32),
         prefix=prefix_lib.init_refs(shape, zi, cfg) if cfg.prefix_cache else None,
         relaxed=shift.init_tape(shape, zi) if cfg.relax != "hard" else None,
         swap=swap.init_tape(shape, zi) if cfg.relax_order else None,
@@ -65,6 +67,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         stalled=zi > 0, itl_hist=jnp.zeros((histogram.BINS,), jnp.float64) + zf,
         spec_passes=zi.astype(jnp.int64), spec_proposed=zi.astype(jnp.int64),
         spec_accepted=zi.astype(jnp.int64), spec_emitted=zi.astype(jnp.int64),
+        work=jnp.zeros((cfg.n_instances, len(WORK_COLUMNS)), jnp.float64) + zf,
     )
     return SimState(clock=per_inst + zf, entries=entries, next_req=zi,
                     outbox=empty_outbox(outbox_capacity(cfg), zi, cfg.cascade_small_instances > 0,

@@ -18,6 +18,7 @@ from servetune.types import (
     EVICTED,
     EXPIRED,
     OUTSTANDING,
+    REJECT_REASON_NAMES,
     REJECTED,
 )
 from servetune.workload import RequestTrace
@@ -43,6 +44,7 @@ class MetricsSpec:
     kv_compress_fail_prob: float = 0.0  # quality cost of KV compression (engine/pressure.py)
     quality: quality.QualitySpec | None = None
     cascade: cascade_lib.CascadeSpec | None = None  # model cascade (cascade_config), else None
+    work: tuple = ()  # [I] hardware.ModelWork of each instance's model on its GPUs (MFU, MBU)
 
 
 def quality_outcome(trace: RequestTrace, spec: MetricsSpec, extra_hazard=0.0
@@ -101,10 +103,14 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
         "prompt_tokens": trace.prompt,
         "output_tokens": trace.output,
         "class": names[trace.klass],
+        "scheduled_s": res.scheduled_at,
+        "queue_s": res.scheduled_at - trace.arrival,
         "first_token_s": res.first_token,
         "finish_s": res.finish,
         "output_tokens_delivered": res.generated,
         "end_state": np.asarray(END_STATE_NAMES, dtype=object)[res.end_state],
+        "reject_reason": np.asarray(REJECT_REASON_NAMES + (None,), dtype=object)[
+            res.reject_reason],
         "preemptions": res.n_preempt,
         "tokens_computed": res.tokens_computed,
         "kv_compressed": compressed,
@@ -203,14 +209,15 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     GPUs provisioned from the warm-up's end until the simulation ends (the drain that finishes
     counted requests is paid for): price x GPUs x hours. busy_fraction is the time an instance
     spends in iterations over the simulated time (not model FLOPs utilization: a busy engine
-    can be memory-bound at a few percent of peak). ITL pools every inter-token gap of the run
+    can be memory-bound at a few percent of peak); mfu and mbu are the model's FLOPs and bytes
+    over the GPUs' peaks for the simulated time (`_utilization`). ITL pools every inter-token gap of the run
     (warm-up included), from a histogram. wasted_token_ratio = tokens computed for requests
     that did not qualify, plus recomputation of those that did, over all tokens computed.
 
     Not-a-number only where a metric is undefined (see ALWAYS_FINITE for the ones that never
     are): TTFT/TPOT/E2E statistics with no completed counted request (TPOT also when every
-    completion has one output token), ITL statistics with no inter-token gap, busy_fraction and
-    mean_in_system when no simulated time passed, useful_tokens_per_dollar when the cost is 0
+    completion has one output token), ITL statistics with no inter-token gap, busy_fraction,
+    mfu, mbu, model_flops, model_bytes and mean_in_system when no simulated time passed, useful_tokens_per_dollar when the cost is 0
     (a price of 0), slo_attainment with no counted request, quality_failure_rate with no
     completed counted request, spec_acceptance_rate and spec_tokens_per_pass without a draft
     pass; cost_per_qualifying_request_usd is inf when nothing qualifies.
@@ -232,7 +239,9 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     computed = table["tokens_computed"].to_numpy().astype(np.float64)
     minimal = (table["prompt_tokens"] + table["output_tokens"] - 1).to_numpy().astype(np.float64)
     qual = table["qualifies"].to_numpy()
-    wasted = np.where(qual, np.maximum(computed - minimal, 0.0), computed).sum()
+    recomputed = np.where(qual, np.maximum(computed - minimal, 0.0), 0.0).sum()
+    missed = np.where(qual, 0.0, computed).sum()
+    wasted = recomputed + missed
     st = res.stats
     hist = np.asarray(st["itl_hist"])
     m.update({
@@ -242,7 +251,12 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         # busy time over provisioned instance time (averaged over instances)
         "busy_fraction": (float(np.sum(st["busy_s"])) / (sim_s * np.size(st["busy_s"]))
                         if sim_s > 0 else float("nan")),
+        **_utilization(np.asarray(st["work"]), spec.work, sim_s),
         "wasted_token_ratio": float(wasted / computed.sum()) if computed.sum() > 0 else 0.0,
+        # its two parts: recomputation (after preemption) of requests that qualified, and every
+        # token computed for a request that did not (recomputation included)
+        "wasted_recomputed_tokens": float(recomputed),
+        "wasted_missed_tokens": float(missed),
         # useful output per unit of compute: useful tokens / tokens computed (all requests)
         "useful_tokens_per_computed_token": (m["useful_tokens"] / computed.sum()
                                              if computed.sum() > 0 else 0.0),
@@ -272,6 +286,24 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         m.update(cascade_lib.metrics(table, window_s, spec.cascade, st["busy_s"], sim_s))
     _check_finite(m)
     return m
+
+
+def _utilization(work: np.ndarray, models: tuple, sim_s: float) -> dict:
+    """Model FLOPs and memory-bandwidth utilization over the simulated time, from each
+    instance's work counters ([I, 4]: iterations, tokens, context tokens read, attention work)
+    and its model and GPUs (hardware.ModelWork), with the roofline's accounting: FLOPs = 2 x
+    parameters x tokens + attention; bytes = weights once per iteration + KV of the context
+    read and of the new tokens. Over the GPUs' peak rates (not the cost model's efficiencies)."""
+    if not models or sim_s <= 0:
+        return {"model_flops": float("nan"), "model_bytes": float("nan"), "mfu": float("nan"),
+                "mbu": float("nan")}
+    get = lambda name: np.asarray([getattr(m, name) for m in models], np.float64)
+    iterations, tokens, ctx_read, attn_work = work.T
+    flops = get("flops_per_token") * tokens + get("attn_flops_per_work") * attn_work
+    moved = get("weight_bytes") * iterations + get("kv_bytes_per_token") * (ctx_read + tokens)
+    return {"model_flops": float(flops.sum()), "model_bytes": float(moved.sum()),
+            "mfu": float(flops.sum() / (get("peak_flops").sum() * sim_s)),
+            "mbu": float(moved.sum() / (get("peak_bytes_per_s").sum() * sim_s))}
 
 
 def _speculation_metrics(st: dict) -> dict:

@@ -760,8 +760,18 @@ def _metrics_section(cfg: DictConfig, traces, hw: _Hardware, engine: EngineConfi
                                               default=0.0),
         price_per_gpu_hour=price if casc is None else casc.price_per_gpu_hour,
         n_gpus=hw.tp * engine.n_instances if casc is None else casc.n_gpus,
-        kv_blocks=kv_blocks, quality=qspec, cascade=casc)
+        kv_blocks=kv_blocks, quality=qspec, cascade=casc, work=_instance_work(hw, engine, casc))
     return spec, drain
+
+
+def _instance_work(hw: _Hardware, engine: EngineConfig, casc) -> tuple:
+    """[I] hardware.ModelWork per instance: the model on hardware.*, the cascade's small pool
+    first when there is one."""
+    main = hardware.model_work(hw.gpu, hw.model, tp=hw.tp, weight_bits=hw.weight_bits,
+                               kv_bits=hw.kv_bits)
+    if casc is None:
+        return (main,) * engine.n_instances
+    return (casc.small_work,) * casc.small_instances + (main,) * casc.large_instances
 
 
 def _check_cache_dir(cfg: DictConfig) -> None:

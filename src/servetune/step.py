@@ -25,6 +25,7 @@ from servetune.types import (
     EMPTY,
     HANDOFF,
     INFLIGHT,
+    REJECT_KV_RESERVE,
     RETRY,
     RUNNING,
     WAITING,
@@ -58,10 +59,10 @@ def batch_totals(es, batch):
     context tokens read, attention work (new tokens x context)); relaxed token weights where
     the engine is relaxed."""
     toks = batch.tokens if batch.weight is None else batch.weight
-    prefill = jnp.sum(jnp.where(batch.decode, toks - 1, toks))
-    decode = jnp.sum(batch.decode)
-    ctx_read = jnp.sum(jnp.where(batch.tokens > 0, es.computed, 0))
-    attn_work = jnp.sum(toks * (es.computed + (toks + 1) / 2.0))
+    per_request = jnp.stack([jnp.where(batch.decode, toks - 1, toks), batch.decode,
+                             jnp.where(batch.tokens > 0, es.computed, 0),
+                             toks * (es.computed + (toks + 1) / 2.0)], axis=-1)
+    prefill, decode, ctx_read, attn_work = jnp.sum(per_request.astype(jnp.float64), axis=0)
     return prefill, decode, ctx_read, attn_work
 
 
@@ -294,6 +295,7 @@ class _Skipped(NamedTuple):
     n_completed: jnp.ndarray
     kv_used: jnp.ndarray
     gaps: tuple
+    ctx_read: jnp.ndarray  # context tokens the run's iterations read, summed
 
 
 def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a: _Arrived,
@@ -316,7 +318,7 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
                       params, cfg, i)
     e, box = outbox_lib.drain(run.e, state.outbox, cfg.drain_per_step)
     stats = _account(state, wl, a, batch, adv, run, when, params.cost.kv_blocks, search_window,
-                     i, cfg)
+                     i, cfg, totals)
     new = _commit(state, wl, a, e, box, stats, run, when, i, cfg)
     if cfg.prefix_cache:
         new = new.replace(prefix=prefix_lib.store(state.prefix, run.pc, cfg, i))
@@ -360,6 +362,11 @@ def _schedule_phase(e: Entries, state: SimState, wl: Workload, params: Params,
         kv_used = jnp.sum(e.blocks, dtype=jnp.int32)
     if cfg.kv_pressure in ("evict", "reject"):  # requests the scheduler ended, at t
         e = e.replace(finish=jnp.where(batch.ended, t, e.finish))
+    if cfg.kv_pressure == "reject":
+        e = e.replace(reject_reason=jnp.where(batch.ended, REJECT_KV_RESERVE, e.reject_reason))
+    # first admission: running now and never scheduled before (vLLM's scheduled timestamp)
+    e = e.replace(scheduled_at=jnp.where((e.status == RUNNING) & jnp.isnan(e.scheduled_at), t,
+                                         e.scheduled_at))
     if cfg.speculation:
         batch = _verify(e, batch, wl)
     return _Scheduled(e, batch, pc, kv_used)
@@ -469,7 +476,7 @@ def _skip_phase(adv: _Advanced, t_next, t_limit, params: Params, cfg: EngineConf
     if cfg.leap_max > 0 and not cfg.speculation:
         n_leap_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
         kv_offset = prefix_lib.kv_offset(e, pc, cfg) if cfg.prefix_cache else None
-        e, t_end, n_leap, leap_dur, leap_gaps, leap_blocks, leap_done = leap(
+        e, t_end, n_leap, leap_dur, leap_gaps, leap_blocks, leap_done, ctx_read = leap(
             e, t_next, t_limit, params, cfg, kv_offset)
         if cfg.prefix_cache:
             e, pc, leap_blocks = prefix_lib.after_leap(e, leap_done, leap_blocks, pc, t_end,
@@ -481,16 +488,30 @@ def _skip_phase(adv: _Advanced, t_next, t_limit, params: Params, cfg: EngineConf
         n_completed = n_completed + jnp.sum(leap_done, dtype=jnp.int32)
     else:
         t_end, n_leap, busy_s, tokens, gaps = t_next, 0, 0.0, 0, (adv.gaps, 1.0)
+        ctx_read = 0.0
     if cfg.cascade_small_instances > 0:  # retries have not ended: the large pool serves them
         e, n_leap_retry = cascade.to_retry(e, i, cfg)
         n_completed = n_completed - adv.n_retry - n_leap_retry
-    return _Skipped(e, pc, t_end, n_leap, busy_s, tokens, n_completed, kv_used, gaps)
+    return _Skipped(e, pc, t_end, n_leap, busy_s, tokens, n_completed, kv_used, gaps, ctx_read)
+
+
+def _work(totals, when: _Boundary, run: _Skipped):
+    """[4] the step's model work (types.WORK_COLUMNS): the iteration's (none if it computed
+    no token) and the skipped run's; a decode of the run attends to its context and itself."""
+    prefill, decode, ctx_read, attn_work = totals
+    computed = prefill + decode > 0
+    f = lambda x: jnp.asarray(x, jnp.float64)
+    return jnp.stack([f(computed) + run.n_leap,
+                      f(prefill + decode) + run.tokens,
+                      f(ctx_read) + run.ctx_read,
+                      f(attn_work) + run.ctx_read + run.tokens])
 
 
 def _account(state: SimState, wl: Workload, a: _Arrived, batch, adv: _Advanced,
-             run: _Skipped, when: _Boundary, kv_blocks, search_window, i, cfg: EngineConfig):
+             run: _Skipped, when: _Boundary, kv_blocks, search_window, i, cfg: EngineConfig,
+             totals):
     """The scenario's statistics after the step (types.Stats); `kv_blocks`: the instance's
-    KV capacity (blocks)."""
+    KV capacity (blocks); `totals`: the iteration's batch_totals."""
     st, t, t_next = state.stats, when.t, when.t_next
     ended_by_t = st.ended + a.n_rejected + a.n_abandoned + jnp.sum(batch.ended, dtype=jnp.int32)
     if cfg.n_instances == 1:  # requests completed by the first iteration leave at t_next
@@ -516,6 +537,8 @@ def _account(state: SimState, wl: Workload, a: _Arrived, batch, adv: _Advanced,
         slot_bound=st.slot_bound + batch.slot_bound.astype(jnp.int32),
         stalled=st.stalled | when.stalled,
         itl_hist=histogram.add(st.itl_hist, *run.gaps),
+        work=(st.work + _work(totals, when, run) if cfg.n_instances == 1
+              else st.work.at[i].add(_work(totals, when, run))),
     )
     if cfg.speculation:
         drafted = batch.decode & (batch.tokens > 1)

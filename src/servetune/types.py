@@ -30,6 +30,20 @@ EMPTY, WAITING, RUNNING, DONE, HANDOFF, INFLIGHT, RETRY = 0, 1, 2, 3, 4, 5, 6
 COMPLETED, REJECTED, CANCELLED, EXPIRED, OUTSTANDING, EVICTED = 0, 1, 2, 3, 4, 5
 END_STATE_NAMES = ("completed", "rejected", "cancelled", "expired", "outstanding", "evicted")
 
+# Why a request was rejected (its record's reject_reason; -1: not rejected). On arrival, in
+# this order of precedence: a prompt of max_model_len tokens or more (vLLM's input check), a
+# request that could never fit the KV cache, the gateway's queue_cap, vLLM's API-server caps
+# max_num_queued_reqs and max_num_queued_tokens (HTTP 503); at admission, a predicted KV
+# footprint that does not fit (engine.kv_pressure=reject).
+(REJECT_TOO_LONG, REJECT_KV_CAPACITY, REJECT_QUEUE_CAP, REJECT_QUEUED_REQS, REJECT_QUEUED_TOKENS,
+ REJECT_KV_RESERVE) = range(6)
+REJECT_REASON_NAMES = ("too_long", "kv_capacity", "queue_cap", "max_num_queued_reqs",
+                       "max_num_queued_tokens", "kv_reserve")
+
+# The columns of Stats.work, what the roofline step time is computed from (hardware.step_time):
+# summed over an instance's iterations, they give its model FLOPs and bytes (metrics.py).
+WORK_COLUMNS = ("iterations", "tokens", "ctx_read", "attn_work")
+
 # Model cascade: the tier a request was served on. LARGE: routed to the large pool; SMALL:
 # routed to the small pool (its answer is final unless it fails its check); RETRIED: routed to
 # the small pool, failed its check there, and served again on the large pool.
@@ -350,6 +364,8 @@ class Entries:
     qkey: jnp.ndarray  # [A] i32 vLLM's queue positions: running, the order of admission
     #                    (ascending); preempted and waiting, the order of the deque they were
     #                    pushed back to the front of (ascending, below 0); new arrivals 0
+    scheduled_at: jnp.ndarray  # [A] f64 time it was first scheduled (admitted; nan before)
+    reject_reason: jnp.ndarray  # [A] i32 REJECT_* why it was rejected (-1: not rejected)
     # one sub-state per mechanism, None when the mechanism is off; each is set up on arrival
     # and reset beside its mechanism:
     prefix: PrefixRefs | None = None  # prefix caching (engine/prefix.py)
@@ -372,6 +388,8 @@ class Outbox:
     n_preempt: jnp.ndarray  # [R] i32 preemptions
     tokens_computed: jnp.ndarray  # [R] i64 tokens computed for the request
     kv_ratio: jnp.ndarray  # [R] f64 KV compression factor it ended with (1 = never compressed)
+    scheduled_at: jnp.ndarray  # [R] f64 time it was first scheduled (seconds; nan if never)
+    reject_reason: jnp.ndarray  # [R] i32 REJECT_* why it was rejected (-1: not rejected)
     count: jnp.ndarray  # [] i32 valid records
     tier: jnp.ndarray | None = None  # [R] i32 cascade tier (model cascade only, else None)
     shift: jnp.ndarray | None = None  # [R] f64 seconds its events moved by (relaxed engines only:
@@ -412,6 +430,8 @@ class Stats:
     spec_proposed: jnp.ndarray  # [] i64 draft tokens proposed
     spec_accepted: jnp.ndarray  # [] i64 draft tokens accepted (before output-length caps)
     spec_emitted: jnp.ndarray  # [] i64 tokens emitted by those passes
+    work: jnp.ndarray  # [I, 4] f64 each instance's model work (WORK_COLUMNS): iterations, tokens
+    #                    computed, context tokens read, attention work (new tokens x context)
 
 
 @struct.dataclass

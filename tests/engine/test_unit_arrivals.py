@@ -8,7 +8,17 @@ from toy import column, config, entries, params, running
 
 from servetune.engine.arrivals import take_arrivals
 from servetune.scenario import stack_workloads
-from servetune.types import DONE, REJECTED, RUNNING, WAITING
+from servetune.types import (
+    DONE,
+    REJECT_KV_CAPACITY,
+    REJECT_QUEUE_CAP,
+    REJECT_QUEUED_REQS,
+    REJECT_QUEUED_TOKENS,
+    REJECT_TOO_LONG,
+    REJECTED,
+    RUNNING,
+    WAITING,
+)
 from servetune.workload import RequestTrace
 
 CFG = config()  # 4 + 4 entries, max_model_len 64, 4-token blocks
@@ -60,19 +70,34 @@ def test_too_long_and_never_fitting_prompts_are_rejected_at_their_arrival():
     assert column(out, "status", 3) == [DONE, DONE, WAITING]
     assert column(out, "end_state", 2) == [REJECTED, REJECTED] and column(out, "finish", 2) == [
         0.0, 0.0]
+    assert column(out, "reject_reason", 3) == [REJECT_TOO_LONG, REJECT_KV_CAPACITY, -1]
+    assert all(np.isnan(column(out, "scheduled_at", 3)))  # none scheduled yet
+
+
+def test_a_rejection_names_the_first_check_it_failed():
+    # the 64-token prompt is both too long and too big for 10 blocks, and past the queue cap:
+    # the length check comes first; the 40-token one fails the KV check before the cap
+    wl = _workload([(0.0, 64, 4), (0.0, 40, 4), (0.0, 8, 4), (0.0, 8, 4)])
+    out, _, _, _, rejected = _take(entries(CFG, []), 0.0, wl=wl,
+                                   p=params({"queue_cap": 1}, kv_blocks=10))
+    assert rejected == 3
+    assert column(out, "reject_reason", 4) == [REJECT_TOO_LONG, REJECT_KV_CAPACITY, -1,
+                                               REJECT_QUEUE_CAP]
 
 
 def test_the_queue_caps_each_see_the_arrivals_let_in_before_them():
     e = entries(CFG, [{"prompt": 8, "output": 4, "req": 9}])  # one waiting already
-    cases = {"queue_cap": (2, [WAITING, DONE, DONE]),  # room for one more waiting
-             "max_num_queued_reqs": (3, [WAITING, WAITING, DONE]),  # unfinished + 1 <= 3
+    cases = {"queue_cap": (2, [WAITING, DONE, DONE], REJECT_QUEUE_CAP),  # room for one more
+             "max_num_queued_reqs": (3, [WAITING, WAITING, DONE], REJECT_QUEUED_REQS),
              # prompt tokens without a first token: 8 + 8 = 16 < 20 lets the second in,
              # 8 + 8 + 10 = 26 refuses the third
-             "max_num_queued_tokens": (20, [WAITING, WAITING, DONE])}
-    for key, (cap, statuses) in cases.items():
+             "max_num_queued_tokens": (20, [WAITING, WAITING, DONE], REJECT_QUEUED_TOKENS)}
+    for key, (cap, statuses, code) in cases.items():
         out, _, _, _, rejected = _take(e, 1.0, p=params({key: cap}))
         assert column(out, "status", 4)[1:] == statuses, key
         assert rejected == statuses.count(DONE), key
+        assert column(out, "reject_reason", 4)[1:] == [
+            code if s == DONE else -1 for s in statuses], key
 
 
 def test_the_queued_token_cap_counts_past_int32_without_wrapping():

@@ -14,7 +14,7 @@ PARAMS = params(base_s=0.01, per_prefill_token_s=0.0, per_decode_seq_s=1e-3, kv_
 
 
 def _leap(e, t=1.0, t_limit=float("inf"), p=PARAMS, cfg=CFG):
-    out, t_end, k, dur, _, blocks, done = leap(e, t, t_limit, p, cfg)
+    out, t_end, k, dur, _, blocks, done, _ = leap(e, t, t_limit, p, cfg)
     return out, float(t_end), int(k), np.asarray(dur), int(blocks), np.asarray(done)
 
 

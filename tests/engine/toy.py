@@ -44,7 +44,8 @@ _EMPTY = {"req": -1, "status": EMPTY, "arrival": np.nan, "prompt": 0, "output": 
           "predicted": 0.0, "computed": 0, "generated": 0, "blocks": 0, "preempted": False,
           "n_preempt": 0, "tokens_computed": 0, "first_token": np.nan, "last_emit": np.nan,
           "finish": np.nan, "end_state": -1, "give_up_at": np.inf, "give_up_state": -1,
-          "spec_alpha": 0.0, "kv_ratio": 1.0, "ready_at": -np.inf, "qkey": 0}
+          "spec_alpha": 0.0, "kv_ratio": 1.0, "ready_at": -np.inf, "qkey": 0,
+          "scheduled_at": np.nan, "reject_reason": -1}
 _DTYPE = {f.name: (jnp.float64 if isinstance(_EMPTY[f.name], float) else
                    jnp.bool_ if isinstance(_EMPTY[f.name], bool) else jnp.int32)
           for f in dataclasses.fields(Entries) if f.name in _EMPTY}

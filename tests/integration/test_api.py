@@ -126,3 +126,11 @@ def test_one_scenario_reprs_its_figures_not_ranges():
     text = repr(one)
     assert "1 scenario(s): 1 seed(s) x 1 grid point(s);" in text
     assert f"goodput_rps={one.table['goodput_rps'][0]:.4g}" in text
+
+
+def test_a_failing_override_is_named_with_the_ones_before_it_applied():
+    # workload.n_requests exists only once workload=poisson is chosen: the one that fails is
+    # the dict value with a key poisson's prompt section lacks
+    with pytest.raises(ConfigError, match=r"^workload\.prompt: "):
+        api.compose(["workload=poisson", "workload.n_requests=1",
+                     "workload.prompt={dist: fixed, value: 5}"])

@@ -39,7 +39,8 @@ def _entries(rng, n=40, waiting_only=False):
         tokens_computed=z(), first_token=z(np.float64), last_emit=z(np.float64),
         finish=z(np.float64), end_state=z(), give_up_at=jnp.full(n, jnp.inf), give_up_state=z(),
         spec_alpha=z(np.float64), kv_ratio=jnp.ones(n), ready_at=jnp.full(n, -jnp.inf),
-        qkey=jnp.zeros(n, jnp.int32))
+        qkey=jnp.zeros(n, jnp.int32), scheduled_at=jnp.full(n, jnp.nan),
+        reject_reason=jnp.full(n, -1, jnp.int32))
 
 
 def _gateway(tmp_path, w, linear):

@@ -14,7 +14,7 @@ from servetune.errors import ConfigError
 from servetune.loop import step_trace
 from servetune.metrics import compute_metrics
 from servetune.scenario import build, stack_workloads
-from servetune.types import COMPLETED, EVICTED, EngineConfig
+from servetune.types import COMPLETED, EVICTED, REJECT_KV_RESERVE, EngineConfig
 
 CFG = EngineConfig(max_slots=8, queue_window=8, block_size=16, max_model_len=1024,
                    cost_form="linear", outbox=64)
@@ -62,6 +62,8 @@ def test_preempt_requeues_and_reject_reserves():
     res = run(PAIR, PAIR_PARAMS, dataclasses.replace(CFG, kv_pressure="reject"))[0][0]
     assert res.end_state.tolist() == [COMPLETED, 1] and res.finish[1] == 0.0  # REJECTED at 0
     assert res.n_preempt.tolist() == [0, 0] and res.tokens_computed[1] == 0
+    assert res.reject_reason.tolist() == [-1, REJECT_KV_RESERVE]  # refused at admission
+    assert res.scheduled_at[0] == 0.0 and np.isnan(res.scheduled_at[1])
 
 
 

@@ -51,20 +51,29 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
     return e, next_req + n_take, pending - n_take, n_arrived, n_rejected
 
 
-def _below_caps(e: Entries, ok, ok_rank, prompt, pol):
-    """[A] arrivals (`ok`, ranked `ok_rank` in trace order) the queue caps let in, each seeing
-    the ones let in before it: the gateway's queue_cap on waiting requests, and vLLM's API
-    server checks, max_num_queued_reqs on unfinished requests (current + 1 > cap is refused)
-    and max_num_queued_tokens on the prompt tokens of requests without a first token (refused
-    once they reach the cap)."""
+def _within_caps(e: Entries, ok, ok_rank, prompt, pol):
+    """([A] bool each, in REJECT_* order) arrivals (`ok`, ranked `ok_rank` in trace order)
+    within each queue cap, each seeing the ones before it: the gateway's queue_cap on waiting
+    requests, and vLLM's API server checks, max_num_queued_reqs on unfinished requests
+    (current + 1 > cap is refused) and max_num_queued_tokens on the prompt tokens of requests
+    without a first token (refused once they reach the cap)."""
     n_waiting = jnp.sum(e.status == WAITING, dtype=jnp.int32)
     unfinished = jnp.sum((e.status != EMPTY) & (e.status != DONE), dtype=jnp.int32)
     prefilling = (e.status != EMPTY) & (e.status != DONE) & (e.generated == 0)
     queued_tokens = jnp.sum(jnp.where(prefilling, e.prompt, 0))
     tokens_before = queued_tokens + ops.cumsum(jnp.where(ok, prompt, 0)) - prompt
-    return (relax.below(n_waiting + ok_rank, relax.integer_limit(pol.queue_cap))
-            & (unfinished + ok_rank + 1 <= relax.integer_limit(pol.max_num_queued_reqs))
-            & (tokens_before < relax.integer_limit(pol.max_num_queued_tokens)))
+    return (relax.below(n_waiting + ok_rank, relax.integer_limit(pol.queue_cap)),
+            unfinished + ok_rank + 1 <= relax.integer_limit(pol.max_num_queued_reqs),
+            tokens_before < relax.integer_limit(pol.max_num_queued_tokens))
+
+
+def _reject_reason(checks):
+    """[A] i32 the REJECT_* code of the first failed check of `checks` (bool [A] each, in
+    REJECT_* order; -1 where all pass)."""
+    reason = jnp.full(checks[0].shape, -1, jnp.int32)
+    for code in reversed(range(len(checks))):  # the first failed check wins
+        reason = jnp.where(checks[code], reason, code)
+    return reason
 
 
 def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: EngineConfig,
@@ -77,11 +86,12 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
     prompt = read(wl.prompt)
     output = jnp.minimum(read(wl.output), jnp.maximum(cfg.max_model_len - prompt, 1))
     pol, kv_total = params.policy, params.cost.kv_blocks
-    fits = ((prompt < cfg.max_model_len)
-            & (blocks_for(jnp.maximum(prompt + output - 1, 1), cfg) <= kv_total))
-    ok = take & fits
+    short = prompt < cfg.max_model_len
+    fits = blocks_for(jnp.maximum(prompt + output - 1, 1), cfg) <= kv_total
+    ok = take & short & fits
     ok_rank = ops.cumsum(ok, dtype=jnp.int32) - 1
-    accept = ok & _below_caps(e, ok, ok_rank, prompt, pol)
+    caps = _within_caps(e, ok, ok_rank, prompt, pol)
+    accept = ok & caps[0] & caps[1] & caps[2]
     reject = take & ~accept
 
     nan = jnp.full_like(e.finish, jnp.nan)
@@ -114,6 +124,9 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
                   else e.kv_ratio),
         ready_at=e.ready_at,
         qkey=sel(zero, e.qkey),
+        scheduled_at=sel(nan, e.scheduled_at),
+        reject_reason=sel(jnp.where(reject, _reject_reason((short, fits, *caps)), -1),
+                          e.reject_reason),
         priority=(sel(read(wl.priority), e.priority) if cfg.scheduling_policy == "priority"
                   else e.priority),
         relaxed=shift.reset_tape(e.relaxed, take) if cfg.relax != "hard" else None,

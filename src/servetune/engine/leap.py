@@ -66,7 +66,8 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
 
     Returns (entries, end time, iterations K, duration of each iteration [L] (0 past K),
     gap histogram increments as (values [A + L], weights [A + L]), KV blocks in use in the
-    run's last iteration (its peak: before the completions free theirs), completed mask [A]).
+    run's last iteration (its peak: before the completions free theirs), completed mask [A],
+    context tokens the K iterations read, summed).
     K = 0 leaves everything unchanged.
     `kv_offset`: with prefix caching, blocks in use beyond sum(e.blocks) (engine/prefix.py).
     """
@@ -115,7 +116,8 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
         blocks=blocks,
     )
     e = retire(e, complete, COMPLETED, t_end)
-    return e, t_end, k, jnp.where(j < k, dur, 0.0), (gaps, weights), blocks_in_use, complete
+    return (e, t_end, k, jnp.where(j < k, dur, 0.0), (gaps, weights), blocks_in_use, complete,
+            jnp.sum(jnp.where(j < k, ctx, 0.0)))
 
 
 def add_gaps(hist, gap_increments):

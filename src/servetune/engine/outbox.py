@@ -43,6 +43,8 @@ RECORDS = (
     RecordField("n_preempt", jnp.int32, 0),
     RecordField("tokens_computed", jnp.int64, 0),  # recomputation included
     RecordField("kv_ratio", jnp.float64, 1.0),  # KV compression it ended with (1 = none)
+    RecordField("scheduled_at", jnp.float64, float("nan")),  # seconds, first admission
+    RecordField("reject_reason", jnp.int32, -1),  # types.REJECT_* (-1: not rejected)
     RecordField("tier", jnp.int32, -1, only="cascade"),  # cascade tier (-1: never routed)
     # the relaxed engines' tapes, read by grad/pathwise.py only
     RecordField("shift", jnp.float64, float("nan"), only="relaxed", result=False),  # seconds
