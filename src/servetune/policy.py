@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from servetune import neural
+from servetune import neural, settings
 from servetune.errors import ConfigError
 from servetune.neural import neural_score
 from servetune.types import RUNNING, WAITING, Entries, PolicyParams
@@ -104,13 +104,15 @@ def make_policy(values: Mapping[str, object] | None = None, order: str = "fcfs",
             arr = np.asarray(value, dtype=np.float64)
         except (TypeError, ValueError):
             raise ConfigError(
-                f"{key_prefix}.{key}: got {value!r}; expected a number or a list of numbers"
+                f"{key_prefix}.{key}: got {settings.shown(value)}; expected a number or a list of "
+                f"numbers"
             ) from None
         if np.isnan(arr).any():
             raise ConfigError(f"{key_prefix}.{key}: got NaN; expected a number")
         lo, hi = BOUNDS.get(key, (-math.inf, math.inf))
         if (arr < lo).any() or (arr > hi).any() or (np.isinf(arr).any() and key not in UNLIMITED):
-            raise ConfigError(f"{key_prefix}.{key}: got {value!r}; expected within [{lo}, {hi}]")
+            raise ConfigError(f"{key_prefix}.{key}: got {settings.shown(value)}; expected within "
+                              f"[{lo}, {hi}]")
         arrays[key] = arr
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     fields = {k: jnp.asarray(np.broadcast_to(a, shape)) for k, a in arrays.items()}
