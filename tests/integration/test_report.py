@@ -17,8 +17,10 @@ import pandas as pd
 import pytest
 
 from servetune.reporting import report
+from servetune.reporting.browser import check_page, find_chromium
 from servetune.reporting.cli import main as report_main
 from servetune.reporting.collect import collect, parse_overrides
+from servetune.reporting.latency import point_cdfs
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import aggregate, bootstrap, compare, verdicts
 
@@ -116,6 +118,39 @@ def test_report_on_a_multirun(sweep, tmp_path):
     for label in ("P99", "P90", "P50", "mean", "y log", "x log", "togglegroup"):
         assert label in page
     assert "distinguishable" in page and "distinguishable" in proc.stdout
+    _check_answers(root, out, points, page, proc.stdout)
+
+
+def _check_answers(root, out, points, page, stdout):
+    """Which setting and why, on a real sweep: the best by the tuner's order worked out from
+    points.csv, the CDFs from the requests, latencies in ms, the missing timeline explained."""
+    best = pd.read_csv(out / "best.csv")
+    assert list(best["condition"]) == ["all points"]  # max_num_seqs is a setting, no condition
+    meets = points[points["slo_attainment_mean"] >= 0.99]
+    want = meets.loc[meets["useful_tokens_per_dollar_mean"].idxmax()] if len(meets) else \
+        points.loc[points["slo_attainment_mean"].idxmax()]
+    assert best["setting"].iloc[0] == f"max_num_seqs={want['policy.max_num_seqs']}"
+    assert bool(best["meets_target"].iloc[0]) == bool(len(meets))
+    assert best["run"].iloc[0] == want["run"] and best["slo_target"].iloc[0] == 0.99
+    # the CDF of TTFT of max_num_seqs=8, by hand: the counted, completed requests of both seeds
+    runs = pd.read_csv(out / "runs.csv")
+    lat = []
+    for run in runs.loc[runs["policy.max_num_seqs"] == 8, "run"]:
+        req = pd.read_parquet(root / str(run) / "requests.parquet")
+        req = req[req["counted"] & (req["end_state"] == "completed")]
+        lat += list(req["ttft_s"] * 1000.0)
+    cdf = point_cdfs(collect(root, exclude=out), skipped=[])["max_num_seqs=8"]["ttft"]
+    assert len(lat) == cdf.n > 20 and np.allclose(cdf.x_ms, sorted(lat))
+    assert np.allclose(cdf.p, np.arange(1, len(lat) + 1) / len(lat))
+    for png in ("fig_pareto.png", "fig_latency_cdf.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "fig_timeline.png").exists()
+    for fid in ("fig-pareto", "fig-cdf", "fig-0"):
+        assert f"class='servetune-figure' id='{fid}'" in page
+    assert "has no timeline.parquet" in page and "output.timeline=true" in page
+    assert "<b>SLO TTFT target</b>: 2000 ms" in page and "P99 TTFT (ms)" in page
+    assert "P99 TTFT ms" in stdout and "best setting per condition" in stdout
+    assert "timeline: run " in stdout and "output.timeline=true" in stdout
 
 
 def test_report_without_runs_is_a_clear_error(tmp_path):
@@ -364,3 +399,38 @@ def test_out_in_a_read_only_place_is_an_error(tmp_path, capsys):
         assert re.search(rf"error: (--out )?{re.escape(str(out))}: cannot be an output folder "
                          r"\(", err), err
         assert "Traceback" not in err and not out.exists()
+
+
+@pytest.mark.slow
+def test_report_per_condition_and_of_a_replay_on_real_runs(tmp_path):
+    """A real sweep over a workload condition (rate) and a setting, and a replayed trace whose
+    seeds are identical: best per rate, 'no information' for the replay; the page in Chromium
+    when there is one."""
+    proc = _servetune("simulate", "-m", "workload=poisson", "workload.duration_s=8",
+                      "window.drain_s=30", "workload.rate=5,40", "policy.max_num_seqs=4,32",
+                      "output.progress=false", f"hydra.sweep.dir={tmp_path / 'mr'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = report(tmp_path / "mr", tmp_path / "out", n_boot=200)
+    assert rep.conditions == ["workload.rate"] and list(rep.best["condition"]) == \
+        ["workload.rate=5", "workload.rate=40"]
+    for (cond, g), best in zip(rep.points.groupby("workload.rate", sort=False),
+                               rep.best.itertuples()):
+        meets = g[g["slo_attainment_mean"] >= 0.99]
+        want = meets.loc[meets["useful_tokens_per_dollar_mean"].idxmax()] if len(meets) else \
+            g.loc[g["slo_attainment_mean"].idxmax()]
+        assert best.setting == f"max_num_seqs={want['policy.max_num_seqs']}", (cond, best)
+    if find_chromium() is not None:
+        result = check_page(rep.out_dir / "report.html")
+        assert result.problems == [] and result.drawn == 4  # pareto, cdf, 2 keys
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(
+        f"{k * 0.1},{200 + 37 * k % 900},{1 + 13 * k % 200}\n" for k in range(80)))
+    proc = _servetune("simulate", "-m", "workload=file", f"workload.path={trace}",
+                      "policy.max_num_seqs=8,64", "seed=0,1", "output.progress=false",
+                      f"hydra.sweep.dir={tmp_path / 'replay'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = report(tmp_path / "replay", tmp_path / "out2", n_boot=200, figures=False)
+    tpd = rep.comparisons[rep.comparisons["metric"] == "useful_tokens_per_dollar"].iloc[0]
+    assert tpd["distinguishable"] is None and tpd["note"].startswith("no information")
+    assert any(v.startswith("useful tokens per $: best") and "no information to tell it from 1"
+               in v for v in rep.verdicts)
