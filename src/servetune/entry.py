@@ -12,29 +12,32 @@ from rich.console import Console
 
 from servetune.errors import ServetuneError
 from servetune.files import write_json
+from servetune.joblog import kept_in_log
 
 JOB_ERROR_FILE = "error.json"  # a failed multirun job's record, in its output folder
 
 
 def exit_on_user_error(run, cfg):
     """Return run(cfg); a ServetuneError (a user error) prints its message and exits with 2.
+    What the command prints is also kept in the run folder's log (servetune.joblog).
 
     In a Hydra multirun the job does not exit (that would end the other jobs too): it writes
     JOB_ERROR_FILE ({job, overrides, error}) into its output folder and returns the worst
     objective for the sweeper's direction (-inf when maximizing; Optuna refuses NaN), so an
     Optuna study steers away from it; the sweep's end names the failed jobs and exits 2
     (servetune.reporting.callback)."""
-    try:
-        return run(cfg)
-    except ServetuneError as err:
-        job = _multirun_job()
-        where = "" if job is None else f"job #{job['job']} ({' '.join(job['overrides'])}): "
-        Console(stderr=True).print(f"[red]error:[/red] {where}{err}", highlight=False,
-                                   soft_wrap=True)
-        if job is None:
-            sys.exit(2)
-        write_json(Path(job.pop("output_dir")) / JOB_ERROR_FILE, dict(job, error=str(err)))
-        return _worst_value()
+    with kept_in_log():  # the run folder's log keeps what the command prints
+        try:
+            return run(cfg)
+        except ServetuneError as err:
+            job = _multirun_job()
+            where = "" if job is None else f"job #{job['job']} ({' '.join(job['overrides'])}): "
+            Console(stderr=True).print(f"[red]error:[/red] {where}{err}", highlight=False,
+                                       soft_wrap=True)
+            if job is None:
+                sys.exit(2)
+            write_json(Path(job.pop("output_dir")) / JOB_ERROR_FILE, dict(job, error=str(err)))
+            return _worst_value()
 
 
 def _worst_value() -> float:

@@ -34,6 +34,10 @@ def test_simulate_writes_outputs(tmp_path):
     resolved = (tmp_path / "config_resolved.yaml").read_text()
     assert "max_num_seqs: 128" in resolved and "seed: 3" in resolved
     assert "goodput" in proc.stdout
+    # the run folder's log keeps what was printed, as plain text
+    log = (tmp_path / "cli.log").read_text()
+    assert "servetune simulate" in log and "goodput (req/s) / SLO attainment" in log
+    assert f"wrote {tmp_path}/metrics.json" in log and "\x1b[" not in log
 
 
 def test_grid_from_cli_is_one_batch(tmp_path):
@@ -49,6 +53,7 @@ def test_bad_config_exits_with_message(tmp_path):
     proc = _run(tmp_path, "hardware.gpu=h900")
     assert proc.returncode == 2
     assert "hardware.gpu: unknown name 'h900'" in proc.stderr
+    assert "error: hardware.gpu: unknown name 'h900'" in (tmp_path / "cli.log").read_text()
 
 
 @pytest.mark.parametrize("argv", [[], ["--help"], ["-h"], ["help"]])
