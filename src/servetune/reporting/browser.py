@@ -57,6 +57,7 @@ class BrowserCheck:
 
     @property
     def ok(self) -> bool:
+        """Whether the page passed: no problems."""
         return not self.problems
 
 

@@ -11,6 +11,8 @@ from servetune.errors import ServetuneError
 
 
 def parser() -> argparse.ArgumentParser:
+    """The command's arguments (DIR, --out, --bootstrap, --seed, --no-html, --no-figures,
+    --timeline, --setting)."""
     p = argparse.ArgumentParser(
         prog="servetune report",
         description="Collect every run under DIR (a `servetune simulate` run or multirun "

@@ -74,6 +74,7 @@ class Collection:
 
 
 def is_numeric(col: pd.Series) -> bool:
+    """Whether a column holds only numbers (not flags, no gaps): a numeric axis."""
     return (pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
             and bool(col.notna().all()))
 
@@ -133,7 +134,8 @@ def _read_yaml(path: Path):
 def _first_line(err: Exception) -> str:
     """A one-line reason for a read error: where a YAML or UTF-8 error is, else its first line."""
     if isinstance(err, UnicodeDecodeError):
-        return f"not UTF-8 text (byte {err.start} = 0x{err.object[err.start]:02x}): binary or damaged"
+        byte = err.object[err.start]
+        return f"not UTF-8 text (byte {err.start} = 0x{byte:02x}): binary or damaged"
     mark = getattr(err, "problem_mark", None)
     if isinstance(err, yaml.YAMLError) and mark is not None:
         return f"not YAML at line {mark.line + 1}, column {mark.column + 1}: {err.problem}"

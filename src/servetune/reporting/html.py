@@ -37,17 +37,28 @@ def _num(v: float, digits: int = 4) -> str:
 
 
 def _main(g: pd.DataFrame, metric: str, xs: list) -> dict:
-    """The mean trace of one line of a panel (latencies in ms), with its hover texts."""
+    """The mean trace of one line of a panel (latencies in ms), with its hover texts: the std
+    over seeds and the bootstrap interval, or that they carry no information (stats.intervals:
+    every seed gave the same value, an interval of zero width)."""
+    from servetune.reporting.stats import NO_INFO_SEEDS, intervals
+
     k = scale(metric)
     mean, std = _arr(g, f"{metric}_mean") * k, _arr(g, f"{metric}_std") * k
     lo, hi, n = _arr(g, f"{metric}_ci_lo") * k, _arr(g, f"{metric}_ci_hi") * k, _arr(g, "n")
+    notes = intervals(g, metric)[2] if f"{metric}_mean" in g else [""] * len(g)
     text = []
-    for label, m, s, a, b, k in zip(g["point"], mean, std, lo, hi, n):
+    for label, m, s, a, b, seeds, note in zip(g["point"], mean, std, lo, hi, n, notes):
         line = f"<b>{html_lib.escape(str(label))}</b><br>{title(metric)}: {_num(m)}"
-        line += f" ± {_num(s, 3)} (std over {int(k)} seeds)" if math.isfinite(s) else \
-            f" ({int(k)} seed)"
-        if math.isfinite(a) and math.isfinite(b):
+        if note == NO_INFO_SEEDS:
+            line += f" (all {int(seeds)} seeds gave this value)"
+        elif math.isfinite(s):
+            line += f" ± {_num(s, 3)} (std over {int(seeds)} seeds)"
+        else:
+            line += f" ({int(seeds)} seed)"
+        if math.isfinite(a) and math.isfinite(b) and a != b:
             line += f"<br>{LEVEL:.0%} bootstrap CI [{_num(a)}, {_num(b)}]"
+        if note.startswith("no information"):
+            line += f"<br>{note}"
         text.append(line)
     return {"x": xs, "y": _none(mean),
             "error_y": {"type": "data", "array": _none(np.nan_to_num(std)), "visible": True},

@@ -31,12 +31,14 @@ def _axis_names(n: int) -> list[tuple[str, str]]:
             for i in range(1, n + 1)]
 
 
-def _type_buttons(n: int, axis: str, active_log: bool, x: float) -> dict:
-    """Buttons setting the `axis` ("x" or "y") of all n subplots linear or log."""
+def _type_buttons(n: int, axis: str, logs: list, x: float) -> dict:
+    """Buttons setting the `axis` ("x" or "y") of all n subplots linear or log; the one
+    matching every subplot's starting type (`logs`) is shown active (none when they differ)."""
     names = [a if axis == "x" else b for a, b in _axis_names(n)]
     return {"buttons": [{"label": f"{axis} {t}", "method": "relayout",
                          "args": [{f"{a}.type": t for a in names}]} for t in ("linear", "log")],
-            "type": "buttons", "direction": "right", "active": 1 if active_log else 0,
+            "type": "buttons", "direction": "right",
+            "active": 1 if all(logs) else 0 if not any(logs) else -1,
             "x": x, "y": 1.0, "yanchor": "bottom", "xanchor": "left", "pad": {"b": 30}}
 
 
@@ -102,7 +104,7 @@ def pareto_figure(points: pd.DataFrame, conditions: list, settings: list, best: 
     keys = list(conditions) + list(settings)
     fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.08, vertical_spacing=0.12,
                         subplot_titles=[f"{title(v)} vs {title(lat)}" for lat, v in FRONT_PANELS])
-    x_log = []
+    x_log, y_log = [], []
     for p, (lat, val) in enumerate(FRONT_PANELS):
         where = {"row": p // 2 + 1, "col": p % 2 + 1}
         for k, (cond, g) in enumerate(groups):
@@ -120,12 +122,12 @@ def pareto_figure(points: pd.DataFrame, conditions: list, settings: list, best: 
                                         t == target[0]), **where)
         x_log.append(log_scale(np.concatenate([points[f"{lat}_mean"] * 1000.0, target])))
         fig.update_xaxes(title_text=title(lat), type="log" if x_log[-1] else None, **where)
-        fig.update_yaxes(title_text=title(val),
-                         type="log" if log_scale(points[f"{val}_mean"]) else None, **where)
+        y_log.append(log_scale(points[f"{val}_mean"]))
+        fig.update_yaxes(title_text=title(val), type="log" if y_log[-1] else None, **where)
     fig.update_layout(height=820, template="plotly_white", margin={"t": 100},
                       legend={"groupclick": "togglegroup", "title": {"text": "condition"}},
-                      updatemenus=[_type_buttons(4, "x", all(x_log), 0.0),
-                                   _type_buttons(4, "y", False, 0.25)])
+                      updatemenus=[_type_buttons(4, "x", x_log, 0.0),
+                                   _type_buttons(4, "y", y_log, 0.25)])
     return fig
 
 
@@ -163,7 +165,7 @@ def cdf_figure(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame):
                          row=1, col=c)
     fig.update_layout(height=500, template="plotly_white", margin={"t": 110},
                       legend={"title": {"text": "point"}},
-                      updatemenus=[_type_buttons(3, "x", all(logs), 0.0)])
+                      updatemenus=[_type_buttons(3, "x", logs, 0.0)])
     return fig
 
 
