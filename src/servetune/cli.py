@@ -16,6 +16,7 @@ from rich.console import Console
 from servetune.api import simulate_batch
 from servetune.calibrate import calibrate_app
 from servetune.entry import exit_on_user_error
+from servetune.export_cli import main as export_main
 from servetune.files import write_json, write_text, write_whole
 from servetune.progress import console as progress_console
 from servetune.progress import simulation_progress
@@ -34,6 +35,7 @@ COMMANDS = {  # command -> what it does (servetune --help)
     "tune": "search scheduler/admission settings for goodput per dollar; export them",
     "calibrate": "fit the step-time cost model to measured engine iterations",
     "report": "collect run folders into tables, figures and one HTML page",
+    "export": "turn any run's or sweep point's policy into vLLM / SGLang arguments",
     "golden": "record vLLM's own scheduler as fixtures, or check servetune against them",
     "observe": "replay a trace on a real vLLM engine, or import a deployment's records",
     "validate": "calibrate on one observed run, predict another, report the errors",
@@ -198,7 +200,7 @@ def main() -> None:
         sys.exit(2)
     command = sys.argv.pop(1)
     argparse_apps = {"report": report_main, "golden": golden_main, "observe": observe_main,
-                     "validate": validate_main}
+                     "validate": validate_main, "export": export_main}
     if command in argparse_apps:
         sys.exit(argparse_apps[command](sys.argv[1:]))
     problem = output_dir_problem(sys.argv[1:])

@@ -83,6 +83,9 @@ COMMANDS: dict[str, How] = {
     f"servetune report {REPORT_DIR}":
         How("run", setup="servetune simulate -m workload=poisson policy.max_num_seqs=32,64 "
                          f"hydra.sweep.dir={REPORT_DIR}"),
+    f"servetune export {REPORT_DIR} --point workload.rate=10":
+        How("run", setup="servetune simulate -m workload=poisson workload.duration_s=8 "
+                         f"policy.max_num_seqs=32,64 workload.rate=5,10 hydra.sweep.dir={REPORT_DIR}"),
     'pip install -e ".[joblib]"': How("install"),
     "servetune simulate -m hydra/launcher=joblib_local hydra.launcher.n_jobs=4 "
     "policy.max_num_seqs=32,64,128 workload.rate_scale=0.5,1,2":
@@ -202,6 +205,8 @@ def _check(cmd: str, proc: subprocess.CompletedProcess, tmp_path: Path, exact: b
         assert (tmp_path / "outputs" / "observe" / "steps.csv").is_file()
     if cmd.startswith("servetune report"):
         assert (tmp_path / REPORT_DIR / "report" / "report.html").is_file()
+    if cmd.startswith("servetune export"):
+        assert "--max-num-seqs" in (tmp_path / REPORT_DIR / "export" / "vllm_args.json").read_text()
     if cmd == "servetune golden --check":
         checked = 2 if not exact else len(list(FIXTURES.glob("*.json.gz")))
         assert proc.stdout.count(": identical") == checked, proc.stdout

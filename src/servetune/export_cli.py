@@ -1,0 +1,238 @@
+"""`servetune export DIR [--point KEY=VALUE ...] [--out OUT]`: the policy of any run, or of one
+point of a grid, sweep or tuning run, as the engine files servetune.export writes
+(tuned_policy.yaml, vllm_args.json, sglang_args.json, unmapped_knobs.json).
+
+DIR is a `servetune tune` run (it holds tune_summary.json: its best policy is exported), or a
+`servetune simulate` run or multirun folder (metrics.csv under it). Of the latter's points,
+`--point KEY=VALUE` keeps those whose KEY has VALUE (a swept key, `workload.rate=5`, or a grid
+or policy key, `policy.max_num_seqs=64`; `max_num_seqs=64` names the same); the points left must
+share one condition (reporting/choose.py: every swept key that is not a policy knob), and of
+their settings the best by the tuner's order is exported (meets the SLO target, then the most
+useful tokens per dollar), with what it was chosen over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+
+from servetune import export, inputs
+from servetune.errors import ConfigError, ServetuneError
+from servetune.policy import DEFAULTS
+from servetune.reporting.choose import condition_groups, rank, setting_label, split_keys
+from servetune.reporting.collect import collect
+from servetune.reporting.numbers import fmt
+from servetune.reporting.stats import aggregate
+from servetune.scenario import build
+
+TUNE_SUMMARY = "tune_summary.json"
+RESOLVED = "config_resolved.yaml"
+
+
+@dataclasses.dataclass(frozen=True)
+class Chosen:
+    """The point to export: its run folder and resolved config, its policy values (policy keys
+    of servetune.policy.DEFAULTS, plus score_net for a neural order) and order, and in words
+    which point it is and why it was chosen."""
+
+    run_dir: Path
+    cfg: DictConfig
+    values: dict
+    order: str
+    label: str
+    why: str
+
+
+def _resolved(run_dir: Path) -> DictConfig:
+    """The run's config_resolved.yaml; ServetuneError naming it when missing or unreadable."""
+    path = run_dir / RESOLVED
+    inputs.check_regular(path, "resolved config (config_resolved.yaml)", ServetuneError)
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as err:  # noqa: BLE001 -- YAML and OmegaConf raise many kinds
+        raise ServetuneError(f"{path}: cannot read ({str(err).splitlines()[0]})") from None
+    if not isinstance(cfg, DictConfig) or not isinstance(cfg.get("policy"), DictConfig):
+        raise ServetuneError(f"{path}: no policy section; expected a servetune run's config")
+    return cfg
+
+
+def _policy(cfg: DictConfig, overrides: dict) -> tuple[dict, str]:
+    """(values, order) of the run's policy section with `overrides` (policy key -> value)."""
+    section = OmegaConf.to_container(cfg.policy, resolve=True)
+    values = {k: v for k, v in section.items() if k in DEFAULTS or k == export.NET_KEY}
+    values.update(overrides)
+    return values, str(section.get("order", "fcfs"))
+
+
+def choose_tuned(run_dir: Path) -> Chosen:
+    """The best policy of a `servetune tune` run folder."""
+    path = run_dir / TUNE_SUMMARY
+    try:
+        summary = json.loads(inputs.read_bytes(path, "tuning summary", ServetuneError),
+                             parse_constant=_refuse_constant)
+        best = dict(summary["best"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise ServetuneError(f"{path}: cannot read its best policy ({err}); expected the "
+                             f"tune_summary.json servetune tune writes") from None
+    cfg = _resolved(run_dir)
+    values, order = _policy(cfg, best)
+    order = "neural" if best.get(export.NET_KEY) is not None else order
+    regressed = " (it regressed on held-out data: see evaluation.csv)" if summary.get(
+        "regression") else ""
+    return Chosen(run_dir, cfg, values, order, "the tuned policy",
+                  f"the best policy servetune tune found{regressed}")
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _column(runs: pd.DataFrame, key: str) -> str:
+    """The runs' column for a --point key: as given, under policy. (grid.X is policy.X)."""
+    bare = key.removeprefix("grid.")
+    names = (f"policy.{bare}",) if key.startswith("grid.") else (key, f"policy.{bare}")
+    for name in names:
+        if name in runs.columns:
+            return name
+    shown = [c for c in runs.columns if "." in c and not c.endswith(("_s", "_rps"))][:12]
+    raise ServetuneError(f"--point {key}: no such key in the runs; expected a swept or grid "
+                         f"key, e.g. {', '.join(shown)}")
+
+
+def _matches(column: pd.Series, value: str) -> pd.Series:
+    """Rows whose value equals `value` (as a number where both are numbers, else as text)."""
+    try:
+        number = float(value)
+    except ValueError:
+        return column.astype(str) == value
+    as_numbers = pd.to_numeric(column, errors="coerce")
+    return (as_numbers - number).abs() <= 1e-9 * max(1.0, abs(number))
+
+
+def filter_runs(runs: pd.DataFrame, points: list[str]) -> pd.DataFrame:
+    """The rows of `runs` that every KEY=VALUE of `points` keeps; ServetuneError naming the
+    filter and the values there are when none does."""
+    for item in points:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ServetuneError(f"--point {item!r}: expected KEY=VALUE, e.g. "
+                                 f"policy.max_num_seqs=64")
+        column = _column(runs, key)
+        kept = runs[_matches(runs[column], value)]
+        if kept.empty:
+            values = sorted({fmt(v) if isinstance(v, float) else str(v) for v in runs[column]})
+            raise ServetuneError(f"--point {item}: no run has {column}={value}; it has "
+                                 f"{', '.join(values[:20])}")
+        runs = kept
+    return runs
+
+
+def choose_point(root: Path, points: list[str]) -> Chosen:
+    """The point of the simulate run(s) under `root` that `points` (KEY=VALUE filters) and the
+    tuner's order choose (module docstring)."""
+    col = collect(root)
+    col = dataclasses.replace(col, runs=filter_runs(col.runs, points).reset_index(drop=True))
+    table = aggregate(col)
+    conditions, settings = split_keys(col.keys)
+    groups = condition_groups(table, conditions)
+    if len(groups) > 1:
+        names = "; ".join(label for label, _ in groups[:6])
+        raise ServetuneError(f"{root}: the points left are under {len(groups)} conditions "
+                             f"({names}); pick one with --point, e.g. --point "
+                             f"{conditions[0]}={fmt(groups[0][1].iloc[0][conditions[0]])}")
+    g = groups[0][1].reset_index(drop=True)
+    order = rank(g)
+    best = g.iloc[order[0]]
+    label = setting_label(best, settings, col.keys)
+    why = "the only point left" if len(g) == 1 else (
+        f"the best of {len(g)} settings by the tuner's order (SLO attainment "
+        f"{_pct(best.get('slo_attainment_mean'))}, useful tokens per $ "
+        f"{fmt(best.get('useful_tokens_per_dollar_mean'))}); runner-up "
+        f"{setting_label(g.iloc[order[1]], settings, col.keys)}; --point picks another")
+    same = col.runs
+    for k in col.keys:
+        same = same[same[k].astype(str) == str(best[k])]
+    row = same.iloc[0]
+    run_dir = col.run_dirs[row["run"]]
+    grid = {c.removeprefix("policy."): row[c] for c in col.runs.columns
+            if c.startswith("policy.") and c.removeprefix("policy.") in DEFAULTS
+            and pd.notna(row[c])}
+    values, order_name = _policy(_resolved(run_dir), grid)
+    return Chosen(run_dir, _resolved(run_dir), values, order_name,
+                  label if label != "all" else str(row["run"]), why)
+
+
+def _pct(value) -> str:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    return f"{100 * v:.3g}%" if math.isfinite(v) else "-"
+
+
+def export_point(directory: str | Path, points: list[str] | None = None,
+                 out: str | Path | None = None) -> tuple[Chosen, dict]:
+    """Write the engine files of the point of `directory` that `points` choose into `out`
+    (default DIR/export). Returns (the point, {file name: path})."""
+    root = inputs.expand(directory, "DIR", ServetuneError).resolve()
+    if not root.is_dir():
+        raise ServetuneError(f"{directory}: not a folder; expected a servetune run, multirun or "
+                             f"tuning folder")
+    tuned = (root / TUNE_SUMMARY).is_file()
+    if tuned and points:
+        raise ServetuneError(f"--point: {root} is a tuning run with one policy, its best; "
+                             f"--point chooses among the points of simulate runs")
+    chosen = choose_tuned(root) if tuned else choose_point(root, list(points or []))
+    target = root / "export" if out is None else inputs.expand(out, "--out", ServetuneError)
+    try:
+        scenario = build(chosen.cfg)
+    except ServetuneError as err:
+        raise ServetuneError(f"{chosen.run_dir / RESOLVED}: cannot rebuild the run to read its "
+                             f"engine ({err})") from None
+    engine = OmegaConf.to_container(chosen.cfg.engine, resolve=True)
+    extra = {"source": str(chosen.run_dir), "point": chosen.label, "chosen": chosen.why}
+    paths = export.write_export(target, chosen.values, chosen.order, engine, extra=extra,
+                                deploy=export.deployment(chosen.cfg, scenario))
+    return chosen, paths
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (DIR, --point, --out)."""
+    p = argparse.ArgumentParser(
+        prog="servetune export",
+        description="Export the policy of a run, or of one point of a grid, sweep or tuning "
+                    "run, to vLLM and SGLang engine arguments and a policy= config file.")
+    p.add_argument("dir", help="a simulate run or multirun folder, or a tune run folder")
+    p.add_argument("--point", action="append", default=[], metavar="KEY=VALUE",
+                   help="keep the points whose KEY has VALUE (repeatable), e.g. "
+                        "policy.max_num_seqs=64 or workload.rate=5; of the settings left, the "
+                        "best by the tuner's order is exported")
+    p.add_argument("--out", default=None, help="output folder (default: DIR/export)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command; returns the exit status (2 for a user error)."""
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    console = Console(highlight=False, soft_wrap=True)
+    try:
+        chosen, paths = export_point(args.dir, args.point, args.out)
+    except (ServetuneError, ConfigError) as err:
+        Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+        return 2
+    flags = json.loads(paths["vllm_args.json"].read_text())["flags"]
+    folder = paths["tuned_policy.yaml"].parent
+    console.print(f"exported {chosen.label} of {chosen.run_dir}: {chosen.why}", markup=False)
+    console.print(f"vllm serve {flags}", markup=False)
+    console.print(f"wrote {folder}/" + ", ".join(sorted(paths)), markup=False)
+    console.print(export.config_group_hint(paths["tuned_policy.yaml"], "policy",
+                                           "tuned_policy"), markup=False)
+    return 0

@@ -1,0 +1,109 @@
+"""`servetune export DIR [--point K=V] [--out OUT]` (issue 22 item 5): any run or sweep point
+(grid, multirun, tune) to the policy YAML and the vLLM / SGLang files, the point chosen by
+--point filters and then by the tuner's order within one condition."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from servetune.errors import ServetuneError
+from servetune.export_cli import export_point
+from servetune.export_cli import main as export_main
+
+SHORT = ["workload=poisson", "workload.duration_s=8", "window.drain_s=60", "output.progress=false"]
+
+
+def _simulate(*args, cwd):
+    flags = [a for a in args if a == "-m"]  # the multirun flag before the overrides
+    proc = subprocess.run([sys.executable, "-m", "servetune.cli", "simulate", *flags, *SHORT,
+                           *(a for a in args if a != "-m")],
+                          capture_output=True, text=True, timeout=900, cwd=cwd, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    """One run of a 2-point grid (max_num_seqs 2 and 64) over 2 seeds at 6 req/s: 2 sequences
+    cannot keep up, so 64 meets the SLOs and 2 does not."""
+    run = tmp_path_factory.mktemp("grid")
+    _simulate("workload.rate=6", "grid.max_num_seqs=[2,64]", "seeds=2",
+              f"hydra.run.dir={run}", cwd=run)
+    return run
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """A multirun over max_num_seqs (a setting) x workload.rate (a condition)."""
+    root = tmp_path_factory.mktemp("sweep")
+    _simulate("-m", "policy.max_num_seqs=2,64", "workload.rate=3,6", f"hydra.sweep.dir={root}",
+              cwd=root)
+    return root
+
+
+def _vllm(paths) -> dict:
+    return json.loads(paths["vllm_args.json"].read_text())["args"]
+
+
+def test_a_grid_run_exports_its_best_point_by_the_tuners_order(grid):
+    chosen, paths = export_point(grid)
+    assert chosen.label == "max_num_seqs=64" and "runner-up max_num_seqs=2" in chosen.why
+    assert _vllm(paths)["max_num_seqs"] == 64
+    assert paths["tuned_policy.yaml"].parent == grid / "export"
+    policy = OmegaConf.load(paths["tuned_policy.yaml"])
+    assert policy.max_num_seqs == 64 and policy.order == "fcfs"
+
+
+def test_point_picks_another_grid_point(grid, tmp_path):
+    chosen, paths = export_point(grid, ["max_num_seqs=2"], tmp_path / "two")
+    assert chosen.why == "the only point left" and _vllm(paths)["max_num_seqs"] == 2
+    same, _ = export_point(grid, ["grid.max_num_seqs=2"], tmp_path / "again")
+    assert same.label == chosen.label
+
+
+def test_a_sweep_needs_one_condition_then_chooses_the_setting(sweep, tmp_path):
+    with pytest.raises(ServetuneError, match=r"under 2 conditions \(workload\.rate=3; "
+                                             r"workload\.rate=6\); pick one with --point, e\.g\. "
+                                             r"--point workload\.rate=3"):
+        export_point(sweep)
+    chosen, paths = export_point(sweep, ["workload.rate=6"], tmp_path / "six")
+    assert chosen.label == "max_num_seqs=64" and _vllm(paths)["max_num_seqs"] == 64
+    assert json.loads(paths["vllm_args.json"].read_text())["extra"]["source"] == str(
+        chosen.run_dir)
+
+
+def test_a_tuning_run_exports_its_best_policy(grid, tmp_path):
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    shutil.copy(grid / "config_resolved.yaml", tuned)
+    (tuned / "tune_summary.json").write_text(json.dumps(
+        {"best": {"max_num_seqs": 37.8, "max_num_batched_tokens": 3000.4, "watermark": 0.02},
+         "regression": False}))
+    chosen, paths = export_point(tuned)
+    assert chosen.label == "the tuned policy"
+    args = _vllm(paths)
+    assert (args["max_num_seqs"], args["max_num_batched_tokens"], args["watermark"]) == (
+        37, 3000, 0.02)  # integer limits floored, as the engine floors them
+    with pytest.raises(ServetuneError, match=r"is a tuning run with one policy"):
+        export_point(tuned, ["max_num_seqs=4"])
+
+
+@pytest.mark.parametrize("point,match", [
+    ("max_num_seqs", r"--point 'max_num_seqs': expected KEY=VALUE"),
+    ("nosuch=3", r"--point nosuch: no such key in the runs"),
+    ("max_num_seqs=5", r"--point max_num_seqs=5: no run has policy\.max_num_seqs=5; it has 2, 64"),
+])
+def test_bad_points_are_named(grid, point, match):
+    with pytest.raises(ServetuneError, match=match):
+        export_point(grid, [point])
+
+
+def test_the_command_prints_the_vllm_flags_and_exits_2_on_a_bad_folder(grid, tmp_path, capsys):
+    assert export_main([str(grid), "--out", str(tmp_path / "cli")]) == 0
+    out = capsys.readouterr().out
+    assert "exported max_num_seqs=64 of" in out and "--max-num-seqs 64" in out
+    assert export_main([str(tmp_path / "missing")]) == 2
+    assert "not a folder" in capsys.readouterr().err
