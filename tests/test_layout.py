@@ -189,7 +189,7 @@ def test_the_record_table_generates_the_outbox_and_the_results():
         assert f.name in {g.name for g in dataclasses.fields(holder)}, f.name
     results = [f.name for f in dataclasses.fields(ScenarioResult)]
     assert [f.name for f in RECORDS if f.result] == [
-        n for n in results if n not in ("stats", "clock_s")]
+        n for n in results if n not in ("stats", "clock_s", "timeline")]
     box = empty_outbox(3, 0, cascade=True)
     assert record_fields(box) == (*always, "tier")
     relaxed = empty_outbox(3, 0, relaxed=True, swap=True)

@@ -24,7 +24,8 @@ class SimulationResult:
     """Results of a batch: one entry per scenario, ordered seed-major then grid point.
 
     metrics: [S x P] dicts; requests: [S x P] DataFrames; table: one row per scenario with its
-    seed, grid values and scalar metrics; wall_s: seconds of the rollout (compile included).
+    seed, grid values and scalar metrics; wall_s: seconds of the rollout (compile included);
+    timelines: [S x P] sampled timelines (metrics.timeline_table) with output.timeline, else [].
     """
 
     scenario: Scenario
@@ -32,6 +33,7 @@ class SimulationResult:
     requests: list
     table: pd.DataFrame
     wall_s: float
+    timelines: list = dataclasses.field(default_factory=list)
 
     def requests_table(self) -> pd.DataFrame:
         """Every scenario's requests in one table: `scenario` (the row of `table`), `seed` and
@@ -120,7 +122,7 @@ def simulate_batch(scenario: Scenario, progress: Callable[[int, int], None] | No
     results = rollout(scenario.workloads, scenario.params, scenario.engine, n_real, progress)
     wall = time.perf_counter() - start
     check_invariants(results)
-    all_metrics, tables, rows = [], [], []
+    all_metrics, tables, rows, timelines = [], [], [], []
     for s, seed in enumerate(scenario.seeds):
         trace = scenario.traces[s]
         for p, point in enumerate(scenario.grid_points):
@@ -128,10 +130,12 @@ def simulate_batch(scenario: Scenario, progress: Callable[[int, int], None] | No
             m = metrics_lib.compute_metrics(trace, results[s][p], scenario.metrics, table)
             all_metrics.append(m)
             tables.append(table)
+            if results[s][p].timeline is not None:
+                timelines.append(metrics_lib.timeline_table(results[s][p].timeline))
             row = {"seed": seed, **{f"policy.{k}": v for k, v in point.items()}}
             row.update({k: v for k, v in m.items() if not isinstance(v, dict)})
             rows.append(row)
-    return SimulationResult(scenario, all_metrics, tables, pd.DataFrame(rows), wall)
+    return SimulationResult(scenario, all_metrics, tables, pd.DataFrame(rows), wall, timelines)
 
 
 def simulate(overrides: Sequence[str] | DictConfig = (), progress=None, **settings

@@ -75,6 +75,11 @@ def simulate_job(cfg: DictConfig):
         requests = pd.concat([table.assign(scenario=k) for k, table in enumerate(result.requests)],
                              ignore_index=True)
         write_whole(out / "requests.parquet", lambda tmp: requests.to_parquet(tmp, index=False))
+    if result.timelines:  # output.timeline
+        import pandas as pd
+        table = pd.concat([t.assign(scenario=k) for k, t in enumerate(result.timelines)],
+                          ignore_index=True)
+        write_whole(out / "timeline.parquet", lambda tmp: table.to_parquet(tmp, index=False))
     objective = sweep_objective(cfg, result.metrics)  # after the outputs: a bad key loses none
     write_json(out / "objective.json",
                {"objective": objective, "sweep.objective": OmegaConf.select(cfg, "sweep.objective"),
@@ -88,6 +93,7 @@ def simulate_job(cfg: DictConfig):
               highlight=False)
     con.print(f"wrote {out}/metrics.json, metrics.csv, objective.json"
               + (", requests.parquet" if cfg.output.request_table else "")
+              + (", timeline.parquet" if result.timelines else "")
               + f"  ({result.wall_s:.1f} s wall)")
     return result, objective
 

@@ -34,6 +34,8 @@ class ScenarioResult:
     clock_s: float
     tier: np.ndarray | None = None  # [N] i32 model cascade: TIER_* each request was served on
     #                                 (-1: never routed); None when the cascade is off
+    timeline: np.ndarray | None = None  # [T, I, 6] f64 the sampled timeline (types.Timeline;
+    #                                     output.timeline), None when off
 
 
 def _collect(box, sink: list) -> None:
@@ -118,4 +120,6 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
         stats["prefix_lookups"] = np.asarray(final.prefix.lookups[s, p])
     clock = float(np.max(final.clock[s, p]))
     clock_s = clock if math.isfinite(clock) else float("nan")
+    if final.timeline is not None:
+        out["timeline"] = np.asarray(final.timeline.samples[s, p])
     return ScenarioResult(stats=stats, clock_s=clock_s, **out)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import histogram, ops
-from servetune.engine import cascade
+from servetune.engine import cascade, timeline
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.outbox import empty_outbox, record_fields
 from servetune.grad import shift, swap
@@ -74,7 +74,8 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
                                        cfg.relax != "hard", cfg.relax_order),
                     stats=stats, done=wl.n <= 0,
                     mid_ended=per_inst, mid_blocks=per_inst, stuck=per_inst > 0,
-                    prefix=prefix_lib.init_cache(cfg, zi) if cfg.prefix_cache else None)
+                    prefix=prefix_lib.init_cache(cfg, zi) if cfg.prefix_cache else None,
+                    timeline=timeline.empty(cfg, zf) if cfg.timeline_samples > 0 else None)
 
 
 def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:

@@ -20,6 +20,7 @@ from servetune.types import (
     OUTSTANDING,
     REJECT_REASON_NAMES,
     REJECTED,
+    TIMELINE_COLUMNS,
 )
 from servetune.workload import RequestTrace
 
@@ -124,6 +125,20 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
         "counted": counted,
         **extra,
     })
+
+
+def timeline_table(samples: np.ndarray) -> pd.DataFrame:
+    """The sampled timeline ([T, I, 6], types.TIMELINE_COLUMNS; NaN where no step started) as
+    one row per sample, by time: t_s (seconds), instance, queue_len, running (requests),
+    batch_tokens (tokens), kv_blocks, preemptions (so far)."""
+    periods, instances, _ = samples.shape
+    flat = samples.reshape(periods * instances, -1)
+    keep = np.isfinite(flat[:, 0])
+    table = pd.DataFrame(flat[keep], columns=list(TIMELINE_COLUMNS))
+    table.insert(1, "instance", np.tile(np.arange(instances), periods)[keep])
+    for col in TIMELINE_COLUMNS[1:]:
+        table[col] = table[col].astype(np.int64)
+    return table.sort_values(["t_s", "instance"], kind="stable", ignore_index=True)
 
 
 def _stats(prefix: str, values: np.ndarray) -> dict:

@@ -46,6 +46,7 @@ MAX_SECONDS = 1e9  # any duration or cost-model time in seconds (~31.7 years)
 MAX_PRICE = 1e6  # USD per GPU-hour
 MAX_SEEDS = 1 << 16
 MAX_INSTANCES = 1024  # engine.n_instances: replicas per scenario
+TIMELINE_SAMPLES = 2048  # periods of output.timeline (engine/timeline.py)
 
 # Config sections build() reads: required ones must be present; all must be mappings.
 _SECTIONS = {"workload": True, "hardware": True, "model": True, "policy": True, "engine": True,
@@ -365,7 +366,15 @@ def stack_workloads(traces, predicted, drain_s: float, engine: EngineConfig | No
         if engine is not None and engine.cascade_small_instances > 0:  # servetune.cascade_config
             rows[-1]["cascade_pred"] = np.concatenate([trace.cascade_pred, np.ones(pad)])
             rows[-1]["cascade_fail"] = np.concatenate([trace.cascade_fail, np.zeros(pad, bool)])
+        if engine is not None and engine.timeline_samples > 0:  # engine/timeline.py
+            rows[-1]["timeline_dt"] = np.float64(timeline_period(trace, drain_s, engine))
     return Workload(**{k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]})
+
+
+def timeline_period(trace, drain_s: float, engine: EngineConfig) -> float:
+    """Seconds per timeline period: the periods span the whole run, the arrivals and the
+    longest drain (at least 1 s)."""
+    return max(float(trace.arrival[-1]) + drain_s, 1.0) / engine.timeline_samples
 
 
 def _is_real(v) -> bool:
@@ -580,6 +589,7 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
         scheduler_reserve_full_isl=settings.flag(cfg, "engine.scheduler_reserve_full_isl", True),
         long_prefill_token_threshold_adaptive=settings.flag(
             cfg, "engine.long_prefill_token_threshold_adaptive", False),
+        timeline_samples=TIMELINE_SAMPLES if settings.flag(cfg, "output.timeline", False) else 0,
         **_prefix_engine(cfg, hw.block, layout, kv_blocks))
     _check_engine_limits(engine, pol, kv_blocks)
     return engine

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import histogram, ops
-from servetune.engine import cascade, disagg, routing, speculation
+from servetune.engine import cascade, disagg, routing, speculation, timeline
 from servetune.engine import outbox as outbox_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.abandon import abandon, next_give_up
@@ -322,6 +322,10 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
     new = _commit(state, wl, a, e, box, stats, run, when, i, cfg)
     if cfg.prefix_cache:
         new = new.replace(prefix=prefix_lib.store(state.prefix, run.pc, cfg, i))
+    if cfg.timeline_samples > 0:  # engine/timeline.py: off, it costs nothing
+        new = new.replace(timeline=timeline.record(state.timeline, wl.timeline_dt, t, i, e,
+                                                   batch.tokens, run.kv_used,
+                                                   stats.preemptions))
     info = {"t": t, "dur": jnp.where(state.done, 0.0, dur),
             "tokens": jnp.where(state.done, 0, batch.tokens)}
     info["req"] = jnp.where(info["tokens"] > 0, adv.batch_req, -1)

@@ -44,6 +44,11 @@ REJECT_REASON_NAMES = ("too_long", "kv_capacity", "queue_cap", "max_num_queued_r
 # summed over an instance's iterations, they give its model FLOPs and bytes (metrics.py).
 WORK_COLUMNS = ("iterations", "tokens", "ctx_read", "attn_work")
 
+# The columns of a timeline sample (Timeline.samples, output.timeline): the start of the step
+# (seconds), then after it: requests waiting and running on the instance, tokens the step's
+# iteration computed, KV blocks in use, preemptions so far (the scenario's).
+TIMELINE_COLUMNS = ("t_s", "queue_len", "running", "batch_tokens", "kv_blocks", "preemptions")
+
 # Model cascade: the tier a request was served on. LARGE: routed to the large pool; SMALL:
 # routed to the small pool (its answer is final unless it fails its check); RETRIED: routed to
 # the small pool, failed its check there, and served again on the large pool.
@@ -115,6 +120,9 @@ class EngineConfig:
       long_prefill_token_threshold_adaptive: floor policy.long_prefill_token_threshold at
         max_num_batched_tokens // (running + waiting requests), as vLLM 0.32's
         `--long-prefill-token-threshold-adaptive`.
+      timeline_samples: T > 0 records a timeline (Timeline): of each instance's steps that
+        start in one of T periods of Workload.timeline_dt seconds, the latest; 0 (the default)
+        records none and costs the loop nothing.
       scheduling_policy: vLLM's `--scheduling-policy`. "fcfs" orders by policy.order's score
         (vLLM's own FCFS queue when the score is arrival alone); "priority" (policy.order
         priority) is vLLM 0.32's priority policy over each request's fixed priority from the
@@ -157,6 +165,7 @@ class EngineConfig:
     scheduler_reserve_full_isl: bool = True
     long_prefill_token_threshold_adaptive: bool = False
     scheduling_policy: str = "fcfs"
+    timeline_samples: int = 0  # periods of the per-iteration timeline (output.timeline); 0 = off
 
     @property
     def n_entries(self) -> int:
@@ -283,6 +292,16 @@ class Workload:
     cascade_fail: jnp.ndarray | None = None  # [N] bool the small model's answer fails its check
     # engine.scheduling_policy priority only (engine/priority.py), else None:
     priority: jnp.ndarray | None = None  # [N] i32 the request's fixed priority (lower first)
+    # a timeline only (engine.timeline_samples > 0), else None:
+    timeline_dt: jnp.ndarray | None = None  # [] f64 seconds per timeline period
+
+
+@struct.dataclass
+class Timeline:
+    """A scenario's sampled timeline (engine.timeline_samples = T periods of
+    Workload.timeline_dt seconds): per period and instance, the latest step that started in it."""
+
+    samples: jnp.ndarray  # [T, I, 6] f64 TIMELINE_COLUMNS of that step (nan: no step started)
 
 
 @struct.dataclass
@@ -450,6 +469,7 @@ class SimState:
     stuck: jnp.ndarray  # [I] bool the instance's latest step computed nothing and left its
     #                     clock where it was (it yields to the others at the same time)
     prefix: PrefixCache | None = None  # prefix caching only (engine/prefix.py)
+    timeline: Timeline | None = None  # engine.timeline_samples > 0 only
 
 
 @struct.dataclass

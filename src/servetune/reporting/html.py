@@ -15,7 +15,7 @@ import pandas as pd
 from servetune.reporting.figures import x_axis
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import LEVEL, series
-from servetune.reporting.units import log_scale, scale, shown, title
+from servetune.reporting.units import PALETTE, log_scale, scale, shown, title
 
 TOP = tuple((m, title(m)) for m in ("goodput_rps", "slo_attainment", "useful_tokens_per_dollar"))
 LAT = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"))
@@ -82,10 +82,6 @@ def _band(g: pd.DataFrame, metric: str, xs: list, as_band: bool) -> dict:
 
 PANELS = [(m, 1, c + 1, None) for c, (m, _) in enumerate(TOP)] + \
     [(f"{lat}_p99_s", 2, c + 1, lat) for c, (lat, _) in enumerate(LAT)]
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf"]
-
-
 def _add_lines(fig, points: pd.DataFrame, keys: list, x: str, numeric: bool) -> dict:
     """Add each line's band and mean traces to every panel; returns {stat: {idx, data}}: the
     latency traces and what the mean/P50/P90/P99 buttons restyle them with."""

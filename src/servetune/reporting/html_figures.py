@@ -17,11 +17,10 @@ from servetune.reporting.choose import (
     targets_s,
 )
 from servetune.reporting.figures import TIMELINE_PANELS, cdf_order
-from servetune.reporting.html import PALETTE
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import LATENCIES
 from servetune.reporting.timeline import binned
-from servetune.reporting.units import log_scale, title
+from servetune.reporting.units import PALETTE, log_scale, title
 
 CDF_LIMIT = 40  # CDF lines on the page (the best settings first)
 

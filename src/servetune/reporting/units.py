@@ -1,6 +1,6 @@
 """How a report shows a metric: its name for a human, its unit and the factor from the unit
-it is stored in (latencies are stored in seconds, `*_s`, and shown in milliseconds), and
-whether an axis over some values reads better logarithmic."""
+it is stored in (latencies are stored in seconds, `*_s`, and shown in milliseconds), whether
+an axis over some values reads better logarithmic, and the colours of its series."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ TITLES = {"goodput_rps": "goodput", "slo_attainment": "SLO attainment",
           "useful_tokens_per_dollar": "useful tokens per $", "throughput_rps": "throughput"}
 UNITS = {"goodput_rps": "req/s", "throughput_rps": "req/s"}
 LOG_DECADES = 1.5  # a positive quantity spanning more than this many decades is drawn on log axes
+# series colours of the page's figures (matplotlib's tab10, which the PNGs use)
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf"]
 
 
 def is_latency(metric: str) -> bool:
