@@ -128,6 +128,7 @@ def simulate_batch(scenario: Scenario, progress: Callable[[int, int], None] | No
         for p, point in enumerate(scenario.grid_points):
             table = metrics_lib.request_table(trace, results[s][p], scenario.metrics)
             m = metrics_lib.compute_metrics(trace, results[s][p], scenario.metrics, table)
+            m["vllm_bench"] = metrics_lib.bench_metrics(table, results[s][p])
             all_metrics.append(m)
             tables.append(table)
             if results[s][p].timeline is not None:

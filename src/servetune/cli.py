@@ -48,8 +48,9 @@ def _quiet_jax_logs() -> None:
 
 
 def simulate_job(cfg: DictConfig):
-    """Simulate the configured scenarios and write metrics.json, metrics.csv, objective.json and
-    requests.parquet into the Hydra run directory. Returns (SimulationResult, objective), the
+    """Simulate the configured scenarios and write metrics.json, metrics.csv, objective.json,
+    vllm_bench.json (vllm bench serve's keys), requests.parquet (and timeline.parquet with
+    output.timeline) into the Hydra run directory. Returns (SimulationResult, objective), the
     objective being the float a sweeper maximizes (servetune/tuning/sweeper.py, `sweep.*` keys)."""
 
     _quiet_jax_logs()
@@ -69,6 +70,8 @@ def simulate_job(cfg: DictConfig):
                               scenario.grid_points * len(scenario.seeds), result.metrics)]}
     doc = dict(doc, wall_s=result.wall_s)
     write_json(out / "metrics.json", doc)
+    bench = [m["vllm_bench"] for m in result.metrics]  # vllm bench serve's names, to diff
+    write_json(out / "vllm_bench.json", bench[0] if n == 1 else bench)
     write_whole(out / "metrics.csv", lambda tmp: result.table.to_csv(tmp, index=False))
     if cfg.output.request_table:
         import pandas as pd
@@ -91,7 +94,7 @@ def simulate_job(cfg: DictConfig):
         grid_summary(result.table, console=con)
     con.print(f"objective ({OmegaConf.select(cfg, 'sweep.objective')}): {objective:.6g}",
               highlight=False)
-    con.print(f"wrote {out}/metrics.json, metrics.csv, objective.json"
+    con.print(f"wrote {out}/metrics.json, metrics.csv, objective.json, vllm_bench.json"
               + (", requests.parquet" if cfg.output.request_table else "")
               + (", timeline.parquet" if result.timelines else "")
               + f"  ({result.wall_s:.1f} s wall)")

@@ -127,6 +127,61 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
     })
 
 
+BENCH_PERCENTILES = (50, 90, 99)
+
+
+def _bench_stats(name: str, seconds: np.ndarray) -> dict:
+    """mean, median, std and percentiles of `seconds` in ms, under `vllm bench serve`'s keys
+    (mean_ttft_ms, median_ttft_ms, std_ttft_ms, p99_ttft_ms, ...); NaN when empty."""
+    ms = seconds[np.isfinite(seconds)] * 1000.0
+    if len(ms) == 0:
+        out = {f"{k}_{name}_ms": float("nan") for k in ("mean", "median", "std")}
+        return out | {f"p{p}_{name}_ms": float("nan") for p in BENCH_PERCENTILES}
+    out = {f"mean_{name}_ms": float(ms.mean()), f"median_{name}_ms": float(np.median(ms)),
+           f"std_{name}_ms": float(ms.std())}
+    return out | {f"p{p}_{name}_ms": float(np.percentile(ms, p)) for p in BENCH_PERCENTILES}
+
+
+def _bench_itl(hist: np.ndarray) -> dict:
+    """ITL statistics in ms from the pooled gap histogram (within its 1% bins)."""
+    values = histogram.bin_values() * 1000.0
+    total = hist.sum()
+    if total <= 0:
+        return _bench_stats("itl", np.zeros(0))
+    mean = float((hist * values).sum() / total)
+    out = {"mean_itl_ms": mean, "median_itl_ms": histogram.quantile(hist, 0.5) * 1000.0,
+           "std_itl_ms": float(np.sqrt((hist * (values - mean) ** 2).sum() / total))}
+    return out | {f"p{p}_itl_ms": histogram.quantile(hist, p / 100) * 1000.0
+                  for p in BENCH_PERCENTILES}
+
+
+def bench_metrics(table: pd.DataFrame, res: ScenarioResult) -> dict:
+    """The run in `vllm bench serve --save-result`'s names and units, to diff against a real
+    benchmark: over the counted requests, `completed` and `failed` (every other end, the
+    outstanding ones included), total input and output tokens of the completed ones,
+    `duration` (s, from the first counted arrival to the last counted request's end),
+    request_throughput, request_goodput (completed within every SLO; no quality check, as vLLM's
+    --goodput), output_throughput and total_token_throughput per second of that duration, and
+    TTFT, TPOT, ITL and E2E latency (e2el) as mean / median / std / P50 / P90 / P99 in ms."""
+    c = table[table["counted"]]
+    done = c[c["end_state"] == END_STATE_NAMES[COMPLETED]]
+    start = float(c["arrival_s"].min()) if len(c) else 0.0
+    end = float(np.nanmax(c["finish_s"].to_numpy())) if c["finish_s"].notna().any() else start
+    duration = max(end - start, 1e-9)
+    n_input = int(done["prompt_tokens"].sum())
+    n_output = int(done["output_tokens_delivered"].sum())
+    good = int((done["slo_ok"]).sum())
+    out = {"completed": len(done), "failed": len(c) - len(done), "duration": duration,
+           "total_input_tokens": n_input, "total_output_tokens": n_output,
+           "request_throughput": len(done) / duration, "request_goodput": good / duration,
+           "output_throughput": n_output / duration,
+           "total_token_throughput": (n_input + n_output) / duration}
+    for name, column in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2el", "e2e_s")):
+        out.update(_bench_stats(name, done[column].to_numpy(np.float64)))
+    out.update(_bench_itl(np.asarray(res.stats["itl_hist"])))
+    return out
+
+
 def timeline_table(samples: np.ndarray) -> pd.DataFrame:
     """The sampled timeline ([T, I, 6], types.TIMELINE_COLUMNS; NaN where no step started) as
     one row per sample, by time: t_s (seconds), instance, queue_len, running (requests),
