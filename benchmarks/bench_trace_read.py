@@ -29,11 +29,13 @@ import numpy as np
 def write_trace(path: Path, rows: int, rate: float, seed: int = 0) -> None:
     """A plain CSV of `rows` Poisson arrivals at `rate` req/s with Azure-like lengths."""
     rng = np.random.default_rng(seed)
+    last = 0.0
     with path.open("w") as f:
         f.write("arrival_s,prompt_tokens,output_tokens\n")
         for start in range(0, rows, 1_000_000):
             n = min(1_000_000, rows - start)
-            times = start / rate + np.cumsum(rng.exponential(1 / rate, n))
+            times = last + np.cumsum(rng.exponential(1 / rate, n))
+            last = float(times[-1])
             prompt = rng.integers(1, 8000, n)
             output = rng.integers(1, 1000, n)
             f.writelines(f"{t:.6f},{p},{o}\n" for t, p, o in zip(times, prompt, output))
