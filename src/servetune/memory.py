@@ -79,9 +79,42 @@ def check_fits(wl: Workload, params: Params, cfg: EngineConfig, n_devices: int =
     n_s = wl.arrival.shape[0]
     n_p = int(jax.tree.leaves(params)[0].shape[0])
     raise ConfigError(
-        f"engine.max_slots / engine.queue_window / seeds / grid: the simulator would need "
-        f"~{need / GIB:.1f} GiB ({n_s} workload(s) x {n_p} policy point(s), each with "
-        f"{cfg.max_slots} slots + {cfg.queue_window} queued entries x {cfg.n_instances} "
-        f"instance(s)), more than {USABLE:.0%} of the "
-        f"{available / GIB:.1f} GiB available; lower engine.queue_window or engine.max_slots, "
-        f"or run fewer seeds or grid points per call")
+        f"engine.max_slots / engine.queue_window / engine.n_instances / seeds / grid: the "
+        f"simulator would need ~{need / GIB:.1f} GiB ({n_s} workload(s) x {n_p} policy "
+        f"point(s), each with {cfg.max_slots} slots + {cfg.queue_window} queued entries x "
+        f"{cfg.n_instances} instance(s)), more than {USABLE:.0%} of the "
+        f"{available / GIB:.1f} GiB available; lower engine.queue_window, engine.max_slots or "
+        f"engine.n_instances, or run fewer seeds or grid points per call")
+
+
+# bytes of one request's entries in the Workload arrays (times, lengths, draws): 5 f64 and
+# 4 i32, plus the optional priority and cascade fields; prefix caching adds its block ids
+WORKLOAD_BYTES_PER_REQUEST = 5 * 8 + 4 * 4 + 4 + 9
+
+
+def workload_bytes(n_workloads: int, n_padded: int, cfg: EngineConfig) -> int:
+    """Bytes of the Workload arrays of `n_workloads` traces padded to `n_padded` requests
+    (at most: the optional fields counted), prefix block ids included with prefix caching."""
+    per_request = WORKLOAD_BYTES_PER_REQUEST + (4 * cfg.prefix_width if cfg.prefix_cache else 0)
+    return n_workloads * n_padded * per_request
+
+
+def check_workload_fits(n_workloads: int, n_padded: int, cfg: EngineConfig,
+                        available: int | None = None) -> int:
+    """The estimated bytes of the workload arrays (before they are built); ConfigError naming
+    the settings that size them when that exceeds USABLE of `available` (default:
+    available_bytes())."""
+    available = available_bytes() if available is None else available
+    need = workload_bytes(n_workloads, n_padded, cfg)
+    if available is None or need <= USABLE * available:
+        return need
+    prefix = (f", each with {cfg.prefix_width} prefix block ids" if cfg.prefix_cache else "")
+    coarser = (", or coarser prefix blocks (engine.prefix_block_tokens)" if cfg.prefix_cache
+               else "")
+    raise ConfigError(
+        f"workload.duration_s / workload.max_requests / seeds"
+        f"{' / engine.prefix_block_tokens' if cfg.prefix_cache else ''}: the workload would "
+        f"need ~{need / GIB:.1f} GiB ({n_workloads} workload(s) x {n_padded} requests"
+        f"{prefix}), more than {USABLE:.0%} of the {available / GIB:.1f} GiB available; "
+        f"simulate a shorter slice (workload.duration_s, workload.max_requests) or fewer "
+        f"seeds{coarser}")

@@ -13,7 +13,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from servetune import cascade_config as cascade_lib
-from servetune import hardware, inputs, quality, settings, streams, trace_file, workload
+from servetune import hardware, inputs, memory, quality, settings, streams, trace_file, workload
 from servetune import replicas as replicas_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.pressure import POLICIES
@@ -836,6 +836,7 @@ def build(cfg: DictConfig) -> Scenario:
     spec, drain = _metrics_section(cfg, traces, hw, engine, price, kv_blocks, qspec, casc)
     if any(tr.gives_up for tr in traces):  # the engine checks for give-ups only when needed
         engine = dataclasses.replace(engine, abandonment=True)
+    memory.check_workload_fits(len(traces), _pad(max(len(t) for t in traces)), engine)
     if hw.draft is not None:
         n_classes = len(traces[0].class_names)
         if len(hw.draft.acceptance) not in (1, n_classes):

@@ -33,8 +33,9 @@ def test_a_queue_window_of_a_million_is_refused_with_the_figures():
                             "engine.queue_window=1048576", "engine.n_instances=4", "seeds=16"]))
     need = memory.STATE_COPIES * memory.state_bytes(sc.workloads, sc.params, sc.engine)
     assert need > 12 * memory.GIB
-    with pytest.raises(ConfigError, match=r"^engine\.max_slots / engine\.queue_window / seeds / "
-                                          r"grid: the simulator would need ~\d+\.\d GiB .*"
+    with pytest.raises(ConfigError, match=r"^engine\.max_slots / engine\.queue_window / "
+                                          r"engine\.n_instances / seeds / grid: the simulator "
+                                          r"would need ~\d+\.\d GiB .*"
                                           r"1048576 queued entries.* 8\.0 GiB available"):
         memory.check_fits(sc.workloads, sc.params, sc.engine, available=8 * memory.GIB)
 
@@ -50,3 +51,36 @@ def test_a_simulation_too_large_for_the_machine_fails_before_allocating(small, m
 def test_the_default_sizes_fit_easily(small):
     assert memory.check_fits(small.workloads, small.params, small.engine,
                              available=memory.GIB) < 64 << 20
+
+
+PREFIX = ["workload=mooncake_conv", "engine.prefix_cache=true", "engine.prefix_block_tokens=16"]
+
+
+def test_the_workload_estimate_bounds_what_is_built():
+    sc = build(api.compose(PREFIX))
+    n_s, n_pad = sc.workloads.arrival.shape
+    estimate = memory.workload_bytes(n_s, n_pad, sc.engine)
+    assert sc.engine.prefix_width == 512  # 8192-token sequences in 16-token blocks
+    assert memory.tree_bytes(sc.workloads) <= estimate <= 1.05 * memory.tree_bytes(sc.workloads)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (PREFIX, (r"^workload\.duration_s / workload\.max_requests / seeds / "
+             r"engine\.prefix_block_tokens: the workload would need ~0\.0 GiB \(1 workload\(s\) "
+             r"x 2048 requests, each with 512 prefix block ids\), more than 80% of the 0\.0 GiB"
+             r" available; .*or coarser prefix blocks \(engine\.prefix_block_tokens\)")),
+    (["workload=poisson", "workload.duration_s=60", "seeds=64"],
+     (r"^workload\.duration_s / workload\.max_requests / seeds: the workload would need ~\d+\.\d "
+     r"GiB \(64 workload\(s\) x 512 requests\)")),
+])
+def test_a_workload_too_large_is_refused_before_it_is_built(overrides, match, monkeypatch):
+    # the machine's memory set just below the need: nothing is stacked or allocated
+    built = []
+    monkeypatch.setattr(memory, "available_bytes", lambda device=None: 1 << 20)
+    import servetune.scenario as scenario_lib
+    real = scenario_lib.stack_workloads
+    monkeypatch.setattr(scenario_lib, "stack_workloads",
+                        lambda *a, **k: built.append(1) or real(*a, **k))
+    with pytest.raises(ConfigError, match=match):
+        build(api.compose(overrides))
+    assert not built
