@@ -364,7 +364,9 @@ def _utilization(work: np.ndarray, models: tuple, sim_s: float) -> dict:
     and its model and GPUs (hardware.ModelWork), with the roofline's accounting: FLOPs = 2 x
     parameters x tokens + attention; bytes = weights once per iteration + KV of the context
     read and of the new tokens. Over the GPUs' peak rates (not the cost model's efficiencies)."""
-    if not models or sim_s <= 0:
+    if not models:  # a MetricsSpec built without the hardware: nothing to say
+        return {}
+    if sim_s <= 0:
         return {"model_flops": float("nan"), "model_bytes": float("nan"), "mfu": float("nan"),
                 "mbu": float("nan")}
     get = lambda name: np.asarray([getattr(m, name) for m in models], np.float64)

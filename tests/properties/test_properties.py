@@ -230,6 +230,7 @@ def _check_documented_nan(m: dict, tr, res, done) -> None:
         "ttft_": not done.any(), "e2e_": not done.any(), "tpot_": not multi.any(),
         "itl_": True,  # any gap at all (also from unfinished requests) makes it finite
         "busy_fraction": res.clock_s == 0, "mean_in_system": res.clock_s == 0,
+        "mfu": res.clock_s == 0, "mbu": res.clock_s == 0, "model_": res.clock_s == 0,
         "useful_tokens_per_dollar": m["cost_usd"] == 0,
         "slo_attainment": m["n_requests"] == 0, "quality_failure_rate": not done.any(),
         # speculation metrics: undefined without a draft pass
