@@ -21,7 +21,8 @@ def _run(tmp_path, *overrides):
 
 def test_simulate_writes_outputs(tmp_path):
     proc = _run(tmp_path, "workload.duration_s=30", "policy.max_num_seqs=128",
-                "policy.max_num_batched_tokens=4096", "engine.block_size=16", "seed=3")
+                "policy.max_num_batched_tokens=4096", "engine.block_size=16", "seed=3",
+                "output.timeline=true")
     assert proc.returncode == 0, proc.stderr
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert set(KEYS) <= set(metrics)
@@ -34,6 +35,15 @@ def test_simulate_writes_outputs(tmp_path):
     resolved = (tmp_path / "config_resolved.yaml").read_text()
     assert "max_num_seqs: 128" in resolved and "seed: 3" in resolved
     assert "goodput" in proc.stdout
+    # vllm bench serve's names (tests/integration/test_vllm_bench_names.py) and the timeline
+    bench = json.loads((tmp_path / "vllm_bench.json").read_text())
+    assert bench == metrics["vllm_bench"] and bench["completed"] == metrics["n_completed"]
+    assert {"request_goodput", "mean_ttft_ms", "median_tpot_ms", "p99_itl_ms",
+            "std_e2el_ms"} <= set(bench)
+    assert bench["mean_ttft_ms"] == pytest.approx(1000 * metrics["ttft_mean_s"])
+    timeline = pd.read_parquet(tmp_path / "timeline.parquet")
+    assert len(timeline) > 0 and set(timeline["scenario"]) == {0}
+    assert "timeline.parquet" in proc.stdout
     # the run folder's log keeps what was printed, as plain text
     log = (tmp_path / "cli.log").read_text()
     assert "servetune simulate" in log and "goodput (req/s) / SLO attainment" in log

@@ -13,7 +13,11 @@ EXACT_STATS = ("steps", "preemptions", "prefill_tokens", "decode_tokens", "kv_pe
                "max_running", "ended", "slot_bound", "window_overflow")
 
 
-@pytest.fixture(scope="module", params=list(CONFIGS))
+# static batching with contiguous KV, the third configuration, runs with -m slow: the default
+# suite's time budget (static batching's invariants are checked in test_invariants)
+@pytest.fixture(scope="module", params=[
+    pytest.param(name, marks=[pytest.mark.slow] if name == "static-contiguous" else [])
+    for name in CONFIGS])
 def pair(request):
     cfg = CONFIGS[request.param]
     rng = np.random.default_rng(abs(hash(request.param + "leap")) % 2**32)

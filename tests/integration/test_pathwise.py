@@ -243,6 +243,7 @@ def test_queue_cap_brackets():
     assert paired_difference.cap_bracket(100.0, 0.25) == (75, 125)
 
 
+@pytest.mark.slow  # ~40 s on 2 cores; the default suite keeps the soft FD check
 def test_queue_cap_column_is_the_paired_difference_of_the_soft_lagrangian(problem):
     """The queue cap's entry of the gradient: (L(hi) - L(lo)) / (hi - lo) x dcap/dz, with L
     the smoothed Lagrangian at the integer caps either side, computed here by hand from the
@@ -300,6 +301,7 @@ def test_several_instances_st_is_exact(fleet):
     assert_st_is_exact(sc, space, ev, space.point(FLEET_START))
 
 
+@pytest.mark.slow  # ~40 s on 2 cores, a compilation of its own
 def test_several_instances_gradient_and_the_soft_objective(fleet):
     """Through a cascade over three instances: with sharp SLO checks the smoothed objective is
     the reported one, useful tokens counted by the model whose answer is final (a small answer

@@ -67,7 +67,7 @@ COMMANDS: dict[str, How] = {
         How("run"),
     "servetune simulate workload.duration_s=null workload.rate_scale=2 hardware=h200": How("run"),
     "servetune simulate seeds=4 workload.predictor.sigma=0.5 grid.max_num_seqs=[64,128,256] "
-    "grid.max_num_batched_tokens=[2048,8192]": How("run"),
+    "grid.max_num_batched_tokens=[2048,8192]": How("run", fast="workload.duration_s=60"),
     "servetune simulate engine=static cost=linear": How("run"),
     "servetune simulate workload=file workload.path=my_trace.csv": How("run", setup=MY_TRACE),
     "servetune simulate workload=file workload.path=requests.csv "

@@ -131,6 +131,7 @@ def test_bad_routing_config_names_the_key():
         build(compose(["workload=poisson", "workload.duration_s=5", "engine.n_instances=0"]))
 
 
+@pytest.mark.slow  # ~20 s; a grid equals separate runs is checked in test_batched_loop
 def test_a_grid_of_policies_matches_separate_runs():
     base = ["workload=poisson", "workload.rate=20", "workload.duration_s=10",
             "engine.n_instances=3", "engine.routing=jsq", "seeds=2"]

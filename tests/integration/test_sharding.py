@@ -134,6 +134,7 @@ def _compare(n_s, n_p, other):
                 _assert_same(alone[s][p][k], other[s][p][k], f"{what}[{s}][{p}]")
 
 
+@pytest.mark.slow  # ~25 s: a four-device process compiles the simulator again
 def test_sharded_over_four_devices_equals_one_device(tmp_path):
     out = tmp_path / "sharded.pkl"
     proc = _spawn("devices", out,

@@ -1,11 +1,8 @@
 """output.timeline (issue 22 item 3): a sampled per-iteration timeline, written as
 timeline.parquet; off by default, where the loop carries nothing for it."""
 
-import subprocess
-import sys
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from servetune import api
@@ -59,14 +56,3 @@ def test_off_by_default_the_loop_carries_no_timeline():
                        jax.tree.map(lambda x: x[0], sc.params), sc.engine)
     assert state.timeline is None
     assert api.simulate_batch(sc).timelines == []
-
-
-def test_the_command_writes_timeline_parquet(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "servetune.cli", "simulate", *ONE,
-                           "output.timeline=true", "output.progress=false",
-                           f"hydra.run.dir={tmp_path}"], capture_output=True, text=True,
-                          timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    table = pd.read_parquet(tmp_path / "timeline.parquet")
-    assert len(table) == O and set(table["scenario"]) == {0}
-    assert "timeline.parquet" in proc.stdout

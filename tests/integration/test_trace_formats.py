@@ -203,7 +203,7 @@ def test_the_window_keeps_what_slicing_the_whole_trace_keeps():
     np.testing.assert_array_equal(part.trace.output, whole.trace.output[inside])
 
 
-@pytest.mark.parametrize("reader", ["vectorized", "lines"])
+@pytest.mark.parametrize("reader", ["vectorized", pytest.param("lines", marks=pytest.mark.slow)])
 def test_reading_a_window_holds_memory_for_the_window_not_the_file(tmp_path, monkeypatch,
                                                                      reader):
     monkeypatch.setattr(trace_text, "CHUNK_BYTES", 1 << 16)  # a file of many chunks
