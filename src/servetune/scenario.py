@@ -147,31 +147,45 @@ def load_workload(cfg: DictConfig, seed: int,
 
 
 def _synthetic(cfg: DictConfig, seed: int) -> workload.RequestTrace:
-    """Seed `seed`'s draw of the synthetic workload of `workload.*`."""
+    """Seed `seed`'s draw of the synthetic workload of `workload.*`: its own keys, or, where
+    `workload.vllm_bench` is set, vllm bench serve's random dataset in that tool's flags."""
+    name = settings.get(cfg, "workload.name")
+    if name is not None and not isinstance(name, (str, int)):
+        raise ConfigError(f"workload.name: got {name!r}; expected a string")
+    vllm = settings.get(cfg, "workload.vllm_bench")
+    if vllm is not None:
+        if not isinstance(vllm, DictConfig):
+            raise ConfigError(f"workload.vllm_bench: got {vllm!r}; expected a mapping of vllm "
+                              f"bench serve flags ({', '.join(workload.VLLM_BENCH_KEYS)})")
+        args = workload.vllm_random(OmegaConf.to_container(vllm))
+    else:
+        args = _synthetic_args(cfg)
+    trace = workload.synthetic(**args, seed=seed, name=str(name or "synthetic"))
+    if len(trace) == 0:
+        raise ConfigError("workload: the synthetic workload is empty; raise rate or duration_s")
+    return trace
+
+
+def _synthetic_args(cfg: DictConfig) -> dict:
+    """`workload.synthetic`'s arguments from the synthetic groups' keys (rate, n_requests,
+    duration_s, arrival, cv, prompt, output), checked by key."""
     for part in ("prompt", "output"):
         node = settings.get(cfg, f"workload.{part}")
         if not isinstance(node, DictConfig):
             raise ConfigError(f"workload.{part}: got {node!r}; "
                               f"expected a mapping like {{dist: lognormal, mean: 1000, "
                               f"cv: 1.0, min: 1, max: 6000}}")
-    name = settings.get(cfg, "workload.name")
-    if name is not None and not isinstance(name, (str, int)):
-        raise ConfigError(f"workload.name: got {name!r}; expected a string")
-    trace = workload.synthetic(
-        rate=settings.number(cfg, "workload.rate", lo=0, hi=workload.MAX_RATE),
-        n_requests=settings.number(cfg, "workload.n_requests", lo=1,
+    return {
+        "rate": settings.number(cfg, "workload.rate", lo=0, hi=workload.MAX_RATE),
+        "n_requests": settings.number(cfg, "workload.n_requests", lo=1,
                                    hi=workload.MAX_SYNTHETIC_REQUESTS, integer=True,
                                    allow_none=True),
-        duration_s=settings.number(cfg, "workload.duration_s", lo=0, hi=workload.MAX_SPAN_S,
+        "duration_s": settings.number(cfg, "workload.duration_s", lo=0, hi=workload.MAX_SPAN_S,
                                    allow_none=True),
-        arrival=str(settings.get(cfg, "workload.arrival", "poisson")),
-        cv=settings.number(cfg, "workload.cv", lo=0, default=1.0),
-        prompt=OmegaConf.to_container(cfg.workload.prompt),
-        output=OmegaConf.to_container(cfg.workload.output),
-        seed=seed, name=str(name or "synthetic"))
-    if len(trace) == 0:
-        raise ConfigError("workload: the synthetic workload is empty; raise rate or duration_s")
-    return trace
+        "arrival": str(settings.get(cfg, "workload.arrival", "poisson")),
+        "cv": settings.number(cfg, "workload.cv", lo=0, default=1.0),
+        "prompt": OmegaConf.to_container(cfg.workload.prompt),
+        "output": OmegaConf.to_container(cfg.workload.output)}
 
 
 def replica_spec(cfg: DictConfig) -> replicas_lib.ReplicaSpec:
@@ -698,9 +712,11 @@ def _what_is_simulated(cfg: DictConfig, replay: TraceSlice | None, first) -> str
     """One line saying which requests the first seed simulates and which keys chose them, e.g.
     'the first 600 s of 972 s, 1,226 of 2,000 requests (workload.duration_s)'."""
     if replay is None:
-        rate = settings.get(cfg, "workload.rate")
-        return (f"synthetic {settings.get(cfg, 'workload.arrival', 'poisson')} arrivals at "
-                f"{rate:g} req/s: {len(first):,} requests over {first.arrival[-1]:,.0f} s "
+        kind = ("vllm bench serve's random dataset" if settings.get(cfg, "workload.vllm_bench")
+                is not None else f"{settings.get(cfg, 'workload.arrival', 'poisson')} arrivals")
+        span = float(first.arrival[-1])
+        rate = f" ({len(first) / span:.3g} req/s)" if span > 0 else ""
+        return (f"synthetic {kind}: {len(first):,} requests over {span:,.0f} s{rate} "
                 f"(seed {settings.get(cfg, 'seed', 0)})")
     src, keys = replay.source, []
     start, duration, span = replay.start_s, replay.duration_s, src.span_s

@@ -110,6 +110,8 @@ def _lengths(spec: dict, n: int, rng: np.random.Generator, key: str) -> np.ndarr
         cv = _spec_number({"cv": 1.0, **spec}, "cv", key, 0, 1e3)
         sigma2 = math.log1p(cv * cv)
         x = rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), n)
+    elif dist == "uniform":  # integers min..max, each equally likely (vLLM's random dataset)
+        x = rng.integers(lo, hi + 1, n).astype(float)
     elif dist == "empirical":
         src = spec.get("trace")
         if src is None:
@@ -121,8 +123,54 @@ def _lengths(spec: dict, n: int, rng: np.random.Generator, key: str) -> np.ndarr
         pool = trace.prompt if column == "prompt" else trace.output
         x = rng.choice(pool, n).astype(float)
     else:
-        raise ConfigError(f"{key}.dist: got {dist!r}; expected fixed, lognormal or empirical")
+        raise ConfigError(f"{key}.dist: got {dist!r}; expected fixed, lognormal, uniform or "
+                          f"empirical")
     return np.clip(np.round(x), lo, hi).astype(np.int32)
+
+
+VLLM_BENCH_KEYS = ("random_input_len", "random_output_len", "random_range_ratio", "request_rate",
+                   "burstiness", "num_prompts")
+
+
+def vllm_random(spec: dict, key: str = "workload.vllm_bench") -> dict:
+    """`synthetic`'s arguments for `vllm bench serve --dataset-name random` given in its own
+    flags (`spec`: VLLM_BENCH_KEYS), as vLLM 0.32's RandomDataset and request generator draw
+    them: prompt and output lengths uniform over the integers of [len (1 - ratio),
+    len (1 + ratio)] (floored, ceiled; an output at least 1; the tokenizer's special tokens not
+    counted), `num_prompts` requests from t = 0 with Gamma gaps of shape `burstiness` at
+    `request_rate` req/s (burstiness 1: Poisson; an infinite rate: all at once)."""
+    unknown = sorted(set(spec) - set(VLLM_BENCH_KEYS))
+    if unknown:
+        raise ConfigError(f"{key}.{unknown[0]}: not a vllm bench serve flag here; expected "
+                          f"{', '.join(VLLM_BENCH_KEYS)}")
+    defaults = {"random_input_len": 1024, "random_output_len": 128, "random_range_ratio": 0.0,
+                "request_rate": 5.0, "burstiness": 1.0, "num_prompts": 1000}
+
+    def get(name: str, lo: float, hi: float) -> float:
+        raw = spec.get(name)
+        value = defaults[name] if raw is None else _as_float(raw)
+        if value is None or not lo <= value <= hi:
+            raise ConfigError(f"{key}.{name}: got {raw!r}; expected a number within "
+                              f"[{lo:g}, {hi:g}]")
+        return value
+
+    ratio = get("random_range_ratio", 0.0, math.inf)
+    if ratio >= 1.0:  # vLLM's own check: lengths could reach 0
+        raise ConfigError(f"{key}.random_range_ratio: got {spec.get('random_range_ratio')!r}; "
+                          f"expected a number within [0, 1), as vLLM requires")
+    rate = get("request_rate", 1e-9, math.inf)
+    burstiness = get("burstiness", 1e-6, 1e6)
+
+    def lengths(name: str) -> dict:
+        length = get(name, 1, MAX_TOKENS)
+        return {"dist": "uniform", "min": max(math.floor(length * (1 - ratio)), 1),
+                "max": max(math.ceil(length * (1 + ratio)), 1)}
+
+    return {"rate": min(rate, MAX_RATE), "n_requests": int(get("num_prompts", 1,
+                                                               MAX_SYNTHETIC_REQUESTS)),
+            "arrival": "poisson" if burstiness == 1.0 else "gamma",
+            "cv": 1.0 / math.sqrt(burstiness), "prompt": lengths("random_input_len"),
+            "output": lengths("random_output_len")}
 
 
 def synthetic(*, rate: float, n_requests: int | None = None, duration_s: float | None = None,

@@ -106,3 +106,43 @@ def test_one_long_hash_id_row_does_not_widen_the_others(tmp_path):
     trace = load_trace(path)
     assert trace.hash_ids.ids.nbytes + trace.hash_ids.offsets.nbytes < 1_000_000
     assert trace.hash_ids.lengths()[-1] == 100_000 and trace.hash_ids[5].tolist() == [10, 11]
+
+
+# ---- vllm bench serve's random dataset (workload=vllm_random)
+
+def _vllm(**flags):
+    from servetune import api
+    from servetune.scenario import build
+    return build(api.compose(["workload=vllm_random"] + [f"workload.vllm_bench.{k}={v}"
+                                                         for k, v in flags.items()])).traces[0]
+
+
+def test_vllm_random_lengths_and_arrivals_follow_vllms_random_dataset():
+    tr = _vllm(random_input_len=1000, random_output_len=100, random_range_ratio=0.25,
+               request_rate=8, burstiness=0.5, num_prompts=20000)
+    # lengths uniform over the integers of [floor(L (1 - r)), ceil(L (1 + r))]
+    assert (tr.prompt.min(), tr.prompt.max()) == (750, 1250)
+    assert (tr.output.min(), tr.output.max()) == (75, 125)
+    assert abs(tr.prompt.mean() / 1000 - 1) < 0.01 and abs(tr.output.mean() / 100 - 1) < 0.01
+    assert abs(np.var(tr.prompt) / ((501 ** 2 - 1) / 12) - 1) < 0.05  # discrete uniform
+    gaps = np.diff(tr.arrival)
+    assert tr.arrival[0] == 0 and len(tr) == 20000
+    assert abs(1 / gaps.mean() / 8 - 1) < 0.03
+    assert abs(gaps.std() / gaps.mean() / np.sqrt(2) - 1) < 0.06  # Gamma shape 0.5: cv sqrt(2)
+
+
+def test_vllm_random_at_an_infinite_rate_sends_everything_at_once():
+    tr = _vllm(request_rate="inf", num_prompts=50, random_range_ratio=0)
+    assert tr.arrival[-1] < 1e-6 and set(tr.prompt) == {1024} and set(tr.output) == {128}
+
+
+@pytest.mark.parametrize("flag,value,match", [
+    ("random_range_ratio", 1, (r"^workload\.vllm_bench\.random_range_ratio: got 1; expected a "
+                              r"number within \[0, 1\)")),
+    ("num_prompts", 0, r"^workload\.vllm_bench\.num_prompts: got 0; expected a number within"),
+    ("request_rate", "fast", r"^workload\.vllm_bench\.request_rate: got 'fast'"),
+])
+def test_vllm_random_flags_are_checked_by_key(flag, value, match):
+    from servetune.errors import ConfigError
+    with pytest.raises(ConfigError, match=match):
+        _vllm(**{flag: value})
