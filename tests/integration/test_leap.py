@@ -13,10 +13,10 @@ EXACT_STATS = ("steps", "preemptions", "prefill_tokens", "decode_tokens", "kv_pe
                "max_running", "ended", "slot_bound", "window_overflow")
 
 
-# static batching with contiguous KV, the third configuration, runs with -m slow: the default
-# suite's time budget (static batching's invariants are checked in test_invariants)
+# continuous-paged runs by default; the other configurations with -m slow (the default suite's
+# 10-minute budget; static batching's invariants are checked in test_invariants)
 @pytest.fixture(scope="module", params=[
-    pytest.param(name, marks=[pytest.mark.slow] if name == "static-contiguous" else [])
+    pytest.param(name, marks=[pytest.mark.slow] if name != "continuous-paged" else [])
     for name in CONFIGS])
 def pair(request):
     cfg = CONFIGS[request.param]

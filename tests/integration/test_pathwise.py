@@ -128,6 +128,7 @@ def test_soft_gradient_matches_finite_differences_and_st_agrees(problem):
     assert cosine(g_st, fd) >= 0.9
 
 
+@pytest.mark.slow  # the default suite's 10-minute budget
 def test_priority_weight_gradient_through_soft_ranks_matches_finite_differences():
     # soft ranks cost O(W^2) per iteration: a small queue window
     sc = build(compose([*OVERLOADED[:-2], "engine.max_slots=64", "engine.queue_window=64",
@@ -405,6 +406,7 @@ def test_priority_weight_gradient_follows_the_exact_objective():
         assert g[0] > 0, (w, g)
 
 
+@pytest.mark.slow  # the default suite's 10-minute budget
 def test_gradients_are_finite_on_a_random_batch(problem):
     # random policy points anywhere in the space (limits at their bounds included) and
     # multipliers, on both seeds' workloads, in both modes
@@ -417,6 +419,7 @@ def test_gradients_are_finite_on_a_random_batch(problem):
             assert np.isfinite(value["soft_lagrangian"])
 
 
+@pytest.mark.slow  # the default suite's 10-minute budget
 def test_cvar_takes_the_worst_scenario(problem):
     _, space, ev, z0 = problem
     est = estimator(problem, "st")

@@ -65,7 +65,8 @@ COMMANDS: dict[str, How] = {
     "servetune simulate workload=azure_conv model=llama3_8b hardware=h100 policy=vllm_default "
     "policy.max_num_seqs=128 policy.max_num_batched_tokens=4096 engine.block_size=16 seed=3":
         How("run"),
-    "servetune simulate workload.duration_s=null workload.rate_scale=2 hardware=h200": How("run"),
+    "servetune simulate workload.duration_s=null workload.rate_scale=2 hardware=h200":
+        How("run", fast="workload.duration_s=600"),
     "servetune simulate seeds=4 workload.predictor.sigma=0.5 grid.max_num_seqs=[64,128,256] "
     "grid.max_num_batched_tokens=[2048,8192]": How("run", fast="workload.duration_s=60"),
     "servetune simulate engine=static cost=linear": How("run"),

@@ -12,7 +12,11 @@ from servetune.scenario import stack_workloads
 from servetune.types import COMPLETED, OUTSTANDING, REJECTED, EngineConfig
 
 
-@pytest.fixture(scope="module", params=list(CONFIGS))
+# without chunked prefill with -m slow (the default suite's 10-minute budget); test_properties
+# draws chunking on and off
+@pytest.fixture(scope="module", params=[
+    pytest.param(name, marks=[pytest.mark.slow] if name == "continuous-no-chunking" else [])
+    for name in CONFIGS])
 def batch(request):
     cfg = CONFIGS[request.param]
     rng = np.random.default_rng(abs(hash(request.param)) % 2**32)
