@@ -303,6 +303,20 @@ def _replace_with_folder(path):
      r"bad/metrics\.csv:3: cannot read \(column 'goodput_rps' = '1_000'; expected a number\)"),
     (lambda bad: _replace_with_folder(bad / "metrics.csv"),
      r"bad/metrics\.csv: is a directory; expected a metrics\.csv"),
+    # values no run can have: a fraction above 1, an infinite or negative rate, no seed
+    (lambda bad: (bad / "metrics.csv").write_text(HEADER + "0,1.0,1.5\n"),
+     (r"bad/metrics\.csv:2: cannot read \(column 'slo_attainment' = 1\.5; expected within "
+     r"\[0, 1\]\)")),
+    (lambda bad: (bad / "metrics.csv").write_text(HEADER + "0,inf,0.5\n"),
+     (r"bad/metrics\.csv:2: cannot read \(column 'goodput_rps' = inf; expected a finite "
+     r"number >= 0\)")),
+    (lambda bad: (bad / "metrics.csv").write_text(HEADER + "0,1.0,0.5\n1,-2.0,0.5\n"),
+     r"bad/metrics\.csv:3: cannot read \(column 'goodput_rps' = -2; expected a finite"),
+    (lambda bad: (bad / "metrics.csv").write_text(HEADER + "0.5,1.0,0.5\n"),
+     r"bad/metrics\.csv:2: cannot read \(column 'seed' = 0\.5; expected"),
+    (lambda bad: (bad / "metrics.csv").write_text("goodput_rps,slo_attainment\n1.0,0.5\n"),
+     (r"bad/metrics\.csv: cannot read \(no column 'seed'; expected the metrics\.csv servetune "
+     r"simulate writes\)")),
     (lambda bad: (bad / ".hydra" / "overrides.yaml").write_text("policy: b\n"),
      r"bad/\.hydra/overrides\.yaml: cannot read \(a dict; expected a list of Hydra overrides\)"),
 ])

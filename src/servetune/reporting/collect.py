@@ -168,10 +168,46 @@ def _read_metrics(path: Path) -> pd.DataFrame:
         raise ReportError(f"{path}: cannot read ({_first_line(err)})") from None
     if table.empty:
         raise ReportError(f"{path}: cannot read (a header and no rows)")
+    missing = [c for c in REQUIRED_METRICS if c not in table.columns]
+    if missing:
+        raise ReportError(f"{path}: cannot read (no column {missing[0]!r}; expected the "
+                          f"metrics.csv servetune simulate writes)")
     for column in table.columns:
         if "." not in str(column):
             _check_numbers(table[column], path, lines)
+            _check_range(table[column], path, lines)
     return table
+
+
+# columns every metrics.csv of `servetune simulate` has, and the ranges metrics can take
+REQUIRED_METRICS = ("seed",)
+FRACTIONS = ("slo_attainment", "busy_fraction", "kv_peak_occupancy", "wasted_token_ratio",
+             "quality_failure_rate", "mfu", "mbu", "prefix_hit_rate", "spec_acceptance_rate")
+UNBOUNDED = ("cost_per_qualifying_request_usd",)  # inf when nothing qualifies
+
+
+def _check_range(col: pd.Series, path: Path, lines: list[int]) -> None:
+    """ReportError naming the line of the first value of metric column `col` that no run can
+    have: a fraction outside [0, 1], a negative count, rate, time or cost, an infinity (but
+    the cost per qualifying request with none), a seed that is not a whole number. Empty cells
+    (undefined metrics) and true/false pass."""
+    values = pd.to_numeric(col.replace({"True": 1, "False": 0, True: 1, False: 0}),
+                           errors="coerce").to_numpy(np.float64)
+    name = str(col.name)
+    # (a fraction of time summed in floating point may pass 1 by rounding: 1.0000000000000004)
+    lo, hi = (0.0, 1.0 + 1e-9) if name in FRACTIONS else (0.0, np.inf)
+    if name.startswith("objective"):  # a sweep objective: log(tokens per $) may be negative
+        lo = -np.inf
+    bad = ~np.isnan(values) & ((values < lo) | (values > hi)
+                               | (np.isinf(values) & (name not in UNBOUNDED)))
+    if name == "seed":
+        bad |= ~np.isnan(values) & (values != np.round(values))
+    if bad.any():
+        k = int(np.argmax(bad))
+        line = f":{lines[k]}" if len(lines) == len(col) else ""
+        expect = "within [0, 1]" if name in FRACTIONS else "a finite number >= 0"
+        raise ReportError(f"{path}{line}: cannot read (column {name!r} = "
+                          f"{fmt(col.iloc[k], digits=12)}; expected {expect})")
 
 
 def _row_lines(path: Path, text: str) -> list[int]:
