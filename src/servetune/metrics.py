@@ -307,11 +307,6 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     cost_usd = spec.price_per_gpu_hour * spec.n_gpus * provisioned_s / 3600.0
     m = _core(table, window_s, cost_usd, spec.warmup_s)
     computed = table["tokens_computed"].to_numpy().astype(np.float64)
-    minimal = (table["prompt_tokens"] + table["output_tokens"] - 1).to_numpy().astype(np.float64)
-    qual = table["qualifies"].to_numpy()
-    recomputed = np.where(qual, np.maximum(computed - minimal, 0.0), 0.0).sum()
-    missed = np.where(qual, 0.0, computed).sum()
-    wasted = recomputed + missed
     st = res.stats
     hist = np.asarray(st["itl_hist"])
     m.update({
@@ -322,11 +317,7 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "busy_fraction": (float(np.sum(st["busy_s"])) / (sim_s * np.size(st["busy_s"]))
                         if sim_s > 0 else float("nan")),
         **_utilization(np.asarray(st["work"]), spec.work, sim_s),
-        "wasted_token_ratio": float(wasted / computed.sum()) if computed.sum() > 0 else 0.0,
-        # its two parts: recomputation (after preemption) of requests that qualified, and every
-        # token computed for a request that did not (recomputation included)
-        "wasted_recomputed_tokens": float(recomputed),
-        "wasted_missed_tokens": float(missed),
+        **_wasted(table, computed),
         # useful output per unit of compute: useful tokens / tokens computed (all requests)
         "useful_tokens_per_computed_token": (m["useful_tokens"] / computed.sum()
                                              if computed.sum() > 0 else 0.0),
@@ -356,6 +347,21 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         m.update(cascade_lib.metrics(table, window_s, spec.cascade, st["busy_s"], sim_s))
     _check_finite(m)
     return m
+
+
+def _wasted(table: pd.DataFrame, computed: np.ndarray) -> dict:
+    """wasted_token_ratio (tokens computed for requests that did not qualify, plus the
+    recomputation of those that did, over all tokens computed) and its two parts in tokens:
+    wasted_recomputed_tokens (recomputation after preemption of qualifying requests) and
+    wasted_missed_tokens (every token of a request that did not qualify). `computed` [N]:
+    tokens computed per request."""
+    minimal = (table["prompt_tokens"] + table["output_tokens"] - 1).to_numpy().astype(np.float64)
+    qual = table["qualifies"].to_numpy()
+    recomputed = float(np.where(qual, np.maximum(computed - minimal, 0.0), 0.0).sum())
+    missed = float(np.where(qual, 0.0, computed).sum())
+    total = computed.sum()
+    return {"wasted_token_ratio": (recomputed + missed) / total if total > 0 else 0.0,
+            "wasted_recomputed_tokens": recomputed, "wasted_missed_tokens": missed}
 
 
 def _utilization(work: np.ndarray, models: tuple, sim_s: float) -> dict:
