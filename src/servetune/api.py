@@ -70,6 +70,11 @@ def compose(overrides: Sequence[str] = (), **settings) -> DictConfig:
     if isinstance(overrides, str):
         raise ConfigError(f"overrides: got the string {overrides!r}; expected a list of "
                           f"overrides, e.g. [{overrides!r}]")
+    if overrides is None:
+        overrides = ()
+    if not isinstance(overrides, Sequence) or not all(isinstance(o, str) for o in overrides):
+        raise ConfigError(f"overrides: got {overrides!r}; expected a list of strings such as "
+                          f"['policy.max_num_seqs=64']")
     overrides = [*overrides, *to_overrides(settings)]
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module

@@ -468,31 +468,28 @@ def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine
     scales) and priority.py (a dependency-free priority(request, engine) for a gateway). `extra`
     (e.g. the objective and scenario it was tuned on) goes into each JSON file under "extra" and
     into the YAML as comments; `deploy` (`deployment`) pins the simulated engine in the engine
-    arguments. Returns {name: path}."""
+    arguments. Returns {name: path}. Every value is checked before anything is written, so a
+    bad one (ConfigError naming its key) leaves no folder or file behind."""
     out_dir = Path(out_dir)
-    ensure_dir(out_dir)
     paths = {name: out_dir / name for name in
              ("tuned_policy.yaml", "vllm_args.json", "sglang_args.json", "unmapped_knobs.json")}
-    if values.get(NET_KEY) is not None:  # order neural: score_net.json and priority.py too
-
-        eff = _effective(values, order)
-        paths.update(neural.export_score_net(out_dir, values[NET_KEY],
-                                             {k: eff[k] for k in WEIGHTS}, eff["ttft_target_s"]))
     header = [f"# servetune tuned policy (order {order}).",
               f"# {config_group_hint(paths['tuned_policy.yaml'], 'policy', 'tuned_policy')}"]
     header += [f"# {k}: {json.dumps(v, default=str)}" for k, v in (extra or {}).items()]
     yaml = OmegaConf.to_yaml(OmegaConf.create(policy_to_config(values, order, engine)))
-    write_text(paths["tuned_policy.yaml"], "\n".join(header) + "\n" + yaml)
-
-    def dump(name: str, payload: dict) -> None:
-        if extra:
-            payload["extra"] = extra
-        write_json(paths[name], payload)
-
     v_args = vllm_args(values, engine, order, deploy)
     s_args = sglang_args(values, engine, order, deploy)
-    dump("vllm_args.json", {"args": v_args, "flags": shlex.join(vllm_flags(v_args)),
-                            "warnings": vllm_warnings(v_args)})
-    dump("sglang_args.json", {"args": s_args, "flags": shlex.join(sglang_flags(s_args))})
-    dump("unmapped_knobs.json", {"unmapped": unmapped_knobs(values, order, engine, deploy)})
+    payloads = {"vllm_args.json": {"args": v_args, "flags": shlex.join(vllm_flags(v_args)),
+                                   "warnings": vllm_warnings(v_args)},
+                "sglang_args.json": {"args": s_args, "flags": shlex.join(sglang_flags(s_args))},
+                "unmapped_knobs.json": {"unmapped": unmapped_knobs(values, order, engine,
+                                                                   deploy)}}
+    ensure_dir(out_dir)
+    if values.get(NET_KEY) is not None:  # order neural: score_net.json and priority.py too
+        eff = _effective(values, order)
+        paths.update(neural.export_score_net(out_dir, values[NET_KEY],
+                                             {k: eff[k] for k in WEIGHTS}, eff["ttft_target_s"]))
+    write_text(paths["tuned_policy.yaml"], "\n".join(header) + "\n" + yaml)
+    for name, payload in payloads.items():
+        write_json(paths[name], {**payload, "extra": extra} if extra else payload)
     return paths

@@ -32,6 +32,7 @@ from servetune.reporting.collect import collect
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import aggregate
 from servetune.scenario import build
+from servetune.trace_text import DuplicateKeyError, unique_keys
 
 TUNE_SUMMARY = "tune_summary.json"
 RESOLVED = "config_resolved.yaml"
@@ -40,8 +41,8 @@ RESOLVED = "config_resolved.yaml"
 @dataclasses.dataclass(frozen=True)
 class Chosen:
     """The point to export: its run folder and resolved config, its policy values (policy keys
-    of servetune.policy.DEFAULTS, plus score_net for a neural order) and order, and in words
-    which point it is and why it was chosen."""
+    of servetune.policy.DEFAULTS, plus score_net for a neural order) and order, in words which
+    point it is and why it was chosen, and the damaged run folders left out of the choice."""
 
     run_dir: Path
     cfg: DictConfig
@@ -49,6 +50,7 @@ class Chosen:
     order: str
     label: str
     why: str
+    skipped: tuple = ()
 
 
 def _resolved(run_dir: Path) -> DictConfig:
@@ -72,21 +74,47 @@ def _policy(cfg: DictConfig, overrides: dict) -> tuple[dict, str]:
     return values, str(section.get("order", "fcfs"))
 
 
+def _tune_summary(path: Path) -> tuple[dict, bool]:
+    """(best policy values, regressed) of a tune_summary.json; ServetuneError naming the file
+    and what is wrong with it."""
+    expected = "expected the tune_summary.json servetune tune writes"
+    try:
+        summary = json.loads(inputs.read_bytes(path, "tuning summary", ServetuneError),
+                             object_pairs_hook=unique_keys, parse_constant=_refuse_constant)
+    except DuplicateKeyError as err:
+        raise ServetuneError(f"{path}: key {err.key!r} given twice; {expected}") from None
+    except (ValueError, RecursionError) as err:
+        raise ServetuneError(f"{path}: not JSON ({str(err)[:80]}); {expected}") from None
+    best = summary.get("best") if isinstance(summary, dict) else None
+    if not isinstance(best, dict) or not best:
+        raise ServetuneError(f"{path}: no 'best' object of policy values; {expected}")
+    for key, value in best.items():
+        ok = (isinstance(value, list) and all(_is_number(v) for v in value) if key ==
+              export.NET_KEY else _is_number(value) or value is None)
+        if not ok:
+            raise ServetuneError(f"{path}: best.{key} = {str(value)[:40]!r}; expected a number")
+    regression = summary.get("regression", False)
+    if not isinstance(regression, bool):
+        raise ServetuneError(f"{path}: regression = {regression!r}; expected true or false")
+    return best, regression
+
+
+def _is_number(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float))
+
+
 def choose_tuned(run_dir: Path) -> Chosen:
     """The best policy of a `servetune tune` run folder."""
     path = run_dir / TUNE_SUMMARY
-    try:
-        summary = json.loads(inputs.read_bytes(path, "tuning summary", ServetuneError),
-                             parse_constant=_refuse_constant)
-        best = dict(summary["best"])
-    except (ValueError, KeyError, TypeError) as err:
-        raise ServetuneError(f"{path}: cannot read its best policy ({err}); expected the "
-                             f"tune_summary.json servetune tune writes") from None
+    best, regression = _tune_summary(path)
     cfg = _resolved(run_dir)
     values, order = _policy(cfg, best)
     order = "neural" if best.get(export.NET_KEY) is not None else order
-    regressed = " (it regressed on held-out data: see evaluation.csv)" if summary.get(
-        "regression") else ""
+    try:
+        export.policy_to_config(values, order)  # check every value before any file is made
+    except ConfigError as err:
+        raise ServetuneError(f"{path}: {err}") from None
+    regressed = " (it regressed on held-out data: see evaluation.csv)" if regression else ""
     return Chosen(run_dir, cfg, values, order, "the tuned policy",
                   f"the best policy servetune tune found{regressed}")
 
@@ -108,12 +136,15 @@ def _column(runs: pd.DataFrame, key: str) -> str:
 
 
 def _matches(column: pd.Series, value: str) -> pd.Series:
-    """Rows whose value equals `value` (as a number where both are numbers, else as text)."""
+    """Rows whose value equals `value` (as a number where both are numbers, to 1e-9 relative,
+    an infinity only itself; else as text)."""
     try:
         number = float(value)
     except ValueError:
         return column.astype(str) == value
     as_numbers = pd.to_numeric(column, errors="coerce")
+    if not math.isfinite(number):
+        return as_numbers == number
     return (as_numbers - number).abs() <= 1e-9 * max(1.0, abs(number))
 
 
@@ -166,8 +197,9 @@ def choose_point(root: Path, points: list[str]) -> Chosen:
             if c.startswith("policy.") and c.removeprefix("policy.") in DEFAULTS
             and pd.notna(row[c])}
     values, order_name = _policy(_resolved(run_dir), grid)
+    name = "the run" if row["run"] == "." else f"run {row['run']}"
     return Chosen(run_dir, _resolved(run_dir), values, order_name,
-                  label if label != "all" else str(row["run"]), why)
+                  label if label != "all" else name, why, tuple(col.skipped))
 
 
 def _pct(value) -> str:
@@ -182,6 +214,9 @@ def export_point(directory: str | Path, points: list[str] | None = None,
                  out: str | Path | None = None) -> tuple[Chosen, dict]:
     """Write the engine files of the point of `directory` that `points` choose into `out`
     (default DIR/export). Returns (the point, {file name: path})."""
+    if not str(directory).strip() or (out is not None and not str(out).strip()):
+        raise ServetuneError(f"{'DIR' if not str(directory).strip() else '--out'}: got an empty "
+                             f"path; expected a folder")
     root = inputs.expand(directory, "DIR", ServetuneError).resolve()
     if not root.is_dir():
         raise ServetuneError(f"{directory}: not a folder; expected a servetune run, multirun or "
@@ -228,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ServetuneError, ConfigError) as err:
         Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
         return 2
+    for message in chosen.skipped:  # damaged run folders, as servetune report warns of them
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] left out {message}",
+                                   highlight=False, soft_wrap=True)
     flags = json.loads(paths["vllm_args.json"].read_text())["flags"]
     folder = paths["tuned_policy.yaml"].parent
     console.print(f"exported {chosen.label} of {chosen.run_dir}: {chosen.why}", markup=False)

@@ -247,7 +247,8 @@ def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float
         "slo_attainment": len(q) / n if n else float("nan"),
         "useful_tokens": useful,
         "useful_tokens_per_dollar": useful / cost_usd if cost_usd > 0 else float("nan"),
-        "cost_per_qualifying_request_usd": cost_usd / len(q) if len(q) else float("inf"),
+        # undefined (NaN, written as null / empty) when nothing qualifies: no output holds inf
+        "cost_per_qualifying_request_usd": cost_usd / len(q) if len(q) else float("nan"),
         "n_quality_failed": n_failed,
         "quality_failure_rate": n_failed / n_done if n_done else float("nan"),
         "goodput_lost_to_quality_rps": len(lost) / window_s,
@@ -290,7 +291,7 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     mfu, mbu, model_flops, model_bytes and mean_in_system when no simulated time passed, useful_tokens_per_dollar when the cost is 0
     (a price of 0), slo_attainment with no counted request, quality_failure_rate with no
     completed counted request, spec_acceptance_rate and spec_tokens_per_pass without a draft
-    pass; cost_per_qualifying_request_usd is inf when nothing qualifies.
+    pass, cost_per_qualifying_request_usd when nothing qualifies.
     Any other non-finite value raises ServetuneError.
 
     Quality (servetune.quality): n_quality_failed counts the completed counted requests that

@@ -2,7 +2,8 @@
 becomes `["policy.max_num_seqs=64", "seeds=2"]`, so the Python API and the command line go
 through one config reader (api.compose) and fail with the same messages.
 
-A string value selects a config group (`workload="poisson"`) or sets a string; a dict sets the
+A string value selects a config group (`workload="poisson"`) or sets that very string (a
+`${...}` in it is not an interpolation); a dict sets the
 fields under its key (nested dicts give dotted keys); lists and tuples become Hydra lists. Keys
 may be dotted already (`**{"workload.duration_s": 60}`).
 """
@@ -55,6 +56,9 @@ def value_text(key: str, value) -> str:
 
 
 def _string_text(key: str, text: str) -> str:
+    """`text` as a Hydra string value: as is where it reads as that string, else quoted; a
+    `${` is escaped (`\\${`), so the value is the literal text, never an interpolation."""
+    text = text.replace("${", "\\${")
     if text and set(text) <= _PLAIN and text.lower() not in _WORDS and not _numeric(text):
         return text
     for quote in ("'", '"'):

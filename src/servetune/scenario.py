@@ -68,6 +68,14 @@ def _check_sections(cfg: DictConfig) -> None:
             raise ConfigError(f"{section}: got {node!r}; expected a mapping of {section}.* keys")
 
 
+def _workload_name(cfg: DictConfig) -> str | None:
+    """workload.name as a string (a number is one); None when unset."""
+    name = settings.get(cfg, "workload.name")
+    if name is not None and (isinstance(name, bool) or not isinstance(name, (str, int))):
+        raise ConfigError(f"workload.name: got {name!r}; expected a string")
+    return None if name is None else str(name)
+
+
 def _trace_path(cfg: DictConfig) -> Path:
     """The trace file of workload.path (relative to paths.root), or the bundled workload.bundled."""
     path = settings.string(cfg, "workload.path", allow_none=True)
@@ -112,11 +120,7 @@ def trace_slice(cfg: DictConfig) -> TraceSlice:
         columns={} if columns is None else OmegaConf.to_container(columns),
         time_unit=settings.get(cfg, "workload.time_unit"),
         invalid_rows=settings.get(cfg, "workload.invalid_rows", "error"), window=(start, end))
-    name = settings.get(cfg, "workload.name")
-    if name is not None and not isinstance(name, (str, int)):
-        raise ConfigError(f"workload.name: got {name!r}; expected a string")
-    source = trace_file.read_trace(_trace_path(cfg), None if name is None else str(name),
-                                   options)
+    source = trace_file.read_trace(_trace_path(cfg), _workload_name(cfg), options)
     return TraceSlice(source, start, duration, rate_scale, max_requests)
 
 
@@ -149,18 +153,18 @@ def load_workload(cfg: DictConfig, seed: int,
 def _synthetic(cfg: DictConfig, seed: int) -> workload.RequestTrace:
     """Seed `seed`'s draw of the synthetic workload of `workload.*`: its own keys, or, where
     `workload.vllm_bench` is set, vllm bench serve's random dataset in that tool's flags."""
-    name = settings.get(cfg, "workload.name")
-    if name is not None and not isinstance(name, (str, int)):
-        raise ConfigError(f"workload.name: got {name!r}; expected a string")
-    vllm = settings.get(cfg, "workload.vllm_bench")
-    if vllm is not None:
+    name = _workload_name(cfg)
+    if "vllm_bench" in cfg.workload:
+        vllm = settings.get(cfg, "workload.vllm_bench")
         if not isinstance(vllm, DictConfig):
             raise ConfigError(f"workload.vllm_bench: got {vllm!r}; expected a mapping of vllm "
                               f"bench serve flags ({', '.join(workload.VLLM_BENCH_KEYS)})")
         args = workload.vllm_random(OmegaConf.to_container(vllm))
+        args["duration_s"] = settings.number(cfg, "workload.duration_s", lo=0,
+                                             hi=workload.MAX_SPAN_S, allow_none=True)
     else:
         args = _synthetic_args(cfg)
-    trace = workload.synthetic(**args, seed=seed, name=str(name or "synthetic"))
+    trace = workload.synthetic(**args, seed=seed, name=name or "synthetic")
     if len(trace) == 0:
         raise ConfigError("workload: the synthetic workload is empty; raise rate or duration_s")
     return trace

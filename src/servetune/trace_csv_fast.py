@@ -120,8 +120,10 @@ def read(path: Path, header: list[str], header_line: int, columns: tuple[str, st
     """The requests of `window` ([lo, hi) s after the first request) of the CSV trace `path`
     whose header (stripped names) is `header` on line `header_line`, reading `columns`
     (arrival, prompt, output) with numeric arrivals in units of `unit_s` seconds; None when
-    the file does not qualify (see the module docstring)."""
-    if header_line != 1 or len(set(header)) != len(header) or not _clean(path):
+    the file does not qualify (see the module docstring; two roles read from one column
+    qualify neither)."""
+    if (header_line != 1 or len(set(header)) != len(header) or len(set(columns)) != 3
+            or not _clean(path)):
         return None
     try:
         return _read(path, header, columns, unit_s, window)

@@ -119,6 +119,15 @@ class ReadOptions:
     window: tuple = (0.0, math.inf)
 
     def __post_init__(self):
+        if not isinstance(self.columns, Mapping):
+            raise ConfigError(f"workload.columns: got {self.columns!r}; expected a mapping like "
+                              f"{{arrival: timestamp, prompt: input_tokens, output: "
+                              f"output_tokens}}")
+        window = tuple(self.window) if isinstance(self.window, (tuple, list)) else ()
+        if (len(window) != 2 or not all(isinstance(v, (int, float)) for v in window)
+                or not 0 <= window[0] <= window[1]):
+            raise ConfigError(f"workload.start_s/duration_s: the window {self.window!r}; "
+                              f"expected (start, end) seconds with 0 <= start <= end")
         for role, column in self.columns.items():
             if role not in ROLES:
                 raise ConfigError(f"workload.columns.{role}: not a column role; expected "
@@ -459,14 +468,22 @@ def _jsonl_rows(path: Path, options: ReadOptions):
                          f"workload.columns.arrival/prompt/output")
     layout = _layout(fmt, options, json_file=True)
 
+    def getter(line: int, obj):
+        try:
+            return _json_getter(obj, path, line, layout)
+        except RowError as err:  # an invalid row: skipped or reported by the reader
+            return _raiser(err)
+
     def rows():
         yield from ((line, _raiser(err)) for line, err in before)
-        yield first[0], _json_getter(first[1], path, first[0], layout)
+        yield first[0], getter(*first)
         for line, raw in numbered:
             try:
-                yield line, _json_getter(_json_object(raw, path, line), path, line, layout)
+                obj = _json_object(raw, path, line)
             except RowError as err:
                 yield line, _raiser(err)
+                continue
+            yield line, getter(line, obj)
 
     return layout, rows(), None
 
@@ -489,6 +506,7 @@ class _Clock:
 
     def __init__(self, path: Path, what: str, unit: str):
         self.path, self.what = path, what
+        self.column = what.removesuffix(" (in seconds)")  # how kind messages name it
         self.kinds = {k: v.format(unit=UNIT_WORDS[unit]) for k, v in _KIND_NAMES.items()}
         self.first = self.last = None
         self.kind = None  # (kind, line) of the first request
@@ -498,7 +516,7 @@ class _Clock:
         if self.kind is None:
             self.kind, self.first, self.last = (kind, line), value, value
         elif kind != self.kind[0]:
-            raise TraceError(f"{self.path}:{line}: {self.what} is {self.kinds[kind]} but line "
+            raise TraceError(f"{self.path}:{line}: {self.column} is {self.kinds[kind]} but line "
                              f"{self.kind[1]} is {self.kinds[self.kind[0]]}; expected one kind "
                              f"of timestamp")
         if value < self.last:
@@ -572,6 +590,13 @@ def read_trace(path: str | Path, name: str | None = None,
     """Read the trace file `path` (.csv or .jsonl, any format above), checking every line, and
     keep the requests of `options.window`. The trace is named `name` (default: the file's
     stem); its arrivals are seconds after the file's first request."""
+    if not isinstance(path, (str, Path)) or not str(path):
+        raise TraceError(f"trace file: got {path!r}; expected the path of a CSV or JSONL trace")
+    if isinstance(options, Mapping):
+        options = ReadOptions(**options)
+    if options is not None and not isinstance(options, ReadOptions):
+        raise ConfigError(f"read options: got {options!r}; expected a ReadOptions or a mapping "
+                          f"of its fields")
     path, options = Path(path), options or ReadOptions()
     inputs.check_regular(path, "trace file", TraceError)  # a folder, FIFO or device: say so
     layout, rows, head = _rows_of(path, options)

@@ -146,28 +146,29 @@ def vllm_random(spec: dict, key: str = "workload.vllm_bench") -> dict:
     defaults = {"random_input_len": 1024, "random_output_len": 128, "random_range_ratio": 0.0,
                 "request_rate": 5.0, "burstiness": 1.0, "num_prompts": 1000}
 
-    def get(name: str, lo: float, hi: float) -> float:
+    def get(name: str, lo: float, hi: float, integer: bool = False, bounds: str = "") -> float:
         raw = spec.get(name)
         value = defaults[name] if raw is None else _as_float(raw)
-        if value is None or not lo <= value <= hi:
-            raise ConfigError(f"{key}.{name}: got {raw!r}; expected a number within "
-                              f"[{lo:g}, {hi:g}]")
+        if (value is None or not lo <= value <= hi
+                or (integer and (not math.isfinite(value) or value != int(value)))):
+            what = "a whole number" if integer else "a number"
+            shown = f"[{int(lo)}, {int(hi)}]" if integer else f"[{lo:g}, {hi:g}]"
+            raise ConfigError(f"{key}.{name}: got {raw!r}; expected {what} within "
+                              f"{bounds or shown}")
         return value
 
-    ratio = get("random_range_ratio", 0.0, math.inf)
-    if ratio >= 1.0:  # vLLM's own check: lengths could reach 0
-        raise ConfigError(f"{key}.random_range_ratio: got {spec.get('random_range_ratio')!r}; "
-                          f"expected a number within [0, 1), as vLLM requires")
+    # vLLM's own check: a ratio of 1 or more could make a length 0
+    ratio = get("random_range_ratio", 0.0, 1.0 - 1e-12, bounds="[0, 1), as vLLM requires")
     rate = get("request_rate", 1e-9, math.inf)
     burstiness = get("burstiness", 1e-6, 1e6)
 
     def lengths(name: str) -> dict:
-        length = get(name, 1, MAX_TOKENS)
+        length = get(name, 1, MAX_TOKENS, integer=True)
         return {"dist": "uniform", "min": max(math.floor(length * (1 - ratio)), 1),
                 "max": max(math.ceil(length * (1 + ratio)), 1)}
 
     return {"rate": min(rate, MAX_RATE), "n_requests": int(get("num_prompts", 1,
-                                                               MAX_SYNTHETIC_REQUESTS)),
+                                                               MAX_SYNTHETIC_REQUESTS, True)),
             "arrival": "poisson" if burstiness == 1.0 else "gamma",
             "cv": 1.0 / math.sqrt(burstiness), "prompt": lengths("random_input_len"),
             "output": lengths("random_output_len")}

@@ -134,3 +134,17 @@ def test_a_failing_override_is_named_with_the_ones_before_it_applied():
     with pytest.raises(ConfigError, match=r"^workload\.prompt: "):
         api.compose(["workload=poisson", "workload.n_requests=1",
                      "workload.prompt={dist: fixed, value: 5}"])
+
+
+def test_none_is_no_overrides_and_other_types_are_refused():
+    assert api.compose(None) == api.compose([])
+    with pytest.raises(ConfigError, match=r"^overrides: got 5; expected a list of strings"):
+        api.compose(5)
+    with pytest.raises(ConfigError, match=r"^overrides: got \[1\]; expected a list of strings"):
+        api.compose([1])
+
+
+def test_a_string_setting_is_the_literal_text_not_an_interpolation():
+    cfg = api.compose(workload="poisson", **{"workload.name": "${oc.env:HOME}/x"})
+    assert cfg.workload.name == "${oc.env:HOME}/x"
+    assert value_text("k", "${seed}") == "'\\${seed}'"

@@ -107,3 +107,52 @@ def test_the_command_prints_the_vllm_flags_and_exits_2_on_a_bad_folder(grid, tmp
     assert "exported max_num_seqs=64 of" in out and "--max-num-seqs 64" in out
     assert export_main([str(tmp_path / "missing")]) == 2
     assert "not a folder" in capsys.readouterr().err
+
+
+# ---- found by an adversarial pass (2026-12-05)
+
+def test_an_infinite_point_value_matches_only_an_infinite_one(grid):
+    with pytest.raises(ServetuneError, match=r"--point max_num_seqs=inf: no run has "
+                                             r"policy\.max_num_seqs=inf"):
+        export_point(grid, ["max_num_seqs=inf"])
+
+
+@pytest.mark.parametrize("args,match", [
+    (("",), r"^DIR: got an empty path"),
+    (("GRID", [], ""), r"^--out: got an empty path"),
+])
+def test_empty_paths_are_refused(grid, args, match):
+    args = tuple(str(grid) if a == "GRID" else a for a in args)
+    with pytest.raises(ServetuneError, match=match):
+        export_point(*args)
+
+
+@pytest.mark.parametrize("summary,match", [
+    ('{"regression": false}', r"tune_summary\.json: no 'best' object"),
+    ('{"best": {"max_num_seqs": "abc"}}', (r"tune_summary\.json: best\.max_num_seqs = 'abc'; "
+                                          r"expected a number")),
+    ('{"best": {"max_num_seqs": 64}, "regression": "no"}',
+     r"tune_summary\.json: regression = 'no'; expected true or false"),
+    ('{"best": {"max_num_seqs": 64}, "best": {"max_num_seqs": 32}}',
+     r"tune_summary\.json: key 'best' given twice"),
+    ('{"best": {"max_num_seqs": 0}}', r"tune_summary\.json: policy\.max_num_seqs: got 0"),
+    ('{"best": {"max_num_seqs": NaN}}', r"tune_summary\.json: not JSON"),
+])
+def test_a_damaged_tune_summary_is_named_and_nothing_is_written(grid, tmp_path, summary, match):
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    shutil.copy(grid / "config_resolved.yaml", tuned)
+    (tuned / "tune_summary.json").write_text(summary)
+    with pytest.raises(ServetuneError, match=match):
+        export_point(tuned, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_damaged_runs_left_out_are_warned_of(sweep, tmp_path, capsys):
+    copy = tmp_path / "sweep"
+    shutil.copytree(sweep, copy)
+    (copy / "0" / "metrics.csv").write_text("seed,goodput_rps\n0,inf\n")
+    assert export_main([str(copy), "--point", "workload.rate=6", "--out",
+                        str(tmp_path / "out")]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "warning: left out" in err and "0/metrics.csv:2" in err

@@ -359,3 +359,55 @@ def test_the_vectorized_reader_agrees_on_random_files(tmp_path, monkeypatch, see
         assert fast == slow
     if clean:  # a clean file takes the vectorized path
         assert used[0] is not None, rows
+
+
+# ---- found by an adversarial pass (2026-12-05)
+
+def test_two_roles_read_from_one_column_give_what_the_line_reader_gives(tmp_path, monkeypatch):
+    path = _write(tmp_path, "same.csv", "t,n\n0,10\n1,20\n")
+    options = ReadOptions(columns={"arrival": "t", "prompt": "n", "output": "n"})
+    fast, slow = _read_both(path, monkeypatch, options)
+    assert fast == slow and fast[5] == [10, 20] and fast[6] == [10, 20]
+
+
+def test_a_first_json_line_without_a_column_is_skipped_like_any_other(tmp_path):
+    failed = {"custom_id": "b", "error": {"code": "server_error"}, "response": None}
+    ok = {"custom_id": "a", "response": {"body": {"created": 1700000000, "usage": {
+        "prompt_tokens": 10, "completion_tokens": 5}}}}
+    path = _jsonl(tmp_path, "b.jsonl", [failed, ok])
+    got = read_trace(path, options=ReadOptions(invalid_rows="skip"))
+    assert got.n_requests == 1 and got.skipped == {"missing 'response.body.created'": [1, 1]}
+    with pytest.raises(TraceError, match=r"b\.jsonl:1: missing key 'response\.body\.created'.*"
+                                         r"\(workload\.invalid_rows=skip leaves such rows out\)"
+                       ) as err:
+        read_trace(path)
+    assert type(err.value) is TraceError
+
+
+def test_a_jsonl_of_mixed_timestamp_kinds_names_the_key_plainly(tmp_path):
+    path = _jsonl(tmp_path, "m.jsonl", [
+        {"timestamp": "2024-01-01T00:00:00Z", "input_length": 5, "output_length": 2},
+        {"timestamp": 5, "input_length": 5, "output_length": 2}])
+    with pytest.raises(TraceError, match=r"m\.jsonl:2: 'timestamp' is a number of milliseconds "
+                                         r"but line 1 is a date-time with a UTC offset"):
+        read_trace(path)
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda: read_trace(None), TraceError, r"^trace file: got None; expected the path"),
+    (lambda: read_trace("x.csv", options=5), ConfigError, r"^read options: got 5"),
+    (lambda: ReadOptions(columns=[("arrival", "x")]), ConfigError,
+     r"^workload\.columns: got \[\('arrival', 'x'\)\]; expected a mapping"),
+    (lambda: ReadOptions(window=(5.0, 1.0)), ConfigError,
+     r"^workload\.start_s/duration_s: the window \(5\.0, 1\.0\); expected"),
+    (lambda: ReadOptions(window=(float("nan"), 1.0)), ConfigError, r"the window \(nan, 1\.0\)"),
+])
+def test_the_python_reader_refuses_bad_arguments_by_name(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_read_options_may_be_given_as_a_mapping(tmp_path):
+    path = _write(tmp_path, "p.csv", "arrival_s,prompt_tokens,output_tokens\n0,10,5\n3,20,7\n")
+    got = read_trace(path, options={"window": (1.0, 10.0)})
+    assert list(got.trace.arrival) == [3.0] and got.n_requests == 2

@@ -131,6 +131,16 @@ def test_vllm_random_lengths_and_arrivals_follow_vllms_random_dataset():
     assert abs(gaps.std() / gaps.mean() / np.sqrt(2) - 1) < 0.06  # Gamma shape 0.5: cv sqrt(2)
 
 
+def test_vllm_random_keeps_the_arrivals_of_workload_duration_s():
+    tr = _vllm(num_prompts=2000, request_rate=10)
+    from servetune import api
+    from servetune.scenario import build
+    cut = build(api.compose(["workload=vllm_random", "workload.vllm_bench.num_prompts=2000",
+                             "workload.vllm_bench.request_rate=10",
+                             "workload.duration_s=30"])).traces[0]
+    assert cut.arrival[-1] < 30 and len(cut) == int((tr.arrival < 30).sum())
+
+
 def test_vllm_random_at_an_infinite_rate_sends_everything_at_once():
     tr = _vllm(request_rate="inf", num_prompts=50, random_range_ratio=0)
     assert tr.arrival[-1] < 1e-6 and set(tr.prompt) == {1024} and set(tr.output) == {128}
@@ -139,7 +149,7 @@ def test_vllm_random_at_an_infinite_rate_sends_everything_at_once():
 @pytest.mark.parametrize("flag,value,match", [
     ("random_range_ratio", 1, (r"^workload\.vllm_bench\.random_range_ratio: got 1; expected a "
                               r"number within \[0, 1\)")),
-    ("num_prompts", 0, r"^workload\.vllm_bench\.num_prompts: got 0; expected a number within"),
+    ("num_prompts", 0, r"^workload\.vllm_bench\.num_prompts: got 0; expected a whole number"),
     ("request_rate", "fast", r"^workload\.vllm_bench\.request_rate: got 'fast'"),
 ])
 def test_vllm_random_flags_are_checked_by_key(flag, value, match):

@@ -183,7 +183,7 @@ def _read_metrics(path: Path) -> pd.DataFrame:
 REQUIRED_METRICS = ("seed",)
 FRACTIONS = ("slo_attainment", "busy_fraction", "kv_peak_occupancy", "wasted_token_ratio",
              "quality_failure_rate", "mfu", "mbu", "prefix_hit_rate", "spec_acceptance_rate")
-UNBOUNDED = ("cost_per_qualifying_request_usd",)  # inf when nothing qualifies
+UNBOUNDED = ("cost_per_qualifying_request_usd",)  # inf when nothing qualified (before 12-05)
 
 
 def _check_range(col: pd.Series, path: Path, lines: list[int]) -> None:
