@@ -70,6 +70,7 @@ def test_every_request_is_served_once_within_capacity(kv_blocks):
     assert np.all(res.finish[multi] - res.first_token[multi] >= LATENCY - 1e-9)
 
 
+@pytest.mark.slow  # the default suite's 10-minute budget on 2 cores
 def test_event_skipping_does_not_delay_landings():
     """A decode instance's skipped run stops before a prefill instance could hand a request
     off (the handoff reads the decode instances' KV use), so skipping changes no time."""

@@ -213,6 +213,7 @@ def test_cli_tunes_a_network(tmp_path):
     assert (tmp_path / "export" / "priority.py").exists()
 
 
+@pytest.mark.slow  # the default suite's 10-minute budget on 2 cores
 def test_neural_order_runs_per_instance_with_routing():
     # each instance orders its own queue; engine features are the instance's own
     base = ["workload=poisson", "workload.rate=150", "workload.duration_s=10",

@@ -472,6 +472,7 @@ def test_pathwise_and_es_agree_in_direction(problem):
     assert cosine(g_st, g_es) >= 0.9, (g_st, g_es)
 
 
+@pytest.mark.slow  # the default suite's 10-minute budget on 2 cores
 def test_tune_pathwise_improves_the_objective(tmp_path):
     from servetune.tuning import tune
     # the module's scenario and space (the default's less queue_cap, whose paired difference

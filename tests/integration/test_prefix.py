@@ -322,6 +322,7 @@ def mooncake():
     return out
 
 
+@pytest.mark.slow  # the default suite's 10-minute budget on 2 cores
 def test_mooncake_hit_rate_matches_the_traces_prefix_reuse(mooncake):
     sc, on = mooncake["on"]
     tr = sc.traces[0]
@@ -341,6 +342,7 @@ def test_mooncake_hit_rate_matches_the_traces_prefix_reuse(mooncake):
         assert m["kv_peak_occupancy"] <= 1.0
 
 
+@pytest.mark.slow  # the default suite's 10-minute budget on 2 cores
 def test_mooncake_ttft_falls_with_caching(mooncake):
     off, on = mooncake["off"][1], mooncake["on"][1]
     assert on["n_completed"] == off["n_completed"]

@@ -84,8 +84,8 @@ COMMANDS: dict[str, How] = {
     f"servetune report {REPORT_DIR}":
         How("run", setup="servetune simulate -m workload=poisson policy.max_num_seqs=32,64 "
                          f"hydra.sweep.dir={REPORT_DIR}"),
-    f"servetune export {REPORT_DIR} --point workload.rate=10":
-        How("run", setup="servetune simulate -m workload=poisson workload.duration_s=8 "
+    f"servetune export {REPORT_DIR} --point workload.rate=10":  # test_export_cli runs it too
+        How("run", slow=True, setup="servetune simulate -m workload=poisson workload.duration_s=8 "
                          f"policy.max_num_seqs=32,64 workload.rate=5,10 hydra.sweep.dir={REPORT_DIR}"),
     'pip install -e ".[joblib]"': How("install"),
     "servetune simulate -m hydra/launcher=joblib_local hydra.launcher.n_jobs=4 "
