@@ -130,6 +130,21 @@ def test_tuning_over_several_workloads_aggregates_them(tmp_path):
     assert math.isclose(res.best_summary["objective"], worst, rel_tol=1e-12)
 
 
+def test_the_tuner_searches_only_settings_vllm_accepts(tmp_path):
+    # a token-budget range below most of the sequence range: vLLM's budget >= sequences check
+    # binds at almost every point, and the search projects onto it
+    low_budget = ["tune.space.max_num_batched_tokens={low: 8, high: 64, scale: log}",
+                  "tune.iterations=1", "tune.eval.seeds=0"]
+    res = tune(SMALL + low_budget, out_dir=tmp_path, log=lambda _: None)
+    h = res.history
+    assert (h["policy.max_num_batched_tokens"] >= h["policy.max_num_seqs"]).all()
+    assert h["policy.max_num_seqs"].min() > 8  # the start's seqs, above the budget's range
+    assert res.best["max_num_batched_tokens"] >= res.best["max_num_seqs"]
+    doc = json.loads((tmp_path / "export" / "vllm_args.json").read_text())
+    assert doc["warnings"] == []
+    assert doc["args"]["max_num_batched_tokens"] >= doc["args"]["max_num_seqs"]
+
+
 def test_bad_tune_settings_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"tune.pairs: got 0"):
         tune(SMALL + ["tune.pairs=0"], out_dir=tmp_path)

@@ -226,9 +226,11 @@ def soft_objective(rt: RequestTimes, wl: Workload, weights, counted, tg: SoftTar
 @dataclasses.dataclass(frozen=True)
 class PointMap:
     """The tuner's point z [d] -> policy values, as tuning/space.py maps it, in JAX (traced,
-    differentiable): value = low..high through a sigmoid, on a log or linear scale."""
+    differentiable): value = low..high through a sigmoid, on a log or linear scale, projected
+    by the space's constraints (vLLM's own checks)."""
 
     dims: tuple  # [d] tuning.space.Dimension
+    constraints: object = None  # tuning.space.Constraints (None: none)
 
     def values(self, z) -> dict:
         """Policy key -> traced value of each coordinate of z [d]."""
@@ -240,7 +242,7 @@ class PointMap:
                 out[dim.key] = jnp.exp(lo + (hi - lo) * u)
             else:
                 out[dim.key] = dim.low + (dim.high - dim.low) * u
-        return out
+        return out if self.constraints is None else self.constraints.apply(out, jnp)
 
     def __call__(self, z, base: Params) -> Params:
         """`base` (unbatched Params) with the tuned keys set from z."""

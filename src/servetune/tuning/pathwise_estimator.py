@@ -52,7 +52,7 @@ class PathwiseEstimator:
         self.targets = pathwise.targets(sc.metrics, slo_target, slo_tau)
         self.aggregate, self.cvar_alpha = aggregate, cvar_alpha
         self.difference_step = float(difference_step)
-        self.point_map = pathwise.PointMap(space.dims)
+        self.point_map = pathwise.PointMap(space.dims, space.constraints)
         n = sc.workloads.arrival.shape[1]
         self.weights = np.zeros((len(sc.traces), 2, n))
         self.counted = np.zeros((len(sc.traces), n), bool)

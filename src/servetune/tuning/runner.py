@@ -30,7 +30,7 @@ from servetune.tuning import checkpoint, es
 from servetune.tuning.evaluator import Evaluator, MultiEvaluator
 from servetune.tuning.objective import Objective
 from servetune.tuning.pathwise_estimator import PathwiseEstimator
-from servetune.tuning.space import SearchSpace, space_from_config
+from servetune.tuning.space import SearchSpace, constraints_for, space_from_config
 
 OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
 MAX_ITERATIONS = 100_000  # the checkpoint holds (and rewrites) one history row per iteration
@@ -408,20 +408,24 @@ def _plain(values: dict) -> dict:
 
 
 def _evaluators(cfg: DictConfig, st: Settings, order: str):
-    """(the exact simulator scoring policy points: one workload or several, the pathwise
-    estimator or None for ES)."""
+    """(the settings with the space constrained to what the scenario's vLLM accepts, the exact
+    simulator scoring policy points: one workload or several, the pathwise estimator or None
+    for ES)."""
     if st.workloads:  # tune over several workloads at once
         evaluator = MultiEvaluator([
             Evaluator(build(_with_overrides(cfg, w, "tune.workloads")), order, st.batch_mode)
             for w in st.workloads])
     else:
         evaluator = Evaluator(build(cfg), order, st.batch_mode)
+    engine = _first_scenario(evaluator).engine
+    st = dataclasses.replace(st, space=dataclasses.replace(st.space, constraints=constraints_for(
+        evaluator.base, engine.max_model_len, engine.chunked_prefill)))
     if st.estimator != "pathwise":
-        return evaluator, None
+        return st, evaluator, None
     if st.workloads:
         raise ConfigError("tune.workloads: the pathwise estimator tunes on one workload; "
                           "use tune=es to tune over several")
-    return evaluator, PathwiseEstimator(evaluator, st.space, st.relax, st.temperature,
+    return st, evaluator, PathwiseEstimator(evaluator, st.space, st.relax, st.temperature,
                                         st.objective.slo_target, st.slo_tau,
                                         st.objective.aggregate, st.objective.cvar_alpha,
                                         st.difference_step)
@@ -546,9 +550,9 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     start_time = time.perf_counter()
     out_dir = Path(out_dir)
     st, cfg = checked_config(cfg)
-    space = st.space
     order = "neural" if st.policy_family == "neural" else _order(cfg)
-    evaluator, estimator = _evaluators(cfg, st, order)
+    st, evaluator, estimator = _evaluators(cfg, st, order)
+    space = st.space
     _check_population_fits(st, evaluator)
     per_policy = _scenario_count(evaluator)
     tuned = space.keys + (["score_net"] if space.net_size else [])

@@ -6,6 +6,10 @@ max_num_batched_tokens, queue_cap) or a linear one (the KV watermark, priority w
 Integer limits stay continuous here; the engine floors them (relax.integer_limit) and the
 exporter rounds them the same way. With the neural policy family the point also carries the
 score network's flat weights (unbounded coordinates, scaled by tune.net.scale).
+
+Every point maps to limits vLLM accepts: `Constraints` projects the tuned values onto vLLM's
+own startup checks (budget >= sequences, and so on), so the search never visits, and the
+export never carries, a setting the engine would refuse.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from servetune.policy import BOUNDS, DEFAULTS
 
 _EDGE = 0.02  # initial points are kept this far inside the bounds (sigmoid units), where
 #               a perturbation of the coordinate still moves the value
+# Knobs whose "off" is a number that is not the largest: the start point puts an off knob at
+# the top of its range, where it binds least (a long-prefill threshold of 0 is no threshold).
+_OFF = {"long_prefill_token_threshold": 0.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +46,20 @@ class Dimension:
             v = np.exp(math.log(self.low) + (math.log(self.high) - math.log(self.low)) * u)
         else:
             v = self.low + (self.high - self.low) * u
-        return np.clip(v, self.low, self.high)  # exp(log(x)) may round past a bound
+        v = np.clip(v, self.low, self.high)  # exp(log(x)) may round past a bound
+        # exp(log(8192)) is 8191.999...: snap round-trip error to the integer, so a limit the
+        # engine floors keeps the value it was started at
+        whole = np.round(v)
+        return np.where(np.abs(v - whole) <= 1e-9 * np.maximum(np.abs(v), 1.0), whole, v)
 
     def coordinate(self, value: float) -> float:
-        """The z whose value is `value` (clipped just inside the bounds)."""
+        """The z whose value is `value` (clipped just inside the bounds; a knob that is off,
+        such as an unlimited cap, at the top of the range)."""
+        if value == _OFF.get(self.key):
+            value = math.inf
         if self.scale == "log":
-            u = (math.log(value) - math.log(self.low)) / (math.log(self.high) - math.log(self.low))
+            u = ((math.log(max(value, self.low)) - math.log(self.low))
+                 / (math.log(self.high) - math.log(self.low)))
         else:
             u = (value - self.low) / (self.high - self.low)
         u = min(max(u, _EDGE), 1.0 - _EDGE)
@@ -52,13 +67,67 @@ class Dimension:
 
 
 @dataclasses.dataclass(frozen=True)
+class Constraints:
+    """vLLM 0.32's startup checks on the scheduler's limits (vllm/config/scheduler.py,
+    SchedulerConfig's verification), as a projection of tuned values onto settings it accepts:
+
+    - max_num_batched_tokens >= max_num_seqs (every running sequence can take a token), and
+      >= max_model_len when chunked prefill is off (a whole prompt fits one iteration);
+    - max_num_seqs >= max_num_active_seqs;
+    - long_prefill_token_threshold <= max_model_len.
+
+    A tuned key is moved to the nearest value that passes, given the others (tuned, or the
+    policy's fixed values in `fixed`); the token budget gives way first, so a tuned
+    max_num_seqs is clipped only by a budget that is not tuned. Works on numpy or jax.numpy
+    arrays (`xp`), so the exact and the relaxed tuners search the same set."""
+
+    max_model_len: float = math.inf  # tokens
+    chunked_prefill: bool = True
+    fixed: tuple[tuple[str, float], ...] = ()  # (policy key, value) of the untuned limits
+
+    def apply(self, values: dict, xp=np) -> dict:
+        """`values` (policy key -> array [...]) with the tuned limits projected."""
+        out, fixed = dict(values), dict(self.fixed)
+        get = lambda key: out[key] if key in out else fixed.get(key)
+        seqs, budget, active = "max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs"
+        if seqs in out and active not in out and fixed.get(active, math.inf) < math.inf:
+            out[seqs] = xp.maximum(out[seqs], fixed[active])
+        if seqs in out and budget not in out and fixed.get(budget) is not None:
+            out[seqs] = xp.minimum(out[seqs], fixed[budget])
+        if budget in out:
+            floor = 0.0 if self.chunked_prefill else self.max_model_len
+            if get(seqs) is not None:
+                floor = xp.maximum(get(seqs), floor)
+            out[budget] = xp.maximum(out[budget], floor)
+        if active in out and get(seqs) is not None:
+            out[active] = xp.minimum(out[active], get(seqs))
+        if "long_prefill_token_threshold" in out:
+            out["long_prefill_token_threshold"] = xp.minimum(out["long_prefill_token_threshold"],
+                                                             self.max_model_len)
+        return out
+
+
+_CONSTRAINED = ("max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs")
+
+
+def constraints_for(base: Mapping[str, object], max_model_len: int,
+                    chunked_prefill: bool) -> Constraints:
+    """The Constraints of a scenario: its policy `base` (key -> value; the untuned limits are
+    read from it), its engine's max_model_len (tokens) and chunked prefill on or off."""
+    fixed = tuple((k, float(base[k])) for k in _CONSTRAINED if k in base)
+    return Constraints(float(max_model_len), bool(chunked_prefill), fixed)
+
+
+@dataclasses.dataclass(frozen=True)
 class SearchSpace:
     """The ordered tunable dimensions, then (policy family neural) `net_size` coordinates of
-    the score network's flat weights, score_net = net_scale x z (unbounded)."""
+    the score network's flat weights, score_net = net_scale x z (unbounded); `constraints`
+    project every point onto limits vLLM accepts."""
 
     dims: tuple[Dimension, ...]
     net_size: int = 0
     net_scale: float = 1.0
+    constraints: Constraints = Constraints()
 
     @property
     def keys(self) -> list[str]:
@@ -71,10 +140,10 @@ class SearchSpace:
         return len(self.dims) + self.net_size
 
     def values(self, z: np.ndarray) -> dict[str, np.ndarray]:
-        """Policy values of points z [..., size]: a dict key -> array [...] (score_net:
-        [..., net_size])."""
+        """Policy values of points z [..., size], projected by the constraints: a dict
+        key -> array [...] (score_net: [..., net_size])."""
         z = np.asarray(z, np.float64)
-        out = {d.key: d.value(z[..., k]) for k, d in enumerate(self.dims)}
+        out = self.constraints.apply({d.key: d.value(z[..., k]) for k, d in enumerate(self.dims)})
         if self.net_size:
             out["score_net"] = self.net_scale * z[..., len(self.dims):]
         return out
