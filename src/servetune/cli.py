@@ -25,6 +25,7 @@ from servetune.reporting.numbers import fmt
 from servetune.reporting.summary import grid_summary, summary
 from servetune.scenario import build
 from servetune.tuning import tune
+from servetune.tuning.evaluation import side_by_side
 from servetune.tuning.sweeper import check_config, sweep_objective
 from servetune.validate.cli import main as golden_main
 from servetune.validate.observe import main as observe_main
@@ -123,15 +124,7 @@ def run_tune(cfg: DictConfig):
     write_text(out / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     result = tune(cfg, out_dir=out,
                   log=lambda line: console.print(line, highlight=False, markup=False))
-    table = Table(title=f"start vs tuned ({result.scenarios_simulated} scenarios simulated, "
-                        f"{result.wall_s:.0f} s)")
-    cols = ["policy", "split", "objective", "slo_attainment", "useful_tokens_per_dollar",
-            "ttft_p99_s", "tpot_p99_s"]
-    for c in cols:
-        table.add_column(c, justify="left" if c in ("policy", "split") else "right")
-    for row in result.evaluation.to_dict("records"):
-        table.add_row(*[fmt(row[c]) for c in cols])
-    console.print(table)
+    console.print(_start_vs_tuned(result, Table))
     shown = lambda k, v: (f"{k}=[{len(v)} weights, export/score_net.json]" if k == "score_net"
                           else f"{k}={fmt(v)}")
     console.print("tuned policy: " + ", ".join(shown(k, v) for k, v in result.best.items()))
@@ -142,6 +135,29 @@ def run_tune(cfg: DictConfig):
     console.print(f"wrote {out}/history.csv, evaluation.csv, convergence.png"
                   + (", export/" if exported else " (no export/)"))
     return result
+
+
+def _start_vs_tuned(result, table_class):
+    """The evaluation as a rich table, three rows per split (training, then held out): each
+    metric's start and tuned value and the tuned one's 95% interval over the split's scenarios
+    ("no information" where they all came out the same)."""
+    table = table_class(title=f"start vs tuned ({result.scenarios_simulated} scenarios "
+                              f"simulated, {result.wall_s:.0f} s)")
+    for head in ("split", "metric", "start", "tuned", "tuned: 95% interval", "regression"):
+        table.add_column(head, justify="left" if head in ("split", "metric") else "right")
+    heads = {"slo_attainment": "SLO attainment", "useful_tokens_per_dollar": "useful tok/$",
+             "goodput_rps": "goodput req/s"}
+    for rec in side_by_side(result.evaluation):
+        for k, (key, head) in enumerate(heads.items()):
+            m = rec[key]
+            ci = (f"{fmt(m['tuned_interval'][0])} - {fmt(m['tuned_interval'][1])}"
+                  if m["tuned_interval"] else "no information")
+            first = k == 0
+            regression = "yes" if rec["regression"] else "no" if rec["held_out"] else "trained on"
+            split = f"{rec['split']}" if first else f"({rec['scenarios']} scenarios)" * (k == 1)
+            table.add_row(split, head, fmt(m["start"]), fmt(m["tuned"]), ci,
+                          regression if first else "", end_section=k == len(heads) - 1)
+    return table
 
 
 @hydra.main(config_path="pkg://servetune.conf", config_name="config", version_base=None)

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -166,14 +167,26 @@ def _strict_json(path):
 
 
 def test_cli_tune_writes_exports(tmp_path):
+    # two held-out workloads: another rate, and another group's workload (gamma arrivals)
+    holdout = ("tune.eval.holdout=[['workload.rate=20'],['workload=gamma','workload.rate=35',"
+               "'workload.duration_s=20']]")
     args = [sys.executable, "-m", "servetune.cli", "tune", *SMALL, "tune.iterations=1",
-            "tune.eval.seeds=0", f"hydra.run.dir={tmp_path}"]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+            "tune.eval.seeds=0", holdout, f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "COLUMNS": "160"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "start vs tuned" in proc.stdout
+    assert "start vs tuned" in proc.stdout and "holdout_workload[1]" in proc.stdout
     assert (tmp_path / "export" / "sglang_args.json").exists()
     for path in tmp_path.rglob("*.json"):
         _strict_json(path)
+    # train and held-out figures side by side in the summary and the export
+    summary = _strict_json(tmp_path / "tune_summary.json")["evaluation"]
+    assert [(r["split"], r["held_out"]) for r in summary] == [
+        ("train", False), ("holdout_workload[0]", True), ("holdout_workload[1]", True)]
+    for record in summary:
+        assert set(record["slo_attainment"]) == {"start", "tuned", "tuned_interval"}
+    extra = _strict_json(tmp_path / "export" / "vllm_args.json")["extra"]
+    assert extra["evaluation"] == summary
 
 
 FREE = ["workload=poisson", "workload.rate=35", "workload.duration_s=5", "window.drain_s=0.01",
@@ -225,9 +238,14 @@ def test_sigkilled_run_resumes_to_the_same_result(straight, tmp_path):
 
 def _evaluation(rows):
     """An evaluate_policies-shaped table from (policy, split, objective, attainment, meets)."""
-    return pd.DataFrame([{"policy": p, "split": s, "objective": o, "slo_attainment": a,
-                          "meets_target": m, "useful_tokens_per_dollar": math.exp(o),
-                          "goodput_rps": 1.0, "ttft_p99_s": 1.0, "tpot_p99_s": 0.1}
+    nan = math.nan
+    return pd.DataFrame([{"policy": p, "split": s, "scenarios": 1, "objective": o,
+                          "slo_attainment": a, "meets_target": m,
+                          "useful_tokens_per_dollar": math.exp(o), "goodput_rps": 1.0,
+                          "distinct_scenarios": 1, "ttft_p99_s": 1.0, "tpot_p99_s": 0.1,
+                          **{f"{k}_{e}": nan for k in ("slo_attainment", "goodput_rps",
+                                                       "useful_tokens_per_dollar")
+                             for e in ("low", "high")}}
                          for p, s, o, a, m in rows])
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import json
 import math
 import time
@@ -18,19 +17,30 @@ import numpy as np
 import optax
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from servetune import export, memory, neural, settings
 from servetune.api import compose
-from servetune.errors import CheckpointError, ConfigError, ServetuneError
+from servetune.errors import CheckpointError, ConfigError
 from servetune.files import write_json, write_whole
 from servetune.policy import DEFAULTS, ORDERS
 from servetune.scenario import MAX_SEEDS, build
 from servetune.tuning import checkpoint, es
+from servetune.tuning.evaluation import (
+    check_evaluation,
+    evaluate_policies,
+    regressions,
+    side_by_side,
+)
 from servetune.tuning.evaluator import Evaluator, MultiEvaluator
 from servetune.tuning.objective import Objective
 from servetune.tuning.pathwise_estimator import PathwiseEstimator
 from servetune.tuning.space import SearchSpace, constraints_for, space_from_config
+from servetune.tuning.split_overrides import (
+    TRAINING_GROUPS,
+    holdout_lists,
+    override_list,
+    with_overrides,
+)
 
 OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
 MAX_ITERATIONS = 100_000  # the checkpoint holds (and rewrites) one history row per iteration
@@ -60,8 +70,8 @@ class Settings:
     space: SearchSpace
     eval_seeds: int
     eval_seed_offset: int
-    holdout: list
-    workloads: list
+    holdout: list  # held-out workloads: a list of override lists
+    workloads: list  # training workloads: a list of override lists
     export: bool
     export_on_regression: bool = False  # export even when tuned is worse than start held out
     policy_family: str = "linear"
@@ -85,54 +95,6 @@ def _choice(t, key, options):
 
 def _flag(t, key, default: bool) -> bool:
     return settings.flag(t, key, default, where=f"tune.{key}")
-
-
-def _holdout(value, key: str = "tune.eval.holdout") -> list[str]:
-    if isinstance(value, str) or not hasattr(value, "__iter__"):
-        raise ConfigError(f"{key}: got {value!r}; expected a list of overrides like "
-                          f"['workload.start_s=1200']")
-    items = list(value)
-    for item in items:
-        if not isinstance(item, str) or "=" not in item:
-            raise ConfigError(f"{key}: got {item!r}; expected overrides like "
-                              f"'workload.start_s=1200'")
-    return items
-
-
-_ABSENT = object()
-
-
-def _check_override(cfg: DictConfig, item: str, key: str) -> None:
-    """ConfigError (naming `key`) unless `item` sets a value the composed config already has:
-    a misspelt key would otherwise leave the workload as it is (the "held-out" rows would be
-    the training workload), and a group choice (`workload=azure_code`) would replace a whole
-    section by a string."""
-    name = item.partition("=")[0].strip()
-    if not name or name[0] in "+~":
-        raise ConfigError(f"{key}: {item!r}; expected a plain override like "
-                          f"'workload.start_s=1200' (no + or ~)")
-    node = OmegaConf.select(cfg, name, default=_ABSENT)
-    if node is _ABSENT:
-        parent, _, leaf = name.rpartition(".")
-        section = OmegaConf.select(cfg, parent) if parent else cfg
-        known = list(section.keys()) if isinstance(section, DictConfig) else []
-        near = difflib.get_close_matches(leaf, [str(k) for k in known], n=1)
-        hint = f"; did you mean {parent + '.' if parent else ''}{near[0]}?" if near else ""
-        raise ConfigError(f"{key}: {item!r}: the config has no key {name!r}{hint}")
-    if isinstance(node, DictConfig):
-        raise ConfigError(f"{key}: {item!r}: {name!r} is a section (a config group), not a "
-                          f"value; override its keys instead, e.g. a held-out trace as "
-                          f"workload.path=FILE")
-
-
-def _with_overrides(cfg: DictConfig, overrides: list[str], key: str) -> DictConfig:
-    """cfg with dotted `key=value` overrides of keys it has merged in; errors name `key`."""
-    for item in overrides:
-        _check_override(cfg, item, key)
-    try:
-        return OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
-    except OmegaConfBaseException as err:  # its message names the key
-        raise ConfigError(f"{key}: {err}") from None
 
 
 def _mapping(t, key) -> dict:
@@ -177,8 +139,9 @@ def settings_from_config(cfg: DictConfig) -> Settings:
                                 net_scale=net_scale),
         eval_seeds=_num(t, "eval.seeds", int, 0, MAX_SEEDS),
         eval_seed_offset=_num(t, "eval.seed_offset", int, 0, MAX_SEED),
-        holdout=_holdout(OmegaConf.select(t, "eval.holdout")),
-        workloads=[_holdout(w, "tune.workloads") for w in (OmegaConf.select(t, "workloads") or [])],
+        holdout=holdout_lists(OmegaConf.select(t, "eval.holdout")),
+        workloads=[override_list(w, "tune.workloads")
+                   for w in (OmegaConf.select(t, "workloads") or [])],
         export=_flag(t, "export", True),
         export_on_regression=_flag(t, "export_on_regression", False),
         policy_family=family,
@@ -413,7 +376,7 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str):
     for ES)."""
     if st.workloads:  # tune over several workloads at once
         evaluator = MultiEvaluator([
-            Evaluator(build(_with_overrides(cfg, w, "tune.workloads")), order, st.batch_mode)
+            Evaluator(build(with_overrides(cfg, w, "tune.workloads", TRAINING_GROUPS)), order, st.batch_mode)
             for w in st.workloads])
     else:
         evaluator = Evaluator(build(cfg), order, st.batch_mode)
@@ -613,7 +576,8 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
 def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, order: str,
             evaluator, out_dir: Path, log, start_time: float) -> TuneResult:
     """After the last iteration: history.csv, the held-out evaluation of the start and the
-    tuned policy (evaluation.csv, with regressions flagged), convergence.png, the export
+    tuned policy (evaluation.csv, with regressions flagged; side by side per split in
+    tune_summary.json and the export's "extra"), convergence.png, the export
     (unless the tuned policy regressed, or tune.export_on_regression) and tune_summary.json;
     each file written whole. `start_time` (time.perf_counter()) began the run: its wall time
     includes the evaluation and the export."""
@@ -624,6 +588,7 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
     regressed = regressions(evaluation)
     evaluation["regression"] = evaluation["split"].isin(regressed)
     write_whole(out_dir / "evaluation.csv", lambda tmp: evaluation.to_csv(tmp, index=False))
+    compared = side_by_side(evaluation)
     _plot(history, out_dir / "convergence.png", st.objective.slo_target)
     if regressed:
         log(f"regression: the tuned policy is worse than the start on held-out "
@@ -637,7 +602,8 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
         export.write_export(out_dir / "export", {k: best[k] for k in best}, order, engine,
                             extra={"scenarios_simulated": int(state["scenarios"]),
                                    "regression": bool(regressed),
-                                   "regressed_splits": regressed},
+                                   "regressed_splits": regressed,
+                                   "evaluation": compared},
                             deploy=export.deployment(cfg, _first_scenario(evaluator)))
         for warning in export.vllm_warnings(export.vllm_args(best, engine, order)):
             log(f"warning (export/vllm_args.json): {warning}")
@@ -646,93 +612,17 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
     elapsed_s = time.perf_counter() - start_time
     summary = {"start": start_values, "best": best, "best_summary": state["best"],
                "regression": bool(regressed), "regressed_splits": regressed,
+               "evaluation": compared,
                "scenarios_simulated": int(state["scenarios"]), "wall_s": elapsed_s}
     write_json(out_dir / "tune_summary.json", summary)
     return TuneResult(start_values, best, state["best"], history, evaluation,
                       int(state["scenarios"]), elapsed_s, out_dir, bool(regressed))
 
 
-HELD_OUT = ("heldout_seeds", "holdout_workload")  # the evaluation splits tuning never saw
-
-
-def regressions(evaluation: pd.DataFrame) -> list[str]:
-    """The held-out splits of `evaluation` (evaluate_policies' table) where the tuned policy is
-    worse than the start by the tuner's own order: meeting the SLO target beats missing it;
-    then, where both meet it, the objective (log useful tokens per USD) decides, and where both
-    miss it, the SLO attainment (to 1e-9)."""
-    out = []
-    for split in HELD_OUT:
-        rows = evaluation[evaluation["split"] == split].set_index("policy")
-        if not {"start", "tuned"} <= set(rows.index):
-            continue
-        start, tuned = rows.loc["start"], rows.loc["tuned"]
-        if bool(start["meets_target"]) != bool(tuned["meets_target"]):
-            worse = bool(start["meets_target"])
-        else:
-            key = "objective" if bool(start["meets_target"]) else "slo_attainment"
-            worse = tuned[key] < start[key] - 1e-9
-        if worse:
-            out.append(split)
-    return out
-
-
 def _first_scenario(evaluator):
     """The scenario of an Evaluator, or of a MultiEvaluator's first workload (the export pins
     its engine: the workloads share engine, model and hardware)."""
     return getattr(evaluator, "scenario", None) or evaluator.evaluators[0].scenario
-
-
-def evaluation_splits(cfg: DictConfig, st: Settings) -> dict[str, DictConfig]:
-    """{split name: config} of the final evaluation: the training workload(s), held-out seeds
-    (tune.eval.seeds) and the held-out workload (tune.eval.holdout overrides)."""
-    splits = {"train": cfg}
-    if st.workloads:
-        splits = {f"train[{i}]": _with_overrides(cfg, w, "tune.workloads")
-                  for i, w in enumerate(st.workloads)}
-    if st.eval_seeds > 0:
-        held = copy.deepcopy(cfg)
-        held.seed = int(cfg.seed) + st.eval_seed_offset
-        held.seeds = st.eval_seeds
-        splits["heldout_seeds"] = held
-    if st.holdout:
-        splits["holdout_workload"] = _with_overrides(cfg, st.holdout, "tune.eval.holdout")
-    return splits
-
-
-def check_evaluation(cfg: DictConfig, st: Settings) -> None:
-    """The evaluation's splits, checked before any simulation: a bad held-out override (an
-    unknown key, a section, a value out of range, a missing trace) is a ConfigError naming
-    tune.eval.holdout now, not after the tuning loop. (The training splits are built by the
-    evaluators; held-out seeds change only seed counts, validated with the settings.)"""
-    splits = evaluation_splits(cfg, st)
-    if "holdout_workload" in splits:
-        try:
-            build(splits["holdout_workload"])
-        except ServetuneError as err:
-            raise ConfigError(f"tune.eval.holdout {list(st.holdout)}: {err}") from None
-
-
-def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st: Settings, order: str
-                      ) -> pd.DataFrame:
-    """Each named policy (values dict) on each split of evaluation_splits: one row per
-    (policy, split)."""
-    splits = evaluation_splits(cfg, st)
-    names = list(policies)
-    values = {k: np.stack([np.asarray(policies[n][k], np.float64) for n in names])
-              for k in policies[names[0]]}
-    rows = []
-    for split, split_cfg in splits.items():
-        ev = Evaluator(build(split_cfg), order, st.batch_mode)
-        for name, column in zip(names, ev(values)):
-            s = st.objective.summarize(column, 0.0)
-            rows.append({"policy": name, "split": split, "objective": s["objective"],
-                         "slo_attainment": s["slo_attainment"],
-                         "meets_target": s["violation"] <= 0,
-                         "useful_tokens_per_dollar": s["useful_tokens_per_dollar"],
-                         "goodput_rps": float(np.mean([m["goodput_rps"] for m in column])),
-                         "ttft_p99_s": float(np.mean([m["ttft_p99_s"] for m in column])),
-                         "tpot_p99_s": float(np.mean([m["tpot_p99_s"] for m in column]))})
-    return pd.DataFrame(rows)
 
 
 def _plot(history: pd.DataFrame, path: Path, target: float) -> None:

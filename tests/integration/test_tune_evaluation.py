@@ -1,0 +1,85 @@
+"""The tuner's evaluation: splits from override lists (group choices included), intervals over
+scenarios, regressions on several held-out workloads, and the side-by-side records."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+from scipy import stats
+
+from servetune.api import compose
+from servetune.errors import ConfigError
+from servetune.tuning.evaluation import interval, regressions, side_by_side
+from servetune.tuning.split_overrides import holdout_lists, with_overrides
+
+
+def test_interval_is_students_t_and_says_when_there_is_no_information():
+    x = [0.91, 0.95, 0.97, 0.90]
+    mean, low, high, distinct = interval(x)
+    lo, hi = stats.t.interval(0.95, len(x) - 1, loc=np.mean(x), scale=stats.sem(x))
+    assert (mean, distinct) == (pytest.approx(np.mean(x)), 4)
+    assert (low, high) == (pytest.approx(lo), pytest.approx(hi))
+    # clipped to the metric's range (an attainment cannot pass 1)
+    assert interval([0.9, 1.0], (0.0, 1.0))[2] == 1.0
+    # identical scenarios (a replayed trace without replicas) or one scenario: no interval
+    for same in ([0.93, 0.93, 0.93], [0.93]):
+        mean, low, high, distinct = interval(same)
+        assert mean == 0.93 and math.isnan(low) and math.isnan(high) and distinct == 1
+
+
+def test_holdout_lists_take_one_workload_or_several():
+    assert holdout_lists([]) == [] and holdout_lists(None) == []
+    assert holdout_lists(["workload.start_s=1200"]) == [["workload.start_s=1200"]]
+    assert holdout_lists([["workload.start_s=1200"], ["workload=azure_code"]]) == [
+        ["workload.start_s=1200"], ["workload=azure_code"]]
+    with pytest.raises(ConfigError, match=r"^tune.eval.holdout\[1\]: got 'x'; expected a list"):
+        holdout_lists([["workload.start_s=1200"], "x"])
+
+
+def test_a_group_choice_replaces_the_section_as_hydra_would():
+    base = compose(["workload=poisson", "workload.rate=35"])
+    for choice in (["workload=gamma", "workload.cv=2"], ["workload=azure_code"]):
+        ours = with_overrides(base, choice, "tune.eval.holdout")
+        hydras = compose(choice)
+        assert OmegaConf.to_container(ours.workload, resolve=True) == OmegaConf.to_container(
+            hydras.workload, resolve=True)
+        assert ours.policy == base.policy and ours.engine == base.engine
+    assert base.workload.name == "poisson"  # the run's own config is left as it was
+    with pytest.raises(ConfigError, match=r"^tune.workloads: 'model=llama3_70b': these splits "
+                                          r"choose among the groups \['workload'\]"):
+        with_overrides(base, ["model=llama3_70b"], "tune.workloads", ("workload",))
+
+
+def _table(rows):
+    """An evaluate_policies-shaped table from (policy, split, objective, attainment, meets,
+    attainment interval or None)."""
+    out = []
+    for policy, split, objective, att, meets, ci in rows:
+        low, high = ci or (math.nan, math.nan)
+        out.append({"policy": policy, "split": split, "scenarios": 4, "objective": objective,
+                    "meets_target": meets, "slo_attainment": att, "slo_attainment_low": low,
+                    "slo_attainment_high": high, "distinct_scenarios": 4 if ci else 1,
+                    **{f"{k}{s}": v for k in ("useful_tokens_per_dollar", "goodput_rps")
+                       for s, v in (("", math.exp(objective)), ("_low", math.nan),
+                                    ("_high", math.nan))},
+                    "ttft_p99_s": 1.0, "tpot_p99_s": 0.1})
+    return pd.DataFrame(out)
+
+
+def test_each_held_out_workload_is_judged_and_reported_side_by_side():
+    table = _table([
+        ("start", "train", 10.0, 0.99, True, None), ("tuned", "train", 12.0, 0.995, True, None),
+        ("start", "holdout_workload[0]", 11.0, 0.99, True, None),
+        ("tuned", "holdout_workload[0]", 11.5, 0.99, True, (0.98, 1.0)),
+        ("start", "holdout_workload[1]", 11.0, 0.995, True, None),
+        ("tuned", "holdout_workload[1]", 13.0, 0.90, False, (0.85, 0.95))])
+    assert regressions(table) == ["holdout_workload[1]"]
+    records = {r["split"]: r for r in side_by_side(table)}
+    assert list(records) == ["train", "holdout_workload[0]", "holdout_workload[1]"]
+    assert [r["held_out"] for r in records.values()] == [False, True, True]
+    assert [r["regression"] for r in records.values()] == [False, False, True]
+    att = records["holdout_workload[1]"]["slo_attainment"]
+    assert att == {"start": 0.995, "tuned": 0.90, "tuned_interval": [0.85, 0.95]}
+    assert records["train"]["slo_attainment"]["tuned_interval"] is None
