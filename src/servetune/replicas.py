@@ -18,7 +18,9 @@ sees it:
   prefix block ids, priority, difficulty) is drawn with replacement from the requests of its
   class (`classes.prompt_split_tokens`; one class without it), arrival times kept.
 
-All off (block_s null, shift_s 0, rate 1, lengths false) replays the slice as is. Every draw
+All off (block_s null, shift_s 0, rate 1, lengths false) replays the slice as is, and so does
+the seed `recorded_seed` (0 by default) whatever the settings: a single run at seed 0 is the
+trace as recorded, and `seeds=N` is the recorded slice and N - 1 replicas. Every draw
 comes from numpy's generator seeded with (seed, a stream id per technique), so a seed gives the
 same replica on every machine.
 """
@@ -44,17 +46,22 @@ class ReplicaSpec:
     shift_s: float = 0.0  # the window's start moves by up to this many seconds
     rate: float = 1.0  # arrival-rate factor by thinning (< 1) or superposition (> 1)
     lengths: bool = False  # resample request contents within classes
+    recorded_seed: int | None = 0  # the seed that replays the slice as recorded; None = none
 
     @property
     def active(self) -> bool:
-        """Whether the replica differs from the slice."""
+        """Whether replicas differ from the slice."""
         return (self.block_s is not None or self.shift_s > 0 or self.rate != 1.0
                 or self.lengths)
+
+    def resamples(self, seed: int) -> bool:
+        """Whether seed `seed`'s scenario is a replica (else the slice as recorded)."""
+        return self.active and seed != self.recorded_seed
 
 
 def start_shift(spec: ReplicaSpec, seed: int) -> float:
     """Seconds by which seed `seed`'s window starts later: U(0, shift_s)."""
-    if spec.shift_s <= 0:
+    if spec.shift_s <= 0 or not spec.resamples(seed):
         return 0.0
     return float(streams.rng(seed, streams.REPLICA_SHIFT).uniform(0.0, spec.shift_s))
 

@@ -144,7 +144,7 @@ def load_workload(cfg: DictConfig, seed: int,
     split = settings.number(cfg, "classes.prompt_split_tokens", lo=1, integer=True, allow_none=True)
     if split is not None:
         trace = workload.classify_by_prompt(trace, split)
-    if kind == "trace" and spec.active:
+    if kind == "trace" and spec.resamples(seed):
         trace = _replica(trace, spec, seed, replay.source.span_s, start, replay.duration_s,
                          replay.rate_scale)
     return trace
@@ -206,7 +206,16 @@ def replica_spec(cfg: DictConfig) -> replicas_lib.ReplicaSpec:
         shift_s=settings.number(cfg, "workload.replicas.shift_s", lo=0, hi=MAX_SECONDS,
                                 default=0.0),
         rate=settings.number(cfg, "workload.replicas.rate", lo=1e-6, hi=1e3, default=1.0),
-        lengths=settings.flag(cfg, "workload.replicas.lengths", False))
+        lengths=settings.flag(cfg, "workload.replicas.lengths", False),
+        recorded_seed=_recorded_seed(cfg))
+
+
+def _recorded_seed(cfg: DictConfig) -> int | None:
+    """`workload.replicas.recorded_seed`: 0 where absent, None (every seed a replica) where
+    null."""
+    value = settings.get(cfg, "workload.replicas.recorded_seed", 0)
+    return None if value is None else settings.check_number(
+        value, "workload.replicas.recorded_seed", lo=0, hi=2**63 - 1, integer=True)
 
 
 def _replica(trace, spec, seed: int, span_s: float, start: float, duration, rate_scale: float):
@@ -692,7 +701,7 @@ def _traces_section(cfg: DictConfig, engine: EngineConfig, qspec, casc):
     bias = settings.number(cfg, "workload.predictor.bias", lo=1e-9, default=1.0)
     traces, preds = [], []
     kind = settings.get(cfg, "workload.kind")
-    per_seed = kind == "synthetic" or replica_spec(cfg).active
+    per_seed = kind == "synthetic" or any(replica_spec(cfg).resamples(s) for s in seeds)
     replay = trace_slice(cfg) if kind == "trace" else None
     replayed = None if per_seed else load_workload(cfg, seeds[0], replay)
     for s in seeds:
@@ -709,12 +718,13 @@ def _traces_section(cfg: DictConfig, engine: EngineConfig, qspec, casc):
         traces = [dataclasses.replace(tr, **draws(tr, s)) for tr, s in zip(traces, seeds)]
     if casc is not None:  # the router's predicted difficulty, small-answer failures
         traces = [cascade_lib.with_draws(tr, qspec, casc, s) for tr, s in zip(traces, seeds)]
-    return seeds, traces, preds, _what_is_simulated(cfg, replay, traces[0])
+    return seeds, traces, preds, _what_is_simulated(cfg, replay, traces[0], seeds)
 
 
-def _what_is_simulated(cfg: DictConfig, replay: TraceSlice | None, first) -> str:
+def _what_is_simulated(cfg: DictConfig, replay: TraceSlice | None, first, seeds) -> str:
     """One line saying which requests the first seed simulates and which keys chose them, e.g.
-    'the first 600 s of 972 s, 1,226 of 2,000 requests (workload.duration_s)'."""
+    'the first 600 s of 972 s, 1,226 of 2,000 requests (workload.duration_s)', and which of
+    the `seeds` are replicas."""
     if replay is None:
         kind = ("vllm bench serve's random dataset" if settings.get(cfg, "workload.vllm_bench")
                 is not None else f"{settings.get(cfg, 'workload.arrival', 'poisson')} arrivals")
@@ -739,8 +749,11 @@ def _what_is_simulated(cfg: DictConfig, replay: TraceSlice | None, first) -> str
     if replay.rate_scale != 1:
         text += f", at {replay.rate_scale:g}x the rate"
         keys.append("workload.rate_scale")
-    if replica_spec(cfg).active:
-        text += ", each seed a replica"
+    spec = replica_spec(cfg)
+    resampled = [s for s in seeds if spec.resamples(s)]
+    if resampled:
+        text += (", each seed a replica" if len(resampled) == len(seeds) else
+                 f", seed {spec.recorded_seed} as recorded and the others replicas")
         keys.append("workload.replicas")
     text += f" ({', '.join(keys)})" if keys else ""
     text += f"; {src.format} format"

@@ -136,7 +136,7 @@ def test_failures_are_paired_and_monotone_in_precision(runs):
 
 
 def test_seeds_draw_different_uniforms():
-    sc = build(["seeds=2"])
+    sc = build(["seeds=2", "workload.replicas.block_s=null"])  # one trace, two seeds' draws
     u0, u1 = (t.quality_u for t in sc.traces)
     assert len(u0) == len(u1) and not np.array_equal(u0, u1)
     assert not np.array_equal(sc.traces[0].difficulty, sc.traces[1].difficulty)

@@ -85,22 +85,29 @@ def test_a_seed_gives_the_same_replica_every_time():
 
 
 def test_shifted_windows_are_slices_of_the_full_trace():
-    cfg = compose(["workload.duration_s=60", "workload.replicas.shift_s=1200"])
-    for seed in (0, 1):
-        start = replicas.start_shift(ReplicaSpec(shift_s=1200.0), seed)
-        assert 0 <= start <= 1200
+    cfg = compose(["workload.duration_s=60", "workload.replicas.block_s=null",
+                   "workload.replicas.shift_s=1200"])
+    spec = ReplicaSpec(shift_s=1200.0)
+    assert replicas.start_shift(spec, 0) == 0  # seed 0 is the slice as recorded
+    for seed in (1, 2):
+        start = replicas.start_shift(spec, seed)
+        assert 0 < start <= 1200
         expected = workload.slice_trace(FULL, start_s=start, duration_s=60.0)
         np.testing.assert_array_equal(load_workload(cfg, seed).prompt, expected.prompt)
-    assert replicas.start_shift(ReplicaSpec(shift_s=1200.0), 0) != replicas.start_shift(
-        ReplicaSpec(shift_s=1200.0), 1)
+    assert replicas.start_shift(spec, 1) != replicas.start_shift(spec, 2)
 
 
-def test_seeds_are_different_scenarios_only_with_replicas():
+def test_seeds_are_different_scenarios_and_seed_0_is_the_recording():
     base = ["workload.duration_s=60", "seeds=3"]
-    plain = build(compose(base))
-    assert len({tuple(t.prompt) for t in plain.traces}) == 1  # a replay: one scenario
-    varied = build(compose(base + ["workload.replicas.block_s=10"]))
+    recorded = workload.slice_trace(FULL, start_s=0.0, duration_s=60.0)
+    varied = build(compose(base))  # the bundled default: 60 s blocks
     assert len({tuple(t.prompt) for t in varied.traces}) == 3
+    np.testing.assert_array_equal(varied.traces[0].arrival, recorded.arrival)
+    every = build(compose(base + ["workload.replicas.recorded_seed=null"]))
+    assert not np.array_equal(every.traces[0].arrival, recorded.arrival)
+    np.testing.assert_array_equal(every.traces[1].arrival, varied.traces[1].arrival)
+    plain = build(compose(base + ["workload.replicas.block_s=null"]))
+    assert len({tuple(t.prompt) for t in plain.traces}) == 1  # a replay: one scenario
 
 
 @pytest.mark.parametrize("override, match", [
@@ -109,8 +116,9 @@ def test_seeds_are_different_scenarios_only_with_replicas():
     ("workload.replicas.block_s=0.001", r"^workload\.replicas\.block_s: got 0\.001; the slice"),
     ("workload.replicas.shift_s=-1", r"^workload\.replicas\.shift_s: got -1; expected within"),
     ("workload.replicas.lengths=1", r"^workload\.replicas\.lengths: got 1; expected true or"),
-    ("workload.replicas.rate=1e-6", r"^workload\.replicas\.rate: got 1e-06; seed 0's replica"),
+    ("workload.replicas.rate=1e-6", r"^workload\.replicas\.rate: got 1e-06; seed 1's replica"),
+    ("workload.replicas.recorded_seed=-1", r"^workload\.replicas\.recorded_seed: got -1"),
 ])
 def test_bad_replica_settings_name_their_key(override, match):
     with pytest.raises(ConfigError, match=match):
-        build(compose(["workload.duration_s=600", override]))
+        build(compose(["workload.duration_s=600", "seed=1", override]))  # seed 0: as recorded
