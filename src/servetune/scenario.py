@@ -132,11 +132,21 @@ def load_workload(cfg: DictConfig, seed: int,
     if kind == "trace":
         replay = replay or trace_slice(cfg)
         spec = replica_spec(cfg)
-        start = replay.start_s + replicas_lib.start_shift(spec, seed)
-        trace = workload.slice_trace(
-            replay.source.trace, start_s=start, duration_s=replay.duration_s,
-            rate_scale=replay.rate_scale, max_requests=replay.max_requests,
-            span_s=replay.source.span_s)
+        shift = replicas_lib.start_shift(spec, seed)
+        start = replay.start_s + shift
+        try:
+            trace = workload.slice_trace(
+                replay.source.trace, start_s=start, duration_s=replay.duration_s,
+                rate_scale=replay.rate_scale, max_requests=replay.max_requests,
+                span_s=replay.source.span_s)
+        except ConfigError:
+            if not shift:
+                raise
+            raise ConfigError(
+                f"workload.replicas.shift_s: seed {seed}'s replica starts its window {shift:.1f}"
+                f" s later, at {start:.1f} s, where {replay.source.trace.name} holds no requests "
+                f"for workload.duration_s = {replay.duration_s} s; lower shift_s or raise "
+                f"duration_s") from None
     elif kind == "synthetic":
         trace = _synthetic(cfg, seed)
     else:

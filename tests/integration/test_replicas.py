@@ -122,3 +122,14 @@ def test_seeds_are_different_scenarios_and_seed_0_is_the_recording():
 def test_bad_replica_settings_name_their_key(override, match):
     with pytest.raises(ConfigError, match=match):
         build(compose(["workload.duration_s=600", "seed=1", override]))  # seed 0: as recorded
+
+
+def test_a_shift_onto_an_empty_stretch_names_the_seed_and_key():
+    # the code trace holds no requests from about 720 s to 840 s: a seed whose window lands
+    # there is refused by name, not as a bare empty slice
+    spec = ReplicaSpec(shift_s=1800.0)
+    seed = next(s for s in range(1, 5000) if 725 <= replicas.start_shift(spec, s) <= 775)
+    with pytest.raises(ConfigError, match=rf"^workload\.replicas\.shift_s: seed {seed}'s replica "
+                                          r"starts its window .* holds no requests"):
+        build(compose(["workload=azure_code", "workload.duration_s=60", f"seed={seed}",
+                       "workload.replicas.block_s=null", "workload.replicas.shift_s=1800"]))

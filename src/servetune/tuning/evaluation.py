@@ -88,7 +88,8 @@ def _row(name: str, split: str, column: list[dict], objective) -> dict:
     """One evaluation row: a policy's metrics over a split's scenarios (`column`)."""
     s = objective.summarize(column, 0.0)
     row = {"policy": name, "split": split, "scenarios": len(column),
-           "objective": s["objective"], "meets_target": s["violation"] <= 0}
+           "objective": s["objective"], "violation": s["violation"],
+           "meets_target": s["violation"] <= 0}
     for key, bounds in INTERVAL_METRICS.items():
         mean, low, high, distinct = interval([m[key] for m in column], bounds)
         row.update({key: mean, f"{key}_low": low, f"{key}_high": high})
@@ -119,9 +120,10 @@ def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st, order: str
 
 def regressions(evaluation: pd.DataFrame) -> list[str]:
     """The held-out splits of `evaluation` (evaluate_policies' table) where the tuned policy is
-    worse than the start by the tuner's own order: meeting the SLO target beats missing it;
-    then, where both meet it, the objective (log useful tokens per USD) decides, and where both
-    miss it, the SLO attainment (to 1e-9)."""
+    worse than the start by the tuner's own order (runner._better): meeting the SLO target
+    beats missing it; then, where both meet it, the objective (log useful tokens per USD)
+    decides, and where both miss it, the mean shortfall below the target per scenario (to
+    1e-9)."""
     out = []
     for split in dict.fromkeys(evaluation["split"]):
         rows = evaluation[evaluation["split"] == split].set_index("policy")
@@ -131,8 +133,8 @@ def regressions(evaluation: pd.DataFrame) -> list[str]:
         if bool(start["meets_target"]) != bool(tuned["meets_target"]):
             worse = bool(start["meets_target"])
         else:
-            key = "objective" if bool(start["meets_target"]) else "slo_attainment"
-            worse = tuned[key] < start[key] - 1e-9
+            worse = (tuned["objective"] < start["objective"] - 1e-9 if start["meets_target"]
+                     else tuned["violation"] > start["violation"] + 1e-9)
         if worse:
             out.append(split)
     return out
