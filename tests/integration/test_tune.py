@@ -110,7 +110,7 @@ def test_interrupted_run_resumes_to_the_same_result(straight, tmp_path):
 
 def test_resuming_under_a_different_problem_is_refused(straight):
     with pytest.raises(CheckpointError, match=r"checkpoint.json: written by a run with a "
-                       r"different scenario or tune settings \(tune.sigma: 0.5 -> 0.1\)"):
+                       r"different scenario or tune settings \(tune.sigma: 1.5 -> 0.1\)"):
         tune(SMALL + ["tune.iterations=3", "tune.sigma=0.1"], out_dir=straight.out_dir)
     # another optimizer's state does not fit this one's: named, not a pytree error
     with pytest.raises(CheckpointError, match=r'tune.optimizer: "adam" -> "sgd"'):
@@ -171,7 +171,8 @@ def test_cli_tune_writes_exports(tmp_path):
     holdout = ("tune.eval.holdout=[['workload.rate=20'],['workload=gamma','workload.rate=35',"
                "'workload.duration_s=20']]")
     args = [sys.executable, "-m", "servetune.cli", "tune", *SMALL, "tune.iterations=1",
-            "tune.eval.seeds=0", holdout, f"hydra.run.dir={tmp_path}"]
+            "tune.eval.seeds=0", holdout, "tune.export_on_regression=true",
+            f"hydra.run.dir={tmp_path}"]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False,
                           env={**os.environ, "COLUMNS": "160"})
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -187,6 +188,9 @@ def test_cli_tune_writes_exports(tmp_path):
         assert set(record["slo_attainment"]) == {"start", "tuned", "tuned_interval"}
     extra = _strict_json(tmp_path / "export" / "vllm_args.json")["extra"]
     assert extra["evaluation"] == summary
+    regressed = [r["split"] for r in summary if r["regression"]]
+    assert extra["regressed_splits"] == regressed
+    assert ("regression: the tuned policy is worse" in proc.stdout) == bool(regressed)
 
 
 FREE = ["workload=poisson", "workload.rate=35", "workload.duration_s=5", "window.drain_s=0.01",
