@@ -37,6 +37,9 @@ def test_bad_settings_are_refused_before_the_engine_starts(tmp_path):
     proc = _observe(tmp_path, "--max-model-len", "1024")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--max-model-len: 1024 tokens; request" in proc.stderr
+    proc = _observe(tmp_path, "--watermark", "1.5")  # a float flag, checked by name
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--watermark: got 1.5; expected the fraction of KV blocks" in proc.stderr
 
 
 @pytest.mark.vllm

@@ -68,3 +68,13 @@ def test_a_folder_that_is_not_an_observation_is_named(tmp_path, capsys):
     rc = predict.main(["--calibrate-on", str(tmp_path), "--predict", str(tmp_path)])
     assert rc == 2
     assert f"{tmp_path}/observe.json: missing" in capsys.readouterr().err
+
+
+def test_overrides_simulate_the_blocks_and_watermark_vllm_ran_with():
+    # vLLM takes one of --num-gpu-blocks-override's blocks as its null block; an observation
+    # without a watermark (made before observe had the flag) ran with vLLM's 0
+    out = predict.overrides_for({**META, "engine": {**META["engine"], "watermark": 0.05}},
+                                {k: np.float64(v) for k, v in COST.items()})
+    assert "cost.kv_blocks=511" in out and "policy.watermark=0.05" in out
+    assert "cost.base_s=0.004" in out  # a numpy float reads back as a plain number
+    assert "policy.watermark=0.0" in predict.overrides_for(META, COST)

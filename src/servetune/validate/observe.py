@@ -52,6 +52,7 @@ class EngineSettings:
 
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 2048
+    watermark: float = 0.0  # fraction of KV blocks kept free when admitting (--watermark)
     num_gpu_blocks: int = 512  # KV blocks (--num-gpu-blocks-override)
     block_size: int = 32  # vLLM's CPU attention wants a multiple of 32
     max_model_len: int = 4096
@@ -84,7 +85,7 @@ def _engine(model: Path, es: EngineSettings) -> Any:
         model=str(model), skip_tokenizer_init=True, enforce_eager=True, dtype="float32",
         max_model_len=es.max_model_len, block_size=es.block_size,
         num_gpu_blocks_override=es.num_gpu_blocks, max_num_seqs=es.max_num_seqs,
-        max_num_batched_tokens=es.max_num_batched_tokens,
+        max_num_batched_tokens=es.max_num_batched_tokens, watermark=es.watermark,
         enable_prefix_caching=es.enable_prefix_caching, seed=es.seed,
         gpu_memory_utilization=0.1)  # on CPU: the fraction of host memory reserved
     return LLMEngine.from_engine_args(args)
@@ -109,6 +110,9 @@ def observe(trace, es: EngineSettings, model_dir: Path, clock: str = "virtual") 
     dict of columns, "steps": list of step rows, "vllm_version": str}."""
     if clock not in ("virtual", "wall"):
         raise ConfigError(f"--clock: got {clock!r}; expected virtual or wall")
+    if not 0.0 <= es.watermark < 1.0:
+        raise ConfigError(f"--watermark: got {es.watermark:g}; expected the fraction of KV "
+                          f"blocks kept free, in [0, 1)")
     too_long = np.flatnonzero(trace.prompt + trace.output > es.max_model_len)
     if too_long.size:
         raise ConfigError(f"--max-model-len: {es.max_model_len} tokens; request "
@@ -198,6 +202,8 @@ def _parser():
         flag = "--" + field.name.replace("_", "-")
         if field.type in (bool, "bool"):
             p.add_argument(flag, action="store_true")
+        elif field.type in (float, "float"):
+            p.add_argument(flag, type=float, default=field.default)
         else:
             p.add_argument(flag, type=int, default=field.default)
     p.add_argument("--clock", choices=("virtual", "wall"), default="virtual")

@@ -52,17 +52,20 @@ def _observed(folder: Path) -> tuple[dict, pd.DataFrame]:
 def overrides_for(meta: dict, cost: dict) -> list[str]:
     """servetune overrides that simulate an observed run's slice and engine with `cost`."""
     eng = meta["engine"]
+    # observe passes num_gpu_blocks to vLLM as --num-gpu-blocks-override, and vLLM keeps one of
+    # them as its null block: the usable blocks, the simulator's kv_blocks, are one fewer
     out = [f"workload.path={meta['trace']}", f"workload.start_s={meta['start_s']}",
            f"workload.duration_s={meta['duration_s']}", f"workload.rate_scale={meta['rate_scale']}",
-           "cost=linear", f"cost.kv_blocks={eng['num_gpu_blocks']}", "policy=vllm_default",
+           "cost=linear", f"cost.kv_blocks={eng['num_gpu_blocks'] - 1}", "policy=vllm_default",
            f"policy.max_num_seqs={eng['max_num_seqs']}",
            f"policy.max_num_batched_tokens={eng['max_num_batched_tokens']}",
+           f"policy.watermark={eng.get('watermark', 0.0)}",  # absent before observe had it
            f"engine.block_size={eng['block_size']}", f"engine.max_model_len={eng['max_model_len']}",
            f"engine.prefix_cache={str(eng['enable_prefix_caching']).lower()}",
            "output.progress=false"]
     if meta.get("max_requests") is not None:
         out.append(f"workload.max_requests={meta['max_requests']}")
-    return out + [f"cost.{k}={v!r}" for k, v in cost.items()]
+    return out + [f"cost.{k}={float(v)!r}" for k, v in cost.items()]  # np.float64 -> plain
 
 
 def compare(predicted: pd.DataFrame, observed: pd.DataFrame) -> dict:
