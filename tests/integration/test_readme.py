@@ -86,7 +86,8 @@ COMMANDS: dict[str, How] = {
     "'tune.eval.holdout=[[\"workload.start_s=2400\"],[\"workload=azure_code\","
     "\"workload.rate_scale=4\"]]'":
         How("run", fast="tune.iterations=1 tune.pairs=1 seeds=2 workload.duration_s=60 "
-                        "tune.eval.seeds=1 tune.space.max_num_seqs.high=256"),
+                        "tune.eval.seeds=1 tune.space.max_num_seqs.high=256",
+            slow=True),  # test_tune's CLI test tunes with two held-out workloads, one a group
     MULTIRUN: How("run", slow=True),  # 18 jobs; test_sweeps runs multiruns by default
     f"servetune report {REPORT_DIR}":
         How("run", setup="servetune simulate -m workload=poisson policy.max_num_seqs=32,64 "
