@@ -83,8 +83,8 @@ COMMANDS: dict[str, How] = {
     "servetune tune workload.rate_scale=4 workload.duration_s=300 seeds=4 "
     "workload.replicas.block_s=30 workload.replicas.shift_s=1800 "
     "'tune.workloads=[[],[\"workload.rate_scale=6\"]]' tune.objective.aggregate=cvar "
-    "'tune.eval.holdout=[[\"workload.start_s=2400\"],[\"workload=azure_code\","
-    "\"workload.rate_scale=4\"]]'":
+    "'tune.eval.holdout=[[\"workload.start_s=2400\",\"workload.replicas.shift_s=600\"],"
+    "[\"workload=azure_code\",\"workload.rate_scale=4\"]]'":
         How("run", fast="tune.iterations=1 tune.pairs=1 seeds=2 workload.duration_s=60 "
                         "tune.eval.seeds=1 tune.space.max_num_seqs.high=256",
             slow=True),  # test_tune's CLI test tunes with two held-out workloads, one a group

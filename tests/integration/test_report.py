@@ -440,6 +440,7 @@ def test_report_per_condition_and_of_a_replay_on_real_runs(tmp_path):
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(
         f"{k * 0.1},{200 + 37 * k % 900},{1 + 13 * k % 200}\n" for k in range(80)))
     proc = _servetune("simulate", "-m", "workload=file", f"workload.path={trace}",
+                      "workload.replicas.block_s=null",  # every seed replays the file
                       "policy.max_num_seqs=8,64", "seed=0,1", "output.progress=false",
                       f"hydra.sweep.dir={tmp_path / 'replay'}")
     assert proc.returncode == 0, proc.stderr[-3000:]
