@@ -48,12 +48,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, open_dict
-from scipy import stats
 
 from servetune.api import compose
 from servetune.grad.pathwise import DIFFERENCE_KEYS, PATHWISE_KEYS
 from servetune.policy import DEFAULTS
 from servetune.scenario import build
+from servetune.tuning.evaluation import half_width
 from servetune.tuning.evaluator import Evaluator
 from servetune.tuning.objective import Objective
 from servetune.tuning.runner import _better, tune
@@ -314,12 +314,10 @@ def score(named: dict[str, dict], overrides: list[str]) -> dict[str, list[dict]]
 
 
 def interval(x) -> tuple[float, float]:
-    """(mean, half-width of its 95% t-interval) of per-replica values x [R]."""
+    """(mean, half-width of its 95% t-interval) of per-replica values x [R] (identical
+    replicas give 0, shown as +- 0)."""
     x = np.asarray(x, float)
-    if len(x) < 2:
-        return float(x.mean()), math.nan
-    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
-    return float(x.mean()), float(half)
+    return float(x.mean()), half_width(x)
 
 
 def fmt(x, digits: int = 3, scale: float = 1.0) -> str:

@@ -67,6 +67,15 @@ def check_evaluation(cfg: DictConfig, st) -> None:
             raise ConfigError(f"tune.eval.holdout {list(overrides)}: {err}") from None
 
 
+def half_width(values) -> float:
+    """Half-width of the 95% Student-t interval of the mean of `values` [S] (same units; NaN
+    for fewer than two values)."""
+    x = np.asarray(values, np.float64)
+    if x.size < 2:
+        return math.nan
+    return float(stats.t.ppf(0.5 + LEVEL / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+
+
 def interval(values, bounds=(-math.inf, math.inf)) -> tuple[float, float, float, int]:
     """(mean, low, high, distinct) of per-scenario values [S]: the mean and its 95% Student-t
     interval over the scenarios, clipped to the values' range `bounds`; low and high are NaN
@@ -80,7 +89,7 @@ def interval(values, bounds=(-math.inf, math.inf)) -> tuple[float, float, float,
     mean = float(x.mean())
     if distinct < 2:
         return mean, math.nan, math.nan, distinct
-    half = stats.t.ppf(0.5 + LEVEL / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+    half = half_width(x)
     return mean, max(mean - half, bounds[0]), min(mean + half, bounds[1]), distinct
 
 
