@@ -104,6 +104,8 @@ def _row(name: str, split: str, column: list[dict], objective) -> dict:
         row.update({key: mean, f"{key}_low": low, f"{key}_high": high})
         if key == "slo_attainment":
             row["distinct_scenarios"] = distinct
+    # the headline values are the tuner's own summary (interval() leaves out non-finite
+    # values, such as infinite tokens per dollar on a free GPU; the summary keeps them)
     row["slo_attainment"] = s["slo_attainment"]
     row["useful_tokens_per_dollar"] = s["useful_tokens_per_dollar"]
     row["ttft_p99_s"] = float(np.mean([m["ttft_p99_s"] for m in column]))
