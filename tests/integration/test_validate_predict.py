@@ -30,6 +30,10 @@ def test_errors_of_a_prediction_10_percent_high():
         assert out[m]["per_request_rel_error"]["p90"] == pytest.approx(0.1)
     with pytest.raises(predict.TraceError, match="40 and 50 requests"):
         predict.compare(obs.iloc[:40], obs)
+    obs["prompt_tokens"] = np.arange(50)
+    other = obs.assign(prompt_tokens=np.r_[np.arange(7), 99, np.arange(8, 50)])
+    with pytest.raises(predict.TraceError, match="request 7 of 50: 99 and 7 prompt tokens"):
+        predict.compare(other, obs)
 
 
 def _fake_observation(folder, meta, cost, rng):
@@ -78,3 +82,118 @@ def test_overrides_simulate_the_blocks_and_watermark_vllm_ran_with():
     assert "cost.kv_blocks=511" in out and "policy.watermark=0.05" in out
     assert "cost.base_s=0.004" in out  # a numpy float reads back as a plain number
     assert "policy.watermark=0.0" in predict.overrides_for(META, COST)
+
+
+# --------------------------------------------------------------------------- imported records
+
+ENGINE = ["policy.max_num_seqs=16", "policy.max_num_batched_tokens=2048", "cost.kv_blocks=511",
+          "engine.block_size=32", "engine.max_model_len=8192"]
+
+
+def _bench_record(tmp_path, cost, rng) -> dict:
+    """A `vllm bench serve --save-detailed` result of a server that behaves exactly as
+    servetune does under `cost` on the engine ENGINE: 40 Azure requests listed in shuffled
+    order (the record's order need not be arrival order) plus one failed request."""
+    trace = workload.load_csv(workload.bundled_path("azure_llm_2023_conv.csv"))
+    plain = tmp_path / "plain.csv"
+    pd.DataFrame({"arrival_s": trace.arrival[:40], "prompt_tokens": trace.prompt[:40],
+                  "output_tokens": trace.output[:40]}).to_csv(plain, index=False)
+    sim = simulate(["workload=file", f"workload.path={plain}", "workload.replicas.block_s=null",
+                    "output.progress=false", "cost=linear",
+                    *[f"cost.{k}={v}" for k, v in cost.items()], *ENGINE])
+    req = sim.requests[0].sort_values("request").reset_index(drop=True)
+    order = rng.permutation(len(req))
+    t0 = 1000.0  # perf_counter's origin is arbitrary
+    data = {"start_times": [t0 + req.arrival_s[i] for i in order],
+            "input_lens": [int(req.prompt_tokens[i]) for i in order],
+            "output_lens": [int(req.output_tokens[i]) for i in order],
+            "ttfts": [float(req.ttft_s[i]) for i in order],
+            "latencies": [float(req.e2e_s[i]) for i in order], "errors": [""] * len(req)}
+    for key, value in (("start_times", t0 + 5.0), ("input_lens", 100), ("output_lens", 0),
+                       ("ttfts", 0.0), ("latencies", 0.0), ("errors", "ServerDisconnected")):
+        data[key].append(value)
+    return data
+
+
+def _steps_csv(path, cost, rng) -> None:
+    """A step log with exact step times under the linear `cost`."""
+    steps = pd.DataFrame({"prefill_tokens": rng.integers(0, 2048, 400),
+                          "decode_seqs": rng.integers(1, 16, 400),
+                          "ctx_tokens": rng.integers(0, 50_000, 400)})
+    steps["seconds"] = (cost["base_s"] + cost["per_prefill_token_s"] * steps.prefill_tokens
+                        + cost["per_decode_seq_s"] * steps.decode_seqs
+                        + cost["per_ctx_token_s"] * steps.ctx_tokens)
+    steps.to_csv(path, index=False)
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """An imported bench record (folder) of a server with the known COST."""
+    from servetune.validate.record_import import write_import
+
+    tmp = tmp_path_factory.mktemp("imported")
+    rng = np.random.default_rng(1)
+    data = _bench_record(tmp, COST, rng)
+    (tmp / "result.json").write_text(json.dumps(data))
+    write_import(tmp / "result.json", tmp / "record", "bench")
+    _steps_csv(tmp / "steps.csv", COST, rng)
+    return tmp
+
+
+def test_an_imported_record_is_predicted_in_its_trace_order(imported, capsys):
+    # calibrated on a step log: the cost comes back and every request's latencies match,
+    # whatever order the record lists them in, with its failed request left out
+    out = imported / "v_cal"
+    rc = predict.main(["--calibrate-on", str(imported / "steps.csv"), "--predict",
+                       str(imported / "record"), "--noise-floor", str(imported / "record"),
+                       "--out", str(out), *ENGINE])
+    assert rc == 0, capsys.readouterr().err
+    report = json.loads((out / "validation.json").read_text())
+    assert report["predicted"]["kind"] == "import"
+    assert report["calibration"]["scale"] == pytest.approx(1.0, rel=1e-3)
+    for m in predict.METRICS:
+        assert report["prediction"][m]["per_request_rel_error"]["p90"] < 1e-3
+    # the same record predicted with the cost given as overrides instead of calibrated
+    rc = predict.main(["--predict", str(imported / "record"), "--out", str(imported / "v_cfg"),
+                       "cost=linear", *[f"cost.{k}={v}" for k, v in COST.items()], *ENGINE])
+    assert rc == 0
+    report = json.loads((imported / "v_cfg" / "validation.json").read_text())
+    assert report["calibration"] is None
+    assert report["prediction"]["e2e_s"]["per_request_rel_error"]["p90"] < 1e-9
+    # a slower server than the config: the errors say how much (E2E about 2x, predicted low)
+    slow = {**COST, **{k: 2 * v for k, v in COST.items()}}
+    predict.main(["--predict", str(imported / "record"), "--out", str(imported / "v_slow"),
+                  "cost=linear", *[f"cost.{k}={v}" for k, v in slow.items()], *ENGINE])
+    report = json.loads((imported / "v_slow" / "validation.json").read_text())
+    assert report["prediction"]["e2e_s"]["mean"]["rel_error"] > 0.5
+
+
+def test_an_imported_record_on_a_described_gpu_as_the_readme_shows(imported):
+    # no calibration: the roofline of the GPU and model the overrides name (an 8B model's
+    # decode steps on an H100 are slower than the record's tiny server's: E2E predicted high)
+    rc = predict.main(["--predict", str(imported / "record"), "--out", str(imported / "v_gpu"),
+                       "hardware=h100", "model=llama3_8b", "policy.max_num_seqs=256"])
+    assert rc == 0
+    report = json.loads((imported / "v_gpu" / "validation.json").read_text())
+    assert "hardware=h100" in report["predicted"]["overrides"]
+    e2e = report["prediction"]["e2e_s"]["mean"]
+    assert e2e["predicted"] > e2e["observed"] > 0
+
+
+def test_what_validate_cannot_predict_is_named(imported, tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    _fake_observation(tmp_path / "A", META, COST, rng)
+    cases = [  # argv -> message
+        (["--predict", str(tmp_path / "A")], "--calibrate-on: required to predict the observe"),
+        (["--calibrate-on", str(imported / "record"), "--predict", str(imported / "record")],
+         "an imported record has no engine steps"),
+        (["--calibrate-on", str(tmp_path / "nope.csv"), "--predict", str(imported / "record")],
+         "nope.csv: file not found"),
+        (["--predict", str(imported / "record"), "--noise-floor", str(tmp_path / "A"),
+          "cost=linear", *ENGINE], "an observe folder; expected a second import folder"),
+        (["--predict", str(imported / "record"), "policy.no_such_knob=1"], "no_such_knob"),
+    ]
+    for argv, message in cases:
+        assert predict.main([*argv, "--out", str(tmp_path / "v")]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "v" / "validation.json").exists()

@@ -1,13 +1,28 @@
 """`servetune validate`: how far servetune's predictions are from a real engine (issue 20
 item 2).
 
-Given observed runs (`servetune observe` folders), it fits the linear step-time model to one
-run's steps (`--calibrate-on`), simulates another run's trace slice (`--predict`) with the same
-engine settings and the fitted cost, and compares per request: TTFT, TPOT and E2E, their mean,
-P50, P90 and P99 (relative error of each statistic) and the per-request relative errors
-(median and P90 of |predicted - observed| / observed). With `--noise-floor`, a second
-observation of the predicted run's slice, the same comparison between the two observations
-says how much of the error is the engine's own run-to-run noise.
+It fits the linear step-time model to an observed run's engine steps (`--calibrate-on`: a
+`servetune observe` folder, or a step log in `servetune calibrate`'s CSV format), simulates
+another run's requests (`--predict`) with that cost, and compares per request: TTFT, TPOT and
+E2E, their mean, P50, P90 and P99 (relative error of each statistic) and the per-request
+relative errors (median and P90 of |predicted - observed| / observed). With `--noise-floor`, a
+second observation of the predicted run's requests, the same comparison between the two
+observations says how much of the error is the engine's own run-to-run noise.
+
+`--predict` takes two kinds of folder:
+- an observe folder: its slice of the trace and its engine settings (observe.json) are
+  simulated, and `--calibrate-on` is required (the observed engine is a CPU's tiny Llama, which
+  no hardware preset describes);
+- an imported deployment record (`servetune observe --import-bench` / `--import-otel`):
+  trace.csv is replayed whole and as recorded, on the engine the trailing servetune overrides
+  describe (the record does not say how the server was configured: e.g. `hardware=h100
+  model=llama3_8b policy.max_num_seqs=256`); without `--calibrate-on` the cost is the config's
+  (the roofline of hardware x model by default). Its requests are compared in trace.csv's
+  order: the completed ones with an output token, by arrival.
+
+`--fit rel+total` (the default) scales the relative-error fit so that its total equals the
+measured busy time: minimizing relative errors on noisy step times runs low in total (by 6-11%
+on the CPU engine's steps), and queueing delays follow the total. `--fit rel` keeps the fit.
 
 Outputs (written whole): `validation.json`, and `validation_cdf.png`, the predicted and
 observed CDFs of the three latencies.
@@ -27,7 +42,7 @@ import pandas as pd
 from servetune import inputs
 from servetune.api import simulate
 from servetune.calibrate import fit_cost_model, load_measurements
-from servetune.errors import ServetuneError, TraceError
+from servetune.errors import ConfigError, ServetuneError, TraceError
 from servetune.files import write_json, write_whole
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
@@ -35,18 +50,86 @@ STATS = {"mean": np.nanmean, "p50": lambda v: np.nanpercentile(v, 50),
          "p90": lambda v: np.nanpercentile(v, 90), "p99": lambda v: np.nanpercentile(v, 99)}
 
 
-def _observed(folder: Path) -> tuple[dict, pd.DataFrame]:
-    """(observe.json, requests table) of an observe folder; TraceError names what is missing."""
-    meta_path, req_path = folder / "observe.json", folder / "requests.parquet"
-    for path in (meta_path, req_path, folder / "steps.csv"):
+IMPORT_SUMMARIES = ("bench.json", "otel.json")  # what `observe --import-*` writes beside
+FITS = ("rel+total", "rel", "log")
+
+
+def folder_kind(folder: Path) -> str:
+    """"observe" for a `servetune observe` folder, "import" for an imported deployment record
+    (`--import-bench` / `--import-otel`); TraceError naming what is missing otherwise."""
+    if (folder / "observe.json").exists():
+        needed = ("observe.json", "requests.parquet", "steps.csv")
+    elif any((folder / name).exists() for name in IMPORT_SUMMARIES):
+        needed = ("requests.parquet", "trace.csv")
+    else:
+        raise TraceError(f"{folder / 'observe.json'}: missing; expected a `servetune observe` "
+                         f"output folder or an imported record (`servetune observe "
+                         f"--import-bench/--import-otel`: bench.json or otel.json)")
+    for name in needed:
+        path = folder / name
         if not path.exists():
-            raise TraceError(f"{path}: missing; expected a `servetune observe` output folder")
+            raise TraceError(f"{path}: missing; expected it in the folder `servetune observe` "
+                             f"wrote")
         inputs.check_regular(path, "file of a `servetune observe` output folder", TraceError)
+    return "observe" if needed[0] == "observe.json" else "import"
+
+
+def read_observation(folder: Path) -> tuple[str, dict, pd.DataFrame]:
+    """(kind, observe.json or {}, the requests to compare) of an observe or import folder. An
+    import's requests are the ones its trace.csv holds, in that order (the completed ones with
+    an output token, by arrival: validate/record_columns.py)."""
+    kind = folder_kind(folder)
     try:
-        meta = json.loads(meta_path.read_text())
-        return meta, pd.read_parquet(req_path)
+        meta = json.loads((folder / "observe.json").read_text()) if kind == "observe" else {}
+        requests = pd.read_parquet(folder / "requests.parquet")
     except (ValueError, OSError) as err:
         raise TraceError(f"{folder}: unreadable observe output ({err})") from None
+    if kind == "import":
+        kept = (requests["end_state"] == "completed") & (requests["output_tokens"] > 0)
+        requests = (requests[kept].sort_values(["arrival_s", "request"], kind="stable")
+                    .reset_index(drop=True))
+    return kind, meta, requests
+
+
+def calibrated_cost(steps_csv: Path, fit: str = "rel+total") -> dict:
+    """The linear step-time cost fitted to a step log (`servetune calibrate`'s CSV): `fit`
+    "rel" (mean squared relative error) or "log" (squared log error) as `servetune calibrate`
+    fits it; "rel+total" scales the rel fit so that its predicted total equals the measured
+    total (seconds). Returns {method, coefficients (what to simulate), fit_coefficients,
+    scale, rms_rel_error, steps, measured_busy_s, fit_total_over_measured}."""
+    if fit not in FITS:
+        raise ConfigError(f"--fit: got {fit!r}; expected one of {', '.join(FITS)}")
+    table = load_measurements(steps_csv)
+    result = fit_cost_model(table, "linear", objective="log" if fit == "log" else "rel")
+    ratio = float(table["seconds"].sum() / np.sum(result.predicted_s))
+    scale = ratio if fit == "rel+total" else 1.0
+    return {"method": fit,
+            "coefficients": {k: float(v) * scale for k, v in result.coefficients.items()},
+            "fit_coefficients": {k: float(v) for k, v in result.coefficients.items()},
+            "scale": scale, "rms_rel_error": float(result.rms_rel_error), "steps": len(table),
+            "measured_busy_s": float(table["seconds"].sum()),
+            "fit_total_over_measured": 1.0 / ratio}
+
+
+def _steps_of(source: Path) -> Path:
+    """The step log behind `--calibrate-on`: an observe folder's steps.csv, or the file."""
+    if source.is_dir():
+        if folder_kind(source) != "observe":
+            raise TraceError(f"--calibrate-on {source}: an imported record has no engine steps; "
+                             f"expected an observe folder or a step log (calibrate's CSV)")
+        return source / "steps.csv"
+    inputs.check_regular(source, "--calibrate-on step log", TraceError)
+    return source
+
+
+def import_overrides(folder: Path, cost: dict | None) -> list[str]:
+    """servetune overrides that replay an imported record's trace.csv whole, as recorded,
+    with `cost` (linear coefficients; None: the config's cost)."""
+    out = ["workload=file", f"workload.path={(folder / 'trace.csv').resolve()}",
+           "workload.replicas.block_s=null", "output.progress=false"]
+    if cost is None:
+        return out
+    return out + ["cost=linear"] + [f"cost.{k}={float(v)!r}" for k, v in cost.items()]
 
 
 def overrides_for(meta: dict, cost: dict) -> list[str]:
@@ -70,10 +153,19 @@ def overrides_for(meta: dict, cost: dict) -> list[str]:
 
 def compare(predicted: pd.DataFrame, observed: pd.DataFrame) -> dict:
     """Per metric: the statistics of both, their relative errors, and the per-request relative
-    errors' median and P90 (requests matched by index)."""
+    errors' median and P90 (requests matched by index; TraceError unless both tables hold as
+    many requests, with the same prompt lengths where both have them)."""
     if len(predicted) != len(observed):
         raise TraceError(f"the runs hold {len(predicted)} and {len(observed)} requests; "
                          f"expected the same trace slice")
+    if "prompt_tokens" in predicted and "prompt_tokens" in observed:
+        differ = np.nonzero(predicted["prompt_tokens"].to_numpy()
+                            != observed["prompt_tokens"].to_numpy())[0]
+        if len(differ):
+            k = int(differ[0])
+            raise TraceError(f"request {k} of {len(observed)}: {predicted['prompt_tokens'][k]} "
+                             f"and {observed['prompt_tokens'][k]} prompt tokens; expected the "
+                             f"same requests in the same order")
     out = {}
     for m in METRICS:
         p, o = predicted[m].to_numpy(float), observed[m].to_numpy(float)
@@ -115,12 +207,47 @@ def _plot(predicted: pd.DataFrame, observed: pd.DataFrame, path: Path) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="servetune validate", description=(
         "Calibrate on one observed run, predict another, report the errors."))
-    p.add_argument("--calibrate-on", type=Path, required=True, help="an observe folder")
-    p.add_argument("--predict", type=Path, required=True, help="an observe folder")
+    p.add_argument("--calibrate-on", type=Path, default=None,
+                   help="an observe folder or a step log (servetune calibrate's CSV); required "
+                        "to predict an observe folder")
+    p.add_argument("--predict", type=Path, required=True,
+                   help="an observe folder, or an imported record (observe --import-bench / "
+                        "--import-otel) replayed on the engine the overrides describe")
     p.add_argument("--noise-floor", type=Path, default=None,
-                   help="a second observation of --predict's slice")
+                   help="a second observation of --predict's requests (a folder of its kind)")
+    p.add_argument("--fit", choices=FITS, default="rel+total",
+                   help="the calibration: rel+total (default) scales the relative-error fit "
+                        "to the measured total; rel keeps it; log fits log errors")
     p.add_argument("--out", type=Path, default=Path("outputs/validate"))
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="servetune overrides applied last (an imported record's engine: "
+                        "hardware=..., model=..., policy.max_num_seqs=...)")
     return p
+
+
+def _prediction(args) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """(validation.json's report, predicted requests, observed requests) of parsed args."""
+    kind, meta, observed = read_observation(args.predict)
+    if kind == "observe" and args.calibrate_on is None:
+        raise ConfigError(f"--calibrate-on: required to predict the observe folder "
+                          f"{args.predict} (its engine, a CPU's tiny Llama, has no hardware "
+                          f"preset); give an observe folder or a step log to fit the cost to")
+    cal = (calibrated_cost(_steps_of(args.calibrate_on), args.fit)
+           if args.calibrate_on is not None else None)
+    cost = cal["coefficients"] if cal else None
+    overrides = (overrides_for(meta, cost) if kind == "observe"
+                 else import_overrides(args.predict, cost)) + list(args.overrides)
+    res = simulate(overrides)
+    predicted = res.requests[0].sort_values("request").reset_index(drop=True)
+    report = {"predicted": {"folder": str(args.predict), "kind": kind, "overrides": overrides},
+              "calibration": cal, "prediction": compare(predicted, observed)}
+    if args.noise_floor is not None:
+        noise_kind, _, again = read_observation(args.noise_floor)
+        if noise_kind != kind:
+            raise TraceError(f"--noise-floor {args.noise_floor}: an {noise_kind} folder; "
+                             f"expected a second {kind} folder of --predict's requests")
+        report["noise_floor"] = compare(again, observed)
+    return report, predicted, observed
 
 
 def main(argv: list[str]) -> int:
@@ -128,21 +255,16 @@ def main(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     try:
-        _observed(args.calibrate_on)  # a whole observe folder, not only its steps
-        meta, observed = _observed(args.predict)
-        fit = fit_cost_model(load_measurements(args.calibrate_on / "steps.csv"), "linear")
-        res = simulate(overrides_for(meta, fit.coefficients))
-        predicted = res.requests[0].sort_values("request").reset_index(drop=True)
-        report = {"calibration": {"coefficients": fit.coefficients,
-                                  "rms_rel_error": fit.rms_rel_error},
-                  "prediction": compare(predicted, observed)}
-        if args.noise_floor is not None:
-            report["noise_floor"] = compare(_observed(args.noise_floor)[1], observed)
+        report, predicted, observed = _prediction(args)
         write_json(args.out / "validation.json", report)
         _plot(predicted, observed, args.out / "validation_cdf.png")
     except ServetuneError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if report["calibration"]:
+        cal = report["calibration"]
+        print(f"calibration ({cal['method']}): {cal['steps']} steps, RMS relative error "
+              f"{cal['rms_rel_error']:.1%}, scaled x{cal['scale']:.3f}")
     for part in ("prediction", "noise_floor"):
         if part in report:
             print(f"{part}: relative error of mean / P50 / P90 / P99; per request P50 / P90")
