@@ -63,6 +63,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from real_engine import ENGINE_ENV, check_vllm, observe
 
 from servetune.validate.observe import EngineSettings
 
@@ -78,7 +79,6 @@ METRICS = ("goodput_rps", "useful_tokens_per_dollar", "slo_attainment", "ttft_p9
            "tpot_p99_s", "preemptions", "busy_fraction", "clock_end_s", "step_time_ratio")
 CHANGE_METRICS = ("goodput_rps", "useful_tokens_per_dollar")
 PRIMARY, HELDOUT_COST = "training cost", "held-out cost"  # the two predictions' labels
-ENGINE_ENV = {"OMP_NUM_THREADS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 _DEFAULTS_SNIPPET = """
 import dataclasses, json
@@ -94,22 +94,6 @@ print(json.dumps({"max_num_seqs": seqs[ctx], "max_num_batched_tokens": tokens[ct
 
 # --------------------------------------------------------------------------- the real engine
 
-def check_vllm(python: str) -> None:
-    """SystemExit with what to install when `python` cannot import vLLM."""
-    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
-    try:
-        ok = subprocess.run([python, "-c", probe], capture_output=True,
-                            check=False).returncode == 0
-    except OSError as err:
-        raise SystemExit(f"error: --vllm-python {python}: {err}") from None
-    if not ok:
-        raise SystemExit(
-            f"error: --vllm-python {python} cannot import vllm; this benchmark runs the real "
-            f"engine through `servetune observe`, which needs the servetune[vllm] extra: in a "
-            f"separate virtual environment, pip install -e '.[vllm]' && pip uninstall -y "
-            f"torchvision torchaudio torchcodec triton, then pass its python as --vllm-python")
-
-
 def vllm_server_defaults(python: str) -> dict:
     """The scheduler arguments vLLM picks for an API server on this platform when none are
     given (asked of vLLM in `python`): max_num_seqs, max_num_batched_tokens, watermark."""
@@ -118,44 +102,6 @@ def vllm_server_defaults(python: str) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"error: asking vLLM for its defaults failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def observe(args, name: str, start_s: float, engine: EngineSettings) -> tuple[Path, float]:
-    """Observe the slice [start_s, start_s + duration) of the trace on the real engine with
-    `engine`, into OUT/name (kept and reused with --reuse when it holds the same run);
-    returns (folder, wall seconds; 0 when reused)."""
-    folder = args.out / name
-    wanted = {"start_s": start_s, "duration_s": args.duration_s, "rate_scale": args.rate_scale,
-              "engine": dataclasses.asdict(engine)}
-    meta_path = folder / "observe.json"
-    if args.reuse and meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-        same_trace = Path(str(meta.get("trace"))).name == Path(args.trace).name
-        if same_trace and all(meta.get(k) == v for k, v in wanted.items()):
-            print(f"  {name}: reusing {folder}", flush=True)
-            return folder, 0.0
-    flags = []
-    for key, value in dataclasses.asdict(engine).items():
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            flags += [flag] if value else []
-        else:
-            flags += [flag, str(value)]
-    cmd = [args.vllm_python, "-m", "servetune.cli", "observe", "--trace", args.trace,
-           "--start-s", str(start_s), "--duration-s", str(args.duration_s),
-           "--rate-scale", str(args.rate_scale), *flags, "--out", str(folder),
-           "--model-dir", str(args.out / "model")]
-    print(f"  {name}: {' '.join(cmd[1:])}", flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **ENGINE_ENV},
-                          check=False)
-    wall = time.perf_counter() - t0
-    (args.out / f"{name}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise SystemExit(f"error: observe {name} failed (exit {proc.returncode}); its log is "
-                         f"{args.out / f'{name}.log'}:\n{proc.stderr[-3000:]}")
-    print(f"    {proc.stdout.strip().splitlines()[-1]} ({wall:.0f} s wall)", flush=True)
-    return folder, wall
 
 
 def engine_from_vllm_args(vllm_args: dict, base: EngineSettings) -> EngineSettings:
@@ -187,25 +133,12 @@ def engine_from_vllm_args(vllm_args: dict, base: EngineSettings) -> EngineSettin
 # --------------------------------------------------------------------------- simulation side
 
 def calibrate(folder: Path, how: str) -> dict:
-    """The linear step-time cost fitted to an observation's steps.csv: `servetune calibrate`'s
-    fit (mean squared relative error, `rel`, or log error, `log`); `rel+total` rescales the rel
-    fit so that its predicted total equals the measured busy time (a relative-error fit runs
-    low on noisy step times). Returns {coefficients, rms_rel_error, scale, ...}."""
-    from servetune.calibrate import fit_cost_model, load_measurements
+    """The linear step-time cost fitted to an observation's steps.csv, as `servetune validate
+    --fit how` fits it (rel+total: the relative-error fit scaled so that its total equals the
+    measured busy time). Returns {coefficients, rms_rel_error, scale, ...}."""
+    from servetune.validate.predict import calibrated_cost
 
-    table = load_measurements(folder / "steps.csv")
-    fit = fit_cost_model(table, "linear", objective="log" if how == "log" else "rel")
-    c = fit.coefficients
-    predicted = (c["base_s"] + c["per_prefill_token_s"] * table["prefill_tokens"]
-                 + c["per_decode_seq_s"] * table["decode_seqs"]
-                 + c["per_ctx_token_s"] * table["ctx_tokens"])
-    ratio = float(table["seconds"].sum() / predicted.sum())
-    scale = ratio if how == "rel+total" else 1.0
-    return {"method": how, "coefficients": {k: float(v) * scale for k, v in c.items()},
-            "fit_coefficients": {k: float(v) for k, v in c.items()}, "scale": scale,
-            "rms_rel_error": float(fit.rms_rel_error), "steps": len(table),
-            "measured_busy_s": float(table["seconds"].sum()),
-            "fit_total_over_measured": 1.0 / ratio}
+    return calibrated_cost(folder / "steps.csv", how)
 
 
 def sim_overrides(meta: dict, cost: dict, args) -> list[str]:
