@@ -224,10 +224,9 @@ def observed_metrics(requests: pd.DataFrame, clock_end_s: float, busy_s: float, 
 def step_time_ratio(steps: pd.DataFrame, cost: dict) -> float:
     """Measured engine time over what the linear `cost` predicts for the same steps: 1.0 when
     the engine ran as fast as the model says (the machine's speed drifts between runs)."""
-    predicted = (cost["base_s"] + cost["per_prefill_token_s"] * steps["prefill_tokens"]
-                 + cost["per_decode_seq_s"] * steps["decode_seqs"]
-                 + cost["per_ctx_token_s"] * steps["ctx_tokens"])
-    return float(steps["seconds"].sum() / predicted.sum())
+    from servetune.calibrate import linear_seconds
+
+    return float(steps["seconds"].sum() / linear_seconds(cost, steps).sum())
 
 
 def read_observation(folder: Path, args, price: float, cost: dict) -> dict:

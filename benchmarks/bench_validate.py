@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 from real_engine import check_vllm, observe
 
+from servetune.calibrate import linear_seconds, load_measurements
 from servetune.validate import predict
 from servetune.validate.observe import EngineSettings
 
@@ -56,11 +57,8 @@ def busy_fraction(folder: Path) -> float:
 def speed(folder: Path, cost: dict) -> float:
     """A run's measured engine time over what the calibrated linear `cost` predicts for the
     same steps: above 1, the machine ran that run slower than the calibration run."""
-    t = pd.read_csv(folder / "steps.csv")
-    model = (cost["base_s"] + cost["per_prefill_token_s"] * t["prefill_tokens"]
-             + cost["per_decode_seq_s"] * t["decode_seqs"]
-             + cost["per_ctx_token_s"] * t["ctx_tokens"])
-    return float(t["seconds"].sum() / model.sum())
+    steps = load_measurements(folder / "steps.csv")
+    return float(steps["seconds"].sum() / linear_seconds(cost, steps).sum())
 
 
 def noise_floor(runs: list[dict]) -> dict:

@@ -25,7 +25,9 @@ naming the file, the line and what was expected.
 Two forms are fitted, the same two the simulator uses (`hardware.step_time`):
 
   linear    seconds = base_s + per_prefill_token_s x P + per_decode_seq_s x D + per_ctx_token_s x C
-            (all four >= 0; optimized in log space, columns that are zero in every row fixed at 0)
+                      + per_attn_work_s x A
+            (all five >= 0; optimized in log space, columns that are zero in every row fixed at
+            0; A, attn_work, carries the quadratic attention cost of long prompts' chunks)
   roofline  seconds = max(FLOPs / (tp x peak x flops_efficiency),
                           bytes / (tp x HBM bandwidth x bandwidth_efficiency))
                       + overhead_s + tensor-parallel all-reduce time
@@ -69,14 +71,16 @@ from servetune.workload import csv_records, read_text, strict_float
 
 REQUIRED = ("prefill_tokens", "decode_seqs", "ctx_tokens", "seconds")
 FEATURES = ("prefill_tokens", "decode_seqs", "ctx_tokens", "attn_work")
-LINEAR_KEYS = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_ctx_token_s")
+LINEAR_KEYS = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_ctx_token_s",
+               "per_attn_work_s")
 ROOFLINE_KEYS = ("flops_efficiency", "bandwidth_efficiency", "overhead_s")
 FORMS = ("linear", "roofline")
 OBJECTIVES = ("rel", "log")
 INITS = ("lstsq", "scale")
 STEPS, LEARNING_RATE = 5000, 0.1  # Adam's defaults (also in conf/calibrate.yaml)
 MAX_RMS_REL_ERROR = 0.5  # the command refuses to write a fit worse than this (fit.* key)
-_LINEAR_COLUMNS = (None, "prefill_tokens", "decode_seqs", "ctx_tokens")  # base_s: all ones
+_LINEAR_COLUMNS = (None, "prefill_tokens", "decode_seqs", "ctx_tokens",  # base_s: all ones
+                   "attn_work")
 # Roofline starting points (flops_efficiency, bandwidth_efficiency); the configured values join.
 _ROOFLINE_STARTS = tuple((f, b) for f in (0.3, 0.6, 0.9) for b in (0.4, 0.7, 0.95))
 
@@ -148,6 +152,16 @@ def approximate_attn_work(prefill_tokens, decode_seqs, ctx_tokens):
     p = np.asarray(prefill_tokens, np.float64)
     return (np.asarray(ctx_tokens, np.float64) + np.asarray(decode_seqs, np.float64)
             + p * (p + 1) / 2.0)
+
+
+def linear_seconds(coefficients: dict, table: pd.DataFrame) -> np.ndarray:
+    """[rows] seconds the linear form with `coefficients` (LINEAR_KEYS; absent ones 0)
+    gives each row of a step table (prefill_tokens, decode_seqs, ctx_tokens and attn_work
+    columns, as `load_measurements` returns)."""
+    out = np.full(len(table), float(coefficients.get("base_s", 0.0)))
+    for key, column in zip(LINEAR_KEYS[1:], _LINEAR_COLUMNS[1:]):
+        out += float(coefficients.get(key, 0.0)) * table[column].to_numpy(np.float64)
+    return out
 
 
 def load_measurements(path: str | Path) -> pd.DataFrame:
@@ -248,7 +262,7 @@ def _cost_of(form: str, base, c):
     """CostParams with coefficients c (config order) on top of `base`."""
     if form == "linear":
         return base.replace(base_s=c[0], per_prefill_token_s=c[1], per_decode_seq_s=c[2],
-                            per_ctx_token_s=c[3])
+                            per_ctx_token_s=c[3], per_attn_work_s=c[4])
     # roofline_cost_params' rates are tp x peak x efficiency: base holds them at efficiency 1.
     return base.replace(flops_rate=base.flops_rate * c[0], byte_rate=base.byte_rate * c[1],
                         overhead_s=c[2])
@@ -345,10 +359,17 @@ def _linear_start(table: pd.DataFrame, y_np: np.ndarray, median: float, init: st
     warnings = [f"{key}: column {col!r} is 0 in every row, so the data cannot determine it; "
                 f"fixed at 0" for key, col, ok in zip(LINEAR_KEYS, _LINEAR_COLUMNS, present)
                 if not ok]
+    attn = len(_LINEAR_COLUMNS) - 1
+    if present[attn] and np.linalg.matrix_rank(x[:, present] / y_np[:, None]) < present.sum():
+        # e.g. decode-only batches, whose attention work is exactly ctx_tokens + decode_seqs
+        present[attn] = False
+        warnings.append("per_attn_work_s: column 'attn_work' is a combination of the other "
+                        "columns in these rows (no prefill chunks?), so the data cannot "
+                        "determine it; fixed at 0")
     # Natural scales: the coefficient at which its column alone explains the median time.
     scale = np.where(present, median / np.maximum(x.mean(axis=0), 1e-300), 1.0)
     if init == "lstsq":
-        coef = np.zeros(4)
+        coef = np.zeros(len(LINEAR_KEYS))
         w = x[:, present] / y_np[:, None]  # relative-error weighting
         coef[present] = np.linalg.lstsq(w, np.ones_like(y_np), rcond=None)[0]
         clipped = [k for k, c, ok in zip(LINEAR_KEYS, coef, present) if ok and c <= 0]
@@ -514,7 +535,7 @@ def fit_cost_model(
         compute_bound, more = _roofline_warnings(cost, feats, pred, coefficients)
         warnings += more
     warnings += _determination_warnings(std_errors, warnings)
-    if form == "roofline" and table.attrs.get("attn_work_approximated"):
+    if table.attrs.get("attn_work_approximated"):  # both forms charge attention work
         warnings.append("attn_work: not measured; approximated from the other columns (see the "
                         "servetune.calibrate module docstring)")
     worst = int(np.argmax(np.abs(rel)))

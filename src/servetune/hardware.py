@@ -255,18 +255,22 @@ def roofline_cost_params(
         per_prefill_token_s=f(0.0),
         per_decode_seq_s=f(0.0),
         per_ctx_token_s=f(0.0),
+        per_attn_work_s=f(0.0),
         kv_blocks=jnp.asarray(kv_blocks, jnp.int32),
     )
 
 
 def linear_cost_params(
     *, base_s: float, per_prefill_token_s: float, per_decode_seq_s: float,
-    per_ctx_token_s: float, kv_blocks: int,
+    per_ctx_token_s: float, kv_blocks: int, per_attn_work_s: float = 0.0,
 ) -> CostParams:
-    """CostParams of the linear step-time model (roofline fields zero)."""
+    """CostParams of the linear step-time model (roofline fields zero); seconds per
+    iteration, per prefill token, per decoding sequence, per context token read and per unit
+    of attention work (a new token x a context token)."""
     for key, v in (("cost.base_s", base_s), ("cost.per_prefill_token_s", per_prefill_token_s),
                    ("cost.per_decode_seq_s", per_decode_seq_s),
-                   ("cost.per_ctx_token_s", per_ctx_token_s)):
+                   ("cost.per_ctx_token_s", per_ctx_token_s),
+                   ("cost.per_attn_work_s", per_attn_work_s)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ConfigError(f"{key}: got {v!r}; expected a finite number >= 0 (seconds)")
     f = lambda x: jnp.asarray(x, jnp.float64)
@@ -276,6 +280,7 @@ def linear_cost_params(
         flops_rate=f(1.0), byte_rate=f(1.0), overhead_s=z, comm_s_per_token=z, comm_fixed_s=z,
         base_s=f(base_s), per_prefill_token_s=f(per_prefill_token_s),
         per_decode_seq_s=f(per_decode_seq_s), per_ctx_token_s=f(per_ctx_token_s),
+        per_attn_work_s=f(per_attn_work_s),
         kv_blocks=jnp.asarray(kv_blocks, jnp.int32),
     )
 
@@ -290,7 +295,8 @@ def step_time(cost: CostParams, form: str, prefill_tokens, decode_seqs, ctx_read
     tokens = prefill_tokens + decode_seqs
     if form == "linear":
         t = (cost.base_s + cost.per_prefill_token_s * prefill_tokens
-             + cost.per_decode_seq_s * decode_seqs + cost.per_ctx_token_s * ctx_read)
+             + cost.per_decode_seq_s * decode_seqs + cost.per_ctx_token_s * ctx_read
+             + cost.per_attn_work_s * attn_work)
     else:
         flops = cost.flops_per_token * tokens + cost.attn_flops_per_token_ctx * attn_work
         bytes_moved = cost.weight_bytes + cost.kv_bytes_per_token * (ctx_read + tokens)

@@ -536,6 +536,8 @@ def _cost_section(cfg: DictConfig, hw: _Hardware):
             per_prefill_token_s=seconds("cost.per_prefill_token_s"),
             per_decode_seq_s=seconds("cost.per_decode_seq_s"),
             per_ctx_token_s=seconds("cost.per_ctx_token_s"),
+            per_attn_work_s=settings.number(cfg, "cost.per_attn_work_s", lo=0, hi=MAX_SECONDS,
+                                            default=0.0),
             kv_blocks=settings.number(cfg, "cost.kv_blocks", lo=1, hi=hardware.MAX_KV_BLOCKS,
                                       integer=True, default=kv_blocks))
         # (a null cost.kv_blocks means: from hardware and model memory)

@@ -234,7 +234,8 @@ class CostParams:
     """Per-iteration step-time model and KV capacity of one instance: traced leaves.
 
     Roofline: max(flops / flops_rate, bytes / byte_rate) + overhead_s + all-reduce time.
-    Linear: base_s + per_prefill_token_s * P + per_decode_seq_s * D + per_ctx_token_s * ctx.
+    Linear: base_s + per_prefill_token_s * P + per_decode_seq_s * D + per_ctx_token_s * ctx
+    + per_attn_work_s * attn_work (new tokens x context, tokens^2).
     """
 
     flops_per_token: jnp.ndarray  # [] dense FLOPs per token (2 x parameters)
@@ -250,6 +251,8 @@ class CostParams:
     per_prefill_token_s: jnp.ndarray  # [] linear form: seconds per prefill token
     per_decode_seq_s: jnp.ndarray  # [] linear form: seconds per decoding sequence
     per_ctx_token_s: jnp.ndarray  # [] linear form: seconds per context token attended
+    per_attn_work_s: jnp.ndarray  # [] linear form: seconds per unit of attention work
+    #                               (a new token x a context token it attends to)
     kv_blocks: jnp.ndarray  # [] KV-cache blocks of the instance (int)
     link_bytes_per_s: jnp.ndarray = 25e9  # [] KV transfer bandwidth out of the instance
     #                                       (disaggregation; default 200 Gb/s InfiniBand)

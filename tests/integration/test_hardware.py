@@ -89,6 +89,10 @@ def test_linear_form_and_empty_batch():
     assert np.isclose(float(hw.step_time(c, "linear", 100, 5, 1000, 0.0)),
                       0.01 + 0.01 + 0.005 + 0.001)
     assert float(hw.step_time(c, "linear", 0, 0, 0, 0.0)) == 0.0
+    # attention work (new tokens x context) is charged only when its coefficient is set
+    attn = dataclasses.replace(c, per_attn_work_s=hw.jnp.asarray(2e-9))
+    assert np.isclose(float(hw.step_time(attn, "linear", 100, 5, 1000, 3e6)),
+                      0.01 + 0.01 + 0.005 + 0.001 + 0.006)
 
 
 @pytest.mark.parametrize("name", list(hw.GPUS))

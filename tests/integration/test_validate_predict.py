@@ -42,13 +42,7 @@ def _fake_observation(folder, meta, cost, rng):
     (folder / "observe.json").write_text(json.dumps(meta))
     simulate(predict.overrides_for(meta, cost)).requests[0].to_parquet(
         folder / "requests.parquet")
-    steps = pd.DataFrame({"prefill_tokens": rng.integers(0, 2048, 400),
-                          "decode_seqs": rng.integers(1, 16, 400),
-                          "ctx_tokens": rng.integers(0, 50_000, 400)})
-    steps["seconds"] = (cost["base_s"] + cost["per_prefill_token_s"] * steps.prefill_tokens
-                        + cost["per_decode_seq_s"] * steps.decode_seqs
-                        + cost["per_ctx_token_s"] * steps.ctx_tokens)
-    steps.to_csv(folder / "steps.csv", index=False)
+    _steps_csv(folder / "steps.csv", cost, rng)
 
 
 def test_validating_against_observations_with_a_known_cost_finds_no_error(tmp_path, capsys):
@@ -197,3 +191,24 @@ def test_what_validate_cannot_predict_is_named(imported, tmp_path, capsys):
         assert predict.main([*argv, "--out", str(tmp_path / "v")]) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "v" / "validation.json").exists()
+
+
+def test_a_long_prompt_pays_its_chunks_attention_in_closed_form(tmp_path):
+    # one 4096-token prompt in two 2048-token chunks: the first attends to itself (2048 x
+    # (0 + 2049 / 2) units of work), the second to the first as well (2048 x (2048 + 2049 / 2))
+    trace = tmp_path / "one.csv"
+    pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [4096],
+                  "output_tokens": [2]}).to_csv(trace, index=False)
+    cost = {"base_s": 0.002, "per_prefill_token_s": 1e-5, "per_decode_seq_s": 1e-4,
+            "per_ctx_token_s": 0.0}
+    chunk = 0.002 + 2048 * 1e-5
+    ttft = {}
+    for attn in (0.0, 1e-9):
+        res = simulate(["workload=file", f"workload.path={trace}", "output.progress=false",
+                        "cost=linear", *[f"cost.{k}={v}" for k, v in cost.items()],
+                        f"cost.per_attn_work_s={attn}", "policy.max_num_batched_tokens=2048",
+                        "engine.max_model_len=8192"])
+        ttft[attn] = float(res.requests[0]["ttft_s"][0])
+    assert ttft[0.0] == pytest.approx(2 * chunk, rel=1e-9)
+    work = 2048 * (0 + 2049 / 2) + 2048 * (2048 + 2049 / 2)
+    assert ttft[1e-9] == pytest.approx(2 * chunk + 1e-9 * work, rel=1e-9)
