@@ -359,8 +359,11 @@ def _linear_start(table: pd.DataFrame, y_np: np.ndarray, median: float, init: st
     warnings = [f"{key}: column {col!r} is 0 in every row, so the data cannot determine it; "
                 f"fixed at 0" for key, col, ok in zip(LINEAR_KEYS, _LINEAR_COLUMNS, present)
                 if not ok]
-    attn = len(_LINEAR_COLUMNS) - 1
-    if present[attn] and np.linalg.matrix_rank(x[:, present] / y_np[:, None]) < present.sum():
+    unit = x / np.maximum(np.abs(x).max(axis=0), 1e-300)  # columns on one scale for the rank
+    attn, rank = len(_LINEAR_COLUMNS) - 1, lambda cols: np.linalg.matrix_rank(unit[:, cols])
+    others = present.copy()
+    others[attn] = False
+    if present[attn] and rank(present) == rank(others):
         # e.g. decode-only batches, whose attention work is exactly ctx_tokens + decode_seqs
         present[attn] = False
         warnings.append("per_attn_work_s: column 'attn_work' is a combination of the other "
