@@ -23,7 +23,8 @@ combinations vLLM accepts), every point on every replica, ranked by the tuner's 
 replicas with at most --budget-frac (5%) of the grid's simulations. Measured: each tuner's
 objective gap to the grid's best (percent of the objective, and of useful tokens per USD) and
 the fraction of the grid's simulations it used (ES twice: conf/tune/es.yaml's steps with
---pairs, and --es-long-steps), all re-scored by the exact simulator on the
+--pairs, and --es-long-steps; pathwise with pathwise.yaml's steps and any --pathwise-steps),
+all re-scored by the exact simulator on the
 training replicas; then vLLM's defaults, the grid's best and both tuned policies on held-out
 traces with held-out seeds (1000..): other windows of the conversation trace at 2x and 4x,
 the Azure code trace at 1x and 2x, and the Mooncake conversation and synthetic traces (on
@@ -282,15 +283,19 @@ def tuner_plan(estimator: str, budget: int, replicas: int, pairs: int) -> tuple[
 
 
 def tuner_config(estimator: str, overrides: list[str], budget: int, replicas: int,
-                 pairs: int, es_steps: tuple[float, float] | None = None) -> DictConfig:
+                 pairs: int, es_steps: tuple[float, float] | None = None,
+                 pathwise_steps: tuple[float, float] | None = None) -> DictConfig:
     """The tune config of `estimator` (es | pathwise) on the training replicas, from vLLM's
     defaults, its space the grid's knobs and ranges only (those it has gradients for);
-    `es_steps`: ES's (learning rate, sigma) in place of conf/tune/es.yaml's."""
+    `es_steps`: ES's (learning rate, sigma) in place of conf/tune/es.yaml's;
+    `pathwise_steps`: pathwise's (learning rate, slo_tau) in place of pathwise.yaml's."""
     keys, iterations = tuner_plan(estimator, budget, replicas, pairs)
     steps = [f"tune.learning_rate={es_steps[0]}", f"tune.sigma={es_steps[1]}"] if es_steps else []
+    if pathwise_steps:
+        steps = [f"tune.learning_rate={pathwise_steps[0]}", f"tune.slo_tau={pathwise_steps[1]}"]
     cfg = compose(overrides + [f"tune={estimator}", f"tune.iterations={iterations}",
                                "tune.eval.seeds=0", "tune.export=false"]
-                  + ([f"tune.pairs={pairs}", *steps] if estimator == "es" else []))
+                  + ([f"tune.pairs={pairs}", *steps] if estimator == "es" else steps))
     with open_dict(cfg):
         cfg.tune.space = {k: DIST_SPACE[k] for k in keys}
     return cfg
@@ -497,6 +502,11 @@ def main_distribution(args: argparse.Namespace) -> None:
     label = f"tuned (ES, lr {lr:g}, sigma {sigma:g}, {pairs:g} pairs)"
     cfg = tuner_config("es", train, budget, args.replicas, int(pairs), (lr, sigma))
     tuned[label] = run_dist_tuner(out / f"es_lr{lr:g}_sigma{sigma:g}_pairs{pairs:g}", cfg)
+    for lr, tau in args.pathwise_steps or []:
+        label = f"tuned (pathwise, lr {lr:g}, slo_tau {tau:g})"
+        cfg = tuner_config("pathwise", train, budget, args.replicas, args.pairs,
+                           pathwise_steps=(lr, tau))
+        tuned[label] = run_dist_tuner(out / f"pathwise_lr{lr:g}_tau{tau:g}", cfg)
     if args.tune_only:
         return
     named = policies(grid, tuned)
@@ -554,6 +564,10 @@ def parse_args() -> argparse.Namespace:
                       help="a second ES run with these adam learning rate, perturbation scale "
                            "and pairs (default 2 1.5 2: more, longer steps than es.yaml's "
                            "0.4 0.5 and --pairs)")
+    dist.add_argument("--pathwise-steps", type=float, nargs=2, action="append",
+                      metavar=("LR", "SLO_TAU"),
+                      help="another pathwise run with this adam learning rate and smoothed "
+                           "SLO width (repeatable; each in its own folder under --out)")
     return ap.parse_args()
 
 

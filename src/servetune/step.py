@@ -59,9 +59,21 @@ def batch_totals(es, batch):
     context tokens read, attention work (new tokens x context)); relaxed token weights where
     the engine is relaxed."""
     toks = batch.tokens if batch.weight is None else batch.weight
+    attn = toks * (es.computed + (toks + 1) / 2.0)
+    if batch.weight is not None:
+        # A prompt's relaxed tokens beyond the exact ones are the queue's, not the request's
+        # own: a bigger budget's, handed along the queue as debts are repaid (grad/
+        # relaxed_batch.py), often from a long prompt's last chunk to a short one's first.
+        # Their attention is taken at the iteration's mean prefill context, so that handing
+        # them on moves no work (at each request's own context it moved the run's length by
+        # tens of seconds per unit of log budget on a busy replica).
+        exact = batch.tokens.astype(jnp.float64)
+        exact_attn = jnp.where(batch.decode, 0.0, exact * (es.computed + (exact + 1) / 2.0))
+        context = jnp.sum(exact_attn) / jnp.maximum(jnp.sum(jnp.where(batch.decode, 0.0,
+                                                                        exact)), 1.0)
+        attn = jnp.where(batch.decode, attn, exact_attn + (toks - exact) * context)
     per_request = jnp.stack([jnp.where(batch.decode, toks - 1, toks), batch.decode,
-                             jnp.where(batch.tokens > 0, es.computed, 0),
-                             toks * (es.computed + (toks + 1) / 2.0)], axis=-1)
+                             jnp.where(batch.tokens > 0, es.computed, 0), attn], axis=-1)
     prefill, decode, ctx_read, attn_work = jnp.sum(per_request.astype(jnp.float64), axis=0)
     return prefill, decode, ctx_read, attn_work
 
@@ -395,12 +407,12 @@ def _advance_phase(sched: _Scheduled, totals, dur, t, params: Params, cfg: Engin
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
     if cfg.relax != "hard":  # what the relaxed progress shifts need from before the iteration
         phase = pace.prefilling(e)
-        own_s = pace.own_seconds(e, batch.tokens, totals, params, cfg)
+        share_s = pace.share_seconds(batch.tokens, batch.decode, dur)
         spec_s = pace.speculation_gain_s(e, batch.decode, batch.tokens, params, cfg, dur)
     e, gaps, completed = advance(e, batch, t + dur)
     if cfg.relax != "hard":  # progress and admission time shifts, and the events they move
         e = pace.progress_shift(e, batch.gain, batch.tokens, phase, batch.preempted, generated0,
-                                dur, own_s, spec_s)
+                                share_s, spec_s)
         e = admission_shift(e, batch, generated0, completed, t, dur)
         if cfg.relax_order:  # the pairs this iteration's admissions and preemption passed over
             e = swap.record(e, batch.admitted, batch.swap_req, batch.swap_p, t)

@@ -328,10 +328,11 @@ class RelaxTape:
     shift: jnp.ndarray  # [A] f64 seconds its later events move by: its admissions' expected
     #                     time shift (0 in value under st; grad/shift.py)
     debt: jnp.ndarray  # [A] f64 tokens computed ahead under perturbations, owed back at its
-    #                    next iteration that computes (grad/relaxed_batch.py)
+    #                    prompt's last chunk, or its next iteration that computes when not
+    #                    prefilling (grad/relaxed_batch.py)
     ahead: jnp.ndarray  # [A] f64 prompt tokens a relaxed budget computed for it beyond the
     #                     exact ones in its current prefill (grad/pace.py)
-    pre_s: jnp.ndarray  # [A] f64 seconds of its current prefill less its own compute
+    pre_s: jnp.ndarray  # [A] f64 its share of the seconds of its current prefill (grad/pace.py)
     pre_tok: jnp.ndarray  # [A] f64 prompt tokens computed in its current prefill
 
 

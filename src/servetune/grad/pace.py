@@ -4,12 +4,15 @@ Under engine.relax st or soft (servetune/relax.py) two tunable numbers change ho
 running request progresses rather than when it is admitted:
 
 - The token budget. A request prefilling under a bigger budget computes `gain` more prompt
-  tokens per iteration (scheduler.Batch.gain). Its prefill then takes fewer iterations, and
-  its first token (and everything after it) comes sooner. In the fluid reading, a prompt
-  prefilled over elapsed time T in P tokens, ahead by G tokens, ends G x T' / P sooner. T'
-  is T less the request's own compute: that work is the same however it is chunked, and the
-  iteration durations already carry it (the relaxed weights and their debt). What a bigger
-  chunk saves is the rest of each iteration: fixed overheads, other requests' decodes.
+  tokens per iteration (scheduler.Batch.gain), and when it finishes, the tokens it is ahead
+  go to the requests after it (grad/relaxed_batch.py): the queue's prefill is that far
+  ahead. Its prefill then takes fewer iterations, and its first token (and everything after
+  it) comes sooner. In the fluid reading, a prompt prefilled over its share T of the
+  iterations' seconds in P tokens, ahead by G tokens, ends G x T / P sooner; its share of an
+  iteration is the iteration's seconds x its prompt tokens / all prompt tokens in it. The
+  extra work is not subtracted here: the iteration durations carry it (the relaxed weights
+  add the budget's tokens to every iteration where it binds and give them back where it
+  stops binding), which is what makes the decodes in those iterations slower.
 - The speculation length k. A decoding pass with k draft tokens emits E(k) = (1 - alpha^(k+1))
   / (1 - alpha) tokens on average (speculation.expected_emitted). With k relaxed, a pass of
   duration d emits E(k_relaxed) - E(k) tokens more. At d / E(k) seconds per token, the
@@ -27,12 +30,11 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from servetune.engine import speculation
-from servetune.hardware import step_time
 from servetune.types import RUNNING, EngineConfig, Entries, Params
 
 # The tape's fields here (types.RelaxTape: 0 at arrival and after each prefill): ahead, prompt
-# tokens ahead; pre_s, seconds of the prefill so far less the request's own compute; pre_tok,
-# prompt tokens computed in it
+# tokens ahead; pre_s, the request's share of the seconds of the iterations of its prefill so
+# far (share_seconds); pre_tok, prompt tokens computed in it
 
 
 def prefilling(e: Entries):
@@ -43,17 +45,14 @@ def prefilling(e: Entries):
     return (e.status == RUNNING) & ~((e.generated > 0) & (pending <= 1))
 
 
-def own_seconds(e: Entries, tokens, totals, params: Params, cfg: EngineConfig):
-    """[A] seconds of the iteration that each entry's own `tokens` [A] cost at the margin:
-    tokens x (step time with one more prefill token at the middle of its chunk - step time).
-    `totals`: the batch's (prefill tokens, decode sequences, context read, attention work), as
-    the iteration's duration was computed from them (step.batch_totals)."""
-    prefill, decode, ctx_read, attn_work = totals
-    context = e.computed + tokens / 2.0
-    base = step_time(params.cost, cfg.cost_form, prefill, decode, ctx_read, attn_work)
-    more = step_time(params.cost, cfg.cost_form, prefill + 1.0, decode, ctx_read,
-                     attn_work + context)
-    return jnp.where(tokens > 0, tokens * (more - base), 0.0)
+def share_seconds(tokens, decode, dur):
+    """[A] each entry's share of an iteration of `dur` seconds as a prefill: dur x its prompt
+    tokens / all prompt tokens of the iteration (`tokens` [A] computed, `decode` [A] bool
+    entries that decoded, whose tokens are not prompt tokens); 0 where it computed none.
+    Divided by the tokens, the seconds a prompt token of this iteration took: what a token
+    ahead saves (progress_shift)."""
+    prompt = jnp.where(decode, 0, tokens).astype(jnp.float64)
+    return dur * prompt / jnp.maximum(jnp.sum(prompt), 1.0)
 
 
 def speculation_gain_s(e: Entries, decode, tokens, params: Params, cfg: EngineConfig, dur):
@@ -71,17 +70,16 @@ def speculation_gain_s(e: Entries, decode, tokens, params: Params, cfg: EngineCo
     return jnp.where(drafted, more * dur / exact, 0.0)
 
 
-def progress_shift(e: Entries, gain, tokens, phase, preempted, generated0, dur, own_s,
-                   spec_s):
-    """Entries after one relaxed iteration of `dur` seconds: prefilling entries (`phase` [A],
-    from `prefilling` before the iteration) add the iteration's prompt-token `gain` [A],
-    computed `tokens` [A] and seconds less their `own_s` [A]; one whose prefill completed
-    (it emitted a token) turns its tokens ahead into seconds at its prefill's pace and adds
+def progress_shift(e: Entries, gain, tokens, phase, preempted, generated0, share_s, spec_s):
+    """Entries after one relaxed iteration: prefilling entries (`phase` [A], from
+    `prefilling` before the iteration) add the iteration's prompt-token `gain` [A], computed
+    `tokens` [A] and their `share_s` [A] of its seconds (share_seconds); one whose prefill
+    completed (it emitted a token) turns its tokens ahead into seconds at its prefill's pace and adds
     them to its shift. Decoding entries add `spec_s` [A] (`speculation_gain_s`). Progress of a
     `preempted` [A] entry is dropped with its KV. `generated0` [A]: output tokens before."""
     r = e.relaxed
     ahead = r.ahead + jnp.where(phase, gain, 0.0)
-    pre_s = r.pre_s + jnp.where(phase, dur - own_s, 0.0)
+    pre_s = r.pre_s + jnp.where(phase, share_s, 0.0)
     pre_tok = r.pre_tok + jnp.where(phase, tokens, 0).astype(jnp.float64)
     done = phase & (e.generated > generated0)
     sooner = jnp.where(done, ahead * pre_s / jnp.maximum(pre_tok, 1.0), 0.0)

@@ -38,15 +38,18 @@ def relaxed_batch(es: Entries, tokens, run, adm, budget, rank, n_running, pol,
     need, decoding, keep = run.need, run.decoding, run.keep
     need_w, want, kv_margin, admit = adm.need_w, adm.want, adm.kv_margin, adm.admit
     eligible = adm.candidate & (rank < cfg.max_slots - n_running)
-    # A prefilling request ahead of the exact path (grad/pace.py) needs that many tokens
-    # fewer: the budget it leaves goes to the requests after it (the queue drains faster).
-    # Its own share still counts its whole need: its progress, and the work it is owed.
+    # A prefilling request that computed tokens ahead of the exact path (its debt) needs that
+    # many fewer: it repays them where its remaining prompt runs out (its last chunk), and
+    # the budget it leaves goes to the requests after it (the queue drains faster). While
+    # the budget binds its chunk stays the whole budget share: a bigger budget adds work to
+    # every such iteration (longer iterations: the decodes' cost), given back only where
+    # the budget stops binding. Its progress (`gain`, grad/pace.py) counts its whole need.
     prefilling = keep & ~decoding
-    need_left = jnp.where(prefilling, jnp.maximum(need - es.relaxed.ahead, 0.0), need)
+    need_left = jnp.where(prefilling, jnp.maximum(need - es.relaxed.debt, 0.0), need)
     taken_before = ops.exclusive_cumsum(jnp.where(keep, need_left, 0.0))
     alloc = jnp.where(keep, jnp.clip(budget - taken_before, 0, need), 0.0)
-    budget_left = budget - jnp.sum(jnp.where(keep, jnp.clip(budget - taken_before, 0,
-                                                            need_left), 0.0))
+    alloc_left = jnp.where(keep, jnp.clip(budget - taken_before, 0, need_left), 0.0)
+    budget_left = budget - jnp.sum(alloc_left)
     if cfg.chunked_prefill:
         chunk = jnp.clip(budget_left - ops.exclusive_cumsum(need_w), 0, need_w)
     else:
@@ -58,11 +61,12 @@ def relaxed_batch(es: Entries, tokens, run, adm, budget, rank, n_running, pol,
     # of a waiting request, only the mass not yet admitted early (1 - wait_z) is still to
     # admit: a fluid request is admitted at most once in all (0 in value under st)
     w = admit + (1.0 - es.relaxed.wait_z) * relax.perturbation(w, admit)
-    relaxed = alloc + w * chunk
-    # Work is conserved: tokens a perturbation computes early (or late) are owed back, and a
-    # request's debt is settled at its next iteration that computes, so a perturbation moves
-    # the times within a busy period, not forever after.
-    paid = jnp.where(tokens > 0, es.relaxed.debt, 0.0)
+    relaxed = jnp.where(prefilling, alloc_left, alloc) + w * chunk
+    # Work is conserved: tokens a perturbation computes early (or late) are owed back, so a
+    # perturbation moves the times within a busy period, not forever after. A prefilling
+    # request repays through its smaller remaining need (above); any other request (a
+    # decode, a re-admitted one) settles its debt at its next iteration that computes.
+    paid = jnp.where((tokens > 0) & ~prefilling, es.relaxed.debt, 0.0)
     gain = jnp.where(prefilling, alloc, jnp.where(admit, chunk, 0.0)) - jnp.where(
         prefilling | admit, tokens, 0)
     drafts = 0.0

@@ -81,7 +81,7 @@ class Settings:
     net_init_out_scale: float = 0.0
     relax: str = "st"  # pathwise: engine relaxation (st | soft)
     temperature: float = 0.3  # pathwise: tau of the relaxed gates
-    slo_tau: float = 0.05  # pathwise: relative width of the smoothed SLO checks
+    slo_tau: float = 0.2  # pathwise: relative width of the smoothed SLO checks
     difference_step: float = 0.1  # pathwise: queue cap's paired difference, relative
 
 
