@@ -187,6 +187,13 @@ def test_what_validate_cannot_predict_is_named(imported, tmp_path, capsys):
           "cost=linear", *ENGINE], "an observe folder; expected a second import folder"),
         (["--predict", str(imported / "record"), "policy.no_such_knob=1"], "no_such_knob"),
     ]
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for name in ("bench.json", "trace.csv"):
+        (damaged / name).write_bytes((imported / "record" / name).read_bytes())
+    pd.read_parquet(imported / "record" / "requests.parquet").drop(columns="end_state").to_parquet(
+        damaged / "requests.parquet")
+    cases.append((["--predict", str(damaged)], "requests.parquet: no column end_state"))
     for argv, message in cases:
         assert predict.main([*argv, "--out", str(tmp_path / "v")]) == 2
         assert message in capsys.readouterr().err

@@ -84,6 +84,12 @@ def read_observation(folder: Path) -> tuple[str, dict, pd.DataFrame]:
         requests = pd.read_parquet(folder / "requests.parquet")
     except (ValueError, OSError) as err:
         raise TraceError(f"{folder}: unreadable observe output ({err})") from None
+    needed = METRICS + (("request", "arrival_s", "output_tokens", "end_state")
+                        if kind == "import" else ())
+    missing = [c for c in needed if c not in requests.columns]
+    if missing:
+        raise TraceError(f"{folder / 'requests.parquet'}: no column {', '.join(missing)}; "
+                         f"expected the table `servetune observe` writes")
     if kind == "import":
         kept = (requests["end_state"] == "completed") & (requests["output_tokens"] > 0)
         requests = (requests[kept].sort_values(["arrival_s", "request"], kind="stable")
