@@ -63,9 +63,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from real_engine import ENGINE_ENV, check_vllm, observe
+from real_engine import ENGINE_ENV, check_vllm, observe, step_time_ratio
 
+from servetune.api import simulate
+from servetune.tuning.runner import tune
 from servetune.validate.observe import EngineSettings
+from servetune.validate.predict import FITS, calibrated_cost, overrides_for
 
 # the engine knobs the tuner may move: each one `servetune observe` can pass to vLLM
 TUNED_KEYS = ("max_num_seqs", "max_num_batched_tokens", "watermark")
@@ -132,22 +135,11 @@ def engine_from_vllm_args(vllm_args: dict, base: EngineSettings) -> EngineSettin
 
 # --------------------------------------------------------------------------- simulation side
 
-def calibrate(folder: Path, how: str) -> dict:
-    """The linear step-time cost fitted to an observation's steps.csv, as `servetune validate
-    --fit how` fits it (rel+total: the relative-error fit scaled so that its total equals the
-    measured busy time). Returns {coefficients, rms_rel_error, scale, ...}."""
-    from servetune.validate.predict import calibrated_cost
-
-    return calibrated_cost(folder / "steps.csv", how)
-
-
 def sim_overrides(meta: dict, cost: dict, args) -> list[str]:
     """servetune overrides that simulate an observed run's slice and engine (validate's
     mapping) with `cost`, the SLOs and price of this benchmark, every request counted as
     passing its task check (the observed engine has no quality model) and the slice replayed
     as recorded."""
-    from servetune.validate.predict import overrides_for
-
     out = overrides_for(meta, cost) + [
         f"slo.ttft_s={args.slo_ttft_s}", f"slo.tpot_s={args.slo_tpot_s}",
         "quality.enabled=false", "workload.replicas.block_s=null"]
@@ -158,8 +150,6 @@ def sim_overrides(meta: dict, cost: dict, args) -> list[str]:
 
 def predict(meta: dict, cost: dict, args) -> tuple[dict, pd.DataFrame]:
     """(metrics, request table) servetune predicts for an observed run's slice and engine."""
-    from servetune.api import simulate
-
     res = simulate(sim_overrides(meta, cost, args))
     m, table = res.metrics[0], res.requests[0]
     m = {**{k: m[k] for k in ("goodput_rps", "useful_tokens_per_dollar", "slo_attainment",
@@ -173,8 +163,6 @@ def predict(meta: dict, cost: dict, args) -> tuple[dict, pd.DataFrame]:
 def tune_policy(train_meta: dict, cost: dict, start: dict, args) -> dict:
     """ES-tune TUNED_KEYS on the training slice from `start` (vLLM's defaults); returns the
     tuner's summary with the exported vLLM arguments (OUT/tune/export/vllm_args.json)."""
-    from servetune.tuning.runner import tune
-
     space = {"max_num_seqs": f"{{low: {args.seqs_range[0]}, high: {args.seqs_range[1]}, "
                              f"scale: log}}",
              "max_num_batched_tokens": f"{{low: {args.tokens_range[0]}, "
@@ -219,14 +207,6 @@ def observed_metrics(requests: pd.DataFrame, clock_end_s: float, busy_s: float, 
             "preemptions": requests["preemptions"].sum().item(),
             "busy_fraction": busy_s / clock_end_s, "useful_tokens": useful,
             "cost_usd": cost_usd, "window_s": window_s, "clock_end_s": clock_end_s}
-
-
-def step_time_ratio(steps: pd.DataFrame, cost: dict) -> float:
-    """Measured engine time over what the linear `cost` predicts for the same steps: 1.0 when
-    the engine ran as fast as the model says (the machine's speed drifts between runs)."""
-    from servetune.calibrate import linear_seconds
-
-    return float(steps["seconds"].sum() / linear_seconds(cost, steps).sum())
 
 
 def read_observation(folder: Path, args, price: float, cost: dict) -> dict:
@@ -383,7 +363,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="required SLO attainment (tune.objective.slo_target)")
     ap.add_argument("--price-per-gpu-hour", type=float, default=None,
                     help="USD (default: the configured hardware's catalog price)")
-    ap.add_argument("--calibration", choices=("rel", "log", "rel+total"), default="rel+total")
+    ap.add_argument("--calibration", choices=FITS, default="rel+total")
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--sigma", type=float, default=1.5,
@@ -422,7 +402,7 @@ def main(argv=None) -> dict:
     print("2. observe the training slice with vLLM's defaults; calibrate", flush=True)
     train, walls["observe train_default"] = observe(args, "train_default", args.train_start_s,
                                                     base)
-    cal = calibrate(train, args.calibration)
+    cal = calibrated_cost(train / "steps.csv", args.calibration)
     (args.out / "calibration.json").write_text(json.dumps(cal, indent=2))
     print(f"  {cal['method']}: {cal['coefficients']} (fit RMS relative error "
           f"{cal['rms_rel_error']:.1%}, fit total / measured busy time "
@@ -450,7 +430,7 @@ def main(argv=None) -> dict:
     # the prediction proper uses the training run's cost; the second refits the cost on the
     # held-out default run 1 (same slice, no policy information), which separates the policy
     # effect from the machine's speed drifting between the training and held-out runs
-    recal = calibrate(folders["default"][0], args.calibration)
+    recal = calibrated_cost(folders["default"][0] / "steps.csv", args.calibration)
     costs = {PRIMARY: cal["coefficients"], HELDOUT_COST: recal["coefficients"]}
     preds = {label: {} for label in costs}
     obs = {s: [read_observation(f, args, price, cal["coefficients"]) for f in folders[s]]

@@ -37,9 +37,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from real_engine import check_vllm, observe
+from real_engine import check_vllm, observe, step_time_ratio
 
-from servetune.calibrate import linear_seconds, load_measurements
+from servetune.calibrate import load_measurements
 from servetune.validate import predict
 from servetune.validate.observe import EngineSettings
 
@@ -55,10 +55,9 @@ def busy_fraction(folder: Path) -> float:
 
 
 def speed(folder: Path, cost: dict) -> float:
-    """A run's measured engine time over what the calibrated linear `cost` predicts for the
-    same steps: above 1, the machine ran that run slower than the calibration run."""
-    steps = load_measurements(folder / "steps.csv")
-    return float(steps["seconds"].sum() / linear_seconds(cost, steps).sum())
+    """An observed run's step time over the calibrated model's (real_engine.step_time_ratio):
+    above 1, the machine ran that run slower than the calibration run."""
+    return step_time_ratio(load_measurements(folder / "steps.csv"), cost)
 
 
 def noise_floor(runs: list[dict]) -> dict:

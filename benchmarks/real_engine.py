@@ -11,6 +11,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import pandas as pd
+
+from servetune.calibrate import linear_seconds
 from servetune.validate.observe import EngineSettings
 
 ENGINE_ENV = {"OMP_NUM_THREADS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
@@ -71,3 +74,10 @@ def observe(args, name: str, start_s: float, engine: EngineSettings,
                          f"{args.out / f'{name}.log'}:\n{proc.stderr[-3000:]}")
     print(f"    {proc.stdout.strip().splitlines()[-1]} ({wall:.0f} s wall)", flush=True)
     return folder, wall
+
+
+def step_time_ratio(steps: pd.DataFrame, cost: dict) -> float:
+    """An observed run's measured engine time over what the linear `cost` predicts for the
+    same steps (observe's steps.csv columns): 1.0 when the engine ran as fast as the model
+    says; the machine's speed drifts between runs, even on the virtual clock."""
+    return float(steps["seconds"].sum() / linear_seconds(cost, steps).sum())
