@@ -44,6 +44,7 @@ from servetune.api import simulate
 from servetune.calibrate import fit_cost_model, load_measurements
 from servetune.errors import ConfigError, ServetuneError, TraceError
 from servetune.files import write_json, write_whole
+from servetune.validate.record_columns import trace_rows
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
 STATS = {"mean": np.nanmean, "p50": lambda v: np.nanpercentile(v, 50),
@@ -90,10 +91,11 @@ def read_observation(folder: Path) -> tuple[str, dict, pd.DataFrame]:
     if missing:
         raise TraceError(f"{folder / 'requests.parquet'}: no column {', '.join(missing)}; "
                          f"expected the table `servetune observe` writes")
-    if kind == "import":
-        kept = (requests["end_state"] == "completed") & (requests["output_tokens"] > 0)
-        requests = (requests[kept].sort_values(["arrival_s", "request"], kind="stable")
-                    .reset_index(drop=True))
+    if kind == "import":  # the record's order is its `request` column's
+        requests = requests.sort_values("request", kind="stable")
+        rows = trace_rows(requests["arrival_s"].to_numpy(), requests["output_tokens"].to_numpy(),
+                          (requests["end_state"] == "completed").to_numpy())
+        requests = requests.iloc[rows].reset_index(drop=True)
     return kind, meta, requests
 
 

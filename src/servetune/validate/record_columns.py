@@ -131,6 +131,14 @@ def read_json(text: str, path: Path, line: int, expected: str):
                      f"key once (which one did the run mean?)")
 
 
+def trace_rows(arrival, output, ok) -> np.ndarray:
+    """Indices of a record's requests (arrays [N] in the record's order: arrival seconds,
+    output tokens, succeeded) that its trace holds, in the trace's order: the succeeded ones
+    with at least one output token, by arrival (ties in record order)."""
+    order = np.argsort(arrival, kind="stable")
+    return order[ok[order] & (output[order] > 0)]
+
+
 def request_columns(arrival, prompt, output, first, finish, ok) -> tuple[dict, dict]:
     """(requests.parquet's columns, the trace's) from per-request arrays [N] in the record's
     order: arrival, first token and finish (seconds, one clock), prompt and output tokens, and
@@ -143,8 +151,7 @@ def request_columns(arrival, prompt, output, first, finish, ok) -> tuple[dict, d
                 "finish_s": finish, "output_tokens_delivered": np.where(ok, output, 0),
                 "end_state": np.where(ok, "completed", "failed"), "ttft_s": first - arrival,
                 "tpot_s": tpot, "e2e_s": finish - arrival}
-    order = np.argsort(arrival, kind="stable")
-    keep = order[ok[order] & (output[order] > 0)]
+    keep = trace_rows(arrival, output, ok)
     trace = {"arrival_s": arrival[keep], "prompt_tokens": prompt[keep],
              "output_tokens": output[keep]}
     return requests, trace
