@@ -467,6 +467,20 @@ def _determination_warnings(std_errors: dict, warned: list[str]) -> list[str]:
     return out
 
 
+def _fit_warnings(form, st, cost, feats, pred, coefficients, std_errors, table):
+    """(roofline rows that are compute-bound or None, the fit's warnings): the start's, the
+    roofline's, the coefficients the data barely determine, and an approximated attn_work."""
+    warnings, compute_bound = list(st.warnings), None
+    if form == "roofline":
+        compute_bound, more = _roofline_warnings(cost, feats, pred, coefficients)
+        warnings += more
+    warnings += _determination_warnings(std_errors, warnings)
+    if table.attrs.get("attn_work_approximated"):  # both forms charge attention work
+        warnings.append("attn_work: not measured; approximated from the other columns (see the "
+                        "servetune.calibrate module docstring)")
+    return compute_bound, warnings
+
+
 def fit_cost_model(
     table: pd.DataFrame,
     form: str,
@@ -533,14 +547,8 @@ def fit_cost_model(
     coefficients = dict(zip(keys, map(float, np.asarray(c))))
     std_errors = dict(zip(keys, map(float, _relative_std_errors(form, st.base, c, feats, y,
                                                                st.mask, rel))))
-    warnings, compute_bound = list(st.warnings), None
-    if form == "roofline":
-        compute_bound, more = _roofline_warnings(cost, feats, pred, coefficients)
-        warnings += more
-    warnings += _determination_warnings(std_errors, warnings)
-    if table.attrs.get("attn_work_approximated"):  # both forms charge attention work
-        warnings.append("attn_work: not measured; approximated from the other columns (see the "
-                        "servetune.calibrate module docstring)")
+    compute_bound, warnings = _fit_warnings(form, st, cost, feats, pred, coefficients,
+                                            std_errors, table)
     worst = int(np.argmax(np.abs(rel)))
     return CalibrationResult(
         form=form, coefficients=coefficients,
