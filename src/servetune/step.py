@@ -308,6 +308,7 @@ class _Skipped(NamedTuple):
     kv_used: jnp.ndarray
     gaps: tuple
     ctx_read: jnp.ndarray  # context tokens the run's iterations read, summed
+    early_s: jnp.ndarray  # request-seconds the run's completions left before t_end
 
 
 def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a: _Arrived,
@@ -490,25 +491,26 @@ def _skip_phase(adv: _Advanced, t_next, t_limit, params: Params, cfg: EngineConf
     e, pc, kv_used = adv.e, adv.pc, adv.kv_used
     n_completed = jnp.sum(adv.completed, dtype=jnp.int32)
     if cfg.leap_max > 0 and not cfg.speculation:
-        n_leap_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
         kv_offset = prefix_lib.kv_offset(e, pc, cfg) if cfg.prefix_cache else None
-        e, t_end, n_leap, leap_dur, leap_gaps, leap_blocks, leap_done, ctx_read = leap(
-            e, t_next, t_limit, params, cfg, kv_offset)
+        run = leap(e, t_next, t_limit, params, cfg, kv_offset)
+        e, t_end, n_leap, leap_blocks = run.e, run.t_end, run.k, run.kv_peak
         if cfg.prefix_cache:
-            e, pc, leap_blocks = prefix_lib.after_leap(e, leap_done, leap_blocks, pc, t_end,
+            e, pc, leap_blocks = prefix_lib.after_leap(e, run.completed, leap_blocks, pc, t_end,
                                                        params.cost.kv_blocks, cfg)
         kv_used = jnp.where(n_leap > 0, jnp.maximum(kv_used, leap_blocks), kv_used)
-        gaps = (jnp.concatenate([adv.gaps, leap_gaps[0]]),
-                jnp.concatenate([jnp.ones_like(adv.gaps), leap_gaps[1]]))
-        busy_s, tokens = jnp.sum(leap_dur), n_leap * n_leap_running
-        n_completed = n_completed + jnp.sum(leap_done, dtype=jnp.int32)
+        gaps = (jnp.concatenate([adv.gaps, run.gaps[0]]),
+                jnp.concatenate([jnp.ones_like(adv.gaps), run.gaps[1]]))
+        busy_s, tokens, early_s = jnp.sum(run.dur), run.tokens, run.early_s
+        n_completed = n_completed + jnp.sum(run.completed, dtype=jnp.int32)
+        ctx_read = run.ctx_read
     else:
         t_end, n_leap, busy_s, tokens, gaps = t_next, 0, 0.0, 0, (adv.gaps, 1.0)
-        ctx_read = 0.0
+        ctx_read, early_s = 0.0, 0.0
     if cfg.cascade_small_instances > 0:  # retries have not ended: the large pool serves them
         e, n_leap_retry = cascade.to_retry(e, i, cfg)
         n_completed = n_completed - adv.n_retry - n_leap_retry
-    return _Skipped(e, pc, t_end, n_leap, busy_s, tokens, n_completed, kv_used, gaps, ctx_read)
+    return _Skipped(e, pc, t_end, n_leap, busy_s, tokens, n_completed, kv_used, gaps, ctx_read,
+                    early_s)
 
 
 def _work(totals, when: _Boundary, run: _Skipped):
@@ -532,7 +534,7 @@ def _account(state: SimState, wl: Workload, a: _Arrived, batch, adv: _Advanced,
     ended_by_t = st.ended + a.n_rejected + a.n_abandoned + jnp.sum(batch.ended, dtype=jnp.int32)
     if cfg.n_instances == 1:  # requests completed by the first iteration leave at t_next
         occupancy = (_occupancy(wl, t, run.t_end, a.n_arrived, ended_by_t, search_window)
-                     - jnp.sum(adv.completed) * (run.t_end - t_next))
+                     - jnp.sum(adv.completed) * (run.t_end - t_next) - run.early_s)
     else:  # instances' iterations overlap in time: the host integrates it (metrics.py)
         occupancy = 0.0
     stats = st.replace(

@@ -14,15 +14,18 @@ PARAMS = params(base_s=0.01, per_prefill_token_s=0.0, per_decode_seq_s=1e-3, kv_
 
 
 def _leap(e, t=1.0, t_limit=float("inf"), p=PARAMS, cfg=CFG):
-    out, t_end, k, dur, _, blocks, done, _ = leap(e, t, t_limit, p, cfg)
-    return out, float(t_end), int(k), np.asarray(dur), int(blocks), np.asarray(done)
+    run = leap(e, t, t_limit, p, cfg)
+    return (run.e, float(run.t_end), int(run.k), np.asarray(run.dur), int(run.kv_peak),
+            np.asarray(run.completed))
 
 
-def test_a_run_stops_at_the_first_completion_with_single_stepping_s_tokens_and_times():
-    # two decoding requests: 3 and 6 tokens left; the run stops when the first completes
+def test_with_a_request_waiting_a_run_stops_at_the_first_completion():
+    # two decoding requests: 3 and 6 tokens left; a third waits, held back by max_num_seqs 2:
+    # the first completion could let it in, so the run stops there
     e = entries(CFG, [running(8, 5, generated=2, last_emit=0.99),
-                      running(8, 9, generated=3, last_emit=0.99)])
-    out, t_end, k, dur, blocks, done = _leap(e)
+                      running(8, 9, generated=3, last_emit=0.99), {"prompt": 4, "output": 2}])
+    capped = params({"max_num_seqs": 2}, base_s=0.01, per_prefill_token_s=0.0)
+    out, t_end, k, dur, blocks, done = _leap(e, p=capped)
     assert k == 3 and np.isclose(t_end, 1.0 + 3 * 0.012)
     assert np.allclose(dur[:3], 0.012) and (dur[3:] == 0).all()
     assert column(out, "generated", 2) == [5, 6] and column(out, "computed", 2) == [12, 13]
@@ -32,6 +35,31 @@ def test_a_run_stops_at_the_first_completion_with_single_stepping_s_tokens_and_t
     assert column(out, "blocks", 2) == [0, 4]  # 13 tokens: 4 blocks; the completed one freed
     assert blocks == 3 + 4  # the run's peak, in its last iteration: 12 tokens held 3 blocks
     assert np.allclose(column(out, "last_emit", 2), t_end)
+
+
+def test_with_nobody_waiting_a_run_goes_on_past_completions():
+    # the same two requests alone: iterations 0-2 decode both (0.012 s), the first completes
+    # at the end of iteration 2 (1.036 s), iterations 3-5 decode the second alone (0.011 s)
+    e = entries(CFG, [running(8, 5, generated=2, last_emit=0.99),
+                      running(8, 9, generated=3, last_emit=0.99)])
+    run = leap(e, 1.0, float("inf"), PARAMS, CFG)
+    assert int(run.k) == 6 and np.isclose(float(run.t_end), 1.069)
+    assert np.allclose(np.asarray(run.dur)[:6], [0.012] * 3 + [0.011] * 3)
+    assert column(run.e, "generated", 2) == [5, 9] and column(run.e, "computed", 2) == [12, 16]
+    assert column(run.e, "status", 2) == [DONE, DONE]
+    assert np.allclose(column(run.e, "finish", 2), [1.036, 1.069])
+    assert np.allclose(column(run.e, "last_emit", 2), [1.036, 1.069])
+    assert column(run.e, "blocks", 2) == [0, 0]
+    # the peak is iteration 2's: 12 tokens in 3 blocks and 13 in 4; later only 4 are held
+    assert int(run.kv_peak) == 7
+    assert int(run.tokens) == 3 + 6 and np.isclose(float(run.early_s), 1.069 - 1.036)
+    # context read: 9 + 10, 10 + 11, 11 + 12, then 13, 14, 15
+    assert float(run.ctx_read) == 19 + 21 + 23 + 13 + 14 + 15
+    gaps, weights = (np.asarray(x) for x in run.gaps)
+    later = np.isfinite(gaps[CFG.n_entries:])
+    assert np.allclose(gaps[CFG.n_entries:][later], [0.012] * 2 + [0.011] * 3)
+    assert weights[CFG.n_entries:][later].tolist() == [2, 2, 1, 1, 1]
+    assert np.allclose(gaps[:2], 1.012 - 0.99)
 
 
 def test_the_next_arrival_and_leap_max_bound_the_run():

@@ -1,16 +1,20 @@
 """Event skipping: run of uniform decode iterations advanced in closed form.
 
-Between events (an arrival, a completion, a prefill chunk, an admission, KV pressure) every
-iteration of an instance is the same: each running request decodes one token, nobody is
-admitted or preempted, and only the context lengths grow, by one token per request per
-iteration. `leap` applies K such iterations at once, with what single stepping would produce:
-the same token counts, KV blocks, completion and emission times (up to float rounding of the
-summed durations) and statistics. K stops before the first iteration that would start at or
-after the next arrival or the stop time, at the first completion, before KV blocks could run
-short, and at `engine.leap_max` (the length of the vector the durations are computed on).
+Between events (an arrival, an admission, a prefill chunk, KV pressure) every iteration of an
+instance is alike: each running request decodes one token, nobody is admitted or preempted,
+and only the context lengths grow, by one token per request per iteration. `leap` applies K
+such iterations at once, with what single stepping would produce: the same token counts, KV
+blocks, completion and emission times (up to float rounding of the summed durations) and
+statistics. K stops before the first iteration that would start at or after the next arrival
+or the stop time, before KV blocks could run short, and at `engine.leap_max` (the length of
+the vector the durations are computed on). A completion stops it only where an admission
+could follow (a request waits) or a mechanism reacts to it (`crosses_completions`);
+otherwise each request leaves at its own last iteration and the run goes on with the rest.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
@@ -60,15 +64,39 @@ def _admission_blocked(e: Entries, n_running, budget, free, params: Params, cfg:
     return ~jnp.any(waiting) | seq_cap | ~jnp.any(waiting & fits)
 
 
-def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=None):
+class Run(NamedTuple):
+    """A run of uniform decode iterations applied in closed form (`leap`). K = 0: nothing
+    changed (`e` as given, `t_end` the start)."""
+
+    e: Entries  # entries after the run (its completions retired)
+    t_end: jnp.ndarray  # [] f64 end of its last iteration (seconds)
+    k: jnp.ndarray  # [] i32 iterations K
+    dur: jnp.ndarray  # [L] f64 seconds of each iteration (0 past K)
+    gaps: tuple  # inter-token gap increments: (values [A + L] s, weights [A + L])
+    kv_peak: jnp.ndarray  # [] i32 most KV blocks in use in one of its iterations
+    completed: jnp.ndarray  # [A] bool requests it completed
+    ctx_read: jnp.ndarray  # [] f64 context tokens its iterations read, summed
+    tokens: jnp.ndarray  # [] i32 decode tokens it computed
+    early_s: jnp.ndarray  # [] f64 request-seconds its completions left before t_end (the
+    #                       occupancy they no longer hold: sum of t_end - finish)
+
+
+def crosses_completions(cfg: EngineConfig) -> bool:
+    """Whether a run may go on past a completion when nobody waits (static): one instance and
+    no mechanism that reacts to a completion inside the run (a prefix cache's release, a
+    cascade's retry, a router's or a hand-off's view of the instance)."""
+    return (cfg.n_instances == 1 and not cfg.prefix_cache and cfg.cascade_small_instances == 0
+            and cfg.prefill_instances == 0)
+
+
+def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=None) -> Run:
     """Apply the longest run of uniform decode iterations starting at t (seconds) whose
     iterations all start before t_limit (the next arrival or the stop time).
 
-    Returns (entries, end time, iterations K, duration of each iteration [L] (0 past K),
-    gap histogram increments as (values [A + L], weights [A + L]), KV blocks in use in the
-    run's last iteration (its peak: before the completions free theirs), completed mask [A],
-    context tokens the K iterations read, summed).
-    K = 0 leaves everything unchanged.
+    Each running request decodes one token per iteration until its output is complete. While
+    a request waits the run stops at the first completion (an admission may follow it); with
+    nobody waiting (and `crosses_completions`) it goes on, each request leaving at its own
+    completion, the later iterations shorter by the requests that left.
     `kv_offset`: with prefix caching, blocks in use beyond sum(e.blocks) (engine/prefix.py).
     """
     L = cfg.leap_max
@@ -81,43 +109,63 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
     uniform = (jnp.all(~running | ((pending_tokens(e) == 1) & (e.generated > 0)))
                & (n > 0) & (n <= budget)
                & _admission_blocked(e, n, budget, free, params, cfg, kv_offset is not None))
-    remaining = jnp.min(jnp.where(running, e.output - e.generated, L))
+    left = jnp.where(running, e.output - e.generated, 0)  # [A] tokens to each completion
+    first_done = jnp.min(jnp.where(running, left, L))
+    if crosses_completions(cfg):
+        nobody_waits = ~jnp.any(e.status == WAITING)
+        k_done = jnp.where(nobody_waits, jnp.max(left), first_done)
+    else:
+        k_done = first_done
     # paged KV: a request crosses at most ceil(K / block_size) block boundaries in K tokens
+    # (completions only free blocks)
     k_kv = (L if cfg.kv_layout == "contiguous"
             else cfg.block_size * (free // jnp.maximum(n, 1)))
 
     j = jnp.arange(L)
-    ctx = jnp.sum(jnp.where(running, e.computed, 0)).astype(jnp.float64) + n * j
-    dur = step_time(params.cost, cfg.cost_form, 0, n, ctx, ctx + n)  # [L]
+    part = running[:, None] & (j[None, :] < left[:, None])  # [A, L] decodes in iteration j
+    n_j = jnp.sum(part, axis=0, dtype=jnp.int32)  # [L]
+    ctx = jnp.sum(jnp.where(part, (e.computed[:, None] + j[None, :]).astype(jnp.float64), 0.0),
+                  axis=0)  # [L] context tokens read
+    dur = step_time(params.cost, cfg.cost_form, 0, n_j, ctx, ctx + n_j)  # [L]
     ends = ops.cumsum(dur)  # [L] end of iteration j, relative to t
     starts = ends - dur
     k_time = jnp.sum(t + starts < t_limit, dtype=jnp.int32)  # starts increase with j
-    k = jnp.where(uniform, jnp.minimum(jnp.minimum(k_time, remaining), jnp.minimum(k_kv, L)), 0)
+    k = jnp.where(uniform, jnp.minimum(jnp.minimum(k_time, k_done), jnp.minimum(k_kv, L)), 0)
     k = jnp.maximum(k, 0).astype(jnp.int32)
     t_end = t + jnp.where(k > 0, ends[jnp.maximum(k - 1, 0)], 0.0)
 
+    ratio = pressure.ratio(e, cfg)
     grow = running & (k > 0)
-    generated = e.generated + jnp.where(grow, k, 0)
-    computed = e.computed + jnp.where(grow, k, 0)
-    blocks = jnp.where(grow, blocks_for(computed, cfg, pressure.ratio(e, cfg)), e.blocks)
-    blocks_in_use = jnp.sum(blocks, dtype=jnp.int32)
-    complete = grow & (generated >= e.output)
+    steps = jnp.where(grow, jnp.minimum(k, left), 0)  # [A] iterations each request decodes
+    complete = grow & (steps >= left)
+    finish = t + ends[jnp.clip(steps - 1, 0, L - 1)]  # [A] its last iteration's end
+    last = jnp.where(complete, finish, t_end)
+    computed = e.computed + steps
+    blocks = jnp.where(grow, blocks_for(computed, cfg, ratio), e.blocks)
+    # blocks held in iteration j: each request still decoding, with its token of j
+    held = jnp.where(part, blocks_for(e.computed[:, None] + j[None, :] + 1, cfg,
+                                      None if ratio is None else ratio[:, None]), 0)
+    kv_peak = jnp.max(jnp.where(j < k, jnp.sum(held, axis=0, dtype=jnp.int32)
+                                + jnp.sum(jnp.where(running, 0, e.blocks), dtype=jnp.int32),
+                                0))
     # gaps: each request's first token of the run from its own last emission, then one gap
-    # of each later iteration's duration per running request
+    # of each later iteration's duration per request decoding in it
     first_gap = jnp.where(grow, t + dur[0] - e.last_emit, jnp.nan)
     later = (j >= 1) & (j < k)
     gaps = jnp.concatenate([first_gap, jnp.where(later, dur, jnp.nan)])
-    weights = jnp.concatenate([jnp.ones_like(first_gap), jnp.full((L,), 1.0) * n])
+    weights = jnp.concatenate([jnp.ones_like(first_gap), n_j.astype(jnp.float64)])
     e = e.replace(
         computed=computed,
-        generated=generated,
-        tokens_computed=e.tokens_computed + jnp.where(grow, k, 0),
-        last_emit=jnp.where(grow, t_end, e.last_emit),
+        generated=e.generated + steps,
+        tokens_computed=e.tokens_computed + steps,
+        last_emit=jnp.where(grow, last, e.last_emit),
         blocks=blocks,
     )
-    e = retire(e, complete, COMPLETED, t_end)
-    return (e, t_end, k, jnp.where(j < k, dur, 0.0), (gaps, weights), blocks_in_use, complete,
-            jnp.sum(jnp.where(j < k, ctx, 0.0)))
+    e = retire(e, complete, COMPLETED, finish)
+    in_run = j < k
+    return Run(e, t_end, k, jnp.where(in_run, dur, 0.0), (gaps, weights), kv_peak, complete,
+               jnp.sum(jnp.where(in_run, ctx, 0.0)), jnp.sum(steps, dtype=jnp.int32),
+               jnp.sum(jnp.where(complete, t_end - finish, 0.0)))
 
 
 def add_gaps(hist, gap_increments):
