@@ -11,9 +11,9 @@ import math
 import jax
 import numpy as np
 
-from servetune import memory, shard
+from servetune import memory, shard, width
 from servetune.engine.outbox import RECORD, entry_value, record_fields
-from servetune.loop import init_batch, run_chunk_batch
+from servetune.loop import init_batch, run_chunk_batch, widen_batch
 from servetune.types import DONE, EMPTY, OUTSTANDING, EngineConfig, Params, SimState, Workload
 
 
@@ -51,31 +51,41 @@ def rollout(wl: Workload, params: Params, cfg: EngineConfig, n_real: list[int],
     """Run every scenario (workloads [S] x params [P]) to the end; results indexed [s][p].
 
     `n_real[s]` is workload s's unpadded request count; `progress(done, total)` is called after
-    each compiled chunk. With several `devices` (default: all, every process's) the batch is
+    each compiled chunk. A narrow `cfg` (servetune/width.py) is widened where the live requests
+    need it (every scenario of the batch together); each result's stats name the final width
+    (`entry_width`, entries per instance) and how often it grew (`widenings`). With several `devices` (default: all, every process's) the batch is
     sharded over them (servetune/shard.py); results do not depend on it. A batch whose state
     would not fit in memory is a ConfigError before anything is allocated (servetune/memory.py).
     """
     n_p = int(jax.tree.leaves(params)[0].shape[0])
     lay = shard.layout(len(n_real), n_p, devices)
-    memory.check_fits(wl, params, cfg, 1 if lay is None else lay.mesh.devices.size)
+    n_devices = 1 if lay is None else lay.mesh.devices.size
+    memory.check_fits(wl, params, cfg, n_devices)
     if lay is None:
         state = init_batch(wl, params, cfg)
-        chunk = lambda s: run_chunk_batch(s, wl, params, cfg)
+        chunk = lambda s, cfg: run_chunk_batch(s, wl, params, cfg)
         fetch = jax.device_get
     else:
         wl, params = lay.place(wl, params)
         state = shard.init(lay, wl, params, cfg)
-        chunk = lambda s: shard.run_chunk(lay, s, wl, params, cfg)
+        chunk = lambda s, cfg: shard.run_chunk(lay, s, wl, params, cfg)
         fetch = lay.fetch
     total = int(np.sum(n_real)) * n_p
     chunks: list = []
+    widenings = 0
     while True:
-        state = chunk(state)
-        box, done, next_req = fetch((state.outbox, state.done, state.next_req))
+        state = chunk(state, cfg)
+        box, done, next_req, need = fetch((state.outbox, state.done, state.next_req,
+                                           state.need))
         _collect(box, chunks)
         if progress is not None:
             progress(int(np.sum(next_req)), total)
-        if bool(np.all(done)):
+        if np.any(need > 0):  # a narrow program ran out of entries: go on wider
+            cfg = width.wider(cfg, int(np.max(need)))
+            memory.check_fits(wl, params, cfg, n_devices)
+            state = widen_batch(state, wl, params, cfg)
+            widenings += 1
+        elif bool(np.all(done)):
             break
     final = fetch(state)
     s_count, p_count = final.done.shape
@@ -83,7 +93,9 @@ def rollout(wl: Workload, params: Params, cfg: EngineConfig, n_real: list[int],
     for s in range(s_count):
         row = []
         for p in range(p_count):
-            row.append(_assemble(final, chunks, s, p, n_real[s]))
+            res = _assemble(final, chunks, s, p, n_real[s])
+            res.stats.update(entry_width=cfg.n_entries, widenings=widenings)
+            row.append(res)
         results.append(row)
     return results
 

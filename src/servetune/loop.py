@@ -10,12 +10,13 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from servetune import histogram, ops
+from servetune import histogram, ops, width
 from servetune.engine import cascade, timeline
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.outbox import empty_outbox, record_fields
 from servetune.grad import shift, swap
-from servetune.step import step, step_grid, step_or_stay
+from servetune.simple_step import iterate, iterate_grid
+from servetune.step import step_or_stay
 from servetune.types import (
     EMPTY,
     WORK_COLUMNS,
@@ -73,28 +74,30 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
                     outbox=empty_outbox(outbox_capacity(cfg), zi, cfg.cascade_small_instances > 0,
                                        cfg.relax != "hard", cfg.relax_order),
                     stats=stats, done=wl.n <= 0,
-                    mid_ended=per_inst, mid_blocks=per_inst, stuck=per_inst > 0,
+                    mid_ended=per_inst, mid_blocks=per_inst, stuck=per_inst > 0, need=zi,
                     prefix=prefix_lib.init_cache(cfg, zi) if cfg.prefix_cache else None,
                     timeline=timeline.empty(cfg, zf) if cfg.timeline_samples > 0 else None)
 
 
 def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
-    """Iterate one scenario until it is done, its outbox is nearly full, or the chunk's step
-    limit is reached. The outbox starts empty (the host has collected it)."""
+    """Iterate one scenario until it is done, its outbox is nearly full, the chunk's step
+    limit is reached, or (a narrow program) its next loop body could need more entries than
+    the program holds (`SimState.need`, servetune/width.py). The outbox starts empty (the host
+    has collected it)."""
     cap = outbox_capacity(cfg)
     state = state.replace(outbox=state.outbox.replace(count=state.outbox.count * 0))
 
     def cond(carry):
         s, k = carry
         room = s.outbox.count + cfg.drain_per_step <= cap
-        return (~s.done) & room & (k < cfg.max_steps_per_chunk)
+        return (~s.done) & room & (k < cfg.max_steps_per_chunk) & width.fits(s, wl, cfg, 64)
 
     def body(carry):
         s, k = carry
-        return step(s, wl, params, cfg), k + 1
+        return iterate(s, wl, params, cfg), k + 1
 
     state, _ = jax.lax.while_loop(cond, body, (state, jnp.zeros_like(state.next_req)))
-    return state
+    return state.replace(need=width.shortfall(state, wl, cfg, 64))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "n_steps"),
@@ -107,7 +110,7 @@ def step_trace(wl: Workload, params: Params, cfg: EngineConfig, n_steps: int):
     instance's entries). The outbox is reset every step: use it for schedules, not results.
     Event skipping is off here, so every step is one iteration.
     """
-    cfg = dataclasses.replace(cfg, leap_max=0)
+    cfg = dataclasses.replace(cfg, leap_max=0, width=0)
     state = init_state(wl, params, cfg)
 
     def body(s, _):
@@ -135,8 +138,11 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     rec_fields = record_fields(box0)
     scratch = box0.replace(**{f: getattr(box0, f)[:, :, :per] for f in rec_fields})
 
+    fits = ops.over_grid(lambda s, w: width.fits(s, w, cfg), "gs")
+
     def active(s, k):
-        return (~s.done) & (s.outbox.count + per <= cap) & (k < cfg.max_steps_per_chunk)
+        return ((~s.done) & (s.outbox.count + per <= cap) & (k < cfg.max_steps_per_chunk)
+                & fits(s, wl))
 
     def write(old, rec, at, on):  # one scenario: records [per, ...] at the fill mark, if active
         start = (at,) + (jnp.zeros_like(at),) * (old.ndim - 1)
@@ -148,7 +154,7 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     def body(carry):
         s, k = carry
         on = active(s, k)
-        new = step_grid(s.replace(outbox=scratch), wl, params, cfg, on)
+        new = iterate_grid(s.replace(outbox=scratch), wl, params, cfg, on)
         box, rec = s.outbox, new.outbox
         fields = {f: write_all(getattr(box, f), getattr(rec, f), box.count, on)
                   for f in rec_fields}
@@ -162,7 +168,8 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
         return jnp.any(active(*carry))
 
     state, _ = jax.lax.while_loop(cond, body, (state, jnp.zeros_like(state.next_req)))
-    return state
+    return state.replace(need=ops.over_grid(lambda s, w: width.shortfall(s, w, cfg), "gs")(
+        state, wl))
 
 
 def batched(fn, cfg):
@@ -197,3 +204,15 @@ init_batch = jax.jit(init_grid, static_argnames=("cfg",), compiler_options=ops.C
 def run_chunk_batch(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     """run_chunk over state [S, P], workloads [S], params [P] in one compiled call."""
     return batched(run_chunk, cfg)(state, wl, params)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",), compiler_options=ops.COMPILER_OPTIONS)
+def widen_batch(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
+    """State [S, P] with each instance's entries padded to `cfg`'s (wider) width
+    (servetune/width.py): the entries keep their places, the new ones are empty, everything
+    else is unchanged and `need` is cleared."""
+    fresh = init_grid(wl, params, cfg)
+    held = state.entries.req.shape[3]  # entries leaves are [S, P, I, A, ...]
+    entries = jax.tree.map(lambda new, old: new.at[:, :, :, :held].set(old), fresh.entries,
+                           state.entries)
+    return state.replace(entries=entries, need=jnp.zeros_like(state.need))

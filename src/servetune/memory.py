@@ -78,11 +78,13 @@ def check_fits(wl: Workload, params: Params, cfg: EngineConfig, n_devices: int =
         return need
     n_s = wl.arrival.shape[0]
     n_p = int(jax.tree.leaves(params)[0].shape[0])
+    held = (f", {cfg.n_entries} of them held as the live requests need"
+            if cfg.n_entries < cfg.full_width else "")
     raise ConfigError(
         f"engine.max_slots / engine.queue_window / engine.n_instances / seeds / grid: the "
         f"simulator would need ~{need / GIB:.1f} GiB ({n_s} workload(s) x {n_p} policy "
-        f"point(s), each with {cfg.max_slots} slots + {cfg.queue_window} queued entries x "
-        f"{cfg.n_instances} instance(s)), more than {USABLE:.0%} of the "
+        f"point(s), each with {cfg.max_slots} slots + {cfg.queue_window} queued entries"
+        f"{held} x {cfg.n_instances} instance(s)), more than {USABLE:.0%} of the "
         f"{available / GIB:.1f} GiB available; lower engine.queue_window, engine.max_slots or "
         f"engine.n_instances, or run fewer seeds or grid points per call")
 

@@ -338,6 +338,9 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "max_running": int(np.max(st["max_running"])),
         "queue_window_overflow": int(st["window_overflow"]),
         "slot_bound_iterations": int(st["slot_bound"]),
+        # entries per instance the run ended at, and how often it widened (servetune/width.py)
+        "entry_width": int(st.get("entry_width", 0)),
+        "widenings": int(st.get("widenings", 0)),
         "stalled": bool(st["stalled"]),
     })
     m.update(_speculation_metrics(st))

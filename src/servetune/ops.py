@@ -33,6 +33,12 @@ def _upper(n: int, strict: bool) -> np.ndarray:
     return np.triu(np.ones((n, n)), 1 if strict else 0)
 
 
+def upper_triangle(n: int) -> np.ndarray:
+    """[n, n] float64 0/1 matrix with ones where row <= column: x @ it is x's inclusive prefix
+    sum, in one dot kernel (float rounding of a dot's summation order)."""
+    return _upper(n, False)
+
+
 def cumsum(x, dtype=None):
     """Inclusive prefix sum along the last axis.
 

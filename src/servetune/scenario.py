@@ -13,7 +13,17 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from servetune import cascade_config as cascade_lib
-from servetune import hardware, inputs, memory, quality, settings, streams, trace_file, workload
+from servetune import (
+    hardware,
+    inputs,
+    memory,
+    quality,
+    settings,
+    streams,
+    trace_file,
+    width,
+    workload,
+)
 from servetune import replicas as replicas_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.pressure import POLICIES
@@ -40,6 +50,7 @@ class Scenario:
 
 # Upper bounds that keep every array allocation and every simulated time finite and sane.
 MAX_CAPACITY = 1 << 20  # engine.max_slots / queue_window / outbox: entries allocated per scenario
+DEFAULT_START_WIDTH = 64  # engine.start_width when absent (conf/engine/vllm.yaml sets it too)
 MAX_VECTOR = 1 << 16  # engine.leap_max / drain_per_step: vector lengths inside every iteration
 MAX_INT32 = 2**31 - 1  # counters and KV block ids are int32 on device
 MAX_SECONDS = 1e9  # any duration or cost-model time in seconds (~31.7 years)
@@ -631,7 +642,17 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
         timeline_samples=TIMELINE_SAMPLES if settings.flag(cfg, "output.timeline", False) else 0,
         **_prefix_engine(cfg, hw.block, layout, kv_blocks))
     _check_engine_limits(engine, pol, kv_blocks)
-    return engine
+    return width.start(engine, _start_width(cfg))
+
+
+def _start_width(cfg: DictConfig) -> int | None:
+    """engine.start_width: entries per instance a run starts with (servetune/width.py;
+    DEFAULT_START_WIDTH when absent); None (null) starts at the full width."""
+    value = settings.get(cfg, "engine.start_width", DEFAULT_START_WIDTH)
+    if value is None:
+        return None
+    return settings.check_number(value, "engine.start_width", lo=1, hi=MAX_CAPACITY,
+                                 integer=True)
 
 
 def _check_engine_limits(engine: EngineConfig, pol, kv_blocks: int) -> None:

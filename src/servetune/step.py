@@ -122,7 +122,7 @@ def step(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Si
     Only for scenarios that are not done: the rollout's while_loop guarantees it (under vmap,
     JAX keeps finished members' carries), so no per-iteration select over the whole state.
     """
-    return step_with_info(state, wl, params, cfg)[0]
+    return conclude(state, wl, params, cfg, iteration(state, wl, params, cfg), _SEARCH_WINDOW)
 
 
 def step_or_stay(state: SimState, wl: Workload, params: Params, cfg: EngineConfig):
@@ -138,11 +138,36 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
 
     With engine.leap_max > 0 the step also applies the run of uniform decode iterations that
     follows the first one (engine/leap.py); `info` then describes the first iteration only."""
+    it = iteration(state, wl, params, cfg)
+    new = conclude(state, wl, params, cfg, it, _SEARCH_WINDOW)
+    info = {"t": it.a.t, "dur": jnp.where(state.done, 0.0, it.dur),
+            "tokens": jnp.where(state.done, 0, it.batch.tokens)}
+    info["req"] = jnp.where(info["tokens"] > 0, it.adv.batch_req, -1)
+    info["preempted"] = jnp.where(it.batch.preempted & ~state.done, it.adv.batch_req, -1)
+    return new, info
+
+
+class Iteration(NamedTuple):
+    """What the first iteration of a step did: its arrivals phase `a`, the `batch` it computed
+    with the batch's `totals` (batch_totals) and its `dur` (seconds), and the entries after it
+    (`adv`). The full step and the simple one (servetune/simple_step.py) both produce it;
+    `conclude` finishes the step from it."""
+
+    a: Arrived
+    batch: object
+    totals: tuple
+    dur: jnp.ndarray
+    adv: Advanced
+
+
+def iteration(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Iteration:
+    """The first iteration of a step of one scenario (unbatched), in full: arrivals, the
+    scheduling order (sorted only where it can matter), the schedule, its cost, the advance."""
     a = _arrive(state, wl, params, cfg, _SEARCH_WINDOW)
     # the permutation (16 gathers) runs only with the sort; under vmap both branches run
     e = jax.lax.cond(a.sort, _in_scheduling_order(cfg), lambda e, t, pol: e, a.e, a.t,
                      params.policy)
-    return _proceed(state, wl, params, cfg, a, e, _SEARCH_WINDOW)
+    return _scheduled_iteration(state, wl, params, cfg, a, e)
 
 
 # arrival counts: a direct count of the next 64 requests, a binary search only beyond them
@@ -150,7 +175,7 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
 _SEARCH_WINDOW = 64
 
 
-class _Arrived(NamedTuple):
+class Arrived(NamedTuple):
     """The first phase of an iteration: its start time `t` (seconds), the instance's entries
     after arrivals, and whether the priority order can matter (`sort`)."""
 
@@ -165,7 +190,7 @@ class _Arrived(NamedTuple):
     entries_all: Entries | None = None  # [I, A] every instance's entries after routing (I > 1)
 
 
-def _instance(state: SimState, cfg: EngineConfig):
+def next_instance(state: SimState, cfg: EngineConfig):
     """The instance that iterates next: the earliest clock; among equal clocks, one that holds
     work first (so an idle instance never holds back the others), then the first listed."""
     if cfg.n_instances == 1:  # static index: no batched scatter into [I, A] arrays under vmap
@@ -185,8 +210,8 @@ def _at_instance(params: Params, i, cfg: EngineConfig) -> Params:
 
 
 def _arrive(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
-            search_window) -> _Arrived:
-    i = _instance(state, cfg)
+            search_window) -> Arrived:
+    i = next_instance(state, cfg)
     t = state.clock[i]
     entries_all = None
     if cfg.n_instances == 1:
@@ -210,13 +235,14 @@ def _arrive(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
     if cfg.abandonment:  # cancelled and expired requests leave before scheduling
         e, n_abandoned = abandon(e, t)
     sort = order_matters(e, params, cfg) if cfg.lazy_order else jnp.ones_like(t, jnp.bool_)
-    return _Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort, n_abandoned,
+    return Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort, n_abandoned,
                     entries_all)
 
 
-def step_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, active):
-    """`step` over state [S, P], workloads [S], params [P] (scenarios where `active` [S, P] is
-    False step too; the caller discards their result).
+def iteration_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
+                   active) -> Iteration:
+    """`iteration` over state [S, P], workloads [S], params [P] (scenarios where `active`
+    [S, P] is False step too; the caller discards their result).
 
     Vmapping `step` would sort every scenario in every iteration (its lax.cond becomes a
     select that runs both sides). Here only the scenarios whose order can matter are sorted:
@@ -248,8 +274,15 @@ def step_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, 
     which = jnp.where(count == 0, 0, jnp.where(count <= block, 1, 2))
     e = jax.lax.switch(which, (lambda: e, some, every))
     e = jax.tree.map(lambda x: x.reshape((n_s, n_p) + x.shape[1:]), e)
-    proceed = lambda s, w, p, a, e: _proceed(s, w, p, cfg, a, e, None)[0]
+    proceed = lambda s, w, p, a, e: _scheduled_iteration(s, w, p, cfg, a, e)
     return ops.over_grid(proceed, "gspgg")(state, wl, params, a, e)
+
+
+def conclude_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
+                  it: Iteration) -> SimState:
+    """`conclude` over state [S, P], workloads [S], params [P] and iterations [S, P]."""
+    finish = lambda s, w, p, it: conclude(s, w, p, cfg, it, None)
+    return ops.over_grid(finish, "gspg")(state, wl, params, it)
 
 
 class _Scheduled(NamedTuple):
@@ -262,7 +295,7 @@ class _Scheduled(NamedTuple):
     kv_used: jnp.ndarray
 
 
-class _Advanced(NamedTuple):
+class Advanced(NamedTuple):
     """The advance phase's result: entries after the iteration, the inter-token gaps it made
     (values [A], weights), which requests completed [A], how many small answers failed their
     check (cascade), whether prefix-cache insertions are still due, and what the accounting
@@ -311,18 +344,28 @@ class _Skipped(NamedTuple):
     early_s: jnp.ndarray  # request-seconds the run's completions left before t_end
 
 
-def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a: _Arrived,
-             e: Entries, search_window):
-    """The rest of the iteration, on entries `e` in scheduling order: schedule, cost, advance,
-    next boundary, skip the uniform decodes that follow, account, commit."""
-    i = _instance(state, cfg)
+def _scheduled_iteration(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
+                         a: Arrived, e: Entries) -> Iteration:
+    """The iteration after its arrivals, on entries `e` in scheduling order: schedule, cost,
+    advance."""
+    i = next_instance(state, cfg)
+    params_i = _at_instance(params, i, cfg)
+    sched = _schedule_phase(e, state, wl, params_i, cfg, a.t, i)
+    dur, totals = _iteration_seconds(sched.e, sched.batch, params_i, cfg)
+    adv = _advance_phase(sched, totals, dur, a.t, params_i, cfg, i)
+    return Iteration(a, sched.batch, totals, dur, adv)
+
+
+def conclude(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, it: Iteration,
+             search_window) -> SimState:
+    """The end of a step after its first iteration `it`: the next boundary, the run of uniform
+    decode iterations that follows, the outbox drain, the statistics and the new state. The
+    full step and the simple one (servetune/simple_step.py) share it."""
+    a, batch, totals, dur, adv = it
+    i = next_instance(state, cfg)
     remote = _remote_horizon(a, state, params, cfg)  # (reads every instance's cost params)
     params = _at_instance(params, i, cfg)
     t = a.t
-    sched = _schedule_phase(e, state, wl, params, cfg, t, i)
-    batch = sched.batch
-    dur, totals = _iteration_seconds(sched.e, batch, params, cfg)
-    adv = _advance_phase(sched, totals, dur, t, params, cfg, i)
     busy = jnp.any(batch.tokens > 0) | jnp.any(batch.preempted)  # (a preemption is progress)
     next_arrival = _next_arrival(wl, a.next_req)
     t_next = jnp.where(busy, t + dur, _wake_time(adv.e, state, t, next_arrival, cfg, i))
@@ -339,14 +382,10 @@ def _proceed(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a
         new = new.replace(timeline=timeline.record(state.timeline, wl.timeline_dt, t, i, e,
                                                    batch.tokens, run.kv_used,
                                                    stats.preemptions))
-    info = {"t": t, "dur": jnp.where(state.done, 0.0, dur),
-            "tokens": jnp.where(state.done, 0, batch.tokens)}
-    info["req"] = jnp.where(info["tokens"] > 0, adv.batch_req, -1)
-    info["preempted"] = jnp.where(batch.preempted & ~state.done, adv.batch_req, -1)
-    return new, info
+    return new
 
 
-def _remote_horizon(a: _Arrived, state: SimState, params: Params, cfg: EngineConfig):
+def _remote_horizon(a: Arrived, state: SimState, params: Params, cfg: EngineConfig):
     """[] the earliest time another instance can send this one work (seconds; inf when none):
     a prefill instance's hand-off (disaggregation), a retry from the small pool (cascade).
     Event skipping on a receiving instance stops before it."""
@@ -398,7 +437,7 @@ def _iteration_seconds(e: Entries, batch, params: Params, cfg: EngineConfig):
 
 
 def _advance_phase(sched: _Scheduled, totals, dur, t, params: Params, cfg: EngineConfig,
-                   i) -> _Advanced:
+                   i) -> Advanced:
     """Tokens computed and emitted (engine/advance.py); under a relaxed engine the progress
     and admission shifts that carry the derivative (grad/); then what leaves the instance: a
     prefill instance's prefilled requests, a small model's failed answers; then prefix-cache
@@ -426,7 +465,7 @@ def _advance_phase(sched: _Scheduled, totals, dur, t, params: Params, cfg: Engin
     insertions_due = jnp.asarray(False)
     if cfg.prefix_cache:  # blocks computed enter the cache; completed requests release theirs
         e, pc, insertions_due = prefix_lib.after_advance(e, completed, pc, t + dur, cfg)
-    return _Advanced(e, gaps, completed, n_retry, pc, sched.kv_used, insertions_due,
+    return Advanced(e, gaps, completed, n_retry, pc, sched.kv_used, insertions_due,
                      sched.e.req, generated0, n_running)
 
 
@@ -461,7 +500,7 @@ def _stalled(e: Entries, busy, cfg: EngineConfig):
     return stalled
 
 
-def _skip_limit(adv: _Advanced, t_next, next_arrival, wl: Workload, remote, cfg: EngineConfig,
+def _skip_limit(adv: Advanced, t_next, next_arrival, wl: Workload, remote, cfg: EngineConfig,
                 i):
     """[] seconds before which a run of uniform decode iterations starting at t_next must
     start each of its iterations: the next arrival and the stop time, and each mechanism's
@@ -484,7 +523,7 @@ def _skip_limit(adv: _Advanced, t_next, next_arrival, wl: Workload, remote, cfg:
     return limit
 
 
-def _skip_phase(adv: _Advanced, t_next, t_limit, params: Params, cfg: EngineConfig,
+def _skip_phase(adv: Advanced, t_next, t_limit, params: Params, cfg: EngineConfig,
                 i) -> _Skipped:
     """The run of uniform decode iterations that follows the iteration, in closed form
     (engine/leap.py), then what the cascade retries from it."""
@@ -525,7 +564,7 @@ def _work(totals, when: _Boundary, run: _Skipped):
                       f(attn_work) + run.ctx_read + run.tokens])
 
 
-def _account(state: SimState, wl: Workload, a: _Arrived, batch, adv: _Advanced,
+def _account(state: SimState, wl: Workload, a: Arrived, batch, adv: Advanced,
              run: _Skipped, when: _Boundary, kv_blocks, search_window, i, cfg: EngineConfig,
              totals):
     """The scenario's statistics after the step (types.Stats); `kv_blocks`: the instance's
@@ -569,7 +608,7 @@ def _account(state: SimState, wl: Workload, a: _Arrived, batch, adv: _Advanced,
     return stats
 
 
-def _commit(state: SimState, wl: Workload, a: _Arrived, e: Entries, box, stats, run: _Skipped,
+def _commit(state: SimState, wl: Workload, a: Arrived, e: Entries, box, stats, run: _Skipped,
             when: _Boundary, i, cfg: EngineConfig) -> SimState:
     """The new state: instance i's entries and clock written back, done when every request
     has ended, the scenario stalled or the clock passed the stop time."""
@@ -595,4 +634,5 @@ def _commit(state: SimState, wl: Workload, a: _Arrived, e: Entries, box, stats, 
         mid_ended=state.mid_ended.at[i].set(run.n_completed),
         mid_blocks=state.mid_blocks.at[i].set(run.kv_used),
         stuck=stuck,
+        need=state.need,
     )

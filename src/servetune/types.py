@@ -67,6 +67,9 @@ class EngineConfig:
         iterations where that changed an admission are counted (`slot_bound_iterations`).
       queue_window: capacity for waiting requests visible to the scheduler. Arrivals beyond it
         wait, in trace order, outside the window (counted as `window_overflow`), never dropped.
+      width: entries per instance this program holds, when fewer than max_slots +
+        queue_window (servetune/width.py: a narrow program stops a scenario before a loop body
+        that could need more, and the host widens it); 0 = all of them (the full width).
       block_size: tokens per KV-cache block.
       max_model_len: longest sequence (prompt + output tokens) the engine accepts.
       batching: "continuous" (iteration-level) or "static" (batch held until all finish).
@@ -89,6 +92,9 @@ class EngineConfig:
         skipping, engine/leap.py); 0 steps every iteration.
       lazy_order: skip the priority sort in iterations where order cannot matter (exact; off
         only to test that it is).
+      fast_path: take the simple step (servetune/simple_step.py) for iterations where only
+        decodes and one arrival admitted at once can happen (exact; off only to test that
+        it is).
       abandonment: requests may end early, cancelled by their client or expired at their
         deadline (engine/abandon.py); off, the engine never checks (the workload has none).
       speculation: a draft model proposes policy.spec_k tokens per decoding request per
@@ -149,6 +155,7 @@ class EngineConfig:
     max_steps_per_chunk: int = 200_000
     n_instances: int = 1
     lazy_order: bool = True
+    fast_path: bool = True
     abandonment: bool = False
     speculation: bool = False
     kv_pressure: str = "preempt"
@@ -166,11 +173,18 @@ class EngineConfig:
     long_prefill_token_threshold_adaptive: bool = False
     scheduling_policy: str = "fcfs"
     timeline_samples: int = 0  # periods of the per-iteration timeline (output.timeline); 0 = off
+    width: int = 0
+
+    @property
+    def full_width(self) -> int:
+        """Entries of an instance's active set at the configured capacity."""
+        return self.max_slots + self.queue_window
 
     @property
     def n_entries(self) -> int:
-        """A: entries of an instance's active set."""
-        return self.max_slots + self.queue_window
+        """A: entries of an instance's active set in this program (`width`, or the full
+        width)."""
+        return self.width if 0 < self.width < self.full_width else self.full_width
 
     @property
     def max_blocks_per_request(self) -> int:
@@ -472,6 +486,9 @@ class SimState:
     mid_blocks: jnp.ndarray  # [I] i32 KV blocks each instance held during that iteration
     stuck: jnp.ndarray  # [I] bool the instance's latest step computed nothing and left its
     #                     clock where it was (it yields to the others at the same time)
+    need: jnp.ndarray  # [] i32 entries per instance the next loop body may need, where that is
+    #                    more than a narrow program holds (the host widens it; 0 otherwise;
+    #                    servetune/width.py)
     prefix: PrefixCache | None = None  # prefix caching only (engine/prefix.py)
     timeline: Timeline | None = None  # engine.timeline_samples > 0 only
 

@@ -27,10 +27,12 @@ def test_the_estimate_is_the_allocated_state(small):
 
 
 def test_a_queue_window_of_a_million_is_refused_with_the_figures():
-    """engine.queue_window = 2^20 (the validator's bound) on 4 instances and 16 seeds: about
-    8 GiB of state (~120 bytes per entry), twice over while a chunk runs."""
+    """engine.queue_window = 2^20 (the validator's bound) on 4 instances and 16 seeds, started
+    at the full width: about 8 GiB of state (~120 bytes per entry), twice over while a chunk
+    runs."""
     sc = build(api.compose(["workload=poisson", "workload.duration_s=5",
-                            "engine.queue_window=1048576", "engine.n_instances=4", "seeds=16"]))
+                            "engine.queue_window=1048576", "engine.n_instances=4", "seeds=16",
+                            "engine.start_width=null"]))
     need = memory.STATE_COPIES * memory.state_bytes(sc.workloads, sc.params, sc.engine)
     assert need > 12 * memory.GIB
     with pytest.raises(ConfigError, match=r"^engine\.max_slots / engine\.queue_window / "
@@ -38,6 +40,32 @@ def test_a_queue_window_of_a_million_is_refused_with_the_figures():
                                           r"would need ~\d+\.\d GiB .*"
                                           r"1048576 queued entries.* 8\.0 GiB available"):
         memory.check_fits(sc.workloads, sc.params, sc.engine, available=8 * memory.GIB)
+
+
+def test_a_narrow_start_allocates_only_what_the_run_needs():
+    """The same window started narrow (the default) holds 64 entries per instance: the run
+    allocates what its live requests need, not the configured capacity."""
+    sc = build(api.compose(["workload=poisson", "workload.duration_s=5",
+                            "engine.queue_window=1048576", "engine.n_instances=4", "seeds=16"]))
+    assert sc.engine.n_entries == 64
+    assert memory.check_fits(sc.workloads, sc.params, sc.engine,
+                             available=8 * memory.GIB) < 64 << 20
+
+
+def test_a_run_that_would_widen_past_the_memory_is_refused_by_key(monkeypatch):
+    """A narrow run whose live requests need more entries than the machine can hold stops with
+    the settings that size them, not an out-of-memory kill (every request arrives at once)."""
+    sc = build(api.compose(["workload=vllm_random", "workload.vllm_bench.num_prompts=200",
+                            "workload.vllm_bench.request_rate=inf", "engine.start_width=8",
+                            "engine.max_slots=512", "engine.queue_window=512",
+                            "output.progress=false"]))
+    narrow = memory.check_fits(sc.workloads, sc.params, sc.engine, available=1 << 40)
+    # room for the narrow state, not for a wider one
+    monkeypatch.setattr(memory, "available_bytes", lambda device=None: 1.05 * narrow / 0.8)
+    with pytest.raises(ConfigError, match=r"^engine\.max_slots / engine\.queue_window / .* "
+                                          r"each with 512 slots \+ 512 queued entries, 512 of "
+                                          r"them held as the live requests need x 1 instance"):
+        api.simulate_batch(sc)
 
 
 def test_a_simulation_too_large_for_the_machine_fails_before_allocating(small, monkeypatch):

@@ -28,6 +28,21 @@ def test_servetune_schedules_as_vllm(path):
     assert golden.compare(fixture, golden.replay(fixture)) == []
 
 
+# two cases by default (each width a replay passes through compiles once), all with -m slow
+NARROW_DEFAULT = ("tight_kv", "priority")
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=[] if p.name.split(".")[0] in NARROW_DEFAULT else [pytest.mark.slow])
+    for p in PATHS], ids=[p.name.split(".")[0] for p in PATHS])
+def test_servetune_from_the_smallest_width_schedules_as_vllm(path):
+    # the production rollout started at 4 entries, widened as the case's requests need
+    # (servetune/width.py): the same requests, to the same 1e-9
+    fixture = golden.load_fixture(path)
+    got = golden.replay(fixture, start_width=4)
+    assert golden.compare(fixture, got) == []
+
+
 def test_the_comparison_sees_a_changed_rule():
     # the tight-KV case replayed with the older first-chunk admission rule: vLLM 0.32
     # preempted far less (whole-prompt admission), so the schedules part

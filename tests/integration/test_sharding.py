@@ -33,8 +33,9 @@ def _case(n_s: int, n_p: int):
     from servetune.types import EngineConfig
     from servetune.workload import synthetic
 
+    # starting at 4 entries of 16, so that sharded batches widen too (servetune/width.py)
     cfg = EngineConfig(max_slots=8, queue_window=8, block_size=4, max_model_len=512,
-                       cost_form="linear", outbox=32, leap_max=16)
+                       cost_form="linear", outbox=32, leap_max=16, width=4)
     traces = [synthetic(rate=r, n_requests=60, prompt={"dist": "lognormal", "mean": 60, "cv": 1},
                         output={"dist": "lognormal", "mean": 30, "cv": 1, "max": 200}, seed=s)
               for s, r in enumerate((2.0, 6.0, 4.0)[:n_s])]

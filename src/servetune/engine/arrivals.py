@@ -12,6 +12,14 @@ from servetune.grad import shift, swap
 from servetune.types import DONE, EMPTY, REJECTED, WAITING, EngineConfig, Entries, Params, Workload
 
 
+def pending_arrivals(next_req, t, wl: Workload, cfg: EngineConfig, search_window=None):
+    """[] i32 requests that arrived by t (seconds) and are not yet in an instance, as many as
+    one iteration takes in (engine.route_window with several instances)."""
+    n_arrived = jnp.minimum(ops.count_at_most(wl.arrival, t, next_req, search_window), wl.n)
+    pending = n_arrived.astype(jnp.int32) - next_req
+    return pending if cfg.n_instances == 1 else jnp.minimum(pending, cfg.route_window)
+
+
 def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: EngineConfig,
                   search_window: int | None = 64):
     """Requests with arrival <= t join the queue in trace order, into free entries.

@@ -127,7 +127,7 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
     ctx = jnp.sum(jnp.where(part, (e.computed[:, None] + j[None, :]).astype(jnp.float64), 0.0),
                   axis=0)  # [L] context tokens read
     dur = step_time(params.cost, cfg.cost_form, 0, n_j, ctx, ctx + n_j)  # [L]
-    ends = ops.cumsum(dur)  # [L] end of iteration j, relative to t
+    ends = dur @ ops.upper_triangle(L)  # [L] end of iteration j, relative to t (one kernel)
     starts = ends - dur
     k_time = jnp.sum(t + starts < t_limit, dtype=jnp.int32)  # starts increase with j
     k = jnp.where(uniform, jnp.minimum(jnp.minimum(k_time, k_done), jnp.minimum(k_kv, L)), 0)

@@ -100,7 +100,7 @@ def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float,
     # when the outbox is nearly full (a vmapped loop selects over the whole outbox every
     # iteration, so it stays small)
     return dataclasses.replace(cfg, relax=mode, relax_temperature=float(temperature),
-                               relax_order=order, leap_max=0,
+                               relax_order=order, leap_max=0, width=0,
                                outbox=_RECORDS_PER_DRAIN * cfg.drain_per_step)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from servetune import hardware, workload
+from servetune import hardware, width, workload
 from servetune.driver import rollout
 from servetune.engine.prefix import WAYS
 from servetune.errors import ServetuneError
@@ -250,10 +250,10 @@ def _servetune_inputs(fixture: dict):
     return trace, Params(policy=policy, cost=cost), cfg
 
 
-def replay(fixture: dict) -> dict:
+def replay(fixture: dict, start_width: int | None = None) -> dict:
     """servetune's engine on a fixture's case: its iterations (one per step, event skipping
-    off) and its per-request results (the production rollout, event skipping on), in the
-    oracle's shapes."""
+    off) and its per-request results (the production rollout, event skipping on, from
+    `start_width` entries per instance: None, the full width), in the oracle's shapes."""
 
     trace, params, cfg = _servetune_inputs(fixture)
     wl = stack_workloads([trace], [trace.output.astype(np.float64)], drain_s=1e6, engine=cfg)
@@ -269,7 +269,7 @@ def replay(fixture: dict) -> dict:
             steps.append({"t": float(info["t"][k]), "dur": float(info["dur"][k]),
                           "tokens": tokens, "preempted": preempted})
     batched = jax.tree.map(lambda x: jax.numpy.asarray(x)[None], params)
-    res = rollout(wl, batched, cfg, [len(trace)])[0][0]
+    res = rollout(wl, batched, width.start(cfg, start_width), [len(trace)])[0][0]
     nan_none = lambda a: [None if math.isnan(v) else float(v) for v in a]
     out = {"steps": steps, "requests": {
         "first_token": nan_none(res.first_token), "finish": nan_none(res.finish),

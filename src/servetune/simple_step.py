@@ -1,0 +1,210 @@
+"""The simple step: one iteration where nothing but decodes and at most one arrival, admitted
+at once with its whole prompt, can happen, computed without the scheduler's machinery.
+
+Most loop bodies of a real trace are such iterations (benchmarks/README.md: about 98% of the
+Azure conversation hour's): every running request is decoding, nobody waits, and the arrival
+(if any) passes its checks and fits the sequence cap, the token budget, its prefill cap and the
+KV blocks above the watermark. The full step (servetune/step.py) then sorts nothing, preempts
+nothing, and admits that arrival as its only waiting request; the simple step writes the same
+outcome directly (no prefix sums, no sort, no admission pass) and hands it to the same
+`step.conclude` (the run of decode iterations that follows, the drain, the statistics), compiled
+once for both. Where any condition fails, the full iteration runs. `tests/properties/test_equivalence.py` holds the two
+to identical records.
+
+One scenario takes one branch of a `lax.cond`. A batch (`iterate_grid`) takes the simple
+iteration for all its scenarios when every one that is active qualifies, else the full one for
+all (under vmap a `cond` would run both).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from servetune import ops, relax
+from servetune.engine.arrivals import pending_arrivals
+from servetune.engine.kv import blocks_for
+from servetune.engine.outbox import retire
+from servetune.engine.scheduler import (
+    Batch,
+    admission_cap,
+    pending_tokens,
+    prefill_cap,
+    token_budget,
+    watermark_blocks,
+)
+from servetune.step import (
+    Advanced,
+    Arrived,
+    Iteration,
+    batch_cost,
+    conclude,
+    conclude_grid,
+    iteration,
+    iteration_grid,
+    step,
+)
+from servetune.types import (
+    COMPLETED,
+    EMPTY,
+    RUNNING,
+    WAITING,
+    EngineConfig,
+    Entries,
+    Params,
+    SimState,
+    Workload,
+)
+
+
+def applies(cfg: EngineConfig) -> bool:
+    """Whether a simple step can exist under `cfg` (static): one instance, continuous
+    batching, preemption under KV pressure, and no mechanism that acts inside an iteration
+    (prefix caching, speculation, abandonment, a relaxed engine, a timeline)."""
+    return (cfg.fast_path and cfg.n_instances == 1 and cfg.batching == "continuous"
+            and cfg.kv_pressure == "preempt" and not cfg.prefix_cache and not cfg.speculation
+            and not cfg.abandonment and cfg.relax == "hard" and cfg.timeline_samples == 0
+            and cfg.cascade_small_instances == 0)
+
+
+class Plan(NamedTuple):
+    """What the next iteration of a one-instance scenario would do, if it is simple."""
+
+    ok: jnp.ndarray  # [] bool the iteration is simple
+    take: jnp.ndarray  # [] bool it takes one arrival in (and admits it)
+    slot: jnp.ndarray  # [] i32 the entry the arrival takes (the first empty one)
+    grow: jnp.ndarray  # [A] i32 KV blocks each running request adds for its decode token
+
+
+def plan(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Plan:
+    """Whether the next iteration of one scenario (unbatched) is simple, and its arrival: the
+    conditions under which the full step's arrival checks accept it and its scheduler keeps
+    every running request and admits it whole (engine/arrivals.py, engine/scheduler.py)."""
+    e = jax.tree.map(lambda x: x[0], state.entries)
+    t, r = state.clock[0], state.next_req
+    pol, kv_total = params.policy, params.cost.kv_blocks
+    running = e.status == RUNNING
+    n = jnp.sum(running, dtype=jnp.int32)
+    pending = pending_arrivals(r, t, wl, cfg, 64)
+    take = pending == 1
+    budget = token_budget(pol, cfg)
+    grow = jnp.where(running, jnp.maximum(blocks_for(e.computed + 1, cfg) - e.blocks, 0), 0)
+    free_after = kv_total - jnp.sum(e.blocks) - jnp.sum(grow)
+    decoding = jnp.all(~running | ((pending_tokens(e) == 1) & (e.generated > 0)))
+    ok = (decoding & ~jnp.any(e.status == WAITING) & (pending <= 1) & (n <= budget)
+          & (free_after >= 0))
+    idx = jnp.clip(r, 0, wl.arrival.shape[0] - 1)
+    prompt = wl.prompt[idx]
+    output = jnp.minimum(wl.output[idx], jnp.maximum(cfg.max_model_len - prompt, 1))
+    # its arrival checks, with nobody waiting and no running request still in its prompt
+    accepted = ((prompt < cfg.max_model_len)
+                & (blocks_for(jnp.maximum(prompt + output - 1, 1), cfg) <= kv_total)
+                & relax.below(0, relax.integer_limit(pol.queue_cap))
+                & (n + 1 <= relax.integer_limit(pol.max_num_queued_reqs))
+                & (0 < relax.integer_limit(pol.max_num_queued_tokens)))
+    # admitted at once, its whole prompt in this iteration
+    wm = jnp.where(n > 0, watermark_blocks(pol, kv_total), 0)
+    whole = ((prompt <= prefill_cap(pol, budget, n + 1, cfg)) & (prompt <= budget - n)
+             & relax.below(0, admission_cap(pol) - n) & (n < cfg.max_slots)
+             & relax.at_most(blocks_for(prompt, cfg), free_after - wm))
+    empty = e.status == EMPTY
+    ok = ok & (~take | (accepted & whole & (prompt > 0) & jnp.any(empty)))
+    return Plan(ok, take, jnp.argmax(empty).astype(jnp.int32), grow)
+
+
+def _arrival(e: Entries, pl: Plan, t, next_req, wl: Workload, cfg: EngineConfig) -> Entries:
+    """Entries with the arrival (if the plan takes one) in its slot, as engine/arrivals.fill
+    puts an accepted request there, already admitted (RUNNING from t)."""
+    at = (jnp.arange(e.req.shape[0]) == pl.slot) & pl.take
+    idx = jnp.clip(next_req, 0, wl.arrival.shape[0] - 1)
+    prompt = wl.prompt[idx]
+    output = jnp.minimum(wl.output[idx], jnp.maximum(cfg.max_model_len - prompt, 1))
+    put = lambda new, old: jnp.where(at, new, old)
+    last = jnp.maximum(jnp.max(jnp.where(e.status == RUNNING, e.qkey, 0)), 0)
+    nan = jnp.full_like(e.finish, jnp.nan)
+    return e.replace(
+        req=put(idx, e.req), status=put(RUNNING, e.status), arrival=put(wl.arrival[idx],
+                                                                          e.arrival),
+        prompt=put(prompt, e.prompt), output=put(output, e.output),
+        predicted=put(wl.predicted[idx], e.predicted), computed=put(0, e.computed),
+        generated=put(0, e.generated), preempted=put(False, e.preempted),
+        n_preempt=put(0, e.n_preempt), tokens_computed=put(0, e.tokens_computed),
+        first_token=put(nan, e.first_token), last_emit=put(nan, e.last_emit),
+        finish=put(nan, e.finish), end_state=put(-1, e.end_state), qkey=put(last + 1, e.qkey),
+        scheduled_at=put(t, e.scheduled_at), reject_reason=put(-1, e.reject_reason),
+        blocks=put(blocks_for(prompt, cfg), e.blocks),
+        priority=(put(wl.priority[idx], e.priority) if cfg.scheduling_policy == "priority"
+                  else e.priority))
+
+
+def simple_iteration(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
+                     pl: Plan) -> Iteration:
+    """The first iteration of a step of one scenario whose next iteration is simple
+    (`pl.ok`), as the full step computes it (`step.iteration`), written directly."""
+    e = jax.tree.map(lambda x: x[0], state.entries)
+    t = state.clock[0]
+    running = e.status == RUNNING
+    e = e.replace(blocks=e.blocks + pl.grow)
+    e = _arrival(e, pl, t, state.next_req, wl, cfg)
+    new = (e.status == RUNNING) & ~running  # the arrival, admitted
+    tokens = jnp.where(running, 1, jnp.where(new, e.prompt, 0))
+    batch = Batch(tokens=tokens, decode=running, preempted=jnp.zeros_like(running),
+                  slot_bound=jnp.asarray(False), ended=jnp.zeros_like(running))
+    prompt = jnp.sum(jnp.where(new, e.prompt, 0)).astype(jnp.float64)
+    ctx = jnp.sum(jnp.where(running, e.computed, 0)).astype(jnp.float64)
+    n = jnp.sum(running, dtype=jnp.int32)
+    # batch_totals: prefill tokens, decodes, context read, attention work (each decode reads
+    # its context and itself; the prompt attends to itself)
+    totals = (prompt, n.astype(jnp.float64), ctx, ctx + n + prompt * (prompt + 1) / 2.0)
+    dur = batch_cost(e, batch, params, cfg, totals)
+    t_end = t + dur
+    generated = e.generated + (tokens > 0)
+    complete = (tokens > 0) & (generated >= e.output)
+    after = e.replace(computed=e.computed + tokens, generated=generated,
+                      tokens_computed=e.tokens_computed + tokens,
+                      first_token=jnp.where(new, t_end, e.first_token),
+                      last_emit=jnp.where(tokens > 0, t_end, e.last_emit))
+    after = retire(after, complete, COMPLETED, t_end)
+    take = pl.take.astype(jnp.int32)
+    zero = jnp.zeros_like(take)
+    adv = Advanced(after, jnp.where(running, t_end - e.last_emit, jnp.nan), complete, zero,
+                   None, jnp.sum(e.blocks, dtype=jnp.int32), jnp.asarray(False), None, None,
+                   n + take)
+    arrived = state.next_req + take
+    a = Arrived(t, None, arrived, zero, arrived, zero, jnp.asarray(False), zero)
+    return Iteration(a, batch, totals, dur, adv)
+
+
+def _lean(it: Iteration) -> Iteration:
+    """`it` without what `step.conclude` does not read (so a branch does not pass it on): the
+    entries after arrivals, the batch's request ids and the tokens generated before it."""
+    return it._replace(a=it.a._replace(e=None),
+                       adv=it.adv._replace(batch_req=None, generated0=None))
+
+
+def iterate(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
+    """One loop body of one scenario: the simple first iteration where it applies, else the
+    full one, then `step.conclude`."""
+    if not applies(cfg):
+        return step(state, wl, params, cfg)
+    pl = plan(state, wl, params, cfg)
+    it = jax.lax.cond(pl.ok, lambda s: simple_iteration(s, wl, params, cfg, pl),
+                      lambda s: _lean(iteration(s, wl, params, cfg)), state)
+    return conclude(state, wl, params, cfg, it, 64)
+
+
+def iterate_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, active):
+    """`iterate` over state [S, P], workloads [S], params [P] (scenarios where `active`
+    [S, P] is False step too; the caller discards their result): the simple first iteration
+    for every scenario when every active one qualifies, else the full one for every one."""
+    if applies(cfg):
+        ok = ops.over_grid(lambda s, w, p: plan(s, w, p, cfg).ok, "gsp")(state, wl, params)
+        simple = ops.over_grid(lambda s, w, p: simple_iteration(s, w, p, cfg, plan(s, w, p, cfg)),
+                               "gsp")
+        it = jax.lax.cond(jnp.all(ok | ~active), lambda: simple(state, wl, params),
+                          lambda: _lean(iteration_grid(state, wl, params, cfg, active)))
+    else:
+        it = iteration_grid(state, wl, params, cfg, active)
+    return conclude_grid(state, wl, params, cfg, it)
