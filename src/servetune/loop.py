@@ -60,7 +60,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
     stats = Stats(
-        steps=zi, leaped=zi, busy_s=per_inst + zf, kv_peak_blocks=per_inst,
+        steps=zi, leaped=zi, simple=zi, busy_s=per_inst + zf, kv_peak_blocks=per_inst,
         kv_overflow=per_inst > 0,
         clock_regress=per_inst > 0, preemptions=zi, prefill_tokens=zi.astype(jnp.int64),
         decode_tokens=zi.astype(jnp.int64), window_overflow=zi, max_running=per_inst,

@@ -335,6 +335,7 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "window_s": window_s,
         "iterations": int(st["steps"]),
         "leaped_iterations": int(st["leaped"]),
+        "simple_steps": int(st["simple"]),  # loop bodies that took the simple step
         "max_running": int(np.max(st["max_running"])),
         "queue_window_overflow": int(st["window_overflow"]),
         "slot_bound_iterations": int(st["slot_bound"]),

@@ -192,7 +192,13 @@ def iterate(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) ->
     pl = plan(state, wl, params, cfg)
     it = jax.lax.cond(pl.ok, lambda s: simple_iteration(s, wl, params, cfg, pl),
                       lambda s: _lean(iteration(s, wl, params, cfg)), state)
-    return conclude(state, wl, params, cfg, it, 64)
+    return _counted(conclude(state, wl, params, cfg, it, 64), pl.ok)
+
+
+def _counted(state: SimState, simple) -> SimState:
+    """`state` with a loop body counted in Stats.simple where `simple` [] holds."""
+    return state.replace(stats=state.stats.replace(
+        simple=state.stats.simple + simple.astype(state.stats.simple.dtype)))
 
 
 def iterate_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, active):
@@ -203,8 +209,8 @@ def iterate_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfi
         ok = ops.over_grid(lambda s, w, p: plan(s, w, p, cfg).ok, "gsp")(state, wl, params)
         simple = ops.over_grid(lambda s, w, p: simple_iteration(s, w, p, cfg, plan(s, w, p, cfg)),
                                "gsp")
-        it = jax.lax.cond(jnp.all(ok | ~active), lambda: simple(state, wl, params),
+        all_simple = jnp.all(ok | ~active)
+        it = jax.lax.cond(all_simple, lambda: simple(state, wl, params),
                           lambda: _lean(iteration_grid(state, wl, params, cfg, active)))
-    else:
-        it = iteration_grid(state, wl, params, cfg, active)
-    return conclude_grid(state, wl, params, cfg, it)
+        return _counted(conclude_grid(state, wl, params, cfg, it), all_simple)
+    return conclude_grid(state, wl, params, cfg, iteration_grid(state, wl, params, cfg, active))

@@ -14,7 +14,7 @@ from servetune.engine import prefix as prefix_lib
 from servetune.engine.abandon import abandon, next_give_up
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
-from servetune.engine.leap import leap
+from servetune.engine.leap import NextArrival, leap, takes_arrivals
 from servetune.engine.scheduler import new_blocks, schedule, token_budget, wanted_tokens
 from servetune.grad import pace, swap
 from servetune.grad.shift import admission_shift
@@ -342,6 +342,10 @@ class _Skipped(NamedTuple):
     gaps: tuple
     ctx_read: jnp.ndarray  # context tokens the run's iterations read, summed
     early_s: jnp.ndarray  # request-seconds the run's completions left before t_end
+    taken: jnp.ndarray  # arrivals the run took in (0 or 1)
+    prefill_tokens: jnp.ndarray  # prompt tokens the run computed (a taken arrival's)
+    attn_work: jnp.ndarray  # attention work of the run's iterations
+    max_running: jnp.ndarray  # most requests running in one of the run's iterations
 
 
 def _scheduled_iteration(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
@@ -370,8 +374,10 @@ def conclude(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, i
     next_arrival = _next_arrival(wl, a.next_req)
     t_next = jnp.where(busy, t + dur, _wake_time(adv.e, state, t, next_arrival, cfg, i))
     when = _Boundary(t, dur, t_next, busy, _stalled(adv.e, busy, cfg))
-    run = _skip_phase(adv, t_next, _skip_limit(adv, t_next, next_arrival, wl, remote, cfg, i),
-                      params, cfg, i)
+    limit = _skip_limit(adv, t_next, next_arrival, wl, remote, cfg, i)
+    arrival = (_next_arrival_for_leap(wl, a.next_req, wl.t_stop, cfg) if takes_arrivals(cfg)
+               else None)
+    run = _skip_phase(adv, t_next, limit, params, cfg, i, arrival)
     e, box = outbox_lib.drain(run.e, state.outbox, cfg.drain_per_step)
     stats = _account(state, wl, a, batch, adv, run, when, params.cost.kv_blocks, search_window,
                      i, cfg, totals)
@@ -523,15 +529,32 @@ def _skip_limit(adv: Advanced, t_next, next_arrival, wl: Workload, remote, cfg: 
     return limit
 
 
-def _skip_phase(adv: Advanced, t_next, t_limit, params: Params, cfg: EngineConfig,
-                i) -> _Skipped:
+def _next_arrival_for_leap(wl: Workload, next_req, t_stop_limit, cfg: EngineConfig):
+    """The next request of the trace as a run of decode iterations may take it in
+    (engine/leap.NextArrival), with the limit on the run's starts once it is taken: the
+    arrival after it, or `t_stop_limit` (the stop time)."""
+    n = wl.arrival.shape[0]
+    idx = jnp.clip(next_req, 0, n - 1)
+    prompt = wl.prompt[idx]
+    return NextArrival(
+        req=next_req, at=_next_arrival(wl, next_req), prompt=prompt,
+        output=jnp.minimum(wl.output[idx], jnp.maximum(cfg.max_model_len - prompt, 1)),
+        predicted=wl.predicted[idx],
+        priority=wl.priority[idx] if cfg.scheduling_policy == "priority" else None,
+        t_limit=jnp.minimum(_next_arrival(wl, next_req + 1), t_stop_limit))
+
+
+def _skip_phase(adv: Advanced, t_next, t_limit, params: Params, cfg: EngineConfig, i,
+                arrival: NextArrival | None) -> _Skipped:
     """The run of uniform decode iterations that follows the iteration, in closed form
-    (engine/leap.py), then what the cascade retries from it."""
+    (engine/leap.py; taking in `arrival` on its way where it can), then what the cascade
+    retries from it."""
     e, pc, kv_used = adv.e, adv.pc, adv.kv_used
     n_completed = jnp.sum(adv.completed, dtype=jnp.int32)
+    zero = jnp.zeros((), jnp.int32)
     if cfg.leap_max > 0 and not cfg.speculation:
         kv_offset = prefix_lib.kv_offset(e, pc, cfg) if cfg.prefix_cache else None
-        run = leap(e, t_next, t_limit, params, cfg, kv_offset)
+        run = leap(e, t_next, t_limit, params, cfg, kv_offset, arrival)
         e, t_end, n_leap, leap_blocks = run.e, run.t_end, run.k, run.kv_peak
         if cfg.prefix_cache:
             e, pc, leap_blocks = prefix_lib.after_leap(e, run.completed, leap_blocks, pc, t_end,
@@ -539,29 +562,30 @@ def _skip_phase(adv: Advanced, t_next, t_limit, params: Params, cfg: EngineConfi
         kv_used = jnp.where(n_leap > 0, jnp.maximum(kv_used, leap_blocks), kv_used)
         gaps = (jnp.concatenate([adv.gaps, run.gaps[0]]),
                 jnp.concatenate([jnp.ones_like(adv.gaps), run.gaps[1]]))
-        busy_s, tokens, early_s = jnp.sum(run.dur), run.tokens, run.early_s
         n_completed = n_completed + jnp.sum(run.completed, dtype=jnp.int32)
-        ctx_read = run.ctx_read
+        skipped = _Skipped(e, pc, t_end, n_leap, jnp.sum(run.dur), run.tokens, n_completed,
+                           kv_used, gaps, run.ctx_read, run.early_s, run.taken,
+                           run.prefill_tokens, run.attn_work, run.max_running)
     else:
-        t_end, n_leap, busy_s, tokens, gaps = t_next, 0, 0.0, 0, (adv.gaps, 1.0)
-        ctx_read, early_s = 0.0, 0.0
+        skipped = _Skipped(e, pc, t_next, zero, 0.0, zero, n_completed, kv_used,
+                           (adv.gaps, 1.0), 0.0, 0.0, zero, zero, 0.0, zero)
     if cfg.cascade_small_instances > 0:  # retries have not ended: the large pool serves them
-        e, n_leap_retry = cascade.to_retry(e, i, cfg)
-        n_completed = n_completed - adv.n_retry - n_leap_retry
-    return _Skipped(e, pc, t_end, n_leap, busy_s, tokens, n_completed, kv_used, gaps, ctx_read,
-                    early_s)
+        e, n_leap_retry = cascade.to_retry(skipped.e, i, cfg)
+        skipped = skipped._replace(e=e, n_completed=skipped.n_completed - adv.n_retry
+                                   - n_leap_retry)
+    return skipped
 
 
 def _work(totals, when: _Boundary, run: _Skipped):
     """[4] the step's model work (types.WORK_COLUMNS): the iteration's (none if it computed
-    no token) and the skipped run's; a decode of the run attends to its context and itself."""
+    no token) and the skipped run's."""
     prefill, decode, ctx_read, attn_work = totals
     computed = prefill + decode > 0
     f = lambda x: jnp.asarray(x, jnp.float64)
     return jnp.stack([f(computed) + run.n_leap,
-                      f(prefill + decode) + run.tokens,
+                      f(prefill + decode) + run.tokens + run.prefill_tokens,
                       f(ctx_read) + run.ctx_read,
-                      f(attn_work) + run.ctx_read + run.tokens])
+                      f(attn_work) + run.attn_work])
 
 
 def _account(state: SimState, wl: Workload, a: Arrived, batch, adv: Advanced,
@@ -584,11 +608,12 @@ def _account(state: SimState, wl: Workload, a: Arrived, batch, adv: Advanced,
         kv_overflow=st.kv_overflow.at[i].max(run.kv_used > kv_blocks),
         clock_regress=st.clock_regress.at[i].max((t_next < t) | (run.t_end < t_next)),
         preemptions=st.preemptions + jnp.sum(batch.preempted, dtype=jnp.int32),
-        prefill_tokens=st.prefill_tokens + jnp.sum(jnp.where(batch.decode, 0, batch.tokens)),
+        prefill_tokens=(st.prefill_tokens + jnp.sum(jnp.where(batch.decode, 0, batch.tokens))
+                        + run.prefill_tokens),
         decode_tokens=(st.decode_tokens + jnp.sum(jnp.where(batch.decode, batch.tokens, 0))
                        + run.tokens),
         window_overflow=jnp.maximum(st.window_overflow, a.outside),
-        max_running=st.max_running.at[i].max(adv.n_running),
+        max_running=st.max_running.at[i].max(jnp.maximum(adv.n_running, run.max_running)),
         occupancy_s=st.occupancy_s + occupancy,
         ended=ended_by_t + run.n_completed,
         slot_bound=st.slot_bound + batch.slot_bound.astype(jnp.int32),
@@ -619,7 +644,7 @@ def _commit(state: SimState, wl: Workload, a: Arrived, e: Entries, box, stats, r
     else:  # done when every instance is empty, or every clock passed the stop time
         entries = jax.tree.map(lambda all_, one: all_.at[i].set(one), a.entries_all, e)
         t_end = jnp.min(clock)
-    all_done = (a.next_req >= wl.n) & jnp.all(entries.status == EMPTY)
+    all_done = (a.next_req + run.taken >= wl.n) & jnp.all(entries.status == EMPTY)
     stuck = state.stuck.at[i].set(~when.busy & (clock[i] <= a.t))
     if cfg.n_instances > 1:  # every instance idle with nothing to wait for: nothing can move
         stalled = stalled | jnp.all(stuck)
@@ -627,7 +652,7 @@ def _commit(state: SimState, wl: Workload, a: Arrived, e: Entries, box, stats, r
     return SimState(
         clock=clock,
         entries=entries,
-        next_req=a.next_req,
+        next_req=a.next_req + run.taken,
         outbox=box,
         stats=stats,
         done=all_done | stalled | (t_end >= wl.t_stop),

@@ -446,6 +446,8 @@ class Stats:
 
     steps: jnp.ndarray  # [] i32 iterations that computed tokens (idle clock jumps excluded)
     leaped: jnp.ndarray  # [] i32 of those, iterations applied in closed form (event skipping)
+    simple: jnp.ndarray  # [] i32 loop bodies whose first iteration took the simple step
+    #                      (servetune/simple_step.py)
     busy_s: jnp.ndarray  # [I] f64 seconds spent in iterations
     kv_peak_blocks: jnp.ndarray  # [I] i32 most KV blocks in use at once
     kv_overflow: jnp.ndarray  # [I] bool KV use ever exceeded capacity (invariant: stays False)

@@ -2,10 +2,11 @@
 the limits that stop it (remaining output, the next arrival, KV blocks, leap_max) and the
 cases where it must not run, against iterations worked by hand with a linear cost."""
 
+import jax.numpy as jnp
 import numpy as np
 from toy import column, config, entries, params, running
 
-from servetune.engine.leap import leap
+from servetune.engine.leap import NextArrival, leap
 from servetune.types import COMPLETED, DONE, RUNNING
 
 CFG = config()  # 4-token blocks, leap_max 8
@@ -86,3 +87,52 @@ def test_no_run_while_a_request_prefills_or_a_waiting_one_could_be_admitted():
     # the same waiting request held back by max_num_seqs = 1: the run may go on
     capped = params({"max_num_seqs": 1}, base_s=0.01, per_prefill_token_s=0.0)
     assert _leap(waiting, p=capped)[2] == 7  # 7 tokens left to its completion
+
+
+def _arrival(at, prompt, output, t_limit=float("inf")):
+    return NextArrival(req=jnp.int32(7), at=jnp.float64(at), prompt=jnp.int32(prompt),
+                       output=jnp.int32(output), predicted=jnp.float64(output), priority=None,
+                       t_limit=jnp.float64(t_limit))
+
+
+def test_a_run_takes_in_the_next_arrival_as_the_full_step_admits_it():
+    # one request decoding (0.011 s an iteration) and an arrival at 1.015: iterations start at
+    # 1.000 and 1.011, so it is admitted at iteration 2 (1.022): its 4-token prompt makes that
+    # iteration 0.015 s (first token 1.037), two decodes of both follow (0.012 s: 1.049,
+    # 1.061, where its third token completes it), then the first alone to leap_max 8
+    p = params(base_s=0.01, per_prefill_token_s=1e-3, per_decode_seq_s=1e-3, kv_blocks=1000)
+    e = entries(CFG, [running(8, 20, generated=2, last_emit=0.99)])
+    run = leap(e, 1.0, 1.015, p, CFG, arrival=_arrival(1.015, 4, 3))
+    assert int(run.taken) == 1 and int(run.k) == 8
+    assert np.allclose(np.asarray(run.dur),
+                       [0.011, 0.011, 0.015, 0.012, 0.012, 0.011, 0.011, 0.011])
+    assert np.isclose(float(run.t_end), 1.094)
+    assert column(run.e, "generated", 2) == [10, 3] and column(run.e, "computed", 2) == [17, 6]
+    assert column(run.e, "req", 2) == [0, 7] and column(run.e, "status", 2) == [RUNNING, DONE]
+    assert np.allclose(column(run.e, "scheduled_at", 2)[1], 1.022)
+    assert np.allclose(column(run.e, "first_token", 2)[1], 1.037)
+    assert np.allclose(column(run.e, "finish", 2)[1], 1.061)
+    assert column(run.e, "qkey", 2) == [0, 1] and column(run.e, "tokens_computed", 2)[1] == 6
+    assert int(run.prefill_tokens) == 4 and int(run.tokens) == 8 + 2
+    assert int(run.max_running) == 2 and int(run.kv_peak) == 4 + 2  # iterations 3 and 4
+    # context read: the first's 9..16, the arrival's decodes read 4 and 5
+    assert float(run.ctx_read) == sum(range(9, 17)) + 4 + 5
+    assert float(run.attn_work) == float(run.ctx_read) + 10 + 4 * 5 / 2
+    weights = np.asarray(run.gaps[1])  # one gap per request decoding in each later iteration
+    assert weights[CFG.n_entries + 1:].tolist() == [1, 1, 2, 2, 1, 1, 1]
+    assert np.isclose(float(run.early_s), 1.094 - 1.061)
+
+
+def test_a_run_leaves_an_arrival_the_full_step_would_not_admit_whole():
+    # a budget of 4 tokens: 1 decode + an 8-token prompt do not fit one iteration, so the run
+    # stops before the iteration that would see it (at 1.022: two iterations)
+    p = params({"max_num_batched_tokens": 4}, base_s=0.01, per_prefill_token_s=1e-3,
+               per_decode_seq_s=1e-3, kv_blocks=1000)
+    e = entries(CFG, [running(8, 20, generated=2, last_emit=0.99)])
+    run = leap(e, 1.0, 1.015, p, CFG, arrival=_arrival(1.015, 8, 3))
+    assert int(run.taken) == 0 and int(run.k) == 2 and int(run.prefill_tokens) == 0
+    assert column(run.e, "status", 2) == [RUNNING, 0]
+    # nor one that arrives after everybody has completed (the engine would be idle)
+    short = entries(CFG, [running(8, 4, generated=2, last_emit=0.99)])  # 2 tokens left
+    run = leap(short, 1.0, 1.5, PARAMS, CFG, arrival=_arrival(1.5, 4, 3))
+    assert int(run.taken) == 0 and int(run.k) == 2

@@ -44,8 +44,10 @@ def test_grid_loop_equals_vmapped_while_loop_chunk_after_chunk():
     a = b = init_batch(wl, params, cfg)
     for _ in range(400):
         a, b = grid(a, wl, params), plain(b, wl, params)
-        for x, y in zip(jax.tree.leaves(a.replace(outbox=None)),
-                        jax.tree.leaves(b.replace(outbox=None))):
+        # (a batch takes the simple step only where all its scenarios can: Stats.simple
+        # counts the program's path, not the scenario's)
+        program = lambda s: s.replace(outbox=None, stats=s.stats.replace(simple=None))
+        for x, y in zip(jax.tree.leaves(program(a)), jax.tree.leaves(program(b))):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
         _assert_same_records(a.outbox, b.outbox)
         a = a.replace(outbox=a.outbox.replace(count=a.outbox.count * 0))

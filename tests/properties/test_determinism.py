@@ -20,8 +20,9 @@ def _dump(metrics: dict) -> str:
 
 
 # what describes the compiled program rather than the scenario: a batch runs at the width its
-# widest scenario needs (servetune/width.py), a scenario alone at its own
-PROGRAM = ("entry_width", "widenings")
+# widest scenario needs (servetune/width.py), a scenario alone at its own, and takes the simple
+# step only where all its scenarios can (servetune/simple_step.py)
+PROGRAM = ("entry_width", "widenings", "simple_steps")
 
 
 def _same(a, b, where):

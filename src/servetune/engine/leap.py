@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 
 from servetune import histogram, ops, relax
@@ -31,7 +32,16 @@ from servetune.engine.scheduler import (
     watermark_blocks,
 )
 from servetune.hardware import step_time
-from servetune.types import COMPLETED, RUNNING, WAITING, EngineConfig, Entries, Params
+from servetune.types import (
+    COMPLETED,
+    DONE,
+    EMPTY,
+    RUNNING,
+    WAITING,
+    EngineConfig,
+    Entries,
+    Params,
+)
 
 
 def _admission_blocked(e: Entries, n_running, budget, free, params: Params, cfg: EngineConfig,
@@ -79,6 +89,24 @@ class Run(NamedTuple):
     tokens: jnp.ndarray  # [] i32 decode tokens it computed
     early_s: jnp.ndarray  # [] f64 request-seconds its completions left before t_end (the
     #                       occupancy they no longer hold: sum of t_end - finish)
+    taken: jnp.ndarray  # [] i32 arrivals it took in (0 or 1; `NextArrival`)
+    prefill_tokens: jnp.ndarray  # [] i32 prompt tokens it computed (a taken arrival's)
+    attn_work: jnp.ndarray  # [] f64 attention work of its iterations (new tokens x context)
+    max_running: jnp.ndarray  # [] i32 most requests running in one of its iterations
+
+
+class NextArrival(NamedTuple):
+    """The next request of the trace, which a run may take in on its way (`leap`): admitted
+    at once, its whole prompt in the first iteration that starts at or after its arrival."""
+
+    req: jnp.ndarray  # [] i32 its index in the workload
+    at: jnp.ndarray  # [] f64 its arrival time (seconds; inf when none is left)
+    prompt: jnp.ndarray  # [] i32 prompt tokens
+    output: jnp.ndarray  # [] i32 output tokens (cut at max_model_len)
+    predicted: jnp.ndarray  # [] f64 predicted output tokens
+    priority: jnp.ndarray | None  # [] i32 its fixed priority (scheduling_policy priority)
+    t_limit: jnp.ndarray  # [] f64 what bounds the run's starts once it is taken in (the
+    #                       arrival after it, the stop time; seconds)
 
 
 def crosses_completions(cfg: EngineConfig) -> bool:
@@ -89,7 +117,81 @@ def crosses_completions(cfg: EngineConfig) -> bool:
             and cfg.prefill_instances == 0)
 
 
-def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=None) -> Run:
+def takes_arrivals(cfg: EngineConfig) -> bool:
+    """Whether a run may take in the next arrival (static): where it crosses completions, with
+    continuous batching, preemption as the KV policy and no mechanism acting on an arrival or
+    inside an iteration (speculation, abandonment, a relaxed engine, a timeline)."""
+    return (crosses_completions(cfg) and cfg.batching == "continuous"
+            and cfg.kv_pressure == "preempt" and not cfg.speculation and not cfg.abandonment
+            and cfg.relax == "hard" and cfg.timeline_samples == 0)
+
+
+class _Pass(NamedTuple):
+    """The per-iteration figures of a run [L]: decodes, context read, prompt tokens, seconds,
+    ends relative to its start, and how many iterations the limits allow."""
+
+    n_j: jnp.ndarray
+    ctx: jnp.ndarray
+    prefill: jnp.ndarray
+    dur: jnp.ndarray
+    ends: jnp.ndarray
+    k: jnp.ndarray
+
+
+def _durations(n_j, ctx, prefill, attn_extra, params: Params, cfg: EngineConfig):
+    """[L] seconds of iterations with `n_j` decodes reading `ctx` context tokens and `prefill`
+    prompt tokens whose attention work is `attn_extra` (tokens^2), and their ends [L]."""
+    dur = step_time(params.cost, cfg.cost_form, prefill, n_j, ctx, ctx + n_j + attn_extra)
+    return dur, dur @ ops.upper_triangle(cfg.leap_max)  # one kernel for the prefix sum
+
+
+def _count_before(t, ends, dur, limit):
+    """[] i32 iterations of a run starting at t (seconds) that start before `limit`."""
+    return jnp.sum(t + (ends - dur) < limit, dtype=jnp.int32)
+
+
+def _take_arrival(e: Entries, run: _Pass, held, t, arrival: NextArrival, k_other, free,
+                  params: Params, cfg: EngineConfig):
+    """Whether the run takes `arrival` in, in which iteration (j2), and the run with it.
+
+    It is taken in where the full step would admit it whole at the start of iteration j2 (the
+    first to start at or after it): it passes its arrival checks, someone still runs then,
+    nobody waits, and the sequence cap, the token budget, its prefill cap and the KV blocks
+    above the watermark (after that iteration's decodes took theirs) all let it in."""
+    L, pol = cfg.leap_max, params.policy
+    kv_total = params.cost.kv_blocks
+    j = jnp.arange(L)
+    j2 = _count_before(t, run.ends, run.dur, arrival.at)
+    at = jnp.minimum(j2, L - 1)
+    n2 = run.n_j[at]  # requests decoding in iteration j2
+    p, o = arrival.prompt, arrival.output
+    budget = token_budget(pol, cfg)
+    free_j2 = kv_total - held[at]
+    admitted = ((j2 < k_other) & (n2 > 0) & (p > 0) & (p < cfg.max_model_len)
+                & (blocks_for(jnp.maximum(p + o - 1, 1), cfg) <= kv_total)
+                & relax.below(0, relax.integer_limit(pol.queue_cap))
+                & (n2 + 1 <= relax.integer_limit(pol.max_num_queued_reqs))
+                & (0 < relax.integer_limit(pol.max_num_queued_tokens))
+                & (p <= prefill_cap(pol, budget, n2 + 1, cfg)) & (p <= budget - n2)
+                & relax.below(0, admission_cap(pol) - n2) & (n2 < cfg.max_slots)
+                & relax.at_most(blocks_for(p, cfg), free_j2 - watermark_blocks(pol, kv_total))
+                & jnp.any(e.status == EMPTY))
+    decodes = (j > j2) & (j < j2 + o)  # its decodes after its prefill iteration
+    n_j = run.n_j + decodes
+    ctx = run.ctx + jnp.where(decodes, (p - j2 - 1 + j).astype(jnp.float64), 0.0)
+    prefill = jnp.where(j == j2, p, 0)
+    attn = jnp.where(j == j2, p * (p + 1) / 2.0, 0.0)
+    dur, ends = _durations(n_j, ctx, prefill, attn, params, cfg)
+    # its KV: the prompt's blocks, then one more token per decode (completions only free)
+    k_kv = (L if cfg.kv_layout == "contiguous"
+            else cfg.block_size * ((free - blocks_for(p, cfg)) // jnp.maximum(n2 + 1, 1)))
+    k = jnp.minimum(jnp.minimum(_count_before(t, ends, dur, arrival.t_limit), k_other),
+                    jnp.minimum(k_kv, L)).astype(jnp.int32)
+    return admitted, j2, _Pass(n_j, ctx, prefill, dur, ends, k), attn
+
+
+def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=None,
+         arrival: NextArrival | None = None) -> Run:
     """Apply the longest run of uniform decode iterations starting at t (seconds) whose
     iterations all start before t_limit (the next arrival or the stop time).
 
@@ -98,6 +200,8 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
     nobody waiting (and `crosses_completions`) it goes on, each request leaving at its own
     completion, the later iterations shorter by the requests that left.
     `kv_offset`: with prefix caching, blocks in use beyond sum(e.blocks) (engine/prefix.py).
+    `arrival` (`takes_arrivals` only): the next request, which the run takes in where the full
+    step would admit it whole (`_take_arrival`), then goes on to `arrival.t_limit`.
     """
     L = cfg.leap_max
     running = e.status == RUNNING
@@ -111,8 +215,8 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
                & _admission_blocked(e, n, budget, free, params, cfg, kv_offset is not None))
     left = jnp.where(running, e.output - e.generated, 0)  # [A] tokens to each completion
     first_done = jnp.min(jnp.where(running, left, L))
+    nobody_waits = ~jnp.any(e.status == WAITING)
     if crosses_completions(cfg):
-        nobody_waits = ~jnp.any(e.status == WAITING)
         k_done = jnp.where(nobody_waits, jnp.max(left), first_done)
     else:
         k_done = first_done
@@ -120,21 +224,41 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
     # (completions only free blocks)
     k_kv = (L if cfg.kv_layout == "contiguous"
             else cfg.block_size * (free // jnp.maximum(n, 1)))
+    k_other = jnp.where(uniform, jnp.minimum(k_kv, L), 0)  # what bounds it but time and done
 
+    ratio = pressure.ratio(e, cfg)
     j = jnp.arange(L)
     part = running[:, None] & (j[None, :] < left[:, None])  # [A, L] decodes in iteration j
     n_j = jnp.sum(part, axis=0, dtype=jnp.int32)  # [L]
     ctx = jnp.sum(jnp.where(part, (e.computed[:, None] + j[None, :]).astype(jnp.float64), 0.0),
                   axis=0)  # [L] context tokens read
-    dur = step_time(params.cost, cfg.cost_form, 0, n_j, ctx, ctx + n_j)  # [L]
-    ends = dur @ ops.upper_triangle(L)  # [L] end of iteration j, relative to t (one kernel)
-    starts = ends - dur
-    k_time = jnp.sum(t + starts < t_limit, dtype=jnp.int32)  # starts increase with j
-    k = jnp.where(uniform, jnp.minimum(jnp.minimum(k_time, k_done), jnp.minimum(k_kv, L)), 0)
-    k = jnp.maximum(k, 0).astype(jnp.int32)
+    # blocks held in iteration j: each request still decoding, with its token of j
+    held = (jnp.sum(jnp.where(part, blocks_for(e.computed[:, None] + j[None, :] + 1, cfg,
+                                               None if ratio is None else ratio[:, None]), 0),
+                    axis=0, dtype=jnp.int32)
+            + jnp.sum(jnp.where(running, 0, e.blocks), dtype=jnp.int32))  # [L]
+    dur, ends = _durations(n_j, ctx, 0, 0.0, params, cfg)
+    k = jnp.minimum(jnp.minimum(_count_before(t, ends, dur, t_limit), k_done), k_other)
+    run = _Pass(n_j, ctx, jnp.zeros_like(n_j), dur, ends, jnp.maximum(k, 0).astype(jnp.int32))
+    attn = jnp.zeros_like(ctx)  # [L] attention work beyond the decodes' (a taken prompt's)
+    take, j2 = jnp.asarray(False), jnp.zeros_like(n)
+    if arrival is not None:
+        k_with = jnp.where(uniform & nobody_waits, k_other, 0)
+        take, j2, with_it, attn_with = _take_arrival(e, run, held, t, arrival, k_with, free,
+                                                     params, cfg)
+        with_it = with_it._replace(k=jnp.minimum(with_it.k, jnp.maximum(
+            k_done, j2 + arrival.output)))
+        take = take & (with_it.k > j2)  # its prefill iteration is in the run
+        run = jax.tree.map(lambda a, b: jnp.where(take, a, b), with_it, run)
+        attn = jnp.where(take, attn_with, attn)
+        held = held + jnp.where(take & (j >= j2) & (j < j2 + arrival.output),
+                                blocks_for(arrival.prompt + j - j2, cfg), 0)
+        # its place in vLLM's running list: after every request still running in iteration j2
+        queue = jnp.max(jnp.where(running & (left > j2), e.qkey, 0))
+    k = run.k
+    ends = run.ends
     t_end = t + jnp.where(k > 0, ends[jnp.maximum(k - 1, 0)], 0.0)
 
-    ratio = pressure.ratio(e, cfg)
     grow = running & (k > 0)
     steps = jnp.where(grow, jnp.minimum(k, left), 0)  # [A] iterations each request decodes
     complete = grow & (steps >= left)
@@ -142,18 +266,14 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
     last = jnp.where(complete, finish, t_end)
     computed = e.computed + steps
     blocks = jnp.where(grow, blocks_for(computed, cfg, ratio), e.blocks)
-    # blocks held in iteration j: each request still decoding, with its token of j
-    held = jnp.where(part, blocks_for(e.computed[:, None] + j[None, :] + 1, cfg,
-                                      None if ratio is None else ratio[:, None]), 0)
-    kv_peak = jnp.max(jnp.where(j < k, jnp.sum(held, axis=0, dtype=jnp.int32)
-                                + jnp.sum(jnp.where(running, 0, e.blocks), dtype=jnp.int32),
-                                0))
+    in_run = j < k
+    kv_peak = jnp.max(jnp.where(in_run, held, 0))
     # gaps: each request's first token of the run from its own last emission, then one gap
     # of each later iteration's duration per request decoding in it
-    first_gap = jnp.where(grow, t + dur[0] - e.last_emit, jnp.nan)
-    later = (j >= 1) & (j < k)
-    gaps = jnp.concatenate([first_gap, jnp.where(later, dur, jnp.nan)])
-    weights = jnp.concatenate([jnp.ones_like(first_gap), n_j.astype(jnp.float64)])
+    first_gap = jnp.where(grow, t + run.dur[0] - e.last_emit, jnp.nan)
+    later = (j >= 1) & in_run
+    gaps = jnp.concatenate([first_gap, jnp.where(later, run.dur, jnp.nan)])
+    weights = jnp.concatenate([jnp.ones_like(first_gap), run.n_j.astype(jnp.float64)])
     e = e.replace(
         computed=computed,
         generated=e.generated + steps,
@@ -162,10 +282,54 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
         blocks=blocks,
     )
     e = retire(e, complete, COMPLETED, finish)
-    in_run = j < k
-    return Run(e, t_end, k, jnp.where(in_run, dur, 0.0), (gaps, weights), kv_peak, complete,
-               jnp.sum(jnp.where(in_run, ctx, 0.0)), jnp.sum(steps, dtype=jnp.int32),
-               jnp.sum(jnp.where(complete, t_end - finish, 0.0)))
+    tokens = jnp.sum(steps, dtype=jnp.int32)
+    if arrival is not None:
+        e, complete, decoded = _admit_taken(e, complete, take, j2, k, t, run, arrival, queue,
+                                            cfg)
+        tokens = tokens + decoded
+    ctx_read = jnp.sum(jnp.where(in_run, run.ctx, 0.0))
+    return Run(
+        e=e, t_end=t_end, k=k, dur=jnp.where(in_run, run.dur, 0.0), gaps=(gaps, weights),
+        kv_peak=kv_peak, completed=complete, ctx_read=ctx_read, tokens=tokens,
+        early_s=jnp.sum(jnp.where(complete, t_end - e.finish, 0.0)),
+        taken=take.astype(jnp.int32),
+        prefill_tokens=jnp.sum(jnp.where(in_run, run.prefill, 0), dtype=jnp.int32),
+        attn_work=ctx_read + tokens + jnp.sum(jnp.where(in_run, attn, 0.0)),
+        max_running=jnp.max(jnp.where(in_run, run.n_j + (take & (j == j2)), 0)))
+
+
+def _admit_taken(e: Entries, complete, take, j2, k, t, run: _Pass, arrival: NextArrival,
+                 queue, cfg: EngineConfig):
+    """Entries with the arrival a run took in (`take`) written into the first empty entry: as
+    the full step admits it at the start of iteration j2 (at the end of vLLM's running list,
+    after `queue`), prefilled in j2 and decoding to the run's end or its completion.
+    Returns (entries, completed [A], its decode tokens)."""
+    L = cfg.leap_max
+    slot = (jnp.arange(e.req.shape[0]) == jnp.argmax(e.status == EMPTY)) & take
+    p, o = arrival.prompt, arrival.output
+    steps = jnp.minimum(k - j2, o)  # its prefill iteration, then its decodes
+    done = steps >= o
+    first = t + run.ends[jnp.clip(j2, 0, L - 1)]
+    last = t + run.ends[jnp.clip(j2 + steps - 1, 0, L - 1)]
+    start = jnp.where(j2 > 0, t + run.ends[jnp.clip(j2 - 1, 0, L - 1)], t)
+    queue = jnp.maximum(queue, 0)
+    put = lambda new, old: jnp.where(slot, new, old)
+    computed = p + steps - 1
+    e = e.replace(
+        req=put(arrival.req, e.req), status=put(jnp.where(done, DONE, RUNNING), e.status),
+        arrival=put(arrival.at, e.arrival), prompt=put(p, e.prompt),
+        output=put(o, e.output), predicted=put(arrival.predicted, e.predicted),
+        computed=put(computed, e.computed), generated=put(steps, e.generated),
+        blocks=put(jnp.where(done, 0, blocks_for(computed, cfg)), e.blocks),
+        preempted=put(False, e.preempted), n_preempt=put(0, e.n_preempt),
+        tokens_computed=put(computed, e.tokens_computed), first_token=put(first, e.first_token),
+        last_emit=put(last, e.last_emit), finish=put(jnp.where(done, last, jnp.nan), e.finish),
+        end_state=put(jnp.where(done, COMPLETED, -1), e.end_state),
+        qkey=put(queue + 1, e.qkey), scheduled_at=put(start, e.scheduled_at),
+        reject_reason=put(-1, e.reject_reason),
+        priority=(put(arrival.priority, e.priority) if arrival.priority is not None
+                  else e.priority))
+    return e, complete | (slot & done), jnp.where(take, steps - 1, 0)
 
 
 def add_gaps(hist, gap_increments):
