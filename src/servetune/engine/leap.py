@@ -138,6 +138,48 @@ class _Pass(NamedTuple):
     k: jnp.ndarray
 
 
+def _profile(e: Entries, running, left, ratio, cfg: EngineConfig):
+    """Per iteration j of a run [L] in which each running request decodes until its output is
+    complete (`left` [A] more tokens): the requests decoding (i32), the context tokens they
+    read (f64), and the KV blocks held (i32: theirs, each with its token of j, plus every
+    other entry's).
+
+    From events rather than an [A, L] table (under vmap that table was a batch's whole cost):
+    each request's last iteration and each block boundary its context crosses are scattered
+    into per-iteration bins, whose prefix sums (one dot for all three) give the figures. A
+    compressed KV (engine.kv_pressure=compress) crosses boundaries irregularly: the table."""
+    L, bs = cfg.leap_max, cfg.block_size
+    j = jnp.arange(L)
+    other = jnp.sum(jnp.where(running, 0, e.blocks), dtype=jnp.int32)
+    if ratio is not None:
+        part = running[:, None] & (j[None, :] < left[:, None])  # [A, L] decodes in j
+        n_j = jnp.sum(part, axis=0, dtype=jnp.int32)
+        ctx = jnp.sum(jnp.where(part, (e.computed[:, None] + j).astype(jnp.float64), 0.0),
+                      axis=0)
+        held = jnp.sum(jnp.where(part, blocks_for(e.computed[:, None] + j + 1, cfg,
+                                                  ratio[:, None]), 0), axis=0, dtype=jnp.int32)
+        return n_j, ctx, held + other
+    computed = jnp.where(running, e.computed, 0)
+    end = jnp.where(running, jnp.minimum(left, L), L)  # [A] the first iteration it is done by
+    # at its end: a decode, its context and its blocks (as of its last iteration) leave
+    leaving = jnp.stack([jnp.ones_like(computed), computed,
+                         -blocks_for(computed + end, cfg)]).astype(jnp.float64)
+    bins = jnp.zeros((3, L + 1), jnp.float64).at[
+        jnp.arange(3)[:, None], jnp.broadcast_to(end, leaving.shape)].add(
+        jnp.where(running, leaving, 0.0))
+    if cfg.kv_layout == "paged":  # a block more at each boundary its context reaches
+        first = bs - computed % bs  # [A] first j > 0 with (computed + j) % bs == 0
+        at = first[:, None] + bs * jnp.arange(L // bs + 1)  # [A, M]
+        grows = running[:, None] & (at < end[:, None])
+        bins = bins.at[2, jnp.where(grows, at, L)].add(grows.astype(jnp.float64))
+    cum = bins[:, :L] @ ops.upper_triangle(L)  # [3, L] the events of iterations 0..j
+    n_j = jnp.sum(running, dtype=jnp.int32) - cum[0].astype(jnp.int32)
+    ctx = jnp.sum(computed).astype(jnp.float64) - cum[1] + j * n_j
+    start_blocks = jnp.sum(jnp.where(running, blocks_for(computed + 1, cfg), 0),
+                           dtype=jnp.int32)
+    return n_j, ctx, start_blocks + cum[2].astype(jnp.int32) + other
+
+
 def _durations(n_j, ctx, prefill, attn_extra, params: Params, cfg: EngineConfig):
     """[L] seconds of iterations with `n_j` decodes reading `ctx` context tokens and `prefill`
     prompt tokens whose attention work is `attn_extra` (tokens^2), and their ends [L]."""
@@ -228,15 +270,7 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
 
     ratio = pressure.ratio(e, cfg)
     j = jnp.arange(L)
-    part = running[:, None] & (j[None, :] < left[:, None])  # [A, L] decodes in iteration j
-    n_j = jnp.sum(part, axis=0, dtype=jnp.int32)  # [L]
-    ctx = jnp.sum(jnp.where(part, (e.computed[:, None] + j[None, :]).astype(jnp.float64), 0.0),
-                  axis=0)  # [L] context tokens read
-    # blocks held in iteration j: each request still decoding, with its token of j
-    held = (jnp.sum(jnp.where(part, blocks_for(e.computed[:, None] + j[None, :] + 1, cfg,
-                                               None if ratio is None else ratio[:, None]), 0),
-                    axis=0, dtype=jnp.int32)
-            + jnp.sum(jnp.where(running, 0, e.blocks), dtype=jnp.int32))  # [L]
+    n_j, ctx, held = _profile(e, running, left, ratio, cfg)
     dur, ends = _durations(n_j, ctx, 0, 0.0, params, cfg)
     k = jnp.minimum(jnp.minimum(_count_before(t, ends, dur, t_limit), k_done), k_other)
     run = _Pass(n_j, ctx, jnp.zeros_like(n_j), dur, ends, jnp.maximum(k, 0).astype(jnp.int32))
