@@ -19,18 +19,40 @@ REPR_METRICS = ("goodput_rps", "slo_attainment", "ttft_p99_s", "tpot_p99_s",
                 "useful_tokens_per_dollar")
 
 
+class RequestTables(Sequence):
+    """The per-request tables of a batch, one DataFrame per scenario, each built from its
+    columns (metrics.request_columns) when first read: a sweep or a tuner that reads only the
+    metrics does not pay for thousands of DataFrames."""
+
+    def __init__(self, columns: list):
+        self._columns = columns
+        self._tables: dict = {}
+
+    def __len__(self) -> int:
+        return len(self._columns)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        k = range(len(self))[k]  # negative indices, and an IndexError past the end
+        if k not in self._tables:
+            self._tables[k] = pd.DataFrame(self._columns[k])
+        return self._tables[k]
+
+
 @dataclasses.dataclass(repr=False)
 class SimulationResult:
     """Results of a batch: one entry per scenario, ordered seed-major then grid point.
 
-    metrics: [S x P] dicts; requests: [S x P] DataFrames; table: one row per scenario with its
+    metrics: [S x P] dicts; requests: [S x P] DataFrames (built when read: RequestTables);
+    table: one row per scenario with its
     seed, grid values and scalar metrics; wall_s: seconds of the rollout (compile included);
     timelines: [S x P] sampled timelines (metrics.timeline_table) with output.timeline, else [].
     """
 
     scenario: Scenario
     metrics: list
-    requests: list
+    requests: Sequence  # RequestTables
     table: pd.DataFrame
     wall_s: float
     timelines: list = dataclasses.field(default_factory=list)
@@ -131,17 +153,18 @@ def simulate_batch(scenario: Scenario, progress: Callable[[int, int], None] | No
     for s, seed in enumerate(scenario.seeds):
         trace = scenario.traces[s]
         for p, point in enumerate(scenario.grid_points):
-            table = metrics_lib.request_table(trace, results[s][p], scenario.metrics)
-            m = metrics_lib.compute_metrics(trace, results[s][p], scenario.metrics, table)
-            m["vllm_bench"] = metrics_lib.bench_metrics(table, results[s][p])
+            columns = metrics_lib.request_columns(trace, results[s][p], scenario.metrics)
+            m = metrics_lib.compute_metrics(trace, results[s][p], scenario.metrics, columns)
+            m["vllm_bench"] = metrics_lib.bench_metrics(columns, results[s][p])
             all_metrics.append(m)
-            tables.append(table)
+            tables.append(columns)
             if results[s][p].timeline is not None:
                 timelines.append(metrics_lib.timeline_table(results[s][p].timeline))
             row = {"seed": seed, **{f"policy.{k}": v for k, v in point.items()}}
             row.update({k: v for k, v in m.items() if not isinstance(v, dict)})
             rows.append(row)
-    return SimulationResult(scenario, all_metrics, tables, pd.DataFrame(rows), wall, timelines)
+    return SimulationResult(scenario, all_metrics, RequestTables(tables), pd.DataFrame(rows),
+                            wall, timelines)
 
 
 def simulate(overrides: Sequence[str] | DictConfig = (), progress=None, **settings

@@ -24,13 +24,22 @@ def bin_values() -> np.ndarray:
     return LOW_S * RATIO ** (np.arange(BINS) + 0.5)
 
 
+_BIN_VALUES = bin_values()
+
+
 def quantile(hist: np.ndarray, q: float) -> float:
     """The q-quantile (0..1) of the histogrammed gaps, seconds; nan when empty."""
+    return quantiles(hist, (q,))[0]
+
+
+def quantiles(hist: np.ndarray, qs) -> list[float]:
+    """The qs-quantiles (0..1 each) of the histogrammed gaps, seconds; nan when empty (one
+    running sum for all of them)."""
     total = hist.sum()
     if total <= 0:
-        return float("nan")
-    idx = int(np.searchsorted(np.cumsum(hist), q * total, side="left"))
-    return float(bin_values()[min(idx, BINS - 1)])
+        return [float("nan")] * len(qs)
+    idx = np.searchsorted(np.cumsum(hist), np.asarray(qs) * total, side="left")
+    return [float(v) for v in _BIN_VALUES[np.minimum(idx, BINS - 1)]]
 
 
 def mean(hist: np.ndarray) -> float:

@@ -72,6 +72,12 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
     """One row per request: times (seconds), tokens, end state, preemptions, SLO outcome,
     difficulty and quality outcome. `slo_ok`: completed within every SLO; `quality_ok`: passes
     its task check (whatever its end state); `qualifies`: both."""
+    return pd.DataFrame(request_columns(trace, res, spec))
+
+
+def request_columns(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -> dict:
+    """`request_table`'s columns as {name: numpy array [N]}: what the metrics read without a
+    DataFrame's per-column costs (a batch of short scenarios spent most of its time there)."""
     completed = res.end_state == COMPLETED
     ttft = res.first_token - trace.arrival
     # a completed request delivered its output, cut at max_model_len (vLLM's length cap)
@@ -98,7 +104,7 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
     if spec.cascade is not None and res.tier is not None:  # the final answer's tier decides
         extra = cascade_lib.request_columns(trace, res.tier, spec.quality)
         quality_ok = extra.pop("quality_ok")
-    return pd.DataFrame({
+    return {
         "request": np.arange(len(trace)),
         "arrival_s": trace.arrival,
         "prompt_tokens": trace.prompt,
@@ -124,22 +130,49 @@ def request_table(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec) -
         "qualifies": ok & quality_ok,
         "counted": counted,
         **extra,
-    })
+    }
 
 
 BENCH_PERCENTILES = (50, 90, 99)
 
 
+def percentiles(sorted_values: np.ndarray, ps) -> list[float]:
+    """The `ps` percentiles (0-100) of ascending finite values, as np.percentile's default
+    (linear) method computes them, bit for bit, without its per-call cost (~10x, which a
+    batch of thousands of short scenarios pays a dozen times each)."""
+    n = len(sorted_values)
+    out = []
+    for p in ps:
+        at = (n - 1) * (p / 100)
+        if at >= n - 1:
+            out.append(float(sorted_values[-1]))
+            continue
+        lo = int(at)
+        t, a, b = at - lo, sorted_values[lo], sorted_values[lo + 1]
+        diff = b - a  # numpy's lerp, from the nearer end
+        out.append(float(b - diff * (1 - t) if t >= 0.5 else a + diff * t))
+    return out
+
+
+def _median(sorted_values: np.ndarray) -> float:
+    """np.median of ascending values."""
+    n = len(sorted_values)
+    if n % 2:
+        return float(sorted_values[n // 2])
+    return float((sorted_values[n // 2 - 1] + sorted_values[n // 2]) / 2.0)
+
+
 def _bench_stats(name: str, seconds: np.ndarray) -> dict:
     """mean, median, std and percentiles of `seconds` in ms, under `vllm bench serve`'s keys
     (mean_ttft_ms, median_ttft_ms, std_ttft_ms, p99_ttft_ms, ...); NaN when empty."""
-    ms = seconds[np.isfinite(seconds)] * 1000.0
+    ms = np.sort(seconds[np.isfinite(seconds)] * 1000.0)
     if len(ms) == 0:
         out = {f"{k}_{name}_ms": float("nan") for k in ("mean", "median", "std")}
         return out | {f"p{p}_{name}_ms": float("nan") for p in BENCH_PERCENTILES}
-    out = {f"mean_{name}_ms": float(ms.mean()), f"median_{name}_ms": float(np.median(ms)),
+    out = {f"mean_{name}_ms": float(ms.mean()), f"median_{name}_ms": _median(ms),
            f"std_{name}_ms": float(ms.std())}
-    return out | {f"p{p}_{name}_ms": float(np.percentile(ms, p)) for p in BENCH_PERCENTILES}
+    return out | {f"p{p}_{name}_ms": v
+                  for p, v in zip(BENCH_PERCENTILES, percentiles(ms, BENCH_PERCENTILES))}
 
 
 def _bench_itl(hist: np.ndarray) -> dict:
@@ -149,13 +182,13 @@ def _bench_itl(hist: np.ndarray) -> dict:
     if total <= 0:
         return _bench_stats("itl", np.zeros(0))
     mean = float((hist * values).sum() / total)
-    out = {"mean_itl_ms": mean, "median_itl_ms": histogram.quantile(hist, 0.5) * 1000.0,
+    median, *tail = histogram.quantiles(hist, (0.5, *(p / 100 for p in BENCH_PERCENTILES)))
+    out = {"mean_itl_ms": mean, "median_itl_ms": median * 1000.0,
            "std_itl_ms": float(np.sqrt((hist * (values - mean) ** 2).sum() / total))}
-    return out | {f"p{p}_itl_ms": histogram.quantile(hist, p / 100) * 1000.0
-                  for p in BENCH_PERCENTILES}
+    return out | {f"p{p}_itl_ms": v * 1000.0 for p, v in zip(BENCH_PERCENTILES, tail)}
 
 
-def bench_metrics(table: pd.DataFrame, res: ScenarioResult) -> dict:
+def bench_metrics(table: pd.DataFrame | dict, res: ScenarioResult) -> dict:
     """The run in `vllm bench serve --save-result`'s names and units, to diff against a real
     benchmark: over the counted requests, `completed` and `failed` (every other end, the
     outstanding ones included), total input and output tokens of the completed ones,
@@ -163,23 +196,45 @@ def bench_metrics(table: pd.DataFrame, res: ScenarioResult) -> dict:
     request_throughput, request_goodput (completed within every SLO; no quality check, as vLLM's
     --goodput), output_throughput and total_token_throughput per second of that duration, and
     TTFT, TPOT, ITL and E2E latency (e2el) as mean / median / std / P50 / P90 / P99 in ms."""
-    c = table[table["counted"]]
-    done = c[c["end_state"] == END_STATE_NAMES[COMPLETED]]
-    start = float(c["arrival_s"].min()) if len(c) else 0.0
-    end = float(np.nanmax(c["finish_s"].to_numpy())) if c["finish_s"].notna().any() else start
+    cols = _columns(table, _BENCH_COLUMNS)
+    c = cols["counted"]
+    done = c & cols["completed"]
+    finish = cols["finish_s"][c]
+    start = float(cols["arrival_s"][c].min()) if c.any() else 0.0
+    end = float(np.nanmax(finish)) if (~np.isnan(finish)).any() else start
     duration = max(end - start, 1e-9)
-    n_input = int(done["prompt_tokens"].sum())
-    n_output = int(done["output_tokens_delivered"].sum())
-    good = int((done["slo_ok"]).sum())
-    out = {"completed": len(done), "failed": len(c) - len(done), "duration": duration,
+    n_input = int(cols["prompt_tokens"][done].sum())
+    n_output = int(cols["output_tokens_delivered"][done].sum())
+    n_done, good = int(done.sum()), int((done & cols["slo_ok"]).sum())
+    out = {"completed": n_done, "failed": int(c.sum()) - n_done, "duration": duration,
            "total_input_tokens": n_input, "total_output_tokens": n_output,
-           "request_throughput": len(done) / duration, "request_goodput": good / duration,
+           "request_throughput": n_done / duration, "request_goodput": good / duration,
            "output_throughput": n_output / duration,
            "total_token_throughput": (n_input + n_output) / duration}
     for name, column in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2el", "e2e_s")):
-        out.update(_bench_stats(name, done[column].to_numpy(np.float64)))
+        out.update(_bench_stats(name, cols[column][done].astype(np.float64)))
     out.update(_bench_itl(np.asarray(res.stats["itl_hist"])))
     return out
+
+
+# the request table's columns the metrics read, as numpy arrays (pandas' per-call overhead was
+# most of a batch's cost: ~20 ms a scenario)
+_BENCH_COLUMNS = ("counted", "end_state", "arrival_s", "finish_s", "prompt_tokens",
+                  "output_tokens_delivered", "slo_ok", "ttft_s", "tpot_s", "e2e_s")
+_METRIC_COLUMNS = _BENCH_COLUMNS + ("output_tokens", "class", "first_token_s",
+                                    "tokens_computed", "kv_compressed", "quality_ok",
+                                    "qualifies")
+_FLAGS = ("slo_ok", "quality_ok", "qualifies", "counted", "kv_compressed")
+
+
+def _columns(table: pd.DataFrame | dict, names=_METRIC_COLUMNS) -> dict:
+    """{column: numpy array} of `names` of the request table (or of `request_columns`), plus
+    `completed` (bool) from its end_state."""
+    get = (lambda name: np.asarray(table[name])) if isinstance(table, dict) else (
+        lambda name: table[name].to_numpy())
+    cols = {name: get(name).astype(bool) if name in _FLAGS else get(name) for name in names}
+    cols["completed"] = cols["end_state"] == END_STATE_NAMES[COMPLETED]
+    return cols
 
 
 def timeline_table(samples: np.ndarray) -> pd.DataFrame:
@@ -200,59 +255,62 @@ def _stats(prefix: str, values: np.ndarray) -> dict:
     v = values[np.isfinite(values)]
     if len(v) == 0:
         return {f"{prefix}_{k}_s": float("nan") for k in ("mean", "p50", "p90", "p99")}
-    return {f"{prefix}_mean_s": float(v.mean()), f"{prefix}_p50_s": float(np.percentile(v, 50)),
-            f"{prefix}_p90_s": float(np.percentile(v, 90)),
-            f"{prefix}_p99_s": float(np.percentile(v, 99))}
+    p50, p90, p99 = percentiles(np.sort(v), (50, 90, 99))
+    return {f"{prefix}_mean_s": float(v.mean()), f"{prefix}_p50_s": p50,
+            f"{prefix}_p90_s": p90, f"{prefix}_p99_s": p99}
 
 
-def _core(table: pd.DataFrame, window_s: float, cost_usd: float, warmup_s: float) -> dict:
-    c = table[table["counted"]]
-    state = c["end_state"].to_numpy()
-    done = c[state == END_STATE_NAMES[COMPLETED]]
+def _core(cols: dict, rows, window_s: float, cost_usd: float, warmup_s: float) -> dict:
+    """The headline metrics of the requests in `rows` ([N] bool) of the table's columns
+    (`_columns`)."""
+    c = rows & cols["counted"]
+    state = cols["end_state"]
+    completed = cols["completed"]
+    done = c & completed
     # service rate: completions inside the window, whoever arrived when -- which a backlogged
     # engine cannot raise by finishing its queue during the drain
-    fin = table["finish_s"].to_numpy()
-    in_window = ((table["end_state"] == END_STATE_NAMES[COMPLETED]).to_numpy()
-                 & (fin >= warmup_s) & (fin <= warmup_s + window_s))
-    q = c[c["qualifies"].to_numpy()]
-    useful = float(q["output_tokens_delivered"].sum())
-    failed_check = ~c["quality_ok"].to_numpy()
-    lost = c[c["slo_ok"].to_numpy() & failed_check]  # on time, but failed the task check
-    n_failed = int((failed_check & (state == END_STATE_NAMES[COMPLETED])).sum())
-    n_done = int((state == END_STATE_NAMES[COMPLETED]).sum())
-    n = len(c)
+    fin = cols["finish_s"]
+    in_window = rows & completed & (fin >= warmup_s) & (fin <= warmup_s + window_s)
+    q = c & cols["qualifies"]
+    delivered = cols["output_tokens_delivered"]
+    useful = float(delivered[q].sum())
+    failed_check = c & ~cols["quality_ok"]
+    lost = failed_check & cols["slo_ok"]  # on time, but failed the task check
+    n_failed = int((failed_check & completed).sum())
+    n_done, n, n_q = int(done.sum()), int(c.sum()), int(q.sum())
+    count = lambda end: int((c & (state == END_STATE_NAMES[end])).sum())
     m = {
         "n_requests": n,
         "offered_rps": n / window_s,
-        "n_completed": int((state == END_STATE_NAMES[COMPLETED]).sum()),
-        "n_rejected": int((state == END_STATE_NAMES[REJECTED]).sum()),
-        "n_cancelled": int((state == END_STATE_NAMES[CANCELLED]).sum()),
+        "n_completed": n_done,
+        "n_rejected": count(REJECTED),
+        "n_cancelled": count(CANCELLED),
         # of those, cancelled after their first token (the client aborted mid-stream)
-        "n_cancelled_mid_stream": int(((state == END_STATE_NAMES[CANCELLED])
-                                       & np.isfinite(c["first_token_s"].to_numpy())).sum()),
-        "n_expired": int((state == END_STATE_NAMES[EXPIRED]).sum()),
-        "n_evicted": int((state == END_STATE_NAMES[EVICTED]).sum()),
-        "n_outstanding": int((state == END_STATE_NAMES[OUTSTANDING]).sum()),
+        "n_cancelled_mid_stream": int((c & (state == END_STATE_NAMES[CANCELLED])
+                                       & np.isfinite(cols["first_token_s"])).sum()),
+        "n_expired": count(EXPIRED),
+        "n_evicted": count(EVICTED),
+        "n_outstanding": count(OUTSTANDING),
     }
-    m.update(_stats("ttft", done["ttft_s"].to_numpy()))
-    m.update(_stats("tpot", done["tpot_s"].to_numpy()))
-    m.update(_stats("e2e", done["e2e_s"].to_numpy()))
+    m.update(_stats("ttft", cols["ttft_s"][done]))
+    m.update(_stats("tpot", cols["tpot_s"][done]))
+    m.update(_stats("e2e", cols["e2e_s"][done]))
     m.update({
         # throughput and goodput count one population, the counted requests, over one window
         # (as vllm bench serve's request_throughput and request_goodput): goodput <= throughput
-        "throughput_rps": len(done) / window_s,
-        "output_tokens_per_s": float(done["output_tokens_delivered"].sum()) / window_s,
-        "goodput_rps": len(q) / window_s,
+        "throughput_rps": n_done / window_s,
+        "output_tokens_per_s": float(delivered[done].sum()) / window_s,
+        "goodput_rps": n_q / window_s,
         "service_rate_rps": float(in_window.sum()) / window_s,
-        "slo_attainment": len(q) / n if n else float("nan"),
+        "slo_attainment": n_q / n if n else float("nan"),
         "useful_tokens": useful,
         "useful_tokens_per_dollar": useful / cost_usd if cost_usd > 0 else float("nan"),
         # undefined (NaN, written as null / empty) when nothing qualifies: no output holds inf
-        "cost_per_qualifying_request_usd": cost_usd / len(q) if len(q) else float("nan"),
+        "cost_per_qualifying_request_usd": cost_usd / n_q if n_q else float("nan"),
         "n_quality_failed": n_failed,
         "quality_failure_rate": n_failed / n_done if n_done else float("nan"),
-        "goodput_lost_to_quality_rps": len(lost) / window_s,
-        "useful_tokens_lost_to_quality": float(lost["output_tokens_delivered"].sum()),
+        "goodput_lost_to_quality_rps": float(lost.sum()) / window_s,
+        "useful_tokens_lost_to_quality": float(delivered[lost].sum()),
     })
     return m
 
@@ -270,7 +328,7 @@ def _mean_in_system(trace: RequestTrace, res: ScenarioResult, st: dict, sim_s: f
 
 
 def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
-                    table: pd.DataFrame | None = None) -> dict:
+                    table: pd.DataFrame | dict | None = None) -> dict:
     """Aggregate metrics over the measurement window (arrivals from warm-up to the last arrival).
 
     Rates are per second of the window. Throughput counts the counted requests that completed,
@@ -299,30 +357,32 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     goodput_lost_to_quality_rps / useful_tokens_lost_to_quality are the requests (per second
     of the window) and output tokens that met every SLO but do not qualify because of it.
     """
-    table = request_table(trace, res, spec) if table is None else table
+    table = request_columns(trace, res, spec) if table is None else table
     sim_s = res.clock_s
     provisioned_s = max(sim_s - spec.warmup_s, 0.0)
     window_s = float(trace.arrival[-1]) - spec.warmup_s
     if window_s <= 0:  # every counted request arrived at once (an offline batch)
         window_s = max(provisioned_s, 1e-9)
     cost_usd = spec.price_per_gpu_hour * spec.n_gpus * provisioned_s / 3600.0
-    m = _core(table, window_s, cost_usd, spec.warmup_s)
-    computed = table["tokens_computed"].to_numpy().astype(np.float64)
+    cols = _columns(table)
+    m = _core(cols, np.ones(len(trace), bool), window_s, cost_usd, spec.warmup_s)
+    computed = cols["tokens_computed"].astype(np.float64)
     st = res.stats
     hist = np.asarray(st["itl_hist"])
+    itl_p50, itl_p90, itl_p99 = histogram.quantiles(hist, (0.5, 0.9, 0.99))
     m.update({
-        "itl_mean_s": histogram.mean(hist), "itl_p50_s": histogram.quantile(hist, 0.5),
-        "itl_p90_s": histogram.quantile(hist, 0.9), "itl_p99_s": histogram.quantile(hist, 0.99),
+        "itl_mean_s": histogram.mean(hist), "itl_p50_s": itl_p50, "itl_p90_s": itl_p90,
+        "itl_p99_s": itl_p99,
         "cost_usd": cost_usd,
         # busy time over provisioned instance time (averaged over instances)
         "busy_fraction": (float(np.sum(st["busy_s"])) / (sim_s * np.size(st["busy_s"]))
                         if sim_s > 0 else float("nan")),
         **_utilization(np.asarray(st["work"]), spec.work, sim_s),
-        **_wasted(table, computed),
+        **_wasted(cols, computed),
         # useful output per unit of compute: useful tokens / tokens computed (all requests)
         "useful_tokens_per_computed_token": (m["useful_tokens"] / computed.sum()
                                              if computed.sum() > 0 else 0.0),
-        "n_kv_compressed": int(table["kv_compressed"].sum()),
+        "n_kv_compressed": int(cols["kv_compressed"].sum()),
         "kv_blocks": int(spec.kv_blocks),  # KV capacity (after weights, at kv_bits)
         "kv_peak_occupancy": float(np.max(np.asarray(st["kv_peak_blocks"]) / (
             spec.kv_blocks if spec.cascade is None else spec.cascade.kv_blocks()))),
@@ -347,21 +407,22 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     m.update(_speculation_metrics(st))
     if "prefix_lookups" in st:  # prefix caching (engine/prefix.py), as vLLM 0.32 counts it
         m.update(_prefix_metrics(st))
-    m["by_class"] = _by_class(trace, table, window_s, cost_usd, spec.warmup_s)
+    m["by_class"] = _by_class(trace, cols, window_s, cost_usd, spec.warmup_s)
     if spec.cascade is not None and "retried" in table:  # model cascade (servetune.cascade_config)
-        m.update(cascade_lib.metrics(table, window_s, spec.cascade, st["busy_s"], sim_s))
+        frame = table if isinstance(table, pd.DataFrame) else pd.DataFrame(table)
+        m.update(cascade_lib.metrics(frame, window_s, spec.cascade, st["busy_s"], sim_s))
     _check_finite(m)
     return m
 
 
-def _wasted(table: pd.DataFrame, computed: np.ndarray) -> dict:
+def _wasted(cols: dict, computed: np.ndarray) -> dict:
     """wasted_token_ratio (tokens computed for requests that did not qualify, plus the
     recomputation of those that did, over all tokens computed) and its two parts in tokens:
     wasted_recomputed_tokens (recomputation after preemption of qualifying requests) and
     wasted_missed_tokens (every token of a request that did not qualify). `computed` [N]:
     tokens computed per request."""
-    minimal = (table["prompt_tokens"] + table["output_tokens"] - 1).to_numpy().astype(np.float64)
-    qual = table["qualifies"].to_numpy()
+    minimal = (cols["prompt_tokens"] + cols["output_tokens"] - 1).astype(np.float64)
+    qual = cols["qualifies"]
     recomputed = float(np.where(qual, np.maximum(computed - minimal, 0.0), 0.0).sum())
     missed = float(np.where(qual, 0.0, computed).sum())
     total = computed.sum()
@@ -417,14 +478,14 @@ def _prefix_metrics(st: dict) -> dict:
     }
 
 
-def _by_class(trace: RequestTrace, table: pd.DataFrame, window_s: float, cost_usd: float,
+def _by_class(trace: RequestTrace, cols: dict, window_s: float, cost_usd: float,
               warmup_s: float) -> dict:
     """{request class: its counts, goodput and latency percentiles} for the classes present."""
     out = {}
     for name in trace.class_names:
-        sub = table[table["class"] == name]
-        if len(sub):
-            c = _core(sub, window_s, cost_usd, warmup_s)
+        rows = cols["class"] == name
+        if rows.any():
+            c = _core(cols, rows, window_s, cost_usd, warmup_s)
             out[name] = {k: c[k] for k in (
                 "n_requests", "n_completed", "n_rejected", "n_outstanding", "goodput_rps",
                 "slo_attainment", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
