@@ -96,7 +96,16 @@ def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) 
         s, k = carry
         return iterate(s, wl, params, cfg), k + 1
 
-    state, _ = jax.lax.while_loop(cond, body, (state, jnp.zeros_like(state.next_req)))
+    def fixed(_, carry):  # engine.chunk_length: a body that does nothing once inactive
+        go = cond(carry)
+        s, k = jax.lax.cond(go, body, lambda c: c, carry)
+        return s, k
+
+    start = (state, jnp.zeros_like(state.next_req))
+    if cfg.chunk_length:
+        state, _ = jax.lax.fori_loop(0, cfg.chunk_length, fixed, start)
+    else:
+        state, _ = jax.lax.while_loop(cond, body, start)
     return state.replace(need=width.shortfall(state, wl, cfg, 64))
 
 
@@ -167,7 +176,11 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     def cond(carry):
         return jnp.any(active(*carry))
 
-    state, _ = jax.lax.while_loop(cond, body, (state, jnp.zeros_like(state.next_req)))
+    start = (state, jnp.zeros_like(state.next_req))
+    if cfg.chunk_length:  # engine.chunk_length: inactive scenarios' bodies are discarded
+        state, _ = jax.lax.fori_loop(0, cfg.chunk_length, lambda _, c: body(c), start)
+    else:
+        state, _ = jax.lax.while_loop(cond, body, start)
     return state.replace(need=ops.over_grid(lambda s, w: width.shortfall(s, w, cfg), "gs")(
         state, wl))
 

@@ -51,6 +51,7 @@ class Scenario:
 # Upper bounds that keep every array allocation and every simulated time finite and sane.
 MAX_CAPACITY = 1 << 20  # engine.max_slots / queue_window / outbox: entries allocated per scenario
 DEFAULT_START_WIDTH = 64  # engine.start_width when absent (conf/engine/vllm.yaml sets it too)
+MAX_CHUNK_LENGTH = 1 << 20  # engine.chunk_length: loop bodies per compiled call
 MAX_VECTOR = 1 << 16  # engine.leap_max / drain_per_step: vector lengths inside every iteration
 MAX_INT32 = 2**31 - 1  # counters and KV block ids are int32 on device
 MAX_SECONDS = 1e9  # any duration or cost-model time in seconds (~31.7 years)
@@ -629,6 +630,7 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
         chunked_prefill=settings.flag(cfg, "engine.chunked_prefill", True), cost_form=hw.form,
         outbox=count("engine.outbox", MAX_CAPACITY, 2048),
         max_steps_per_chunk=count("engine.max_steps_per_chunk", MAX_INT32, 200_000),
+        chunk_length=count("engine.chunk_length", MAX_CHUNK_LENGTH, 0, lo=0),
         drain_per_step=count("engine.drain_per_step", MAX_VECTOR, 8),
         leap_max=count("engine.leap_max", MAX_VECTOR, 64, lo=0),
         kv_pressure=kv_pressure,

@@ -80,6 +80,9 @@ class EngineConfig:
       drain_per_step: finished requests moved to the outbox per iteration at most (the rest
         leave in later iterations; more costs time in every iteration).
       max_steps_per_chunk: iterations per compiled call before control returns to the host.
+      chunk_length: L > 0 runs each compiled call as exactly L loop bodies (a fixed-length
+        loop; bodies of scenarios that are done do nothing), so a GPU does not return to the
+        host after every body to test the loop's condition; 0 = a while loop until done.
       n_instances: engine replicas in the simulation, each with its own clock, batch and KV
         cache (cost params may carry an instance axis [I] for different GPUs or models).
       routing: how arrivals are assigned to instances (engine/routing.py): round_robin, jsq,
@@ -153,6 +156,7 @@ class EngineConfig:
     drain_per_step: int = 8
     leap_max: int = 64
     max_steps_per_chunk: int = 200_000
+    chunk_length: int = 0
     n_instances: int = 1
     lazy_order: bool = True
     fast_path: bool = True

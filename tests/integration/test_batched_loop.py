@@ -7,6 +7,7 @@ import functools
 
 import jax
 import numpy as np
+import pytest
 from helpers import CONFIGS, batched, random_params, random_traces
 
 from servetune.engine.outbox import record_fields
@@ -55,3 +56,22 @@ def test_grid_loop_equals_vmapped_while_loop_chunk_after_chunk():
         if bool(np.all(np.asarray(a.done))):
             break
     assert bool(np.all(np.asarray(a.done)))
+
+
+@pytest.mark.parametrize("batch", [
+    pytest.param(["seeds=2", "grid.max_num_seqs=[4,32]"], id="batch"),
+    pytest.param([], id="one-scenario", marks=pytest.mark.slow)])
+def test_fixed_length_chunks_give_the_while_loop_s_results(batch):
+    # engine.chunk_length: each compiled call runs exactly L bodies (a GPU tests the loop's
+    # condition once per call), a batch and one scenario alike
+    from servetune import api
+
+    base = ["workload.duration_s=45", "output.progress=false", "engine.max_slots=32",
+            "engine.queue_window=32", *batch]
+    loop = api.simulate(base)
+    fixed = api.simulate(base + ["engine.chunk_length=16"])
+    assert len(loop.requests) == len(fixed.requests) == (4 if batch else 1)
+    for a, b in zip(loop.requests, fixed.requests):
+        assert a.equals(b)
+    for a, b in zip(loop.metrics, fixed.metrics):
+        assert a["iterations"] == b["iterations"] and a["goodput_rps"] == b["goodput_rps"]

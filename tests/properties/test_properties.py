@@ -260,3 +260,40 @@ def test_kv_blocks_dtype_fixed():
     # every example builds params the same way, so the compiled rollout is reused
     p = linear_params({"max_num_seqs": 3.0}, order="parametric", kv_blocks=70, base_s=0.01)
     assert p.cost.kv_blocks.dtype == jnp.int32 and p.policy.max_num_seqs.dtype == jnp.float64
+
+
+# The fast machinery against the plainest run, on the same draws: every iteration stepped
+# through the full step at the full width (the reference), and event skipping across
+# completions and arrivals, a start at 4 entries that widens (servetune/width.py) and the simple
+# step (servetune/simple_step.py). One engine by default (each width compiles once), all of
+# them with the slow profile.
+FAST_ENGINES = (sorted(ENGINES) if os.environ.get("HYPOTHESIS_PROFILE") == "slow"
+                else ["continuous-paged-chunked-leap"])
+COUNTS = ("end_state", "generated", "n_preempt", "tokens_computed", "reject_reason")
+TIMES = ("first_token", "finish", "scheduled_at")
+COUNT_STATS = ("steps", "preemptions", "prefill_tokens", "decode_tokens", "kv_peak_blocks",
+               "max_running", "ended", "slot_bound", "window_overflow", "requests_taken")
+
+
+@given(st.sampled_from(FAST_ENGINES).flatmap(
+    lambda name: st.tuples(st.just(name), workloads(), policies(ENGINES[name]))))
+def test_skipping_narrow_widths_and_the_simple_step_change_no_record(scenario):
+    import dataclasses
+
+    from servetune import width
+
+    name, tr, d = scenario
+    note(f"engine={name} arrivals={tr.arrival.tolist()} prompt={tr.prompt.tolist()} "
+         f"output={tr.output.tolist()} draw={d}")
+    cfg = ENGINES[name]
+    ref = simulate(dataclasses.replace(cfg, leap_max=0, fast_path=False), tr, d)
+    fast = simulate(dataclasses.replace(width.start(cfg, 4), leap_max=64, fast_path=True), tr, d)
+    event(f"widened: {int(fast.stats['widenings']) > 0}")
+    for f in COUNTS:
+        np.testing.assert_array_equal(getattr(ref, f), getattr(fast, f), err_msg=f)
+    for f in TIMES:
+        np.testing.assert_allclose(getattr(ref, f), getattr(fast, f), rtol=1e-9, err_msg=f)
+    for f in COUNT_STATS:
+        np.testing.assert_array_equal(ref.stats[f], fast.stats[f], err_msg=f)
+    for f in ("busy_s", "occupancy_s"):
+        np.testing.assert_allclose(ref.stats[f], fast.stats[f], rtol=1e-9, err_msg=f)
