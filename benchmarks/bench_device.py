@@ -31,16 +31,17 @@ as ratios. Results go to outputs/bench_device/<timestamp>.json (--json PATH).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+import baseline_tree
 
 AZURE = ["workload=azure_conv", "hardware=h100", "model=llama3_8b", "policy=vllm_default"]
 ONE = {
@@ -144,14 +145,14 @@ def worker_batch(n: int, slice_s: float, tuner: bool, chunk_length: int) -> dict
 
 
 def _job(args: list[str], src: Path | None, timeout: float) -> dict:
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = str(src)
-    done = subprocess.run([sys.executable, __file__, "--worker", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    done = subprocess.run([sys.executable, __file__, "--worker", *args],
+                          env=baseline_tree.environment(src), capture_output=True, text=True,
+                          timeout=timeout, check=False)
     if done.returncode != 0:
         raise SystemExit(f"worker {args} in {src or 'this tree'} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    baseline_tree.check_conf(src, out["conf"])
+    return out
 
 
 def _jobs(args) -> list[list[str]]:
@@ -190,6 +191,32 @@ def _print_row(label: str, r: dict) -> None:
               f"{r['entry_width']} (+{r['widenings']})  [{r['device']}]", flush=True)
 
 
+def _measure(job: list[str], trees: dict, args) -> dict:
+    """One row: the job run in each tree, alternated --repeats times with a baseline; the
+    fastest run of each, and with a baseline the ratio and where the results differ."""
+    runs: dict = {label: [] for label in trees}
+    for _ in range(args.repeats if args.baseline else 1):
+        for label, src in trees.items():
+            r = _job(job, src, args.timeout)
+            runs[label].append(r)
+            _print_row(label.split()[0], r)
+    best = {label: min(rs, key=lambda r: r["compiled_s"]) for label, rs in runs.items()}
+    row = best["this tree"]["row"]
+    out = {label: {"best": b, "compiled_s_all": [r["compiled_s"] for r in runs[label]]}
+           for label, b in best.items()}
+    if args.baseline:
+        base_label = f"baseline {args.baseline}"
+        ratio = best["this tree"]["compiled_s"] / best[base_label]["compiled_s"]
+        median = (statistics.median(r["compiled_s"] for r in runs["this tree"])
+                  / statistics.median(r["compiled_s"] for r in runs[base_label]))
+        diffs = _same(best[base_label]["digest"], best["this tree"]["digest"])
+        out.update(ratio=ratio, median_ratio=median, differences=diffs)
+        print(f"  -> {row}: this tree / baseline = {ratio:.3f} (compiled, fastest; median "
+              f"{median:.3f}); results {'identical' if not diffs else 'DIFFER: ' + '; '.join(diffs)}",
+              flush=True)
+    return {row: out}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -209,7 +236,7 @@ def main() -> None:
         kind, *rest = args.worker
         out = (worker_one(rest[0]) if kind == "one" else
                worker_batch(int(rest[0]), float(rest[1]), rest[2] == "1", int(rest[3])))
-        print(json.dumps(out))
+        print(json.dumps({**out, "conf": baseline_tree.conf_dir()}))
         return
     args.rows = args.rows.split(",")
     args.batches = [int(b) for b in args.batches.split(",")]
@@ -217,39 +244,13 @@ def main() -> None:
     repo = Path(__file__).resolve().parents[1]
     figures: dict = {"started": datetime.datetime.now().isoformat(timespec="seconds"),
                      "argv": sys.argv[1:], "rows": {}}
-    with tempfile.TemporaryDirectory() as tmp:
-        trees = {"this tree": None}
+    with contextlib.ExitStack() as stack:
+        trees: dict = {"this tree": None}
         if args.baseline:
-            subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", tmp,
-                            args.baseline], check=True, capture_output=True)
-            trees = {f"baseline {args.baseline}": Path(tmp) / "src", "this tree": None}
-        try:
-            for job in _jobs(args):
-                runs: dict = {label: [] for label in trees}
-                for _ in range(args.repeats if args.baseline else 1):
-                    for label, src in trees.items():
-                        r = _job(job, src, args.timeout)
-                        runs[label].append(r)
-                        _print_row(label.split()[0], r)
-                best = {label: min(rs, key=lambda r: r["compiled_s"]) for label, rs in runs.items()}
-                row = best["this tree"]["row"]
-                figures["rows"][row] = {label: {"best": b, "compiled_s_all": [
-                    r["compiled_s"] for r in runs[label]]} for label, b in best.items()}
-                if args.baseline:
-                    base = best[f"baseline {args.baseline}"]
-                    new = best["this tree"]
-                    ratio = new["compiled_s"] / base["compiled_s"]
-                    diffs = _same(base["digest"], new["digest"])
-                    figures["rows"][row]["ratio"] = ratio
-                    figures["rows"][row]["differences"] = diffs
-                    print(f"  -> {row}: this tree / baseline = {ratio:.3f} (compiled, fastest; "
-                          f"median {statistics.median(r['compiled_s'] for r in runs['this tree']) / statistics.median(r['compiled_s'] for r in runs[f'baseline {args.baseline}']):.3f}); "
-                          f"results {'identical' if not diffs else 'DIFFER: ' + '; '.join(diffs)}",
-                          flush=True)
-        finally:
-            if args.baseline:
-                subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", tmp],
-                               check=False, capture_output=True)
+            src = stack.enter_context(baseline_tree.checkout(repo, args.baseline))
+            trees = {f"baseline {args.baseline}": src, "this tree": None}
+        for job in _jobs(args):
+            figures["rows"].update(_measure(job, trees, args))
     path = Path(args.json or repo / "outputs" / "bench_device" /
                 f"{datetime.datetime.now():%Y%m%d-%H%M%S}.json")
     path.parent.mkdir(parents=True, exist_ok=True)

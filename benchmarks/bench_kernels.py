@@ -22,8 +22,8 @@ same machine load; the figures are reported as medians and as new/baseline ratio
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import baseline_tree
 
 CONFIGS = {  # name -> overrides (every one also gets the short-trace base below)
     "default": [],
@@ -282,12 +284,14 @@ def profile(duration_s: float = 120.0) -> tuple[int, dict, int]:
 
 
 def _run_in(src: Path, what: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    done = subprocess.run([sys.executable, __file__, "--measure", what], env=env,
+    done = subprocess.run([sys.executable, __file__, "--measure", what],
+                          env=baseline_tree.environment(src),
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"measuring {what} in {src} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    baseline_tree.check_conf(src, out.pop("conf"))
+    return out
 
 
 def main() -> None:
@@ -311,7 +315,7 @@ def main() -> None:
             print(f"  {us:7.2f} us  {100 * us / total:5.1f}%  {where}")
         return
     if args.measure:
-        print(json.dumps(measure(args.measure)))
+        print(json.dumps({**measure(args.measure), "conf": baseline_tree.conf_dir()}))
         return
     if args.by_source:
         counts = measure("by_source")["default"]
@@ -321,21 +325,15 @@ def main() -> None:
         return
     repo = Path(__file__).resolve().parents[1]
     trees = {"this tree": repo / "src"}
-    with tempfile.TemporaryDirectory() as tmp:
+    with contextlib.ExitStack() as stack:
         if args.baseline:
-            subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", tmp,
-                            args.baseline], check=True, capture_output=True)
-            trees = {f"baseline {args.baseline}": Path(tmp) / "src", **trees}
-        try:
-            kern = {name: _run_in(src, "kernels") for name, src in trees.items()}
-            speed = {name: [] for name in trees}
-            for _ in range(args.repeats):
-                for name, src in trees.items():
-                    speed[name].append(_run_in(src, "speed"))
-        finally:
-            if args.baseline:
-                subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", tmp],
-                               check=False, capture_output=True)
+            src = stack.enter_context(baseline_tree.checkout(repo, args.baseline))
+            trees = {f"baseline {args.baseline}": src, **trees}
+        kern = {name: _run_in(src, "kernels") for name, src in trees.items()}
+        speed = {name: [] for name in trees}
+        for _ in range(args.repeats):
+            for name, src in trees.items():
+                speed[name].append(_run_in(src, "speed"))
     print("kernels in the compiled loop body (one scenario):")
     for name, k in kern.items():
         print(f"  {name:>24}: " + "  ".join(f"{c} {n}" for c, n in k.items()))
