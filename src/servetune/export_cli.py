@@ -26,6 +26,7 @@ from rich.console import Console
 
 from servetune import export, inputs
 from servetune.errors import ConfigError, ServetuneError
+from servetune.files import json_number
 from servetune.policy import DEFAULTS
 from servetune.reporting.choose import condition_groups, rank, setting_label, split_keys
 from servetune.reporting.collect import collect
@@ -88,19 +89,26 @@ def _tune_summary(path: Path) -> tuple[dict, bool]:
     best = summary.get("best") if isinstance(summary, dict) else None
     if not isinstance(best, dict) or not best:
         raise ServetuneError(f"{path}: no 'best' object of policy values; {expected}")
+    read = {}
     for key, value in best.items():
-        ok = (isinstance(value, list) and all(_is_number(v) for v in value) if key ==
-              export.NET_KEY else _is_number(value) or value is None)
-        if not ok:
-            raise ServetuneError(f"{path}: best.{key} = {str(value)[:40]!r}; expected a number")
+        try:
+            read[key] = ([_finite_number(v) for v in value] if key == export.NET_KEY
+                         and isinstance(value, list) else json_number(value))
+        except ValueError as err:
+            raise ServetuneError(f"{path}: best.{key} = {str(value)[:40]!r}; expected a "
+                                 f"number ({err})") from None
     regression = summary.get("regression", False)
     if not isinstance(regression, bool):
         raise ServetuneError(f"{path}: regression = {regression!r}; expected true or false")
-    return best, regression
+    return read, regression
 
 
-def _is_number(value) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float))
+def _finite_number(value) -> float:
+    """One weight of a score net: a finite number (ValueError otherwise)."""
+    number = json_number(value)
+    if number is None or not math.isfinite(number):
+        raise ValueError("a score net's weights are finite numbers")
+    return number
 
 
 def choose_tuned(run_dir: Path) -> Chosen:

@@ -71,7 +71,8 @@ def write_text(path: Path, text: str) -> Path:
 
 def jsonable(obj):
     """`obj` with numpy scalars as Python numbers and non-finite floats spelled out (NaN as
-    null, infinities as the strings "inf" / "-inf"), so strict JSON can hold it."""
+    null, infinities as the strings "inf" / "-inf", as `vllm bench serve` writes an unlimited
+    request rate), so strict JSON can hold it; `json_number` reads such a number back."""
     if isinstance(obj, dict):
         return {k: jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -81,6 +82,20 @@ def jsonable(obj):
     if isinstance(obj, float) and not math.isfinite(obj):
         return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
     return obj
+
+
+NON_FINITE_TEXT = {"inf": math.inf, "-inf": -math.inf}  # jsonable's spelling of infinities
+
+
+def json_number(value) -> float | int | None:
+    """A number as `jsonable` wrote it, read back: ints and floats as they are, "inf" / "-inf"
+    as infinities (an unlimited cap), null (a NaN, or a value that was never set) as None;
+    ValueError for anything else (a bool, other text, a container)."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, str) and value in NON_FINITE_TEXT:
+        return NON_FINITE_TEXT[value]
+    raise ValueError(f"{str(value)[:40]!r} is not a number (or \"inf\", \"-inf\", null)")
 
 
 def write_json(path: Path, doc, indent: int | None = 2) -> Path:

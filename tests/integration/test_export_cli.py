@@ -3,6 +3,7 @@
 --point filters and then by the tuner's order within one condition."""
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from omegaconf import OmegaConf
 from servetune.errors import ServetuneError
 from servetune.export_cli import export_point
 from servetune.export_cli import main as export_main
+from servetune.files import write_json
 
 SHORT = ["workload=poisson", "workload.duration_s=8", "window.drain_s=60", "output.progress=false"]
 
@@ -89,6 +91,32 @@ def test_a_tuning_run_exports_its_best_policy(grid, tmp_path):
         37, 3000, 0.02)  # integer limits floored, as the engine floors them
     with pytest.raises(ServetuneError, match=r"is a tuning run with one policy"):
         export_point(tuned, ["max_num_seqs=4"])
+
+
+def test_a_summary_written_by_the_tuner_exports_its_unlimited_values(grid, tmp_path):
+    """Issue 40 item 1: tune_summary.json spells an unlimited queue cap "inf" (files.jsonable,
+    vLLM's own spelling); the export reads it back as unlimited, not as bad input."""
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    shutil.copy(grid / "config_resolved.yaml", tuned)
+    write_json(tuned / "tune_summary.json", {
+        "best": {"max_num_seqs": 48.0, "max_num_queued_reqs": math.inf, "watermark": 0.01},
+        "regression": False})
+    assert '"max_num_queued_reqs": "inf"' in (tuned / "tune_summary.json").read_text()
+    chosen, paths = export_point(tuned)
+    assert chosen.values["max_num_queued_reqs"] == math.inf
+    assert _vllm(paths)["max_num_seqs"] == 48
+
+
+@pytest.mark.parametrize("value", ['"infinite"', "true", '[1]', '"nan"'])
+def test_a_summary_value_that_is_no_number_is_named(grid, tmp_path, value):
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    shutil.copy(grid / "config_resolved.yaml", tuned)
+    (tuned / "tune_summary.json").write_text(f'{{"best": {{"max_num_seqs": {value}}}}}')
+    with pytest.raises(ServetuneError, match=r"tune_summary\.json: best\.max_num_seqs = .*; "
+                                             r"expected a number"):
+        export_point(tuned)
 
 
 @pytest.mark.parametrize("point,match", [
