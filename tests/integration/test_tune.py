@@ -255,7 +255,7 @@ def _evaluation(rows):
 
 
 def test_regressions_follow_the_tuners_order():
-    from servetune.tuning.runner import regressions
+    from servetune.tuning.evaluation import regressions
     table = _evaluation([
         ("start", "train", 10.0, 0.95, False), ("tuned", "train", 12.0, 0.99, True),
         # both meet the target: the objective decides

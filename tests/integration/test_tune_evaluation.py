@@ -11,7 +11,7 @@ from scipy import stats
 
 from servetune.api import compose
 from servetune.errors import ConfigError
-from servetune.tuning.evaluation import interval, regressions, side_by_side
+from servetune.tuning.evaluation import interval, regressions, side_by_side, verdicts
 from servetune.tuning.split_overrides import holdout_lists, with_overrides
 
 
@@ -96,3 +96,49 @@ def test_where_both_miss_the_target_the_shortfall_decides_as_in_the_tuner():
     assert regressions(table) == []
     table["violation"] = [0.095, 0.0975]
     assert regressions(table) == ["heldout_seeds"]
+
+
+def test_float_noise_is_a_tie_not_a_regression():
+    """Issue 40 item 2: identical attainment and 3 parts per million fewer useful tokens per
+    dollar, no interval (the scenarios all alike): worse by the tuner's order, but a tie."""
+    start, tuned = math.log(1_938_353.86), math.log(1_938_348.70)
+    table = _table([("start", "heldout_seeds", start, 0.9975, True, None),
+                    ("tuned", "heldout_seeds", tuned, 0.9975, True, None)])
+    verdict = verdicts(table)["heldout_seeds"]
+    assert not verdict.regression and regressions(table) == []
+    assert "within the tolerance 0.1% (tune.eval.regression_tolerance): a tie" in verdict.why
+    assert side_by_side(table)[0]["verdict"] == verdict.why
+    # the same loss is a regression under a tolerance below it
+    assert regressions(table, tolerance=1e-7) == ["heldout_seeds"]
+
+
+@pytest.mark.parametrize("low,high,regressed", [(0.01, 0.05, True), (-0.01, 0.05, False)])
+def test_a_paired_interval_decides_where_the_scenarios_give_one(low, high, regressed):
+    """A 3% loss of useful tokens per dollar is a regression when its 95% interval over the
+    paired scenarios lies above 0, and a tie when it includes 0."""
+    table = _table([("start", "heldout_seeds", 11.0, 0.995, True, None),
+                    ("tuned", "heldout_seeds", 10.97, 0.995, True, None)])
+    table.loc[1, ["objective_loss", "objective_loss_low", "objective_loss_high"]] = [
+        0.03, low, high]
+    verdict = verdicts(table)["heldout_seeds"]
+    assert verdict.regression == regressed
+    assert ("above 0: a regression" if regressed else "includes 0: a tie") in verdict.why
+
+
+def test_paired_losses_are_per_scenario_differences():
+    """_paired_losses: the loss in log useful tokens per USD is the mean of the per-scenario
+    log ratios, with Student's t interval over them; the shortfall loss is relative to the
+    SLO target."""
+    from servetune.tuning.evaluation import _paired_losses
+    from servetune.tuning.objective import Objective
+
+    objective = Objective(slo_target=0.9, aggregate="mean", cvar_alpha=0.1)
+    start = [{"useful_tokens": u, "cost_usd": 1.0, "slo_attainment": 0.95} for u in (100, 200, 400)]
+    tuned = [{"useful_tokens": u, "cost_usd": 1.0, "slo_attainment": a}
+             for u, a in ((90, 0.95), (190, 0.85), (360, 0.86))]
+    loss = np.log([100 / 90, 200 / 190, 400 / 360])
+    out = _paired_losses(start, tuned, objective)
+    half = stats.t.ppf(0.975, 2) * loss.std(ddof=1) / math.sqrt(3)
+    assert out["objective_loss"] == pytest.approx(loss.mean())
+    assert out["objective_loss_low"] == pytest.approx(loss.mean() - half)
+    assert out["shortfall_loss"] == pytest.approx(np.mean([0, 0.05, 0.04]) / 0.9)

@@ -7,6 +7,7 @@ regressed."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -98,7 +99,7 @@ def _row(name: str, split: str, column: list[dict], objective) -> dict:
     s = objective.summarize(column, 0.0)
     row = {"policy": name, "split": split, "scenarios": len(column),
            "objective": s["objective"], "violation": s["violation"],
-           "meets_target": s["violation"] <= 0}
+           "meets_target": s["violation"] <= 0, "slo_target": objective.slo_target}
     for key, bounds in INTERVAL_METRICS.items():
         mean, low, high, distinct = interval([m[key] for m in column], bounds)
         row.update({key: mean, f"{key}_low": low, f"{key}_high": high})
@@ -113,10 +114,30 @@ def _row(name: str, split: str, column: list[dict], objective) -> dict:
     return row
 
 
+def _paired_losses(start: list[dict], tuned: list[dict], objective) -> dict:
+    """How much worse the tuned policy did than the start on the same scenarios, as means
+    with 95% intervals over the paired per-scenario differences (`interval`; NaN bounds where
+    the differences give none): `objective_loss` in log useful tokens per USD (a relative
+    loss: 0.01 is about 1% fewer tokens per dollar) and `shortfall_loss`, the growth of the
+    shortfall below the SLO target as a fraction of the target. Positive is worse."""
+    f_start = np.array([objective.value(m) for m in start])
+    f_tuned = np.array([objective.value(m) for m in tuned])
+    v_start = np.array([objective.violation(m) for m in start])
+    v_tuned = np.array([objective.violation(m) for m in tuned])
+    target = max(objective.slo_target, 1e-12)
+    out = {}
+    for name, loss in (("objective_loss", f_start - f_tuned),
+                       ("shortfall_loss", (v_tuned - v_start) / target)):
+        mean, low, high, _ = interval(loss)
+        out.update({name: mean, f"{name}_low": low, f"{name}_high": high})
+    return out
+
+
 def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st, order: str
                       ) -> pd.DataFrame:
     """Each named policy (values dict) on each split of evaluation_splits: one row per
-    (policy, split), with the split's scenario count and 95% intervals (`interval`)."""
+    (policy, split), with the split's scenario count and 95% intervals (`interval`); the
+    "tuned" row also holds its paired losses against "start" (`_paired_losses`)."""
     splits = evaluation_splits(cfg, st)
     names = list(policies)
     values = {k: np.stack([np.asarray(policies[n][k], np.float64) for n in names])
@@ -124,39 +145,98 @@ def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st, order: str
     rows = []
     for split, split_cfg in splits.items():
         ev = Evaluator(build(split_cfg), order, st.batch_mode)
-        for name, column in zip(names, ev(values)):
+        columns = dict(zip(names, ev(values)))
+        for name, column in columns.items():
             rows.append(_row(name, split, column, st.objective))
+            if name == "tuned" and "start" in columns:
+                rows[-1].update(_paired_losses(columns["start"], column, st.objective))
     return pd.DataFrame(rows)
 
 
-def regressions(evaluation: pd.DataFrame) -> list[str]:
-    """The held-out splits of `evaluation` (evaluate_policies' table) where the tuned policy is
-    worse than the start by the tuner's own order (runner._better): meeting the SLO target
-    beats missing it; then, where both meet it, the objective (log useful tokens per USD)
-    decides, and where both miss it, the mean shortfall below the target per scenario (to
-    1e-9)."""
-    out = []
+REGRESSION_TOLERANCE = 1e-3  # tune.eval.regression_tolerance's default: 0.1%
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """Whether the tuned policy regressed on one held-out split, and why, in words."""
+
+    regression: bool
+    why: str
+
+
+def _judge(start, tuned, tolerance: float) -> Verdict:
+    """The verdict on one split's start and tuned rows: worse by the tuner's order (runner.
+    _better: meeting the SLO target beats missing it; where both meet it the objective
+    decides, where both miss it the shortfall), and by more than chance: the paired loss's
+    95% interval lies above 0, or, where the scenarios give no interval, the loss exceeds
+    `tolerance` (relative). A difference within either is a tie."""
+    if bool(start["meets_target"]) != bool(tuned["meets_target"]):
+        worse, kind = bool(start["meets_target"]), "shortfall"
+    elif start["meets_target"]:
+        worse, kind = tuned["objective"] < start["objective"] - 1e-9, "objective"
+    else:
+        worse, kind = tuned["violation"] > start["violation"] + 1e-9, "shortfall"
+    if not worse:
+        return Verdict(False, "not worse by the tuner's order")
+    what = ("useful tokens per USD" if kind == "objective"
+            else "shortfall below the SLO target")
+    mean = float(tuned.get(f"{kind}_loss", math.nan))
+    low = float(tuned.get(f"{kind}_loss_low", math.nan))
+    high = float(tuned.get(f"{kind}_loss_high", math.nan))
+    if math.isnan(mean):  # no paired losses: the summaries' difference
+        target = max(float(start.get("slo_target", 1.0)), 1e-12)
+        mean = float(start["objective"] - tuned["objective"] if kind == "objective" else
+                     (tuned["violation"] - start["violation"]) / target)
+    if math.isfinite(low) and math.isfinite(high):
+        regression = low > 0
+        return Verdict(regression, f"{what} worse by {_pct(mean)}, 95% interval of the paired "
+                       f"difference [{_pct(low)}, {_pct(high)}] "
+                       + ("above 0: a regression" if regression else "includes 0: a tie"))
+    regression = mean > tolerance
+    return Verdict(regression, f"{what} worse by {_pct(mean)}, no interval (the scenarios "
+                   f"give none), {'beyond' if regression else 'within'} the tolerance "
+                   f"{_pct(tolerance)} (tune.eval.regression_tolerance)"
+                   + (": a regression" if regression else ": a tie"))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.3g}%"
+
+
+def verdicts(evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANCE
+             ) -> dict[str, Verdict]:
+    """{held-out split: Verdict} of `evaluation` (evaluate_policies' table), for the splits
+    that have both a start and a tuned row (`_judge`)."""
+    out = {}
     for split in dict.fromkeys(evaluation["split"]):
         rows = evaluation[evaluation["split"] == split].set_index("policy")
-        if not held_out(split) or not {"start", "tuned"} <= set(rows.index):
-            continue
-        start, tuned = rows.loc["start"], rows.loc["tuned"]
-        if bool(start["meets_target"]) != bool(tuned["meets_target"]):
-            worse = bool(start["meets_target"])
-        else:
-            worse = (tuned["objective"] < start["objective"] - 1e-9 if start["meets_target"]
-                     else tuned["violation"] > start["violation"] + 1e-9)
-        if worse:
-            out.append(split)
+        if held_out(split) and {"start", "tuned"} <= set(rows.index):
+            out[split] = _judge(rows.loc["start"], rows.loc["tuned"], tolerance)
     return out
 
 
-def side_by_side(evaluation: pd.DataFrame) -> list[dict]:
+def regressions(evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANCE
+                ) -> list[str]:
+    """The held-out splits where the tuned policy regressed (`verdicts`)."""
+    return [s for s, v in verdicts(evaluation, tolerance).items() if v.regression]
+
+
+def _written_verdicts(evaluation: pd.DataFrame) -> dict[str, Verdict]:
+    """The verdicts the tuner wrote into its evaluation table (runner._finish)."""
+    return {split: Verdict(bool(rows["regression"].iloc[0]), str(rows["regression_verdict"].iloc[0]))
+            for split, rows in evaluation.groupby("split", sort=False)
+            if held_out(split) and rows["regression_verdict"].iloc[0]}
+
+
+def side_by_side(evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANCE
+                 ) -> list[dict]:
     """One record per split: its scenarios, whether tuning saw it, the start's and the tuned
     policy's SLO attainment, useful tokens per USD and goodput (req/s) with the tuned one's 95%
-    interval ([low, high], None where the scenarios give none), and `regression` (held-out
-    splits where the tuned policy is worse by the tuner's order)."""
-    regressed = set(regressions(evaluation))
+    interval ([low, high], None where the scenarios give none), `regression` and, on held-out
+    splits, `verdict` (why: the table's regression_verdict column where the tuner wrote one,
+    else `verdicts`)."""
+    judged = (_written_verdicts(evaluation) if "regression_verdict" in evaluation.columns
+              else verdicts(evaluation, tolerance))
     out = []
     for split in dict.fromkeys(evaluation["split"]):
         rows = evaluation[evaluation["split"] == split].set_index("policy")
@@ -170,6 +250,8 @@ def side_by_side(evaluation: pd.DataFrame) -> list[dict]:
             low, high = float(tuned[f"{key}_low"]), float(tuned[f"{key}_high"])
             record[key] = {"start": float(start[key]), "tuned": float(tuned[key]),
                            "tuned_interval": None if math.isnan(low) else [low, high]}
-        record["regression"] = split in regressed
+        record["regression"] = split in judged and judged[split].regression
+        if split in judged:
+            record["verdict"] = judged[split].why
         out.append(record)
     return out

@@ -26,10 +26,11 @@ from servetune.policy import DEFAULTS, ORDERS
 from servetune.scenario import MAX_SEEDS, build
 from servetune.tuning import checkpoint, es
 from servetune.tuning.evaluation import (
+    REGRESSION_TOLERANCE,
     check_evaluation,
     evaluate_policies,
-    regressions,
     side_by_side,
+    verdicts,
 )
 from servetune.tuning.evaluator import Evaluator, MultiEvaluator
 from servetune.tuning.objective import Objective
@@ -74,6 +75,7 @@ class Settings:
     workloads: list  # training workloads: a list of override lists
     export: bool
     export_on_regression: bool = False  # export even when tuned is worse than start held out
+    regression_tolerance: float = 1e-3  # relative loss that is a regression without interval
     policy_family: str = "linear"
     net_hidden: int = 0
     net_scale: float = 1.0
@@ -144,6 +146,9 @@ def settings_from_config(cfg: DictConfig) -> Settings:
                    for w in (OmegaConf.select(t, "workloads") or [])],
         export=_flag(t, "export", True),
         export_on_regression=_flag(t, "export_on_regression", False),
+        regression_tolerance=(_num(t, "eval.regression_tolerance", float, 0, 1)
+                              if OmegaConf.select(t, "eval.regression_tolerance") is not None
+                              else REGRESSION_TOLERANCE),
         policy_family=family,
         net_hidden=hidden,
         net_scale=net_scale,
@@ -163,7 +168,7 @@ class TuneResult:
     """What a tuning run found: values (policy key -> float) of the start and the best policy,
     the per-iteration history, the held-out evaluation table, scenarios simulated, wall seconds,
     the output directory (checkpoint, history.csv, evaluation.csv, convergence.png, export/),
-    and whether the tuned policy is worse than the start on held-out data (`regressions`)."""
+    and whether the tuned policy is worse than the start on held-out data (evaluation.verdicts)."""
 
     start: dict
     best: dict
@@ -585,11 +590,16 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
     write_whole(out_dir / "history.csv", lambda tmp: history.to_csv(tmp, index=False))
     best = state["best_values"]
     evaluation = evaluate_policies(cfg, {"start": start_values, "tuned": best}, st, order)
-    regressed = regressions(evaluation)
+    judged = verdicts(evaluation, st.regression_tolerance)
+    regressed = [split for split, v in judged.items() if v.regression]
     evaluation["regression"] = evaluation["split"].isin(regressed)
+    evaluation["regression_verdict"] = evaluation["split"].map(
+        {split: v.why for split, v in judged.items()}).fillna("")
     write_whole(out_dir / "evaluation.csv", lambda tmp: evaluation.to_csv(tmp, index=False))
-    compared = side_by_side(evaluation)
+    compared = side_by_side(evaluation, st.regression_tolerance)
     _plot(history, out_dir / "convergence.png", st.objective.slo_target)
+    for split, verdict in judged.items():
+        log(f"held-out {split}: {verdict.why}")
     if regressed:
         log(f"regression: the tuned policy is worse than the start on held-out "
             f"{', '.join(regressed)} (evaluation.csv); "
@@ -612,6 +622,7 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
     elapsed_s = time.perf_counter() - start_time
     summary = {"start": start_values, "best": best, "best_summary": state["best"],
                "regression": bool(regressed), "regressed_splits": regressed,
+               "regression_verdicts": {split: v.why for split, v in judged.items()},
                "evaluation": compared,
                "scenarios_simulated": int(state["scenarios"]), "wall_s": elapsed_s}
     write_json(out_dir / "tune_summary.json", summary)
