@@ -18,20 +18,47 @@ The public API (no public name is also a module's name):
   types `ServetuneError`, `ConfigError`, `TraceError`.
 """
 
-import jax
+import importlib
+import os
+import sys
 
-jax.config.update("jax_enable_x64", True)
+# 64-bit mode before any servetune array exists: JAX reads JAX_ENABLE_X64 when it is first
+# imported (and servetune's modules import it after this), or, where the caller imported JAX
+# already, the config is set here
+os.environ["JAX_ENABLE_X64"] = "1"
+if "jax" in sys.modules:
+    sys.modules["jax"].config.update("jax_enable_x64", True)
 
-from servetune.api import SimulationResult, compose, simulate, simulate_batch
-from servetune.driver import ScenarioResult, rollout
-from servetune.errors import ConfigError, ServetuneError, TraceError
-from servetune.scenario import Scenario, build
-from servetune.tuning import TuneResult, tune
-from servetune.types import EngineConfig, Params, SimState, Workload
-
+_PUBLIC = {  # name -> the module that defines it, imported when the name is first used
+    "SimulationResult": "servetune.api", "compose": "servetune.api",
+    "simulate": "servetune.api", "simulate_batch": "servetune.api",
+    "ScenarioResult": "servetune.driver", "rollout": "servetune.driver",
+    "ConfigError": "servetune.errors", "ServetuneError": "servetune.errors",
+    "TraceError": "servetune.errors", "Scenario": "servetune.scenario",
+    "build": "servetune.scenario", "TuneResult": "servetune.tuning", "tune": "servetune.tuning",
+    "EngineConfig": "servetune.types", "Params": "servetune.types",
+    "SimState": "servetune.types", "Workload": "servetune.types",
+}
 __all__ = [
     "ConfigError", "EngineConfig", "Params", "Scenario", "ScenarioResult", "ServetuneError",
     "SimState", "SimulationResult", "TraceError", "TuneResult", "Workload", "build", "compose",
     "rollout", "simulate", "simulate_batch", "tune",
 ]
+assert sorted(__all__) == sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    """The public API, imported on first use: `import servetune` (and `servetune --help`)
+    stays light; `servetune.simulate` loads JAX and the simulator then."""
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'servetune' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))
+
+
 __version__ = "0.1.0"

@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from servetune import cli
+from servetune import cli, commands
 
 KEYS = ["n_requests", "offered_rps", "n_completed", "n_rejected", "n_cancelled", "n_expired", "n_outstanding", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_mean_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "throughput_rps", "output_tokens_per_s", "goodput_rps", "slo_attainment", "useful_tokens_per_dollar", "cost_usd", "cost_per_qualifying_request_usd", "busy_fraction", "wasted_token_ratio", "kv_peak_occupancy", "preemptions", "sim_duration_s", "by_class"]
 
@@ -103,7 +103,7 @@ def test_the_dispatcher_keeps_overrides_after_the_multirun_flag(monkeypatch):
     from hydra._internal.utils import get_args_parser
 
     seen = {}
-    monkeypatch.setattr(cli, "_simulate_app", lambda: seen.setdefault("argv", list(sys.argv)))
+    monkeypatch.setattr(commands, "_simulate_app", lambda: seen.setdefault("argv", list(sys.argv)))
     monkeypatch.setattr(sys, "argv", ["servetune", "simulate", "-m", "workload=poisson",
                                       "policy.max_num_seqs=8,16"])
     cli.main()
@@ -115,7 +115,7 @@ def test_the_dispatcher_keeps_overrides_after_the_multirun_flag(monkeypatch):
 
 def test_an_output_folder_under_a_file_exits_2_naming_the_key(tmp_path, monkeypatch, capsys):
     (tmp_path / "f").write_text("")
-    monkeypatch.setattr(cli, "_simulate_app", lambda: pytest.fail("Hydra must not start"))
+    monkeypatch.setattr(commands, "_simulate_app", lambda: pytest.fail("Hydra must not start"))
     monkeypatch.setattr(sys, "argv", ["servetune", "simulate", f"hydra.run.dir={tmp_path}/f/r"])
     with pytest.raises(SystemExit) as exit_:
         cli.main()
@@ -136,7 +136,7 @@ def test_an_output_folder_that_cannot_be_created_exits_2_naming_the_key(args, me
     bare OSError traceback (exit 1)."""
     if not os.path.isdir("/proc/self") or not os.path.isdir("/sys"):
         pytest.skip("needs Linux /proc and /sys")
-    monkeypatch.setattr(cli, "_simulate_app", lambda: pytest.fail("Hydra must not start"))
+    monkeypatch.setattr(commands, "_simulate_app", lambda: pytest.fail("Hydra must not start"))
     monkeypatch.setattr(sys, "argv", ["servetune", "simulate", *args])
     with pytest.raises(SystemExit) as exit_:
         cli.main()
@@ -150,3 +150,28 @@ def test_a_writable_output_folder_is_left_as_it_was(tmp_path):
     assert cli.output_dir_problem([f"hydra.run.dir={tmp_path}/new/run"]) is None
     assert cli.output_dir_problem([f"hydra.run.dir={tmp_path}"]) is None
     assert list(tmp_path.iterdir()) == []
+
+
+HEAVY = ("jax", "scipy", "pandas", "hydra", "matplotlib", "plotly", "optax")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["simulat"], ["simulate", "hydra.run.dir=/proc/x"]])
+def test_help_and_bad_commands_answer_without_loading_the_simulator(argv):
+    """Issue 40 item 5: `servetune --help`, an unknown command and a bad output folder answer
+    without loading JAX, scipy, pandas, Hydra or the plotting libraries (python -X importtime
+    lists every module a process imports)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "servetune.cli", *argv],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == (0 if argv == ["--help"] else 2), proc.stderr[-2000:]
+    imported = {line.rpartition("|")[2].strip().split(".")[0]
+                for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "servetune" in imported and imported & set(HEAVY) == set()
+
+
+def test_importing_servetune_is_light_and_its_names_load_on_use():
+    code = ("import sys, servetune; light = not {'jax', 'scipy', 'pandas'} & set(sys.modules); "
+            "import jax; x64 = jax.config.jax_enable_x64; "
+            "print(light, x64, servetune.simulate.__module__, 'jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert out == ["True", "True", "servetune.api", "True"]
