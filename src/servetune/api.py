@@ -14,6 +14,7 @@ from servetune.driver import rollout
 from servetune.errors import ConfigError, ServetuneError
 from servetune.overrides import to_overrides
 from servetune.scenario import Scenario, build
+from servetune.suggest import override_problem
 
 REPR_METRICS = ("goodput_rps", "slo_attainment", "ttft_p99_s", "tpot_p99_s",
                 "useful_tokens_per_dollar")
@@ -114,14 +115,15 @@ def compose(overrides: Sequence[str] = (), **settings) -> DictConfig:
     except (HydraException, ValueError) as err:
         # name the first override that fails with the ones before it (a group choice changes
         # which keys the later ones may set), in the project's "key: problem" form
-        culprit = "overrides"
+        culprit, hint = "overrides", None
         for k, ovr in enumerate(overrides):
             try:
                 attempt(overrides[:k + 1])
             except (HydraException, ValueError):
                 culprit = ovr.split("=", 1)[0].lstrip("+~")
+                hint = override_problem([ovr], attempt(overrides[:k]))
                 break
-        raise ConfigError(f"{culprit}: {' '.join(str(err).split())}") from None
+        raise ConfigError(hint or f"{culprit}: {' '.join(str(err).split())}") from None
 
 
 class SimulationError(ServetuneError):

@@ -175,3 +175,34 @@ def test_importing_servetune_is_light_and_its_names_load_on_use():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()
     assert out == ["True", "True", "servetune.api", "True"]
+
+
+@pytest.mark.parametrize("override,message", [
+    ("policy.max_num_seq=64", ("error: policy.max_num_seq: no such key; did you mean "
+                              "policy.max_num_seqs")),
+    ("policy=vlm_default", ("error: policy=vlm_default: no such policy; did you mean "
+                           "policy=vllm_default?")),
+    ("polcy.max_num_seqs=64", ("error: polcy.max_num_seqs: no such key; did you mean "
+                              "policy.max_num_seqs?")),
+])
+def test_a_typo_gets_did_you_mean_before_hydra_or_jax_start(override, message):
+    """Issue 40 item 4: the CLI names the closest key or choice (suggest.py) and exits 2,
+    without Hydra's "+key" advice and without loading JAX."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "servetune.cli",
+                           "simulate", override], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 2 and message in proc.stderr and "+policy" not in proc.stderr
+    assert "| jax" not in proc.stderr
+
+
+def test_a_typo_in_a_python_keyword_gets_did_you_mean_not_hydras_plus():
+    from servetune import ConfigError, compose
+
+    with pytest.raises(ConfigError, match=r"^policy\.max_num_seq: no such key; did you mean "
+                                          r"policy\.max_num_seqs"):
+        compose(policy={"max_num_seq": 64})
+    with pytest.raises(ConfigError, match=r"^workload\.pth: no such key; did you mean "
+                                          r"workload\.path\?$"):
+        compose(["workload=file", "workload.pth=x"])
+    with pytest.raises(ConfigError, match=r"^workload\.rat: no such key; workload has .*rate_scale"):
+        compose(["workload.rat=3"])

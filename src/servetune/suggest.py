@@ -1,0 +1,110 @@
+""""Did you mean": the one place that turns an unknown config key or group choice into a message
+naming what exists, for the command line (servetune.cli, before Hydra starts) and for Python
+keywords (servetune.api.compose), where Hydra's own advice ("To append to your config use
++policy.max_num_seq=64") would add a key the simulator never reads."""
+
+from __future__ import annotations
+
+import difflib
+from importlib import resources
+
+from omegaconf import DictConfig
+
+
+def _close(word: str, options) -> list[str]:
+    return difflib.get_close_matches(word, sorted(options), n=3, cutoff=0.6)
+
+
+def _phrase(close: list[str]) -> str:
+    return "did you mean " + " or ".join(close) + "?" if close else ""
+
+
+def unknown_key(key: str, cfg: DictConfig) -> str | None:
+    """A message when dotted `key` is not in `cfg` ("policy.max_num_seq: no such key; did you
+    mean policy.max_num_seqs?"): the closest keys beside the first missing part, or the keys
+    there are; None when the key exists (or lies under a value that is not a mapping)."""
+    node, path, parts = cfg, [], key.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(node, DictConfig):
+            return None
+        if part not in node:
+            siblings = [str(k) for k in node]
+            close = [".".join([*path, c, *parts[i + 1:]]) for c in _close(part, siblings)]
+            if close:
+                return f"{key}: no such key; {_phrase(close)}"
+            return (f"{key}: no such key; {'.'.join(path) or 'the config'} has "
+                    f"{', '.join(sorted(siblings))}")
+        node = node[part]
+        path.append(part)
+    return None
+
+
+def group_options(group: str) -> list[str]:
+    """The choices of config group `group` (e.g. "policy"): its YAML files' names."""
+    folder = resources.files("servetune.conf")
+    for part in group.split("/"):
+        folder = folder / part
+    if not folder.is_dir():
+        return []
+    return sorted(f.name[:-5] for f in folder.iterdir() if f.name.endswith(".yaml"))
+
+
+def unknown_choice(group: str, choice: str) -> str | None:
+    """A message when `choice` is not an option of config group `group`, with the closest
+    options (or all of them); None when it is one, or `group` is not a servetune group."""
+    options = group_options(group)
+    if not options or choice in options:
+        return None
+    close = _close(choice, options)
+    return (f"{group}={choice}: no such {group}; "
+            + (_phrase([f"{group}={c}" for c in close]) if close else
+               f"expected one of {', '.join(options)}"))
+
+
+def override_problem(overrides: list[str], cfg: DictConfig) -> str | None:
+    """The first plain override (`key=value` or `group=choice`; not `+`, `~`, a sweep or a
+    Hydra key) that names no key or choice of `cfg` (the config composed with the overrides'
+    group choices), as unknown_key / unknown_choice word it; None when all are known."""
+    for override in overrides:
+        key, eq, value = override.partition("=")
+        if not eq or key.startswith(("+", "~", "hydra")) or key in ("-m", "--multirun"):
+            continue
+        if "." not in key and "/" not in key and group_options(key):
+            message = None if "," in value else unknown_choice(key, value)
+        else:
+            message = unknown_key(key, cfg) if "/" not in key else None
+        if message:
+            return message
+    return None
+
+
+def group_choices(overrides: list[str]) -> list[str]:
+    """The overrides that choose a known option of a config group (`workload=file`,
+    `+experiment=cascade`), single-valued: what must be composed before a key under that group
+    can be checked."""
+    out = []
+    for override in overrides:
+        key, eq, value = override.partition("=")
+        group = key.lstrip("+")
+        if (eq and "." not in key and not key.startswith(("~", "hydra", "-")) and "," not in value
+                and group_options(group) and not unknown_choice(group, value)):
+            out.append(override)
+    return out
+
+
+def check_overrides(overrides: list[str]) -> str | None:
+    """override_problem for command-line overrides, before Hydra starts: the config composed
+    with their group choices, then each plain override checked against it. None where the
+    choices themselves do not compose (Hydra will say why)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="servetune.conf", version_base=None):
+            cfg = compose(config_name="config", overrides=group_choices(overrides))
+    except Exception:  # noqa: BLE001 -- Hydra's own run reports it, in its words
+        return None
+    finally:
+        GlobalHydra.instance().clear()
+    return override_problem(overrides, cfg)
