@@ -12,6 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from servetune.suggest import check_overrides
+
 COMMANDS = {  # command -> what it does (servetune --help)
     "simulate": "simulate a serving engine on a trace; metrics, goodput, tokens per dollar",
     "tune": "search scheduler/admission settings for goodput per dollar; export them",
@@ -99,8 +101,6 @@ def main() -> None:
         sys.exit(getattr(importlib.import_module(module), name)(sys.argv[1:]))
     problem = output_dir_problem(sys.argv[1:])
     if not problem and not any(a in ("-h", "--help") for a in sys.argv[1:]):
-        from servetune.suggest import check_overrides
-
         problem = check_overrides(sys.argv[1:])
     if problem:
         from rich.console import Console
