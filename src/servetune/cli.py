@@ -100,7 +100,8 @@ def main() -> None:
         module, name = ARGPARSE_APPS[command].split(":")
         sys.exit(getattr(importlib.import_module(module), name)(sys.argv[1:]))
     problem = output_dir_problem(sys.argv[1:])
-    if not problem and not any(a in ("-h", "--help") for a in sys.argv[1:]):
+    if (not problem and command in ("simulate", "tune")  # the apps of conf/config.yaml
+            and not any(a in ("-h", "--help") for a in sys.argv[1:])):
         problem = check_overrides(sys.argv[1:])
     if problem:
         from rich.console import Console
