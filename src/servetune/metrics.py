@@ -386,23 +386,11 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         "kv_blocks": int(spec.kv_blocks),  # KV capacity (after weights, at kv_bits)
         "kv_peak_occupancy": float(np.max(np.asarray(st["kv_peak_blocks"]) / (
             spec.kv_blocks if spec.cascade is None else spec.cascade.kv_blocks()))),
-        "preemptions": int(st["preemptions"]),
-        "prefill_tokens": int(st["prefill_tokens"]),  # prompt and recomputed tokens processed
-        "decode_tokens": int(st["decode_tokens"]),
         "sim_duration_s": sim_s,
         "provisioned_s": provisioned_s,
         "mean_in_system": _mean_in_system(trace, res, st, sim_s),
         "window_s": window_s,
-        "iterations": int(st["steps"]),
-        "leaped_iterations": int(st["leaped"]),
-        "simple_steps": int(st["simple"]),  # loop bodies that took the simple step
-        "max_running": int(np.max(st["max_running"])),
-        "queue_window_overflow": int(st["window_overflow"]),
-        "slot_bound_iterations": int(st["slot_bound"]),
-        # entries per instance the run ended at, and how often it widened (servetune/width.py)
-        "entry_width": int(st.get("entry_width", 0)),
-        "widenings": int(st.get("widenings", 0)),
-        "stalled": bool(st["stalled"]),
+        **_engine_counts(st),
     })
     m.update(_speculation_metrics(st))
     if "prefix_lookups" in st:  # prefix caching (engine/prefix.py), as vLLM 0.32 counts it
@@ -413,6 +401,27 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
         m.update(cascade_lib.metrics(frame, window_s, spec.cascade, st["busy_s"], sim_s))
     _check_finite(m)
     return m
+
+
+def _engine_counts(st: dict) -> dict:
+    """What the engine did, from the run's statistics: iterations (stepped and leaped, loop
+    bodies that took the simple step), preemptions, tokens processed, the largest batch, the
+    capacity counters and the entry width it ended at."""
+    return {
+        "preemptions": int(st["preemptions"]),
+        "prefill_tokens": int(st["prefill_tokens"]),  # prompt and recomputed tokens processed
+        "decode_tokens": int(st["decode_tokens"]),
+        "iterations": int(st["steps"]),
+        "leaped_iterations": int(st["leaped"]),
+        "simple_steps": int(st["simple"]),  # loop bodies that took the simple step
+        "max_running": int(np.max(st["max_running"])),
+        "queue_window_overflow": int(st["window_overflow"]),
+        "slot_bound_iterations": int(st["slot_bound"]),
+        # entries per instance the run ended at, and how often it widened (servetune/width.py)
+        "entry_width": int(st.get("entry_width", 0)),
+        "widenings": int(st.get("widenings", 0)),
+        "stalled": bool(st["stalled"]),
+    }
 
 
 def _wasted(cols: dict, computed: np.ndarray) -> dict:

@@ -232,6 +232,51 @@ def _take_arrival(e: Entries, run: _Pass, held, t, arrival: NextArrival, k_other
     return admitted, j2, _Pass(n_j, ctx, prefill, dur, ends, k), attn
 
 
+def _bounds(e: Entries, running, left, params: Params, cfg: EngineConfig, kv_offset):
+    """What bounds a run but time: (free KV blocks, whether the iterations are uniform decodes
+    nobody can join, whether nobody waits, the iterations to the completion that ends it, the
+    iterations KV blocks and engine.leap_max allow (0 when not uniform)). `left` [A]: tokens
+    to each running request's completion."""
+    L = cfg.leap_max
+    n = jnp.sum(running, dtype=jnp.int32)
+    budget = token_budget(params.policy, cfg)
+    free = params.cost.kv_blocks - jnp.sum(e.blocks)
+    if kv_offset is not None:
+        free = free - kv_offset
+    uniform = (jnp.all(~running | ((pending_tokens(e) == 1) & (e.generated > 0)))
+               & (n > 0) & (n <= budget)
+               & _admission_blocked(e, n, budget, free, params, cfg, kv_offset is not None))
+    first_done = jnp.min(jnp.where(running, left, L))
+    nobody_waits = ~jnp.any(e.status == WAITING)
+    if crosses_completions(cfg):
+        k_done = jnp.where(nobody_waits, jnp.max(left), first_done)
+    else:
+        k_done = first_done
+    # paged KV: a request crosses at most ceil(K / block_size) block boundaries in K tokens
+    # (completions only free blocks)
+    k_kv = (L if cfg.kv_layout == "contiguous"
+            else cfg.block_size * (free // jnp.maximum(n, 1)))
+    return free, uniform, nobody_waits, k_done, jnp.where(uniform, jnp.minimum(k_kv, L), 0)
+
+
+def _advance(e: Entries, run: _Pass, grow, left, ratio, t, t_end, cfg: EngineConfig):
+    """The entries after the run's first run.k iterations, each request in it (`grow` [A])
+    decoding until the run ends or its output is complete (then retired at its last
+    iteration's end, seconds): (entries, completed [A] bool, tokens decoded)."""
+    steps = jnp.where(grow, jnp.minimum(run.k, left), 0)  # [A] iterations each request decodes
+    complete = grow & (steps >= left)
+    finish = t + run.ends[jnp.clip(steps - 1, 0, cfg.leap_max - 1)]  # [A] last iteration's end
+    computed = e.computed + steps
+    e = e.replace(
+        computed=computed,
+        generated=e.generated + steps,
+        tokens_computed=e.tokens_computed + steps,
+        last_emit=jnp.where(grow, jnp.where(complete, finish, t_end), e.last_emit),
+        blocks=jnp.where(grow, blocks_for(computed, cfg, ratio), e.blocks),
+    )
+    return retire(e, complete, COMPLETED, finish), complete, jnp.sum(steps, dtype=jnp.int32)
+
+
 def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=None,
          arrival: NextArrival | None = None) -> Run:
     """Apply the longest run of uniform decode iterations starting at t (seconds) whose
@@ -247,27 +292,9 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
     """
     L = cfg.leap_max
     running = e.status == RUNNING
-    n = jnp.sum(running, dtype=jnp.int32)
-    budget = token_budget(params.policy, cfg)
-    free = params.cost.kv_blocks - jnp.sum(e.blocks)
-    if kv_offset is not None:
-        free = free - kv_offset
-    uniform = (jnp.all(~running | ((pending_tokens(e) == 1) & (e.generated > 0)))
-               & (n > 0) & (n <= budget)
-               & _admission_blocked(e, n, budget, free, params, cfg, kv_offset is not None))
     left = jnp.where(running, e.output - e.generated, 0)  # [A] tokens to each completion
-    first_done = jnp.min(jnp.where(running, left, L))
-    nobody_waits = ~jnp.any(e.status == WAITING)
-    if crosses_completions(cfg):
-        k_done = jnp.where(nobody_waits, jnp.max(left), first_done)
-    else:
-        k_done = first_done
-    # paged KV: a request crosses at most ceil(K / block_size) block boundaries in K tokens
-    # (completions only free blocks)
-    k_kv = (L if cfg.kv_layout == "contiguous"
-            else cfg.block_size * (free // jnp.maximum(n, 1)))
-    k_other = jnp.where(uniform, jnp.minimum(k_kv, L), 0)  # what bounds it but time and done
-
+    free, uniform, nobody_waits, k_done, k_other = _bounds(e, running, left, params, cfg,
+                                                           kv_offset)
     ratio = pressure.ratio(e, cfg)
     j = jnp.arange(L)
     n_j, ctx, held = _profile(e, running, left, ratio, cfg)
@@ -275,7 +302,7 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
     k = jnp.minimum(jnp.minimum(_count_before(t, ends, dur, t_limit), k_done), k_other)
     run = _Pass(n_j, ctx, jnp.zeros_like(n_j), dur, ends, jnp.maximum(k, 0).astype(jnp.int32))
     attn = jnp.zeros_like(ctx)  # [L] attention work beyond the decodes' (a taken prompt's)
-    take, j2 = jnp.asarray(False), jnp.zeros_like(n)
+    take, j2 = jnp.asarray(False), jnp.zeros((), jnp.int32)
     if arrival is not None:
         k_with = jnp.where(uniform & nobody_waits, k_other, 0)
         take, j2, with_it, attn_with = _take_arrival(e, run, held, t, arrival, k_with, free,
@@ -290,16 +317,8 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
         # its place in vLLM's running list: after every request still running in iteration j2
         queue = jnp.max(jnp.where(running & (left > j2), e.qkey, 0))
     k = run.k
-    ends = run.ends
-    t_end = t + jnp.where(k > 0, ends[jnp.maximum(k - 1, 0)], 0.0)
-
+    t_end = t + jnp.where(k > 0, run.ends[jnp.maximum(k - 1, 0)], 0.0)
     grow = running & (k > 0)
-    steps = jnp.where(grow, jnp.minimum(k, left), 0)  # [A] iterations each request decodes
-    complete = grow & (steps >= left)
-    finish = t + ends[jnp.clip(steps - 1, 0, L - 1)]  # [A] its last iteration's end
-    last = jnp.where(complete, finish, t_end)
-    computed = e.computed + steps
-    blocks = jnp.where(grow, blocks_for(computed, cfg, ratio), e.blocks)
     in_run = j < k
     kv_peak = jnp.max(jnp.where(in_run, held, 0))
     # gaps: each request's first token of the run from its own last emission, then one gap
@@ -308,15 +327,7 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
     later = (j >= 1) & in_run
     gaps = jnp.concatenate([first_gap, jnp.where(later, run.dur, jnp.nan)])
     weights = jnp.concatenate([jnp.ones_like(first_gap), run.n_j.astype(jnp.float64)])
-    e = e.replace(
-        computed=computed,
-        generated=e.generated + steps,
-        tokens_computed=e.tokens_computed + steps,
-        last_emit=jnp.where(grow, last, e.last_emit),
-        blocks=blocks,
-    )
-    e = retire(e, complete, COMPLETED, finish)
-    tokens = jnp.sum(steps, dtype=jnp.int32)
+    e, complete, tokens = _advance(e, run, grow, left, ratio, t, t_end, cfg)
     if arrival is not None:
         e, complete, decoded = _admit_taken(e, complete, take, j2, k, t, run, arrival, queue,
                                             cfg)
