@@ -53,8 +53,8 @@ def rollout(wl: Workload, params: Params, cfg: EngineConfig, n_real: list[int],
     `n_real[s]` is workload s's unpadded request count; `progress(done, total)` is called after
     each compiled chunk. A narrow `cfg` (servetune/width.py) is widened where the live requests
     need it (every scenario of the batch together); each result's stats name the final width
-    (`entry_width`, entries per instance) and how often it grew (`widenings`). With several `devices` (default: all, every process's) the batch is
-    sharded over them (servetune/shard.py); results do not depend on it. A batch whose state
+    (`entry_width`, entries per instance) and how often it grew (`widenings`). With several
+    `devices` (default: all, every process's) the batch is sharded over them (servetune/shard.py); results do not depend on it. A batch whose state
     would not fit in memory is a ConfigError before anything is allocated (servetune/memory.py).
     """
     n_p = int(jax.tree.leaves(params)[0].shape[0])

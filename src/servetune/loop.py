@@ -90,23 +90,22 @@ def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) 
     def cond(carry):
         s, k = carry
         room = s.outbox.count + cfg.drain_per_step <= cap
-        return (~s.done) & room & (k < cfg.max_steps_per_chunk) & width.fits(s, wl, cfg, 64)
+        return ((~s.done) & room & (k < cfg.max_steps_per_chunk)
+                & width.fits(s, wl, cfg, ops.SEARCH_WINDOW))
 
     def body(carry):
         s, k = carry
         return iterate(s, wl, params, cfg), k + 1
 
     def fixed(_, carry):  # engine.chunk_length: a body that does nothing once inactive
-        go = cond(carry)
-        s, k = jax.lax.cond(go, body, lambda c: c, carry)
-        return s, k
+        return jax.lax.cond(cond(carry), body, lambda c: c, carry)
 
     start = (state, jnp.zeros_like(state.next_req))
     if cfg.chunk_length:
         state, _ = jax.lax.fori_loop(0, cfg.chunk_length, fixed, start)
     else:
         state, _ = jax.lax.while_loop(cond, body, start)
-    return state.replace(need=width.shortfall(state, wl, cfg, 64))
+    return state.replace(need=width.shortfall(state, wl, cfg, ops.SEARCH_WINDOW))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "n_steps"),

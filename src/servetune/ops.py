@@ -107,7 +107,11 @@ def exclusive_cumsum(x):
     return cumsum(x) - x
 
 
-def count_at_most(sorted_x, t, lo, window: int | None = 64):
+# the arrivals counted directly before count_at_most searches (one scenario; None under vmap)
+SEARCH_WINDOW = 64
+
+
+def count_at_most(sorted_x, t, lo, window: int | None = SEARCH_WINDOW):
     """How many entries of the ascending array `sorted_x` [N] are <= t, given that the first
     `lo` of them are (a lower bound the caller knows). Exact.
 

@@ -87,7 +87,7 @@ def plan(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Pl
     pol, kv_total = params.policy, params.cost.kv_blocks
     running = e.status == RUNNING
     n = jnp.sum(running, dtype=jnp.int32)
-    pending = pending_arrivals(r, t, wl, cfg, 64)
+    pending = pending_arrivals(r, t, wl, cfg, ops.SEARCH_WINDOW)
     take = pending == 1
     budget = token_budget(pol, cfg)
     grow = jnp.where(running, jnp.maximum(blocks_for(e.computed + 1, cfg) - e.blocks, 0), 0)
@@ -192,7 +192,7 @@ def iterate(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) ->
     pl = plan(state, wl, params, cfg)
     it = jax.lax.cond(pl.ok, lambda s: simple_iteration(s, wl, params, cfg, pl),
                       lambda s: _lean(iteration(s, wl, params, cfg)), state)
-    return _counted(conclude(state, wl, params, cfg, it, 64), pl.ok)
+    return _counted(conclude(state, wl, params, cfg, it, ops.SEARCH_WINDOW), pl.ok)
 
 
 def _counted(state: SimState, simple) -> SimState:

@@ -106,7 +106,8 @@ def order_matters(e, params: Params, cfg: EngineConfig):
             | (jnp.sum(new_blocks(e, need, cfg)) > free))
 
 
-def _occupancy(wl: Workload, t, t_next, n_arrived, ended_by_t, search_window=64):
+def _occupancy(wl: Workload, t, t_next, n_arrived, ended_by_t,
+               search_window=ops.SEARCH_WINDOW):
     """Integral over [t, t_next) of the requests in the system (arrived, not ended), in
     request-seconds: those present at t for the whole interval, plus each arrival inside it
     from its arrival time on. Requests end only at iteration boundaries."""
@@ -122,7 +123,8 @@ def step(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Si
     Only for scenarios that are not done: the rollout's while_loop guarantees it (under vmap,
     JAX keeps finished members' carries), so no per-iteration select over the whole state.
     """
-    return conclude(state, wl, params, cfg, iteration(state, wl, params, cfg), _SEARCH_WINDOW)
+    it = iteration(state, wl, params, cfg)
+    return conclude(state, wl, params, cfg, it, ops.SEARCH_WINDOW)
 
 
 def step_or_stay(state: SimState, wl: Workload, params: Params, cfg: EngineConfig):
@@ -139,7 +141,7 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     With engine.leap_max > 0 the step also applies the run of uniform decode iterations that
     follows the first one (engine/leap.py); `info` then describes the first iteration only."""
     it = iteration(state, wl, params, cfg)
-    new = conclude(state, wl, params, cfg, it, _SEARCH_WINDOW)
+    new = conclude(state, wl, params, cfg, it, ops.SEARCH_WINDOW)
     info = {"t": it.a.t, "dur": jnp.where(state.done, 0.0, it.dur),
             "tokens": jnp.where(state.done, 0, it.batch.tokens)}
     info["req"] = jnp.where(info["tokens"] > 0, it.adv.batch_req, -1)
@@ -163,16 +165,11 @@ class Iteration(NamedTuple):
 def iteration(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Iteration:
     """The first iteration of a step of one scenario (unbatched), in full: arrivals, the
     scheduling order (sorted only where it can matter), the schedule, its cost, the advance."""
-    a = _arrive(state, wl, params, cfg, _SEARCH_WINDOW)
+    a = _arrive(state, wl, params, cfg, ops.SEARCH_WINDOW)
     # the permutation (16 gathers) runs only with the sort; under vmap both branches run
     e = jax.lax.cond(a.sort, _in_scheduling_order(cfg), lambda e, t, pol: e, a.e, a.t,
                      params.policy)
     return _scheduled_iteration(state, wl, params, cfg, a, e)
-
-
-# arrival counts: a direct count of the next 64 requests, a binary search only beyond them
-# (ops.count_at_most); batched steps search (under vmap both would run)
-_SEARCH_WINDOW = 64
 
 
 class Arrived(NamedTuple):

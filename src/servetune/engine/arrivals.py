@@ -21,7 +21,7 @@ def pending_arrivals(next_req, t, wl: Workload, cfg: EngineConfig, search_window
 
 
 def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: EngineConfig,
-                  search_window: int | None = 64):
+                  search_window: int | None = ops.SEARCH_WINDOW):
     """Requests with arrival <= t join the queue in trace order, into free entries.
 
     Rejected on arrival (vLLM 0.32): a prompt of max_model_len tokens or more (the input
