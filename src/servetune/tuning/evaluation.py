@@ -228,15 +228,14 @@ def _written_verdicts(evaluation: pd.DataFrame) -> dict[str, Verdict]:
             if held_out(split) and rows["regression_verdict"].iloc[0]}
 
 
-def side_by_side(evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANCE
-                 ) -> list[dict]:
+def side_by_side(evaluation: pd.DataFrame) -> list[dict]:
     """One record per split: its scenarios, whether tuning saw it, the start's and the tuned
     policy's SLO attainment, useful tokens per USD and goodput (req/s) with the tuned one's 95%
     interval ([low, high], None where the scenarios give none), `regression` and, on held-out
     splits, `verdict` (why: the table's regression_verdict column where the tuner wrote one,
-    else `verdicts`)."""
+    under its tune.eval.regression_tolerance, else `verdicts` at the default tolerance)."""
     judged = (_written_verdicts(evaluation) if "regression_verdict" in evaluation.columns
-              else verdicts(evaluation, tolerance))
+              else verdicts(evaluation))
     out = []
     for split in dict.fromkeys(evaluation["split"]):
         rows = evaluation[evaluation["split"] == split].set_index("policy")

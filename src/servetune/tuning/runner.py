@@ -75,7 +75,7 @@ class Settings:
     workloads: list  # training workloads: a list of override lists
     export: bool
     export_on_regression: bool = False  # export even when tuned is worse than start held out
-    regression_tolerance: float = 1e-3  # relative loss that is a regression without interval
+    regression_tolerance: float = REGRESSION_TOLERANCE  # relative loss, without an interval
     policy_family: str = "linear"
     net_hidden: int = 0
     net_scale: float = 1.0
@@ -596,7 +596,7 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
     evaluation["regression_verdict"] = evaluation["split"].map(
         {split: v.why for split, v in judged.items()}).fillna("")
     write_whole(out_dir / "evaluation.csv", lambda tmp: evaluation.to_csv(tmp, index=False))
-    compared = side_by_side(evaluation, st.regression_tolerance)
+    compared = side_by_side(evaluation)  # the verdicts just written
     _plot(history, out_dir / "convergence.png", st.objective.slo_target)
     for split, verdict in judged.items():
         log(f"held-out {split}: {verdict.why}")
