@@ -159,9 +159,8 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
 
     write_all = jax.vmap(jax.vmap(write))
 
-    def body(carry):
-        s, k = carry
-        on = active(s, k)
+    def body(carry):  # `on` [S, P]: the scenarios this trip steps (active, computed once)
+        s, k, on = carry
         new = iterate_grid(s.replace(outbox=scratch), wl, params, cfg, on)
         box, rec = s.outbox, new.outbox
         fields = {f: write_all(getattr(box, f), getattr(rec, f), box.count, on)
@@ -170,16 +169,18 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
         rest = jax.tree.map(lambda a, b: jnp.where(on.reshape(on.shape + (1,) * (a.ndim - 2)),
                                                    a, b),
                             new.replace(outbox=None), s.replace(outbox=None))
-        return rest.replace(outbox=box), k + on.astype(k.dtype)
+        s, k = rest.replace(outbox=box), k + on.astype(k.dtype)
+        return s, k, active(s, k)
 
     def cond(carry):
-        return jnp.any(active(*carry))
+        return jnp.any(carry[2])
 
-    start = (state, jnp.zeros_like(state.next_req))
+    k0 = jnp.zeros_like(state.next_req)
+    start = (state, k0, active(state, k0))
     if cfg.chunk_length:  # engine.chunk_length: inactive scenarios' bodies are discarded
-        state, _ = jax.lax.fori_loop(0, cfg.chunk_length, lambda _, c: body(c), start)
+        state, _, _ = jax.lax.fori_loop(0, cfg.chunk_length, lambda _, c: body(c), start)
     else:
-        state, _ = jax.lax.while_loop(cond, body, start)
+        state, _, _ = jax.lax.while_loop(cond, body, start)
     return state.replace(need=ops.over_grid(lambda s, w: width.shortfall(s, w, cfg), "gs")(
         state, wl))
 
