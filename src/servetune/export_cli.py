@@ -92,8 +92,7 @@ def _tune_summary(path: Path) -> tuple[dict, bool]:
     read = {}
     for key, value in best.items():
         try:
-            read[key] = ([_finite_number(v) for v in value] if key == export.NET_KEY
-                         and isinstance(value, list) else json_number(value))
+            read[key] = (_weights(value) if key == export.NET_KEY else json_number(value))
         except ValueError as err:
             raise ServetuneError(f"{path}: best.{key} = {str(value)[:40]!r}; expected a "
                                  f"number ({err})") from None
@@ -103,12 +102,12 @@ def _tune_summary(path: Path) -> tuple[dict, bool]:
     return read, regression
 
 
-def _finite_number(value) -> float:
-    """One weight of a score net: a finite number (ValueError otherwise)."""
-    number = json_number(value)
-    if number is None or not math.isfinite(number):
-        raise ValueError("a score net's weights are finite numbers")
-    return number
+def _weights(value) -> list[float]:
+    """A score net's weights: a list of finite numbers (ValueError otherwise)."""
+    numbers = [json_number(v) for v in value] if isinstance(value, list) else None
+    if numbers is None or any(x is None or not math.isfinite(x) for x in numbers):
+        raise ValueError("a score net is a list of finite weights")
+    return numbers
 
 
 def choose_tuned(run_dir: Path) -> Chosen:

@@ -67,7 +67,7 @@ def override_problem(overrides: list[str], cfg: DictConfig) -> str | None:
     group choices), as unknown_key / unknown_choice word it; None when all are known."""
     for override in overrides:
         key, eq, value = override.partition("=")
-        if not eq or key.startswith(("+", "~", "hydra")) or key in ("-m", "--multirun"):
+        if not eq or key.startswith(("+", "~", "hydra", "-")):  # additions, deletions, flags
             continue
         if "." not in key and "/" not in key and group_options(key):
             message = None if "," in value else unknown_choice(key, value)
@@ -92,10 +92,15 @@ def group_choices(overrides: list[str]) -> list[str]:
     return out
 
 
+OTHER_CONFIG_FLAGS = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir")
+
+
 def check_overrides(overrides: list[str]) -> str | None:
     """override_problem for command-line overrides, before Hydra starts: the config composed
     with their group choices, then each plain override checked against it. None where the
     choices themselves do not compose (Hydra will say why)."""
+    if any(a.split("=")[0] in OTHER_CONFIG_FLAGS for a in overrides):
+        return None  # another primary config: Hydra checks its keys
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 

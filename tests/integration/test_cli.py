@@ -206,3 +206,11 @@ def test_a_typo_in_a_python_keyword_gets_did_you_mean_not_hydras_plus():
         compose(["workload=file", "workload.pth=x"])
     with pytest.raises(ConfigError, match=r"^workload\.rat: no such key; workload has .*rate_scale"):
         compose(["workload.rat=3"])
+
+
+def test_hydra_flags_and_other_primary_configs_are_left_to_hydra():
+    from servetune.suggest import check_overrides
+
+    assert check_overrides(["--cfg=job", "--info=config", "policy.max_num_seqs=8"]) is None
+    assert check_overrides(["-cn", "other", "other_section.key=1"]) is None
+    assert check_overrides(["policy.max_num_seqz=8"]).startswith("policy.max_num_seqz: no such")

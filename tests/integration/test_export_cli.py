@@ -108,13 +108,15 @@ def test_a_summary_written_by_the_tuner_exports_its_unlimited_values(grid, tmp_p
     assert _vllm(paths)["max_num_seqs"] == 48
 
 
-@pytest.mark.parametrize("value", ['"infinite"', "true", '[1]', '"nan"'])
-def test_a_summary_value_that_is_no_number_is_named(grid, tmp_path, value):
+@pytest.mark.parametrize("key,value", [("max_num_seqs", '"infinite"'), ("max_num_seqs", "true"),
+                                       ("max_num_seqs", "[1]"), ("max_num_seqs", '"nan"'),
+                                       ("score_net", "3"), ("score_net", '[1, "inf"]')])
+def test_a_summary_value_that_is_no_number_is_named(grid, tmp_path, key, value):
     tuned = tmp_path / "tuned"
     tuned.mkdir()
     shutil.copy(grid / "config_resolved.yaml", tuned)
-    (tuned / "tune_summary.json").write_text(f'{{"best": {{"max_num_seqs": {value}}}}}')
-    with pytest.raises(ServetuneError, match=r"tune_summary\.json: best\.max_num_seqs = .*; "
+    (tuned / "tune_summary.json").write_text(f'{{"best": {{"{key}": {value}}}}}')
+    with pytest.raises(ServetuneError, match=rf"tune_summary\.json: best\.{key} = .*; "
                                              r"expected a number"):
         export_point(tuned)
 
