@@ -137,7 +137,7 @@ def _start_vs_tuned(result, table_class):
                   if m["tuned_interval"] else "no information")
             first = k == 0
             regression = ("yes" if rec["regression"] else "trained on" if not rec["held_out"]
-                          else "tie" if rec.get("verdict", "").endswith("a tie") else "no")
+                          else "tie" if rec["tie"] else "no")
             split = f"{rec['split']}" if first else f"({rec['scenarios']} scenarios)" * (k == 1)
             table.add_row(split, head, fmt(m["start"]), fmt(m["tuned"]), ci,
                           regression if first else "", end_section=k == len(heads) - 1)

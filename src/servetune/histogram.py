@@ -27,11 +27,6 @@ def bin_values() -> np.ndarray:
 _BIN_VALUES = bin_values()
 
 
-def quantile(hist: np.ndarray, q: float) -> float:
-    """The q-quantile (0..1) of the histogrammed gaps, seconds; nan when empty."""
-    return quantiles(hist, (q,))[0]
-
-
 def quantiles(hist: np.ndarray, qs) -> list[float]:
     """The qs-quantiles (0..1 each) of the histogrammed gaps, seconds; nan when empty (one
     running sum for all of them)."""
@@ -45,4 +40,4 @@ def quantiles(hist: np.ndarray, qs) -> list[float]:
 def mean(hist: np.ndarray) -> float:
     """Mean of the histogrammed gaps (seconds, within 1%); nan when empty."""
     total = hist.sum()
-    return float((hist * bin_values()).sum() / total) if total > 0 else float("nan")
+    return float((hist * _BIN_VALUES).sum() / total) if total > 0 else float("nan")

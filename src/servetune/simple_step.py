@@ -78,16 +78,18 @@ class Plan(NamedTuple):
     grow: jnp.ndarray  # [A] i32 KV blocks each running request adds for its decode token
 
 
-def plan(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Plan:
+def plan(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
+         search_window: int | None = ops.SEARCH_WINDOW) -> Plan:
     """Whether the next iteration of one scenario (unbatched) is simple, and its arrival: the
     conditions under which the full step's arrival checks accept it and its scheduler keeps
-    every running request and admits it whole (engine/arrivals.py, engine/scheduler.py)."""
+    every running request and admits it whole (engine/arrivals.py, engine/scheduler.py).
+    `search_window`: see ops.count_at_most (None under vmap)."""
     e = jax.tree.map(lambda x: x[0], state.entries)
     t, r = state.clock[0], state.next_req
     pol, kv_total = params.policy, params.cost.kv_blocks
     running = e.status == RUNNING
     n = jnp.sum(running, dtype=jnp.int32)
-    pending = pending_arrivals(r, t, wl, cfg, ops.SEARCH_WINDOW)
+    pending = pending_arrivals(r, t, wl, cfg, search_window)
     take = pending == 1
     budget = token_budget(pol, cfg)
     grow = jnp.where(running, jnp.maximum(blocks_for(e.computed + 1, cfg) - e.blocks, 0), 0)
@@ -206,11 +208,10 @@ def iterate_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfi
     [S, P] is False step too; the caller discards their result): the simple first iteration
     for every scenario when every active one qualifies, else the full one for every one."""
     if applies(cfg):
-        ok = ops.over_grid(lambda s, w, p: plan(s, w, p, cfg).ok, "gsp")(state, wl, params)
-        simple = ops.over_grid(lambda s, w, p: simple_iteration(s, w, p, cfg, plan(s, w, p, cfg)),
-                               "gsp")
-        all_simple = jnp.all(ok | ~active)
-        it = jax.lax.cond(all_simple, lambda: simple(state, wl, params),
+        pl = ops.over_grid(lambda s, w, p: plan(s, w, p, cfg, None), "gsp")(state, wl, params)
+        simple = ops.over_grid(lambda s, w, p, q: simple_iteration(s, w, p, cfg, q), "gspg")
+        all_simple = jnp.all(pl.ok | ~active)
+        it = jax.lax.cond(all_simple, lambda: simple(state, wl, params, pl),
                           lambda: _lean(iteration_grid(state, wl, params, cfg, active)))
         return _counted(conclude_grid(state, wl, params, cfg, it), all_simple)
     return conclude_grid(state, wl, params, cfg, iteration_grid(state, wl, params, cfg, active))

@@ -11,7 +11,13 @@ from scipy import stats
 
 from servetune.api import compose
 from servetune.errors import ConfigError
-from servetune.tuning.evaluation import interval, regressions, side_by_side, verdicts
+from servetune.tuning.evaluation import (
+    interval,
+    mark_verdicts,
+    regressions,
+    side_by_side,
+    verdicts,
+)
 from servetune.tuning.split_overrides import holdout_lists, with_overrides
 
 
@@ -107,7 +113,11 @@ def test_float_noise_is_a_tie_not_a_regression():
     verdict = verdicts(table)["heldout_seeds"]
     assert not verdict.regression and regressions(table) == []
     assert "within the tolerance 0.1% (tune.eval.regression_tolerance): a tie" in verdict.why
-    assert side_by_side(table)[0]["verdict"] == verdict.why
+    assert side_by_side(table)[0]["verdict"] == verdict.why and side_by_side(table)[0]["tie"]
+    # as the tuner writes it into evaluation.csv and the console reads it back
+    mark_verdicts(table, {"heldout_seeds": verdict})
+    assert list(table["regression_tie"]) == [True, True] and not table["regression"].any()
+    assert side_by_side(table)[0]["verdict"] == verdict.why and side_by_side(table)[0]["tie"]
     # the same loss is a regression under a tolerance below it
     assert regressions(table, tolerance=1e-7) == ["heldout_seeds"]
 

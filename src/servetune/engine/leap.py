@@ -233,9 +233,9 @@ def _take_arrival(e: Entries, run: _Pass, held, t, arrival: NextArrival, k_other
 
 
 def _bounds(e: Entries, running, left, params: Params, cfg: EngineConfig, kv_offset):
-    """What bounds a run but time: (free KV blocks, whether the iterations are uniform decodes
-    nobody can join, whether nobody waits, the iterations to the completion that ends it, the
-    iterations KV blocks and engine.leap_max allow (0 when not uniform)). `left` [A]: tokens
+    """What bounds a run but time: (free KV blocks, whether nobody waits, the iterations to
+    the completion that ends it, the iterations KV blocks and engine.leap_max allow: 0 unless
+    the iterations are uniform decodes nobody can join). `left` [A]: tokens
     to each running request's completion."""
     L = cfg.leap_max
     n = jnp.sum(running, dtype=jnp.int32)
@@ -256,7 +256,7 @@ def _bounds(e: Entries, running, left, params: Params, cfg: EngineConfig, kv_off
     # (completions only free blocks)
     k_kv = (L if cfg.kv_layout == "contiguous"
             else cfg.block_size * (free // jnp.maximum(n, 1)))
-    return free, uniform, nobody_waits, k_done, jnp.where(uniform, jnp.minimum(k_kv, L), 0)
+    return free, nobody_waits, k_done, jnp.where(uniform, jnp.minimum(k_kv, L), 0)
 
 
 def _advance(e: Entries, run: _Pass, grow, left, ratio, t, t_end, cfg: EngineConfig):
@@ -293,8 +293,7 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
     L = cfg.leap_max
     running = e.status == RUNNING
     left = jnp.where(running, e.output - e.generated, 0)  # [A] tokens to each completion
-    free, uniform, nobody_waits, k_done, k_other = _bounds(e, running, left, params, cfg,
-                                                           kv_offset)
+    free, nobody_waits, k_done, k_other = _bounds(e, running, left, params, cfg, kv_offset)
     ratio = pressure.ratio(e, cfg)
     j = jnp.arange(L)
     n_j, ctx, held = _profile(e, running, left, ratio, cfg)
@@ -304,7 +303,7 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
     attn = jnp.zeros_like(ctx)  # [L] attention work beyond the decodes' (a taken prompt's)
     take, j2 = jnp.asarray(False), jnp.zeros((), jnp.int32)
     if arrival is not None:
-        k_with = jnp.where(uniform & nobody_waits, k_other, 0)
+        k_with = jnp.where(nobody_waits, k_other, 0)
         take, j2, with_it, attn_with = _take_arrival(e, run, held, t, arrival, k_with, free,
                                                      params, cfg)
         with_it = with_it._replace(k=jnp.minimum(with_it.k, jnp.maximum(

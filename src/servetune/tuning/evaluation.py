@@ -158,10 +158,12 @@ REGRESSION_TOLERANCE = 1e-3  # tune.eval.regression_tolerance's default: 0.1%
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """Whether the tuned policy regressed on one held-out split, and why, in words."""
+    """Whether the tuned policy regressed on one held-out split, whether it was worse only
+    within chance (a tie), and why, in words."""
 
     regression: bool
     why: str
+    tie: bool = False
 
 
 def _judge(start, tuned, tolerance: float) -> Verdict:
@@ -191,12 +193,13 @@ def _judge(start, tuned, tolerance: float) -> Verdict:
         regression = low > 0
         return Verdict(regression, f"{what} worse by {_pct(mean)}, 95% interval of the paired "
                        f"difference [{_pct(low)}, {_pct(high)}] "
-                       + ("above 0: a regression" if regression else "includes 0: a tie"))
+                       + ("above 0: a regression" if regression else "includes 0: a tie"),
+                       tie=not regression)
     regression = mean > tolerance
     return Verdict(regression, f"{what} worse by {_pct(mean)}, no interval (the scenarios "
                    f"give none), {'beyond' if regression else 'within'} the tolerance "
                    f"{_pct(tolerance)} (tune.eval.regression_tolerance)"
-                   + (": a regression" if regression else ": a tie"))
+                   + (": a regression" if regression else ": a tie"), tie=not regression)
 
 
 def _pct(x: float) -> str:
@@ -221,9 +224,21 @@ def regressions(evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANC
     return [s for s, v in verdicts(evaluation, tolerance).items() if v.regression]
 
 
+def mark_verdicts(evaluation: pd.DataFrame, judged: dict[str, Verdict]) -> None:
+    """Write `judged` into the evaluation table, in place: per row its split's `regression`,
+    `regression_tie` and `regression_verdict` (empty for the splits tuning saw)."""
+    for column, field, empty in (("regression", "regression", False),
+                                 ("regression_tie", "tie", False),
+                                 ("regression_verdict", "why", "")):
+        values = {split: getattr(v, field) for split, v in judged.items()}
+        evaluation[column] = evaluation["split"].map(values).fillna(empty)
+
+
 def _written_verdicts(evaluation: pd.DataFrame) -> dict[str, Verdict]:
-    """The verdicts the tuner wrote into its evaluation table (runner._finish)."""
-    return {split: Verdict(bool(rows["regression"].iloc[0]), str(rows["regression_verdict"].iloc[0]))
+    """The verdicts mark_verdicts wrote into an evaluation table."""
+    return {split: Verdict(bool(rows["regression"].iloc[0]),
+                           str(rows["regression_verdict"].iloc[0]),
+                           bool(rows["regression_tie"].iloc[0]))
             for split, rows in evaluation.groupby("split", sort=False)
             if held_out(split) and rows["regression_verdict"].iloc[0]}
 
@@ -250,6 +265,7 @@ def side_by_side(evaluation: pd.DataFrame) -> list[dict]:
             record[key] = {"start": float(start[key]), "tuned": float(tuned[key]),
                            "tuned_interval": None if math.isnan(low) else [low, high]}
         record["regression"] = split in judged and judged[split].regression
+        record["tie"] = split in judged and judged[split].tie
         if split in judged:
             record["verdict"] = judged[split].why
         out.append(record)

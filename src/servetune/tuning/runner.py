@@ -29,6 +29,7 @@ from servetune.tuning.evaluation import (
     REGRESSION_TOLERANCE,
     check_evaluation,
     evaluate_policies,
+    mark_verdicts,
     side_by_side,
     verdicts,
 )
@@ -592,9 +593,7 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
     evaluation = evaluate_policies(cfg, {"start": start_values, "tuned": best}, st, order)
     judged = verdicts(evaluation, st.regression_tolerance)
     regressed = [split for split, v in judged.items() if v.regression]
-    evaluation["regression"] = evaluation["split"].isin(regressed)
-    evaluation["regression_verdict"] = evaluation["split"].map(
-        {split: v.why for split, v in judged.items()}).fillna("")
+    mark_verdicts(evaluation, judged)
     write_whole(out_dir / "evaluation.csv", lambda tmp: evaluation.to_csv(tmp, index=False))
     compared = side_by_side(evaluation)  # the verdicts just written
     _plot(history, out_dir / "convergence.png", st.objective.slo_target)
