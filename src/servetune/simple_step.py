@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 
 from servetune import ops, relax
+from servetune.engine.advance import advance
 from servetune.engine.arrivals import pending_arrivals
 from servetune.engine.kv import blocks_for
-from servetune.engine.outbox import retire
 from servetune.engine.scheduler import (
     Batch,
     admission_cap,
@@ -40,6 +40,7 @@ from servetune.step import (
     Arrived,
     Iteration,
     batch_cost,
+    batch_totals,
     conclude,
     conclude_grid,
     iteration,
@@ -47,7 +48,6 @@ from servetune.step import (
     step,
 )
 from servetune.types import (
-    COMPLETED,
     EMPTY,
     RUNNING,
     WAITING,
@@ -154,26 +154,14 @@ def simple_iteration(state: SimState, wl: Workload, params: Params, cfg: EngineC
     tokens = jnp.where(running, 1, jnp.where(new, e.prompt, 0))
     batch = Batch(tokens=tokens, decode=running, preempted=jnp.zeros_like(running),
                   slot_bound=jnp.asarray(False), ended=jnp.zeros_like(running))
-    prompt = jnp.sum(jnp.where(new, e.prompt, 0)).astype(jnp.float64)
-    ctx = jnp.sum(jnp.where(running, e.computed, 0)).astype(jnp.float64)
-    n = jnp.sum(running, dtype=jnp.int32)
-    # batch_totals: prefill tokens, decodes, context read, attention work (each decode reads
-    # its context and itself; the prompt attends to itself)
-    totals = (prompt, n.astype(jnp.float64), ctx, ctx + n + prompt * (prompt + 1) / 2.0)
+    totals = batch_totals(e, batch)
     dur = batch_cost(e, batch, params, cfg, totals)
-    t_end = t + dur
-    generated = e.generated + (tokens > 0)
-    complete = (tokens > 0) & (generated >= e.output)
-    after = e.replace(computed=e.computed + tokens, generated=generated,
-                      tokens_computed=e.tokens_computed + tokens,
-                      first_token=jnp.where(new, t_end, e.first_token),
-                      last_emit=jnp.where(tokens > 0, t_end, e.last_emit))
-    after = retire(after, complete, COMPLETED, t_end)
+    after, gaps, complete = advance(e, batch, dur + t)
     take = pl.take.astype(jnp.int32)
     zero = jnp.zeros_like(take)
-    adv = Advanced(after, jnp.where(running, t_end - e.last_emit, jnp.nan), complete, zero,
-                   None, jnp.sum(e.blocks, dtype=jnp.int32), jnp.asarray(False), None, None,
-                   n + take)
+    n = jnp.sum(running, dtype=jnp.int32)
+    adv = Advanced(after, gaps, complete, zero, None, jnp.sum(e.blocks, dtype=jnp.int32),
+                   jnp.asarray(False), None, None, n + take)
     arrived = state.next_req + take
     a = Arrived(t, None, arrived, zero, arrived, zero, jnp.asarray(False), zero)
     return Iteration(a, batch, totals, dur, adv)
