@@ -372,8 +372,8 @@ def conclude(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, i
     t_next = jnp.where(busy, t + dur, _wake_time(adv.e, state, t, next_arrival, cfg, i))
     when = _Boundary(t, dur, t_next, busy, _stalled(adv.e, busy, cfg))
     limit = _skip_limit(adv, t_next, next_arrival, wl, remote, cfg, i)
-    arrival = (_next_arrival_for_leap(wl, a.next_req, wl.t_stop, cfg) if takes_arrivals(cfg)
-               else None)
+    arrival = (_next_arrival_for_leap(wl, a.next_req, next_arrival, cfg)
+               if takes_arrivals(cfg) else None)
     run = _skip_phase(adv, t_next, limit, params, cfg, i, arrival)
     e, box = outbox_lib.drain(run.e, state.outbox, cfg.drain_per_step)
     stats = _account(state, wl, a, batch, adv, run, when, params.cost.kv_blocks, search_window,
@@ -526,19 +526,19 @@ def _skip_limit(adv: Advanced, t_next, next_arrival, wl: Workload, remote, cfg: 
     return limit
 
 
-def _next_arrival_for_leap(wl: Workload, next_req, t_stop_limit, cfg: EngineConfig):
-    """The next request of the trace as a run of decode iterations may take it in
-    (engine/leap.NextArrival), with the limit on the run's starts once it is taken: the
-    arrival after it, or `t_stop_limit` (the stop time)."""
+def _next_arrival_for_leap(wl: Workload, next_req, at, cfg: EngineConfig):
+    """The next request of the trace (arriving at `at`, seconds: _next_arrival) as a run of
+    decode iterations may take it in (engine/leap.NextArrival), with the limit on the run's
+    starts once it is taken: the arrival after it, or the stop time."""
     n = wl.arrival.shape[0]
     idx = jnp.clip(next_req, 0, n - 1)
     prompt = wl.prompt[idx]
     return NextArrival(
-        req=next_req, at=_next_arrival(wl, next_req), prompt=prompt,
+        req=next_req, at=at, prompt=prompt,
         output=jnp.minimum(wl.output[idx], jnp.maximum(cfg.max_model_len - prompt, 1)),
         predicted=wl.predicted[idx],
         priority=wl.priority[idx] if cfg.scheduling_policy == "priority" else None,
-        t_limit=jnp.minimum(_next_arrival(wl, next_req + 1), t_stop_limit))
+        t_limit=jnp.minimum(_next_arrival(wl, next_req + 1), wl.t_stop))
 
 
 def _skip_phase(adv: Advanced, t_next, t_limit, params: Params, cfg: EngineConfig, i,
