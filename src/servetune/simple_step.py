@@ -23,17 +23,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from servetune import ops, relax
+from servetune import ops
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import pending_arrivals
 from servetune.engine.kv import blocks_for
+from servetune.engine.leap import admits_whole, takes_arrivals
 from servetune.engine.scheduler import (
     Batch,
-    admission_cap,
     pending_tokens,
-    prefill_cap,
     token_budget,
-    watermark_blocks,
 )
 from servetune.step import (
     Advanced,
@@ -60,13 +58,11 @@ from servetune.types import (
 
 
 def applies(cfg: EngineConfig) -> bool:
-    """Whether a simple step can exist under `cfg` (static): one instance, continuous
-    batching, preemption under KV pressure, and no mechanism that acts inside an iteration
-    (prefix caching, speculation, abandonment, a relaxed engine, a timeline)."""
-    return (cfg.fast_path and cfg.n_instances == 1 and cfg.batching == "continuous"
-            and cfg.kv_pressure == "preempt" and not cfg.prefix_cache and not cfg.speculation
-            and not cfg.abandonment and cfg.relax == "hard" and cfg.timeline_samples == 0
-            and cfg.cascade_small_instances == 0)
+    """Whether a simple step can exist under `cfg` (static): where a run of decodes may take
+    an arrival in (engine/leap.takes_arrivals: one instance, continuous batching, preemption
+    under KV pressure, no mechanism that acts inside an iteration), the same conditions, so
+    the two cannot drift apart."""
+    return cfg.fast_path and takes_arrivals(cfg)
 
 
 class Plan(NamedTuple):
@@ -86,33 +82,22 @@ def plan(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
     `search_window`: see ops.count_at_most (None under vmap)."""
     e = jax.tree.map(lambda x: x[0], state.entries)
     t, r = state.clock[0], state.next_req
-    pol, kv_total = params.policy, params.cost.kv_blocks
     running = e.status == RUNNING
     n = jnp.sum(running, dtype=jnp.int32)
     pending = pending_arrivals(r, t, wl, cfg, search_window)
     take = pending == 1
-    budget = token_budget(pol, cfg)
+    budget = token_budget(params.policy, cfg)
     grow = jnp.where(running, jnp.maximum(blocks_for(e.computed + 1, cfg) - e.blocks, 0), 0)
-    free_after = kv_total - jnp.sum(e.blocks) - jnp.sum(grow)
+    free_after = params.cost.kv_blocks - jnp.sum(e.blocks) - jnp.sum(grow)
     decoding = jnp.all(~running | ((pending_tokens(e) == 1) & (e.generated > 0)))
     ok = (decoding & ~jnp.any(e.status == WAITING) & (pending <= 1) & (n <= budget)
           & (free_after >= 0))
     idx = jnp.clip(r, 0, wl.arrival.shape[0] - 1)
     prompt = wl.prompt[idx]
     output = jnp.minimum(wl.output[idx], jnp.maximum(cfg.max_model_len - prompt, 1))
-    # its arrival checks, with nobody waiting and no running request still in its prompt
-    accepted = ((prompt < cfg.max_model_len)
-                & (blocks_for(jnp.maximum(prompt + output - 1, 1), cfg) <= kv_total)
-                & relax.below(0, relax.integer_limit(pol.queue_cap))
-                & (n + 1 <= relax.integer_limit(pol.max_num_queued_reqs))
-                & (0 < relax.integer_limit(pol.max_num_queued_tokens)))
-    # admitted at once, its whole prompt in this iteration
-    wm = jnp.where(n > 0, watermark_blocks(pol, kv_total), 0)
-    whole = ((prompt <= prefill_cap(pol, budget, n + 1, cfg)) & (prompt <= budget - n)
-             & relax.below(0, admission_cap(pol) - n) & (n < cfg.max_slots)
-             & relax.at_most(blocks_for(prompt, cfg), free_after - wm))
     empty = e.status == EMPTY
-    ok = ok & (~take | (accepted & whole & (prompt > 0) & jnp.any(empty)))
+    ok = ok & (~take | (admits_whole(prompt, output, n, free_after, params, cfg)
+                        & jnp.any(empty)))
     return Plan(ok, take, jnp.argmax(empty).astype(jnp.int32), grow)
 
 

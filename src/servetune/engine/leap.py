@@ -192,6 +192,28 @@ def _count_before(t, ends, dur, limit):
     return jnp.sum(t + (ends - dur) < limit, dtype=jnp.int32)
 
 
+def admits_whole(prompt, output, n_running, free, params: Params, cfg: EngineConfig):
+    """[] bool: a request of `prompt` and `output` tokens, arriving while nobody waits and
+    `n_running` requests decode, passes the full step's arrival checks (engine/arrivals.py:
+    under max_model_len, could ever fit the KV cache, the gateway's and API server's caps)
+    and is admitted at once with its whole prompt in one chunk (engine/scheduler.py: the
+    sequence cap, the token budget, its prefill cap, max_slots, and its blocks within the
+    `free` ones left after the decodes took theirs, above the watermark while anyone runs).
+    The one rule the simple step and a run that takes an arrival in share."""
+    pol, kv_total = params.policy, params.cost.kv_blocks
+    budget = token_budget(pol, cfg)
+    watermark = jnp.where(n_running > 0, watermark_blocks(pol, kv_total), 0)
+    accepted = ((prompt > 0) & (prompt < cfg.max_model_len)
+                & (blocks_for(jnp.maximum(prompt + output - 1, 1), cfg) <= kv_total)
+                & relax.below(0, relax.integer_limit(pol.queue_cap))
+                & (n_running + 1 <= relax.integer_limit(pol.max_num_queued_reqs))
+                & (0 < relax.integer_limit(pol.max_num_queued_tokens)))
+    return (accepted & (prompt <= prefill_cap(pol, budget, n_running + 1, cfg))
+            & (prompt <= budget - n_running) & relax.below(0, admission_cap(pol) - n_running)
+            & (n_running < cfg.max_slots)
+            & relax.at_most(blocks_for(prompt, cfg), free - watermark))
+
+
 def _take_arrival(e: Entries, run: _Pass, held, t, arrival: NextArrival, k_other, free,
                   params: Params, cfg: EngineConfig):
     """Whether the run takes `arrival` in, in which iteration (j2), and the run with it.
@@ -200,24 +222,14 @@ def _take_arrival(e: Entries, run: _Pass, held, t, arrival: NextArrival, k_other
     first to start at or after it): it passes its arrival checks, someone still runs then,
     nobody waits, and the sequence cap, the token budget, its prefill cap and the KV blocks
     above the watermark (after that iteration's decodes took theirs) all let it in."""
-    L, pol = cfg.leap_max, params.policy
-    kv_total = params.cost.kv_blocks
+    L, kv_total = cfg.leap_max, params.cost.kv_blocks
     j = jnp.arange(L)
     j2 = _count_before(t, run.ends, run.dur, arrival.at)
     at = jnp.minimum(j2, L - 1)
     n2 = run.n_j[at]  # requests decoding in iteration j2
     p, o = arrival.prompt, arrival.output
-    budget = token_budget(pol, cfg)
-    free_j2 = kv_total - held[at]
-    admitted = ((j2 < k_other) & (n2 > 0) & (p > 0) & (p < cfg.max_model_len)
-                & (blocks_for(jnp.maximum(p + o - 1, 1), cfg) <= kv_total)
-                & relax.below(0, relax.integer_limit(pol.queue_cap))
-                & (n2 + 1 <= relax.integer_limit(pol.max_num_queued_reqs))
-                & (0 < relax.integer_limit(pol.max_num_queued_tokens))
-                & (p <= prefill_cap(pol, budget, n2 + 1, cfg)) & (p <= budget - n2)
-                & relax.below(0, admission_cap(pol) - n2) & (n2 < cfg.max_slots)
-                & relax.at_most(blocks_for(p, cfg), free_j2 - watermark_blocks(pol, kv_total))
-                & jnp.any(e.status == EMPTY))
+    admitted = ((j2 < k_other) & (n2 > 0) & jnp.any(e.status == EMPTY)
+                & admits_whole(p, o, n2, kv_total - held[at], params, cfg))
     decodes = (j > j2) & (j < j2 + o)  # its decodes after its prefill iteration
     n_j = run.n_j + decodes
     ctx = run.ctx + jnp.where(decodes, (p - j2 - 1 + j).astype(jnp.float64), 0.0)
