@@ -27,7 +27,13 @@ from servetune import ops
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import pending_arrivals
 from servetune.engine.kv import blocks_for
-from servetune.engine.leap import admits_whole, takes_arrivals
+from servetune.engine.leap import (
+    NextArrival,
+    admit,
+    admits_whole,
+    next_arrival_of,
+    takes_arrivals,
+)
 from servetune.engine.scheduler import (
     Batch,
     pending_tokens,
@@ -72,6 +78,7 @@ class Plan(NamedTuple):
     take: jnp.ndarray  # [] bool it takes one arrival in (and admits it)
     slot: jnp.ndarray  # [] i32 the entry the arrival takes (the first empty one)
     grow: jnp.ndarray  # [A] i32 KV blocks each running request adds for its decode token
+    arrival: NextArrival  # the next request of the trace (taken in where `take`)
 
 
 def plan(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
@@ -92,38 +99,24 @@ def plan(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
     decoding = jnp.all(~running | ((pending_tokens(e) == 1) & (e.generated > 0)))
     ok = (decoding & ~jnp.any(e.status == WAITING) & (pending <= 1) & (n <= budget)
           & (free_after >= 0))
-    idx = jnp.clip(r, 0, wl.arrival.shape[0] - 1)
-    prompt = wl.prompt[idx]
-    output = jnp.minimum(wl.output[idx], jnp.maximum(cfg.max_model_len - prompt, 1))
+    arrival = next_arrival_of(wl, r, wl.arrival[jnp.clip(r, 0, wl.arrival.shape[0] - 1)],
+                              wl.t_stop, cfg)
     empty = e.status == EMPTY
-    ok = ok & (~take | (admits_whole(prompt, output, n, free_after, params, cfg)
+    ok = ok & (~take | (admits_whole(arrival.prompt, arrival.output, n, free_after, params, cfg)
                         & jnp.any(empty)))
-    return Plan(ok, take, jnp.argmax(empty).astype(jnp.int32), grow)
+    return Plan(ok, take, jnp.argmax(empty).astype(jnp.int32), grow, arrival)
 
 
-def _arrival(e: Entries, pl: Plan, t, next_req, wl: Workload, cfg: EngineConfig) -> Entries:
+def _arrival(e: Entries, pl: Plan, t, cfg: EngineConfig) -> Entries:
     """Entries with the arrival (if the plan takes one) in its slot, as engine/arrivals.fill
-    puts an accepted request there, already admitted (RUNNING from t)."""
+    puts an accepted request there, already admitted (RUNNING from t, seconds) at the end of
+    vLLM's running list."""
     at = (jnp.arange(e.req.shape[0]) == pl.slot) & pl.take
-    idx = jnp.clip(next_req, 0, wl.arrival.shape[0] - 1)
-    prompt = wl.prompt[idx]
-    output = jnp.minimum(wl.output[idx], jnp.maximum(cfg.max_model_len - prompt, 1))
-    put = lambda new, old: jnp.where(at, new, old)
     last = jnp.maximum(jnp.max(jnp.where(e.status == RUNNING, e.qkey, 0)), 0)
-    nan = jnp.full_like(e.finish, jnp.nan)
-    return e.replace(
-        req=put(idx, e.req), status=put(RUNNING, e.status), arrival=put(wl.arrival[idx],
-                                                                          e.arrival),
-        prompt=put(prompt, e.prompt), output=put(output, e.output),
-        predicted=put(wl.predicted[idx], e.predicted), computed=put(0, e.computed),
-        generated=put(0, e.generated), preempted=put(False, e.preempted),
-        n_preempt=put(0, e.n_preempt), tokens_computed=put(0, e.tokens_computed),
-        first_token=put(nan, e.first_token), last_emit=put(nan, e.last_emit),
-        finish=put(nan, e.finish), end_state=put(-1, e.end_state), qkey=put(last + 1, e.qkey),
-        scheduled_at=put(t, e.scheduled_at), reject_reason=put(-1, e.reject_reason),
-        blocks=put(blocks_for(prompt, cfg), e.blocks),
-        priority=(put(wl.priority[idx], e.priority) if cfg.scheduling_policy == "priority"
-                  else e.priority))
+    return admit(e, at, pl.arrival, status=RUNNING, computed=0, generated=0,
+                 tokens_computed=0, first_token=jnp.nan, last_emit=jnp.nan, finish=jnp.nan,
+                 end_state=-1, qkey=last + 1, scheduled_at=t,
+                 blocks=blocks_for(pl.arrival.prompt, cfg))
 
 
 def simple_iteration(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
@@ -134,7 +127,7 @@ def simple_iteration(state: SimState, wl: Workload, params: Params, cfg: EngineC
     t = state.clock[0]
     running = e.status == RUNNING
     e = e.replace(blocks=e.blocks + pl.grow)
-    e = _arrival(e, pl, t, state.next_req, wl, cfg)
+    e = _arrival(e, pl, t, cfg)
     new = (e.status == RUNNING) & ~running  # the arrival, admitted
     tokens = jnp.where(running, 1, jnp.where(new, e.prompt, 0))
     batch = Batch(tokens=tokens, decode=running, preempted=jnp.zeros_like(running),

@@ -14,7 +14,7 @@ from servetune.engine import prefix as prefix_lib
 from servetune.engine.abandon import abandon, next_give_up
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
-from servetune.engine.leap import NextArrival, leap, takes_arrivals
+from servetune.engine.leap import NextArrival, leap, next_arrival_of, takes_arrivals
 from servetune.engine.scheduler import new_blocks, schedule, token_budget, wanted_tokens
 from servetune.grad import pace, swap
 from servetune.grad.shift import admission_shift
@@ -372,7 +372,8 @@ def conclude(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, i
     t_next = jnp.where(busy, t + dur, _wake_time(adv.e, state, t, next_arrival, cfg, i))
     when = _Boundary(t, dur, t_next, busy, _stalled(adv.e, busy, cfg))
     limit = _skip_limit(adv, t_next, next_arrival, wl, remote, cfg, i)
-    arrival = (_next_arrival_for_leap(wl, a.next_req, next_arrival, cfg)
+    arrival = (next_arrival_of(wl, a.next_req, next_arrival,
+                               jnp.minimum(_next_arrival(wl, a.next_req + 1), wl.t_stop), cfg)
                if takes_arrivals(cfg) else None)
     run = _skip_phase(adv, t_next, limit, params, cfg, i, arrival)
     e, box = outbox_lib.drain(run.e, state.outbox, cfg.drain_per_step)
@@ -524,21 +525,6 @@ def _skip_limit(adv: Advanced, t_next, next_arrival, wl: Workload, remote, cfg: 
     if cfg.prefix_cache:  # no skipping while cache insertions are still due
         limit = jnp.where(adv.insertions_due, t_next, limit)
     return limit
-
-
-def _next_arrival_for_leap(wl: Workload, next_req, at, cfg: EngineConfig):
-    """The next request of the trace (arriving at `at`, seconds: _next_arrival) as a run of
-    decode iterations may take it in (engine/leap.NextArrival), with the limit on the run's
-    starts once it is taken: the arrival after it, or the stop time."""
-    n = wl.arrival.shape[0]
-    idx = jnp.clip(next_req, 0, n - 1)
-    prompt = wl.prompt[idx]
-    return NextArrival(
-        req=next_req, at=at, prompt=prompt,
-        output=jnp.minimum(wl.output[idx], jnp.maximum(cfg.max_model_len - prompt, 1)),
-        predicted=wl.predicted[idx],
-        priority=wl.priority[idx] if cfg.scheduling_policy == "priority" else None,
-        t_limit=jnp.minimum(_next_arrival(wl, next_req + 1), wl.t_stop))
 
 
 def _skip_phase(adv: Advanced, t_next, t_limit, params: Params, cfg: EngineConfig, i,

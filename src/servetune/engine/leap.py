@@ -41,6 +41,7 @@ from servetune.types import (
     EngineConfig,
     Entries,
     Params,
+    Workload,
 )
 
 
@@ -107,6 +108,32 @@ class NextArrival(NamedTuple):
     priority: jnp.ndarray | None  # [] i32 its fixed priority (scheduling_policy priority)
     t_limit: jnp.ndarray  # [] f64 what bounds the run's starts once it is taken in (the
     #                       arrival after it, the stop time; seconds)
+
+
+def next_arrival_of(wl: Workload, next_req, at, t_limit, cfg: EngineConfig) -> NextArrival:
+    """The trace's request `next_req` (arriving at `at`, seconds) as NextArrival: its output
+    cut at max_model_len as the arrival step cuts it, `t_limit` the run's limit once taken."""
+    idx = jnp.clip(next_req, 0, wl.arrival.shape[0] - 1)
+    prompt = wl.prompt[idx]
+    return NextArrival(
+        req=next_req, at=at, prompt=prompt,
+        output=jnp.minimum(wl.output[idx], jnp.maximum(cfg.max_model_len - prompt, 1)),
+        predicted=wl.predicted[idx],
+        priority=wl.priority[idx] if cfg.scheduling_policy == "priority" else None,
+        t_limit=t_limit)
+
+
+def admit(e: Entries, slot, arrival: NextArrival, **fields) -> Entries:
+    """Entries with `arrival` written into the entry `slot` [A] bool marks, as an accepted and
+    admitted request: its trace fields, never preempted or rejected, and `fields` (entry
+    field -> value) for where it stands now (status, tokens, times, queue key, blocks)."""
+    put = lambda new, old: jnp.where(slot, new, old)
+    written = dict(req=arrival.req, arrival=arrival.at, prompt=arrival.prompt,
+                   output=arrival.output, predicted=arrival.predicted, preempted=False,
+                   n_preempt=0, reject_reason=-1, **fields)
+    if arrival.priority is not None:
+        written["priority"] = arrival.priority
+    return e.replace(**{k: put(v, getattr(e, k)) for k, v in written.items()})
 
 
 def crosses_completions(cfg: EngineConfig) -> bool:
@@ -368,23 +395,12 @@ def _admit_taken(e: Entries, complete, take, j2, k, t, run: _Pass, arrival: Next
     first = t + run.ends[jnp.clip(j2, 0, L - 1)]
     last = t + run.ends[jnp.clip(j2 + steps - 1, 0, L - 1)]
     start = jnp.where(j2 > 0, t + run.ends[jnp.clip(j2 - 1, 0, L - 1)], t)
-    queue = jnp.maximum(queue, 0)
-    put = lambda new, old: jnp.where(slot, new, old)
     computed = p + steps - 1
-    e = e.replace(
-        req=put(arrival.req, e.req), status=put(jnp.where(done, DONE, RUNNING), e.status),
-        arrival=put(arrival.at, e.arrival), prompt=put(p, e.prompt),
-        output=put(o, e.output), predicted=put(arrival.predicted, e.predicted),
-        computed=put(computed, e.computed), generated=put(steps, e.generated),
-        blocks=put(jnp.where(done, 0, blocks_for(computed, cfg)), e.blocks),
-        preempted=put(False, e.preempted), n_preempt=put(0, e.n_preempt),
-        tokens_computed=put(computed, e.tokens_computed), first_token=put(first, e.first_token),
-        last_emit=put(last, e.last_emit), finish=put(jnp.where(done, last, jnp.nan), e.finish),
-        end_state=put(jnp.where(done, COMPLETED, -1), e.end_state),
-        qkey=put(queue + 1, e.qkey), scheduled_at=put(start, e.scheduled_at),
-        reject_reason=put(-1, e.reject_reason),
-        priority=(put(arrival.priority, e.priority) if arrival.priority is not None
-                  else e.priority))
+    e = admit(e, slot, arrival, status=jnp.where(done, DONE, RUNNING), computed=computed,
+              generated=steps, blocks=jnp.where(done, 0, blocks_for(computed, cfg)),
+              tokens_computed=computed, first_token=first, last_emit=last,
+              finish=jnp.where(done, last, jnp.nan), end_state=jnp.where(done, COMPLETED, -1),
+              qkey=jnp.maximum(queue, 0) + 1, scheduled_at=start)
     return e, complete | (slot & done), jnp.where(take, steps - 1, 0)
 
 
