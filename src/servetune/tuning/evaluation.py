@@ -231,7 +231,7 @@ def mark_verdicts(evaluation: pd.DataFrame, judged: dict[str, Verdict]) -> None:
                                  ("regression_tie", "tie", False),
                                  ("regression_verdict", "why", "")):
         values = {split: getattr(v, field) for split, v in judged.items()}
-        evaluation[column] = evaluation["split"].map(values).fillna(empty)
+        evaluation[column] = [values.get(split, empty) for split in evaluation["split"]]
 
 
 def _written_verdicts(evaluation: pd.DataFrame) -> dict[str, Verdict]:
