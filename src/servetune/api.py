@@ -32,6 +32,10 @@ class RequestTables(Sequence):
     def __len__(self) -> int:
         return len(self._columns)
 
+    def columns(self, k: int) -> dict:
+        """Scenario k's table as {column: numpy array [N]} (metrics.request_columns)."""
+        return self._columns[k]
+
     def __getitem__(self, k):
         if isinstance(k, slice):
             return [self[i] for i in range(*k.indices(len(self)))]

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from servetune.api import simulate_batch
 from servetune.entry import exit_on_user_error
+from servetune.errors import ConfigError
 from servetune.files import write_json, write_text, write_whole
 from servetune.progress import console as progress_console
 from servetune.progress import simulation_progress
@@ -40,6 +41,7 @@ def simulate_job(cfg: DictConfig):
     console = progress_console(stderr=True)
     out = Path(HydraConfig.get().runtime.output_dir)
     check_config(cfg)
+    save_detailed(cfg)  # refused before the simulation, not after it
     scenario = build(cfg)
     n = len(scenario.seeds) * len(scenario.grid_points)
     console.print(f"simulating {n} scenario(s) of {len(scenario.traces[0])} requests "
@@ -53,7 +55,7 @@ def simulate_job(cfg: DictConfig):
                               scenario.grid_points * len(scenario.seeds), result.metrics)]}
     doc = dict(doc, wall_s=result.wall_s)
     write_json(out / "metrics.json", doc)
-    bench = [m["vllm_bench"] for m in result.metrics]  # vllm bench serve's names, to diff
+    bench = bench_documents(cfg, result)  # vllm bench serve --save-result's file, to diff
     write_json(out / "vllm_bench.json", bench[0] if n == 1 else bench)
     write_whole(out / "metrics.csv", lambda tmp: result.table.to_csv(tmp, index=False))
     if cfg.output.request_table:
@@ -82,6 +84,34 @@ def simulate_job(cfg: DictConfig):
               + (", timeline.parquet" if result.timelines else "")
               + f"  ({result.wall_s:.1f} s wall)")
     return result, objective
+
+
+def save_detailed(cfg: DictConfig) -> bool | None:
+    """output.save_detailed: None (by size), True or False; ConfigError naming it otherwise."""
+    value = OmegaConf.select(cfg, "output.save_detailed")
+    if value is not None and not isinstance(value, bool):
+        raise ConfigError(f"output.save_detailed: got {value!r}; expected true, false or null "
+                          f"(null: the per-request arrays only while they are small)")
+    return value
+
+
+def bench_documents(cfg: DictConfig, result) -> list[dict]:
+    """One `vllm bench serve --save-result` document per scenario of `result` (bench_file.py),
+    named after the configured model and, for workload.vllm_bench, sent at its rate."""
+    from servetune import bench_file
+    from servetune.export import model_id
+
+    model = model_id(cfg)
+    vllm = OmegaConf.select(cfg, "workload.vllm_bench")
+    vllm = OmegaConf.to_container(vllm, resolve=True) if vllm is not None else None
+    detailed = save_detailed(cfg)
+    docs = []
+    for k, metrics in enumerate(result.metrics):
+        cols = result.requests.columns(k)
+        counted = cols["arrival_s"][cols["counted"].astype(bool)]
+        meta = bench_file.about(model, counted, vllm)
+        docs.append(bench_file.bench_result(cols, metrics["vllm_bench"], meta, detailed))
+    return docs
 
 
 def run_simulate(cfg: DictConfig) -> dict:

@@ -127,16 +127,27 @@ def policy_to_config(values: Mapping[str, object], order: str, engine: Mapping |
     return cfg
 
 
+def model_id(cfg: DictConfig) -> str:
+    """The model the run names for vLLM's --model: model.hf_id where set (the user's own
+    checkpoint or fine-tune), else the catalog's Hugging Face id of model.name."""
+    own = OmegaConf.select(cfg, "model.hf_id")
+    if own is not None:
+        if not isinstance(own, str) or not own.strip():
+            raise ConfigError(f"model.hf_id: got {own!r}; expected the model's name as vLLM "
+                              f"loads it (a Hugging Face id or a path), or null")
+        return own
+    return hardware.lookup(hardware.MODELS, OmegaConf.select(cfg, "model.name"), "model.name").hf_id
+
+
 def deployment(cfg: DictConfig, scenario) -> dict:
     """What the simulated engine ran, for the exports: model (Hugging Face id), GPUs per instance
     (tensor_parallel_size), usable KV blocks (num_gpu_blocks) of the model's instances,
     max_model_len (tokens, resolved), weight_bits and kv_bits, prefix caching on or off, and the
     draft model (Hugging Face id, None without speculation). `scenario`: scenario.build(cfg)."""
-    model = hardware.lookup(hardware.MODELS, OmegaConf.select(cfg, "model.name"), "model.name")
     draft = OmegaConf.select(cfg, "speculation.draft")
     kv = np.asarray(scenario.params.cost.kv_blocks)
     kv = kv.reshape(kv.shape[0], -1)[0, -1] if kv.ndim else kv  # last instance: the model's
-    return {"model": model.hf_id, "tensor_parallel_size": int(OmegaConf.select(cfg, "hardware.tp")
+    return {"model": model_id(cfg), "tensor_parallel_size": int(OmegaConf.select(cfg, "hardware.tp")
                                                                or 1),
             "num_gpu_blocks": int(kv), "max_model_len": int(scenario.engine.max_model_len),
             "weight_bits": int(OmegaConf.select(cfg, "model.weight_bits") or 16),

@@ -37,7 +37,8 @@ def test_simulate_writes_outputs(tmp_path):
     assert "goodput" in proc.stdout
     # vllm bench serve's names (tests/integration/test_vllm_bench_names.py) and the timeline
     bench = json.loads((tmp_path / "vllm_bench.json").read_text())
-    assert bench == metrics["vllm_bench"] and bench["completed"] == metrics["n_completed"]
+    assert {k: bench[k] for k in metrics["vllm_bench"]} == metrics["vllm_bench"]
+    assert bench["completed"] == metrics["n_completed"] == len(bench["latencies"])
     assert {"request_goodput", "mean_ttft_ms", "median_tpot_ms", "p99_itl_ms",
             "std_e2el_ms"} <= set(bench)
     assert bench["mean_ttft_ms"] == pytest.approx(1000 * metrics["ttft_mean_s"])
@@ -96,6 +97,10 @@ def test_each_hydra_command_has_its_own_help(command):
     assert f"usage: servetune {command}" in proc.stdout
     assert "powered by Hydra" not in proc.stdout
     assert "== Configuration groups ==" in proc.stdout  # Hydra's reference stays
+    if command == "simulate":  # every file a run writes is named
+        for name in ("metrics.json", "metrics.csv", "objective.json", "vllm_bench.json",
+                     "requests.parquet", "timeline.parquet", "config_resolved.yaml"):
+            assert name in proc.stdout, name
 
 
 def test_the_dispatcher_keeps_overrides_after_the_multirun_flag(monkeypatch):
