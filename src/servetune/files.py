@@ -98,6 +98,20 @@ def json_number(value) -> float | int | None:
     raise ValueError(f"{str(value)[:40]!r} is not a number (or \"inf\", \"-inf\", null)")
 
 
+def from_jsonable(obj, null=None):
+    """`obj` as `jsonable` wrote it, read back through dicts and lists: "inf" / "-inf" as the
+    infinities, null as `null` (math.nan where every value is a number, as in a table's row)."""
+    if isinstance(obj, dict):
+        return {k: from_jsonable(v, null) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [from_jsonable(v, null) for v in obj]
+    if obj is None:
+        return null
+    if isinstance(obj, str) and obj in NON_FINITE_TEXT:
+        return NON_FINITE_TEXT[obj]
+    return obj
+
+
 def write_json(path: Path, doc, indent: int | None = 2) -> Path:
     """Write `doc` to `path` whole as strict JSON (no bare NaN or Infinity: see jsonable),
     ending with a newline."""

@@ -47,10 +47,10 @@ DAMAGE = {  # name -> (bytes written over the checkpoint given its good bytes, m
     "binary": (lambda good: bytes(range(128, 256)), r"is binary, not a JSON checkpoint"),
     "gzip": (lambda good: b"\x1f\x8b\x08\x00" + good[:20], r"is binary"),
     "a list": (lambda good: b"[1, 2, 3]", r"holds a JSON list; expected a checkpoint object"),
-    "newer format": (lambda good: good.replace(b'"format": 3', b'"format": 7'),
-                     r"has checkpoint format 7; this servetune reads formats 2 and 3"),
-    "format 1": (lambda good: good.replace(b', "format": 3', b''),
-                 r"has checkpoint format 1; this servetune reads formats 2 and 3"),
+    "newer format": (lambda good: good.replace(b'"format": 4', b'"format": 7'),
+                     r"has checkpoint format 7; this servetune reads formats 2, 3, 4"),
+    "format 1": (lambda good: good.replace(b', "format": 4', b''),
+                 r"has checkpoint format 1; this servetune reads formats 2, 3, 4"),
     "foreign layout": (lambda good: json.dumps({"format": 2, "step": 3, "params": [1]}).encode(),
                        r"lacks iteration, theta, lambda, fingerprint, .*: an older or foreign"),
     "bad array": (lambda good: good.replace(b'"dtype": "float64"', b'"dtype": "quux"', 1),
@@ -145,11 +145,13 @@ NON_FINITE = {"iteration": 1, "theta": np.array([math.inf, -math.inf, math.nan])
 
 
 def test_non_finite_floats_are_strict_json_and_read_back(tmp_path):
-    """NaN and infinities (price 0 gives infinite tokens per dollar) are tagged, not bare."""
+    """NaN and infinities (price 0 gives infinite tokens per dollar) are written as every
+    servetune file writes them (files.jsonable: "inf", null), not bare."""
     opt = optax.adam(0.1).init(jnp.zeros(3))
     path = checkpoint.save(tmp_path, NON_FINITE, opt)
     text = path.read_text()
-    json.loads(text, parse_constant=_refuse_constant)  # strict: no NaN, Infinity
+    raw = json.loads(text, parse_constant=_refuse_constant)  # strict: no NaN, Infinity
+    assert raw["best_values"]["queue_cap"] == "inf" and raw["history"][0]["grad_norm"] is None
     doc = checkpoint.read(tmp_path)
     assert doc["problem"] == {"k": '"Infinity"'}  # strings are left alone
     row = doc["history"][0]
@@ -159,10 +161,21 @@ def test_non_finite_floats_are_strict_json_and_read_back(tmp_path):
     np.testing.assert_array_equal(checkpoint._array(doc["theta"]), NON_FINITE["theta"])
 
 
+def test_a_format_3_checkpoint_with_tagged_floats_still_reads(tmp_path):
+    path, _ = _good(tmp_path)
+    doc = json.loads(path.read_text())
+    doc.update(format=3, best_values={"max_num_seqs": 64.0, "queue_cap": {"$float": "inf"}},
+               history=[{"iteration": 0, "x": {"$float": "nan"}}, {"iteration": 1}])
+    path.write_text(json.dumps(doc))
+    back = checkpoint.read(tmp_path)
+    assert back["best_values"]["queue_cap"] == math.inf and math.isnan(back["history"][0]["x"])
+
+
 def test_a_format_2_checkpoint_with_bare_constants_still_reads(tmp_path):
     path, _ = _good(tmp_path)
     doc = json.loads(path.read_text())
-    doc.update(format=2, history=[{"iteration": 0, "x": math.nan, "y": math.inf}, {}])
+    doc.update(format=2, history=[{"iteration": 0, "x": math.nan, "y": math.inf}, {}],
+               best_values=VALUES)
     path.write_text(json.dumps(doc))  # NaN, Infinity as servetune wrote them before format 3
     row = checkpoint.read(tmp_path)["history"][0]
     assert math.isnan(row["x"]) and row["y"] == math.inf

@@ -1,9 +1,10 @@
 """Tuning checkpoints: one JSON file, written atomically (a crash leaves the previous one).
 
 Floats are written with Python's repr, which round-trips exactly, so a resumed run continues
-from bit-identical state. The file is strict JSON: a non-finite float (an infinite queue cap,
-tokens per dollar at price 0) is written as {"$float": "nan" | "inf" | "-inf"} and read back
-as the float. The optimizer state is stored as its flattened leaves and restored into the tree
+from bit-identical state. The file is strict JSON with every other file's convention
+(files.jsonable / files.from_jsonable): an infinite value (an unlimited queue cap, tokens per
+dollar at price 0) is the string "inf" or "-inf", a NaN is null (a history row's NaN reads back
+as NaN). Arrays must be finite. The optimizer state is stored as its flattened leaves and restored into the tree
 structure of a freshly initialized state.
 """
 
@@ -17,13 +18,14 @@ import jax
 import numpy as np
 
 from servetune.errors import CheckpointError
-from servetune.files import ensure_dir, write_json
+from servetune.files import ensure_dir, from_jsonable, write_json
 
 NAME = "checkpoint.json"
-FORMAT = 3  # 3: non-finite floats tagged (strict JSON); 2: the settings that shape the search
-#             recorded ("problem"), bare NaN / Infinity; 1 had no "format" key
-READS = (2, 3)  # formats this servetune resumes from (2 read with Python's NaN / Infinity)
-_TAG = "$float"  # {"$float": "nan"}: a non-finite float in strict JSON
+FORMAT = 4  # 4: non-finite floats as every servetune file writes them ("inf", null); 3: tagged
+#             {"$float": "inf"}; 2: the settings that shape the search recorded ("problem"), bare
+#             NaN / Infinity; 1 had no "format" key
+READS = (2, 3, 4)  # formats this servetune resumes from (2 read with Python's NaN / Infinity)
+_TAG = "$float"  # format 3's {"$float": "nan"}: a non-finite float in strict JSON
 
 
 def _leaf(x) -> dict:
@@ -39,25 +41,27 @@ def _array(d: dict) -> np.ndarray:
     return np.asarray(d["data"], dtype=dtype).reshape(d["shape"])
 
 
-def _encode(obj):
-    """`obj` (dicts, lists, scalars, numpy values) as JSON-able values with every non-finite
-    float tagged ({"$float": "inf"})."""
-    if isinstance(obj, (np.ndarray, np.generic)):
-        obj = obj.tolist()
-    if isinstance(obj, dict):
-        return {k: _encode(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_encode(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return {_TAG: "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")}
-    return obj
-
-
 def _decode(obj: dict):
-    """A JSON object as read: a tagged non-finite float as the float, anything else as is."""
+    """A format-3 JSON object as read: a tagged non-finite float as the float, anything else
+    as is."""
     if len(obj) == 1 and obj.get(_TAG) in ("nan", "inf", "-inf"):
         return float(obj[_TAG])
     return obj
+
+
+def _from_json(doc: dict) -> dict:
+    """A format-4 document with its non-finite values read back (files.from_jsonable): the
+    history rows' and the best point's nulls as NaN, "inf" as unlimited; the settings
+    ("problem") are strings as written; arrays are left to _array (which reads "inf" and null
+    too, and the finiteness check refuses them)."""
+    doc = dict(doc)
+    if isinstance(doc.get("history"), list):
+        doc["history"] = [from_jsonable(r, null=math.nan) if isinstance(r, dict) else r
+                          for r in doc["history"]]
+    if isinstance(doc.get("best"), dict):
+        doc["best"] = from_jsonable(doc["best"], null=math.nan)
+    doc["best_values"] = from_jsonable(doc.get("best_values"))
+    return doc
 
 
 def save(out_dir: Path, state: dict, opt_state) -> Path:
@@ -67,7 +71,7 @@ def save(out_dir: Path, state: dict, opt_state) -> Path:
     doc = {k: (_leaf(v) if isinstance(v, np.ndarray) else v) for k, v in state.items()}
     doc["opt_state"] = [_leaf(x) for x in jax.tree.leaves(opt_state)]
     doc["format"] = FORMAT
-    return write_json(out_dir / NAME, _encode(doc), indent=None)
+    return write_json(out_dir / NAME, doc, indent=None)  # files.jsonable's spelling
 
 
 REQUIRED = ("iteration", "theta", "lambda", "fingerprint", "problem", "opt_state", "history",
@@ -178,7 +182,9 @@ def read(out_dir: Path) -> dict | None:
     version = doc.get("format", 1)
     if version not in READS:
         raise _refuse(path, f"has checkpoint format {version!r}; this servetune reads "
-                            f"formats {' and '.join(map(str, READS))}")
+                            f"formats {', '.join(map(str, READS))}")
+    if version >= 4:
+        doc = _from_json(doc)
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
         raise _refuse(path, f"lacks {', '.join(missing)}: an older or foreign format")
