@@ -139,7 +139,9 @@ def run_tune(cfg: DictConfig):
     console.print(_start_vs_tuned(result, Table))
     shown = lambda k, v: (f"{k}=[{len(v)} weights, export/score_net.json]" if k == "score_net"
                           else f"{k}={fmt(v)}")
-    console.print("tuned policy: " + ", ".join(shown(k, v) for k, v in result.best.items()))
+    from servetune.export import as_deployed
+    console.print("tuned policy (as exported: integer limits floored): "
+                  + ", ".join(shown(k, v) for k, v in as_deployed(result.best).items()))
     if result.regression:
         console.print("[bold red]regression:[/] the tuned policy is worse than the start on "
                       "held-out data beyond chance; see the regression_verdict column of "

@@ -105,6 +105,33 @@ def _infer_order(values: Mapping[str, object]) -> str:
     return "fcfs" if {k: eff[k] for k in WEIGHTS} == ORDERS["fcfs"] else "parametric"
 
 
+def as_deployed(values: Mapping[str, object], order: str | None = None) -> dict:
+    """The tuned `values` as the exports write them: integer limits floored as the engine
+    floors them (max_num_seqs 1199.7 is 1199 sequences), unlimited ones inf, the network's
+    weights as given; the keys of `values` only."""
+    eff = _effective(values, _infer_order(values) if order is None else order)
+    return {k: (v if k == NET_KEY else eff[k]) for k, v in values.items()}
+
+
+def snap_watermark(watermark: float, num_gpu_blocks: int | None) -> float:
+    """The shortest decimal fraction that keeps the same KV blocks free as `watermark` does on
+    `num_gpu_blocks` blocks (vLLM's null block included: floor(watermark x num_gpu_blocks)
+    blocks, scheduler.watermark_blocks), so the flag says what vLLM will do: 0.0 where no block
+    is kept (9.48e-08 of 28,183 blocks), 0.002 for 0.0020000000000000005. Without a block count
+    the value is only cleared of float noise (12 significant digits)."""
+    if not num_gpu_blocks or watermark <= 0:
+        return float(f"{max(watermark, 0.0):.12g}")
+    kept = math.floor(watermark * num_gpu_blocks)
+    if kept == 0:
+        return 0.0
+    for digits in range(1, 18):
+        scale = 10.0**digits
+        snapped = math.ceil(kept / num_gpu_blocks * scale) / scale
+        if math.floor(snapped * num_gpu_blocks) == kept:
+            return snapped
+    return watermark
+
+
 def policy_to_config(values: Mapping[str, object], order: str, engine: Mapping | None = None
                      ) -> dict:
     """The tuned policy as a `policy=` config-group dict (keys as conf/policy/vllm_default.yaml,
@@ -192,7 +219,8 @@ def vllm_args(values: Mapping[str, object], engine: Mapping, order: str | None =
     if max_len is not None:
         args["max_model_len"] = int(max_len)
     args["scheduling_policy"] = "fcfs" if order == "fcfs" else "priority"
-    args["watermark"] = eff["watermark"]
+    blocks = deploy.get("num_gpu_blocks")
+    args["watermark"] = snap_watermark(eff["watermark"], None if blocks is None else blocks + 1)
     args["scheduler_reserve_full_isl"] = bool(eng.get("scheduler_reserve_full_isl", True))
     if eff["long_prefill_token_threshold"] > 0:
         args["long_prefill_token_threshold"] = eff["long_prefill_token_threshold"]

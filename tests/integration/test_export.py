@@ -227,3 +227,41 @@ def test_mechanisms_without_engine_flags_are_listed():
     assert knobs["routing"]["value"] == "jsq"
     plain = {k["name"] for k in unmapped_knobs({}, "fcfs", ENGINE)}
     assert "kv_pressure" not in plain and "routing" not in plain
+
+
+@pytest.mark.parametrize("watermark, blocks, expected", [
+    (9.48133442695364e-08, 28183, 0.0),  # floor(0.0027) = 0 blocks: vLLM keeps none
+    (0.0020000000000000005, 28183, 0.002),  # 56 blocks either way: the float noise goes
+    (0.01, 1001, 0.01),  # 10 blocks
+    (0.0123456789, 1001, 0.012),  # 12 blocks: 0.012 x 1001 = 12.01
+    (0.5, 3, 0.4),  # 1 block: the shortest decimal at or above 1/3 that still floors to 1
+    (0.02, None, 0.02),  # no block count: kept, noise-free
+    (0.0, 28183, 0.0),
+])
+def test_the_watermark_says_what_vllm_will_do(watermark, blocks, expected):
+    from servetune.export import snap_watermark
+    snapped = snap_watermark(watermark, blocks)
+    assert snapped == expected
+    if blocks:  # the same blocks kept free as the tuned value keeps (scheduler.watermark_blocks)
+        assert math.floor(snapped * blocks) == math.floor(watermark * blocks)
+
+
+def test_snapped_watermarks_keep_the_block_count():
+    from servetune.export import snap_watermark
+    rng = np.random.default_rng(3)
+    for w, b in zip(rng.uniform(0, 0.999, 2000), rng.integers(1, 200_000, 2000)):
+        snapped = snap_watermark(float(w), int(b))
+        assert math.floor(snapped * b) == math.floor(w * b) and len(repr(snapped)) <= 10
+
+
+def test_the_vllm_flag_carries_the_snapped_watermark():
+    deploy = {"model": "m", "num_gpu_blocks": 28182}
+    args = vllm_args({"watermark": 9.48133442695364e-08}, ENGINE, "fcfs", deploy)
+    assert args["watermark"] == 0.0 and args["num_gpu_blocks_override"] == 28183
+
+
+def test_the_console_shows_the_policy_as_exported():
+    from servetune.export import as_deployed
+    shown = as_deployed({"max_num_seqs": 1199.7, "queue_cap": math.inf, "watermark": 0.02})
+    assert shown == {"max_num_seqs": 1199, "queue_cap": math.inf, "watermark": 0.02}
+    assert vllm_args({"max_num_seqs": 1199.7}, ENGINE, "fcfs")["max_num_seqs"] == 1199
