@@ -636,22 +636,6 @@ def _first_scenario(evaluator):
 
 
 def _plot(history: pd.DataFrame, path: Path, target: float) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from servetune.reporting.convergence import write_convergence  # matplotlib only here
 
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    x = history["scenarios_simulated"]
-    ax1.plot(x, history["center_objective"], "o-", label="current policy")
-    ax1.plot(x, history["best_objective"], "s--", label="best so far")
-    ax1.set_ylabel("log(useful tokens / USD)")
-    ax1.legend()
-    ax2.plot(x, history["center_slo_attainment"], "o-", label="current policy")
-    ax2.plot(x, history["best_slo_attainment"], "s--", label="best so far")
-    ax2.axhline(target, color="gray", lw=1, ls=":", label="target")
-    ax2.set_ylabel("SLO attainment")
-    ax2.set_xlabel("scenarios simulated")
-    ax2.legend()
-    fig.tight_layout()
-    write_whole(path, lambda tmp: fig.savefig(tmp, dpi=120))
-    plt.close(fig)
+    write_convergence(history, path, target)
