@@ -3,7 +3,8 @@ combination of the other keys (error bars +- std over seeds; the shaded band, or
 where a line has one point, the bootstrap confidence interval of the mean over seeds); the
 Pareto front of value against P99 latency (fig_pareto.png), the latency CDFs of the points
 (fig_latency_cdf.png) and one run's timeline (fig_timeline.png). Latencies are drawn in ms;
-an axis is logarithmic where its positive values span more than 1.5 decades (units.log_scale).
+an axis is logarithmic where its positive values span more than 1.5 decades (units.log_scale),
+with ticks at 1-2-5 steps labelled as plain numbers, and no axis has an offset (ticks.py).
 """
 
 from __future__ import annotations
@@ -13,18 +14,21 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from servetune.files import write_whole
 from servetune.reporting.choose import (
     FRONT_PANELS,
     condition_groups,
     fronts,
-    setting_label,
     targets_s,
 )
+from servetune.reporting.labels import front_labels, place
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import LATENCIES, LEVEL, series
+from servetune.reporting.ticks import no_offsets, set_log
 from servetune.reporting.timeline import binned
 from servetune.reporting.units import log_scale, scale, title
 
@@ -76,7 +80,7 @@ def _panel(ax, g: pd.DataFrame, xv: np.ndarray, metric: str, color: str, numeric
 def _x_ticks(ax, points: pd.DataFrame, x: str, numeric: bool, cats: list) -> None:
     if numeric:
         if log_scale(points[x]):
-            ax.set_xscale("log")
+            set_log(ax, "x")
         ticks = sorted({float(v) for v in points[x]})
         if len(ticks) <= 12:  # the swept values themselves
             ax.minorticks_off()
@@ -88,6 +92,7 @@ def _x_ticks(ax, points: pd.DataFrame, x: str, numeric: bool, cats: list) -> Non
 
 
 def _save(fig: Figure, path: Path) -> Path:
+    no_offsets(fig)
     write_whole(path, lambda tmp: fig.savefig(tmp, dpi=100))
     return path
 
@@ -116,7 +121,7 @@ def draw(points: pd.DataFrame, keys: list, out_dir: Path) -> list[Path]:
             ax.grid(alpha=0.3)
             _x_ticks(ax, points, x, numeric, cats)
             if f"{metric}_mean" in points and _y_log(points, metric):
-                ax.set_yscale("log")
+                set_log(ax, "y")
             if metric == "slo_attainment":
                 ax.set_ylim(top=1.02)
         if any(label for label, _ in lines):
@@ -140,51 +145,101 @@ def _target_line(ax, target_ms: list, label: str) -> None:
         ax.set_xlim(min(lo, min(target_ms) / 1.15), max(hi, max(target_ms) * 1.15))
 
 
+LABEL_GAP_PT = 4.0  # points between a front point and its label
+
+
+def annotate_apart(ax, labels: list, renderer) -> list:
+    """Annotate Axes `ax` with labels [(x, y, text, colour)] (data coordinates) each where it
+    overprints no other (labels.place, lifting a label that fits nowhere); the layout and
+    limits must be final. Returns the Annotations, kept out of the layout."""
+    anns = [ax.annotate(t, (x, y), xytext=(0, 0), textcoords="offset points", fontsize=7,
+                        color=c) for x, y, t, c in labels]
+    if not anns:
+        return anns
+    for a in anns:
+        a.set_in_layout(False)
+    at = ax.transData.transform([(x, y) for x, y, _, _ in labels])
+    px = ax.figure.dpi / 72.0  # pixels per point
+    sizes = [(b.width, b.height) for b in (a.get_window_extent(renderer) for a in anns)]
+    spots = place(at[:, 0], at[:, 1], sizes, LABEL_GAP_PT * px, stack=True)
+    for a, ((sx, sy), lift) in zip(anns, spots):
+        a.set_horizontalalignment("left" if sx > 0 else "right")
+        a.set_verticalalignment({1: "bottom", -1: "top", 0: "center"}[sy])
+        a.xyann = (sx * LABEL_GAP_PT, sy * LABEL_GAP_PT + lift / px)
+    return anns
+
+
+def _pareto_points(ax, points: pd.DataFrame, panel: tuple, best: pd.DataFrame,
+                   fronts_of: tuple) -> list:
+    """One panel's points per condition, each front as a staircase and the best settings
+    starred; returns the front labels to place [(x ms, y, text, colour)]."""
+    (lat, val), (groups, masks, label_keys) = panel, fronts_of
+    labels = []
+    for k, (cond, g) in enumerate(groups):
+        color = f"C{k % 10}"
+        x = g[f"{lat}_mean"].to_numpy(np.float64) * 1000.0
+        y = g[f"{val}_mean"].to_numpy(np.float64)
+        on = masks[(lat, val)][g.index.to_numpy()]
+        ax.scatter(x[~on], y[~on], color=color, alpha=0.45, s=18)
+        ax.scatter(x[on], y[on], color=color, s=40, label=cond if len(groups) > 1 else None)
+        order = np.argsort(x[on])
+        ax.step(x[on][order], y[on][order], where="post", color=color, lw=1.2)
+        labels += [(x[i], y[i], text, color) for i, text in front_labels(g, x, y, on, label_keys)]
+        star = g["point"].isin(set(best["point"])).to_numpy()
+        ax.scatter(x[star], y[star], marker="*", s=220, facecolors="none",
+                   edgecolors="black", lw=1.2, zorder=5)
+    return labels
+
+
+def _pareto_axes(ax, points: pd.DataFrame, lat: str, val: str, legend: bool) -> None:
+    """A front panel's scales (log where the values span 1.5 decades), SLO targets, titles."""
+    xs = points[f"{lat}_mean"].to_numpy(np.float64) * 1000.0
+    target = [t * 1000.0 for t in targets_s(points, f"slo.{lat.split('_')[0]}_s")]
+    if log_scale(np.concatenate([xs, target])):
+        set_log(ax, "x")
+    if log_scale(points[f"{val}_mean"]):
+        set_log(ax, "y")
+    _target_line(ax, target, lat.split("_")[0].upper())
+    ax.set_xlabel(title(lat))
+    ax.set_ylabel(title(val))
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=7, loc="best", title="condition", title_fontsize=7)
+
+
+def pareto_png(points: pd.DataFrame, conditions: list, settings: list,
+               best: pd.DataFrame) -> Figure | None:
+    """The Figure of fig_pareto.png (see draw_pareto); None when the metrics are missing.
+    Settings whose points coincide share one label, and no label overprints another."""
+    if any(f"{m}_mean" not in points for pair in FRONT_PANELS for m in pair):
+        return None
+    points = points.reset_index(drop=True)
+    groups = condition_groups(points, conditions)
+    fronts_of = (groups, fronts(points, conditions), list(settings) or
+                 list(conditions) + list(settings))
+    fig = Figure(figsize=(13, 9), layout="constrained")
+    FigureCanvasAgg(fig)  # a renderer to measure the labels with
+    placed = []
+    for ax, panel in zip(fig.subplots(2, 2).ravel(), FRONT_PANELS):
+        placed.append((ax, _pareto_points(ax, points, panel, best, fronts_of)))
+        _pareto_axes(ax, points, *panel, legend=len(groups) > 1)
+    fig.suptitle("Pareto front per condition (lower P99 latency, more value): labelled points "
+                 "are non-dominated;\n* the best setting (meets the SLO target, then most "
+                 "useful tokens per $); dashed: the SLO targets", fontsize=10)
+    fig.draw_without_rendering()  # the layout and limits the labels are placed in
+    for ax, labels in placed:
+        annotate_apart(ax, labels, fig.canvas.get_renderer())
+    return fig
+
+
 def draw_pareto(points: pd.DataFrame, conditions: list, settings: list, best: pd.DataFrame,
                 out_dir: Path) -> Path | None:
     """fig_pareto.png: useful tokens per $ and goodput (req/s) against P99 TTFT and P99 TPOT
     (ms), one colour per condition; each condition's Pareto front (lower latency, higher value)
     drawn as a staircase with its points labelled by their setting, the best setting by the
     tuner's order starred, the SLO targets dashed. None when the metrics are missing."""
-    if any(f"{m}_mean" not in points for pair in FRONT_PANELS for m in pair):
-        return None
-    points = points.reset_index(drop=True)
-    masks = fronts(points, conditions)
-    groups = condition_groups(points, conditions)
-    keys = list(conditions) + list(settings)
-    fig = Figure(figsize=(13, 9), layout="constrained")
-    for ax, (lat, val) in zip(fig.subplots(2, 2).ravel(), FRONT_PANELS):
-        for k, (cond, g) in enumerate(groups):
-            color = f"C{k % 10}"
-            x = g[f"{lat}_mean"].to_numpy(np.float64) * 1000.0
-            y = g[f"{val}_mean"].to_numpy(np.float64)
-            on = masks[(lat, val)][g.index.to_numpy()]
-            ax.scatter(x[~on], y[~on], color=color, alpha=0.45, s=18)
-            ax.scatter(x[on], y[on], color=color, s=40, label=cond if len(groups) > 1 else None)
-            order = np.argsort(x[on])
-            ax.step(x[on][order], y[on][order], where="post", color=color, lw=1.2)
-            for (_, row), xi, yi in zip(g[on].iterrows(), x[on], y[on]):
-                ax.annotate(setting_label(row, settings, keys), (xi, yi), fontsize=7,
-                            xytext=(4, 4), textcoords="offset points", color=color)
-            star = g["point"].isin(set(best["point"])).to_numpy()
-            ax.scatter(x[star], y[star], marker="*", s=220, facecolors="none",
-                       edgecolors="black", lw=1.2, zorder=5)
-        xs = points[f"{lat}_mean"].to_numpy(np.float64) * 1000.0
-        target = [t * 1000.0 for t in targets_s(points, f"slo.{lat.split('_')[0]}_s")]
-        if log_scale(np.concatenate([xs, target])):
-            ax.set_xscale("log")
-        if log_scale(points[f"{val}_mean"]):
-            ax.set_yscale("log")
-        _target_line(ax, target, lat.split("_")[0].upper())
-        ax.set_xlabel(title(lat))
-        ax.set_ylabel(title(val))
-        ax.grid(alpha=0.3)
-        if len(groups) > 1:
-            ax.legend(fontsize=7, loc="best", title="condition", title_fontsize=7)
-    fig.suptitle("Pareto front per condition (lower P99 latency, more value): labelled points "
-                 "are non-dominated;\n* the best setting (meets the SLO target, then most "
-                 "useful tokens per $); dashed: the SLO targets", fontsize=10)
-    return _save(fig, Path(out_dir) / "fig_pareto.png")
+    fig = pareto_png(points, conditions, settings, best)
+    return None if fig is None else _save(fig, Path(out_dir) / "fig_pareto.png")
 
 
 def cdf_order(points: pd.DataFrame, best: pd.DataFrame, cdfs: dict, limit: int) -> list:
@@ -212,7 +267,7 @@ def draw_cdfs(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame, out_dir: Pat
                 ax.step(c.x_ms, c.p, where="post", color=f"C{k % 10}", lw=1.2,
                         label=f"{p} (n={c.n})")
         if values and log_scale(np.concatenate(values)):
-            ax.set_xscale("log")
+            set_log(ax, "x")
         _target_line(ax, [t * 1000.0 for t in targets_s(points, f"slo.{lat}_s")], lat.upper())
         ax.set_xlabel(f"{lat.upper()} (ms)")
         ax.set_ylabel("fraction of requests at or below")
@@ -229,13 +284,38 @@ def draw_cdfs(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame, out_dir: Pat
 TIMELINE_PANELS = ((("queue_len", "waiting"), ("running", "running")),
                    (("batch_tokens", "batch tokens"),), (("kv_blocks", "KV blocks in use"),),
                    (("preemptions", "preemptions (cumulative)"),))
+# how a gauge's line is drawn where two share a panel: waiting dotted, the rest solid
+DASHES = {"queue_len": "dot"}
+MPL_DASHES = {"dot": ":", "solid": "-"}
+LEGEND_INSTANCES = 10  # instances named in the legend (the colours repeat after ten)
 
 
-def draw_timeline(tl, out_dir: Path) -> Path | None:
-    """fig_timeline.png: one run's requests waiting and running, batch tokens, KV blocks in
-    use and cumulative preemptions against simulated time (s), one colour per instance
-    (binned: the maximum per bin, where there are more than timeline.MAX_BINS samples).
-    None when the run has no timeline table."""
+def dash(col: str) -> str:
+    """The line style of gauge `col` in the timeline ("dot" or "solid", plotly's names)."""
+    return DASHES.get(col, "solid")
+
+
+def style_names() -> list[tuple[str, str]]:
+    """[(legend entry, plotly dash)] of the line styles of the timeline's shared panel:
+    "waiting (dotted)", "running (solid)"."""
+    return [(f"{name} ({'dotted' if dash(col) == 'dot' else 'solid'})", dash(col))
+            for col, name in TIMELINE_PANELS[0]]
+
+
+def _timeline_legend(ax, instances: list) -> None:
+    """The legend of the timeline: a colour per instance (the first LEGEND_INSTANCES), then
+    the line style of each gauge of the first panel."""
+    handles = [Line2D([], [], color=f"C{k % 10}", lw=1.5, label=f"instance {inst}")
+               for k, inst in enumerate(instances[:LEGEND_INSTANCES])]
+    if len(instances) > LEGEND_INSTANCES:
+        handles.append(Line2D([], [], color="none", label=f"... {len(instances)} instances"))
+    handles += [Line2D([], [], color="0.25", lw=1.5, ls=MPL_DASHES[d], label=name)
+                for name, d in style_names()]
+    ax.legend(handles=handles, fontsize=7, loc="upper right", ncol=2 if len(handles) > 6 else 1)
+
+
+def timeline_png(tl) -> Figure | None:
+    """The Figure of fig_timeline.png (see draw_timeline); None without a table."""
     if tl is None or tl.table is None:
         return None
     data, width = binned(tl.table)
@@ -245,17 +325,24 @@ def draw_timeline(tl, out_dir: Path) -> Path | None:
     for ax, panel in zip(axes, TIMELINE_PANELS):
         for k, inst in enumerate(instances):
             g = data[data["instance"] == inst]
-            for (col, name), ls in zip(panel, ("-", ":")):
-                label = f"instance {inst}: {name}" if len(panel) > 1 or len(instances) > 1 \
-                    else name
-                ax.step(g["t_s"], g[col], where="post", color=f"C{k % 10}", ls=ls, lw=1,
-                        label=label)
+            for col, name in panel:
+                ax.step(g["t_s"], g[col], where="post", color=f"C{k % 10}",
+                        ls=MPL_DASHES[dash(col)], lw=1, label=f"instance {inst}: {name}")
         ax.set_ylabel(" / ".join(name for _, name in panel), fontsize=8)
         ax.grid(alpha=0.3)
-        if len(instances) <= 8:
-            ax.legend(fontsize=7, loc="upper right")
+    _timeline_legend(axes[0], instances)
     axes[-1].set_xlabel("simulated time (s)")
     note = f"; maximum per {width:.3g} s bin" if width else ""
     fig.suptitle(f"Timeline of run {tl.run} (scenario {tl.scenario}; {tl.why}){note}",
                  fontsize=10)
-    return _save(fig, Path(out_dir) / "fig_timeline.png")
+    return fig
+
+
+def draw_timeline(tl, out_dir: Path) -> Path | None:
+    """fig_timeline.png: one run's requests waiting (dotted) and running (solid), batch
+    tokens, KV blocks in use and cumulative preemptions against simulated time (s), one colour
+    per instance, the legend naming the colours and the line styles (binned: the maximum per
+    bin, where there are more than timeline.MAX_BINS samples). None when the run has no
+    timeline table."""
+    fig = timeline_png(tl)
+    return None if fig is None else _save(fig, Path(out_dir) / "fig_timeline.png")

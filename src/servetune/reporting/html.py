@@ -7,6 +7,7 @@ latency panels between mean, P50, P90 and P99, and linear or log axes. The table
 from __future__ import annotations
 
 import html as html_lib
+import json
 import math
 
 import numpy as np
@@ -15,6 +16,7 @@ import pandas as pd
 from servetune.reporting.figures import x_axis
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import LEVEL, series
+from servetune.reporting.ticks import axis_type_args, plotly_log_ticks
 from servetune.reporting.units import PALETTE, log_scale, scale, shown, title
 
 TOP = tuple((m, title(m)) for m in ("goodput_rps", "slo_attainment", "useful_tokens_per_dollar"))
@@ -112,9 +114,10 @@ def _add_lines(fig, points: pd.DataFrame, keys: list, x: str, numeric: bool) -> 
     return lat_traces
 
 
-def _menus(fig, lat_traces: dict, y_log: list, x_log: bool | None) -> list:
+def _menus(fig, lat_traces: dict, y_axes: list, x_axis: tuple | None) -> list:
     """The buttons: latency statistic (restyles the latency panels), y and x axis types
-    (x only for a numeric key: x_log None)."""
+    (x only for a numeric key: x_axis None). y_axes: (starts log, log ticks) of each panel's
+    y axis; x_axis: (starts log, log ticks, linear ticks or None) of the x axes."""
     buttons = []
     for s, label in STAT_NAMES.items():
         idx, data = lat_traces[s]["idx"], lat_traces[s]["data"]
@@ -124,28 +127,45 @@ def _menus(fig, lat_traces: dict, y_log: list, x_log: bool | None) -> list:
             a["text"] = f"{label} {t} (ms)"
         buttons.append({"label": label, "method": "update",
                         "args": [restyle, {"annotations": annotations}, idx]})
-    yaxes = [f"yaxis{'' if i == 1 else i}" for i in range(1, 7)]
-    xaxes = [f"xaxis{'' if i == 1 else i}" for i in range(1, 7)]
+    names = [f"{'' if i == 1 else i}" for i in range(1, 7)]
+
+    def relayout(kind: str, axes: list) -> dict:
+        out: dict = {}
+        for a, ticks, linear in axes:
+            out.update(axis_type_args(a, kind, ticks, linear))
+        return out
+
+    y_args = [(f"yaxis{n}", t, None) for n, (_, t) in zip(names, y_axes)]
     menus = [
         {"buttons": buttons, "type": "buttons", "direction": "right", "active": 3,
          "x": 0.0, "y": 1.13, "xanchor": "left", "showactive": True},
-        {"buttons": [{"label": f"y {t}", "method": "relayout",
-                      "args": [{f"{a}.type": t for a in yaxes}]} for t in ("linear", "log")],
-         "type": "buttons", "direction": "right", "active": -1 if any(y_log) else 0,
+        {"buttons": [{"label": f"y {t}", "method": "relayout", "args": [relayout(t, y_args)]}
+                     for t in ("linear", "log")],
+         "type": "buttons", "direction": "right",
+         "active": -1 if any(log for log, _ in y_axes) else 0,
          "x": 0.42, "y": 1.13, "xanchor": "left"},
     ]
-    if x_log is not None:
+    if x_axis is not None:
+        x_args = [(f"xaxis{n}", *x_axis[1:]) for n in names]
         menus.append({"buttons": [{"label": f"x {t}", "method": "relayout",
-                                   "args": [{f"{a}.type": t for a in xaxes}]}
-                                  for t in ("linear", "log")],
-                      "type": "buttons", "direction": "right", "active": 1 if x_log else 0,
+                                   "args": [relayout(t, x_args)]} for t in ("linear", "log")],
+                      "type": "buttons", "direction": "right", "active": 1 if x_axis[0] else 0,
                       "x": 0.66, "y": 1.13, "xanchor": "left"})
     return menus
 
 
+def _panel_values(points: pd.DataFrame, metric: str, lat: str | None) -> np.ndarray:
+    """Every value a panel may show, in shown units: the means and intervals of its metric,
+    and for a latency panel those of each statistic the buttons switch to."""
+    metrics = [f"{lat}_{s}_s" for s in STAT_NAMES] if lat else [metric]
+    cols = [f"{m}_{c}" for m in metrics for c in ("mean", "ci_lo", "ci_hi") if f"{m}_{c}" in points]
+    return points[cols].to_numpy(np.float64).ravel() * scale(metric)
+
+
 def figure(points: pd.DataFrame, keys: list, x: str):
     """The plotly figure of the headline metrics over `x` (see the module docstring);
-    latencies in ms, axes logarithmic where their values span more than 1.5 decades."""
+    latencies in ms, axes logarithmic where their values span more than 1.5 decades, with
+    ticks at 1-2-5 steps labelled as plain numbers."""
     from plotly.subplots import make_subplots
 
     numeric, cats = x_axis(points, x)
@@ -153,22 +173,28 @@ def figure(points: pd.DataFrame, keys: list, x: str):
     fig = make_subplots(rows=2, cols=3, subplot_titles=titles, horizontal_spacing=0.07,
                         vertical_spacing=0.14)
     lat_traces = _add_lines(fig, points, keys, x, numeric)
-    y_log = [_y_log(points, m) for m, _, _, _ in PANELS]
+    values = [_panel_values(points, m, lat) for m, _, _, lat in PANELS]
+    y_axes = [(_y_log(points, m), plotly_log_ticks(v)) for (m, _, _, _), v in zip(PANELS, values)]
+    ticks = sorted({float(v) for v in points[x]}) if numeric else []
+    few = numeric and len(ticks) <= 12  # the swept values themselves
     x_log = log_scale(points[x]) if numeric else None
-    fig.update_layout(updatemenus=_menus(fig, lat_traces, y_log, x_log), height=720,
-                      template="plotly_white",
+    x_ticks = {"tickmode": "array", "tickvals": ticks} if few else plotly_log_ticks(ticks)
+    x_menu = None if x_log is None else (x_log, x_ticks, x_ticks if few else None)
+    fig.update_layout(updatemenus=_menus(fig, lat_traces, y_axes, x_menu),
+                      height=720, template="plotly_white",
                       legend={"groupclick": "togglegroup", "title": {"text": "series"}},
                       margin={"t": 110, "l": 60, "r": 20, "b": 50})
-    ticks = sorted({float(v) for v in points[x]}) if numeric else []
-    few = numeric and len(ticks) <= 12
     for i in range(1, 7):
         where = {"row": (i - 1) // 3 + 1, "col": (i - 1) % 3 + 1}
         fig.update_xaxes(title_text=x if i > 3 else None, type="log" if x_log else None,
                          tickmode="array" if few else None, tickvals=ticks if few else None,
+                         **(x_ticks if x_log and not few else {}),
                          categoryorder="array" if not numeric else None,
                          categoryarray=cats if not numeric else None,
                          range=[-0.5, len(cats) - 0.5] if not numeric else None, **where)
-        fig.update_yaxes(type="log" if y_log[i - 1] else None, **where)
+        log = y_axes[i - 1][0]
+        fig.update_yaxes(**({"type": "log", **y_axes[i - 1][1]} if log else {}),
+                         exponentformat="none", **where)
     return fig
 
 
@@ -236,12 +262,29 @@ def _json(df: pd.DataFrame) -> str:
     return text.replace("</", "<\\/")
 
 
+TEMPLATE = "plotly_white"  # the figures' template, written once in the page
+
+
+def _template() -> dict:
+    import plotly.io as pio
+
+    return pio.templates[TEMPLATE].to_plotly_json()
+
+
 def embed(fig, fid: str) -> str:
-    """A figure as an empty div and its JSON; RENDER draws every such div once plotly.js is
-    loaded (one script, so the page knows when all are drawn)."""
-    spec = fig.to_json().replace("</", "<\\/")
+    """A figure as an empty div and its JSON (without its template where it is the page's
+    shared one, TEMPLATE); RENDER draws every such div once plotly.js is loaded (one script,
+    so the page knows when all are drawn)."""
+    spec = json.loads(fig.to_json())
+    if spec.get("layout", {}).get("template") == _template():
+        del spec["layout"]["template"]
     return (f"<div class='servetune-figure' id='{fid}'></div>"
-            f"<script type='application/json' id='{fid}-json'>{spec}</script>")
+            f"<script type='application/json' id='{fid}-json'>{_script_json(spec)}</script>")
+
+
+def _script_json(obj) -> str:
+    """`obj` as compact JSON that cannot end the script element holding it."""
+    return json.dumps(obj, separators=(",", ":")).replace("</", "<\\/")
 
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px auto;padding:0 16px;max-width:1360px;
@@ -268,17 +311,19 @@ document.addEventListener('DOMContentLoaded',function(){
 var el=document.getElementById('servetune-js-errors');if(el){el.textContent=seen.join('\\n');}});
 })();</script>"""
 
-# After everything: draw each figure, then append #servetune-rendered, naming the figures
+# After everything: draw each figure (with the shared template where its own is left out), then append #servetune-rendered, naming the figures
 # drawn and those with a subplot where nothing was drawn (an empty plot).
 RENDER = """<script>(function(){
 var divs=Array.prototype.slice.call(document.querySelectorAll('div.servetune-figure'));
+var tpl=document.getElementById('servetune-template');tpl=tpl?JSON.parse(tpl.textContent):null;
 function empty(div){var out=[];div.querySelectorAll('g.cartesianlayer > g.subplot')
 .forEach(function(sp){var n=0;sp.querySelectorAll('.scatterlayer path').forEach(function(p){
 var d=p.getAttribute('d');if(d&&d.length>4){n++;}});if(!n){out.push(div.id+':'+
 sp.getAttribute('class').replace('subplot ',''));}});
 if(!div.querySelector('g.cartesianlayer > g.subplot')){out.push(div.id);}return out;}
 var jobs=divs.map(function(div){try{var el=document.getElementById(div.id+'-json');
-var spec=JSON.parse(el.textContent);
+var spec=JSON.parse(el.textContent);spec.layout=spec.layout||{};
+if(tpl&&!spec.layout.template){spec.layout.template=tpl;}
 return Plotly.newPlot(div,spec.data,spec.layout,{displaylogo:false,responsive:true})
 .then(function(){return div;});}catch(e){servetuneNote('figure '+div.id+': '+e.message);
 return Promise.resolve(null);}});
@@ -383,6 +428,8 @@ def page(points: pd.DataFrame, runs: pd.DataFrame, keys: list, verdict_lines: li
     parts.append(f"<script type='application/json' id='servetune-runs'>{_json(runs)}</script>")
     parts.append(f"<script type='application/json' id='servetune-points'>{_json(points)}"
                  f"</script>")
+    parts.append(f"<script type='application/json' id='servetune-template'>"
+                 f"{_script_json(_template())}</script>")
     parts.append(RENDER)
     parts.append("</body></html>")
     return "\n".join(parts)

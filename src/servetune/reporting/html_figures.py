@@ -13,16 +13,25 @@ from servetune.reporting.choose import (
     FRONT_PANELS,
     condition_groups,
     fronts,
-    setting_label,
     targets_s,
 )
-from servetune.reporting.figures import TIMELINE_PANELS, cdf_order
+from servetune.reporting.figures import TIMELINE_PANELS, cdf_order, dash, style_names
+from servetune.reporting.labels import PLOTLY_POSITIONS, front_labels, place
+from servetune.reporting.latency import thin
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import LATENCIES
-from servetune.reporting.timeline import binned
+from servetune.reporting.ticks import axis_type_args, plotly_log_ticks
+from servetune.reporting.timeline import binned, steps
 from servetune.reporting.units import PALETTE, log_scale, title
 
 CDF_LIMIT = 40  # CDF lines on the page (the best settings first)
+CDF_STEPS = 150  # steps per CDF line on the page (latency.thin; the PNG keeps MAX_STEPS)
+HTML_BINS = 800  # timeline samples per instance on the page (the PNG keeps timeline.MAX_BINS)
+# the estimate of a front panel's geometry on the page that its labels are placed apart in
+PANEL_PX = (460.0, 280.0)  # plot area (pixels) of one of the four panels, about
+LABEL_PX = 10  # label font size (pixels)
+CHAR_PX, LINE_PX, GAP_PX = 6.0, 13.0, 6.0  # a label's width per character, its height, and
+#   how far from its point plotly draws it
 
 
 def _axis_names(n: int) -> list[tuple[str, str]]:
@@ -30,15 +39,31 @@ def _axis_names(n: int) -> list[tuple[str, str]]:
             for i in range(1, n + 1)]
 
 
-def _type_buttons(n: int, axis: str, logs: list, x: float) -> dict:
-    """Buttons setting the `axis` ("x" or "y") of all n subplots linear or log; the one
-    matching every subplot's starting type (`logs`) is shown active (none when they differ)."""
-    names = [a if axis == "x" else b for a, b in _axis_names(n)]
-    return {"buttons": [{"label": f"{axis} {t}", "method": "relayout",
-                         "args": [{f"{a}.type": t for a in names}]} for t in ("linear", "log")],
+def _type_buttons(axis: str, logs: list, ticks: list, x: float) -> dict:
+    """Buttons setting the `axis` ("x" or "y") of every subplot linear or log (log with its
+    1-2-5 `ticks`, one dict per subplot: ticks.plotly_log_ticks); the one matching every
+    subplot's starting type (`logs`) is shown active (none when they differ)."""
+    names = [a if axis == "x" else b for a, b in _axis_names(len(logs))]
+
+    def args(kind: str) -> dict:
+        out: dict = {}
+        for a, t in zip(names, ticks):
+            out.update(axis_type_args(a, kind, t))
+        return out
+
+    return {"buttons": [{"label": f"{axis} {t}", "method": "relayout", "args": [args(t)]}
+                        for t in ("linear", "log")],
             "type": "buttons", "direction": "right",
             "active": 1 if all(logs) else 0 if not any(logs) else -1,
             "x": x, "y": 1.0, "yanchor": "bottom", "xanchor": "left", "pad": {"b": 30}}
+
+
+def axis_style(values, log: bool) -> dict:
+    """The plotly axis settings of an axis over `values` (its data, in its unit): plain
+    number labels (no "k" or exponent), and where it starts logarithmic, type log with ticks
+    at 1-2-5 steps (ticks.plotly_log_ticks)."""
+    out = {"exponentformat": "none", "type": "log" if log else None}
+    return {**out, **plotly_log_ticks(values)} if log else out
 
 
 def _target_trace(x_ms: float, y: list, name: str, show: bool):
@@ -61,7 +86,8 @@ def _hover(g: pd.DataFrame, lat: str, val: str) -> list[str]:
 
 def _pareto_condition(fig, g: pd.DataFrame, on: np.ndarray, star: np.ndarray, where: dict,
                       style: dict) -> None:
-    """One condition's points, front (staircase, labelled) and best setting in one panel."""
+    """One condition's points, front (staircase, labelled: style["labels"] maps a position
+    in g to its label and text position) and best setting in one panel."""
     import plotly.graph_objects as go
 
     lat, val, labels = style["lat"], style["val"], style["labels"]
@@ -73,15 +99,15 @@ def _pareto_condition(fig, g: pd.DataFrame, on: np.ndarray, star: np.ndarray, wh
                              name=style["name"], showlegend=False, opacity=0.5,
                              text=[t for t, k in zip(text, on) if not k],
                              marker={"color": style["color"], "size": 7}, **common), **where)
-    order = np.argsort(x[on])
-    fig.add_trace(go.Scatter(x=x[on][order].tolist(), y=y[on][order].tolist(),
+    front = np.flatnonzero(on)[np.argsort(x[on], kind="stable")]
+    fig.add_trace(go.Scatter(x=x[front].tolist(), y=y[front].tolist(),
                              mode="lines+markers+text", line_shape="hv", name=style["name"],
-                             showlegend=style["show"], textposition="top right",
-                             text=[[t for t, k in zip(text, on) if k][i] for i in order],
-                             texttemplate=[[lb for lb, k in zip(labels, on) if k][i]
-                                           for i in order],
-                             textfont={"size": 10, "color": style["color"]}, cliponaxis=False,
-                             marker={"color": style["color"], "size": 10}, **common), **where)
+                             showlegend=style["show"], text=[text[i] for i in front],
+                             texttemplate=[labels.get(i, ("", ""))[0] for i in front],
+                             textposition=[labels.get(i, ("", "top right"))[1] for i in front],
+                             textfont={"size": LABEL_PX, "color": style["color"]},
+                             cliponaxis=False, marker={"color": style["color"], "size": 10},
+                             **common), **where)
     if star.any():
         fig.add_trace(go.Scatter(x=x[star].tolist(), y=y[star].tolist(), mode="markers",
                                  name="best setting", showlegend=False,
@@ -90,50 +116,92 @@ def _pareto_condition(fig, g: pd.DataFrame, on: np.ndarray, star: np.ndarray, wh
                                  **common), **where)
 
 
+def _pixels(v, values, log: bool, size: float) -> np.ndarray:
+    """Where values `v` fall on an axis of `size` pixels autoranged over `values` (their
+    span padded 5% each way, as plotly pads), in log10 on a log axis."""
+    f = np.log10 if log else np.asarray
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a, w = f(np.asarray(values, np.float64)), f(np.asarray(v, np.float64))
+    a = a[np.isfinite(a)]
+    lo, hi = (a.min(), a.max()) if len(a) else (0.0, 1.0)
+    pad = 0.05 * ((hi - lo) or 1.0)
+    return (w - lo + pad) / (hi - lo + 2 * pad) * size
+
+
+def front_places(found: list, axes_values: tuple, logs: tuple) -> list[dict]:
+    """For each condition's front labels `found` [[(position, label, x, y)]] in one panel,
+    {position: (label, plotly textposition)}: labels.place over an estimate of where plotly
+    draws them (a panel of PANEL_PX pixels autoranged over `axes_values` (xs, ys) with axis
+    types `logs`; CHAR_PX per character, LINE_PX high)."""
+    flat = [item for labels in found for item in labels]
+    px = _pixels([x for _, _, x, _ in flat], axes_values[0], logs[0], PANEL_PX[0])
+    py = _pixels([y for _, _, _, y in flat], axes_values[1], logs[1], PANEL_PX[1])
+    sizes = [(CHAR_PX * len(text), LINE_PX) for _, text, _, _ in flat]
+    spots = iter(place(px, py, sizes, GAP_PX))
+    return [{i: (text, PLOTLY_POSITIONS[next(spots)[0]]) for i, text, _, _ in labels}
+            for labels in found]
+
+
+def _front_panel(fig, points: pd.DataFrame, p: int, best: pd.DataFrame, parts: tuple) -> list:
+    """Front panel p (FRONT_PANELS[p]): each condition's points and labelled front, the SLO
+    targets; returns [(x values, x log), (y values, y log)] of its axes."""
+    (lat, val), (groups, masks, label_keys) = FRONT_PANELS[p], parts
+    where = {"row": p // 2 + 1, "col": p % 2 + 1}
+    target = [t * 1000.0 for t in targets_s(points, f"slo.{lat.split('_')[0]}_s")]
+    axes = [np.concatenate([points[f"{lat}_mean"].to_numpy(np.float64) * 1000.0, target]),
+            points[f"{val}_mean"].to_numpy(np.float64)]
+    logs = (log_scale(axes[0]), log_scale(axes[1]))
+    found, ons = [], []
+    for _, g in groups:
+        x = g[f"{lat}_mean"].to_numpy(np.float64) * 1000.0
+        y = g[f"{val}_mean"].to_numpy(np.float64)
+        on = masks[(lat, val)][g.index.to_numpy()]
+        found.append([(i, text, x[i], y[i]) for i, text in front_labels(g, x, y, on, label_keys)])
+        ons.append(on)
+    for k, ((cond, g), labels) in enumerate(zip(groups, front_places(found, axes, logs))):
+        style = {"lat": lat, "val": val, "name": cond, "color": PALETTE[k % len(PALETTE)],
+                 "show": p == 0, "labels": labels}
+        _pareto_condition(fig, g, ons[k], g["point"].isin(set(best["point"])).to_numpy(),
+                          where, style)
+    ys = axes[1][np.isfinite(axes[1])]
+    span = [float(ys.min()), float(ys.max())] if len(ys) else [0.0, 1.0]
+    for t in target:
+        fig.add_trace(_target_trace(t, span, lat.split("_")[0].upper(), p == 0 and
+                                    t == target[0]), **where)
+    fig.update_xaxes(title_text=title(lat), **axis_style(axes[0], logs[0]), **where)
+    fig.update_yaxes(title_text=title(val), **axis_style(axes[1], logs[1]), **where)
+    return list(zip(axes, logs))
+
+
 def pareto_figure(points: pd.DataFrame, conditions: list, settings: list, best: pd.DataFrame):
     """Useful tokens per $ and goodput against P99 TTFT and TPOT (ms): each condition's
-    points, its Pareto front as a labelled staircase, its best setting starred, and the SLO
-    targets dashed; None when a metric is missing."""
+    points, its Pareto front as a staircase labelled by setting (settings whose points
+    coincide share a label; labels placed apart), its best setting starred, and the SLO
+    targets dashed; log axes tick at 1-2-5 steps. None when a metric is missing."""
     from plotly.subplots import make_subplots
 
     if any(f"{m}_mean" not in points for pair in FRONT_PANELS for m in pair):
         return None
     points = points.reset_index(drop=True)
-    masks, groups = fronts(points, conditions), condition_groups(points, conditions)
-    keys = list(conditions) + list(settings)
+    parts = (condition_groups(points, conditions), fronts(points, conditions),
+             list(settings) or list(conditions))
     fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.08, vertical_spacing=0.12,
                         subplot_titles=[f"{title(v)} vs {title(lat)}" for lat, v in FRONT_PANELS])
-    x_log, y_log = [], []
-    for p, (lat, val) in enumerate(FRONT_PANELS):
-        where = {"row": p // 2 + 1, "col": p % 2 + 1}
-        for k, (cond, g) in enumerate(groups):
-            style = {"lat": lat, "val": val, "name": cond, "color": PALETTE[k % len(PALETTE)],
-                     "show": p == 0, "labels": [setting_label(r, settings, keys)
-                                                for _, r in g.iterrows()]}
-            _pareto_condition(fig, g, masks[(lat, val)][g.index.to_numpy()],
-                              g["point"].isin(set(best["point"])).to_numpy(), where, style)
-        ys = points[f"{val}_mean"].to_numpy(np.float64)
-        ys = ys[np.isfinite(ys)]
-        target = [t * 1000.0 for t in targets_s(points, f"slo.{lat.split('_')[0]}_s")]
-        for t in target:
-            span = [float(ys.min()), float(ys.max())] if len(ys) else [0.0, 1.0]
-            fig.add_trace(_target_trace(t, span, lat.split("_")[0].upper(), p == 0 and
-                                        t == target[0]), **where)
-        x_log.append(log_scale(np.concatenate([points[f"{lat}_mean"] * 1000.0, target])))
-        fig.update_xaxes(title_text=title(lat), type="log" if x_log[-1] else None, **where)
-        y_log.append(log_scale(points[f"{val}_mean"]))
-        fig.update_yaxes(title_text=title(val), type="log" if y_log[-1] else None, **where)
+    panels = [_front_panel(fig, points, p, best, parts) for p in range(len(FRONT_PANELS))]
+    menus = [_type_buttons(a, [pn[i][1] for pn in panels],
+                           [plotly_log_ticks(pn[i][0]) for pn in panels], x)
+             for i, (a, x) in enumerate((("x", 0.0), ("y", 0.25)))]
     fig.update_layout(height=820, template="plotly_white", margin={"t": 100},
                       legend={"groupclick": "togglegroup", "title": {"text": "condition"}},
-                      updatemenus=[_type_buttons(4, "x", x_log, 0.0),
-                                   _type_buttons(4, "y", y_log, 0.25)])
+                      updatemenus=menus)
     return fig
 
 
 def cdf_figure(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame):
-    """The empirical CDFs of TTFT, TPOT and E2E (ms) of each point (all seeds pooled), one
-    legend entry per point (the best settings first, at most CDF_LIMIT), SLO targets dashed;
-    None when no point has a CDF."""
+    """The empirical CDFs of TTFT, TPOT and E2E (ms) of each point (all seeds pooled; at
+    most CDF_STEPS steps a line), one legend entry per point (the best settings first, at
+    most CDF_LIMIT), SLO targets dashed; log axes tick at 1-2-5 steps. None when no point has
+    a CDF."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -142,54 +210,71 @@ def cdf_figure(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame):
         return None
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.06,
                         subplot_titles=[f"{lat.upper()} (ms)" for lat in LATENCIES])
-    logs = []
+    logs, ticks = [], []
     for c, lat in enumerate(LATENCIES, start=1):
         for k, p in enumerate(shown):
-            cdf = cdfs[p][lat]
+            cdf = thin(cdfs[p][lat], CDF_STEPS)
             if cdf.n:
                 fig.add_trace(go.Scatter(
-                    x=cdf.x_ms.tolist(), y=cdf.p.tolist(), mode="lines", line_shape="hv",
-                    name=p, legendgroup=p, showlegend=c == 1,
+                    x=cdf.x_ms.astype(np.float32), y=cdf.p.astype(np.float32), mode="lines",
+                    line_shape="hv", name=p, legendgroup=p, showlegend=c == 1,
                     line={"color": PALETTE[k % len(PALETTE)], "width": 1.5},
                     hovertemplate=f"{html_lib.escape(p)}<br>%{{x:.4g}} ms: %{{y:.4f}} of "
                                   f"{cdf.n} requests<extra></extra>"), row=1, col=c)
-        values = [cdfs[p][lat].x_ms for p in shown if cdfs[p][lat].n]
         target = [t * 1000.0 for t in targets_s(points, f"slo.{lat}_s")]
         for t in target:
             fig.add_trace(_target_trace(t, [0.0, 1.0], lat.upper(), False), row=1, col=c)
-        logs.append(bool(values) and log_scale(np.concatenate(values + [np.asarray(target)])))
-        fig.update_xaxes(title_text=f"{lat.upper()} (ms)", type="log" if logs[-1] else None,
+        values = np.concatenate([cdfs[p][lat].x_ms for p in shown] + [np.asarray(target)])
+        logs.append(log_scale(values))
+        ticks.append(plotly_log_ticks(values))
+        fig.update_xaxes(title_text=f"{lat.upper()} (ms)", **axis_style(values, logs[-1]),
                          row=1, col=c)
         fig.update_yaxes(range=[0, 1.02], title_text="fraction at or below" if c == 1 else None,
                          row=1, col=c)
     fig.update_layout(height=500, template="plotly_white", margin={"t": 110},
                       legend={"title": {"text": "point"}},
-                      updatemenus=[_type_buttons(3, "x", logs, 0.0)])
+                      updatemenus=[_type_buttons("x", logs, ticks, 0.0)])
     return fig
 
 
+def _style_keys(fig) -> None:
+    """Legend entries naming the line styles of the timeline's first panel ("waiting
+    (dotted)", "running (solid)"): lines with no data, in grey."""
+    import plotly.graph_objects as go
+
+    for name, d in style_names():
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=name,
+                                 legendgroup="line styles", legendgrouptitle_text="line style",
+                                 line={"color": "#555", "dash": d, "width": 1.5},
+                                 hoverinfo="skip"), row=1, col=1)
+
+
 def timeline_figure(tl):
-    """One run's waiting and running requests, batch tokens, KV blocks in use and cumulative
-    preemptions over simulated time (s), one colour per instance; None without a table."""
+    """One run's waiting (dotted) and running (solid) requests, batch tokens, KV blocks in use
+    and cumulative preemptions over simulated time (s), one colour per instance, the legend
+    naming the instances and the line styles; at most HTML_BINS samples per instance (the
+    maximum per bin: timeline.binned), each line's unchanged steps left out. None without a
+    table."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     if tl is None or tl.table is None:
         return None
-    data, width = binned(tl.table)
+    data, width = binned(tl.table, HTML_BINS)
     fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.04,
                         subplot_titles=[" / ".join(n for _, n in panel)
                                         for panel in TIMELINE_PANELS])
     for r, panel in enumerate(TIMELINE_PANELS, start=1):
         for k, (inst, g) in enumerate(data.groupby("instance", sort=True)):
-            for (col, name), dash in zip(panel, ("solid", "dot")):
+            for i, (col, name) in enumerate(panel):
+                t, v = steps(g["t_s"].to_numpy(np.float32), g[col].to_numpy())
                 fig.add_trace(go.Scatter(
-                    x=g["t_s"].tolist(), y=g[col].tolist(), mode="lines", line_shape="hv",
-                    name=f"instance {inst}", legendgroup=f"instance {inst}",
-                    showlegend=r == 1 and dash == "solid",
-                    line={"color": PALETTE[k % len(PALETTE)], "dash": dash, "width": 1.3},
+                    x=t, y=v, mode="lines", line_shape="hv", name=f"instance {inst}",
+                    legendgroup=f"instance {inst}", showlegend=r == 1 and i == 0,
+                    line={"color": PALETTE[k % len(PALETTE)], "dash": dash(col), "width": 1.3},
                     hovertemplate=f"instance {inst} {name}: %{{y}} at %{{x:.4g}} s"
                                   f"<extra></extra>"), row=r, col=1)
+    _style_keys(fig)
     fig.update_xaxes(title_text="simulated time (s)", row=4, col=1)
     note = f"; maximum per {width:.3g} s bin" if width else ""
     fig.update_layout(height=900, template="plotly_white", margin={"t": 80},

@@ -42,6 +42,19 @@ def ecdf(values, max_steps: int = MAX_STEPS) -> tuple[np.ndarray, np.ndarray]:
     return v[ranks], (ranks + 1) / n
 
 
+def thin(cdf: Cdf, max_steps: int) -> Cdf:
+    """`cdf` with at most about `max_steps` of its steps (each kept step exact): those nearest
+    above evenly spaced fractions, the tail (as ecdf keeps it), the first and the last; `cdf`
+    itself when it has no more steps than that."""
+    if len(cdf.p) <= max_steps:
+        return cdf
+    tail = 1.0 - np.logspace(-1, -5, 41)
+    q = np.concatenate([np.linspace(0.0, 1.0, max(max_steps - len(tail), 2)), tail])
+    idx = np.unique(np.minimum(np.searchsorted(cdf.p, q), len(cdf.p) - 1))
+    idx = np.unique(np.concatenate([[0], idx, [len(cdf.p) - 1]]))
+    return Cdf(cdf.x_ms[idx], cdf.p[idx], cdf.n)
+
+
 def _read(path, skipped: list) -> pd.DataFrame | None:
     """The latency columns of a requests.parquet, or None; a reason is appended to `skipped`
     unless one naming this file is there already (the bootstrap read it first)."""

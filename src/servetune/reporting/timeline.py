@@ -153,3 +153,13 @@ def binned(table: pd.DataFrame, max_bins: int = MAX_BINS) -> tuple[pd.DataFrame,
     out = out.reset_index()
     out["t_s"] = t0 + out.pop("bin") * width
     return out[list(COLUMNS)], width
+
+
+def steps(t, v) -> tuple[np.ndarray, np.ndarray]:
+    """(times, values) of a step line (each value held until the next sample) without the
+    samples that repeat the value before them: the first, every change and the last sample
+    are kept, so the line drawn is the same with fewer points."""
+    t, v = np.asarray(t), np.asarray(v)
+    keep = np.ones(len(v), bool)
+    keep[1:-1] = v[1:-1] != v[:-2]
+    return t[keep], v[keep]

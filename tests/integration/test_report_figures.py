@@ -1,0 +1,292 @@
+"""Report figures that read at a glance (issue 40 item 3): tied settings share one label and no
+label overprints another on the Pareto fronts; log axes tick at 1-2-5 steps with plain
+labels; the timeline's legend names its line styles; convergence.png has no offset axis and
+does not magnify float noise; report.html stays small (one plotly.js, decimated series).
+
+Inputs are built by hand (points tables, timeline tables, run folders); nothing is simulated.
+"""
+
+import itertools
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from test_report_choose import _sweep
+
+from servetune.reporting import figures, html, html_figures, report
+from servetune.reporting.collect import collect
+from servetune.reporting.convergence import convergence_figure, y_range
+from servetune.reporting.labels import PLOTLY_POSITIONS, overlap, tie_groups, tied_label
+from servetune.reporting.latency import point_cdfs
+from servetune.reporting.ticks import plotly_log_ticks, steps_125, tick_text
+from servetune.reporting.timeline import Timeline, steps
+from servetune.tuning import runner
+
+SETTING = "policy.max_num_seqs"
+BEST = pd.DataFrame({"point": ["max_num_seqs=64"]})
+
+
+def _tied(conditions=(None,)) -> pd.DataFrame:
+    """Six settings per condition: 64, 128 and 256 give the same numbers (their cap is never
+    reached), 32 lands within 0.5% of them (a different point, drawn on top of theirs)."""
+    rows = []
+    for rate in conditions:
+        for mns, ttft, tpot, tpd, good in ((8, 0.30, 0.010, 1000.0, 4.0),
+                                           (16, 0.45, 0.012, 2000.0, 4.5),
+                                           (32, 0.995, 0.0199, 2985.0, 4.78),
+                                           (64, 1.0, 0.020, 3000.0, 4.8),
+                                           (128, 1.0, 0.020, 3000.0, 4.8),
+                                           (256, 1.0, 0.020, 3000.0, 4.8)):
+            rows.append({"workload.rate": rate, SETTING: mns, "ttft_p99_s_mean": ttft,
+                         "tpot_p99_s_mean": tpot, "useful_tokens_per_dollar_mean": tpd,
+                         "goodput_rps_mean": good, "slo.ttft_s": 2.0, "slo.tpot_s": 0.1,
+                         "n": 2, "point": f"max_num_seqs={mns}" if rate is None else
+                         f"workload.rate={rate}, max_num_seqs={mns}"})
+    return pd.DataFrame(rows).drop(columns=[] if conditions != (None,) else ["workload.rate"])
+
+
+def _setting_texts(ax) -> list:
+    return [t for t in ax.texts if "max_num_seqs" in t.get_text()]
+
+
+# --------------------------------------------------------------------------- labels
+
+def test_points_tie_at_display_precision_and_their_settings_share_a_label():
+    assert tie_groups([1.0, 1.0004, 1.01, np.nan, np.nan], [5.0, 5.0, 5.0, 1.0, 1.0]) == \
+        [[0, 1], [2], [3], [4]]  # 3 significant digits; NaN ties with nothing
+    rows = pd.DataFrame({SETTING: [64, 128, 256], "policy.order": ["fcfs"] * 3})
+    assert tied_label(rows, [SETTING]) == "max_num_seqs=64, 128, 256"
+    assert tied_label(rows, ["policy.order", SETTING]) == "order=fcfs, max_num_seqs=64/128/256"
+    rows["policy.order"] = ["fcfs", "priority", "fcfs"]
+    assert tied_label(rows, ["policy.order", SETTING]) == (
+        "order=fcfs, max_num_seqs=64; order=priority, max_num_seqs=128; "
+        "order=fcfs, max_num_seqs=256")
+    assert tied_label(rows.iloc[:1], [SETTING]) == "max_num_seqs=64"
+
+
+@pytest.mark.parametrize("conditions, keys", [((None,), []), ((5, 40), ["workload.rate"])])
+def test_png_front_labels_group_ties_and_none_overprints_another(conditions, keys):
+    """Before: 64, 128 and 256 each drew its label at the same spot, and 32's over them; with
+    two conditions of equal numbers, every label twice at one spot."""
+    fig = figures.pareto_png(_tied(conditions), keys, [SETTING], BEST)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        texts = _setting_texts(ax)
+        assert sorted(t.get_text() for t in texts) == sorted(
+            ["max_num_seqs=8", "max_num_seqs=16", "max_num_seqs=32",
+             "max_num_seqs=64, 128, 256"] * len(conditions))
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        for (i, a), (j, b) in itertools.combinations(enumerate(boxes), 2):
+            shared = overlap((a.x0, a.y0, a.x1, a.y1), (b.x0, b.y0, b.x1, b.y1))
+            assert shared < 1.0, (ax.get_xlabel(), texts[i].get_text(), texts[j].get_text())
+
+
+@pytest.mark.parametrize("conditions, keys", [((None,), []), ((5, 40), ["workload.rate"])])
+def test_page_front_labels_group_ties_and_take_distinct_places(conditions, keys):
+    fig = html_figures.pareto_figure(_tied(conditions), keys, [SETTING], BEST)
+    fronts = [t for t in fig.data if t.mode == "lines+markers+text" and t.xaxis == "x"]
+    drawn = [(x, y, text, pos, t.name) for t in fronts
+             for x, y, text, pos in zip(t.x, t.y, t.texttemplate, t.textposition) if text]
+    assert sorted(d[2] for d in drawn) == sorted(
+        ["max_num_seqs=8", "max_num_seqs=16", "max_num_seqs=32",
+         "max_num_seqs=64, 128, 256"] * len(conditions))
+    assert all(pos in PLOTLY_POSITIONS.values() for *_, pos, _ in drawn)
+    # no two labels at one spot: equal points (other conditions) and 32 beside the tie
+    # (0.5% apart) take different places around their points
+    assert len({(x, y, pos) for x, y, _, pos, _ in drawn}) == len(drawn)
+    near = [pos for x, _, text, pos, _ in drawn if "=32" in text or "64, 128" in text]
+    assert len(set(near)) == len(near)
+
+
+# --------------------------------------------------------------------------- log ticks
+
+def test_log_ticks_are_1_2_5_steps_as_plain_numbers():
+    assert steps_125(80, 30000) == [100, 200, 500, 1000, 2000, 5000, 10000, 20000]
+    assert steps_125(0.04, 3) == [0.05, 0.1, 0.2, 0.5, 1, 2]
+    assert steps_125(1e-3, 1e9) == [1e-3, 1e-1, 10, 1e3, 1e5, 1e7, 1e9]  # too many: decades
+    assert steps_125(300, 450) == [300, 400]  # under two 1-2-5 steps: 1-9 steps
+    assert steps_125(0, 10) == [] and steps_125(1, np.inf) == []
+    assert [tick_text(v) for v in (1000.0, 20000.0, 0.05, 1e7)] == \
+        ["1000", "20000", "0.05", "10000000"]
+    assert plotly_log_ticks([800.0, 30000.0, np.nan, 0.0]) == {
+        "tickmode": "array", "tickvals": [1000, 2000, 5000, 10000, 20000],
+        "ticktext": ["1000", "2000", "5000", "10000", "20000"]}
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """The hand-made multirun of test_report_choose (P99 TTFT 800 ms to 30 s) and its report
+    (no files but the tables)."""
+    root = tmp_path_factory.mktemp("figs") / "mr"
+    _sweep(root)
+    return root, report(root, root.parent / "out", n_boot=50, figures=False, html=False)
+
+
+def _cdfs(root, rep) -> dict:
+    return point_cdfs(collect(root, exclude=rep.out_dir), skipped=[])
+
+
+def _shown_labels(axis) -> list:
+    lo, hi = sorted(axis.get_view_interval())
+    return [t.get_text() for t, v in zip(axis.get_majorticklabels(), axis.get_majorticklocs())
+            if lo <= v <= hi]
+
+
+def test_png_log_axes_tick_at_1_2_5_steps_with_plain_labels(made, monkeypatch):
+    """Before: P99 TTFT read '10^3 2x10^3 3x10^3 ...' with the minor ticks' labels colliding."""
+    root, rep = made
+    fig = figures.pareto_png(rep.points, rep.conditions, rep.settings, rep.best)
+    kept = {}
+    monkeypatch.setattr(figures, "_save", lambda f, path: kept.setdefault(path.name, f))
+    figures.draw_cdfs(rep.points, _cdfs(root, rep), rep.best, root)
+    figures.draw(rep.points, rep.keys, root)
+    per_key = kept["fig_policy.max_num_seqs.png"].axes[3]  # P99 TTFT over max_num_seqs
+    cases = [(fig.axes[0].xaxis, ["1000", "2000", "5000", "10000", "20000"]),  # 0.8-30 s
+             (kept["fig_latency_cdf.png"].axes[0].xaxis,
+              ["100", "200", "500", "1000", "2000", "5000", "10000", "20000"]),  # 0.1-30 s
+             (per_key.yaxis, ["500", "1000", "2000", "5000", "10000", "20000"])]  # with CIs
+    for f in (fig, kept["fig_latency_cdf.png"], kept["fig_policy.max_num_seqs.png"]):
+        f.draw_without_rendering()
+    for axis, want in cases:
+        assert axis.get_scale() == "log"
+        assert _shown_labels(axis) == want
+        assert all(t.get_text() == "" for t in axis.get_minorticklabels())
+
+
+def test_page_log_axes_tick_at_1_2_5_steps_and_the_buttons_keep_them(made):
+    root, rep = made
+    fig = html_figures.pareto_figure(rep.points, rep.conditions, rep.settings, rep.best)
+    want = [1000, 2000, 5000, 10000, 20000]  # 800 ms / 1.25 to 30 s * 1.25
+    ax = fig.layout.xaxis
+    assert (ax.type, ax.tickmode, list(ax.tickvals)) == ("log", "array", want)
+    assert list(ax.ticktext) == [str(v) for v in want] and ax.exponentformat == "none"
+    linear, log = fig.layout.updatemenus[0].buttons
+    assert log.args[0]["xaxis.tickvals"] == want and log.args[0]["xaxis.type"] == "log"
+    assert linear.args[0]["xaxis.tickmode"] == "auto" and linear.args[0]["xaxis2.type"] == \
+        "linear"
+    # TPOT (15-80 ms) starts linear; its log button still brings 1-2-5 ticks
+    assert fig.layout.xaxis2.type is None and log.args[0]["xaxis2.tickvals"] == [20, 50, 100]
+    cdf = html_figures.cdf_figure(rep.points, _cdfs(root, rep), rep.best)
+    assert cdf.layout.xaxis.type == "log" and list(cdf.layout.xaxis.ticktext) == \
+        ["100", "200", "500", "1000", "2000", "5000", "10000", "20000"]
+    per_key = html.figure(rep.points, rep.keys, "policy.max_num_seqs")
+    with_ci = [200, 500] + want  # the P99 TTFT panel's intervals and the P50s the buttons show
+    assert per_key.layout.yaxis4.type == "log" and list(per_key.layout.yaxis4.ticktext) == \
+        [str(v) for v in with_ci]
+    y_log = per_key.layout.updatemenus[1].buttons[1].args[0]
+    assert y_log["yaxis4.tickvals"] == with_ci and y_log["yaxis4.type"] == "log"
+
+
+# --------------------------------------------------------------------------- timeline
+
+def _timeline(n=6, instances=(0, 1)) -> Timeline:
+    t = np.arange(n) * 0.5
+    table = pd.concat([pd.DataFrame({"t_s": t, "instance": i, "queue_len": (np.arange(n) * 7
+                                     + i) % 5, "running": 4, "batch_tokens": 100,
+                                     "kv_blocks": 10, "preemptions": 0}) for i in instances])
+    return Timeline(run="2", scenario=0, why="by hand", table=table.reset_index(drop=True))
+
+
+def test_timeline_legends_name_each_instance_and_each_line_style():
+    """Before: dotted and solid lines, and a legend of 'instance 0' only (the page)."""
+    want = ["instance 0", "instance 1", "waiting (dotted)", "running (solid)"]
+    fig = figures.timeline_png(_timeline())
+    legend = fig.axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == want
+    assert [h.get_linestyle() for h in legend.legend_handles] == ["-", "-", ":", "-"]
+    drawn = {line.get_label(): line.get_linestyle() for line in fig.axes[0].lines}
+    assert drawn["instance 1: waiting"] == ":" and drawn["instance 1: running"] == "-"
+    page = html_figures.timeline_figure(_timeline())
+    assert [t.name for t in page.data if t.showlegend is not False] == want
+    dashes = {(t.name, t.hovertemplate.split(":")[0]): t.line.dash for t in page.data
+              if t.xaxis == "x" and t.hovertemplate}
+    assert dashes[("instance 1", "instance 1 waiting")] == "dot"
+    assert dashes[("instance 1", "instance 1 running")] == "solid"
+    assert {t.line.dash for t in page.data if t.name == "waiting (dotted)"} == {"dot"}
+
+
+def test_a_long_timeline_is_decimated_on_the_page():
+    t, v = steps(np.arange(6.0), np.array([1, 1, 1, 2, 2, 2]))
+    assert list(t) == [0.0, 3.0, 5.0] and list(v) == [1, 2, 2]  # the same step line
+    fig = html_figures.timeline_figure(_timeline(n=50_000, instances=(0,)))
+    lines = [t for t in fig.data if t.x is not None and len(t.x) > 1]
+    assert lines and max(len(t.x) for t in lines) <= html_figures.HTML_BINS
+    assert "maximum per" in fig.layout.title.text
+
+
+# --------------------------------------------------------------------------- convergence
+
+def test_convergence_has_no_offset_axis_and_does_not_magnify_float_noise(tmp_path):
+    """Before: the objective's axis read '+1.4265e1' and a 0.01% change filled it."""
+    history = pd.DataFrame({"scenarios_simulated": [8, 16, 24, 32],
+                            "center_objective": [14.2650, 14.2651, 14.2664, 14.2655],
+                            "best_objective": [14.2650, 14.2651, 14.2664, 14.2664],
+                            "center_slo_attainment": [0.995, 0.995, 0.996, 0.995],
+                            "best_slo_attainment": [0.995, 0.995, 0.996, 0.996]})
+    fig = convergence_figure(history, 0.99)
+    fig.draw_without_rendering()
+    top, bottom = fig.axes
+    assert top.get_ylim()[1] - top.get_ylim()[0] >= 0.0099 * 14.2664  # 1% of the value
+    assert top.get_ylim()[0] < 14.2650 and top.get_ylim()[1] > 14.2664
+    assert bottom.get_ylim()[0] < 0.99 < bottom.get_ylim()[1]  # the target in view
+    for ax in fig.axes:
+        assert ax.yaxis.get_offset_text().get_text() == ""
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert all(re.fullmatch(r"-?\d+(\.\d+)?", s) for s in labels), labels
+    assert [float(s) for s in (t.get_text() for t in top.get_yticklabels())][1] > 14.0
+    assert y_range([1.0, np.nan], 0.5) == (0.75, 1.25) and y_range([], 2.0) == (-1.0, 1.0)
+    runner._plot(history, tmp_path / "convergence.png", 0.99)
+    assert (tmp_path / "convergence.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------- page size
+
+def _big_sweep(root, n_req=2000, n_samples=20_000):
+    """24 runs (12 settings x 2 seeds) of n_req requests each; run 0 with a timeline of two
+    instances x n_samples samples."""
+    rng = np.random.default_rng(0)
+    for job, (mns, seed) in enumerate(itertools.product((1, 2, 4, 8, 16, 24, 32, 48, 64, 128,
+                                                         256, 512), (0, 1))):
+        d = root / str(job)
+        (d / ".hydra").mkdir(parents=True)
+        (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"{SETTING}={mns}",
+                                                                     f"seed={seed}"]))
+        ttft = rng.lognormal(np.log(3.2 / mns + 0.1), 0.8, n_req)
+        tpot = rng.lognormal(np.log(0.01 + 0.0002 * mns), 0.3, n_req)
+        req = pd.DataFrame({"counted": True, "end_state": "completed", "ttft_s": ttft,
+                            "tpot_s": tpot, "e2e_s": ttft + 200 * tpot, "qualifies": ttft < 2,
+                            "scenario": 0})
+        req.to_parquet(d / "requests.parquet")
+        pd.DataFrame([{"seed": seed, "goodput_rps": req["qualifies"].sum() / 60.0,
+                       "slo_attainment": req["qualifies"].mean(), "window_s": 60.0,
+                       "ttft_p99_s": np.percentile(ttft, 99),
+                       "tpot_p99_s": np.percentile(tpot, 99),
+                       "useful_tokens_per_dollar": 1e5 * req["qualifies"].mean()}]
+                     ).to_csv(d / "metrics.csv", index=False)
+    t = np.sort(rng.uniform(0, 600, n_samples))
+    pd.concat([pd.DataFrame({"t_s": t, "instance": i, "queue_len": rng.integers(0, 300, n_samples),
+                             "running": rng.integers(0, 256, n_samples),
+                             "batch_tokens": rng.integers(0, 8192, n_samples),
+                             "kv_blocks": rng.integers(0, 20000, n_samples),
+                             "preemptions": np.cumsum(rng.integers(0, 2, n_samples))})
+               for i in (0, 1)]).to_parquet(root / "0" / "timeline.parquet")
+
+
+def test_a_24_run_page_is_the_plotly_bundle_plus_a_little(tmp_path):
+    """Before: 5.9 MB for 24 runs, 1.1 MB of it figures (CDFs of 400 steps and a timeline of
+    2000 samples per line, at full float precision, a template per figure)."""
+    from plotly.offline import get_plotlyjs
+
+    _big_sweep(tmp_path / "mr")
+    rep = report(tmp_path / "mr", tmp_path / "out", n_boot=0, figures=False, timeline="0")
+    page = (rep.out_dir / "report.html").read_text()
+    bundle = get_plotlyjs()
+    assert page.count(bundle[:2000]) == 1  # one plotly.js for the whole page
+    # one template too: the page's, not one per figure
+    assert page.count("id='servetune-template'") == 1 and '"template":' not in page
+    for fid in ("fig-pareto", "fig-cdf", "fig-timeline", "fig-0"):
+        assert f"id='{fid}'" in page
+    assert len(page) < 1.08 * len(bundle), (len(page) - len(bundle)) / 1e3
