@@ -221,10 +221,18 @@ def bench_metrics(table: pd.DataFrame | dict, res: ScenarioResult) -> dict:
 # most of a batch's cost: ~20 ms a scenario)
 _BENCH_COLUMNS = ("counted", "end_state", "arrival_s", "finish_s", "prompt_tokens",
                   "output_tokens_delivered", "slo_ok", "ttft_s", "tpot_s", "e2e_s")
-_METRIC_COLUMNS = _BENCH_COLUMNS + ("output_tokens", "class", "first_token_s",
+_METRIC_COLUMNS = _BENCH_COLUMNS + ("reject_reason", "output_tokens", "class", "first_token_s",
                                     "tokens_computed", "kv_compressed", "quality_ok",
                                     "qualifies")
 _FLAGS = ("slo_ok", "quality_ok", "qualifies", "counted", "kv_compressed")
+
+
+def _rejected_by(cols: dict, counted: np.ndarray) -> dict:
+    """{reject reason (types.REJECT_REASON_NAMES): counted requests rejected for it}, the
+    reasons that occurred only, in the order of precedence."""
+    reasons = cols["reject_reason"][counted & (cols["end_state"] == END_STATE_NAMES[REJECTED])]
+    return {name: int((reasons == name).sum()) for name in REJECT_REASON_NAMES
+            if (reasons == name).any()}
 
 
 def _columns(table: pd.DataFrame | dict, names=_METRIC_COLUMNS) -> dict:
@@ -291,6 +299,7 @@ def _core(cols: dict, rows, window_s: float, cost_usd: float, warmup_s: float) -
         "n_expired": count(EXPIRED),
         "n_evicted": count(EVICTED),
         "n_outstanding": count(OUTSTANDING),
+        "rejected_by": _rejected_by(cols, c),
     }
     m.update(_stats("ttft", cols["ttft_s"][done]))
     m.update(_stats("tpot", cols["tpot_s"][done]))

@@ -36,6 +36,21 @@ def test_every_rejection_has_its_reason_and_no_schedule(queued):
     assert set(rejected["reject_reason"]) == {"queue_cap"}
     assert rejected["scheduled_s"].isna().all() and rejected["queue_s"].isna().all()
     assert table.loc[table["end_state"] != "rejected", "reject_reason"].isna().all()
+    # metrics.json counts them by reason, and the summary says why
+    assert metrics["rejected_by"] == {"queue_cap": metrics["n_rejected"]}
+
+
+def test_the_summary_says_why_requests_were_rejected(queued):
+    import io
+
+    from rich.console import Console
+
+    from servetune.reporting.summary import summary
+    _, metrics = queued
+    buf = io.StringIO()
+    summary(metrics, {}, console=Console(file=buf, width=200))
+    assert f"{metrics['n_rejected']} (queue_cap {metrics['n_rejected']}: policy.queue_cap full)" \
+        in buf.getvalue()
 
 
 def test_an_idle_engine_schedules_each_request_at_its_arrival_boundary():
@@ -56,3 +71,4 @@ def test_too_long_prompts_are_rejected_as_such():
     assert too_long.any()
     assert (table.loc[too_long, "reject_reason"] == "too_long").all()
     assert table.loc[~too_long, "reject_reason"].isna().all()
+    assert res.metrics[0]["rejected_by"]["too_long"] == int((table["counted"] & too_long).sum())

@@ -26,7 +26,7 @@ def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
     rows = [
         ("requests counted (offered rps)", f"{m['n_requests']} ({fmt(m['offered_rps'])}/s)"),
         ("completed / rejected / outstanding",
-         f"{m['n_completed']} / {m['n_rejected']} / {m['n_outstanding']}"),
+         f"{m['n_completed']} / {m['n_rejected']}{_reasons(m)} / {m['n_outstanding']}"),
         ("TTFT mean / p50 / p99 (s)",
          " / ".join(fmt(m[f"ttft_{q}_s"]) for q in ("mean", "p50", "p99"))),
         ("TPOT mean / p50 / p99 (s)",
@@ -76,6 +76,24 @@ def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
         flags.append("STALLED: waiting requests could never be scheduled")
     for f in flags:
         console.print(f"[yellow]note:[/yellow] {f}")
+
+
+# why a request was rejected, as a reader would fix it (types.REJECT_REASON_NAMES)
+REJECT_HINTS = {
+    "too_long": "prompt >= engine.max_model_len",
+    "kv_capacity": "could never fit the KV cache",
+    "queue_cap": "policy.queue_cap full",
+    "max_num_queued_reqs": "policy.max_num_queued_reqs full",
+    "max_num_queued_tokens": "policy.max_num_queued_tokens full",
+    "kv_reserve": "engine.kv_pressure=reject",
+}
+
+
+def _reasons(m: dict) -> str:
+    """' (too_long 3: prompt >= engine.max_model_len; ...)' for metrics.rejected_by, or ''."""
+    by = m.get("rejected_by") or {}
+    return (" (" + "; ".join(f"{k} {n}: {REJECT_HINTS.get(k, k)}" for k, n in by.items()) + ")"
+            if by else "")
 
 
 def _hardware_line(labels: dict) -> str:
