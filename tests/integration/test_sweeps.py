@@ -188,6 +188,8 @@ def test_joblib_launcher_runs_jobs_in_parallel_workers(tmp_path, cache):
     assert {s["jit_cache"]["run_chunk_batch"] for _, _, s in jobs.values()} == {1}
     assert "sweep: 4/4 job(s) done" in proc.stderr
     assert "sweep: 4 job(s), 2 point(s)" in proc.stdout
+    for header in ("goodput rps", "SLO att.", "P99 TTFT ms", "P99 TPOT ms", "useful tok/$"):
+        assert header in proc.stdout, header  # the report's columns, the headline included
     assert "in 2 process(es) across 4 job(s)" in proc.stdout
 
 

@@ -212,7 +212,7 @@ def print_sweep_summary(root: Path, max_rows: int = 20, console=None) -> bool:
     """Print the one-screen summary of the runs under `root`; False if there are none."""
 
     from servetune.reporting.collect import ReportError, collect
-    from servetune.reporting.console import points_table, wide_console
+    from servetune.reporting.console import COLUMNS, points_table, wide_console
     from servetune.reporting.stats import aggregate
 
     console = console or wide_console()
@@ -222,12 +222,10 @@ def print_sweep_summary(root: Path, max_rows: int = 20, console=None) -> bool:
         return False
     points = aggregate(col)
     failed = len(failed_jobs(root))
-    cols = (("goodput_rps", "goodput rps"), ("slo_attainment", "SLO att."),
-            ("ttft_p99_s", "P99 TTFT s"))
     jobs = f"{col.runs['run'].nunique()} job(s)" + (f" ({failed} more failed)" if failed else "")
     console.print(points_table(points, col.keys, f"sweep: {jobs}, "
                                f"{len(points)} point(s), mean ±std over seeds", max_rows,
-                               columns=cols, ci=False))
+                               columns=COLUMNS, ci=False))  # the report's, tokens per $ too
     comp = compile_summary(root)
     if comp is not None and comp["compilations"]:
         counts = ", ".join(f"{name} {n}x" for name, n in comp["compilations"].items() if n)
