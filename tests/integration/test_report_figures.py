@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from matplotlib.text import Text
 from test_report_choose import _sweep
 
 from servetune.reporting import figures, html, html_figures, report
@@ -51,6 +52,12 @@ def _setting_texts(ax) -> list:
     return [t for t in ax.texts if "max_num_seqs" in t.get_text()]
 
 
+def _text_box(t, renderer) -> tuple:
+    """The box (pixels) of an annotation's text alone (not its line to the point)."""
+    b = Text.get_window_extent(t, renderer)
+    return b.x0, b.y0, b.x1, b.y1
+
+
 # --------------------------------------------------------------------------- labels
 
 def test_points_tie_at_display_precision_and_their_settings_share_a_label():
@@ -78,9 +85,9 @@ def test_png_front_labels_group_ties_and_none_overprints_another(conditions, key
         assert sorted(t.get_text() for t in texts) == sorted(
             ["max_num_seqs=8", "max_num_seqs=16", "max_num_seqs=32",
              "max_num_seqs=64, 128, 256"] * len(conditions))
-        boxes = [t.get_window_extent(renderer) for t in texts]
+        boxes = [_text_box(t, renderer) for t in texts]
         for (i, a), (j, b) in itertools.combinations(enumerate(boxes), 2):
-            shared = overlap((a.x0, a.y0, a.x1, a.y1), (b.x0, b.y0, b.x1, b.y1))
+            shared = overlap(a, b)
             assert shared < 1.0, (ax.get_xlabel(), texts[i].get_text(), texts[j].get_text())
 
 
@@ -99,6 +106,32 @@ def test_page_front_labels_group_ties_and_take_distinct_places(conditions, keys)
     assert len({(x, y, pos) for x, y, _, pos, _ in drawn}) == len(drawn)
     near = [pos for x, _, text, pos, _ in drawn if "=32" in text or "64, 128" in text]
     assert len(set(near)) == len(near)
+
+
+def test_a_crowded_front_keeps_every_png_label_apart_and_leaves_some_out_on_the_page():
+    """Ten settings within 1% of one another, all on the front: the PNG lifts labels until
+    they are free; the page, whose text can only take six places, leaves out those with none
+    (hover names them) rather than overprint."""
+    k = np.arange(11)  # 0: far away, setting the scale; 1-10: 1% apart, all on the front
+    points = pd.DataFrame({SETTING: 10 + k, "point": [f"max_num_seqs={v}" for v in 10 + k],
+                           "ttft_p99_s_mean": np.where(k, 1.0 + 0.01 * k, 0.2),
+                           "tpot_p99_s_mean": np.where(k, 0.02 + 2e-4 * k, 0.01),
+                           "useful_tokens_per_dollar_mean": np.where(k, 3000.0 + 10 * k, 1e3),
+                           "goodput_rps_mean": np.where(k, 4.0 + 0.01 * k, 1.0), "n": 2})
+    fig = figures.pareto_png(points, [], [SETTING], BEST)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        boxes = [_text_box(t, fig.canvas.get_renderer()) for t in _setting_texts(ax)]
+        assert len(boxes) == 11
+        assert all(overlap(a, b) < 1.0 for a, b in itertools.combinations(boxes, 2))
+        inside = ax.get_window_extent(fig.canvas.get_renderer())  # none leaves the axes
+        assert all(inside.x0 <= b[0] and b[2] <= inside.x1 + 1 and b[3] <= inside.y1 + 1
+                   for b in boxes)
+    page = html_figures.pareto_figure(points, [], [SETTING], BEST)
+    front = next(t for t in page.data if t.mode == "lines+markers+text" and t.xaxis == "x")
+    drawn = [(pos, text) for text, pos in zip(front.texttemplate, front.textposition) if text]
+    assert 1 < len(drawn) < 11 and len(set(drawn)) == len(drawn)
+    assert len(front.text) == 11  # every point keeps its hover
 
 
 # --------------------------------------------------------------------------- log ticks
@@ -206,6 +239,8 @@ def test_timeline_legends_name_each_instance_and_each_line_style():
     assert dashes[("instance 1", "instance 1 waiting")] == "dot"
     assert dashes[("instance 1", "instance 1 running")] == "solid"
     assert {t.line.dash for t in page.data if t.name == "waiting (dotted)"} == {"dot"}
+    assert {t.line.dash for t in page.data if t.showlegend and "instance" in t.name} == \
+        {"solid"}  # an instance's legend line is not mistaken for a waiting line
 
 
 def test_a_long_timeline_is_decimated_on_the_page():
@@ -264,6 +299,7 @@ def _big_sweep(root, n_req=2000, n_samples=20_000):
                        "slo_attainment": req["qualifies"].mean(), "window_s": 60.0,
                        "ttft_p99_s": np.percentile(ttft, 99),
                        "tpot_p99_s": np.percentile(tpot, 99),
+                       "e2e_p99_s": np.percentile(ttft + 200 * tpot, 99),
                        "useful_tokens_per_dollar": 1e5 * req["qualifies"].mean()}]
                      ).to_csv(d / "metrics.csv", index=False)
     t = np.sort(rng.uniform(0, 600, n_samples))

@@ -150,22 +150,29 @@ LABEL_GAP_PT = 4.0  # points between a front point and its label
 
 def annotate_apart(ax, labels: list, renderer) -> list:
     """Annotate Axes `ax` with labels [(x, y, text, colour)] (data coordinates) each where it
-    overprints no other (labels.place, lifting a label that fits nowhere); the layout and
-    limits must be final. Returns the Annotations, kept out of the layout."""
-    anns = [ax.annotate(t, (x, y), xytext=(0, 0), textcoords="offset points", fontsize=7,
-                        color=c) for x, y, t, c in labels]
-    if not anns:
-        return anns
-    for a in anns:
-        a.set_in_layout(False)
+    overprints no other (labels.place, inside the axes; a label that fits nowhere is shifted
+    until free, with a thin line to its point); the layout and limits must be final. Returns
+    the Annotations, kept out of the layout."""
+    if not labels:
+        return []
+    sizes = []
+    for x, y, text, _ in labels:  # measured, then drawn where they go
+        probe = ax.annotate(text, (x, y), fontsize=7)
+        b = probe.get_window_extent(renderer)
+        sizes.append((b.width, b.height))
+        probe.remove()
     at = ax.transData.transform([(x, y) for x, y, _, _ in labels])
     px = ax.figure.dpi / 72.0  # pixels per point
-    sizes = [(b.width, b.height) for b in (a.get_window_extent(renderer) for a in anns)]
-    spots = place(at[:, 0], at[:, 1], sizes, LABEL_GAP_PT * px, stack=True)
-    for a, ((sx, sy), lift) in zip(anns, spots):
-        a.set_horizontalalignment("left" if sx > 0 else "right")
-        a.set_verticalalignment({1: "bottom", -1: "top", 0: "center"}[sy])
-        a.xyann = (sx * LABEL_GAP_PT, sy * LABEL_GAP_PT + lift / px)
+    spots = place(at[:, 0], at[:, 1], sizes, LABEL_GAP_PT * px, stack=True,
+                  bounds=tuple(ax.get_window_extent(renderer).extents))
+    anns = []
+    for (x, y, text, color), ((sx, sy), lift) in zip(labels, spots):
+        line = {"arrowstyle": "-", "lw": 0.5, "color": color, "alpha": 0.6} if lift else None
+        anns.append(ax.annotate(
+            text, (x, y), xytext=(sx * LABEL_GAP_PT, sy * LABEL_GAP_PT + lift / px),
+            textcoords="offset points", fontsize=7, color=color, arrowprops=line,
+            ha="left" if sx > 0 else "right", va={1: "bottom", -1: "top", 0: "center"}[sy]))
+        anns[-1].set_in_layout(False)
     return anns
 
 

@@ -370,7 +370,9 @@ def _choice_section(points, best, conditions, settings, cdfs, timeline) -> list[
         parts.append("<h3>Pareto front: value against P99 latency</h3><p class='note'>Lower "
                      "latency and more value are better; the labelled staircase joins the "
                      "non-dominated settings of each condition, the star marks its best "
-                     "setting, the dashed lines the SLO targets.</p>")
+                     "setting, the dashed lines the SLO targets. Settings whose points "
+                     "coincide share a label; a label with no room beside its point is left "
+                     "out: hover the point for its setting.</p>")
         parts.append(embed(fig, "fig-pareto"))
     fig = cdf_figure(points, cdfs or {}, best if best is not None else
                      pd.DataFrame(columns=["point"]))

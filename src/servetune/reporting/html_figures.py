@@ -132,14 +132,17 @@ def front_places(found: list, axes_values: tuple, logs: tuple) -> list[dict]:
     """For each condition's front labels `found` [[(position, label, x, y)]] in one panel,
     {position: (label, plotly textposition)}: labels.place over an estimate of where plotly
     draws them (a panel of PANEL_PX pixels autoranged over `axes_values` (xs, ys) with axis
-    types `logs`; CHAR_PX per character, LINE_PX high)."""
+    types `logs`; CHAR_PX per character, LINE_PX high). A label with no free place is left
+    out (its point's hover names the setting)."""
     flat = [item for labels in found for item in labels]
     px = _pixels([x for _, _, x, _ in flat], axes_values[0], logs[0], PANEL_PX[0])
     py = _pixels([y for _, _, _, y in flat], axes_values[1], logs[1], PANEL_PX[1])
     sizes = [(CHAR_PX * len(text), LINE_PX) for _, text, _, _ in flat]
-    spots = iter(place(px, py, sizes, GAP_PX))
-    return [{i: (text, PLOTLY_POSITIONS[next(spots)[0]]) for i, text, _, _ in labels}
-            for labels in found]
+    room = (-20.0, -LINE_PX, PANEL_PX[0] + 40.0, PANEL_PX[1] + LINE_PX)  # margins too
+    spots = iter(place(px, py, sizes, GAP_PX, bounds=room))
+    placed = [[(i, text, next(spots)[0]) for i, text, _, _ in labels] for labels in found]
+    return [{i: (text, PLOTLY_POSITIONS[p]) for i, text, p in labels if p is not None}
+            for labels in placed]
 
 
 def _front_panel(fig, points: pd.DataFrame, p: int, best: pd.DataFrame, parts: tuple) -> list:
@@ -266,11 +269,11 @@ def timeline_figure(tl):
                                         for panel in TIMELINE_PANELS])
     for r, panel in enumerate(TIMELINE_PANELS, start=1):
         for k, (inst, g) in enumerate(data.groupby("instance", sort=True)):
-            for i, (col, name) in enumerate(panel):
+            for col, name in panel:  # the instance's legend entry: its solid line
                 t, v = steps(g["t_s"].to_numpy(np.float32), g[col].to_numpy())
                 fig.add_trace(go.Scatter(
                     x=t, y=v, mode="lines", line_shape="hv", name=f"instance {inst}",
-                    legendgroup=f"instance {inst}", showlegend=r == 1 and i == 0,
+                    legendgroup=f"instance {inst}", showlegend=r == 1 and dash(col) == "solid",
                     line={"color": PALETTE[k % len(PALETTE)], "dash": dash(col), "width": 1.3},
                     hovertemplate=f"instance {inst} {name}: %{{y}} at %{{x:.4g}} s"
                                   f"<extra></extra>"), row=r, col=1)

@@ -3,7 +3,9 @@
 Settings whose points coincide at display precision (x and y equal to DIGITS significant
 digits) share one label naming each of them ("max_num_seqs=64, 128, 256"); each label then
 takes the first of a few places around its point (right and above, right and below, left and
-above, ...) where its box overlaps no label placed before it. Geometry is in pixels, y up.
+above, ...) where its box overlaps no label placed before it; where none is free, the PNG
+lifts it until it is, and the page (whose text can only take those places) leaves it out: a
+point's hover names its setting. Geometry is in pixels, y up.
 """
 
 from __future__ import annotations
@@ -81,19 +83,35 @@ def _cost(boxes: list, b: tuple) -> float:
     return sum(overlap(b, o) for o in boxes)
 
 
-def place(px, py, sizes: list, gap: float, stack: bool = False) -> list[tuple]:
+def _inside(b: tuple, bounds: tuple | None, vertical: bool = True) -> bool:
+    if bounds is None:
+        return True
+    across = bounds[0] <= b[0] and b[2] <= bounds[2]
+    return across and (not vertical or (bounds[1] <= b[1] and b[3] <= bounds[3]))
+
+
+def place(px, py, sizes: list, gap: float, stack: bool = False,
+          bounds: tuple | None = None) -> list[tuple]:
     """[(place, lift)] of labels at pixel points (px, py) of box `sizes` [(width, height)],
-    in order: the first of PLACES whose box overlaps no label placed before; where every
-    place overlaps one, with stack=True the first place lifted by whole label heights (lift,
-    pixels) until free (a figure that can shift a label anywhere), else the place of least
-    overlap (lift 0)."""
+    in order: the first of PLACES whose box lies inside `bounds` (x0, y0, x1, y1; the plot
+    area, None: anywhere) and overlaps no label placed before. Where none is free, with
+    stack=True the first place that fits across is shifted by whole label heights (lift,
+    pixels; down from a point in the top half of `bounds`, else up) until free (a figure that
+    can shift a label anywhere), else (None, 0): no place (a figure that can only put text at
+    PLACES leaves that label out)."""
     boxes, out = [], []
     for x, y, size in zip(px, py, sizes):
-        tries = [(_cost(boxes, box(x, y, size, p, gap)), p) for p in PLACES]
-        free = [p for area, p in tries if area == 0]
-        p, lift = free[0] if free else min(tries, key=lambda t: t[0])[1], 0.0
-        while stack and not free and _cost(boxes, box(x, y + lift, size, PLACES[0], gap)):
-            p, lift = PLACES[0], lift + size[1]
-        boxes.append(box(x, y + lift, size, p, gap))
+        free = [p for p in PLACES if _inside(b := box(x, y, size, p, gap), bounds)
+                and not _cost(boxes, b)]
+        p, lift = (free[0] if free else None), 0.0
+        if p is None and stack:
+            p = next((q for q in PLACES if _inside(box(x, y, size, q, gap), bounds, False)),
+                     PLACES[0])
+            step = -size[1] if bounds is not None and y > (bounds[1] + bounds[3]) / 2 \
+                else size[1]
+            while _cost(boxes, box(x, y + lift, size, p, gap)):
+                lift += step
+        if p is not None:
+            boxes.append(box(x, y + lift, size, p, gap))
         out.append((p, lift))
     return out
