@@ -15,8 +15,9 @@ import servetune
 
 SRC = Path(servetune.__file__).parent
 # reporting defers matplotlib, plotly and scipy (imported by the modules it imports lazily)
-# to the commands that draw or aggregate, so a Hydra job's callback stays light
-DEFERRED_OK = ("servetune.reporting",)
+# to the commands that draw or aggregate, so a Hydra job's callback stays light; export_cli
+# parses its arguments before loading what it runs, so `servetune export --help` is instant
+DEFERRED_OK = ("servetune.reporting", "servetune.export_cli")
 
 
 def _modules() -> dict[str, Path]:

@@ -12,9 +12,11 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from servetune import bench_file
 from servetune.api import simulate_batch
 from servetune.entry import exit_on_user_error
 from servetune.errors import ConfigError
+from servetune.export import as_deployed, model_id
 from servetune.files import write_json, write_text, write_whole
 from servetune.progress import console as progress_console
 from servetune.progress import simulation_progress
@@ -98,9 +100,6 @@ def save_detailed(cfg: DictConfig) -> bool | None:
 def bench_documents(cfg: DictConfig, result) -> list[dict]:
     """One `vllm bench serve --save-result` document per scenario of `result` (bench_file.py),
     named after the configured model and, for workload.vllm_bench, sent at its rate."""
-    from servetune import bench_file
-    from servetune.export import model_id
-
     model = model_id(cfg)
     vllm = OmegaConf.select(cfg, "workload.vllm_bench")
     vllm = OmegaConf.to_container(vllm, resolve=True) if vllm is not None else None
@@ -139,7 +138,6 @@ def run_tune(cfg: DictConfig):
     console.print(_start_vs_tuned(result, Table))
     shown = lambda k, v: (f"{k}=[{len(v)} weights, export/score_net.json]" if k == "score_net"
                           else f"{k}={fmt(v)}")
-    from servetune.export import as_deployed
     console.print("tuned policy (as exported: integer limits floored): "
                   + ", ".join(shown(k, v) for k, v in as_deployed(result.best).items()))
     if result.regression:

@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from servetune.errors import ServetuneError
-from servetune.export_cli import export_point
+from servetune.export_choice import export_point
 from servetune.export_cli import main as export_main
 from servetune.files import write_json
 
