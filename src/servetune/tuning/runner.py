@@ -23,6 +23,7 @@ from servetune.api import compose
 from servetune.errors import CheckpointError, ConfigError
 from servetune.files import write_json, write_whole
 from servetune.policy import DEFAULTS, ORDERS
+from servetune.reporting.convergence import write_convergence
 from servetune.scenario import MAX_SEEDS, build
 from servetune.tuning import checkpoint, es
 from servetune.tuning.evaluation import (
@@ -636,6 +637,4 @@ def _first_scenario(evaluator):
 
 
 def _plot(history: pd.DataFrame, path: Path, target: float) -> None:
-    from servetune.reporting.convergence import write_convergence  # matplotlib only here
-
     write_convergence(history, path, target)
