@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from servetune import bench_file
+from servetune import bench_file, estimate
 from servetune.api import simulate_batch
 from servetune.entry import exit_on_user_error
 from servetune.errors import ConfigError
@@ -46,10 +46,13 @@ def simulate_job(cfg: DictConfig):
     save_detailed(cfg)  # refused before the simulation, not after it
     scenario = build(cfg)
     n = len(scenario.seeds) * len(scenario.grid_points)
-    console.print(f"simulating {n} scenario(s) of {len(scenario.traces[0])} requests "
-                  f"(compiling on first use) ...")
+    first = scenario.traces[0]
+    span = float(first.arrival.max()) if len(first) else 0.0
+    console.print(estimate.plan_line(n, len(first), span) + " ...", highlight=False)
     with simulation_progress(bool(cfg.output.progress), console=console) as progress:
         result = simulate_batch(scenario, progress)
+    estimate.record(sum(len(t) for t in scenario.traces) * len(scenario.grid_points),
+                    result.wall_s)
     write_text(out / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     doc = result.metrics[0] if n == 1 else {"scenarios": [
         {"seed": row["seed"], "grid": pt, "metrics": m}

@@ -1,0 +1,87 @@
+"""How long a simulation will take on this machine, said before it starts: each finished run
+records the requests it simulated (summed over its scenarios) per second of wall time, and the
+next run's first line divides its own request count by the average of the recent rates.
+
+The record is a small JSON file, `$SERVETUNE_PACE_FILE`, else
+`$XDG_CACHE_HOME/servetune/pace.json` (XDG_CACHE_HOME defaulting to ~/.cache). The estimate is
+rough: a rate includes compilation (most of a small run's time) and an overloaded engine
+simulates each request more slowly than a light one. A file that cannot be read or written is
+ignored: the estimate is advice, never a reason for a run to fail.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+RECENT = 8  # runs whose rates are averaged
+
+
+def pace_file() -> Path:
+    """Where this machine's record of past runs lives."""
+    own = os.environ.get("SERVETUNE_PACE_FILE")
+    if own:
+        return Path(own)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "servetune" / "pace.json"
+
+
+def _rates(path: Path) -> list[float]:
+    """The recorded rates (requests per wall second), oldest first; [] when there are none or
+    the file is unreadable or foreign."""
+    try:
+        doc = json.loads(path.read_text())
+        rates = [float(r) for r in doc["requests_per_s"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [r for r in rates if math.isfinite(r) and r > 0]
+
+
+def record(requests: int, wall_s: float, path: Path | None = None) -> None:
+    """Add one finished run (`requests` simulated over all its scenarios in `wall_s` seconds)
+    to the record, keeping the RECENT latest."""
+    if requests <= 0 or not wall_s > 0:
+        return
+    path = path or pace_file()
+    rates = (_rates(path) + [requests / wall_s])[-RECENT:]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"requests_per_s": rates}))
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+def wall_estimate(requests: int, path: Path | None = None) -> tuple[float, int] | None:
+    """(estimated wall seconds for `requests` simulated requests, runs it is based on), from
+    the geometric mean of the recorded rates; None before the first recorded run."""
+    rates = _rates(path or pace_file())
+    if not rates or requests <= 0:
+        return None
+    mean_rate = math.exp(sum(math.log(r) for r in rates) / len(rates))
+    return requests / mean_rate, len(rates)
+
+
+def plan_line(scenarios: int, requests: int, simulated_s: float, path: Path | None = None
+              ) -> str:
+    """The first line of a run: scenarios, requests, simulated seconds and the wall-time
+    estimate, e.g. "simulating 12 scenario(s) of 2,867 requests, 600 s of traffic each; about
+    40 s on this machine (from 8 earlier runs)"."""
+    head = (f"simulating {scenarios} scenario(s) of {requests:,} requests, "
+            f"{simulated_s:,.0f} s of traffic each")
+    guess = wall_estimate(scenarios * requests, path)
+    if guess is None:
+        return head + "; no estimate yet (the first run on this machine; compiling first)"
+    seconds, runs = guess
+    return head + (f"; about {_duration(seconds)} on this machine (from {runs} earlier "
+                   f"run{'s' if runs > 1 else ''}, compilation included)")
+
+
+def _duration(seconds: float) -> str:
+    """Seconds for a reader: "40 s", "3.5 min", "2.1 h"."""
+    if seconds < 90:
+        return f"{max(seconds, 1):.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
