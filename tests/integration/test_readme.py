@@ -57,6 +57,11 @@ REQUESTS = ("python -c \"import random; r = random.Random(1); open('requests.csv
             "{r.randint(10, 2000)},{0 if k % 50 == 7 else r.randint(1, 300)}\\n' "
             "for k in range(300)))\"")
 
+PATH_TUNE = "servetune tune workload=file workload.path=my_trace.csv hydra.run.dir=runs/tuned"
+PATH_TUNE_FAST = "tune.iterations=1 tune.pairs=1 tune.eval.seeds=1"
+PATH_SWEEP = ("servetune simulate -m workload=file workload.path=my_trace.csv "
+              "policy.max_num_seqs=16,64,256 hydra.sweep.dir=runs/sweep")
+
 COMMANDS: dict[str, How] = {
     "pip install -e .": How("install"),
     "servetune simulate": How("run"),
@@ -70,7 +75,14 @@ COMMANDS: dict[str, How] = {
     "servetune simulate seeds=4 workload.predictor.sigma=0.5 grid.max_num_seqs=[64,128,256] "
     "grid.max_num_batched_tokens=[2048,8192]": How("run", fast="workload.duration_s=60"),
     "servetune simulate engine=static cost=linear": How("run"),
-    "servetune simulate workload=file workload.path=my_trace.csv": How("run", setup=MY_TRACE),
+    # the first screen's path, in one folder as a user runs it (test_user_path walks it too)
+    "servetune simulate workload=file workload.path=my_trace.csv hydra.run.dir=runs/sim":
+        How("run", setup=MY_TRACE),
+    PATH_TUNE: How("run", setup=MY_TRACE, fast=PATH_TUNE_FAST, slow=True),
+    "servetune export runs/tuned": How("run", setup=f"{MY_TRACE} && {PATH_TUNE} {PATH_TUNE_FAST}",
+                                       slow=True),
+    PATH_SWEEP: How("run", setup=MY_TRACE, slow=True),
+    "servetune report runs/sweep": How("run", setup=f"{MY_TRACE} && {PATH_SWEEP}", slow=True),
     "servetune simulate workload=file workload.path=requests.csv "
     "workload.columns.arrival=timestamp workload.columns.prompt=input_tokens "
     "workload.columns.output=output_tokens workload.time_unit=ms workload.invalid_rows=skip":
@@ -212,10 +224,11 @@ def _check(cmd: str, proc: subprocess.CompletedProcess, tmp_path: Path, exact: b
         assert [p for p in tmp_path.rglob("*") if p.is_file()], f"{cmd!r} wrote nothing"
     if "servetune observe" in cmd:
         assert (tmp_path / "outputs" / "observe" / "steps.csv").is_file()
+    folder = tmp_path / (cmd.split()[2] if cmd.split()[2].startswith("runs/") else REPORT_DIR)
     if cmd.startswith("servetune report"):
-        assert (tmp_path / REPORT_DIR / "report" / "report.html").is_file()
+        assert (folder / "report" / "report.html").is_file()
     if cmd.startswith("servetune export"):
-        assert "--max-num-seqs" in (tmp_path / REPORT_DIR / "export" / "vllm_args.json").read_text()
+        assert "--max-num-seqs" in (folder / "export" / "vllm_args.json").read_text()
     if cmd == "servetune golden --check":
         checked = 2 if not exact else len(list(FIXTURES.glob("*.json.gz")))
         assert proc.stdout.count(": identical") == checked, proc.stdout
