@@ -16,8 +16,9 @@ import servetune
 SRC = Path(servetune.__file__).parent
 # reporting defers matplotlib, plotly and scipy (imported by the modules it imports lazily)
 # to the commands that draw or aggregate, so a Hydra job's callback stays light; export_cli
-# parses its arguments before loading what it runs, so `servetune export --help` is instant
-DEFERRED_OK = ("servetune.reporting", "servetune.export_cli")
+# parses its arguments and hydra_apps lets Hydra answer --help before loading what they run,
+# so a command's help is instant
+DEFERRED_OK = ("servetune.reporting", "servetune.export_cli", "servetune.hydra_apps")
 
 
 def _modules() -> dict[str, Path]:

@@ -54,7 +54,6 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-import hydra
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,7 +62,6 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from servetune import hardware, inputs, settings
-from servetune.entry import exit_on_user_error
 from servetune.errors import CalibrationError, ConfigError, TraceError
 from servetune.export import config_group_hint
 from servetune.files import write_json, write_text
@@ -673,10 +671,3 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
     console.print(f"wrote {out}/calibrated.yaml, calibration.json  ({wall:.1f} s)\n{hint}",
                   markup=False)
     return result
-
-
-@hydra.main(config_path="pkg://servetune.conf", config_name="calibrate", version_base=None)
-def calibrate_app(cfg: DictConfig) -> None:
-    """Hydra entry point of `servetune calibrate`: exit 2 with the message on a user error."""
-
-    exit_on_user_error(run_calibrate, cfg)

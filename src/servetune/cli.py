@@ -27,8 +27,8 @@ COMMANDS = {  # command -> what it does (servetune --help)
 
 
 HYDRA_APPS = {  # command -> "module:app" (a @hydra.main function)
-    "simulate": "servetune.commands:_simulate_app", "tune": "servetune.commands:_tune_app",
-    "calibrate": "servetune.calibrate:calibrate_app",
+    "simulate": "servetune.hydra_apps:simulate_app", "tune": "servetune.hydra_apps:tune_app",
+    "calibrate": "servetune.hydra_apps:calibrate_app",
 }
 ARGPARSE_APPS = {  # command -> "module:function" taking the arguments, returning the exit status
     "report": "servetune.reporting.cli:main", "golden": "servetune.validate.cli:main",

@@ -7,14 +7,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from servetune import bench_file, estimate
 from servetune.api import simulate_batch
-from servetune.entry import exit_on_user_error
 from servetune.errors import ConfigError
 from servetune.export import as_deployed, model_id
 from servetune.files import write_json, write_text, write_whole
@@ -121,12 +119,6 @@ def run_simulate(cfg: DictConfig) -> dict:
     return simulate_job(cfg)[0].metrics[0]
 
 
-@hydra.main(config_path="pkg://servetune.conf", config_name="config", version_base=None)
-def _simulate_app(cfg: DictConfig) -> float:
-    # the job's return value is what a sweeper such as Optuna maximizes (sweep.objective)
-    return exit_on_user_error(lambda c: simulate_job(c)[1], cfg)
-
-
 def run_tune(cfg: DictConfig):
     """Tune the policy (tune.* settings) and write history.csv, evaluation.csv, convergence.png,
     checkpoint.json and export/ into the Hydra run directory. Returns the TuneResult."""
@@ -175,8 +167,3 @@ def _start_vs_tuned(result, table_class):
             table.add_row(split, head, fmt(m["start"]), fmt(m["tuned"]), ci,
                           regression if first else "", end_section=k == len(heads) - 1)
     return table
-
-
-@hydra.main(config_path="pkg://servetune.conf", config_name="config", version_base=None)
-def _tune_app(cfg: DictConfig) -> None:
-    exit_on_user_error(run_tune, cfg)

@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from servetune import cli, commands
+from servetune import cli, hydra_apps
 
 KEYS = ["n_requests", "offered_rps", "n_completed", "n_rejected", "n_cancelled", "n_expired", "n_outstanding", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_mean_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "throughput_rps", "output_tokens_per_s", "goodput_rps", "slo_attainment", "useful_tokens_per_dollar", "cost_usd", "cost_per_qualifying_request_usd", "busy_fraction", "wasted_token_ratio", "kv_peak_occupancy", "preemptions", "sim_duration_s", "by_class"]
 
@@ -93,9 +93,13 @@ def test_an_unknown_command_is_an_error_that_lists_the_commands(monkeypatch, cap
 
 @pytest.mark.parametrize("command", ["simulate", "tune", "calibrate"])
 def test_each_hydra_command_has_its_own_help(command):
-    proc = subprocess.run([sys.executable, "-m", "servetune.cli", command, "--help"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "servetune.cli", command,
+                           "--help"], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
+    imported = {line.rpartition("|")[2].strip().split(".")[0]
+                for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert imported & {"jax", "scipy", "pandas", "matplotlib", "plotly", "optax"} == set(), (
+        "Hydra answers --help before the job's module (and JAX) loads: hydra_apps.py")
     assert proc.stdout.startswith(f"servetune {command}: ")
     assert f"usage: servetune {command}" in proc.stdout
     assert "powered by Hydra" not in proc.stdout
@@ -111,7 +115,7 @@ def test_the_dispatcher_keeps_overrides_after_the_multirun_flag(monkeypatch):
     from hydra._internal.utils import get_args_parser
 
     seen = {}
-    monkeypatch.setattr(commands, "_simulate_app", lambda: seen.setdefault("argv", list(sys.argv)))
+    monkeypatch.setattr(hydra_apps, "simulate_app", lambda: seen.setdefault("argv", list(sys.argv)))
     monkeypatch.setattr(sys, "argv", ["servetune", "simulate", "-m", "workload=poisson",
                                       "policy.max_num_seqs=8,16"])
     cli.main()
@@ -123,7 +127,7 @@ def test_the_dispatcher_keeps_overrides_after_the_multirun_flag(monkeypatch):
 
 def test_an_output_folder_under_a_file_exits_2_naming_the_key(tmp_path, monkeypatch, capsys):
     (tmp_path / "f").write_text("")
-    monkeypatch.setattr(commands, "_simulate_app", lambda: pytest.fail("Hydra must not start"))
+    monkeypatch.setattr(hydra_apps, "simulate_app", lambda: pytest.fail("Hydra must not start"))
     monkeypatch.setattr(sys, "argv", ["servetune", "simulate", f"hydra.run.dir={tmp_path}/f/r"])
     with pytest.raises(SystemExit) as exit_:
         cli.main()
@@ -144,7 +148,7 @@ def test_an_output_folder_that_cannot_be_created_exits_2_naming_the_key(args, me
     bare OSError traceback (exit 1)."""
     if not os.path.isdir("/proc/self") or not os.path.isdir("/sys"):
         pytest.skip("needs Linux /proc and /sys")
-    monkeypatch.setattr(commands, "_simulate_app", lambda: pytest.fail("Hydra must not start"))
+    monkeypatch.setattr(hydra_apps, "simulate_app", lambda: pytest.fail("Hydra must not start"))
     monkeypatch.setattr(sys, "argv", ["servetune", "simulate", *args])
     with pytest.raises(SystemExit) as exit_:
         cli.main()
