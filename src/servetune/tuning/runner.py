@@ -24,6 +24,7 @@ from servetune.errors import CheckpointError, ConfigError
 from servetune.files import write_json, write_whole
 from servetune.policy import DEFAULTS, ORDERS
 from servetune.reporting.convergence import write_convergence
+from servetune.reporting.tuning_page import write_views
 from servetune.scenario import MAX_SEEDS, build
 from servetune.tuning import checkpoint, es
 from servetune.tuning.evaluation import (
@@ -37,6 +38,7 @@ from servetune.tuning.evaluation import (
 from servetune.tuning.evaluator import Evaluator, MultiEvaluator
 from servetune.tuning.objective import Objective
 from servetune.tuning.pathwise_estimator import PathwiseEstimator
+from servetune.tuning.sensitivity import CAPTION, measure
 from servetune.tuning.space import SearchSpace, constraints_for, space_from_config
 from servetune.tuning.split_overrides import (
     TRAINING_GROUPS,
@@ -78,6 +80,7 @@ class Settings:
     export: bool
     export_on_regression: bool = False  # export even when tuned is worse than start held out
     regression_tolerance: float = REGRESSION_TOLERANCE  # relative loss, without an interval
+    sensitivity: bool = True  # the tuned point's finite differences, history.png, tuning.html
     policy_family: str = "linear"
     net_hidden: int = 0
     net_scale: float = 1.0
@@ -151,6 +154,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         regression_tolerance=(_num(t, "eval.regression_tolerance", float, 0, 1)
                               if OmegaConf.select(t, "eval.regression_tolerance") is not None
                               else REGRESSION_TOLERANCE),
+        sensitivity=_flag(t, "eval.sensitivity", True),
         policy_family=family,
         net_hidden=hidden,
         net_scale=net_scale,
@@ -598,6 +602,9 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
     write_whole(out_dir / "evaluation.csv", lambda tmp: evaluation.to_csv(tmp, index=False))
     compared = side_by_side(evaluation)  # the verdicts just written
     _plot(history, out_dir / "convergence.png", st.objective.slo_target)
+    if st.sensitivity:  # 2 x knobs more policies on the training scenarios, one batch
+        write_views(out_dir, history, measure(evaluator, st.space, best, st.objective),
+                    st.objective.slo_target, CAPTION)
     for split, verdict in judged.items():
         log(f"held-out {split}: {verdict.why}")
     if regressed:
