@@ -11,12 +11,13 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from servetune.api import simulate
+from servetune.api import compose, simulate
 from servetune.errors import ConfigError
 from servetune.reporting.browser import check_page, find_chromium
 from servetune.reporting.tuning_page import write_views
 from servetune.tuning import tune
 from servetune.tuning.objective import Objective
+from servetune.tuning.runner import settings_from_config
 from servetune.tuning.sensitivity import (
     CAPTION,
     COLUMNS,
@@ -188,3 +189,11 @@ def test_the_setting_turns_the_views_off_and_is_checked(tmp_path):
     with pytest.raises(ConfigError, match=r"tune.eval.sensitivity: got 'yes'; expected true "
                                           r"or false"):
         tune(SMALL + ["tune.eval.sensitivity=yes"], out_dir=tmp_path / "bad")
+
+
+@pytest.mark.parametrize("group", ["es", "pathwise"])
+def test_both_tuners_have_the_setting_on_by_default(group):
+    cfg = compose([f"tune={group}"])
+    assert settings_from_config(cfg).sensitivity is True
+    cfg = compose([f"tune={group}", "tune.eval.sensitivity=false"])
+    assert settings_from_config(cfg).sensitivity is False

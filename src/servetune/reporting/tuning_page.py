@@ -63,7 +63,7 @@ def history_figure(history: pd.DataFrame, scales: dict[str, str], target: float,
         ax.plot(x, history[f"best_{what}"], "s--", label="best so far")
         extra = [target] if what == "slo_attainment" else []
         values = np.concatenate([history[f"center_{what}"], history[f"best_{what}"], extra])
-        ax.set_ylim(*y_range(values, MIN_SPAN["objective" if extra == [] else "attainment"]))
+        ax.set_ylim(*y_range(values, MIN_SPAN["objective" if what == "objective" else "attainment"]))
         ax.set_ylabel(name)
     axes[1].axhline(target, color="gray", lw=1, ls=":", label="target")
     axes[0].legend(fontsize=8)
