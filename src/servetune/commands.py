@@ -11,9 +11,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from servetune import bench_file, estimate
+from servetune import bench_file, estimate, run_folder
 from servetune.api import simulate_batch
-from servetune.errors import ConfigError
+from servetune.errors import ConfigError, ServetuneError
 from servetune.export import as_deployed, model_id
 from servetune.files import write_json, write_text, write_whole
 from servetune.progress import console as progress_console
@@ -51,30 +51,19 @@ def simulate_job(cfg: DictConfig):
         result = simulate_batch(scenario, progress)
     estimate.record(sum(len(t) for t in scenario.traces) * len(scenario.grid_points),
                     result.wall_s)
-    write_text(out / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    doc = result.metrics[0] if n == 1 else {"scenarios": [
-        {"seed": row["seed"], "grid": pt, "metrics": m}
-        for row, pt, m in zip(result.table.to_dict("records"),
-                              scenario.grid_points * len(scenario.seeds), result.metrics)]}
-    doc = dict(doc, wall_s=result.wall_s)
-    write_json(out / "metrics.json", doc)
-    bench = bench_documents(cfg, result)  # vllm bench serve --save-result's file, to diff
-    write_json(out / "vllm_bench.json", bench[0] if n == 1 else bench)
-    write_whole(out / "metrics.csv", lambda tmp: result.table.to_csv(tmp, index=False))
-    if cfg.output.request_table:
-        import pandas as pd
-        requests = pd.concat([table.assign(scenario=k) for k, table in enumerate(result.requests)],
-                             ignore_index=True)
-        write_whole(out / "requests.parquet", lambda tmp: requests.to_parquet(tmp, index=False))
-    if result.timelines:  # output.timeline
-        import pandas as pd
-        table = pd.concat([t.assign(scenario=k) for k, t in enumerate(result.timelines)],
-                          ignore_index=True)
-        write_whole(out / "timeline.parquet", lambda tmp: table.to_parquet(tmp, index=False))
-    objective = sweep_objective(cfg, result.metrics)  # after the outputs: a bad key loses none
-    write_json(out / "objective.json",
-               {"objective": objective, "sweep.objective": OmegaConf.select(cfg, "sweep.objective"),
-                "scenarios": n})
+    failure = None
+    with run_folder.outputs_as_a_set(out, "servetune simulate") as stage:
+        _write_outputs(stage, cfg, scenario, result)
+        try:  # after the outputs: a bad sweep.objective loses none of them
+            objective = sweep_objective(cfg, result.metrics)
+        except ServetuneError as err:
+            failure = err
+        else:
+            write_json(stage / "objective.json",
+                       {"objective": objective, "scenarios": n,
+                        "sweep.objective": OmegaConf.select(cfg, "sweep.objective")})
+    if failure is not None:
+        raise failure
     con = progress_console()
     if n == 1:
         summary(result.metrics[0], scenario.labels, console=con)
@@ -87,6 +76,32 @@ def simulate_job(cfg: DictConfig):
               + (", timeline.parquet" if result.timelines else "")
               + f"  ({result.wall_s:.1f} s wall)")
     return result, objective
+
+
+def _write_outputs(stage: Path, cfg: DictConfig, scenario, result) -> None:
+    """Write a simulate run's files into `stage`: config_resolved.yaml, metrics.json,
+    vllm_bench.json, metrics.csv, requests.parquet (output.request_table) and timeline.parquet
+    (output.timeline)."""
+    import pandas as pd
+
+    n = len(result.metrics)
+    write_text(stage / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    doc = result.metrics[0] if n == 1 else {"scenarios": [
+        {"seed": row["seed"], "grid": pt, "metrics": m}
+        for row, pt, m in zip(result.table.to_dict("records"),
+                              scenario.grid_points * len(scenario.seeds), result.metrics)]}
+    write_json(stage / "metrics.json", dict(doc, wall_s=result.wall_s))
+    bench = bench_documents(cfg, result)  # vllm bench serve --save-result's file, to diff
+    write_json(stage / "vllm_bench.json", bench[0] if n == 1 else bench)
+    write_whole(stage / "metrics.csv", lambda tmp: result.table.to_csv(tmp, index=False))
+    if cfg.output.request_table:
+        requests = pd.concat([table.assign(scenario=k) for k, table in enumerate(result.requests)],
+                             ignore_index=True)
+        write_whole(stage / "requests.parquet", lambda tmp: requests.to_parquet(tmp, index=False))
+    if result.timelines:  # output.timeline
+        table = pd.concat([t.assign(scenario=k) for k, t in enumerate(result.timelines)],
+                          ignore_index=True)
+        write_whole(stage / "timeline.parquet", lambda tmp: table.to_parquet(tmp, index=False))
 
 
 def save_detailed(cfg: DictConfig) -> bool | None:

@@ -16,6 +16,9 @@ import math
 import os
 from pathlib import Path
 
+from servetune.errors import ServetuneError
+from servetune.files import write_text
+
 RECENT = 8  # runs whose rates are averaged
 
 
@@ -48,10 +51,8 @@ def record(requests: int, wall_s: float, path: Path | None = None) -> None:
     rates = (_rates(path) + [requests / wall_s])[-RECENT:]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"requests_per_s": rates}))
-        tmp.replace(path)
-    except OSError:
+        write_text(path, json.dumps({"requests_per_s": rates}))
+    except (OSError, ServetuneError):
         pass
 
 

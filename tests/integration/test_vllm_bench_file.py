@@ -43,9 +43,9 @@ def _json_type(value) -> str:
 
 def _same_shape(ours: dict, theirs: dict) -> None:
     assert list(ours) == list(theirs), "keys or their order differ from vLLM 0.32's file"
-    for key in theirs:
-        if theirs[key] is not None and ours[key] is not None:
-            assert _json_type(ours[key]) == _json_type(theirs[key]), key
+    for key, value in theirs.items():
+        if value is not None and ours[key] is not None:
+            assert _json_type(ours[key]) == _json_type(value), key
 
 
 def _same_values(ours: dict, theirs: dict) -> None:

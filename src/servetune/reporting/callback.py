@@ -23,9 +23,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
 
+from servetune import run_folder
 from servetune.entry import JOB_ERROR_FILE
 from servetune.errors import ServetuneError
 from servetune.files import write_json
@@ -115,6 +118,21 @@ def count_jobs(config: DictConfig) -> int | None:
     return total
 
 
+def _claim(folder, command: str, supersede: bool) -> None:
+    """Claim the run's output folder (run_folder.claim) before Hydra writes into it; a folder
+    another live run holds, or one that cannot be claimed, ends the command with exit 2."""
+    if not folder:
+        return
+    try:
+        moved = run_folder.claim(Path(str(folder)), str(command), supersede)
+    except (ServetuneError, OSError) as err:
+        Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    if moved is not None:
+        Console(stderr=True).print(f"note: {folder} held an earlier run's outputs; moved them "
+                                   f"to {moved}", highlight=False, soft_wrap=True)
+
+
 class ServetuneCallback(Callback):
     """See the module docstring. `summary`: print the end-of-sweep table; `max_rows`: its rows;
     `progress`: show the sweep's progress (a live bar on a terminal, else a plain line at most
@@ -140,9 +158,15 @@ class ServetuneCallback(Callback):
         enable_compilation_cache(directory, 1.0 if min_s is None else min_s)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        command = OmegaConf.select(config, "hydra.help.app_name", default="servetune")
+        # a tuning folder resumes; any other run moves a finished run's outputs aside
+        _claim(OmegaConf.select(config, "hydra.run.dir"), command,
+               supersede=not str(command).endswith("tune"))
         self._cache(config)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        command = OmegaConf.select(config, "hydra.help.app_name", default="servetune")
+        _claim(OmegaConf.select(config, "hydra.sweep.dir"), f"{command} -m", supersede=True)
         self._cache(config)
         if self.progress:
             from servetune.progress import SweepProgress
@@ -168,7 +192,12 @@ class ServetuneCallback(Callback):
         if self._bar is not None:  # jobs in this process: count it now
             self._bar.poll()
 
+    def on_run_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        if getattr(job_return, "status", None) == JobStatus.COMPLETED:
+            run_folder.finish(Path(str(OmegaConf.select(config, "hydra.run.dir"))))
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        run_folder.finish(Path(str(OmegaConf.select(config, "hydra.sweep.dir"))))
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
@@ -177,8 +206,6 @@ class ServetuneCallback(Callback):
             self._print_summary(root)
         failed = failed_jobs(root)
         if failed:  # after the summary of the jobs that ran; the sweep as a whole failed
-            from rich.console import Console
-
             err = Console(stderr=True)
             err.print(f"[red]{len(failed)} job(s) failed:[/red]", highlight=False)
             for doc in failed:

@@ -21,7 +21,7 @@ import pandas as pd
 import yaml
 from hydra.errors import OverrideParseException
 
-from servetune import inputs
+from servetune import inputs, run_folder
 from servetune.errors import ServetuneError
 from servetune.reporting.numbers import fmt
 from servetune.workload import strict_float
@@ -85,12 +85,18 @@ def _natural(path: Path):
 
 def find_runs(root: Path, exclude: Path | None = None) -> list[Path]:
     """Directories under `root` (itself included) that hold metrics.csv, in natural order
-    (job 2 before job 10); anything under `exclude` (the report's own folder) is skipped."""
+    (job 2 before job 10); anything under `exclude` (the report's own folder), under a
+    `superseded/` folder below `root` (earlier runs a rerun moved aside, run_folder.py) or in a
+    run's staging folder is skipped."""
     root = Path(root)
     found = []
     for path in root.rglob("metrics.csv"):
         d = path.parent
         if exclude is not None and (d == exclude or exclude in d.parents):
+            continue
+        inside = d.relative_to(root).parts
+        if run_folder.SUPERSEDED in inside or any(p.startswith(run_folder.STAGING)
+                                                  for p in inside):
             continue
         found.append(d)
     return sorted(found, key=_natural)
@@ -326,6 +332,10 @@ def collect(root: Path | str, exclude: Path | None = None) -> Collection:
                           f"directory of `servetune simulate`?)")
     frames, order, run_dirs, skipped = [], [], {}, []
     for d in dirs:
+        why = run_folder.incomplete(d)
+        if why is not None:  # never a mix of two runs, nor half of one
+            skipped.append(f"{d}: {why}")
+            continue
         try:
             table, overrides = read_run(d)
         except ReportError as err:  # a damaged run folder: report the others

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from servetune import inputs
+from servetune import inputs, run_folder
 from servetune.errors import OutputError
 from servetune.files import ensure_dir, write_text, write_whole
 from servetune.reporting import choose, stats
@@ -113,24 +113,31 @@ def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, 
         from servetune.reporting.latency import point_cdfs
         cdfs = point_cdfs(col)
     ensure_dir(out_dir)
-    files = [out_dir / name for name in TABLES]
-    write_whole(files[0], lambda tmp: runs.to_parquet(tmp, index=False))
-    for path, table in zip(files[1:], (runs, points, comparisons, best)):
-        write_whole(path, lambda tmp, table=table: table.to_csv(tmp, index=False))
-    if figures:
-        from servetune.reporting import figures as figs
-        files += figs.draw(points, col.keys, out_dir)
-        files += [path for path in (
-            figs.draw_pareto(points, conditions, setting_keys, best, out_dir),
-            figs.draw_cdfs(points, cdfs, best, out_dir),
-            figs.draw_timeline(tl, out_dir)) if path is not None]
-    if html:
-        from servetune.reporting.html import page
-        path = out_dir / "report.html"
-        write_text(path, page(points, runs, col.keys, verdicts, _meta(col, runs, points, n_boot),
-                              best=best, conditions=conditions, settings=setting_keys,
-                              cdfs=cdfs, timeline=tl))
-        files.append(path)
+    run_folder.claim(out_dir, "servetune report", supersede=False)  # one report at a time
+    try:  # the tables, figures and page appear as one set (run_folder.publish), or none
+        with run_folder.outputs_as_a_set(out_dir, "servetune report") as stage:
+            files = [stage / name for name in TABLES]
+            write_whole(files[0], lambda tmp: runs.to_parquet(tmp, index=False))
+            for path, table in zip(files[1:], (runs, points, comparisons, best)):
+                write_whole(path, lambda tmp, table=table: table.to_csv(tmp, index=False))
+            if figures:
+                from servetune.reporting import figures as figs
+                files += figs.draw(points, col.keys, stage)
+                files += [path for path in (
+                    figs.draw_pareto(points, conditions, setting_keys, best, stage),
+                    figs.draw_cdfs(points, cdfs, best, stage),
+                    figs.draw_timeline(tl, stage)) if path is not None]
+            if html:
+                from servetune.reporting.html import page
+                path = stage / "report.html"
+                write_text(path, page(points, runs, col.keys, verdicts,
+                                      _meta(col, runs, points, n_boot), best=best,
+                                      conditions=conditions, settings=setting_keys, cdfs=cdfs,
+                                      timeline=tl))
+                files.append(path)
+    finally:
+        run_folder.release(out_dir)
+    files = [out_dir / path.name for path in files]
     return Report(out_dir=out_dir, runs=runs, points=points, comparisons=comparisons,
                   verdicts=verdicts, keys=col.keys, files=files, skipped=col.skipped,
                   conditions=conditions, settings=setting_keys, best=best, timeline=tl)

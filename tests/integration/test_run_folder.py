@@ -1,0 +1,141 @@
+"""One run per output folder and outputs as a set (issue 41 items 1 and 2): a folder another
+live run holds is refused naming it, a rerun moves the earlier run's outputs aside whole, a
+run that fails while writing leaves no part of its set, and readers leave out a folder whose
+run stopped before its set was complete (servetune/run_folder.py)."""
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from servetune import run_folder
+from servetune.reporting.collect import collect
+
+SIM = ["workload=poisson", "workload.duration_s=5", "output.progress=false"]
+
+
+def _cli(*args, limit_bytes=None):
+    def limited():  # a file-size limit: writes past it fail with EFBIG, as on a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+    return subprocess.run([sys.executable, "-m", "servetune.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=600, check=False,
+                          preexec_fn=limited if limit_bytes else None)
+
+
+def _set_is_whole(folder):
+    """The folder's record says complete and every file it lists is there."""
+    doc = run_folder.record(folder)
+    return doc["state"] == "complete" and all((folder / f).is_file() for f in doc["files"])
+
+
+@pytest.mark.parametrize("command", [
+    ["simulate", *SIM], ["tune", *SIM, "tune.iterations=1"], ["simulate", "-m", *SIM]])
+def test_a_folder_a_live_run_holds_is_refused_naming_it(tmp_path, command):
+    folder = tmp_path / "run"
+    key = "hydra.sweep.dir" if "-m" in command else "hydra.run.dir"
+    run_folder.claim(folder, "servetune simulate", supersede=False)  # this process holds it
+    try:
+        proc = _cli(*command, f"{key}={folder}")
+    finally:
+        run_folder.release(folder)
+    assert proc.returncode == 2
+    assert f"{folder}: in use by servetune simulate (pid {os.getpid()}" in proc.stderr
+    assert not (folder / ".hydra").exists() and not (folder / "cli.log").exists()
+
+
+def test_a_rerun_moves_the_earlier_outputs_aside_and_reports_read_one_run(tmp_path):
+    folder = tmp_path / "run"
+    assert _cli("simulate", *SIM, f"hydra.run.dir={folder}").returncode == 0
+    first = json.loads((folder / "metrics.json").read_text())
+    proc = _cli("simulate", *SIM, "seed=5", f"hydra.run.dir={folder}")
+    assert proc.returncode == 0 and "held an earlier run's outputs; moved them" in proc.stderr
+    (old,) = (folder / run_folder.SUPERSEDED).iterdir()
+    assert json.loads((old / "metrics.json").read_text()) == first
+    assert _set_is_whole(folder) and _set_is_whole(old)
+    assert "seed=5" in (folder / ".hydra" / "overrides.yaml").read_text()
+    assert "seed=5" not in (old / ".hydra" / "overrides.yaml").read_text()
+    assert len(collect(folder).runs) == 1  # superseded/ is not collected with the new run
+    assert collect(old).runs["seed"].tolist() == [0]  # and reads alone when named
+
+
+# the set in the order simulate writes it (commands._write_outputs), then objective.json
+ORDER = ("config_resolved.yaml", "metrics.json", "vllm_bench.json", "metrics.csv",
+         "requests.parquet")
+
+
+@pytest.mark.parametrize("fails, extra", [
+    ("metrics.json", ["seeds=3", "output.save_detailed=false"]),  # three scenarios' metrics
+    ("vllm_bench.json", []),  # its per-request arrays
+    ("requests.parquet", ["output.save_detailed=false"]),
+])
+def test_a_failed_write_publishes_no_part_of_the_set(tmp_path, fails, extra):
+    """A file-size limit just below one file of the set (measured on the same run) makes that
+    write fail, as a full disk would: the folder then holds the earlier run's set, moved aside
+    whole, and no part of the new one."""
+    folder = tmp_path / "run"
+    assert _cli("simulate", *SIM, *extra, f"hydra.run.dir={folder}").returncode == 0
+    sizes = {p.name: p.stat().st_size for p in folder.rglob("*") if p.is_file()}
+    limit = sizes[fails] - 64
+    before = ORDER[:ORDER.index(fails)]
+    assert all(sizes[name] < limit for name in before)  # the earlier files fit under it
+    assert all(size < limit for name, size in sizes.items() if name.endswith((".yaml", ".log"))
+               and name not in ORDER)  # so do Hydra's own files
+    proc = _cli("simulate", *SIM, *extra, f"hydra.run.dir={folder}", limit_bytes=limit)
+    assert proc.returncode == 2 and f"{fails}: could not write it (" in proc.stderr
+    assert "File too large" in proc.stderr
+    assert not list(folder.glob("metrics.*")) and not list(folder.glob(".staging-*"))
+    assert run_folder.record(folder)["state"] == "running"  # stopped: the lock is released
+    (old,) = (folder / run_folder.SUPERSEDED).iterdir()
+    assert _set_is_whole(old)  # the earlier run, whole
+    # a later run into the folder starts clean and publishes its own set
+    assert _cli("simulate", *SIM, f"hydra.run.dir={folder}").returncode == 0
+    assert _set_is_whole(folder)
+
+
+def test_readers_leave_out_a_run_that_stopped_while_publishing(tmp_path):
+    for name in ("a", "b"):
+        run = tmp_path / name
+        run.mkdir()
+        pd.DataFrame({"seed": [0], "goodput_rps": [1.0], "slo_attainment": [1.0]}).to_csv(
+            run / "metrics.csv", index=False)
+    (tmp_path / "b" / run_folder.LOCK).write_text(json.dumps(
+        {"command": "servetune simulate", "pid": 999999999, "host": "h", "started": "t",
+         "state": "publishing", "files": ["metrics.csv", "metrics.json"]}))
+    col = collect(tmp_path)
+    assert set(col.runs["run"]) == {"a"}
+    assert any("b: incomplete: its run (servetune simulate (pid 999999999" in m
+               for m in col.skipped)
+
+
+def test_a_stale_lock_of_a_dead_run_is_taken_over(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / run_folder.LOCK).write_text(json.dumps({"pid": 999999999, "state": "running"}))
+    assert not run_folder.held_by_live_run(folder)  # no process holds its flock
+    run_folder.claim(folder, "servetune simulate", supersede=True)
+    try:
+        assert run_folder.record(folder)["pid"] == os.getpid()
+    finally:
+        run_folder.release(folder)
+
+
+def test_a_report_replaces_its_set_whole(tmp_path):
+    """A second report over other runs removes the first one's figures it does not draw."""
+    out = tmp_path / "report"
+    out.mkdir()
+    staged = run_folder.staging(out)
+    for name in ("runs.csv", "fig_timeline.png"):
+        (staged / name).write_text("first")
+    run_folder.publish(out, staged, "servetune report")
+    staged = run_folder.staging(out)
+    (staged / "runs.csv").write_text("second")
+    run_folder.publish(out, staged, "servetune report")
+    assert sorted(p.name for p in out.iterdir()) == [run_folder.LOCK, "runs.csv"]
+    assert (out / "runs.csv").read_text() == "second"
