@@ -67,6 +67,12 @@ def test_the_import_writes_a_trace_servetune_replays(tmp_path, capsys):
     ({"input_lens": [10, 20.5, 30, 40]}, r"input_lens\[1\]: got 20.5; expected a whole number"),
     ({"errors": "none"}, r"errors: expected a list of 4 strings"),
     ({"start_times": []}, "start_times: no requests"),
+    # the optional lists and duration, checked as the others when given
+    ({"itls": "none"}, r"itls: str; expected a list of 4 lists"),
+    ({"itls": [[0.1] * 4, 5, [], [0.1] * 7]}, r"itls\[1\]: a JSON int; expected a list of seconds"),
+    ({"itls": [[0.1] * 4, [], [], [0.1, -1]]}, r"itls\[3\]\[1\]: got -1; expected seconds in "),
+    ({"itls": [[0.1] * 4, [], [], [0.1, True]]}, r"itls\[3\]\[1\]: got True; expected seconds"),
+    ({"duration": "3 s"}, r"duration: got '3 s'; expected seconds in "),
 ])
 def test_a_file_of_another_shape_is_refused_by_key(tmp_path, change, match):
     data = {k: v for k, v in {**BENCH, **change}.items() if v is not None}

@@ -102,7 +102,9 @@ def test_the_import_writes_a_trace_servetune_replays(tmp_path):
     ([_doc([{**_span(0.0, 10, 5, 0.1, 0.5), "attributes": []}])],
      "spans[0]: no gen_ai.usage.prompt_tokens"),
     ([_doc([_span(0.0, 10, 5, 0.1, -0.5)])], "gen_ai.latency.e2e: got -0.5"),
-    ([_doc([_span(0.0, 10, 5, 0.3, 0.2)])], "is below gen_ai.latency.time_to_first_token"),
+    ([_doc([_span(0.0, 10, 5, 0.3, 0.2)])],
+     ("spans[0]: gen_ai.latency.time_to_first_token = 0.3 s is after gen_ai.latency.e2e = 0.2 s "
+      "(first token after the finish); expected TTFT <= latency")),
     ([_doc([{**_span(0.0, 10, 5, 0.1, 0.5), "startTimeUnixNano": "soon"}])],
      "startTimeUnixNano"),
     # what Python's int() and float() read but no exporter writes, and what overflowed

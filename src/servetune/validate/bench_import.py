@@ -10,7 +10,9 @@ vllm/benchmarks/serve.py, the dict `benchmark()` returns) are read here:
   absent in older results (taken as 0);
 - `input_lens`, `output_lens`: prompt tokens and output tokens delivered;
 - `ttfts`, `latencies`: seconds from sending to the first token and to the last;
-- `errors`: "" for a request that succeeded, else the client's error text.
+- `errors`: "" for a request that succeeded, else the client's error text;
+- `itls` (optional): each request's inter-token latencies (seconds);
+- `duration` (optional): seconds from the benchmark's start to its last request's end.
 
 Without `--save-detailed` vLLM drops these lists and keeps only aggregates: such a file is
 refused, naming the missing keys. A request's arrival is its send time minus its client queue
@@ -22,7 +24,11 @@ output length is unknown. The server reports no preemptions; the column is absen
 
 Every value is checked (validate/record_columns.py): token counts whole and at most
 workload.MAX_TOKENS, durations at most workload.MAX_SPAN_S seconds, send times finite and
-spanning at most MAX_SPAN_S; a key given twice is refused with its line and column.
+spanning at most MAX_SPAN_S; a key given twice is refused with its line and column. Then the
+requests are checked against each other (validate/record_checks.py, named `record 3` and
+`ttfts[3]`): TTFT <= latency, ITLs within latency - TTFT, every end within `duration`, queue
+times within the time since the first send, seconds rather than milliseconds. The records
+need not be listed by arrival: they are sorted, and the summary says so.
 """
 
 from __future__ import annotations
@@ -34,11 +40,15 @@ import numpy as np
 
 from servetune import inputs
 from servetune.errors import TraceError
+from servetune.validate import record_checks
 from servetune.validate import record_columns as rc
 
 LISTS = ("start_times", "input_lens", "output_lens", "ttfts", "latencies", "errors")
 ABOUT = ("date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate",
          "burstiness", "max_concurrency", "duration", "completed", "failed")
+# RecordTimes role -> the key of the file holding it (record_checks.RecordNames)
+NAMES = {"start": "start_times", "ttft": "ttfts", "e2e": "latencies", "before": "queue_times",
+         "itl_sum": "itls", "window": "duration"}
 
 
 def _load(path: Path) -> dict:
@@ -77,20 +87,45 @@ def _column(data: dict, key: str, n: int, path: Path, kind: str) -> np.ndarray:
     return np.asarray(values, np.int64 if kind == "tokens" else np.float64)
 
 
-def load_bench_result(path: str | Path) -> dict:
-    """Read a `vllm bench serve --save-result --save-detailed` JSON file.
+def _itl_row(row, path: Path, i: int) -> float:
+    """The sum (seconds) of itls[i], a list of seconds, each checked (rc.KINDS "seconds")."""
+    if not isinstance(row, list):
+        raise TraceError(f"{path}: itls[{i}]: a JSON {type(row).__name__}; expected a list of "
+                         f"seconds (one per token after the first)")
+    most = rc.KINDS["seconds"][0]
+    try:  # fast path: plain numbers in range; any other value is named below
+        plain = all(type(v) is float or type(v) is int for v in row)
+        values = np.asarray(row, np.float64) if plain else None
+    except OverflowError:
+        values = None
+    if values is None or not np.all((values >= 0) & (values <= most)):  # nan fails too
+        for j, v in enumerate(row):
+            rc.check_value(v, str(path), f"itls[{i}][{j}]", "seconds")
+    return float(np.sum(row, dtype=np.float64))
 
-    Returns {"requests": requests.parquet's columns (request, arrival_s, prompt_tokens,
-    output_tokens, first_token_s, finish_s, output_tokens_delivered, end_state, ttft_s,
-    tpot_s, e2e_s; seconds and tokens), "trace": (arrival_s, prompt_tokens, output_tokens)
-    of the requests that completed with at least one output token, in arrival order,
-    "about": the run's settings the file records}. A file of another shape raises TraceError
-    naming it and the key."""
-    path = inputs.expand(path, "--import-bench", TraceError)
-    data = _load(path)
-    if not isinstance(data["start_times"], list) or not data["start_times"]:
-        raise TraceError(f"{path}: start_times: no requests; expected one send time per request")
-    n = len(data["start_times"])
+
+def _itl_sums(data: dict, n: int, path: Path) -> np.ndarray | None:
+    """Each request's ITLs summed [n] (seconds), or None when the file has no `itls`."""
+    itls = data.get("itls")
+    if itls is None:
+        return None
+    if not isinstance(itls, list) or len(itls) != n:
+        got = f"{len(itls)} values" if isinstance(itls, list) else type(itls).__name__
+        raise TraceError(f"{path}: itls: {got}; expected a list of {n} lists (one per request, "
+                         f"as start_times)")
+    return np.array([_itl_row(row, path, i) for i, row in enumerate(itls)], np.float64)
+
+
+def _window(data: dict, path: Path) -> float | None:
+    """The file's `duration` (seconds the run took), checked; None when absent."""
+    if data.get("duration") is None:
+        return None
+    rc.check_value(data["duration"], str(path), "duration", "seconds")
+    return float(data["duration"])
+
+
+def _times(data: dict, n: int, path: Path) -> record_checks.RecordTimes:
+    """The file's per-request lists, each value checked alone (record_columns)."""
     sent = _column(data, "start_times", n, path, "time")
     rc.check_span(sent, lambda k: f"{path}: start_times[{k}]")
     queued = (_column(data, "queue_times", n, path, "seconds")
@@ -103,9 +138,33 @@ def load_bench_result(path: str | Path) -> dict:
     if not isinstance(errors, list) or len(errors) != n:
         raise TraceError(f"{path}: errors: expected a list of {n} strings (\"\" = succeeded)")
     ok = np.array([not e for e in errors])
-    arrival_abs = sent - queued
+    return record_checks.RecordTimes(start=sent, ttft=ttft, e2e=latency, ok=ok, prompt=prompt,
+                                     output=output, before=queued,
+                                     itl_sum=_itl_sums(data, n, path), window=_window(data, path))
+
+
+def load_bench_result(path: str | Path) -> dict:
+    """Read a `vllm bench serve --save-result --save-detailed` JSON file.
+
+    Returns {"requests": requests.parquet's columns (request, arrival_s, prompt_tokens,
+    output_tokens, first_token_s, finish_s, output_tokens_delivered, end_state, ttft_s,
+    tpot_s, e2e_s; seconds and tokens), "trace": (arrival_s, prompt_tokens, output_tokens)
+    of the requests that completed with at least one output token, in arrival order,
+    "about": the run's settings the file records, "order": "arrival" or a sentence saying
+    the records are listed otherwise (record_checks.arrival_order)}. A file of another shape,
+    or whose requests contradict each other (record_checks.check_records), raises TraceError
+    naming it, the record and the key."""
+    path = inputs.expand(path, "--import-bench", TraceError)
+    data = _load(path)
+    if not isinstance(data["start_times"], list) or not data["start_times"]:
+        raise TraceError(f"{path}: start_times: no requests; expected one send time per request")
+    t = _times(data, len(data["start_times"]), path)
+    names = record_checks.RecordNames(record=lambda i: f"{path}: record {i}", fields=NAMES)
+    order = record_checks.check_records(t, names)
+    arrival_abs = record_checks.arrivals(t)
     t0 = float(arrival_abs.min())
-    arrival, send = arrival_abs - t0, sent - t0
-    requests, trace = rc.request_columns(arrival, prompt, output, send + ttft, send + latency, ok)
+    arrival, send = arrival_abs - t0, t.start - t0
+    requests, trace = rc.request_columns(arrival, t.prompt, t.output, send + t.ttft,
+                                         send + t.e2e, t.ok)
     about = {k: data[k] for k in ABOUT if k in data}
-    return {"requests": requests, "trace": trace, "about": about}
+    return {"requests": requests, "trace": trace, "about": about, "order": order}

@@ -20,6 +20,9 @@ Numbers are read as an exporter writes them and no looser: ASCII decimal digits 
 no other scripts' digits), token counts whole and at most workload.MAX_TOKENS, latencies in
 seconds at most workload.MAX_SPAN_S, start times below 2**64 ns and spanning at most
 MAX_SPAN_S; a JSON key or an attribute given twice is refused too (which one was meant?).
+Then the spans are checked against each other (validate/record_checks.py, each named by its
+place in the file): TTFT <= E2E, the time in queue within the TTFT, seconds rather than
+milliseconds.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 
 from servetune import inputs
 from servetune.errors import TraceError
+from servetune.validate import record_checks
 from servetune.validate import record_columns as rc
 from servetune.workload import strict_float
 
@@ -47,6 +51,8 @@ EXPECTED = "OTLP JSON, one object per line as a Collector's file exporter writes
 # an OTLP JSON integer written as a string: ASCII decimal digits, at most a uint64's 20
 _INTEGER = re.compile(r"[+-]?[0-9]{1,20}", re.ASCII)
 NANOS_LIMIT = 2**64  # startTimeUnixNano is a fixed64
+# record_checks.RecordTimes role -> the span's name for it (record_checks.RecordNames)
+NAMES = {"start": "startTimeUnixNano", "ttft": TTFT, "e2e": E2E, "within": QUEUE}
 
 
 def _documents(path: Path) -> list[tuple[int, dict]]:
@@ -177,9 +183,22 @@ def _request(where: str, span: dict) -> dict:
         name, kind = FIELDS[key]
         rc.check_value(v, where, key, kind)
         row[name] = v
-    if row["e2e"] < row["ttft"]:
-        raise TraceError(f"{where}: {E2E} {row['e2e']} is below {TTFT} {row['ttft']}")
     return row
+
+
+def _times(rows: list[dict]) -> record_checks.RecordTimes:
+    """The spans' arrivals (seconds from the first), tokens and latencies, in file order."""
+    first = min(r["nanos"] for r in rows)
+    arrival = np.array([(r["nanos"] - first) / 1e9 for r in rows])  # exact before dividing
+    rc.check_span(arrival, lambda k: f"{rows[k]['where']}: startTimeUnixNano")
+
+    def column(name, dtype=np.float64):
+        return np.array([r[name] for r in rows], dtype)
+
+    return record_checks.RecordTimes(
+        start=arrival, ttft=column("ttft"), e2e=column("e2e"), ok=np.ones(len(rows), bool),
+        prompt=column("prompt", np.int64), output=column("output", np.int64),
+        within=column("queue"))
 
 
 def load_otel_spans(path: str | Path) -> dict:
@@ -190,17 +209,17 @@ def load_otel_spans(path: str | Path) -> dict:
     output_tokens_delivered, end_state, ttft_s, tpot_s, e2e_s, and queue_s: seconds waiting in
     the scheduler, nan where not recorded), in arrival order, "trace": (arrival_s,
     prompt_tokens, output_tokens) of those with at least one output token, "about": the span
-    count}. A file of another shape raises TraceError naming the line, span and key."""
+    count, "order": "arrival" or a sentence saying the spans are listed otherwise}. A file of
+    another shape, or whose spans contradict themselves (record_checks.check_records), raises
+    TraceError naming the line, span and key."""
     path = inputs.expand(path, "--import-otel", TraceError)
     rows = [_request(where, span) for where, span in _spans(path)]
-    rows.sort(key=lambda r: r["nanos"])
-    first = rows[0]["nanos"]
-    arrival = np.array([(r["nanos"] - first) / 1e9 for r in rows])  # exact before dividing
-    rc.check_span(arrival, lambda k: f"{rows[k]['where']}: startTimeUnixNano")
-    prompt = np.array([r["prompt"] for r in rows], np.int64)
-    output = np.array([r["output"] for r in rows], np.int64)
-    ttft, e2e = np.array([r["ttft"] for r in rows]), np.array([r["e2e"] for r in rows])
-    requests, trace = rc.request_columns(arrival, prompt, output, arrival + ttft, arrival + e2e,
-                                      np.ones(len(rows), bool))
-    requests["queue_s"] = np.array([r["queue"] for r in rows], np.float64)
-    return {"requests": requests, "trace": trace, "about": {"spans": len(rows)}}
+    t = _times(rows)
+    names = record_checks.RecordNames(record=lambda i: rows[i]["where"], fields=NAMES,
+                                      indexed=False)
+    order = record_checks.check_records(t, names)
+    k = np.argsort([r["nanos"] for r in rows], kind="stable")  # arrival order, exactly
+    requests, trace = rc.request_columns(t.start[k], t.prompt[k], t.output[k],
+                                         t.start[k] + t.ttft[k], t.start[k] + t.e2e[k], t.ok[k])
+    requests["queue_s"] = t.within[k]
+    return {"requests": requests, "trace": trace, "about": {"spans": len(rows)}, "order": order}

@@ -142,9 +142,12 @@ def trace_rows(arrival, output, ok) -> np.ndarray:
 def request_columns(arrival, prompt, output, first, finish, ok) -> tuple[dict, dict]:
     """(requests.parquet's columns, the trace's) from per-request arrays [N] in the record's
     order: arrival, first token and finish (seconds, one clock), prompt and output tokens, and
-    whether the request succeeded (`ok`; the others get end state `failed` and no times). The
-    trace holds the succeeded requests with at least one output token, in arrival order."""
-    first, finish = np.where(ok, first, np.nan), np.where(ok, finish, np.nan)
+    whether the request succeeded (`ok`; the others get end state `failed` and no times),
+    already checked against each other (record_checks.check_records). The trace holds the
+    succeeded requests with at least one output token, in arrival order."""
+    # a first token after the finish by clock rounding only (record_checks.SAME_CLOCK_S;
+    # record_checks refuses more) is read as at the finish
+    first, finish = np.where(ok, np.minimum(first, finish), np.nan), np.where(ok, finish, np.nan)
     tpot = np.where(ok & (output > 1), (finish - first) / np.maximum(output - 1, 1), np.nan)
     requests = {"request": np.arange(len(arrival)), "arrival_s": arrival,
                 "prompt_tokens": prompt, "output_tokens": output, "first_token_s": first,

@@ -23,8 +23,9 @@ FORMATS = {  # --import-... format -> (reader, what the file is, the summary fil
 def write_import(path: str | Path, out: Path, fmt: str = "bench") -> str:
     """Import `path` (read by FORMATS[fmt]'s reader) into folder `out`: requests.parquet,
     trace.csv (a plain servetune trace: `servetune simulate workload.path=OUT/trace.csv`
-    replays it) and a summary JSON (what the file records and the counts), each written whole.
-    Returns a one-line summary."""
+    replays it) and a summary JSON (what the file records, the counts and whether its records
+    are listed in arrival order), each written whole; nothing when the reader refuses the file
+    (TraceError, raised before anything is written). Returns a one-line summary."""
     read, described, summary = FORMATS[fmt]
     result = read(path)
     requests, trace = pd.DataFrame(result["requests"]), pd.DataFrame(result["trace"])
@@ -32,12 +33,13 @@ def write_import(path: str | Path, out: Path, fmt: str = "bench") -> str:
     n_failed = int((requests["end_state"] == "failed").sum())
     meta = {"source": str(Path(path).expanduser()), "format": described,
             "requests": len(requests), "failed": n_failed, "in_trace": len(trace),
-            "about": result["about"]}
+            "order": result["order"], "about": result["about"]}
     write_whole(out / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
     write_whole(out / "trace.csv", lambda p: trace.to_csv(p, index=False))
     write_json(out / summary, meta)
     done = requests["end_state"] == "completed"
+    listed = "" if result["order"] == "arrival" else "; listed out of arrival order (sorted)"
     return (f"{out}: {len(requests)} requests ({n_failed} failed), {len(trace)} in trace.csv "
             f"over {trace['arrival_s'].max() if len(trace) else 0:.4g} s; mean TTFT "
             f"{requests.loc[done, 'ttft_s'].mean():.4g} s, mean E2E "
-            f"{requests.loc[done, 'e2e_s'].mean():.4g} s")
+            f"{requests.loc[done, 'e2e_s'].mean():.4g} s{listed}")
