@@ -128,10 +128,28 @@ def claim(folder: Path, command: str, supersede: bool) -> Path | None:
     return moved
 
 
+# what a servetune run leaves in its folder (beside the files its record lists): Hydra's own
+# files, the log, the outputs of simulate, tune and report, a sweep's job folders
+RUN_ENTRIES = {".hydra", "cli.log", "config_resolved.yaml", "metrics.json", "metrics.csv",
+               "objective.json", "vllm_bench.json", "requests.parquet", "timeline.parquet",
+               "jit_cache.json", "error.json", "report", "multirun.yaml",
+               "optimization_results.yaml"}
+
+
+def _is_run_entry(entry: Path, listed: set) -> bool:
+    """Whether `entry` is a run's (RUN_ENTRIES, a file its record lists, a job folder with its
+    .hydra/, a staging folder); anything else in the folder is the user's and stays."""
+    return (entry.name in RUN_ENTRIES or entry.name in listed or entry.name.startswith(STAGING)
+            or (entry.is_dir() and (entry / ".hydra").is_dir()))
+
+
 def _move_aside(folder: Path) -> Path | None:
-    """Move everything in `folder` but its lock and superseded/ into superseded/<time>/ (the
-    earlier run's record goes along); None when there was nothing."""
-    entries = [p for p in folder.iterdir() if p.name not in (LOCK, SUPERSEDED)]
+    """Move an earlier run's entries in `folder` (_is_run_entry) into superseded/<time>/ (its
+    record goes along); None when there was none."""
+    old = record(folder)
+    listed = set((old or {}).get("files") or ())
+    entries = [p for p in folder.iterdir()
+               if p.name not in (LOCK, SUPERSEDED) and _is_run_entry(p, listed)]
     if not entries:
         return None
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
@@ -141,10 +159,9 @@ def _move_aside(folder: Path) -> Path | None:
         n += 1
         target = folder / SUPERSEDED / f"{stamp}-{n}"
     target.mkdir(parents=True)
-    old = record(folder)
     for entry in entries:
         entry.rename(target / entry.name)
-    if old is not None:
+    if old:  # the earlier run's record (empty: the lock this claim just created)
         write_text(target / LOCK, json.dumps(old, indent=1) + "\n")
     return target
 

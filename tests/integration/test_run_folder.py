@@ -70,10 +70,11 @@ ORDER = ("config_resolved.yaml", "metrics.json", "vllm_bench.json", "metrics.csv
          "requests.parquet")
 
 
-@pytest.mark.parametrize("fails, extra", [
-    ("metrics.json", ["seeds=3", "output.save_detailed=false"]),  # three scenarios' metrics
+@pytest.mark.parametrize("fails, extra", [  # each case runs simulate three times: two slow
+    pytest.param("metrics.json", ["seeds=3", "output.save_detailed=false"],  # three scenarios
+                 marks=pytest.mark.slow),
     ("vllm_bench.json", []),  # its per-request arrays
-    ("requests.parquet", ["output.save_detailed=false"]),
+    pytest.param("requests.parquet", ["output.save_detailed=false"], marks=pytest.mark.slow),
 ])
 def test_a_failed_write_publishes_no_part_of_the_set(tmp_path, fails, extra):
     """A file-size limit just below one file of the set (measured on the same run) makes that
@@ -139,3 +140,21 @@ def test_a_report_replaces_its_set_whole(tmp_path):
     run_folder.publish(out, staged, "servetune report")
     assert sorted(p.name for p in out.iterdir()) == [run_folder.LOCK, "runs.csv"]
     assert (out / "runs.csv").read_text() == "second"
+
+
+def test_only_a_runs_own_entries_are_moved_aside(tmp_path):
+    """hydra.run.dir=. in a project folder: the user's files stay where they are."""
+    (tmp_path / "my_trace.csv").write_text("arrival_s,prompt_tokens,output_tokens\n")
+    (tmp_path / "notes").mkdir()
+    for name in ("metrics.json", "cli.log"):
+        (tmp_path / name).write_text("{}")
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / "0" / ".hydra").mkdir(parents=True)  # a sweep's job folder
+    moved = run_folder.claim(tmp_path, "servetune simulate", supersede=True)
+    try:
+        assert sorted(p.name for p in moved.iterdir()) == [".hydra", "0", "cli.log",
+                                                           "metrics.json"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            run_folder.LOCK, "my_trace.csv", "notes", run_folder.SUPERSEDED]
+    finally:
+        run_folder.release(tmp_path)
