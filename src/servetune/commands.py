@@ -155,7 +155,8 @@ def run_tune(cfg: DictConfig):
                       "held-out data beyond chance; see the regression_verdict column of "
                       "evaluation.csv")
     exported = (out / "export").is_dir()
-    console.print(f"wrote {out}/history.csv, evaluation.csv, convergence.png"
+    views = ", tuning.html (history and sensitivity)" if (out / "tuning.html").is_file() else ""
+    console.print(f"wrote {out}/history.csv, evaluation.csv, convergence.png{views}"
                   + (", export/" if exported else " (no export/)"))
     return result
 
