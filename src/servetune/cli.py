@@ -105,8 +105,9 @@ def main() -> None:
         problem = check_overrides(sys.argv[1:])
     if problem:
         from rich.console import Console
+        from rich.markup import escape
 
-        Console(stderr=True).print(f"[red]error:[/red] {problem}", highlight=False,
+        Console(stderr=True).print(f"[red]error:[/red] {escape(problem)}", highlight=False,
                                    soft_wrap=True)
         sys.exit(2)
     # Hydra apps: their --help is the command's own page (conf/hydra/help/COMMAND.yaml).

@@ -9,6 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 from rich.console import Console
+from rich.markup import escape
 
 from servetune.errors import ServetuneError
 from servetune.files import write_json
@@ -32,7 +33,7 @@ def exit_on_user_error(run, cfg):
         except ServetuneError as err:
             job = _multirun_job()
             where = "" if job is None else f"job #{job['job']} ({' '.join(job['overrides'])}): "
-            Console(stderr=True).print(f"[red]error:[/red] {where}{err}", highlight=False,
+            Console(stderr=True).print(f"[red]error:[/red] {escape(where + str(err))}", highlight=False,
                                        soft_wrap=True)
             if job is None:
                 sys.exit(2)

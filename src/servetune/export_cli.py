@@ -9,6 +9,7 @@ import json
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         chosen, paths = export_point(args.dir, args.point, args.out)
     except (ServetuneError, ConfigError) as err:
-        Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
         return 2
     for message in chosen.skipped:  # damaged run folders, as servetune report warns of them
         Console(stderr=True).print(f"[yellow]warning:[/yellow] left out {message}",

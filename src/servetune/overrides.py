@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import PurePath
 
 from servetune.errors import ConfigError
+from servetune.suggest import group_options
 
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./")
 _WORDS = {"true", "false", "null", "none", "inf", "nan"}  # read as other types when unquoted
@@ -96,5 +97,18 @@ def to_overrides(settings: Mapping) -> list[str]:
             out.append(f"{prefix}={value_text(prefix, value)}")
 
     for key, value in settings.items():
-        walk(_key_text("settings", key), value)
+        name = _key_text("settings", key)
+        _check_group_value(name, value)
+        walk(name, value)
     return out
+
+
+def _check_group_value(key: str, value) -> None:
+    """A keyword that names a config group (`policy=`, `workload=`, ...) takes an option's name
+    or a dict of the group's fields; ConfigError naming the key for anything else (a list
+    reached Hydra's defaults list as a TypeError)."""
+    if "." in key or isinstance(value, (str, Mapping, PurePath)) or not group_options(key):
+        return
+    options = ", ".join(group_options(key))
+    raise ConfigError(f"{key}: got {value!r}; expected the name of a {key} option ({options}) "
+                      f"or a dict of {key}.* fields")

@@ -101,6 +101,13 @@ def check_overrides(overrides: list[str]) -> str | None:
     choices themselves do not compose (Hydra will say why)."""
     if any(a.split("=")[0] in OTHER_CONFIG_FLAGS for a in overrides):
         return None  # another primary config: Hydra checks its keys
+    for override in overrides:  # a group takes an option's name (Hydra raised a TypeError)
+        key, eq, value = override.partition("=")
+        group = key.lstrip("+")
+        if eq and "." not in group and value[:1] in "[{" and value and group_options(group):
+            return (f"{group}: got {value}; expected the name of a {group} option "
+                    f"({', '.join(group_options(group))}), or {group}.KEY=VALUE to "
+                    f"set one of its fields")
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 

@@ -27,6 +27,7 @@ from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
+from rich.markup import escape
 
 from servetune import run_folder
 from servetune.entry import JOB_ERROR_FILE
@@ -126,7 +127,7 @@ def _claim(folder, command: str, supersede: bool) -> None:
     try:
         moved = run_folder.claim(Path(str(folder)), str(command), supersede)
     except (ServetuneError, OSError) as err:
-        Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     if moved is not None:
         Console(stderr=True).print(f"note: {folder} held an earlier run's outputs; moved them "
@@ -217,8 +218,8 @@ class ServetuneCallback(Callback):
         try:
             print_sweep_summary(root, self.max_rows)
         except Exception as err:  # noqa: BLE001 -- a summary must never fail the sweep
-            from rich.console import Console
-            Console(stderr=True).print(f"[yellow]sweep summary unavailable:[/yellow] {err}",
+            Console(stderr=True).print(f"[yellow]sweep summary unavailable:[/yellow] "
+                                       f"{escape(str(err))}",
                                        highlight=False, soft_wrap=True)
 
 

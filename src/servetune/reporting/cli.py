@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 from servetune.errors import ServetuneError
 
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
                      figures=not args.no_figures, html=not args.no_html,
                      timeline=args.timeline, settings=args.setting)
     except ServetuneError as err:
-        Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
         return 2
     for message in rep.skipped:
         Console(stderr=True).print(f"[yellow]warning:[/yellow] left out {message}",

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,8 +44,8 @@ from servetune.tuning.space import SearchSpace, constraints_for, space_from_conf
 from servetune.tuning.split_overrides import (
     TRAINING_GROUPS,
     holdout_lists,
-    override_list,
     with_overrides,
+    workload_lists,
 )
 
 OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
@@ -147,8 +148,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         eval_seeds=_num(t, "eval.seeds", int, 0, MAX_SEEDS),
         eval_seed_offset=_num(t, "eval.seed_offset", int, 0, MAX_SEED),
         holdout=holdout_lists(OmegaConf.select(t, "eval.holdout")),
-        workloads=[override_list(w, "tune.workloads")
-                   for w in (OmegaConf.select(t, "workloads") or [])],
+        workloads=workload_lists(OmegaConf.select(t, "workloads")),
         export=_flag(t, "export", True),
         export_on_regression=_flag(t, "export_on_regression", False),
         regression_tolerance=(_num(t, "eval.regression_tolerance", float, 0, 1)
@@ -519,7 +519,13 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     exports go to out_dir; a checkpoint there is resumed from when tune.resume is true.
     stop_after: stop (as if killed) after that many iterations of this call, for tests.
     """
+    if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir).strip():
+        raise ConfigError(f"out_dir: got {out_dir!r}; expected a folder path (a str or a "
+                          f"pathlib.Path)")
     if not isinstance(cfg, DictConfig):
+        if isinstance(cfg, str) or not isinstance(cfg, Sequence):
+            raise ConfigError(f"cfg: got {cfg!r}; expected a composed config or a list of "
+                              f"overrides such as ['workload=poisson']")
         cfg = compose(list(cfg))
     start_time = time.perf_counter()
     out_dir = Path(out_dir)

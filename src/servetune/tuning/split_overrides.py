@@ -34,6 +34,18 @@ def override_list(value, key: str) -> list[str]:
     return items
 
 
+def workload_lists(value, key: str = "tune.workloads") -> list[list[str]]:
+    """`tune.workloads` as a list of training workloads, each a list of overrides ([] or null:
+    the configured workload only); ConfigError naming the key for a scalar, a string or a list
+    of anything but override lists."""
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, (list, ListConfig)):
+        raise ConfigError(f"{key}: got {value!r}; expected a list of override lists, e.g. "
+                          f"[[], ['workload.rate_scale=6']]")
+    return [override_list(v, f"{key}[{i}]") for i, v in enumerate(value)]
+
+
 def holdout_lists(value, key: str = "tune.eval.holdout") -> list[list[str]]:
     """`tune.eval.holdout` as a list of held-out workloads, each a list of overrides: [] (none),
     one list of overrides (one workload) or a list of such lists (several)."""

@@ -1,0 +1,59 @@
+"""Wrong types through the Python keywords, the tuner's arguments and the command line end in
+an error naming the key and what it takes, never a traceback (issue 41, "uncaught
+exceptions"): the root fix is one check where each kind of value enters (overrides.py for
+keywords naming a config group, suggest.check_overrides for the command line,
+split_overrides.workload_lists for tune.workloads, tuning.tune for its own arguments)."""
+
+import subprocess
+import sys
+
+import pytest
+
+import servetune
+from servetune.errors import ConfigError
+from servetune.tuning import tune
+from servetune.tuning.runner import checked_config
+
+
+@pytest.mark.parametrize("settings, match", [
+    ({"policy": [1, 2]}, r"policy: got \[1, 2\]; expected the name of a policy option \(.*"
+                         r"vllm_default.*\) or a dict of policy\.\* fields"),
+    ({"workload": 5}, r"workload: got 5; expected the name of a workload option"),
+    ({"model": (8, 70)}, r"model: got \(8, 70\); expected the name of a model option"),
+    ({"hardware": None}, r"hardware: got None; expected the name of a hardware option"),
+])
+def test_a_group_keyword_of_another_type_is_refused_by_key(settings, match):
+    with pytest.raises(ConfigError, match=match):
+        servetune.compose(**settings)
+
+
+@pytest.mark.parametrize("value", ["[1,2]", "{a:1}", "[vllm_default]"])
+def test_a_group_given_a_list_on_the_command_line_exits_2_naming_it(value):
+    proc = subprocess.run([sys.executable, "-m", "servetune.cli", "simulate", f"policy={value}"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"error: policy: got {value}; expected the name of a policy option" in proc.stderr
+
+
+@pytest.mark.parametrize("value, match", [
+    ("5", r"tune.workloads: got 5; expected a list of override lists"),
+    ("abc", r"tune.workloads: got 'abc'; expected a list of override lists"),
+    ("[1]", r"tune.workloads\[0\]: got 1; expected a list of overrides"),
+    ("[[3]]", r"tune.workloads\[0\]: got 3; expected overrides like 'workload.start_s=1200'"),
+])
+def test_tune_workloads_of_another_shape_is_refused_by_key(value, match):
+    with pytest.raises(ConfigError, match=match):
+        checked_config(servetune.compose([f"tune.workloads={value}"]))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"out_dir": 5}, r"out_dir: got 5; expected a folder path"),
+    ({"out_dir": None}, r"out_dir: got None; expected a folder path"),
+    ({"out_dir": "  "}, r"out_dir: got '  '; expected a folder path"),
+    ({"cfg": "workload=poisson"}, r"cfg: got 'workload=poisson'; expected a composed config"),
+    ({"cfg": 7}, r"cfg: got 7; expected a composed config or a list of overrides"),
+])
+def test_the_tuners_own_arguments_are_checked_first(kwargs, match, tmp_path):
+    args = {"cfg": ["workload=poisson"], "out_dir": tmp_path, **kwargs}
+    with pytest.raises(ConfigError, match=match):
+        tune(args.pop("cfg"), **args)
