@@ -292,3 +292,34 @@ def test_a_regressed_run_says_so_and_exports_only_when_asked(tmp_path, monkeypat
                out_dir=tmp_path / "b", log=lambda _: None)
     extra = json.loads((tmp_path / "b" / "export" / "vllm_args.json").read_text())["extra"]
     assert extra["regression"] is True and extra["regressed_splits"] == ["heldout_seeds"]
+
+
+def test_resuming_after_the_trace_file_changed_is_refused(tmp_path):
+    """Issue 41: the fingerprint covers the requests trained on, not only the config; a
+    checkpoint from before that was recorded still resumes."""
+    import json
+
+    from servetune.tuning import runner
+
+    trace = tmp_path / "trace.csv"
+    rows = [(0.25 * k, 200 + 7 * k, 50 + k) for k in range(60)]
+    write = lambda rs: trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(
+        f"{a},{p},{o}\n" for a, p, o in rs))
+    write(rows)
+    args = ["workload=file", f"workload.path={trace}", "output.progress=false", "tune.pairs=1",
+            "tune.eval.seeds=0", "tune.eval.sensitivity=false", "tune.space.max_num_seqs.high=64"]
+    out = tmp_path / "run"
+    tune(args + ["tune.iterations=1"], out_dir=out, log=lambda _: None)
+    write(rows[:-1] + [(rows[-1][0], rows[-1][1], 99)])  # one output length edited
+    with pytest.raises(CheckpointError, match=r"data.traces: .* -> .*; the requests it trained "
+                                              r"on differ \(the trace file changed since\)"):
+        tune(args + ["tune.iterations=2"], out_dir=out, log=lambda _: None)
+    # a checkpoint written before the data was recorded: resumed on its config alone
+    path = out / "checkpoint.json"
+    doc = json.loads(path.read_text())
+    doc["problem"].pop(runner.DATA_KEY)
+    doc["fingerprint"] = runner._fingerprint(doc["problem"])
+    path.write_text(json.dumps(doc))
+    lines = []
+    tune(args + ["tune.iterations=2"], out_dir=out, log=lines.append)
+    assert any(line.startswith("resuming") for line in lines)

@@ -350,6 +350,29 @@ def _problem(cfg: DictConfig) -> dict[str, str]:
     return flat
 
 
+DATA_KEY = "data.traces"  # _problem's entry for the requests trained on (not a config key)
+
+
+def _data_digest(evaluator) -> str:
+    """A short hash of the requests every training scenario replays (arrival times, prompt and
+    output lengths, priorities, prefix blocks): a trace file edited between runs, with the same
+    config, is a different problem."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    evaluators = getattr(evaluator, "evaluators", None) or [evaluator]
+    for ev in evaluators:
+        for trace in ev.scenario.traces:
+            for field in ("arrival", "prompt", "output", "priority"):
+                values = getattr(trace, field, None)
+                if values is not None:
+                    digest.update(np.ascontiguousarray(values).tobytes())
+            ids = getattr(trace, "hash_ids", None)
+            if ids is not None:
+                digest.update(repr(ids).encode())
+    return digest.hexdigest()[:16]
+
+
 def _fingerprint(problem: dict[str, str]) -> str:
     """A short hash of _problem's document."""
     import hashlib
@@ -465,9 +488,14 @@ def _restore(out_dir: Path, st: Settings, state: dict, opt_state, log, value_key
     doc = checkpoint.read(out_dir) if st.resume else None
     if doc is None:
         return state, opt_state
-    if doc["fingerprint"] != state["fingerprint"]:  # before unpacking: the arrays may not fit
-        what = (f" ({_differences(doc['problem'], state['problem'])})"
-                if isinstance(doc.get("problem"), dict) else "")
+    then = doc.get("problem") if isinstance(doc.get("problem"), dict) else None
+    now = state["problem"]
+    if then is not None and DATA_KEY not in then:  # written before the data was recorded
+        now = {k: v for k, v in now.items() if k != DATA_KEY}
+    if _fingerprint(now) != doc["fingerprint"]:  # before unpacking: the arrays may not fit
+        what = f" ({_differences(then, now)})" if then is not None else ""
+        if then is not None and then.get(DATA_KEY, now.get(DATA_KEY)) != now.get(DATA_KEY):
+            what += "; the requests it trained on differ (the trace file changed since)"
         raise CheckpointError(
             f"{out_dir / checkpoint.NAME}: written by a run with a different scenario or "
             f"tune settings{what}; resume with the same config, or use another output "
@@ -549,7 +577,7 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     dual = optax.sgd(st.lambda_learning_rate)
     state = {"iteration": 0, "theta": theta, "lambda": st.lambda_init, "history": [],
              "best": None, "best_values": None, "scenarios": 0}
-    state["problem"] = _problem(cfg)
+    state["problem"] = dict(_problem(cfg), **{DATA_KEY: json.dumps(_data_digest(evaluator))})
     state["fingerprint"] = _fingerprint(state["problem"])
     state, opt_state = _restore(out_dir, st, state, opt.init(jnp.asarray(theta)), log,
                                 start_values)
