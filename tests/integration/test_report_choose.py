@@ -28,7 +28,7 @@ import yaml
 
 from servetune.reporting import choose, figures, html_figures, report
 from servetune.reporting.cli import main as report_main
-from servetune.reporting.collect import collect
+from servetune.reporting.collect import ReportError, collect
 from servetune.reporting.console import cell
 from servetune.reporting.latency import ecdf, point_cdfs
 from servetune.reporting.stats import (
@@ -390,3 +390,14 @@ def test_an_output_override_is_not_a_point_key(tmp_path):
     path = tmp_path / "2" / ".hydra" / "overrides.yaml"
     path.write_text(path.read_text() + "- output.timeline=true\n")
     assert collect(tmp_path).keys == ["workload.rate", "policy.max_num_seqs"]
+
+
+@pytest.mark.parametrize("key", ["policy.max_num_seq", "workload.rat", "engine.block_size"])
+def test_a_setting_no_run_has_is_refused_naming_the_keys(made, tmp_path, key):
+    """Issue 41: `report --setting` with a typo left the key a condition without a word."""
+    root, _, _ = made
+    with pytest.raises(ReportError, match=rf"--setting {key}: no run under .* sets it; expected "
+                                          r"one of the keys the runs differ in: workload.rate, "
+                                          r"policy.max_num_seqs$"):
+        report(root, tmp_path / "out", n_boot=0, figures=False, html=False, settings=[key])
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.csv"))

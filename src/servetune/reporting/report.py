@@ -100,6 +100,10 @@ def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, 
     out_dir = inputs.expand(out, "--out", OutputError) if out is not None else root / "report"
     _check_out(out_dir, html)  # before the work, not after it
     col = collect(root, exclude=out_dir)
+    unknown = [k for k in settings if k not in col.keys]
+    if unknown:  # a typo would silently leave the key a condition
+        raise ReportError(f"--setting {unknown[0]}: no run under {root} sets it; expected one "
+                          f"of the keys the runs differ in: {', '.join(col.keys) or '(none)'}")
     conditions, setting_keys = choose.split_keys(col.keys, tuple(settings))
     reps = stats.bootstrap(col, n_boot, seed)
     runs = stats.runs_ci(col, reps)
