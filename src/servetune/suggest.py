@@ -61,13 +61,65 @@ def unknown_choice(group: str, choice: str) -> str | None:
                f"expected one of {', '.join(options)}"))
 
 
+# sections whose entries the user names (a knob's search range, a file's column names) or
+# whose keys depend on a choice inside them (a length distribution's parameters)
+OPEN_SECTIONS = ("tune.space", "tune.workloads", "workload.columns", "workload.vllm_bench",
+                 "workload.prompt", "workload.output", "workload.patience")
+
+
+def group_keys(group: str) -> set[str]:
+    """Every dotted key (group prefix included) that some option of config group `group`
+    defines, e.g. workload.replicas.block_s: the keys servetune reads under that group."""
+    import yaml
+
+    keys: set[str] = set()
+
+    def walk(prefix: str, node) -> None:
+        keys.add(prefix)
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}", v)
+
+    folder = resources.files("servetune.conf") / group
+    for option in group_options(group):
+        try:
+            doc = yaml.safe_load((folder / f"{option}.yaml").read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        walk(group, {k: v for k, v in doc.items() if k != "defaults"})
+    return keys
+
+
+def unknown_addition(key: str) -> str | None:
+    """A message when `+key` adds a key to a section inside a config group (e.g.
+    workload.replicas.*) that none of the group's options defines, so nothing reads it, with
+    the closest known keys; None otherwise (a key some option defines, an open section's
+    entry, a key outside the groups, or a group's own top-level key: its reader checks those,
+    as make_policy does policy.*)."""
+    group = key.split(".", 1)[0]
+    if key.count(".") < 2 or not group_options(group) or key.startswith(OPEN_SECTIONS):
+        return None
+    known = group_keys(group)
+    if key in known:
+        return None
+    close = _close(key, known)
+    return (f"+{key}: no such key under any {group} option, so nothing would read it; "
+            + (_phrase(close) if close else "a + adds only a key servetune reads"))
+
+
 def override_problem(overrides: list[str], cfg: DictConfig) -> str | None:
-    """The first plain override (`key=value` or `group=choice`; not `+`, `~`, a sweep or a
-    Hydra key) that names no key or choice of `cfg` (the config composed with the overrides'
-    group choices), as unknown_key / unknown_choice word it; None when all are known."""
+    """The first override that names no key or choice of `cfg` (the config composed with the
+    overrides' group choices), as unknown_key / unknown_choice word it, or a `+key` addition
+    nothing reads (unknown_addition); None when all are known. Deletions (`~`), Hydra's own
+    keys and flags are left to Hydra."""
     for override in overrides:
         key, eq, value = override.partition("=")
-        if not eq or key.startswith(("+", "~", "hydra", "-")):  # additions, deletions, flags
+        if eq and key.startswith("+") and not key.startswith("++"):
+            message = unknown_addition(key[1:])
+            if message:
+                return message
+            continue
+        if not eq or key.startswith(("+", "~", "hydra", "-")):  # ++ forced, deletions, flags
             continue
         if "." not in key and "/" not in key and group_options(key):
             message = None if "," in value else unknown_choice(key, value)

@@ -16,8 +16,8 @@ from servetune.tuning.runner import checked_config
 
 
 @pytest.mark.parametrize("settings, match", [
-    ({"policy": [1, 2]}, r"policy: got \[1, 2\]; expected the name of a policy option \(.*"
-                         r"vllm_default.*\) or a dict of policy\.\* fields"),
+    ({"policy": [1, 2]}, (r"policy: got \[1, 2\]; expected the name of a policy option \(.*"
+                         r"vllm_default.*\) or a dict of policy\.\* fields")),
     ({"workload": 5}, r"workload: got 5; expected the name of a workload option"),
     ({"model": (8, 70)}, r"model: got \(8, 70\); expected the name of a model option"),
     ({"hardware": None}, r"hardware: got None; expected the name of a hardware option"),
@@ -57,3 +57,28 @@ def test_the_tuners_own_arguments_are_checked_first(kwargs, match, tmp_path):
     args = {"cfg": ["workload=poisson"], "out_dir": tmp_path, **kwargs}
     with pytest.raises(ConfigError, match=match):
         tune(args.pop("cfg"), **args)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("+workload.replicas.blocks_s=30", ("+workload.replicas.blocks_s: no such key under any "
+                                       "workload option, so nothing would read it; did you "
+                                       "mean workload.replicas.block_s")),
+    ("+tune.eval.seed=3", "+tune.eval.seed: no such key under any tune option"),
+    ("+workload.predictor.sigm=0.5", ("+workload.predictor.sigm: no such key under any "
+                                     "workload option")),
+])
+def test_an_added_key_nothing_reads_is_refused_like_an_unknown_one(override, message):
+    """Issue 41: unknown +workload.replicas.* keys were accepted where +policy.* are refused;
+    from Python keywords (api.compose) and the command line alike."""
+    with pytest.raises(ConfigError, match=message.replace("+", r"\+").replace(".", r"\.")):
+        servetune.compose([override])
+    proc = subprocess.run([sys.executable, "-m", "servetune.cli", "simulate", override],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and message in proc.stderr
+
+
+@pytest.mark.parametrize("override", ["+workload.replicas.block_s=30", "+workload.prompt.value=5",
+                                      "+tune.space.w_age={low: 0, high: 1}",
+                                      "+policy.score_net=[0.5]"])
+def test_added_keys_that_are_read_still_compose(override):
+    assert servetune.compose(["workload=poisson", override]) is not None
