@@ -82,3 +82,13 @@ def test_an_added_key_nothing_reads_is_refused_like_an_unknown_one(override, mes
                                       "+policy.score_net=[0.5]"])
 def test_added_keys_that_are_read_still_compose(override):
     assert servetune.compose(["workload=poisson", override]) is not None
+
+
+@pytest.mark.parametrize("override", ["tune.dual.learning_rate=1e300",
+                                      "tune.dual.lambda_init=1e300", "tune.dual.lambda_init=inf"])
+def test_a_multiplier_that_would_overflow_is_refused_by_key(override):
+    """Issue 41: history.csv held lambda = inf after a huge dual step."""
+    key = override.split("=")[0]
+    expected = r"a finite number" if "inf" in override else r"within \[0, 1000000000.0\]"
+    with pytest.raises(ConfigError, match=rf"{key}: got .*; expected {expected}"):
+        checked_config(servetune.compose([override]))

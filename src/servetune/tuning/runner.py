@@ -49,6 +49,9 @@ from servetune.tuning.split_overrides import (
 )
 
 OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
+# the Lagrange multiplier's ceiling (per unit of attainment shortfall, in log tokens per USD):
+# far above any useful weight, and finite, so history.csv and the checkpoint never hold inf
+MAX_LAMBDA = 1e9
 MAX_ITERATIONS = 100_000  # the checkpoint holds (and rewrites) one history row per iteration
 MAX_PAIRS = 4096  # 8193 policies per iteration
 MAX_SIMULATIONS = 10 ** 8  # scenarios simulated over a run (iterations x policies x scenarios)
@@ -140,8 +143,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         objective=Objective(slo_target=_num(t, "objective.slo_target", float, 0, 1),
                             aggregate=_choice(t, "objective.aggregate", ("mean", "cvar")),
                             cvar_alpha=_num(t, "objective.cvar_alpha", float, 1e-6, 1)),
-        lambda_init=_num(t, "dual.lambda_init", float, 0),
-        lambda_learning_rate=_num(t, "dual.learning_rate", float, 0),
+        lambda_init=_num(t, "dual.lambda_init", float, 0, MAX_LAMBDA),
+        lambda_learning_rate=_num(t, "dual.learning_rate", float, 0, MAX_LAMBDA),
         space=space_from_config(_mapping(t, "space"),
                                 net_size=neural.n_weights(hidden) if neural_family else 0,
                                 net_scale=net_scale),
@@ -593,7 +596,7 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
         # dual ascent: raise lambda while the center misses the target, lower it with slack
         gap = st.objective.slo_target - summaries[0]["slo_attainment"]
         lam_step, _ = dual.update(jnp.asarray(-gap), dual.init(jnp.asarray(lam)))
-        new_lam = max(0.0, float(lam + lam_step))
+        new_lam = min(max(0.0, float(lam + lam_step)), MAX_LAMBDA)  # finite in history.csv
         for k, s in enumerate(summaries):
             if _better(state["best"], s):
                 state["best"] = s
