@@ -224,7 +224,9 @@ def _check(cmd: str, proc: subprocess.CompletedProcess, tmp_path: Path, exact: b
         assert [p for p in tmp_path.rglob("*") if p.is_file()], f"{cmd!r} wrote nothing"
     if "servetune observe" in cmd:
         assert (tmp_path / "outputs" / "observe" / "steps.csv").is_file()
-    folder = tmp_path / (cmd.split()[2] if cmd.split()[2].startswith("runs/") else REPORT_DIR)
+    words = cmd.split()
+    folder = tmp_path / (words[2] if len(words) > 2 and words[2].startswith("runs/")
+                         else REPORT_DIR)
     if cmd.startswith("servetune report"):
         assert (folder / "report" / "report.html").is_file()
     if cmd.startswith("servetune export"):

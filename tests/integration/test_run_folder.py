@@ -5,8 +5,7 @@ run stopped before its set was complete (servetune/run_folder.py)."""
 
 import json
 import os
-import resource
-import signal
+import shlex
 import subprocess
 import sys
 
@@ -19,14 +18,12 @@ from servetune.reporting.collect import collect
 SIM = ["workload=poisson", "workload.duration_s=5", "output.progress=false"]
 
 
-def _cli(*args, limit_bytes=None):
-    def limited():  # a file-size limit: writes past it fail with EFBIG, as on a full disk
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
-
-    return subprocess.run([sys.executable, "-m", "servetune.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=600, check=False,
-                          preexec_fn=limited if limit_bytes else None)
+def _cli(*args, limit_kib=None):
+    cmd = [sys.executable, "-m", "servetune.cli", *map(str, args)]
+    if limit_kib:  # a file-size limit: writes past it fail with EFBIG, as on a full disk
+        # (set by the shell, not a preexec_fn: forking this JAX process could deadlock)
+        cmd = ["bash", "-c", f"trap '' XFSZ; ulimit -f {limit_kib}; exec {shlex.join(cmd)}"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
 
 
 def _set_is_whole(folder):
@@ -83,12 +80,13 @@ def test_a_failed_write_publishes_no_part_of_the_set(tmp_path, fails, extra):
     folder = tmp_path / "run"
     assert _cli("simulate", *SIM, *extra, f"hydra.run.dir={folder}").returncode == 0
     sizes = {p.name: p.stat().st_size for p in folder.rglob("*") if p.is_file()}
-    limit = sizes[fails] - 64
+    limit_kib = (sizes[fails] - 64) // 1024
+    limit = limit_kib * 1024
     before = ORDER[:ORDER.index(fails)]
     assert all(sizes[name] < limit for name in before)  # the earlier files fit under it
     assert all(size < limit for name, size in sizes.items() if name.endswith((".yaml", ".log"))
                and name not in ORDER)  # so do Hydra's own files
-    proc = _cli("simulate", *SIM, *extra, f"hydra.run.dir={folder}", limit_bytes=limit)
+    proc = _cli("simulate", *SIM, *extra, f"hydra.run.dir={folder}", limit_kib=limit_kib)
     assert proc.returncode == 2 and f"{fails}: could not write it (" in proc.stderr
     assert "File too large" in proc.stderr
     assert not list(folder.glob("metrics.*")) and not list(folder.glob(".staging-*"))
