@@ -102,6 +102,15 @@ def test_optuna_sweep_end_to_end(tmp_path, cache):
                          capture_output=True, text=True, check=False)
     assert fig.returncode == 0, fig.stderr[-2000:]
     assert (tmp_path / "f.png").stat().st_size > 10_000
+    # the study's folder exports like any sweep (issue 40 item 1): the best trial's policy,
+    # chosen by the tuner's order among the trials
+    out = _servetune("export", str(root), "--out", str(tmp_path / "export"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    args = json.loads((tmp_path / "export" / "vllm_args.json").read_text())["args"]
+    assert int(args["max_num_seqs"]) in {int(dict(o.split("=", 1) for o in ov
+                                                  if o.startswith("policy."))
+                                             ["policy.max_num_seqs"])
+                                         for ov, _, _ in jobs.values()}
 
 
 def test_a_failed_job_does_not_stop_the_sweep_and_is_named_at_its_end(tmp_path, cache):
