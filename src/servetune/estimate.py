@@ -31,35 +31,47 @@ def pace_file() -> Path:
     return Path(cache) / "servetune" / "pace.json"
 
 
-def _rates(path: Path) -> list[float]:
-    """The recorded rates (requests per wall second), oldest first; [] when there are none or
-    the file is unreadable or foreign."""
+def _document(path: Path) -> dict:
+    """The record: {kind: [requests per wall second, oldest first]}; {} when there is none or
+    it is unreadable or foreign."""
     try:
         doc = json.loads(path.read_text())
-        rates = [float(r) for r in doc["requests_per_s"]]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _rates(path: Path, kind: str = "simulate") -> list[float]:
+    """The recorded rates of `kind` runs (simulate, tune: a tuner simulates populations in
+    batches, at its own pace), oldest first; [] when there are none."""
+    try:
+        rates = [float(r) for r in _document(path).get(kind) or []]
+    except (TypeError, ValueError):
         return []
     return [r for r in rates if math.isfinite(r) and r > 0]
 
 
-def record(requests: int, wall_s: float, path: Path | None = None) -> None:
-    """Add one finished run (`requests` simulated over all its scenarios in `wall_s` seconds)
-    to the record, keeping the RECENT latest."""
+def record(requests: int, wall_s: float, path: Path | None = None, kind: str = "simulate"
+           ) -> None:
+    """Add one finished `kind` run (`requests` simulated over all its scenarios in `wall_s`
+    seconds) to the record, keeping the RECENT latest."""
     if requests <= 0 or not wall_s > 0:
         return
     path = path or pace_file()
-    rates = (_rates(path) + [requests / wall_s])[-RECENT:]
+    doc = _document(path)
+    doc[kind] = (_rates(path, kind) + [requests / wall_s])[-RECENT:]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, json.dumps({"requests_per_s": rates}))
+        write_text(path, json.dumps(doc))
     except (OSError, ServetuneError):
         pass
 
 
-def wall_estimate(requests: int, path: Path | None = None) -> tuple[float, int] | None:
+def wall_estimate(requests: int, path: Path | None = None, kind: str = "simulate"
+                  ) -> tuple[float, int] | None:
     """(estimated wall seconds for `requests` simulated requests, runs it is based on), from
-    the geometric mean of the recorded rates; None before the first recorded run."""
-    rates = _rates(path or pace_file())
+    the geometric mean of the recorded `kind` rates; None before the first recorded run."""
+    rates = _rates(path or pace_file(), kind)
     if not rates or requests <= 0:
         return None
     mean_rate = math.exp(sum(math.log(r) for r in rates) / len(rates))
@@ -73,12 +85,18 @@ def plan_line(scenarios: int, requests: int, simulated_s: float, path: Path | No
     40 s on this machine (from 8 earlier runs)"."""
     head = (f"simulating {scenarios} scenario(s) of {requests:,} requests, "
             f"{simulated_s:,.0f} s of traffic each")
-    guess = wall_estimate(scenarios * requests, path)
+    return head + "; " + guess_text(scenarios * requests, path)
+
+
+def guess_text(requests: int, path: Path | None = None, kind: str = "simulate") -> str:
+    """"about 40 s on this machine (from 8 earlier runs, compilation included)", or that there
+    is no estimate yet, for `requests` simulated requests of a `kind` run."""
+    guess = wall_estimate(requests, path, kind)
     if guess is None:
-        return head + "; no estimate yet (the first run on this machine; compiling first)"
+        return f"no estimate yet (the first {kind} run on this machine; compiling first)"
     seconds, runs = guess
-    return head + (f"; about {_duration(seconds)} on this machine (from {runs} earlier "
-                   f"run{'s' if runs > 1 else ''}, compilation included)")
+    return (f"about {_duration(seconds)} on this machine (from {runs} earlier "
+            f"run{'s' if runs > 1 else ''}, compilation included)")
 
 
 def _duration(seconds: float) -> str:

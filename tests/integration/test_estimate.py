@@ -24,13 +24,18 @@ def test_the_estimate_divides_the_requests_by_the_recent_rates(tmp_path):
         12, 500, 60.0, path)
     for _ in range(20):
         estimate.record(100, 1.0, path)
-    assert len(json.loads(path.read_text())["requests_per_s"]) == estimate.RECENT
+    assert len(json.loads(path.read_text())["simulate"]) == estimate.RECENT
+    # a tuner's pace is its own: it simulates populations in batches
+    assert estimate.wall_estimate(100, path, kind="tune") is None
+    estimate.record(1000, 1.0, path, kind="tune")
+    assert estimate.wall_estimate(2000, path, kind="tune") == (pytest.approx(2.0), 1)
+    assert len(json.loads(path.read_text())["simulate"]) == estimate.RECENT
 
 
 def test_a_damaged_record_is_ignored_and_replaced(tmp_path):
     path = tmp_path / "pace.json"
-    for text in ("{oops", '{"requests_per_s": "fast"}', '[1, 2]',
-                 '{"requests_per_s": [-1, NaN, 0]}'):
+    for text in ("{oops", '{"simulate": "fast"}', '[1, 2]', '{"simulate": [-1, NaN, 0]}',
+                 '{"simulate": 5}'):
         path.write_text(text)
         assert estimate.wall_estimate(100, path) is None
     estimate.record(50, 0.5, path)

@@ -104,6 +104,11 @@ def test_interrupted_run_resumes_to_the_same_result(straight, tmp_path):
     lines = []
     resumed = tune(SMALL + ["tune.iterations=3"], out_dir=tmp_path, log=lines.append)
     assert any("resuming" in line for line in lines)
+    # the first line says what the run simulates and about how long it takes here (estimate.py)
+    assert lines[0].startswith("tuning max_num_seqs, max_num_batched_tokens, watermark, "
+                               "queue_cap: 3 iteration(s) x 5 policies x 1 scenario(s) = 15 "
+                               "simulations of ")
+    assert "on this machine" in lines[0]
     pd.testing.assert_frame_equal(resumed.history, straight.history)
     assert resumed.best == straight.best
 

@@ -19,7 +19,7 @@ import optax
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from servetune import export, memory, neural, settings
+from servetune import estimate, export, memory, neural, settings
 from servetune.api import compose
 from servetune.errors import CheckpointError, ConfigError
 from servetune.files import write_json, write_whole
@@ -436,6 +436,12 @@ def _evaluator_list(evaluator) -> list[Evaluator]:
     return getattr(evaluator, "evaluators", [evaluator])
 
 
+def _requests_per_scenario(evaluator) -> float:
+    """Mean requests in a training scenario (its trace's length)."""
+    lengths = [len(t) for ev in _evaluator_list(evaluator) for t in ev.scenario.traces]
+    return sum(lengths) / max(len(lengths), 1)
+
+
 def _scenario_count(evaluator) -> int:
     """Scenarios each policy is simulated on: seeds x workloads."""
     return sum(len(ev.scenario.traces) for ev in _evaluator_list(evaluator))
@@ -567,9 +573,12 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     _check_population_fits(st, evaluator)
     per_policy = _scenario_count(evaluator)
     tuned = space.keys + (["score_net"] if space.net_size else [])
+    per_scenario = _requests_per_scenario(evaluator)
+    total = st.iterations * population(st) * per_policy
     log(f"tuning {', '.join(tuned)}: {st.iterations} iteration(s) x "
-        f"{population(st)} policies x {per_policy} scenario(s) = "
-        f"{st.iterations * population(st) * per_policy} simulations, then the evaluation")
+        f"{population(st)} policies x {per_policy} scenario(s) = {total} simulations of "
+        f"{per_scenario:,.0f} requests on average, then the evaluation; "
+        + estimate.guess_text(int(total * per_scenario), kind="tune"))
     start_values = dict(evaluator.base)
     if space.net_size and "score_net" not in start_values:
         # the configured (linear) policy plus a network that adds nothing yet (out scale 0)
@@ -585,6 +594,7 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     state, opt_state = _restore(out_dir, st, state, opt.init(jnp.asarray(theta)), log,
                                 start_values)
     evaluator.scenarios_simulated = state["scenarios"]
+    resumed_at = state["scenarios"]  # this call's pace counts only what it simulates
 
     done_here = 0
     while state["iteration"] < st.iterations:
@@ -617,8 +627,11 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
         left = state["iteration"] < st.iterations
         if stop_after is not None and done_here >= stop_after and left:
             raise KeyboardInterrupt(f"stopped after {done_here} iterations (stop_after)")
-    return _finish(cfg, st, state, _plain(start_values), order, evaluator, out_dir, log,
-                   start_time)
+    result = _finish(cfg, st, state, _plain(start_values), order, evaluator, out_dir, log,
+                     start_time)
+    estimate.record(int((state["scenarios"] - resumed_at) * _requests_per_scenario(evaluator)),
+                    time.perf_counter() - start_time, kind="tune")
+    return result
 
 
 def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, order: str,
