@@ -15,6 +15,28 @@ MAX_TOKENS = 10_000_000  # a per-request token count above this is a corrupt row
 # lose the sub-microsecond resolution the simulated clock relies on; such spans are corrupt rows
 # (a millisecond column read as seconds, a stray 1e308) rather than workloads.
 MAX_SPAN_S = 1e9
+# Numeric arrivals read in the wrong unit are off by factors of 1000; what a right unit gives:
+EPOCH_RANGE_S = (631152000.0, 4102444800.0)  # 1990-01-01 and 2100-01-01 UTC, s since 1970
+MAX_MEAN_GAP_S = 86400.0  # relative times sparser than a request a day are a wrong unit ...
+LARGE_SPAN_UNITS = 1e6  # ... when their numbers span at least this many units
+
+
+def time_unit_problem(first_s: float, span_s: float, n: int, unit_s: float) -> str | None:
+    """The plausibility rule broken by `n` numeric arrivals read in units of `unit_s` seconds,
+    the first at `first_s` s (since 1970 or any origin), spanning `span_s` s; None if none is.
+
+    "epoch": the first reads as a date after 2100 (a number past 1e9 s is an epoch time);
+    "span": the arrivals span more than MAX_SPAN_S;
+    "rate": times before 1990 (relative ones) whose numbers span >= LARGE_SPAN_UNITS units
+    with fewer than one request a day (a mean gap over MAX_MEAN_GAP_S)."""
+    if first_s > EPOCH_RANGE_S[1]:
+        return "epoch"
+    if span_s > MAX_SPAN_S:
+        return "span"
+    if (first_s < EPOCH_RANGE_S[0] and n >= 2 and span_s > (n - 1) * MAX_MEAN_GAP_S
+            and span_s / unit_s >= LARGE_SPAN_UNITS):
+        return "rate"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

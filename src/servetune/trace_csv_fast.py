@@ -8,7 +8,8 @@ carriage return or line longer than the csv module's field limit, it is UTF-8, e
 header's number of fields, and every cell of the three columns read is plain: a token count of
 ASCII digits in [1, MAX_TOKENS], and an arrival that is a non-negative decimal number or an ISO
 date-time of the forms the line reader takes, all of one kind, sorted, spanning at most
-MAX_SPAN_S. Numbers are parsed correctly rounded on both paths and date-times to the
+MAX_SPAN_S, and numeric arrivals plausible in their unit (request_trace.time_unit_problem: the
+line reader then names the unit that fits). Numbers are parsed correctly rounded on both paths and date-times to the
 microsecond, so the arrays are equal bit for bit (tests/integration/test_trace_formats.py
 checks this on the fuzz corpus and on generated files).
 """
@@ -25,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from servetune import trace_text
-from servetune.request_trace import MAX_SPAN_S, MAX_TOKENS
+from servetune.request_trace import MAX_SPAN_S, MAX_TOKENS, time_unit_problem
 
 _TOKENS = r"^ *[0-9]{1,8} *$"
 _SECONDS = r"^ *(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})? *$"
@@ -152,7 +153,8 @@ def _read(path, header, columns, unit_s, window) -> FastRead | None:
         at = seconds - first
         inside = (at >= lo) & (at < hi)
         kept.append((at[inside], prompt[inside], output[inside]))
-    if count == 0:
+    if count == 0 or (kind == "number"
+                      and time_unit_problem(first, last - first, count, unit_s) is not None):
         return None
     arrival, prompt, output = (np.concatenate([k[i] for k in kept]) for i in range(3))
     return FastRead(arrival, prompt, output, count, float(last - first))

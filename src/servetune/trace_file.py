@@ -20,6 +20,24 @@ unless it carries an offset), in any format; epoch numbers are plain numbers. Op
 `difficulty` ([0, 1], servetune.quality), `priority` (integer, vLLM's priority scheduling) and,
 in JSON, `hash_ids` (prefix block ids) ride along.
 
+One rule recognizes formats (`_recognize`): a format matches a CSV header or first JSON record
+holding at least two of its three columns. A file matching several (a record with both `created`
+and `created_at` and both kinds of usage; a header with Azure's and the plain token columns) is
+refused naming them, unless the columns named in `workload.columns` pick one (e.g.
+`workload.columns.arrival=created_at`) or name all three.
+
+Numeric arrivals must fit their unit (`workload.time_unit`, or the format's), which a wrong one
+misses by factors of 1000; request_trace.time_unit_problem holds the three rules:
+- epoch: a number over 1e9 s reads as an epoch time, so the first arrival must fall before
+  2100-01-01 (4.1e9 s after 1970); ms, us or ns epochs read in a larger unit land far past it;
+- span: the arrivals span at most MAX_SPAN_S (1e9 s);
+- rate: relative times (the first before 1990) whose numbers span at least 1e6 units may not
+  average fewer than one request a day (relative ms or us read as s).
+The error names the column, the unit and where it came from, the value, what it reads as, and
+the units that fit (for epochs, the one that reads the value as a date in 1990-2100). Date-time
+arrivals are not checked; a unit too small (epoch seconds read as ms) reads as a plausible
+relative trace and is not caught.
+
 Every line is checked. A line whose own cells are bad (a token count of 0, as logs write for a
 failed request; an empty or unparsable cell; a missing key; a broken JSON line; a wrong number
 of fields) raises TraceError naming the file, the line, the cell and what was expected, or,
@@ -46,7 +64,14 @@ from omegaconf import OmegaConf
 
 from servetune import inputs, trace_csv_fast
 from servetune.errors import ConfigError, TraceError
-from servetune.request_trace import MAX_SPAN_S, MAX_TOKENS, RaggedIds, RequestTrace
+from servetune.request_trace import (
+    EPOCH_RANGE_S,
+    MAX_SPAN_S,
+    MAX_TOKENS,
+    RaggedIds,
+    RequestTrace,
+    time_unit_problem,
+)
 from servetune.trace_text import (
     NUMBER,
     DuplicateKeyError,
@@ -318,6 +343,13 @@ class _Layout:
     unit: str
     json: bool
     sorted_what: str  # how ordering messages name the arrival column
+    unit_source: str  # where `unit` comes from, for messages: "workload.time_unit=ms"
+
+    def read_in(self) -> str:
+        """How messages name the arrival column and its unit: "column 'ts' read in seconds
+        (workload.time_unit=s)"."""
+        column = self.sorted_what.removesuffix(" (in seconds)")
+        return f"{column} read in {UNIT_WORDS[self.unit]} ({self.unit_source})"
 
 
 def _layout(fmt: TraceFormat | None, options: ReadOptions, json_file: bool) -> _Layout:
@@ -326,7 +358,11 @@ def _layout(fmt: TraceFormat | None, options: ReadOptions, json_file: bool) -> _
     unit = options.time_unit or (fmt.unit if fmt is not None else "s")
     name = fmt.name if fmt is not None else "columns"
     what = f"{cols['arrival']!r} (in seconds)" if json_file else f"column {cols['arrival']!r}"
-    return _Layout(name, cols["arrival"], cols["prompt"], cols["output"], unit, json_file, what)
+    source = (f"workload.time_unit={unit}" if options.time_unit else
+              f"the {name} format's unit, workload.time_unit unset" if fmt is not None else
+              "the default unit, workload.time_unit unset")
+    return _Layout(name, cols["arrival"], cols["prompt"], cols["output"], unit, json_file, what,
+                   source)
 
 
 def _format_list(formats) -> str:
@@ -341,11 +377,47 @@ def _closest(formats, present) -> TraceFormat | None:
     return best if score(best) >= max(1, len(best.identified_by()) - 1) else None
 
 
+def _recognize(formats, present, has: Callable, options: ReadOptions,
+               where: str) -> TraceFormat | None:
+    """The format of a file whose header or first record is `where` (for messages), holds the
+    top-level names `present` and the columns or key paths for which `has` is true.
+
+    Formats holding two or more of their three columns match; when several match, the columns
+    named in workload.columns must pick one (or name all three); TraceError otherwise."""
+    matching = [f for f in formats if sum(map(has, _columns(f))) >= 2]
+    if len(matching) < 2:
+        return _closest(formats, present)
+    named = {role: c for role, c in options.columns.items() if c}
+    picked = [f for f in matching if any(getattr(f, r) == c for r, c in named.items())]
+    if len(picked) == 1:
+        return picked[0]
+    if len(named) == len(ROLES):
+        return None  # the columns are all named: the format only named the trace
+    raise TraceError(_ambiguous(where, matching, has))
+
+
+def _columns(fmt: TraceFormat) -> tuple[str, str, str]:
+    return fmt.arrival, fmt.prompt, fmt.output
+
+
+def _ambiguous(where: str, matching, has: Callable) -> str:
+    """The message refusing a file that matches several `matching` formats, with a column
+    that picks the first."""
+    shown = ", ".join(f"{f.name} ({', '.join(_columns(f))}; {f.source})" for f in matching)
+    own = lambda role: getattr(matching[0], role)
+    role = next((r for r in ROLES if has(own(r))
+                 and all(getattr(f, r) != own(r) for f in matching[1:])), ROLES[0])
+    return (f"{where} matches {len(matching)} formats: {shown}; expected one -- name the "
+            f"columns to read with workload.columns.arrival/prompt/output "
+            f"(workload.columns.{role}={own(role)} reads {matching[0].name}'s)")
+
+
 def _csv_layout(path: Path, header: list[str], line: int, options: ReadOptions) -> _Layout:
     """The layout of a CSV file from its header (stripped names); TraceError naming what the
     header lacks."""
-    fmt = _closest(CSV_FORMATS, header)
     shown = show_cell(header, 120)
+    fmt = _recognize(CSV_FORMATS, header, header.__contains__, options,
+                     f"{path}:{line}: the header {shown}")
     if fmt is None and not all(options.columns.get(role) for role in ROLES):
         raise TraceError(f"{path}:{line}: header {shown}; expected columns "
                          f"{_format_list(CSV_FORMATS)}, or name yours with "
@@ -461,7 +533,9 @@ def _jsonl_rows(path: Path, options: ReadOptions):
         raise TraceError(f"{path}: empty file; expected JSON lines with timestamp, "
                          f"input_length, output_length (Mooncake) or another format's keys")
     obj = first[1]
-    fmt = _closest(JSONL_FORMATS, obj)
+    fmt = _recognize(JSONL_FORMATS, obj, lambda key: _lookup(obj, key) is not _MISSING,
+                     options, f"{path}:{first[0]}: the first record (keys "
+                              f"{show_cell(sorted(obj), 120)})")
     if fmt is None and not all(options.columns.get(role) for role in ROLES):
         raise TraceError(f"{path}:{first[0]}: keys {show_cell(sorted(obj), 120)}; expected "
                          f"{_format_list(JSONL_FORMATS)}, or name yours with "
@@ -501,20 +575,23 @@ def _json_getter(obj: dict, path: Path, line: int, layout: _Layout) -> Callable:
 # --------------------------------------------------------------------------- the reader
 
 class _Clock:
-    """Arrival order across rows: times must not go back, must span at most MAX_SPAN_S, and be
-    of one kind (numbers or date-times, with or without offsets)."""
+    """Arrival order across rows: times must not go back, must span at most MAX_SPAN_S, be of
+    one kind (numbers or date-times, with or without offsets) and, numbers, fit their unit."""
 
-    def __init__(self, path: Path, what: str, unit: str):
-        self.path, self.what = path, what
-        self.column = what.removesuffix(" (in seconds)")  # how kind messages name it
-        self.kinds = {k: v.format(unit=UNIT_WORDS[unit]) for k, v in _KIND_NAMES.items()}
+    def __init__(self, path: Path, layout: _Layout):
+        self.path, self.what, self.layout = path, layout.sorted_what, layout
+        self.column = self.what.removesuffix(" (in seconds)")  # how kind messages name it
+        self.kinds = {k: v.format(unit=UNIT_WORDS[layout.unit]) for k, v in _KIND_NAMES.items()}
         self.first = self.last = None
         self.kind = None  # (kind, line) of the first request
+        self.count = 0  # requests committed
 
     def commit(self, value: float, kind: str, line: int) -> float:
         """Seconds after the first request of the arrival `value` at `line`."""
         if self.kind is None:
             self.kind, self.first, self.last = (kind, line), value, value
+            if kind == "number" and value > EPOCH_RANGE_S[1]:
+                raise TraceError(_epoch_error(self.path, line, self.layout, value))
         elif kind != self.kind[0]:
             raise TraceError(f"{self.path}:{line}: {self.column} is {self.kinds[kind]} but line "
                              f"{self.kind[1]} is {self.kinds[self.kind[0]]}; expected one kind "
@@ -523,12 +600,68 @@ class _Clock:
             raise TraceError(f"{self.path}:{line}: {self.what} goes back in time ({value:.6f} "
                              f"after {self.last:.6f}); expected rows sorted by arrival")
         if value - self.first > MAX_SPAN_S:
+            hint = (f"; read in {UNIT_WORDS[self.layout.unit]} ({self.layout.unit_source}), "
+                    f"{_fits(self.layout.unit, self.first, value - self.first, self.count + 1)}"
+                    if kind == "number" else "")
             raise TraceError(f"{self.path}:{line}: {self.what} = {value:.6g} is "
                              f"{value - self.first:.3g} s after the first row; expected a trace "
                              f"spanning at most {MAX_SPAN_S:.0e} s (wrong unit or a corrupt "
-                             f"row?)")
-        self.last = value
+                             f"row?){hint}")
+        self.last, self.count = value, self.count + 1
         return value - self.first
+
+    def finish(self, n: int) -> None:
+        """TraceError if the `n` requests read are numbers too sparse for their unit (the
+        "rate" rule of request_trace.time_unit_problem)."""
+        unit_s, span = UNITS[self.layout.unit], self.last - self.first
+        if self.kind[0] == "number" and time_unit_problem(self.first, span, n, unit_s):
+            raise TraceError(_rate_error(self.path, self.kind[1], self.layout,
+                                         (self.first, self.last), n))
+
+
+def _duration(seconds: float) -> str:
+    """`seconds` in the largest unit of years, days, h, min, s that it reaches."""
+    for size, word in ((365.25 * 86400, "years"), (86400, "days"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {word}"
+    return f"{seconds:.3g} s"
+
+
+def _fits(unit: str, first_s: float, span_s: float, n: int) -> str:
+    """Which units smaller than `unit` make numeric arrivals read in `unit` as first `first_s`
+    s, spanning `span_s` s, over `n` requests, plausible (the span each reads as)."""
+    fits = []
+    for other, other_s in UNITS.items():
+        scale = other_s / UNITS[unit]
+        if scale < 1 and time_unit_problem(first_s * scale, span_s * scale, n,
+                                           other_s) is None:
+            fits.append(f"{other} ({_duration(span_s * scale)})")
+    if not fits:
+        return "no smaller unit makes it a plausible trace"
+    return f"it fits workload.time_unit={' or '.join(fits)}"
+
+
+def _epoch_error(path: Path, line: int, layout: _Layout, first_s: float) -> str:
+    """The message refusing a first numeric arrival (`first_s` s in layout.unit) that reads as
+    a date after 2100, with the unit that reads it as one in 1990-2100 if any."""
+    raw = first_s / UNITS[layout.unit]
+    fits = [u for u in UNITS if EPOCH_RANGE_S[0] <= raw * UNITS[u] <= EPOCH_RANGE_S[1]]
+    fit = (f"workload.time_unit={fits[0]} reads it as "
+           f"{dt.datetime.fromtimestamp(raw * UNITS[fits[0]], dt.timezone.utc):%Y-%m-%d %H:%M:%S} "
+           f"UTC" if fits else "no unit reads it as a date in 1990-2100 (a corrupt row?)")
+    return (f"{path}:{line}: {layout.read_in()}: {raw:.12g} is {first_s:.3g} s after 1970, "
+            f"past 2100; expected epoch times in 1990-2100 or times from the trace's start -- "
+            f"{fit}")
+
+
+def _rate_error(path: Path, line: int, layout: _Layout, times: tuple, n: int) -> str:
+    """The message refusing `n` relative numeric arrivals from times[0] to times[1] s (read in
+    layout.unit) with fewer than one request a day, with the units that fit."""
+    first, last = (t / UNITS[layout.unit] for t in times)
+    span = times[1] - times[0]
+    return (f"{path}:{line}: {layout.read_in()}: {first:.12g} to {last:.12g} is {n} requests "
+            f"over {_duration(span)}, fewer than one a day; expected a workload's rate -- "
+            f"{_fits(layout.unit, times[0], span, n)}")
 
 
 @dataclasses.dataclass
@@ -608,7 +741,7 @@ def read_trace(path: str | Path, name: str | None = None,
         if fast is not None:
             return TraceFile(RequestTrace(name, fast.arrival, fast.prompt, fast.output),
                              layout.format, fast.n_requests, fast.span_s, {})
-    clock, kept, skipped = _Clock(path, layout.sorted_what, layout.unit), _Kept(), {}
+    clock, kept, skipped = _Clock(path, layout), _Kept(), {}
     optional = {k: _Optional(k) for k in ("difficulty", "priority")}
     lo, hi = options.window
     n_valid = 0
@@ -631,6 +764,7 @@ def read_trace(path: str | Path, name: str | None = None,
                 getattr(kept, field.name).append(value)
     if n_valid == 0:
         raise TraceError(_no_requests(path, skipped))
+    clock.finish(n_valid)
     return TraceFile(_as_trace(kept, name), layout.format, n_valid,
                      clock.last - clock.first, skipped)
 

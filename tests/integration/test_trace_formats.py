@@ -97,10 +97,13 @@ def test_columns_name_any_csv_and_the_time_unit_scales_numbers(tmp_path):
     with pytest.raises(TraceError, match=r"mine\.csv:1: header .*; expected columns .*or name "
                                          r"yours with workload\.columns"):
         read_trace(path)
-    seconds = read_trace(path, options=ReadOptions(columns=columns))
-    assert seconds.format == "columns"
-    np.testing.assert_array_equal(seconds.trace.arrival, [0.0, 250.0, 1500.0])  # read as s
+    with pytest.raises(TraceError, match=r"mine\.csv:2: column 'timestamp' read in seconds "
+                                         r"\(the default unit, workload\.time_unit unset\): "
+                                         r"1\.7e\+12 is 1\.7e\+12 s after 1970, past 2100; .* "
+                                         r"workload\.time_unit=ms reads it as 2023-11-14 "):
+        read_trace(path, options=ReadOptions(columns=columns))  # ms epochs read as s (issue 41)
     ms = read_trace(path, options=ReadOptions(columns=columns, time_unit="ms"))
+    assert ms.format == "columns"
     np.testing.assert_allclose(ms.trace.arrival, [0.0, 0.25, 1.5], rtol=0, atol=1e-6)
     np.testing.assert_array_equal(ms.trace.prompt, [100, 80, 60])
     for unit, scale in (("us", 1e-6), ("ns", 1e-9)):
@@ -321,7 +324,8 @@ _CELLS = {
 
 def _random_times(rng, n: int) -> list[str]:
     """n sorted arrival cells of one kind (numbers in one style, or date-times)."""
-    times = np.cumsum(rng.exponential(rng.choice([0.001, 1.0, 1e5]), n))
+    # mean gaps up to 3 h: sparser than a request a day is refused as a wrong time unit
+    times = np.cumsum(rng.exponential(rng.choice([0.001, 1.0, 1e4]), n))
     style = int(rng.integers(0, 7))
     if style < 5:
         form = ["{:.3f}", "{:g}", "{:.4e}", " {:.1f} ", "{:.0f}"][style]
