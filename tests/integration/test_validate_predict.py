@@ -28,12 +28,18 @@ def test_errors_of_a_prediction_10_percent_high():
         for s in predict.STATS:
             assert out[m][s]["rel_error"] == pytest.approx(0.1)
         assert out[m]["per_request_rel_error"]["p90"] == pytest.approx(0.1)
-    with pytest.raises(predict.TraceError, match="40 and 50 requests"):
-        predict.compare(obs.iloc[:40], obs)
+    names = ("the simulation of B/observe.json's trace slice", "B/requests.parquet")
+    with pytest.raises(predict.TraceError) as err:
+        predict.compare(obs.iloc[:40], obs, names)
+    assert str(err.value) == ("the simulation of B/observe.json's trace slice holds 40 requests "
+                              "and B/requests.parquet 50; expected the same trace slice")
     obs["prompt_tokens"] = np.arange(50)
     other = obs.assign(prompt_tokens=np.r_[np.arange(7), 99, np.arange(8, 50)])
-    with pytest.raises(predict.TraceError, match="request 7 of 50: 99 and 7 prompt tokens"):
-        predict.compare(other, obs)
+    with pytest.raises(predict.TraceError) as err:
+        predict.compare(other, obs, ("C/requests.parquet", "B/requests.parquet"))
+    assert str(err.value) == ("request 7 of 50: C/requests.parquet has 99 prompt tokens and "
+                              "B/requests.parquet 7; expected the same requests in the same "
+                              "order")
 
 
 def _fake_observation(folder, meta, cost, rng):
@@ -184,7 +190,9 @@ def test_what_validate_cannot_predict_is_named(imported, tmp_path, capsys):
         (["--calibrate-on", str(tmp_path / "nope.csv"), "--predict", str(imported / "record")],
          "nope.csv: file not found"),
         (["--predict", str(imported / "record"), "--noise-floor", str(tmp_path / "A"),
-          "cost=linear", *ENGINE], "an observe folder; expected a second import folder"),
+          "cost=linear", *ENGINE],
+         (f"error: --noise-floor {tmp_path / 'A'}: an observe folder; expected a second "
+          f"import folder of the requests of --predict {imported / 'record'}\n")),
         (["--predict", str(imported / "record"), "policy.no_such_knob=1"], "no_such_knob"),
     ]
     damaged = tmp_path / "damaged"
@@ -219,3 +227,50 @@ def test_a_long_prompt_pays_its_chunks_attention_in_closed_form(tmp_path):
     assert ttft[0.0] == pytest.approx(2 * chunk, rel=1e-9)
     work = 2048 * (0 + 2049 / 2) + 2048 * (2048 + 2049 / 2)
     assert ttft[1e-9] == pytest.approx(2 * chunk + 1e-9 * work, rel=1e-9)
+
+
+def test_nan_and_infinite_observed_latencies_are_counted_and_named(imported, tmp_path, capsys):
+    # two requests of the record lost their TTFT (NaN) and one its E2E (inf): each is left
+    # out of that latency's comparison, counted in validation.json and named in the summary
+    record = tmp_path / "record"
+    record.mkdir()
+    for name in ("bench.json", "trace.csv"):
+        (record / name).write_bytes((imported / "record" / name).read_bytes())
+    requests = pd.read_parquet(imported / "record" / "requests.parquet")
+    requests.loc[[0, 5], "ttft_s"] = np.nan
+    requests.loc[3, "e2e_s"] = np.inf
+    requests.to_parquet(record / "requests.parquet")
+    rc = predict.main(["--predict", str(record), "--out", str(tmp_path / "v"), "cost=linear",
+                       *[f"cost.{k}={v}" for k, v in COST.items()], *ENGINE])
+    assert rc == 0
+    report = json.loads((tmp_path / "v" / "validation.json").read_text())
+    none = {"nan": 0, "inf": 0}
+    assert report["dropped"]["observed"] == {"source": str(record / "requests.parquet"),
+                                             "ttft_s": {"nan": 2, "inf": 0}, "tpot_s": none,
+                                             "e2e_s": {"nan": 0, "inf": 1}}
+    assert report["dropped"]["predicted"] == {"source": f"the replay of {record / 'trace.csv'}",
+                                              **{m: none for m in predict.METRICS}}
+    assert report["dropped"]["reason"] == predict.DROPPED_REASON
+    # the other requests still match exactly
+    assert report["prediction"]["ttft_s"]["per_request_rel_error"]["p90"] < 1e-9
+    assert report["prediction"]["e2e_s"]["mean"]["rel_error"] == pytest.approx(0, abs=1e-9)
+    out = capsys.readouterr().out
+    assert (f"dropped: {record / 'requests.parquet'} has 2 NaN ttft_s, 1 infinite e2e_s; those "
+            f"requests are left out of that latency's comparison (validation.json: dropped)\n"
+            ) in out
+    assert "dropped: the replay" not in out
+
+
+def test_a_record_that_lost_a_request_names_both_sides(imported, tmp_path, capsys):
+    record = tmp_path / "record"
+    record.mkdir()
+    for name in ("bench.json", "trace.csv"):
+        (record / name).write_bytes((imported / "record" / name).read_bytes())
+    requests = pd.read_parquet(imported / "record" / "requests.parquet")
+    requests.iloc[1:].to_parquet(record / "requests.parquet")
+    rc = predict.main(["--predict", str(record), "--out", str(tmp_path / "v"), "cost=linear",
+                       *[f"cost.{k}={v}" for k, v in COST.items()], *ENGINE])
+    assert rc == 2
+    assert capsys.readouterr().err == (
+        f"error: the replay of {record / 'trace.csv'} holds 40 requests and "
+        f"{record / 'requests.parquet'} 39; expected the same trace slice\n")

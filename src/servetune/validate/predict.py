@@ -24,6 +24,12 @@ observations says how much of the error is the engine's own run-to-run noise.
 measured busy time: minimizing relative errors on noisy step times runs low in total (by 6-11%
 on the CPU engine's steps), and queueing delays follow the total. `--fit rel` keeps the fit.
 
+Every comparison is of the same requests in the same order; one that is not is refused naming
+both inputs (a file, folder, or the simulation of one). A request whose latency is NaN or
+infinite, on either side, is left out of that latency's comparison: validation.json's
+"dropped" counts them per input ({"source", metric: {"nan", "inf"}}, with the reason) and the
+summary prints a line per input that has any.
+
 Outputs (written whole): `validation.json`, and `validation_cdf.png`, the predicted and
 observed CDFs of the three latencies.
 """
@@ -159,35 +165,81 @@ def overrides_for(meta: dict, cost: dict) -> list[str]:
     return out + [f"cost.{k}={float(v)!r}" for k, v in cost.items()]  # np.float64 -> plain
 
 
-def compare(predicted: pd.DataFrame, observed: pd.DataFrame) -> dict:
-    """Per metric: the statistics of both, their relative errors, and the per-request relative
-    errors' median and P90 (requests matched by index; TraceError unless both tables hold as
-    many requests, with the same prompt lengths where both have them)."""
+def compare(predicted: pd.DataFrame, observed: pd.DataFrame,
+            names: tuple[str, str] = ("the prediction", "the observation")) -> dict:
+    """Per metric: the statistics of both (seconds), their relative errors, and the
+    per-request relative errors' median and P90, requests matched by index. A request whose
+    latency is NaN or infinite on either side is left out of that metric on both sides (see
+    `nonfinite`). `names` (a file, folder or simulation each) name the tables in the TraceError
+    raised unless both hold as many requests, with the same prompt lengths where both have
+    them."""
+    _check_same_requests(predicted, observed, names)
+    out = {}
+    for m in METRICS:
+        p, o = predicted[m].to_numpy(float), observed[m].to_numpy(float)
+        keep = np.isfinite(p) & np.isfinite(o)
+        out[m] = _errors(p[keep], o[keep])
+    return out
+
+
+def _check_same_requests(predicted: pd.DataFrame, observed: pd.DataFrame,
+                         names: tuple[str, str]) -> None:
+    """TraceError naming both tables unless they hold the same requests in the same order (as
+    many, with the same prompt lengths where both have the column)."""
     if len(predicted) != len(observed):
-        raise TraceError(f"the runs hold {len(predicted)} and {len(observed)} requests; "
-                         f"expected the same trace slice")
+        raise TraceError(f"{names[0]} holds {len(predicted)} requests and {names[1]} "
+                         f"{len(observed)}; expected the same trace slice")
     if "prompt_tokens" in predicted and "prompt_tokens" in observed:
         differ = np.nonzero(predicted["prompt_tokens"].to_numpy()
                             != observed["prompt_tokens"].to_numpy())[0]
         if len(differ):
             k = int(differ[0])
-            raise TraceError(f"request {k} of {len(observed)}: {predicted['prompt_tokens'][k]} "
-                             f"and {observed['prompt_tokens'][k]} prompt tokens; expected the "
-                             f"same requests in the same order")
+            raise TraceError(f"request {k} of {len(observed)}: {names[0]} has "
+                             f"{predicted['prompt_tokens'][k]} prompt tokens and {names[1]} "
+                             f"{observed['prompt_tokens'][k]}; expected the same requests in "
+                             f"the same order")
+
+
+def _errors(p: np.ndarray, o: np.ndarray) -> dict:
+    """One metric's row of `compare` from finite predicted and observed values (seconds,
+    matched by index); every number NaN when there are none."""
+    row = {}
+    for name, fn in STATS.items():
+        pv, ov = (float(fn(p)), float(fn(o))) if len(o) else (math.nan, math.nan)
+        row[name] = {"predicted": pv, "observed": ov,
+                     "rel_error": (pv - ov) / ov if ov else math.nan}
+    rel = np.abs(p - o) / o
+    rel = rel[np.isfinite(rel)]  # an observed latency of 0 has no relative error
+    row["per_request_rel_error"] = (
+        {"p50": float(np.median(rel)), "p90": float(np.percentile(rel, 90))} if len(rel)
+        else {"p50": math.nan, "p90": math.nan})
+    return row
+
+
+DROPPED_REASON = ("a NaN latency (none recorded: e.g. the TPOT of a one-token output) or an "
+                  "infinite one; the request is left out of that latency's statistics and "
+                  "per-request errors, on both sides of the comparison")
+
+
+def nonfinite(frame: pd.DataFrame) -> dict:
+    """Per latency of METRICS: how many of `frame`'s requests have it NaN and how many
+    infinite ({metric: {"nan": n, "inf": n}}, counts of requests)."""
     out = {}
     for m in METRICS:
-        p, o = predicted[m].to_numpy(float), observed[m].to_numpy(float)
-        row = {}
-        for name, fn in STATS.items():
-            pv, ov = float(fn(p)), float(fn(o))
-            row[name] = {"predicted": pv, "observed": ov,
-                         "rel_error": (pv - ov) / ov if ov else math.nan}
-        rel = np.abs(p - o) / o
-        rel = rel[np.isfinite(rel)]
-        row["per_request_rel_error"] = {"p50": float(np.median(rel)),
-                                        "p90": float(np.percentile(rel, 90))}
-        out[m] = row
+        v = frame[m].to_numpy(float)
+        out[m] = {"nan": int(np.isnan(v).sum()), "inf": int(np.isinf(v).sum())}
     return out
+
+
+def dropped_line(source: str, counts: dict) -> str | None:
+    """The summary's line on one input's NaN or infinite latencies (`nonfinite` counts), or
+    None when it has none."""
+    parts = [f"{n} {kind} {m}" for m in METRICS
+             for kind, n in (("NaN", counts[m]["nan"]), ("infinite", counts[m]["inf"])) if n]
+    if not parts:
+        return None
+    return (f"dropped: {source} has {', '.join(parts)}; those requests are left out of that "
+            f"latency's comparison (validation.json: dropped)")
 
 
 def _plot(predicted: pd.DataFrame, observed: pd.DataFrame, path: Path) -> None:
@@ -200,7 +252,8 @@ def _plot(predicted: pd.DataFrame, observed: pd.DataFrame, path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
     for ax, m in zip(axes, METRICS):
         for label, frame in (("observed (vLLM)", observed), ("predicted (servetune)", predicted)):
-            v = np.sort(frame[m].dropna().to_numpy() * 1e3)
+            v = frame[m].to_numpy(float)
+            v = np.sort(v[np.isfinite(v)] * 1e3)  # validation.json counts those left out
             ax.step(v, np.arange(1, len(v) + 1) / max(len(v), 1), where="post", label=label)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # decades only
@@ -240,6 +293,7 @@ def _prediction(args) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
         raise ConfigError(f"--calibrate-on: required to predict the observe folder "
                           f"{args.predict} (its engine, a CPU's tiny Llama, has no hardware "
                           f"preset); give an observe folder or a step log to fit the cost to")
+    again = _noise_floor(args, kind)
     cal = (calibrated_cost(_steps_of(args.calibrate_on), args.fit)
            if args.calibrate_on is not None else None)
     cost = cal["coefficients"] if cal else None
@@ -247,15 +301,59 @@ def _prediction(args) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
                  else import_overrides(args.predict, cost)) + list(args.overrides)
     res = simulate(overrides)
     predicted = res.requests[0].sort_values("request").reset_index(drop=True)
+    sources = {"predicted": (_simulated(args.predict, kind), predicted),
+               "observed": (str(args.predict / "requests.parquet"), observed)}
     report = {"predicted": {"folder": str(args.predict), "kind": kind, "overrides": overrides},
-              "calibration": cal, "prediction": compare(predicted, observed)}
-    if args.noise_floor is not None:
-        noise_kind, _, again = read_observation(args.noise_floor)
-        if noise_kind != kind:
-            raise TraceError(f"--noise-floor {args.noise_floor}: an {noise_kind} folder; "
-                             f"expected a second {kind} folder of --predict's requests")
-        report["noise_floor"] = compare(again, observed)
+              "calibration": cal,
+              "prediction": compare(predicted, observed, (sources["predicted"][0],
+                                                          sources["observed"][0]))}
+    if again is not None:
+        sources["noise_floor"] = (str(args.noise_floor / "requests.parquet"), again)
+        report["noise_floor"] = compare(again, observed, (sources["noise_floor"][0],
+                                                          sources["observed"][0]))
+    report["dropped"] = {"reason": DROPPED_REASON, **{
+        role: {"source": name, **nonfinite(frame)} for role, (name, frame) in sources.items()}}
     return report, predicted, observed
+
+
+def _simulated(folder: Path, kind: str) -> str:
+    """How errors name servetune's prediction of an observe or import folder."""
+    if kind == "observe":
+        return f"the simulation of {folder / 'observe.json'}'s trace slice"
+    return f"the replay of {folder / 'trace.csv'}"
+
+
+def _noise_floor(args, kind: str) -> pd.DataFrame | None:
+    """The requests of --noise-floor (None without it); TraceError naming both folders unless
+    it is a folder of --predict's kind."""
+    if args.noise_floor is None:
+        return None
+    noise_kind, _, again = read_observation(args.noise_floor)
+    if noise_kind != kind:
+        raise TraceError(f"--noise-floor {args.noise_floor}: an {noise_kind} folder; expected "
+                         f"a second {kind} folder of the requests of --predict {args.predict}")
+    return again
+
+
+def _print_summary(report: dict, out: Path) -> None:
+    """validation.json's headline numbers, and a line per input with NaN or infinite
+    latencies."""
+    if report["calibration"]:
+        cal = report["calibration"]
+        print(f"calibration ({cal['method']}): {cal['steps']} steps, RMS relative error "
+              f"{cal['rms_rel_error']:.1%}, scaled x{cal['scale']:.3f}")
+    for part in ("prediction", "noise_floor"):
+        if part in report:
+            print(f"{part}: relative error of mean / P50 / P90 / P99; per request P50 / P90")
+            for m, row in report[part].items():
+                stats = " / ".join(f"{row[s]['rel_error']:+.1%}" for s in STATS)
+                per = row["per_request_rel_error"]
+                print(f"  {m:7s} {stats};  {per['p50']:.1%} / {per['p90']:.1%}")
+    for role, entry in report["dropped"].items():
+        line = None if role == "reason" else dropped_line(entry["source"], entry)
+        if line:
+            print(line)
+    print(f"wrote {out}/validation.json, validation_cdf.png")
 
 
 def main(argv: list[str]) -> int:
@@ -269,16 +367,5 @@ def main(argv: list[str]) -> int:
     except ServetuneError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if report["calibration"]:
-        cal = report["calibration"]
-        print(f"calibration ({cal['method']}): {cal['steps']} steps, RMS relative error "
-              f"{cal['rms_rel_error']:.1%}, scaled x{cal['scale']:.3f}")
-    for part in ("prediction", "noise_floor"):
-        if part in report:
-            print(f"{part}: relative error of mean / P50 / P90 / P99; per request P50 / P90")
-            for m, row in report[part].items():
-                stats = " / ".join(f"{row[s]['rel_error']:+.1%}" for s in STATS)
-                per = row["per_request_rel_error"]
-                print(f"  {m:7s} {stats};  {per['p50']:.1%} / {per['p90']:.1%}")
-    print(f"wrote {args.out}/validation.json, validation_cdf.png")
+    _print_summary(report, args.out)
     return 0
