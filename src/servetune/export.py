@@ -477,8 +477,11 @@ def _serving_knobs(eff: dict, eng: dict) -> list[dict]:
     return out
 
 
-def vllm_warnings(args: Mapping[str, object]) -> list[str]:
-    """Settings vLLM would refuse at startup, as messages (empty when it would accept them).
+def vllm_warnings(args: Mapping[str, object],
+                  ranges: Mapping[str, tuple[float, float]] | None = None) -> list[str]:
+    """Settings vLLM would refuse at startup, then (with `ranges`, the tuning run's
+    tune.space: key -> (low, high)) tuned values exported outside their range, as messages
+    (empty when there are none).
 
     vLLM's SchedulerConfig requires max_num_batched_tokens >= max_num_seqs (each running
     sequence must be able to take a token in one iteration); the simulator does not need it.
@@ -488,7 +491,60 @@ def vllm_warnings(args: Mapping[str, object]) -> list[str]:
         out.append(f"max_num_batched_tokens ({args['max_num_batched_tokens']}) < max_num_seqs "
                    f"({args['max_num_seqs']}): vLLM refuses this at startup; raise the token "
                    f"budget to at least max_num_seqs, or lower max_num_seqs, and re-simulate")
+    return out + range_warnings(args, ranges or {})
+
+
+# the keys vLLM's startup checks move (tuning.space.Constraints projects tuned points onto them)
+MOVED = ("max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs",
+         "long_prefill_token_threshold")
+
+
+def range_warnings(args: Mapping[str, object],
+                   ranges: Mapping[str, tuple[float, float]]) -> list[str]:
+    """vllm_args() values outside their tuned range (`ranges`: key -> (low, high) as in
+    tune.space, in the key's units), as messages naming the knob, the value, the range and the
+    vLLM startup check that moved it there (the tuner projects each point onto what vLLM
+    accepts: tuning.space.Constraints; the value is exported as is, or vLLM would not start).
+    Only the keys those checks move are looked at; they are integers, so the range is floored
+    as the value is."""
+    out = []
+    for key in MOVED:
+        if key not in ranges or key not in args:
+            continue
+        low, high = ranges[key]
+        if math.floor(low) <= args[key] <= math.floor(high):
+            continue
+        rule = vllm_rule(key, args)
+        why = (f"vLLM's startup check {rule} moved it there, and vLLM needs it to start, so it "
+               f"is exported as is" if rule else "no vLLM startup check moved it there")
+        out.append(f"{key} = {args[key]} is outside its tuned range [{low:g}, {high:g}] "
+                   f"(tune.space.{key}): {why}; widen tune.space.{key} to tune it there")
     return out
+
+
+def vllm_rule(key: str, args: Mapping[str, object]) -> str | None:
+    """The vLLM 0.32 startup check (SchedulerConfig's verification, as tuning.space.Constraints
+    projects onto it) that holds `key` at its value in `args` (vllm_args(): a limit absent is
+    unlimited), in words with the value it binds at, e.g. "max_num_batched_tokens >=
+    max_num_seqs (1536)"; None when none binds there."""
+    length = args.get("max_model_len")
+    checks = {
+        "max_num_batched_tokens": [("max_num_batched_tokens >= max_num_seqs",
+                                    args.get("max_num_seqs"))],
+        "max_num_seqs": [("max_num_seqs >= max_num_active_seqs", args.get("max_num_active_seqs")),
+                         ("max_num_batched_tokens >= max_num_seqs",
+                          args.get("max_num_batched_tokens"))],
+        "max_num_active_seqs": [("max_num_active_seqs <= max_num_seqs",
+                                 args.get("max_num_seqs"))],
+        "long_prefill_token_threshold": [("long_prefill_token_threshold <= max_model_len",
+                                          length)]}
+    if not args.get("enable_chunked_prefill", True):
+        checks["max_num_batched_tokens"].append(
+            ("max_num_batched_tokens >= max_model_len with chunked prefill off", length))
+    for text, bound in checks.get(key, ()):
+        if bound is not None and args.get(key) == bound:
+            return f"{text} ({bound})"
+    return None
 
 
 def config_group_hint(path: Path, group: str, name: str) -> str:
@@ -500,14 +556,17 @@ def config_group_hint(path: Path, group: str, name: str) -> str:
 
 
 def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine: Mapping,
-                 extra: dict | None = None, deploy: Mapping | None = None) -> dict[str, Path]:
+                 extra: dict | None = None, deploy: Mapping | None = None,
+                 ranges: Mapping[str, tuple[float, float]] | None = None) -> dict[str, Path]:
     """Write tuned_policy.yaml, vllm_args.json, sglang_args.json (args plus the "flags" command
     line) and unmapped_knobs.json into `out_dir` (created; files there are replaced); with a
     neural score (values["score_net"]) also score_net.json (weights, feature names, units and
     scales) and priority.py (a dependency-free priority(request, engine) for a gateway). `extra`
     (e.g. the objective and scenario it was tuned on) goes into each JSON file under "extra" and
     into the YAML as comments; `deploy` (`deployment`) pins the simulated engine in the engine
-    arguments. Returns {name: path}. Every value is checked before anything is written, so a
+    arguments; `ranges` (the tuning run's tune.space: key -> (low, high)) adds a warning to
+    vllm_args.json for each value vLLM's startup checks moved outside its range (vllm_warnings).
+    Returns {name: path}. Every value is checked before anything is written, so a
     bad one (ConfigError naming its key) leaves no folder or file behind."""
     out_dir = Path(out_dir)
     paths = {name: out_dir / name for name in
@@ -519,7 +578,7 @@ def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine
     v_args = vllm_args(values, engine, order, deploy)
     s_args = sglang_args(values, engine, order, deploy)
     payloads = {"vllm_args.json": {"args": v_args, "flags": shlex.join(vllm_flags(v_args)),
-                                   "warnings": vllm_warnings(v_args)},
+                                   "warnings": vllm_warnings(v_args, ranges)},
                 "sglang_args.json": {"args": s_args, "flags": shlex.join(sglang_flags(s_args))},
                 "unmapped_knobs.json": {"unmapped": unmapped_knobs(values, order, engine,
                                                                    deploy)}}

@@ -41,7 +41,8 @@ RESOLVED = "config_resolved.yaml"
 class Chosen:
     """The point to export: its run folder and resolved config, its policy values (policy keys
     of servetune.policy.DEFAULTS, plus score_net for a neural order) and order, in words which
-    point it is and why it was chosen, and the damaged run folders left out of the choice."""
+    point it is and why it was chosen, the damaged run folders left out of the choice, and
+    for a tuning run its search space (tune.space: key -> (low, high), in the key's units)."""
 
     run_dir: Path
     cfg: DictConfig
@@ -50,6 +51,7 @@ class Chosen:
     label: str
     why: str
     skipped: tuple = ()
+    ranges: dict = dataclasses.field(default_factory=dict)
 
 
 def _resolved(run_dir: Path) -> DictConfig:
@@ -121,7 +123,27 @@ def choose_tuned(run_dir: Path) -> Chosen:
         raise ServetuneError(f"{path}: {err}") from None
     regressed = " (it regressed on held-out data: see evaluation.csv)" if regression else ""
     return Chosen(run_dir, cfg, values, order, "the tuned policy",
-                  f"the best policy servetune tune found{regressed}")
+                  f"the best policy servetune tune found{regressed}",
+                  ranges=tuned_ranges(cfg, run_dir / RESOLVED))
+
+
+def tuned_ranges(cfg: DictConfig, path: Path) -> dict[str, tuple[float, float]]:
+    """The tuning run's search space from its config (`path`, named in errors): tuned policy
+    key -> (low, high) of tune.space, in the key's units ({} when it has none). The tuner
+    checked the ranges when it ran; this reads them without loading it."""
+    spec = OmegaConf.select(cfg, "tune.space")
+    spec = OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else {}
+    out = {}
+    for key, dim in spec.items():
+        if dim is None:  # not tuned
+            continue
+        try:
+            out[key] = (float(dim["low"]), float(dim["high"]))
+        except (TypeError, KeyError, ValueError):
+            raise ServetuneError(f"{path}: tune.space.{key} = {dim!r}; expected {{low: ..., "
+                                 f"high: ..., scale: log|linear}} as servetune tune read it"
+                                 ) from None
+    return out
 
 
 def _refuse_constant(name: str):
@@ -240,5 +262,6 @@ def export_point(directory: str | Path, points: list[str] | None = None,
     engine = OmegaConf.to_container(chosen.cfg.engine, resolve=True)
     extra = {"source": str(chosen.run_dir), "point": chosen.label, "chosen": chosen.why}
     paths = export.write_export(target, chosen.values, chosen.order, engine, extra=extra,
-                                deploy=export.deployment(chosen.cfg, scenario))
+                                deploy=export.deployment(chosen.cfg, scenario),
+                                ranges=chosen.ranges)
     return chosen, paths

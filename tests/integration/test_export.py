@@ -265,3 +265,22 @@ def test_the_console_shows_the_policy_as_exported():
     shown = as_deployed({"max_num_seqs": 1199.7, "queue_cap": math.inf, "watermark": 0.02})
     assert shown == {"max_num_seqs": 1199, "queue_cap": math.inf, "watermark": 0.02}
     assert vllm_args({"max_num_seqs": 1199.7}, ENGINE, "fcfs")["max_num_seqs"] == 1199
+
+
+def test_a_value_moved_outside_its_tuned_range_is_warned_of(tmp_path):
+    # issue 41: the tuner raised the budget to max_num_seqs (vLLM's startup check) above the
+    # top of its range; the export keeps what vLLM needs and says so
+    moved = {**TUNED, "max_num_seqs": 1536.0, "max_num_batched_tokens": 1536.0}
+    ranges = {"max_num_seqs": (8.0, 1536.0), "max_num_batched_tokens": (256.0, 1024.0),
+              "watermark": (0.0, 0.1)}
+    paths = write_export(tmp_path, moved, "parametric", ENGINE, ranges=ranges)
+    doc = json.loads(paths["vllm_args.json"].read_text())
+    assert doc["args"]["max_num_batched_tokens"] == 1536
+    assert doc["warnings"] == [(
+        "max_num_batched_tokens = 1536 is outside its tuned range [256, 1024] "
+        "(tune.space.max_num_batched_tokens): vLLM's startup check max_num_batched_tokens >= "
+        "max_num_seqs (1536) moved it there, and vLLM needs it to start, so it is exported as "
+        "is; widen tune.space.max_num_batched_tokens to tune it there")]
+    # without the search space (a simulate run's export) nothing is known to be out of range
+    again = write_export(tmp_path / "plain", moved, "parametric", ENGINE)
+    assert json.loads(again["vllm_args.json"].read_text())["warnings"] == []

@@ -108,6 +108,45 @@ def test_a_summary_written_by_the_tuner_exports_its_unlimited_values(grid, tmp_p
     assert _vllm(paths)["max_num_seqs"] == 48
 
 
+def _tuned_with(grid, folder, best: dict, **config) -> None:
+    """A tuning run folder: grid's config with `config` (dotted key -> value) set, and `best`."""
+    folder.mkdir()
+    cfg = OmegaConf.load(grid / "config_resolved.yaml")
+    for key, value in config.items():
+        OmegaConf.update(cfg, key.replace("__", "."), value, merge=False)
+    (folder / "config_resolved.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (folder / "tune_summary.json").write_text(json.dumps({"best": best, "regression": False}))
+
+
+def test_a_budget_vllm_raised_past_its_tuned_range_is_warned_of(grid, tmp_path):
+    # issue 41: with chunked prefill off vLLM needs the budget >= max_model_len; the tuner
+    # projected it there, above tune.space's top, and the export says so
+    _tuned_with(grid, tmp_path / "tuned", {"max_num_seqs": 37.8, "max_num_batched_tokens": 4096},
+                engine__chunked_prefill=False, engine__max_model_len=4096,
+                tune__space__max_num_batched_tokens={"low": 256, "high": 2048, "scale": "log"})
+    chosen, paths = export_point(tmp_path / "tuned")
+    assert chosen.ranges["max_num_batched_tokens"] == (256.0, 2048.0)
+    doc = json.loads(paths["vllm_args.json"].read_text())
+    assert doc["args"]["max_num_batched_tokens"] == 4096
+    assert doc["warnings"] == [(
+        "max_num_batched_tokens = 4096 is outside its tuned range [256, 2048] "
+        "(tune.space.max_num_batched_tokens): vLLM's startup check max_num_batched_tokens >= "
+        "max_model_len with chunked prefill off (4096) moved it there, and vLLM needs it to "
+        "start, so it is exported as is; widen tune.space.max_num_batched_tokens to tune it "
+        "there")]
+
+
+def test_a_damaged_search_space_is_named(grid, tmp_path):
+    _tuned_with(grid, tmp_path / "tuned", {"max_num_seqs": 37.8},
+                tune__space__max_num_seqs={"low": 8})
+    with pytest.raises(ServetuneError) as err:
+        export_point(tmp_path / "tuned", out=tmp_path / "out")
+    assert str(err.value) == (
+        f"{tmp_path / 'tuned' / 'config_resolved.yaml'}: tune.space.max_num_seqs = {{'low': 8}}; "
+        f"expected {{low: ..., high: ..., scale: log|linear}} as servetune tune read it")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("key,value", [("max_num_seqs", '"infinite"'), ("max_num_seqs", "true"),
                                        ("max_num_seqs", "[1]"), ("max_num_seqs", '"nan"'),
                                        ("score_net", "3"), ("score_net", '[1, "inf"]')])

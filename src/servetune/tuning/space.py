@@ -79,7 +79,9 @@ class Constraints:
     A tuned key is moved to the nearest value that passes, given the others (tuned, or the
     policy's fixed values in `fixed`); the token budget gives way first, so a tuned
     max_num_seqs is clipped only by a budget that is not tuned. Works on numpy or jax.numpy
-    arrays (`xp`), so the exact and the relaxed tuners search the same set."""
+    arrays (`xp`), so the exact and the relaxed tuners search the same set. A projection may
+    leave a value outside its tune.space range; export.vllm_rule names these checks when
+    it does (keep the two lists in step)."""
 
     max_model_len: float = math.inf  # tokens
     chunked_prefill: bool = True
@@ -133,6 +135,11 @@ class SearchSpace:
     def keys(self) -> list[str]:
         """Tuned policy keys (scalars), in coordinate order."""
         return [d.key for d in self.dims]
+
+    @property
+    def ranges(self) -> dict[str, tuple[float, float]]:
+        """Tuned policy key -> its configured (low, high), in the key's units."""
+        return {d.key: (d.low, d.high) for d in self.dims}
 
     @property
     def size(self) -> int:
