@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = paths["tuned_policy.yaml"].parent
     console.print(f"exported {chosen.label} of {chosen.run_dir}: {chosen.why}", markup=False)
     console.print(f"vllm serve {flags}", markup=False)
+    for warning in json.loads(paths["vllm_args.json"].read_text())["warnings"]:
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] {escape(warning)} "
+                                   f"(vllm_args.json)", highlight=False, soft_wrap=True)
     console.print(f"wrote {folder}/" + ", ".join(sorted(paths)), markup=False)
     console.print(export.config_group_hint(paths["tuned_policy.yaml"], "policy",
                                            "tuned_policy"), markup=False)

@@ -147,8 +147,12 @@ def test_the_tuner_searches_only_settings_vllm_accepts(tmp_path):
     assert h["policy.max_num_seqs"].min() > 8  # the start's seqs, above the budget's range
     assert res.best["max_num_batched_tokens"] >= res.best["max_num_seqs"]
     doc = json.loads((tmp_path / "export" / "vllm_args.json").read_text())
-    assert doc["warnings"] == []
     assert doc["args"]["max_num_batched_tokens"] >= doc["args"]["max_num_seqs"]
+    # the budget vLLM needs lies above the configured range: exported, and said (issue 41)
+    (warning,) = doc["warnings"]
+    assert warning.startswith(f"max_num_batched_tokens = {doc['args']['max_num_batched_tokens']}"
+                              f" is outside its tuned range [8, 64]")
+    assert "vLLM's startup check" in warning
 
 
 def test_bad_tune_settings_name_the_key(tmp_path):

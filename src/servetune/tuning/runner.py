@@ -671,8 +671,11 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
                                    "regression": bool(regressed),
                                    "regressed_splits": regressed,
                                    "evaluation": compared},
-                            deploy=export.deployment(cfg, _first_scenario(evaluator)))
-        for warning in export.vllm_warnings(export.vllm_args(best, engine, order)):
+                            deploy=export.deployment(cfg, _first_scenario(evaluator)),
+                            ranges=st.space.ranges)
+        # the file's own warnings: they know the deployment (max_model_len) and the ranges
+        for warning in json.loads((out_dir / "export" / "vllm_args.json").read_text())[
+                "warnings"]:
             log(f"warning (export/vllm_args.json): {warning}")
         log(export.config_group_hint(out_dir / "export" / "tuned_policy.yaml", "policy",
                                      "tuned_policy"))
