@@ -824,7 +824,7 @@ def _with_prefix_cache(cfg: DictConfig, engine: EngineConfig, traces, kv_blocks:
 def _metrics_section(cfg: DictConfig, traces, hw: _Hardware, engine: EngineConfig, price,
                      kv_blocks, qspec, casc) -> tuple[MetricsSpec, float]:
     """(MetricsSpec from `slo.*`, `window.*` and the price, drain limit in seconds)."""
-    drain = settings.number(cfg, "window.drain_s", lo=0)  # finite: the drain limit bounds the run
+    drain = settings.number(cfg, "window.drain_s", lo=0, hi=MAX_SECONDS)  # bounds the run
     warmup = settings.number(cfg, "window.warmup_s", lo=0, hi=MAX_SECONDS, default=0.0)
     for tr in traces:
         if warmup > 0 and warmup >= tr.arrival[-1]:

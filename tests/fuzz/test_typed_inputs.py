@@ -92,3 +92,12 @@ def test_a_multiplier_that_would_overflow_is_refused_by_key(override):
     expected = r"a finite number" if "inf" in override else r"within \[0, 1000000000.0\]"
     with pytest.raises(ConfigError, match=rf"{key}: got .*; expected {expected}"):
         checked_config(servetune.compose([override]))
+
+
+@pytest.mark.parametrize("value", ["1e300", "2e9", "inf"])
+def test_a_drain_limit_beyond_any_run_is_refused(value):
+    """Issue 41: window.drain_s=1e300 was accepted (durations are bounded at 1e9 s)."""
+    from servetune.scenario import build
+    with pytest.raises(ConfigError, match=r"window.drain_s: got .*; expected"):
+        build(servetune.compose(["workload=poisson", "workload.duration_s=5",
+                                 f"window.drain_s={value}"]))
