@@ -401,3 +401,18 @@ def test_a_setting_no_run_has_is_refused_naming_the_keys(made, tmp_path, key):
                                           r"policy.max_num_seqs$"):
         report(root, tmp_path / "out", n_boot=0, figures=False, html=False, settings=[key])
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.csv"))
+
+
+def test_a_sweep_beside_a_lone_run_reports_the_key_it_did_not_set(tmp_path):
+    """Issue 41: a report over a multirun plus a lone run (which set neither swept key) failed
+    in the figures ('nan' is not in list) after writing its tables; the lone run is the
+    category "(not set)", and the set is written whole."""
+    root = tmp_path / "runs"
+    _sweep(root / "mr")
+    _write_run(root / "lone", 5, 32, 0, 0)
+    (root / "lone" / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["seed=0"]))
+    rep = report(root, n_boot=0)
+    assert {"report.html", "points.csv", "fig_pareto.png"} <= {p.name for p in rep.files}
+    assert figures.NOT_SET in (root / "report" / "report.html").read_text()
+    numeric, cats = figures.x_axis(rep.points, "policy.max_num_seqs")
+    assert not numeric and cats[0] == figures.NOT_SET and set(cats[1:]) == {"8", "32", "64"}

@@ -9,6 +9,7 @@ with ticks at 1-2-5 steps labelled as plain numbers, and no axis has an offset (
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -41,13 +42,27 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", name).strip("_") or "point"
 
 
+NOT_SET = "(not set)"  # the category of a point whose run did not set the key
+
+
+def category(value) -> str:
+    """A categorical axis's label of `value`: NOT_SET for a missing one (None, NaN: a run that
+    did not set the key, beside a sweep that did), a whole float as an integer, else its
+    text."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NOT_SET
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))  # 64.0 in a column a missing value made float: "64"
+    return str(value)
+
+
 def x_axis(points: pd.DataFrame, x: str) -> tuple[bool, list]:
     """(numeric, categories): whether `x` is plotted on a numeric axis, and for a categorical
-    axis its values in order of first appearance."""
+    axis its values' labels (`category`) in order of first appearance."""
     col = points[x]
     numeric = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col) \
         and bool(col.notna().all())
-    return numeric, ([] if numeric else list(dict.fromkeys(col.astype(str))))
+    return numeric, ([] if numeric else list(dict.fromkeys(category(v) for v in col)))
 
 
 def _y_log(points: pd.DataFrame, metric: str) -> bool:
@@ -112,7 +127,7 @@ def draw(points: pd.DataFrame, keys: list, out_dir: Path) -> list[Path]:
                 xv = g[x].to_numpy(np.float64)
             else:
                 offset = (k - (len(lines) - 1) / 2) * 0.08
-                xv = np.array([cats.index(str(v)) for v in g[x]], np.float64) + offset
+                xv = np.array([cats.index(category(v)) for v in g[x]], np.float64) + offset
             for ax, (metric, _) in zip(axes, PANELS):
                 if f"{metric}_mean" in g:
                     _panel(ax, g, xv, metric, f"C{k % 10}", numeric, label)

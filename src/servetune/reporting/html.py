@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from servetune.reporting.figures import x_axis
+from servetune.reporting.figures import category, x_axis
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import LEVEL, series
 from servetune.reporting.ticks import axis_type_args, plotly_log_ticks
@@ -93,7 +93,7 @@ def _add_lines(fig, points: pd.DataFrame, keys: list, x: str, numeric: bool) -> 
     for k, (label, g) in enumerate(series(points, keys, x)):
         name = label or "all points"
         color = PALETTE[k % len(PALETTE)]
-        xs = [float(v) for v in g[x]] if numeric else [str(v) for v in g[x]]
+        xs = [float(v) for v in g[x]] if numeric else [category(v) for v in g[x]]
         for p, (metric, row, colno, lat) in enumerate(PANELS):
             fig.add_trace(go.Scatter(
                 **_band(g, metric, xs, numeric), mode="lines", legendgroup=name,
