@@ -74,6 +74,11 @@ def output_dir_problem(overrides: list[str]) -> str | None:
             path = Path(value).expanduser()
         except RuntimeError:
             return f"{key}: got {value!r}; cannot expand its ~user (no such user)"
+        try:
+            path.resolve()
+        except (RuntimeError, OSError):
+            return (f"{key}: got {value!r}; it runs into a loop of symbolic links; expected "
+                    f"a folder to write in")
         parent = path
         while not parent.exists() and parent != parent.parent:
             parent = parent.parent

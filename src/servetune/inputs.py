@@ -23,10 +23,32 @@ def expand(path: str | Path, key: str, error: type[ServetuneError] = ConfigError
     """`path` with a leading ~ or ~user expanded; `error` naming `key` when the user (or the
     home folder) is unknown."""
     try:
-        return Path(path).expanduser()
+        expanded = Path(path).expanduser()
     except RuntimeError:
         raise error(f"{key}: got {str(path)!r}; cannot expand {str(path).split('/')[0]!r} "
                     f"(no such user or home folder)") from None
+    loop = symlink_loop(expanded)
+    if loop is not None:
+        raise error(f"{key}: got {str(path)!r}; {loop} is a loop of symbolic links (each "
+                    f"points, in the end, back to itself); expected a folder or file path")
+    return expanded
+
+
+def symlink_loop(path: Path) -> Path | None:
+    """The first part of `path` that is a loop of symbolic links (resolving it never ends),
+    or None."""
+    try:
+        Path(path).resolve()
+    except (RuntimeError, OSError):
+        pass
+    else:
+        return None
+    for part in [*reversed(Path(path).parents), Path(path)]:
+        try:
+            part.resolve(strict=False)
+        except (RuntimeError, OSError):
+            return part
+    return Path(path)
 
 
 def check_regular(path: Path, what: str, error: type[ServetuneError] = TraceError) -> int:
