@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from servetune.errors import ServetuneError
 from servetune.validate import golden
 
 
@@ -65,6 +66,6 @@ def main(argv: list[str]) -> int:
             raise golden.GoldenError(f"--cases: unknown case(s) {unknown}; expected some of "
                                      f"{sorted(golden.CASES)}")
         return _check(names, args.out) if args.check else _write(names, args.out)
-    except (golden.GoldenError, ImportError) as err:
+    except (ServetuneError, ImportError) as err:  # GoldenError, a fixture's bad config
         print(f"error: {err}", file=sys.stderr)
         return 2

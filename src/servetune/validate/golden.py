@@ -190,7 +190,36 @@ def load_fixture(path: Path) -> dict:
         raise GoldenError(f"{path}: written by vLLM {fixture.get('vllm_version')!r}; servetune's "
                           f"scheduler matches vLLM {VLLM_VERSION} (rewrite the fixtures with "
                           f"`servetune golden` under that version)")
+    _check_sections(path, fixture)
     return fixture
+
+
+# what a fixture's replay and comparison read: section -> (type, the keys it must hold)
+SECTIONS = {
+    "case": (str, ()),
+    "engine": (dict, ("block_size", "num_gpu_blocks", "max_model_len", "max_num_seqs",
+                      "max_num_batched_tokens", "enable_chunked_prefill")),
+    "cost": (dict, ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_ctx_token_s")),
+    "requests": (dict, ("arrival", "prompt", "output")),
+    "steps": (list, ()),
+    "results": (dict, ("first_token", "finish", "end_state", "generated", "n_preempt")),
+}
+
+
+def _check_sections(path: Path, fixture: dict) -> None:
+    """GoldenError naming the file and the first section (or key of one) that is missing or
+    of another type, so a damaged fixture never reaches the replay as a KeyError."""
+    for section, (kind, keys) in SECTIONS.items():
+        if section not in fixture:
+            raise GoldenError(f"{path}: no {section!r} section; a fixture holds "
+                              f"{', '.join(SECTIONS)} (rewrite it with `servetune golden`)")
+        value = fixture[section]
+        if not isinstance(value, kind):
+            raise GoldenError(f"{path}: section {section!r} is a {type(value).__name__}; "
+                              f"expected a {kind.__name__}")
+        missing = [k for k in keys if k not in value]
+        if missing:
+            raise GoldenError(f"{path}: section {section!r} lacks {', '.join(missing)}")
 
 
 def fixture_paths(directory: Path = FIXTURE_DIR) -> list[Path]:
