@@ -134,3 +134,26 @@ def test_a_repeated_key_is_named_by_its_line(tmp_path):
     line = text.splitlines().index(' "input_lens": [1, 2, 3, 4]') + 1
     with pytest.raises(TraceError, match=rf"bench\.json:{line}: key 'input_lens' appears twice"):
         load_bench_result(_file(tmp_path, text))
+
+
+def test_a_reimport_replaces_the_set_and_another_format_is_refused(tmp_path, capsys):
+    """Issue 41: a stale import file stayed beside a new import. An import's files are one set
+    (run_folder.publish); a folder holding another format's import is refused."""
+    from servetune import run_folder
+
+    out = tmp_path / "imported"
+    assert observe_main(["--import-bench", str(_file(tmp_path, BENCH)), "--out", str(out)]) == 0
+    doc = run_folder.record(out)
+    assert doc["state"] == "complete" and doc["files"] == ["bench.json", "requests.parquet",
+                                                          "trace.csv"]
+    fewer = dict(BENCH, **{k: v[:2] for k, v in BENCH.items() if isinstance(v, list)},
+                 completed=2, failed=0)
+    assert observe_main(["--import-bench", str(_file(tmp_path, fewer, "b2.json")), "--out",
+                         str(out)]) == 0
+    assert len(pd.read_parquet(out / "requests.parquet")) == 2
+    assert json.loads((out / "bench.json").read_text())["requests"] == 2
+    (out / "otel.json").write_text("{}")  # as an OTLP import leaves it
+    capsys.readouterr()
+    assert observe_main(["--import-bench", str(_file(tmp_path, BENCH)), "--out", str(out)]) == 2
+    assert f"{out}: holds otel.json, an earlier import of another format" in \
+        capsys.readouterr().err.replace("\n", "")

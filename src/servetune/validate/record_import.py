@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from servetune import run_folder
+from servetune.errors import OutputError
 from servetune.files import ensure_dir, write_json, write_whole
 from servetune.validate.bench_import import load_bench_result
 from servetune.validate.otel_import import load_otel_spans
@@ -34,9 +36,20 @@ def write_import(path: str | Path, out: Path, fmt: str = "bench") -> str:
     meta = {"source": str(Path(path).expanduser()), "format": described,
             "requests": len(requests), "failed": n_failed, "in_trace": len(trace),
             "order": result["order"], "about": result["about"]}
-    write_whole(out / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
-    write_whole(out / "trace.csv", lambda p: trace.to_csv(p, index=False))
-    write_json(out / summary, meta)
+    for other in {s for _, _, s in FORMATS.values()} - {summary}:
+        if (out / other).exists():  # an earlier import of the other format: not this one's
+            raise OutputError(f"{out}: holds {other}, an earlier import of another format; "
+                             f"expected an empty folder or one of an earlier --import-{fmt} "
+                             f"(import into another --out)")
+    run_folder.claim(out, f"servetune observe --import-{fmt}", supersede=False)
+    try:  # the three files appear together, replacing an earlier import's whole
+        with run_folder.outputs_as_a_set(out, f"servetune observe --import-{fmt}") as stage:
+            write_whole(stage / "requests.parquet",
+                        lambda p: requests.to_parquet(p, index=False))
+            write_whole(stage / "trace.csv", lambda p: trace.to_csv(p, index=False))
+            write_json(stage / summary, meta)
+    finally:
+        run_folder.release(out)
     done = requests["end_state"] == "completed"
     listed = "" if result["order"] == "arrival" else "; listed out of arrival order (sorted)"
     return (f"{out}: {len(requests)} requests ({n_failed} failed), {len(trace)} in trace.csv "
