@@ -67,11 +67,11 @@ ORDER = ("config_resolved.yaml", "metrics.json", "vllm_bench.json", "metrics.csv
          "requests.parquet")
 
 
-@pytest.mark.parametrize("fails, extra", [  # each case runs simulate three times: two slow
-    pytest.param("metrics.json", ["seeds=3", "output.save_detailed=false"],  # three scenarios
-                 marks=pytest.mark.slow),
+@pytest.mark.slow  # each case runs simulate three times (about 25 s on 2 cores)
+@pytest.mark.parametrize("fails, extra", [
+    ("metrics.json", ["seeds=3", "output.save_detailed=false"]),  # three scenarios' metrics
     ("vllm_bench.json", []),  # its per-request arrays
-    pytest.param("requests.parquet", ["output.save_detailed=false"], marks=pytest.mark.slow),
+    ("requests.parquet", ["output.save_detailed=false"]),
 ])
 def test_a_failed_write_publishes_no_part_of_the_set(tmp_path, fails, extra):
     """A file-size limit just below one file of the set (measured on the same run) makes that
