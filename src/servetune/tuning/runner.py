@@ -436,6 +436,19 @@ def _evaluator_list(evaluator) -> list[Evaluator]:
     return getattr(evaluator, "evaluators", [evaluator])
 
 
+def _plan_line(st: Settings, evaluator) -> str:
+    """The run's first line: the knobs tuned, the simulations ahead (iterations x policies x
+    scenarios) and their requests, and about how long they take here (estimate.py)."""
+    space, per_policy = st.space, _scenario_count(evaluator)
+    tuned = space.keys + (["score_net"] if space.net_size else [])
+    per_scenario = _requests_per_scenario(evaluator)
+    total = st.iterations * population(st) * per_policy
+    return (f"tuning {', '.join(tuned)}: {st.iterations} iteration(s) x {population(st)} "
+            f"policies x {per_policy} scenario(s) = {total} simulations of "
+            f"{per_scenario:,.0f} requests on average, then the evaluation; "
+            + estimate.guess_text(int(total * per_scenario), kind="tune"))
+
+
 def _requests_per_scenario(evaluator) -> float:
     """Mean requests in a training scenario (its trace's length)."""
     lengths = [len(t) for ev in _evaluator_list(evaluator) for t in ev.scenario.traces]
@@ -571,14 +584,7 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     st, evaluator, estimator = _evaluators(cfg, st, order)
     space = st.space
     _check_population_fits(st, evaluator)
-    per_policy = _scenario_count(evaluator)
-    tuned = space.keys + (["score_net"] if space.net_size else [])
-    per_scenario = _requests_per_scenario(evaluator)
-    total = st.iterations * population(st) * per_policy
-    log(f"tuning {', '.join(tuned)}: {st.iterations} iteration(s) x "
-        f"{population(st)} policies x {per_policy} scenario(s) = {total} simulations of "
-        f"{per_scenario:,.0f} requests on average, then the evaluation; "
-        + estimate.guess_text(int(total * per_scenario), kind="tune"))
+    log(_plan_line(st, evaluator))
     start_values = dict(evaluator.base)
     if space.net_size and "score_net" not in start_values:
         # the configured (linear) policy plus a network that adds nothing yet (out scale 0)
