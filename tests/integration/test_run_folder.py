@@ -156,3 +156,43 @@ def test_only_a_runs_own_entries_are_moved_aside(tmp_path):
             run_folder.LOCK, "my_trace.csv", "notes", run_folder.SUPERSEDED]
     finally:
         run_folder.release(tmp_path)
+
+
+KILLED = [*SIM, "seeds=2"]
+
+
+@pytest.fixture(scope="module")
+def full_run_s(tmp_path_factory):
+    """Wall seconds of an uninterrupted run of KILLED (compilation cached by then)."""
+    import time
+
+    folder = tmp_path_factory.mktemp("timed") / "run"
+    assert _cli("simulate", *KILLED, f"hydra.run.dir={folder}").returncode == 0  # compiles
+    start = time.perf_counter()
+    assert _cli("simulate", *KILLED, f"hydra.run.dir={folder}").returncode == 0
+    return time.perf_counter() - start
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fraction", [0.1, 0.5, 0.8, 0.9, 0.95, 0.98, 1.0])
+def test_a_run_killed_at_any_point_leaves_a_folder_the_next_run_and_report_read(
+        tmp_path, full_run_s, fraction):
+    """SIGKILL at fractions of a run's wall time (start, simulation, writing, publishing):
+    the folder then holds a complete set, or none a reader takes, and a rerun into it
+    publishes its own."""
+    import time
+
+    folder = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "servetune.cli", "simulate", *KILLED,
+                             f"hydra.run.dir={folder}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    time.sleep(full_run_s * fraction)
+    proc.kill()
+    proc.wait()
+    doc = run_folder.record(folder) if folder.exists() else None
+    if doc is not None and doc.get("state") == "complete":
+        assert _set_is_whole(folder)
+    elif folder.exists():  # stopped before its set was whole: no reader takes it
+        assert run_folder.incomplete(folder) is not None or not (folder / "metrics.csv").exists()
+    assert _cli("simulate", *SIM, f"hydra.run.dir={folder}").returncode == 0
+    assert _set_is_whole(folder) and len(collect(tmp_path).runs) == 1
