@@ -332,3 +332,27 @@ def test_resuming_after_the_trace_file_changed_is_refused(tmp_path):
     lines = []
     tune(args + ["tune.iterations=2"], out_dir=out, log=lines.append)
     assert any(line.startswith("resuming") for line in lines)
+
+
+def test_a_run_stopped_while_writing_its_files_leaves_no_summary_to_export(tmp_path,
+                                                                             monkeypatch):
+    """Issue 41: tune_summary.json is written last and an earlier run's is removed first, so a
+    resumed run that stops while writing its files never pairs its history with the earlier
+    run's summary; export then refuses the folder instead of mixing the two."""
+    from servetune.errors import ServetuneError
+    from servetune.export_choice import export_point
+    from servetune.tuning import runner
+
+    args = SMALL + ["tune.eval.seeds=0", "tune.eval.sensitivity=true"]
+    tune(args + ["tune.iterations=1"], out_dir=tmp_path, log=lambda _: None)
+    assert (tmp_path / runner.SUMMARY).is_file()
+
+    def disk_full(*_, **__):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runner, "write_views", disk_full)
+    with pytest.raises(OSError):
+        tune(args + ["tune.iterations=2"], out_dir=tmp_path, log=lambda _: None)
+    assert not (tmp_path / runner.SUMMARY).exists()
+    with pytest.raises(ServetuneError):
+        export_point(tmp_path)

@@ -49,6 +49,7 @@ from servetune.tuning.split_overrides import (
 )
 
 OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
+SUMMARY = "tune_summary.json"  # written last by a finished run (_finish)
 # the Lagrange multiplier's ceiling (per unit of attainment shortfall, in log tokens per USD):
 # far above any useful weight, and finite, so history.csv and the checkpoint never hold inf
 MAX_LAMBDA = 1e9
@@ -646,8 +647,12 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
     tuned policy (evaluation.csv, with regressions flagged; side by side per split in
     tune_summary.json and the export's "extra"), convergence.png, the export
     (unless the tuned policy regressed, or tune.export_on_regression) and tune_summary.json;
-    each file written whole. `start_time` (time.perf_counter()) began the run: its wall time
-    includes the evaluation and the export."""
+    each file written whole, tune_summary.json last: it marks the folder's files as one
+    finished run (an earlier run's summary is removed first, so a run stopped while writing
+    them leaves none, and `servetune export` refuses the folder instead of mixing the two).
+    `start_time` (time.perf_counter()) began the run: its wall time includes the evaluation
+    and the export."""
+    (out_dir / SUMMARY).unlink(missing_ok=True)
     history = pd.DataFrame(state["history"])
     write_whole(out_dir / "history.csv", lambda tmp: history.to_csv(tmp, index=False))
     best = state["best_values"]
@@ -691,7 +696,7 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
                "regression_verdicts": {split: v.why for split, v in judged.items()},
                "evaluation": compared,
                "scenarios_simulated": int(state["scenarios"]), "wall_s": elapsed_s}
-    write_json(out_dir / "tune_summary.json", summary)
+    write_json(out_dir / SUMMARY, summary)  # last: the finished run's mark
     return TuneResult(start_values, best, state["best"], history, evaluation,
                       int(state["scenarios"]), elapsed_s, out_dir, bool(regressed))
 
