@@ -14,7 +14,7 @@ from servetune.driver import rollout
 from servetune.errors import ConfigError, ServetuneError
 from servetune.overrides import to_overrides
 from servetune.scenario import Scenario, build
-from servetune.suggest import override_problem, unknown_addition
+from servetune.suggest import addition_problem, override_problem
 
 REPR_METRICS = ("goodput_rps", "slo_attainment", "ttft_p99_s", "tpot_p99_s",
                 "useful_tokens_per_dollar")
@@ -103,12 +103,9 @@ def compose(overrides: Sequence[str] = (), **settings) -> DictConfig:
         raise ConfigError(f"overrides: got {overrides!r}; expected a list of strings such as "
                           f"['policy.max_num_seqs=64']")
     overrides = [*overrides, *to_overrides(settings)]
-    for override in overrides:  # a +key nothing reads: refused here as on the command line
-        key, eq, _ = override.partition("=")
-        if eq and key.startswith("+") and not key.startswith("++"):
-            message = unknown_addition(key[1:])
-            if message:
-                raise ConfigError(message)
+    added = addition_problem(overrides)  # a +key nothing reads: as on the command line
+    if added:
+        raise ConfigError(added)
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from servetune.inputs import symlink_loop
 from servetune.suggest import check_overrides
 
 COMMANDS = {  # command -> what it does (servetune --help)
@@ -74,9 +75,7 @@ def output_dir_problem(overrides: list[str]) -> str | None:
             path = Path(value).expanduser()
         except RuntimeError:
             return f"{key}: got {value!r}; cannot expand its ~user (no such user)"
-        try:
-            path.resolve()
-        except (RuntimeError, OSError):
+        if symlink_loop(path) is not None:
             return (f"{key}: got {value!r}; it runs into a loop of symbolic links; expected "
                     f"a folder to write in")
         parent = path

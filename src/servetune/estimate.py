@@ -18,6 +18,7 @@ from pathlib import Path
 
 from servetune.errors import ServetuneError
 from servetune.files import write_text
+from servetune.request_trace import duration_text
 
 RECENT = 8  # runs whose rates are averaged
 
@@ -100,7 +101,5 @@ def guess_text(requests: int, path: Path | None = None, kind: str = "simulate") 
 
 
 def _duration(seconds: float) -> str:
-    """Seconds for a reader: "40 s", "3.5 min", "2.1 h"."""
-    if seconds < 90:
-        return f"{max(seconds, 1):.0f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+    """Seconds for a reader, at least "1 s" (request_trace.duration_text)."""
+    return duration_text(max(seconds, 1.0))

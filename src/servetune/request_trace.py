@@ -39,6 +39,15 @@ def time_unit_problem(first_s: float, span_s: float, n: int, unit_s: float) -> s
     return None
 
 
+def duration_text(seconds: float) -> str:
+    """`seconds` for a reader, in the largest unit of years, days, h, min, s that it reaches
+    (3 significant digits): "40 s", "3.5 min", "2.5 h", "12 days"."""
+    for size, word in ((365.25 * 86400, "years"), (86400, "days"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {word}"
+    return f"{seconds:.3g} s"
+
+
 @dataclasses.dataclass(frozen=True)
 class RaggedIds:
     """One list of int32 ids per request, stored flat: row r is ids[offsets[r]:offsets[r+1]].

@@ -225,6 +225,19 @@ def outputs_as_a_set(folder: Path, command: str):
     publish(folder, staged, command)
 
 
+@contextlib.contextmanager
+def claimed_set(folder: Path, command: str):
+    """`outputs_as_a_set` under this process's lock on `folder` (claim, without moving
+    anything aside), released after: for a command that rewrites its own folder's set in
+    place (a report, an import)."""
+    claim(folder, command, supersede=False)
+    try:
+        with outputs_as_a_set(folder, command) as staged:
+            yield staged
+    finally:
+        release(folder)
+
+
 def incomplete(folder: Path) -> str | None:
     """Why `folder`'s outputs must not be read (its run is still going, or stopped before they
     were complete), or None when they can be (complete, or no record: an older or hand-made

@@ -107,19 +107,29 @@ def unknown_addition(key: str) -> str | None:
             + (_phrase(close) if close else "a + adds only a key servetune reads"))
 
 
+def addition_problem(overrides: list[str]) -> str | None:
+    """unknown_addition's message for the first `+key=value` override (not `++`, which forces)
+    that adds a key nothing reads; None when there is none. Needs no composed config."""
+    for override in overrides:
+        key, eq, _ = override.partition("=")
+        if eq and key.startswith("+") and not key.startswith("++"):
+            message = unknown_addition(key[1:])
+            if message:
+                return message
+    return None
+
+
 def override_problem(overrides: list[str], cfg: DictConfig) -> str | None:
     """The first override that names no key or choice of `cfg` (the config composed with the
     overrides' group choices), as unknown_key / unknown_choice word it, or a `+key` addition
     nothing reads (unknown_addition); None when all are known. Deletions (`~`), Hydra's own
     keys and flags are left to Hydra."""
+    message = addition_problem(overrides)
+    if message:
+        return message
     for override in overrides:
         key, eq, value = override.partition("=")
-        if eq and key.startswith("+") and not key.startswith("++"):
-            message = unknown_addition(key[1:])
-            if message:
-                return message
-            continue
-        if not eq or key.startswith(("+", "~", "hydra", "-")):  # ++ forced, deletions, flags
+        if not eq or key.startswith(("+", "~", "hydra", "-")):  # additions, deletions, flags
             continue
         if "." not in key and "/" not in key and group_options(key):
             message = None if "," in value else unknown_choice(key, value)

@@ -70,6 +70,7 @@ from servetune.request_trace import (
     MAX_TOKENS,
     RaggedIds,
     RequestTrace,
+    duration_text,
     time_unit_problem,
 )
 from servetune.trace_text import (
@@ -619,14 +620,6 @@ class _Clock:
                                          (self.first, self.last), n))
 
 
-def _duration(seconds: float) -> str:
-    """`seconds` in the largest unit of years, days, h, min, s that it reaches."""
-    for size, word in ((365.25 * 86400, "years"), (86400, "days"), (3600, "h"), (60, "min")):
-        if seconds >= size:
-            return f"{seconds / size:.3g} {word}"
-    return f"{seconds:.3g} s"
-
-
 def _fits(unit: str, first_s: float, span_s: float, n: int) -> str:
     """Which units smaller than `unit` make numeric arrivals read in `unit` as first `first_s`
     s, spanning `span_s` s, over `n` requests, plausible (the span each reads as)."""
@@ -635,7 +628,7 @@ def _fits(unit: str, first_s: float, span_s: float, n: int) -> str:
         scale = other_s / UNITS[unit]
         if scale < 1 and time_unit_problem(first_s * scale, span_s * scale, n,
                                            other_s) is None:
-            fits.append(f"{other} ({_duration(span_s * scale)})")
+            fits.append(f"{other} ({duration_text(span_s * scale)})")
     if not fits:
         return "no smaller unit makes it a plausible trace"
     return f"it fits workload.time_unit={' or '.join(fits)}"
@@ -660,7 +653,7 @@ def _rate_error(path: Path, line: int, layout: _Layout, times: tuple, n: int) ->
     first, last = (t / UNITS[layout.unit] for t in times)
     span = times[1] - times[0]
     return (f"{path}:{line}: {layout.read_in()}: {first:.12g} to {last:.12g} is {n} requests "
-            f"over {_duration(span)}, fewer than one a day; expected a workload's rate -- "
+            f"over {duration_text(span)}, fewer than one a day; expected a workload's rate -- "
             f"{_fits(layout.unit, times[0], span, n)}")
 
 

@@ -117,30 +117,27 @@ def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, 
         from servetune.reporting.latency import point_cdfs
         cdfs = point_cdfs(col)
     ensure_dir(out_dir)
-    run_folder.claim(out_dir, "servetune report", supersede=False)  # one report at a time
-    try:  # the tables, figures and page appear as one set (run_folder.publish), or none
-        with run_folder.outputs_as_a_set(out_dir, "servetune report") as stage:
-            files = [stage / name for name in TABLES]
-            write_whole(files[0], lambda tmp: runs.to_parquet(tmp, index=False))
-            for path, table in zip(files[1:], (runs, points, comparisons, best)):
-                write_whole(path, lambda tmp, table=table: table.to_csv(tmp, index=False))
-            if figures:
-                from servetune.reporting import figures as figs
-                files += figs.draw(points, col.keys, stage)
-                files += [path for path in (
-                    figs.draw_pareto(points, conditions, setting_keys, best, stage),
-                    figs.draw_cdfs(points, cdfs, best, stage),
-                    figs.draw_timeline(tl, stage)) if path is not None]
-            if html:
-                from servetune.reporting.html import page
-                path = stage / "report.html"
-                write_text(path, page(points, runs, col.keys, verdicts,
-                                      _meta(col, runs, points, n_boot), best=best,
-                                      conditions=conditions, settings=setting_keys, cdfs=cdfs,
-                                      timeline=tl))
-                files.append(path)
-    finally:
-        run_folder.release(out_dir)
+    # one report at a time; the tables, figures and page appear as one set, or none
+    with run_folder.claimed_set(out_dir, "servetune report") as stage:
+        files = [stage / name for name in TABLES]
+        write_whole(files[0], lambda tmp: runs.to_parquet(tmp, index=False))
+        for path, table in zip(files[1:], (runs, points, comparisons, best)):
+            write_whole(path, lambda tmp, table=table: table.to_csv(tmp, index=False))
+        if figures:
+            from servetune.reporting import figures as figs
+            files += figs.draw(points, col.keys, stage)
+            files += [path for path in (
+                figs.draw_pareto(points, conditions, setting_keys, best, stage),
+                figs.draw_cdfs(points, cdfs, best, stage),
+                figs.draw_timeline(tl, stage)) if path is not None]
+        if html:
+            from servetune.reporting.html import page
+            path = stage / "report.html"
+            write_text(path, page(points, runs, col.keys, verdicts,
+                                  _meta(col, runs, points, n_boot), best=best,
+                                  conditions=conditions, settings=setting_keys, cdfs=cdfs,
+                                  timeline=tl))
+            files.append(path)
     files = [out_dir / path.name for path in files]
     return Report(out_dir=out_dir, runs=runs, points=points, comparisons=comparisons,
                   verdicts=verdicts, keys=col.keys, files=files, skipped=col.skipped,

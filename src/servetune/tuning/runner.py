@@ -364,8 +364,7 @@ def _data_digest(evaluator) -> str:
     import hashlib
 
     digest = hashlib.sha256()
-    evaluators = getattr(evaluator, "evaluators", None) or [evaluator]
-    for ev in evaluators:
+    for ev in _evaluator_list(evaluator):
         for trace in ev.scenario.traces:
             for field in ("arrival", "prompt", "output", "priority"):
                 values = getattr(trace, field, None)

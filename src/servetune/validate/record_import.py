@@ -41,15 +41,11 @@ def write_import(path: str | Path, out: Path, fmt: str = "bench") -> str:
             raise OutputError(f"{out}: holds {other}, an earlier import of another format; "
                              f"expected an empty folder or one of an earlier --import-{fmt} "
                              f"(import into another --out)")
-    run_folder.claim(out, f"servetune observe --import-{fmt}", supersede=False)
-    try:  # the three files appear together, replacing an earlier import's whole
-        with run_folder.outputs_as_a_set(out, f"servetune observe --import-{fmt}") as stage:
-            write_whole(stage / "requests.parquet",
-                        lambda p: requests.to_parquet(p, index=False))
-            write_whole(stage / "trace.csv", lambda p: trace.to_csv(p, index=False))
-            write_json(stage / summary, meta)
-    finally:
-        run_folder.release(out)
+    # the three files appear together, replacing an earlier import's whole
+    with run_folder.claimed_set(out, f"servetune observe --import-{fmt}") as stage:
+        write_whole(stage / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
+        write_whole(stage / "trace.csv", lambda p: trace.to_csv(p, index=False))
+        write_json(stage / summary, meta)
     done = requests["end_state"] == "completed"
     listed = "" if result["order"] == "arrival" else "; listed out of arrival order (sorted)"
     return (f"{out}: {len(requests)} requests ({n_failed} failed), {len(trace)} in trace.csv "
