@@ -19,8 +19,9 @@ name, in any order (other columns are ignored):
 
 Every row is checked: a missing column, a row with fewer or more fields than the header (an
 unquoted comma shifts every value after it), a non-numeric, negative or non-finite value, a
-non-positive `seconds` or an empty batch (prefill_tokens + decode_seqs = 0) raises TraceError
-naming the file, the line and what was expected.
+`seconds` outside [1e-6, 3600] (one engine iteration: a microsecond to an hour; outside, the
+column is in another unit), a token count past int32 or an empty batch (prefill_tokens +
+decode_seqs = 0) raises TraceError naming the file, the line and what was expected.
 
 Two forms are fitted, the same two the simulator uses (`hardware.step_time`):
 
@@ -131,15 +132,38 @@ def _plain(v):
 
 # --------------------------------------------------------------------------- loading
 
+# A measured engine iteration lasts between a microsecond and an hour: outside that the column
+# is in another unit (ns, or a timestamp) or corrupt, and a fit would write coefficients of
+# 1e-300 or 1e+300 s. Token counts are int32 on device; attention work is tokens^2.
+ITERATION_SECONDS = (1e-6, 3600.0)
+_COLUMN_MAX = {"prefill_tokens": 2**31 - 1, "decode_seqs": 2**31 - 1, "ctx_tokens": 2**31 - 1,
+               "attn_work": 2.0**62, "seconds": ITERATION_SECONDS[1]}
+
+
+def _expected(column: str) -> str:
+    if column == "seconds":
+        lo, hi = ITERATION_SECONDS
+        return (f"seconds within [{lo:g}, {hi:g}] (one engine iteration; a value outside is in "
+                f"another unit or corrupt)")
+    return f"a number within [0, {_COLUMN_MAX[column]:.4g}] (tokens)"
+
+
+def _plausible(column: str, value: float) -> bool:
+    """Whether `value` is finite and within the plausible range of `column`."""
+    lo = ITERATION_SECONDS[0] if column == "seconds" else 0.0
+    return math.isfinite(value) and lo <= value <= _COLUMN_MAX[column]
+
+
 def _cell(raw: str, path, line: int, column: str) -> float:
     text = (raw or "").strip()
-    what = "seconds > 0" if column == "seconds" else "a finite number >= 0"
     try:
         value = strict_float(text)
     except ValueError:
-        raise TraceError(f"{path}:{line}: column {column!r} = {raw!r}; expected {what}") from None
-    if not math.isfinite(value) or value < 0 or (column == "seconds" and value <= 0):
-        raise TraceError(f"{path}:{line}: column {column!r} = {raw!r}; expected {what}")
+        raise TraceError(f"{path}:{line}: column {column!r} = {raw!r}; expected "
+                         f"{_expected(column)}") from None
+    if not _plausible(column, value):
+        raise TraceError(f"{path}:{line}: column {column!r} = {raw!r}; expected "
+                         f"{_expected(column)}")
     return value
 
 
@@ -229,13 +253,11 @@ def _check_table(table: pd.DataFrame) -> pd.DataFrame:
             table["prefill_tokens"], table["decode_seqs"], table["ctx_tokens"])
     for c in FEATURES + ("seconds",):
         col = pd.to_numeric(table[c], errors="coerce").to_numpy(np.float64)
-        lo_ok = col > 0 if c == "seconds" else col >= 0
-        bad = ~(np.isfinite(col) & lo_ok)
-        if bad.any():
-            k = int(np.nonzero(bad)[0][0])
+        bad = [k for k, v in enumerate(col) if not _plausible(c, float(v))]
+        if bad:
+            k = bad[0]
             raise TraceError(f"{where}: row {table.index[k]}: column {c!r} = "
-                             f"{_plain(table[c].iloc[k])!r}; expected "
-                             f"{'seconds > 0' if c == 'seconds' else 'a finite number >= 0'}")
+                             f"{_plain(table[c].iloc[k])!r}; expected {_expected(c)}")
         table[c] = col
     empty = (table["prefill_tokens"] + table["decode_seqs"]).to_numpy() <= 0
     if empty.any():

@@ -188,11 +188,11 @@ GOOD = "128,4,4000,0.02\n"
 
 @pytest.mark.parametrize("text, where, fragment", [
     ("prefill_tokens,decode_seqs,seconds\n1,1,0.1\n", ":1:", "lacks column(s) ['ctx_tokens']"),
-    (HEAD + GOOD + "abc,4,4000,0.02\n", ":3:", "column 'prefill_tokens' = 'abc'; expected a finite"),
+    (HEAD + GOOD + "abc,4,4000,0.02\n", ":3:", "column 'prefill_tokens' = 'abc'; expected a number"),
     (HEAD + GOOD + GOOD + "128,-1,4000,0.02\n", ":4:", "column 'decode_seqs' = '-1'"),
     (HEAD + GOOD + "128,4,nan,0.02\n", ":3:", "column 'ctx_tokens' = 'nan'"),
-    (HEAD + GOOD + "128,4,4000,inf\n", ":3:", "column 'seconds' = 'inf'; expected seconds > 0"),
-    (HEAD + "128,4,4000,0\n", ":2:", "column 'seconds' = '0'; expected seconds > 0"),
+    (HEAD + GOOD + "128,4,4000,inf\n", ":3:", "column 'seconds' = 'inf'; expected seconds within"),
+    (HEAD + "128,4,4000,0\n", ":2:", "column 'seconds' = '0'; expected seconds within [1e-06, 3600]"),
     (HEAD + "128,4,4000,\n", ":2:", "column 'seconds' = ''"),
     (HEAD + "0,0,4000,0.01\n", ":2:", "an empty batch"),
     (HEAD + "128,4\n", ":2:", "2 fields; expected 4"),
