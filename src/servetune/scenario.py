@@ -58,6 +58,9 @@ MAX_SECONDS = 1e9  # any duration or cost-model time in seconds (~31.7 years)
 MAX_PRICE = 1e6  # USD per GPU-hour
 MAX_SEEDS = 1 << 16
 MAX_INSTANCES = 1024  # engine.n_instances: replicas per scenario
+# engine.block_size: vLLM 0.32's CUDA attention backends take KV blocks of a multiple of 16 tokens
+# (vllm/v1/attention/backends/flash_attn.py and triton_attn.py, get_supported_kernel_block_sizes)
+KV_BLOCK_MULTIPLE = 16
 TIMELINE_SAMPLES = 2048  # periods of output.timeline (engine/timeline.py)
 
 # Config sections build() reads: required ones must be present; all must be mappings.
@@ -492,6 +495,11 @@ def _hardware_section(cfg: DictConfig) -> _Hardware:
     wbits = settings.number(cfg, "model.weight_bits", integer=True, default=16)
     kvbits = settings.number(cfg, "model.kv_bits", integer=True, default=16)
     block = settings.number(cfg, "engine.block_size", lo=1, hi=4096, integer=True)
+    if block % KV_BLOCK_MULTIPLE:
+        raise ConfigError(
+            f"engine.block_size: got {block}; expected a multiple of {KV_BLOCK_MULTIPLE} (vLLM "
+            f"0.32 on NVIDIA GPUs has no attention backend for other sizes and refuses to "
+            f"start: FlashAttention and Triton take multiples of {KV_BLOCK_MULTIPLE})")
     max_len = settings.number(cfg, "engine.max_model_len", lo=1, hi=MAX_INT32, integer=True,
                               allow_none=True)
     max_len = model.max_context if max_len is None else max_len
