@@ -13,6 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 
 _BLOCK = 32  # integer prefix sums: lanes per block of the two-level matrix form
+# the largest [n, n] triangle a prefix sum multiplies by (8 MiB of float64); longer axes sum
+# their blocks' totals recursively (cumsum) or by an associative scan (float_cumsum)
+MAX_TRIANGLE = 1024
 
 # XLA options of every compiled simulator program (jax.jit(..., compiler_options=...)).
 # XLA:CPU's tree-reduction rewriter splits each reduction over more than 32 elements into a
@@ -39,6 +42,16 @@ def upper_triangle(n: int) -> np.ndarray:
     return _upper(n, False)
 
 
+def float_cumsum(x):
+    """Inclusive prefix sum of float64 `x` along its last axis: one dot with upper_triangle
+    while that matrix is small (n <= MAX_TRIANGLE; the dot's rounding), else an associative
+    scan, so that a long axis never allocates an [n, n] matrix (n = 65,536 would be 32 GiB)."""
+    n = x.shape[-1]
+    if n <= MAX_TRIANGLE:
+        return x @ upper_triangle(n)
+    return jax.lax.associative_scan(jnp.add, x, axis=x.ndim - 1)
+
+
 def cumsum(x, dtype=None):
     """Inclusive prefix sum along the last axis.
 
@@ -49,8 +62,9 @@ def cumsum(x, dtype=None):
     Integers: a two-level product with 0/1 triangular matrices in float64 (a prefix sum within
     blocks of 32, then the blocks' running offsets): three kernels instead of the ~20 of a
     log-depth scan, and exact while the partial sums stay below 2**53 in magnitude (2**20
-    entries of 2**31 each stay below 2**51). Floats (and short arrays): an associative scan,
-    the same rounding as before.
+    entries of 2**31 each stay below 2**51). Past MAX_TRIANGLE blocks the offsets are this
+    prefix sum of the blocks' totals, so no triangle exceeds MAX_TRIANGLE rows. Floats (and
+    short arrays): an associative scan, the same rounding as before.
     """
     x = jnp.asarray(x)
     if dtype is not None:
@@ -68,7 +82,11 @@ def cumsum(x, dtype=None):
     if pad:
         xf = jnp.concatenate([xf, jnp.zeros(x.shape[:-1] + (pad,), jnp.float64)], axis=-1)
     within = xf.reshape(x.shape[:-1] + (nb, _BLOCK)) @ _upper(_BLOCK, False)
-    offsets = within[..., -1] @ _upper(nb, True)  # sum of the blocks before each block
+    if nb <= MAX_TRIANGLE:
+        offsets = within[..., -1] @ _upper(nb, True)  # sum of the blocks before each block
+    else:  # over 32,768 entries: the blocks' totals (exact integers) summed the same way
+        totals = within[..., -1].astype(jnp.int64)
+        offsets = (cumsum(totals) - totals).astype(jnp.float64)
     out = (within + offsets[..., None]).reshape(x.shape[:-1] + (nb * _BLOCK,))
     return out[..., :n].astype(x.dtype)
 

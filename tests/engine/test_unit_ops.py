@@ -2,6 +2,9 @@
 sizes where their fast paths switch (the 32-lane blocks of the integer prefix sum, the window
 of count_at_most), the gathers ops.take saves, and the scenario-grid vmap."""
 
+import math
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,6 +36,32 @@ def test_int32_token_counts_sum_past_int32_without_wrapping(n):
     got = ops.cumsum(jnp.asarray(x))
     assert got.dtype == jnp.int64 and np.array_equal(got, np.cumsum(x.astype(np.int64)))
     assert got[-1] > 2**31 and (ops.exclusive_cumsum(jnp.asarray(x)) >= 0).all()
+
+
+@pytest.mark.parametrize("n", [32 * ops.MAX_TRIANGLE, 32 * ops.MAX_TRIANGLE + 1, 1 << 20])
+def test_integer_prefix_sums_past_the_largest_triangle_recurse_exactly(n):
+    # 2**20 entries (engine.queue_window's maximum): the blocks' offsets once needed a
+    # [32768, 32768] float64 triangle, 8 GiB captured as a constant
+    x = RNG.integers(0, 2**31 - 1, size=n).astype(np.int32)
+    got = jax.jit(ops.cumsum)(jnp.asarray(x))
+    assert np.array_equal(got, np.cumsum(x.astype(np.int64)))
+    assert _largest_array(jax.jit(ops.cumsum), x) <= max(n + 32, ops.MAX_TRIANGLE**2)
+
+
+@pytest.mark.parametrize("n", [ops.MAX_TRIANGLE, ops.MAX_TRIANGLE + 1, 1 << 16])
+def test_float_prefix_sums_match_numpy_on_both_sides_of_the_triangle(n):
+    x = RNG.random((3, n))
+    got = jax.jit(ops.float_cumsum)(jnp.asarray(x))
+    np.testing.assert_allclose(got, np.cumsum(x, axis=-1), rtol=1e-12)
+    largest = _largest_array(jax.jit(ops.float_cumsum), x)
+    assert largest == (n * n if n <= ops.MAX_TRIANGLE else 3 * n)
+
+
+def _largest_array(fn, x) -> int:
+    """Elements of the largest array in fn's lowered program at x (constants included)."""
+    text = fn.lower(jnp.asarray(x)).as_text()
+    shapes = re.findall(r"tensor<((?:\d+x)+)[a-z]", text)
+    return max(math.prod(int(d) for d in shape.rstrip("x").split("x")) for shape in shapes)
 
 
 def test_booleans_count_as_int32_and_floats_keep_their_dtype():

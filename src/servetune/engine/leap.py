@@ -199,7 +199,7 @@ def _profile(e: Entries, running, left, ratio, cfg: EngineConfig):
         at = first[:, None] + bs * jnp.arange(L // bs + 1)  # [A, M]
         grows = running[:, None] & (at < end[:, None])
         bins = bins.at[2, jnp.where(grows, at, L)].add(grows.astype(jnp.float64))
-    cum = bins[:, :L] @ ops.upper_triangle(L)  # [3, L] the events of iterations 0..j
+    cum = ops.float_cumsum(bins[:, :L])  # [3, L] the events of iterations 0..j
     n_j = jnp.sum(running, dtype=jnp.int32) - cum[0].astype(jnp.int32)
     ctx = jnp.sum(computed).astype(jnp.float64) - cum[1] + j * n_j
     start_blocks = jnp.sum(jnp.where(running, blocks_for(computed + 1, cfg), 0),
@@ -211,7 +211,7 @@ def _durations(n_j, ctx, prefill, attn_extra, params: Params, cfg: EngineConfig)
     """[L] seconds of iterations with `n_j` decodes reading `ctx` context tokens and `prefill`
     prompt tokens whose attention work is `attn_extra` (tokens^2), and their ends [L]."""
     dur = step_time(params.cost, cfg.cost_form, prefill, n_j, ctx, ctx + n_j + attn_extra)
-    return dur, dur @ ops.upper_triangle(cfg.leap_max)  # one kernel for the prefix sum
+    return dur, ops.float_cumsum(dur)  # one kernel for the prefix sum (L <= 1,024)
 
 
 def _count_before(t, ends, dur, limit):
