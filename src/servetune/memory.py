@@ -4,7 +4,10 @@ instances, thousands of seeds) must be refused with the figures, not swap the ma
 or die of an out-of-memory kill.
 
 The estimate is the loop state's exact size (jax.eval_shape of its initializer: shapes only,
-nothing allocated or compiled) times STATE_COPIES, plus the workload arrays.
+nothing allocated or compiled) times STATE_COPIES, plus the workload arrays, plus what a loop
+body holds while it runs (`temporary_bytes`: a multiple of the state, and event skipping's
+[entries, engine.leap_max / block_size] boundary table, which grows with engine.leap_max).
+tests/fuzz/test_resource_limits.py checks it against XLA's own figure for compiled programs.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import math
 
 import jax
 
+from servetune import ops
 from servetune.errors import ConfigError
 from servetune.loop import init_grid
 from servetune.types import EngineConfig, Params, Workload
@@ -45,6 +49,39 @@ def state_bytes(wl: Workload, params: Params, cfg: EngineConfig) -> int:
     return _STATE_BYTES[key]
 
 
+# A loop body's temporaries (XLA:CPU's memory_analysis().temp_size_in_bytes) measured at 1.6
+# to 2.3 times the state they step for 64 to 2,048 entries per instance; bytes per element of
+# the leap's boundary table measured at 16 to 18 (three arrays of it live at once, fused).
+TEMPORARIES_PER_STATE = 3
+LEAP_TABLE_BYTES = 24
+LEAP_VECTOR_BYTES = 128  # per iteration of a leap: its durations, ends, counts, bins [L]
+
+
+def leap_bytes(cfg: EngineConfig) -> int:
+    """Bytes one scenario's leap (engine/leap.py) holds while it runs: its [A, columns]
+    boundary table (columns: the block boundaries engine.leap_max iterations can cross, or
+    every iteration under kv_pressure=compress), its [L] vectors, and the prefix-sum triangle
+    (ops.MAX_TRIANGLE rows at most); 0 when event skipping is off."""
+    L = cfg.leap_max
+    if L == 0 or cfg.speculation:
+        return 0
+    if cfg.kv_pressure == "compress":
+        columns = L
+    elif cfg.kv_layout == "paged":
+        columns = L // cfg.block_size + 1
+    else:
+        columns = 0
+    triangle = 8 * L * L if L <= ops.MAX_TRIANGLE else 0
+    return LEAP_TABLE_BYTES * cfg.n_entries * columns + LEAP_VECTOR_BYTES * L + triangle
+
+
+def temporary_bytes(state: int, lanes: int, cfg: EngineConfig) -> int:
+    """Bytes a compiled loop body of `lanes` scenarios (workloads x policy points) holds
+    besides its state of `state` bytes: TEMPORARIES_PER_STATE x the state, and each
+    scenario's leap."""
+    return TEMPORARIES_PER_STATE * state + lanes * leap_bytes(cfg)
+
+
 def available_bytes(device=None) -> int | None:
     """Memory a rollout on `device` (default: the first) can use: the accelerator's free memory
     as its runtime reports it, or on CPU the host's MemAvailable; None when unknown."""
@@ -64,6 +101,14 @@ def available_bytes(device=None) -> int | None:
     return None
 
 
+def rollout_bytes(wl: Workload, params: Params, cfg: EngineConfig) -> int:
+    """Bytes a rollout of workloads [S] x params [P] under `cfg` holds at its peak: the state
+    STATE_COPIES times, a loop body's temporaries and the workload arrays."""
+    state = state_bytes(wl, params, cfg)
+    lanes = wl.arrival.shape[0] * int(jax.tree.leaves(params)[0].shape[0])
+    return STATE_COPIES * state + temporary_bytes(state, lanes, cfg) + tree_bytes(wl)
+
+
 def check_fits(wl: Workload, params: Params, cfg: EngineConfig, n_devices: int = 1,
                available: int | None = None) -> int:
     """The estimated bytes of a rollout (per device when sharded over `n_devices`
@@ -71,22 +116,25 @@ def check_fits(wl: Workload, params: Params, cfg: EngineConfig, n_devices: int =
     size it when that exceeds USABLE of `available` (default: available_bytes())."""
     available = available_bytes() if available is None else available
     cpu = jax.devices()[0].platform == "cpu"
-    need = STATE_COPIES * state_bytes(wl, params, cfg) + tree_bytes(wl)
+    n_s = wl.arrival.shape[0]
+    n_p = int(jax.tree.leaves(params)[0].shape[0])
+    leap = n_s * n_p * leap_bytes(cfg)
+    need = rollout_bytes(wl, params, cfg)
     if not cpu:
         need = -(-need // max(n_devices, 1))
     if available is None or need <= USABLE * available:
         return need
-    n_s = wl.arrival.shape[0]
-    n_p = int(jax.tree.leaves(params)[0].shape[0])
     held = (f", {cfg.n_entries} of them held as the live requests need"
             if cfg.n_entries < cfg.full_width else "")
+    leaps = (f"; event skipping's tables {leap / GIB:.1f} GiB of it (engine.leap_max = "
+             f"{cfg.leap_max})" if leap > need / 4 else "")
     raise ConfigError(
-        f"engine.max_slots / engine.queue_window / engine.n_instances / seeds / grid: the "
-        f"simulator would need ~{need / GIB:.1f} GiB ({n_s} workload(s) x {n_p} policy "
-        f"point(s), each with {cfg.max_slots} slots + {cfg.queue_window} queued entries"
-        f"{held} x {cfg.n_instances} instance(s)), more than {USABLE:.0%} of the "
-        f"{available / GIB:.1f} GiB available; lower engine.queue_window, engine.max_slots or "
-        f"engine.n_instances, or run fewer seeds or grid points per call")
+        f"engine.max_slots / engine.queue_window / engine.n_instances / engine.leap_max / seeds "
+        f"/ grid: the simulator would need ~{need / GIB:.1f} GiB ({n_s} workload(s) x {n_p} "
+        f"policy point(s), each with {cfg.max_slots} slots + {cfg.queue_window} queued entries"
+        f"{held} x {cfg.n_instances} instance(s){leaps}), more than {USABLE:.0%} of the "
+        f"{available / GIB:.1f} GiB available; lower engine.queue_window, engine.max_slots, "
+        f"engine.n_instances or engine.leap_max, or run fewer seeds or grid points per call")
 
 
 # bytes of one request's entries in the Workload arrays (times, lengths, draws): 5 f64 and

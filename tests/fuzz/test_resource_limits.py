@@ -36,7 +36,8 @@ def test_a_queue_window_of_a_million_is_refused_with_the_figures():
     need = memory.STATE_COPIES * memory.state_bytes(sc.workloads, sc.params, sc.engine)
     assert need > 12 * memory.GIB
     with pytest.raises(ConfigError, match=r"^engine\.max_slots / engine\.queue_window / "
-                                          r"engine\.n_instances / seeds / grid: the simulator "
+                                          r"engine\.n_instances / engine\.leap_max / seeds / "
+                                          r"grid: the simulator "
                                           r"would need ~\d+\.\d GiB .*"
                                           r"1048576 queued entries.* 8\.0 GiB available"):
         memory.check_fits(sc.workloads, sc.params, sc.engine, available=8 * memory.GIB)
@@ -112,3 +113,43 @@ def test_a_workload_too_large_is_refused_before_it_is_built(overrides, match, mo
     with pytest.raises(ConfigError, match=match):
         build(api.compose(overrides))
     assert not built
+
+
+@pytest.mark.parametrize("slots, leap_max, pressure, lanes", [
+    (256, 4096, "preempt", 1),   # the leap's [A, L / block_size + 1] table dominates
+    (64, 2048, "compress", 2),   # compressed KV: the [A, L] table, two policy points
+    (1024, 64, "preempt", 1),    # wide entries, short leaps: the state's own temporaries
+])
+def test_the_temporaries_estimate_bounds_what_xla_allocates(slots, leap_max, pressure, lanes):
+    """memory.temporary_bytes against XLA's own figure for the compiled loop body: never below
+    it (a refusal must not let an out-of-memory kill through), at most 4x it."""
+    from helpers import linear_params, trace_of
+
+    from servetune.loop import run_chunk_batch
+    from servetune.scenario import stack_workloads
+    from servetune.types import EngineConfig
+    cfg = EngineConfig(max_slots=slots, queue_window=slots, block_size=16, max_model_len=4096,
+                       cost_form="linear", outbox=64, leap_max=leap_max, kv_pressure=pressure)
+    trace = trace_of([(0.1 * k, 20, 5) for k in range(10)])
+    wl = stack_workloads([trace], [trace.output.astype(float)], 1e6, cfg)
+    params = linear_params({"max_num_seqs": [64.0] * lanes}, base_s=0.01, kv_blocks=100_000)
+    state = init_batch(wl, params, cfg)
+    temp = run_chunk_batch.lower(state, wl, params, cfg).compile().memory_analysis()
+    estimate = memory.temporary_bytes(memory.tree_bytes(state), lanes, cfg)
+    assert temp.temp_size_in_bytes <= estimate <= 4 * temp.temp_size_in_bytes + (1 << 20)
+
+
+def test_a_leap_table_too_large_is_refused_naming_engine_leap_max():
+    """engine.leap_max = 65,536 at the full width of a 65,536-entry window: ~6 GiB of leap
+    tables for 19 requests (5.3 GB peak measured before this check), refused by key."""
+    sc = build(api.compose(["workload.max_requests=19", "engine.leap_max=65536",
+                            "engine.queue_window=65536", "engine.start_width=null"]))
+    assert memory.leap_bytes(sc.engine) > 6 * memory.GIB
+    with pytest.raises(ConfigError, match=r"engine\.leap_max / seeds / grid: the simulator would "
+                                          r"need ~\d+\.\d GiB \(.*; event skipping's tables "
+                                          r"\d+\.\d GiB of it \(engine\.leap_max = 65536\)\), "
+                                          r"more than 80% of the 4\.0 GiB available"):
+        memory.check_fits(sc.workloads, sc.params, sc.engine, available=4 * memory.GIB)
+    narrow = build(api.compose(["workload.max_requests=19", "engine.leap_max=65536"]))
+    assert memory.check_fits(narrow.workloads, narrow.params, narrow.engine,
+                             available=4 * memory.GIB) < 0.8 * 4 * memory.GIB

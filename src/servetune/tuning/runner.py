@@ -472,9 +472,8 @@ def _population_bytes(st: Settings, evaluator) -> tuple[int, int]:
     if evaluators[0].batch_mode != "vmap":
         return host, 0
     points = st.space.values(np.zeros((n, st.space.size)))
-    state = max(memory.STATE_COPIES * memory.state_bytes(ev.scenario.workloads, ev.params(points),
-                                                         ev.scenario.engine)
-                + memory.tree_bytes(ev.scenario.workloads) for ev in evaluators)
+    state = max(memory.rollout_bytes(ev.scenario.workloads, ev.params(points), ev.scenario.engine)
+                for ev in evaluators)
     return host, state
 
 
