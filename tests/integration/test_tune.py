@@ -356,3 +356,19 @@ def test_a_run_stopped_while_writing_its_files_leaves_no_summary_to_export(tmp_p
     assert not (tmp_path / runner.SUMMARY).exists()
     with pytest.raises(ServetuneError):
         export_point(tmp_path)
+
+
+def test_a_rerun_leaves_no_file_of_the_earlier_finish_it_did_not_write(tmp_path):
+    """Issue 41: the files a finished run writes only when due (export/, the sensitivity
+    views) are removed with the earlier summary, so a rerun that does not write them never
+    leaves the earlier run's beside its own tune_summary.json."""
+    from servetune.tuning import runner
+
+    tune(SMALL + ["tune.eval.seeds=0", "tune.eval.sensitivity=true", "tune.iterations=1"],
+         out_dir=tmp_path, log=lambda _: None)
+    assert (tmp_path / "sensitivity.csv").is_file() and (tmp_path / "export").is_dir()
+    tune(SMALL + ["tune.eval.seeds=0", "tune.eval.sensitivity=false", "tune.export=false",
+                  "tune.iterations=2"], out_dir=tmp_path, log=lambda _: None)
+    assert (tmp_path / runner.SUMMARY).is_file() and (tmp_path / "evaluation.csv").is_file()
+    for stale in ("sensitivity.csv", "sensitivity.png", "tuning.html", "export"):
+        assert not (tmp_path / stale).exists(), stale

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -50,6 +51,11 @@ from servetune.tuning.split_overrides import (
 
 OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
 SUMMARY = "tune_summary.json"  # written last by a finished run (_finish)
+# what _finish writes, each only when due: an earlier finish's copies are removed first, so
+# the folder never pairs this run's summary with a file it did not write (a stale export/
+# after a regression that withholds it, sensitivity views after tune.eval.sensitivity=false)
+FINAL_OUTPUTS = (SUMMARY, "evaluation.csv", "convergence.png", "sensitivity.csv",
+                 "history.png", "sensitivity.png", "tuning.html", "export")
 # the Lagrange multiplier's ceiling (per unit of attainment shortfall, in log tokens per USD):
 # far above any useful weight, and finite, so history.csv and the checkpoint never hold inf
 MAX_LAMBDA = 1e9
@@ -646,11 +652,17 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
     tune_summary.json and the export's "extra"), convergence.png, the export
     (unless the tuned policy regressed, or tune.export_on_regression) and tune_summary.json;
     each file written whole, tune_summary.json last: it marks the folder's files as one
-    finished run (an earlier run's summary is removed first, so a run stopped while writing
-    them leaves none, and `servetune export` refuses the folder instead of mixing the two).
+    finished run (an earlier finish's FINAL_OUTPUTS are removed first, so a run stopped while
+    writing them leaves no summary, `servetune export` refuses the folder instead of mixing
+    the two, and no file of the earlier finish stays beside the new summary).
     `start_time` (time.perf_counter()) began the run: its wall time includes the evaluation
     and the export."""
-    (out_dir / SUMMARY).unlink(missing_ok=True)
+    for name in FINAL_OUTPUTS:  # the summary first: the folder is unfinished from here on
+        path = out_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
     history = pd.DataFrame(state["history"])
     write_whole(out_dir / "history.csv", lambda tmp: history.to_csv(tmp, index=False))
     best = state["best_values"]
