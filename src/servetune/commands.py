@@ -46,11 +46,13 @@ def simulate_job(cfg: DictConfig):
     n = len(scenario.seeds) * len(scenario.grid_points)
     first = scenario.traces[0]
     span = float(first.arrival.max()) if len(first) else 0.0
-    console.print(estimate.plan_line(n, len(first), span) + " ...", highlight=False)
+    instances = scenario.engine.n_instances
+    console.print(estimate.plan_line(n, len(first), span, instances=instances) + " ...",
+                  highlight=False)
     with simulation_progress(bool(cfg.output.progress), console=console) as progress:
         result = simulate_batch(scenario, progress)
     estimate.record(sum(len(t) for t in scenario.traces) * len(scenario.grid_points),
-                    result.wall_s)
+                    result.wall_s, kind=estimate.simulate_kind(instances))
     failure = None
     with run_folder.outputs_as_a_set(out, "servetune simulate") as stage:
         _write_outputs(stage, cfg, scenario, result)

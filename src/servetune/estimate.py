@@ -79,20 +79,33 @@ def wall_estimate(requests: int, path: Path | None = None, kind: str = "simulate
     return requests / mean_rate, len(rates)
 
 
-def plan_line(scenarios: int, requests: int, simulated_s: float, path: Path | None = None
-              ) -> str:
+def simulate_kind(instances: int) -> str:
+    """The record a simulate run of `instances` engine instances keeps its pace in: its own
+    per instance count, since a run's time per request grows with the instances (each loop
+    body steps one instance and an idle one wakes at the others' iterations: with few requests
+    per instance about as the instances squared; 19 requests took 0.6 s on 64 instances and
+    10 s on 256)."""
+    return "simulate" if instances == 1 else f"simulate, {instances} instances"
+
+
+def plan_line(scenarios: int, requests: int, simulated_s: float, path: Path | None = None,
+              instances: int = 1) -> str:
     """The first line of a run: scenarios, requests, simulated seconds and the wall-time
     estimate, e.g. "simulating 12 scenario(s) of 2,867 requests, 600 s of traffic each; about
     40 s on this machine (from 8 earlier runs)"."""
     head = (f"simulating {scenarios} scenario(s) of {requests:,} requests, "
             f"{simulated_s:,.0f} s of traffic each")
-    return head + "; " + guess_text(scenarios * requests, path)
+    return head + "; " + guess_text(scenarios * requests, path, simulate_kind(instances))
 
 
 def guess_text(requests: int, path: Path | None = None, kind: str = "simulate") -> str:
     """"about 40 s on this machine (from 8 earlier runs, compilation included)", or that there
     is no estimate yet, for `requests` simulated requests of a `kind` run."""
     guess = wall_estimate(requests, path, kind)
+    if guess is None and kind.startswith("simulate, "):
+        return (f"no estimate yet (the first run on {kind.split(', ')[1]} on this machine; "
+                f"time per request grows with the instances, about as their square when most "
+                f"are idle)")
     if guess is None:
         return f"no estimate yet (the first {kind} run on this machine; compiling first)"
     seconds, runs = guess

@@ -32,6 +32,21 @@ def test_the_estimate_divides_the_requests_by_the_recent_rates(tmp_path):
     assert len(json.loads(path.read_text())["simulate"]) == estimate.RECENT
 
 
+def test_each_instance_count_keeps_its_own_pace(tmp_path):
+    """Issue 41: 19 requests on 1,024 instances took 132 s where the one-instance pace said
+    5 s; a run's time per request grows with its instances, so each count has its record."""
+    path = tmp_path / "pace.json"
+    estimate.record(19, 5.0, path, kind=estimate.simulate_kind(1))
+    line = estimate.plan_line(1, 19, 13.0, path, instances=1024)
+    assert line.endswith("no estimate yet (the first run on 1024 instances on this machine; "
+                         "time per request grows with the instances, about as their square "
+                         "when most are idle)")
+    estimate.record(19, 132.0, path, kind=estimate.simulate_kind(1024))
+    assert "about 2.2 min on this machine (from 1 earlier run" in estimate.plan_line(
+        1, 19, 13.0, path, instances=1024)
+    assert "about 5 s" in estimate.plan_line(1, 19, 13.0, path)
+
+
 def test_a_damaged_record_is_ignored_and_replaced(tmp_path):
     path = tmp_path / "pace.json"
     for text in ("{oops", '{"simulate": "fast"}', '[1, 2]', '{"simulate": [-1, NaN, 0]}',
