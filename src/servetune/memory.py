@@ -60,8 +60,8 @@ LEAP_VECTOR_BYTES = 128  # per iteration of a leap: its durations, ends, counts,
 def leap_bytes(cfg: EngineConfig) -> int:
     """Bytes one scenario's leap (engine/leap.py) holds while it runs: its [A, columns]
     boundary table (columns: the block boundaries engine.leap_max iterations can cross, or
-    every iteration under kv_pressure=compress), its [L] vectors, and the prefix-sum triangle
-    (ops.MAX_TRIANGLE rows at most); 0 when event skipping is off."""
+    every iteration under kv_pressure=compress) and its [L] vectors; 0 when event skipping is
+    off. The prefix-sum triangle the leap shares across scenarios is `shared_leap_bytes`."""
     L = cfg.leap_max
     if L == 0 or cfg.speculation:
         return 0
@@ -71,15 +71,25 @@ def leap_bytes(cfg: EngineConfig) -> int:
         columns = L // cfg.block_size + 1
     else:
         columns = 0
-    triangle = 8 * L * L if L <= ops.MAX_TRIANGLE else 0
-    return LEAP_TABLE_BYTES * cfg.n_entries * columns + LEAP_VECTOR_BYTES * L + triangle
+    return LEAP_TABLE_BYTES * cfg.n_entries * columns + LEAP_VECTOR_BYTES * L
+
+
+def shared_leap_bytes(cfg: EngineConfig) -> int:
+    """Bytes of the leap's [L, L] float64 prefix-sum triangle (ops.float_cumsum), a constant
+    every scenario of a compiled call shares: 8 L^2 while L <= ops.MAX_TRIANGLE, else 0
+    (longer axes scan instead)."""
+    L = cfg.leap_max
+    if L == 0 or cfg.speculation or L > ops.MAX_TRIANGLE:
+        return 0
+    return 8 * L * L
 
 
 def temporary_bytes(state: int, lanes: int, cfg: EngineConfig) -> int:
     """Bytes a compiled loop body of `lanes` scenarios (workloads x policy points) holds
-    besides its state of `state` bytes: TEMPORARIES_PER_STATE x the state, and each
-    scenario's leap."""
-    return TEMPORARIES_PER_STATE * state + lanes * leap_bytes(cfg)
+    besides its state of `state` bytes: TEMPORARIES_PER_STATE x the state, each scenario's
+    leap, and the leap's shared triangle once."""
+    return (TEMPORARIES_PER_STATE * state + lanes * leap_bytes(cfg)
+            + shared_leap_bytes(cfg))
 
 
 def available_bytes(device=None) -> int | None:
@@ -118,7 +128,7 @@ def check_fits(wl: Workload, params: Params, cfg: EngineConfig, n_devices: int =
     cpu = jax.devices()[0].platform == "cpu"
     n_s = wl.arrival.shape[0]
     n_p = int(jax.tree.leaves(params)[0].shape[0])
-    leap = n_s * n_p * leap_bytes(cfg)
+    leap = n_s * n_p * leap_bytes(cfg) + shared_leap_bytes(cfg)
     need = rollout_bytes(wl, params, cfg)
     if not cpu:
         need = -(-need // max(n_devices, 1))

@@ -1,10 +1,12 @@
 """Resource limits (issue 23 item 11): sizes the validator allows but this machine cannot hold
 are refused before anything is allocated, with the estimate, the limit and the keys."""
 
+import re
+
 import jax
 import pytest
 
-from servetune import api, memory
+from servetune import api, memory, ops
 from servetune.errors import ConfigError
 from servetune.loop import init_batch
 from servetune.scenario import build
@@ -119,6 +121,7 @@ def test_a_workload_too_large_is_refused_before_it_is_built(overrides, match, mo
     (256, 4096, "preempt", 1),   # the leap's [A, L / block_size + 1] table dominates
     (64, 2048, "compress", 2),   # compressed KV: the [A, L] table, two policy points
     (1024, 64, "preempt", 1),    # wide entries, short leaps: the state's own temporaries
+    (64, 1024, "preempt", 8),    # the leap's [L, L] triangle, shared by eight lanes
 ])
 def test_the_temporaries_estimate_bounds_what_xla_allocates(slots, leap_max, pressure, lanes):
     """memory.temporary_bytes against XLA's own figure for the compiled loop body: never below
@@ -134,9 +137,17 @@ def test_the_temporaries_estimate_bounds_what_xla_allocates(slots, leap_max, pre
     wl = stack_workloads([trace], [trace.output.astype(float)], 1e6, cfg)
     params = linear_params({"max_num_seqs": [64.0] * lanes}, base_s=0.01, kv_blocks=100_000)
     state = init_batch(wl, params, cfg)
-    temp = run_chunk_batch.lower(state, wl, params, cfg).compile().memory_analysis()
-    estimate = memory.temporary_bytes(memory.tree_bytes(state), lanes, cfg)
-    assert temp.temp_size_in_bytes <= estimate <= 4 * temp.temp_size_in_bytes + (1 << 20)
+    compiled = run_chunk_batch.lower(state, wl, params, cfg).compile()
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    shared = memory.shared_leap_bytes(cfg)   # a constant: outside XLA's temp figure
+    estimate = memory.temporary_bytes(memory.tree_bytes(state), lanes, cfg) - shared
+    assert temp <= estimate <= 4 * temp + (1 << 20)
+    triangles = re.findall(rf"= f64\[{leap_max},{leap_max}\]\{{1,0\}} constant\(",
+                           compiled.as_text())
+    if leap_max > ops.MAX_TRIANGLE:   # long leaps scan: no triangle at all
+        assert shared == 0 and not triangles
+    elif leap_max > cfg.outbox:   # no other prefix sum of that length: one per program
+        assert shared == 8 * leap_max**2 and len(triangles) == 1
 
 
 def test_a_leap_table_too_large_is_refused_naming_engine_leap_max():
