@@ -9,7 +9,7 @@ import numpy as np
 from servetune import hardware
 from servetune.driver import rollout
 from servetune.loop import step_trace
-from servetune.metrics import MetricsSpec
+from servetune.metrics_spec import MetricsSpec
 from servetune.policy import make_policy
 from servetune.scenario import stack_workloads
 from servetune.types import EngineConfig, Params

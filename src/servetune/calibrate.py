@@ -23,7 +23,7 @@ unquoted comma shifts every value after it), a non-numeric, negative or non-fini
 column is in another unit), a token count past int32 or an empty batch (prefill_tokens +
 decode_seqs = 0) raises TraceError naming the file, the line and what was expected.
 
-Two forms are fitted, the same two the simulator uses (`hardware.step_time`):
+Two forms are fitted, the same two the simulator uses (`cost_model.step_time`):
 
   linear    seconds = base_s + per_prefill_token_s x P + per_decode_seq_s x D + per_ctx_token_s x C
                       + per_attn_work_s x A
@@ -62,6 +62,7 @@ import optax
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from servetune import cost as cost_model
 from servetune import hardware, inputs, settings
 from servetune.errors import CalibrationError, ConfigError, TraceError
 from servetune.export import config_group_hint
@@ -294,7 +295,7 @@ def _fit_loop(theta0, base, scale, mask, feats, y, learning_rate, *, form, steps
 
     def loss_fn(theta):
         c = _coefficients(form, theta, scale, mask)
-        pred = hardware.step_time(_cost_of(form, base, c), form, *feats)
+        pred = cost_model.step_time(_cost_of(form, base, c), form, *feats)
         ratio = pred / y
         if objective == "log":
             return jnp.mean(jnp.log(jnp.maximum(ratio, 1e-300)) ** 2)
@@ -327,7 +328,7 @@ def _relative_std_errors(form, base, c, feats, y, mask, rel) -> np.ndarray:
     c = jnp.asarray(c)
     free = np.asarray(mask) > 0
     # Jacobian with respect to log-coefficients: d residual / d c x c.
-    jac = jax.jacfwd(lambda v: hardware.step_time(_cost_of(form, base, v), form, *feats) / y)(c)
+    jac = jax.jacfwd(lambda v: cost_model.step_time(_cost_of(form, base, v), form, *feats) / y)(c)
     jac = np.asarray(jac) * np.asarray(c)
     out = np.zeros(len(free))
     dof = max(len(rel) - int(free.sum()), 1)
@@ -453,7 +454,7 @@ def _check_fit_settings(form, objective, init, steps, learning_rate) -> None:
 def _roofline_warnings(cost, feats, pred, coefficients) -> tuple[int, list[str]]:
     """(rows that are compute-bound under the fit, warnings about efficiencies the data only
     bound from below or that sit at their bound of 1)."""
-    memory_only = np.asarray(hardware.step_time(cost.replace(flops_rate=jnp.inf), "roofline",
+    memory_only = np.asarray(cost_model.step_time(cost.replace(flops_rate=jnp.inf), "roofline",
                                                 *feats))
     compute_bound = int(np.sum(pred > memory_only * (1 + 1e-12)))
     warnings = []
@@ -558,7 +559,7 @@ def fit_cost_model(
     k = int(np.nanargmin(np.where(np.isfinite(losses_np), losses_np, np.nan)))
     c = _coefficients(form, thetas[k], args[0], args[1])
     cost = _cost_of(form, st.base, c)
-    pred = np.asarray(hardware.step_time(cost, form, *feats))
+    pred = np.asarray(cost_model.step_time(cost, form, *feats))
     rel = pred / y_np - 1.0
     if not np.isfinite(rel).all():
         raise CalibrationError(f"{where}: the {form} fit predicts non-finite step times; "

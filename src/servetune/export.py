@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from servetune import hardware, neural
+from servetune import hardware, neural_export
 from servetune.errors import ConfigError
 from servetune.files import ensure_dir, write_json, write_text
 from servetune.policy import BOUNDS, DEFAULTS, ORDERS
@@ -585,7 +585,7 @@ def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine
     ensure_dir(out_dir)
     if values.get(NET_KEY) is not None:  # order neural: score_net.json and priority.py too
         eff = _effective(values, order)
-        paths.update(neural.export_score_net(out_dir, values[NET_KEY],
+        paths.update(neural_export.export_score_net(out_dir, values[NET_KEY],
                                              {k: eff[k] for k in WEIGHTS}, eff["ttft_target_s"]))
     write_text(paths["tuned_policy.yaml"], "\n".join(header) + "\n" + yaml)
     for name, payload in payloads.items():

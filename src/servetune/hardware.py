@@ -118,7 +118,7 @@ def weight_bytes(model: ModelSpec, weight_bits: int) -> float:
 class ModelWork:
     """What the model computes and moves on one instance, and the instance's peaks: turns the
     loop's work counters (types.Stats.work) into model FLOPs and bandwidth utilization. The
-    same accounting as the roofline step time (`step_time`), at the GPUs' peak rates."""
+    same accounting as the roofline step time (`cost.step_time`), at the GPUs' peak rates."""
 
     flops_per_token: float  # dense FLOPs per token (2 x parameters)
     attn_flops_per_work: float  # attention FLOPs per (new token x context token)
@@ -283,23 +283,3 @@ def linear_cost_params(
         per_attn_work_s=f(per_attn_work_s),
         kv_blocks=jnp.asarray(kv_blocks, jnp.int32),
     )
-
-
-def step_time(cost: CostParams, form: str, prefill_tokens, decode_seqs, ctx_read, attn_work):
-    """Seconds of one iteration for a batch.
-
-    prefill_tokens: prompt (or recomputed) tokens in the batch; decode_seqs: decoding sequences
-    (one token each); ctx_read: KV tokens read by attention; attn_work: sum over sequences of
-    new tokens x context length. An empty batch costs 0.
-    """
-    tokens = prefill_tokens + decode_seqs
-    if form == "linear":
-        t = (cost.base_s + cost.per_prefill_token_s * prefill_tokens
-             + cost.per_decode_seq_s * decode_seqs + cost.per_ctx_token_s * ctx_read
-             + cost.per_attn_work_s * attn_work)
-    else:
-        flops = cost.flops_per_token * tokens + cost.attn_flops_per_token_ctx * attn_work
-        bytes_moved = cost.weight_bytes + cost.kv_bytes_per_token * (ctx_read + tokens)
-        t = (jnp.maximum(flops / cost.flops_rate, bytes_moved / cost.byte_rate)
-             + cost.overhead_s + cost.comm_fixed_s + cost.comm_s_per_token * tokens)
-    return jnp.where(tokens > 0, t, 0.0)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pandas as pd
 
@@ -11,6 +9,7 @@ from servetune import cascade_config as cascade_lib
 from servetune import histogram, quality, streams
 from servetune.driver import ScenarioResult
 from servetune.errors import ServetuneError
+from servetune.metrics_spec import MetricsSpec
 from servetune.types import (
     CANCELLED,
     COMPLETED,
@@ -23,29 +22,6 @@ from servetune.types import (
     TIMELINE_COLUMNS,
 )
 from servetune.workload import RequestTrace
-
-
-@dataclasses.dataclass(frozen=True)
-class MetricsSpec:
-    """What the metrics need beyond the simulation: SLOs, window, prices.
-
-    slo_*: targets in seconds (None = not checked). warmup_s: arrivals before it are not counted.
-    price_per_gpu_hour: USD; n_gpus: GPUs provisioned; kv_blocks: KV capacity of the instance.
-    quality: the quality model and the scenario's precision (servetune.quality), or None (every
-    completed request passes its task check).
-    """
-
-    slo_ttft_s: float | None
-    slo_tpot_s: float | None
-    slo_e2e_s: float | None
-    warmup_s: float
-    price_per_gpu_hour: float
-    n_gpus: int
-    kv_blocks: int
-    kv_compress_fail_prob: float = 0.0  # quality cost of KV compression (engine/pressure.py)
-    quality: quality.QualitySpec | None = None
-    cascade: cascade_lib.CascadeSpec | None = None  # model cascade (cascade_config), else None
-    work: tuple = ()  # [I] hardware.ModelWork of each instance's model on its GPUs (MFU, MBU)
 
 
 def quality_outcome(trace: RequestTrace, spec: MetricsSpec, extra_hazard=0.0

@@ -1,4 +1,6 @@
-"""Policy parameters, presets and the priority score the scheduler orders requests by."""
+"""Policy parameters: the table of tunable knobs (defaults, bounds, vLLM flags) and the
+PolicyParams a scenario is built with. The order the scheduler serves requests in is
+engine/order.py."""
 
 from __future__ import annotations
 
@@ -9,10 +11,9 @@ from collections.abc import Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from servetune import neural, settings
+from servetune import neural_weights, settings
 from servetune.errors import ConfigError
-from servetune.neural import neural_score
-from servetune.types import RUNNING, WAITING, Entries, PolicyParams
+from servetune.types import PolicyParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,64 +118,9 @@ def make_policy(values: Mapping[str, object] | None = None, order: str = "fcfs",
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     fields = {k: jnp.asarray(np.broadcast_to(a, shape)) for k, a in arrays.items()}
     if net is not None:
-        w = neural.load(net)
+        w = neural_weights.load(net)
         if w.ndim > 1:  # one row per policy point
             shape = np.broadcast_shapes(shape, w.shape[:-1])
             fields = {k: jnp.asarray(np.broadcast_to(a, shape)) for k, a in arrays.items()}
         fields["score_net"] = jnp.asarray(np.broadcast_to(w, shape + w.shape[-1:]))
     return PolicyParams(**fields)
-
-
-def priority_score(e: Entries, t, pol: PolicyParams):
-    """Priority of each entry at time t (higher is served first), shape [A].
-
-    w_age x seconds since arrival - w_prompt x prompt ktokens - w_pred x predicted output ktokens
-    - w_slack x seconds of TTFT slack left (requests that already have a first token have none).
-    """
-    age = t - e.arrival
-    slack = jnp.where(e.generated > 0, 0.0, pol.ttft_target_s - age)
-    score = (pol.w_age * age - pol.w_prompt * e.prompt / 1000.0
-             - pol.w_pred * e.predicted / 1000.0 - pol.w_slack * slack)
-    return jnp.where(jnp.isfinite(score), score, 0.0)
-
-
-def priority(e: Entries, t, pol: PolicyParams):
-    """[A] the score the scheduling order sorts by (higher first): `priority_score`, plus the
-    neural score's network where the policy has one."""
-    score = priority_score(e, t, pol)
-    if pol.score_net is not None:  # order neural: a structural (static) switch
-        score = neural_score(e, t, pol, score)
-    return score
-
-
-def scheduling_group(e: Entries, by_priority: bool = False):
-    """[A] the order's groups, first to last: running (0), preempted waiting requests (1: vLLM
-    puts them back at the head of the queue), other waiting ones (2), empty or finished (3).
-    `by_priority` (vLLM's priority policy): every waiting request is in group 1 (one heap)."""
-    queued = 1 if by_priority else jnp.where(e.preempted, 1, 2)
-    return jnp.where(e.status == RUNNING, 0, jnp.where(e.status == WAITING, queued, 3))
-
-
-def is_fcfs(pol: PolicyParams):
-    """[] whether the priority score orders by arrival alone (vLLM's fcfs policy): only w_age
-    set, and no neural score."""
-    if pol.score_net is not None:
-        return jnp.asarray(False)
-    return (pol.w_age > 0) & (pol.w_prompt == 0) & (pol.w_pred == 0) & (pol.w_slack == 0)
-
-
-def scheduling_order(e: Entries, t, pol: PolicyParams, by_priority: bool = False):
-    """Permutation [A] of the entries: by `scheduling_group`; within the running and preempted
-    groups under FCFS, vLLM's own order (`Entries.qkey`: admission order; the front of the
-    queue), otherwise by priority; ties go to the earlier request in trace order.
-
-    `by_priority` (engine.scheduling_policy priority, static): running requests in admission
-    order, every waiting one by (its fixed priority, arrival), as vLLM's priority heap."""
-    group = scheduling_group(e, by_priority)
-    if by_priority:
-        running = group == 0
-        key = jnp.where(running, e.qkey, e.priority)
-        return jnp.lexsort((e.req, jnp.where(running, 0.0, e.arrival), key, group))
-    vllm_order = is_fcfs(pol) & (group <= 1)
-    key = jnp.where(vllm_order, e.qkey.astype(jnp.float64), -priority(e, t, pol))
-    return jnp.lexsort((e.req, key, group))

@@ -29,7 +29,7 @@ from servetune.engine import prefix as prefix_lib
 from servetune.engine.pressure import POLICIES
 from servetune.engine.routing import ROUTERS
 from servetune.errors import ConfigError
-from servetune.metrics import MetricsSpec
+from servetune.metrics_spec import MetricsSpec
 from servetune.policy import DEFAULTS, UNLIMITED, make_policy
 from servetune.types import CANCELLED, EXPIRED, EngineConfig, Params, Workload
 

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import histogram, ops
+from servetune.cost import step_time
 from servetune.engine import cascade, disagg, routing, speculation, timeline
 from servetune.engine import outbox as outbox_lib
 from servetune.engine import prefix as prefix_lib
@@ -18,8 +19,7 @@ from servetune.engine.leap import NextArrival, leap, next_arrival_of, takes_arri
 from servetune.engine.scheduler import new_blocks, schedule, token_budget, wanted_tokens
 from servetune.grad import pace, swap
 from servetune.grad.shift import admission_shift
-from servetune.hardware import step_time
-from servetune.policy import priority, scheduling_order
+from servetune.order import priority, scheduling_order
 from servetune.types import (
     DONE,
     EMPTY,

@@ -40,7 +40,7 @@ END_STATE_NAMES = ("completed", "rejected", "cancelled", "expired", "outstanding
 REJECT_REASON_NAMES = ("too_long", "kv_capacity", "queue_cap", "max_num_queued_reqs",
                        "max_num_queued_tokens", "kv_reserve")
 
-# The columns of Stats.work, what the roofline step time is computed from (hardware.step_time):
+# The columns of Stats.work, what the roofline step time is computed from (cost.step_time):
 # summed over an instance's iterations, they give its model FLOPs and bytes (metrics.py).
 WORK_COLUMNS = ("iterations", "tokens", "ctx_read", "attn_work")
 

@@ -12,7 +12,7 @@ pads its entries with empty ones to the next width up (`wider`, then loop.widen_
 goes on from there: nothing is redone.
 
 Results do not depend on the width: where an entry sits never changes what the engine does
-(the scheduler works in `policy.scheduling_order`, ties broken by request id; sums over
+(the scheduler works in `order.scheduling_order`, ties broken by request id; sums over
 entries are of whole token counts), and a narrow program never runs a body that lacked an
 entry. At the full width (engine.max_slots + engine.queue_window, `width` 0) the configured
 capacity applies as it always has: arrivals beyond it wait outside the window, counted as

@@ -1,6 +1,6 @@
 """engine/scheduler.py on hand-built entries: budgets, caps, preemption and admission (relax hard).
 
-Entries are in scheduling order, as step.py passes them (policy.scheduling_order under FCFS):
+Entries are in scheduling order, as step.py passes them (order.scheduling_order under FCFS):
 running requests by `qkey` (1, 2, ... in admission order), then preempted waiting ones (qkey
 below 0), then new arrivals (qkey 0). The small engine: 4 running slots, 4-token KV blocks.
 """

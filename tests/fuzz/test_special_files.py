@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from servetune import inputs, neural
+from servetune import inputs, neural_weights
 from servetune.calibrate import load_measurements
 from servetune.cli import output_dir_problem
 from servetune.errors import CheckpointError, ConfigError, TraceError
@@ -53,7 +53,7 @@ def test_every_reader_refuses_a_fifo(fifo, tmp_path):
     with pytest.raises(TraceError, match="is a FIFO"):
         load_otel_spans(fifo("spans.json"))
     with pytest.raises(ConfigError, match=r"^policy\.score_net: .*is a FIFO"):
-        neural.load(str(fifo("score_net.json")))
+        neural_weights.load(str(fifo("score_net.json")))
     os.mkfifo(tmp_path / checkpoint.NAME)
     with pytest.raises(CheckpointError, match="is not a regular file"):
         checkpoint.read(tmp_path)
@@ -63,7 +63,7 @@ def test_a_score_net_file_holding_a_list_is_a_config_error(tmp_path):
     path = tmp_path / "score_net.json"
     path.write_text("[1, 2, 3]")
     with pytest.raises(ConfigError, match=r"^policy\.score_net: .* holds a JSON list"):
-        neural.load(str(path))
+        neural_weights.load(str(path))
 
 
 def test_a_report_leaves_out_a_fifo_named_metrics_csv(tmp_path):

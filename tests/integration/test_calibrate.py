@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from servetune import api
 from servetune import calibrate as cal
+from servetune import cost as cost_model
 from servetune import hardware as hw
 from servetune.errors import CalibrationError, ConfigError, TraceError
 
@@ -53,7 +54,7 @@ def batches(n=N, seed=0, kinds=(0, 1, 2)):
 def seconds(table, cost, form):
     """Iteration times of `table` under `cost` from the simulator's own step_time."""
     feats = (jnp.asarray(table[c].to_numpy()) for c in cal.FEATURES)
-    return np.asarray(hw.step_time(cost, form, *feats))
+    return np.asarray(cost_model.step_time(cost, form, *feats))
 
 
 def roofline_cost(setup, **coef):

@@ -5,6 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from servetune import cost
 from servetune import hardware as hw
 from servetune.errors import ConfigError
 
@@ -57,11 +58,11 @@ def _params(**kw):
 def test_decode_step_is_bandwidth_bound_and_matches_formula():
     c = _params()
     d, ctx = 32, 32 * 1000
-    t = float(hw.step_time(c, "roofline", 0, d, ctx, d * 1000.5))
+    t = float(cost.step_time(c, "roofline", 0, d, ctx, d * 1000.5))
     bytes_moved = 8.03e9 * 2 + 131_072 * (ctx + d)
     assert np.isclose(t, bytes_moved / (3.35e12 * 0.8) + 0.002)
     # 4-bit weights: the weight-read part shrinks 4x, as the bandwidth model says
-    t4 = float(hw.step_time(_params(weight_bits=4), "roofline", 0, d, ctx, d * 1000.5))
+    t4 = float(cost.step_time(_params(weight_bits=4), "roofline", 0, d, ctx, d * 1000.5))
     assert np.isclose(t4, (8.03e9 * 0.5 + 131_072 * (ctx + d)) / (3.35e12 * 0.8) + 0.002)
 
 
@@ -69,14 +70,14 @@ def test_prefill_step_is_compute_bound():
     c = _params()
     p = 8192
     attn = p * (p + 1) / 2
-    t = float(hw.step_time(c, "roofline", p, 0, 0, attn))
+    t = float(cost.step_time(c, "roofline", p, 0, 0, attn))
     flops = 2 * 8.03e9 * p + 4 * 32 * 32 * 128 * attn
     assert np.isclose(t, flops / (989e12 * 0.5) + 0.002)
 
 
 def test_tensor_parallel_step_adds_allreduce():
-    one = float(hw.step_time(_params(), "roofline", 4096, 0, 0, 0.0))
-    two = float(hw.step_time(_params(tp=2, allreduce_latency_s=5e-6), "roofline", 4096, 0, 0, 0.0))
+    one = float(cost.step_time(_params(), "roofline", 4096, 0, 0, 0.0))
+    two = float(cost.step_time(_params(tp=2, allreduce_latency_s=5e-6), "roofline", 4096, 0, 0, 0.0))
     comm = 2 * 32 * (2 * 4096 * 4096 * 2 * 0.5 / 900e9 + 5e-6)
     compute = 2 * 8.03e9 * 4096 / (2 * 989e12 * 0.5)
     assert np.isclose(two, compute + 0.002 + comm)
@@ -86,12 +87,12 @@ def test_tensor_parallel_step_adds_allreduce():
 def test_linear_form_and_empty_batch():
     c = hw.linear_cost_params(base_s=0.01, per_prefill_token_s=1e-4, per_decode_seq_s=1e-3,
                               per_ctx_token_s=1e-6, kv_blocks=10)
-    assert np.isclose(float(hw.step_time(c, "linear", 100, 5, 1000, 0.0)),
+    assert np.isclose(float(cost.step_time(c, "linear", 100, 5, 1000, 0.0)),
                       0.01 + 0.01 + 0.005 + 0.001)
-    assert float(hw.step_time(c, "linear", 0, 0, 0, 0.0)) == 0.0
+    assert float(cost.step_time(c, "linear", 0, 0, 0, 0.0)) == 0.0
     # attention work (new tokens x context) is charged only when its coefficient is set
     attn = dataclasses.replace(c, per_attn_work_s=hw.jnp.asarray(2e-9))
-    assert np.isclose(float(hw.step_time(attn, "linear", 100, 5, 1000, 3e6)),
+    assert np.isclose(float(cost.step_time(attn, "linear", 100, 5, 1000, 3e6)),
                       0.01 + 0.01 + 0.005 + 0.001 + 0.006)
 
 

@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servetune import api, neural, scenario
+from servetune import api, neural, neural_export, scenario
 from servetune.errors import ConfigError
 from servetune.loop import run_chunk_batch
-from servetune.policy import make_policy, priority_score, scheduling_order
+from servetune.order import priority_score, scheduling_order
+from servetune.policy import make_policy
 from servetune.tuning import tune
 from servetune.types import RUNNING, WAITING, Entries
 
@@ -44,7 +45,7 @@ def _entries(rng, n=40, waiting_only=False):
 
 
 def _gateway(tmp_path, w, linear):
-    paths = neural.export_score_net(tmp_path, w, linear, linear["ttft_target_s"])
+    paths = neural_export.export_score_net(tmp_path, w, linear, linear["ttft_target_s"])
     spec = importlib.util.spec_from_file_location("priority_under_test", paths["priority.py"])
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

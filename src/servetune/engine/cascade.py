@@ -42,8 +42,8 @@ import jax
 import jax.numpy as jnp
 
 from servetune import relax
+from servetune.cost import step_time
 from servetune.engine import transfer
-from servetune.hardware import step_time
 from servetune.types import (
     COMPLETED,
     DONE,

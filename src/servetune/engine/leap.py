@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from servetune import histogram, ops, relax
+from servetune.cost import step_time
 from servetune.engine import pressure
 from servetune.engine.kv import blocks_for
 from servetune.engine.outbox import retire
@@ -31,7 +32,6 @@ from servetune.engine.scheduler import (
     token_budget,
     watermark_blocks,
 )
-from servetune.hardware import step_time
 from servetune.types import (
     COMPLETED,
     DONE,

@@ -2,7 +2,7 @@
 requests get their tokens, and which are preempted, when KV blocks run out.
 
 Each request carries a fixed priority from the trace (lower runs first). The waiting queue is
-one heap by (priority, arrival), preempted requests included (`policy.scheduling_order`). The
+one heap by (priority, arrival), preempted requests included (`order.scheduling_order`). The
 running requests are scheduled in order of admission, as under FCFS, but when a request's new
 blocks do not fit, the victim is the running request with the largest (priority, arrival),
 ties to the earliest admitted, wherever it stands: one scheduled earlier in the iteration gives

@@ -19,7 +19,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from servetune import relax
-from servetune.hardware import step_time
+from servetune.cost import step_time
 from servetune.types import CostParams, EngineConfig
 
 

@@ -54,7 +54,7 @@ from servetune.engine.outbox import entry_value, record_fields, unset_records
 from servetune.errors import ConfigError
 from servetune.grad import swap
 from servetune.loop import init_state, run_chunk
-from servetune.metrics import MetricsSpec
+from servetune.metrics_spec import MetricsSpec
 from servetune.types import (
     COMPLETED,
     DONE,
