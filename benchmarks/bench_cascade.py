@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from servetune.api import compose, simulate_batch
-from servetune.scenario import build
+from servetune.config.scenario import build
+from servetune.run.api import compose, simulate_batch
 from servetune.tuning.objective import Objective
 from servetune.tuning.runner import tune
 

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-CLI = [sys.executable, "-m", "servetune.cli"]
+CLI = [sys.executable, "-m", "servetune.cli.main"]
 COMMANDS = {
     "servetune --help": CLI + ["--help"],
     "servetune simulate --help": CLI + ["simulate", "--help"],

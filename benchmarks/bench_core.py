@@ -21,8 +21,8 @@ import time
 
 import numpy as np
 
-from servetune.api import compose, simulate_batch
-from servetune.scenario import build
+from servetune.config.scenario import build
+from servetune.run.api import compose, simulate_batch
 
 
 def timed(scenario):
@@ -65,7 +65,7 @@ def main() -> None:
     base_b.append(f"workload.duration_s={bdur}")
     batch = build(compose(base_b + grid + [f"seeds={n_seeds}", "workload.predictor.sigma=0.5"]))
     n = n_seeds * n_grid
-    from servetune.loop import init_batch, run_chunk_batch
+    from servetune.engine.loop import init_batch, run_chunk_batch
     state = init_batch(batch.workloads, batch.params, batch.engine)
     start = time.perf_counter()
     run_chunk_batch.lower(state, batch.workloads, batch.params, batch.engine).compile()

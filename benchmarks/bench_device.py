@@ -66,8 +66,8 @@ TIMES = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "e2e_p90_s", "busy_fraction",
 
 
 def _scenario(overrides, chunk_length=0):
-    from servetune.api import compose
-    from servetune.scenario import build
+    from servetune.config.scenario import build
+    from servetune.run.api import compose
 
     extra = [f"engine.chunk_length={chunk_length}"] if chunk_length else []
     return build(compose(QUIET + overrides + extra))
@@ -94,7 +94,7 @@ def _run_facts(m: dict) -> dict:
 
 def worker_one(name: str) -> dict:
     """One scenario: wall time of simulate_batch with compile, then the fastest of three."""
-    from servetune.api import simulate_batch
+    from servetune.run.api import simulate_batch
 
     sc = _scenario(ONE[name])
     start = time.perf_counter()
@@ -122,7 +122,7 @@ def _batch_overrides(n: int, slice_s: float, tuner: bool) -> list[str]:
 
 def worker_batch(n: int, slice_s: float, tuner: bool, chunk_length: int) -> dict:
     """A batch of n scenarios: compile time, the first call, the second (compiled)."""
-    from servetune.api import simulate_batch
+    from servetune.run.api import simulate_batch
 
     sc = _scenario(_batch_overrides(n, slice_s, tuner), chunk_length)
     start = time.perf_counter()

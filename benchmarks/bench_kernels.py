@@ -195,7 +195,7 @@ def time_by_source(hlo: str, events: dict[str, tuple[int, float]]) -> tuple[int,
 def _compiler_options() -> dict:
     """The XLA options the tree compiles its simulator with (none in trees before
     ops.COMPILER_OPTIONS)."""
-    from servetune import ops
+    from servetune.core import ops
 
     return dict(getattr(ops, "COMPILER_OPTIONS", {}))
 
@@ -208,11 +208,11 @@ def _one_scenario_loop(overrides: list[str]):
     scenario of BASE + overrides, compiled as the tree compiles its simulator."""
     import jax
 
-    from servetune.api import compose
-    from servetune.scenario import build
+    from servetune.config.scenario import build
+    from servetune.run.api import compose
 
     try:
-        from servetune.loop import init_state, run_chunk
+        from servetune.engine.loop import init_state, run_chunk
     except ImportError:  # a tree from before the loop/driver split (a baseline)
         from servetune.simulate import init_state, run_chunk
 
@@ -227,8 +227,8 @@ def _one_scenario_loop(overrides: list[str]):
 
 def measure(what: str) -> dict:
     """One measurement in this process (this tree): `kernels` or `speed`."""
-    from servetune.api import compose, simulate_batch
-    from servetune.scenario import build
+    from servetune.config.scenario import build
+    from servetune.run.api import compose, simulate_batch
 
     if what in ("kernels", "by_source"):
         out = {}

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from servetune.api import compose
-from servetune.scenario import build
+from servetune.config.scenario import build
+from servetune.run.api import compose
 from servetune.tuning import tune
 from servetune.tuning.evaluator import Evaluator
 from servetune.tuning.objective import Objective

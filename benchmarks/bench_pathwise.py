@@ -12,13 +12,13 @@ watermark 0.0105 (between integer flips).
    temperatures; the cosine of each with the ES estimate, and wall time per estimate.
 2. `tune=es` and `tune=pathwise` from max_num_seqs 24.5 for the same number of iterations:
    final objective and attainment, scenarios simulated, wall time.
-3. and 4. The keys that act through a request's pace (grad/pace.py), one at a time, along a
+3. and 4. The keys that act through a request's pace (engine/relaxed/pace.py), one at a time, along a
    grid: the exact objective, its central difference between grid neighbours, and the st
    and soft pathwise derivatives at each point (in the key's units: per draft token, per
    unit of log budget). Table 3: spec_k with a Llama-3.2-1B draft (acceptance 0.7) at
    6 req/s. Table 4: max_num_batched_tokens at 20 req/s with TTFT <= 0.25 s, from an
    overloaded engine (small budgets) to a comfortable one.
-6. The queue cap (servetune/grad/paired_difference.py) along a grid, in two engines: one that
+6. The queue cap (servetune/tuning/estimators/paired_difference.py) along a grid, in two engines: one that
    keeps up (30 req/s, no sequence cap: a short queue rejects requests it could serve) and an
    overloaded one (35 req/s, 48 sequences: a long queue makes every request late): the exact
    objective, the exact difference across the caps the estimator pairs, and the st and soft
@@ -45,13 +45,14 @@ import time
 
 import numpy as np
 
-from servetune.api import compose
-from servetune.grad.paired_difference import bracket, cap_bracket
-from servetune.scenario import build
-from servetune.tuning import es, tune
+from servetune.config.scenario import build
+from servetune.run.api import compose
+from servetune.tuning import tune
+from servetune.tuning.estimators import es
+from servetune.tuning.estimators.paired_difference import bracket, cap_bracket
+from servetune.tuning.estimators.pathwise import PathwiseEstimator
 from servetune.tuning.evaluator import Evaluator
 from servetune.tuning.objective import Objective
-from servetune.tuning.pathwise_estimator import PathwiseEstimator
 from servetune.tuning.space import space_from_config
 
 SCENARIO = ["workload=poisson", "workload.rate=35", "workload.duration_s=20",

@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from servetune.api import compose, simulate_batch
+from servetune.config.scenario import build
 from servetune.engine import prefix as prefix_lib
-from servetune.scenario import build
+from servetune.run.api import compose, simulate_batch
 
 DEPLOYMENTS = {"4xH200": ["hardware=h200", "hardware.tp=4"], "1xH100": ["hardware=h100"]}
 

@@ -55,14 +55,14 @@ VIDUR = {
 }
 
 def _scenario(overrides):
-    from servetune.api import compose
-    from servetune.scenario import build
+    from servetune.config.scenario import build
+    from servetune.run.api import compose
 
     return build(compose(list(overrides) + QUIET))
 
 
 def _timed(scenario):
-    from servetune.api import simulate_batch
+    from servetune.run.api import simulate_batch
 
     start = time.perf_counter()
     res = simulate_batch(scenario)
@@ -131,7 +131,7 @@ def _segment_fn(sc, n_bodies):
     given state (the outbox emptied each step): the device loop alone, no host round trips."""
     import jax
 
-    from servetune.step import step
+    from servetune.engine.step import step
 
     cfg = sc.engine
     wl = jax.tree.map(lambda x: x[0], sc.workloads)
@@ -154,7 +154,7 @@ def trace_length(hours=(1, 8), seg_bodies=2000, seg_reps=5):
     steps, the lengths interleaved, best of `seg_reps`)."""
     import jax
 
-    from servetune.loop import init_batch, run_chunk_batch
+    from servetune.engine.loop import init_batch, run_chunk_batch
 
     rows, segs, scs = [], [], []
     for h in hours:
@@ -213,7 +213,7 @@ def _batch_overrides(n, slice_s):
 def _carry_bytes(scenario):
     import jax
 
-    from servetune.loop import init_batch
+    from servetune.engine.loop import init_batch
 
     state = init_batch(scenario.workloads, scenario.params, scenario.engine)
     return int(sum(x.nbytes for x in jax.tree.leaves(state)))
@@ -223,7 +223,7 @@ def worker_batch(n, slice_s, n_looped):
     """Run in a fresh process: batch of n scenarios, and up to n_looped of them one at a time."""
     import jax
 
-    from servetune.loop import init_batch, run_chunk_batch
+    from servetune.engine.loop import init_batch, run_chunk_batch
 
     sc = _scenario(_batch_overrides(n, slice_s))
     state = init_batch(sc.workloads, sc.params, sc.engine)
@@ -269,7 +269,7 @@ def worker_shard(n, slice_s):
     """Run with 2 forced host devices: the batch sharded over both vs on one device."""
     import jax
 
-    from servetune.driver import rollout
+    from servetune.run.driver import rollout
 
     sc = _scenario(_batch_overrides(n, slice_s))
     n_real = [len(t) for t in sc.traces]

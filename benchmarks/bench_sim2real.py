@@ -65,7 +65,7 @@ import numpy as np
 import pandas as pd
 from real_engine import ENGINE_ENV, check_vllm, observe, step_time_ratio
 
-from servetune.api import simulate
+from servetune.run.api import simulate
 from servetune.tuning.runner import tune
 from servetune.validate.observe import EngineSettings
 from servetune.validate.predict import FITS, calibrated_cost, overrides_for

@@ -1,8 +1,8 @@
 """Reading a large trace file: time and peak memory of a short window against the whole file,
 side by side with pandas.read_csv of the same file as the reference.
 
-servetune reads a clean CSV trace vectorized (servetune/trace_csv_fast.py: pyarrow's streaming
-reader, 4 MiB blocks) and any other file line by line (servetune/trace_file.py); both check
+servetune reads a clean CSV trace vectorized (servetune/workload/trace_csv_fast.py: pyarrow's streaming
+reader, 4 MiB blocks) and any other file line by line (servetune/workload/trace_file.py); both check
 every line and keep only the requests of the window simulated, so what they hold is the block
 in flight plus the window. The whole-file read is the upper bound (every request kept);
 pandas.read_csv holds the whole table and checks nothing beyond its parser.
@@ -66,8 +66,8 @@ def main() -> None:
 
     import pandas as pd
 
-    from servetune import trace_csv_fast
-    from servetune.trace_file import ReadOptions, read_trace
+    from servetune.workload import trace_csv_fast
+    from servetune.workload.trace_file import ReadOptions, read_trace
 
     vectorized = trace_csv_fast.read
 

@@ -50,10 +50,10 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, open_dict
 
-from servetune.api import compose
-from servetune.grad.pathwise import DIFFERENCE_KEYS, PATHWISE_KEYS
-from servetune.policy import DEFAULTS
-from servetune.scenario import build
+from servetune.config.policy import DEFAULTS
+from servetune.config.scenario import build
+from servetune.run.api import compose
+from servetune.tuning.estimators.pathwise_gradient import DIFFERENCE_KEYS, PATHWISE_KEYS
 from servetune.tuning.evaluation import half_width
 from servetune.tuning.evaluator import Evaluator
 from servetune.tuning.objective import Objective

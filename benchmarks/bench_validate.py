@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 from real_engine import check_vllm, observe, step_time_ratio
 
-from servetune.calibrate import load_measurements
 from servetune.validate import predict
+from servetune.validate.calibrate import load_measurements
 from servetune.validate.observe import EngineSettings
 
 TARGET_METRICS = ("ttft_s", "e2e_s")

@@ -37,7 +37,7 @@ SWEEP = ["workload=poisson", "workload.duration_s=8", "window.drain_s=30",
 def simulate(folder: Path) -> Path:
     """A small multirun under `folder` (see the module docstring); its folder."""
     root = folder / "mr"
-    cmd = [sys.executable, "-m", "servetune.cli", "simulate", "-m", *SWEEP,
+    cmd = [sys.executable, "-m", "servetune.cli.main", "simulate", "-m", *SWEEP,
            f"hydra.sweep.dir={root}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from servetune.calibrate import linear_seconds
+from servetune.validate.calibrate import linear_seconds
 from servetune.validate.observe import EngineSettings
 
 ENGINE_ENV = {"OMP_NUM_THREADS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
@@ -59,7 +59,7 @@ def observe(args, name: str, start_s: float, engine: EngineSettings,
             flags += [flag] if value else []
         else:
             flags += [flag, str(value)]
-    cmd = [args.vllm_python, "-m", "servetune.cli", "observe", "--trace", args.trace,
+    cmd = [args.vllm_python, "-m", "servetune.cli.main", "observe", "--trace", args.trace,
            "--start-s", str(start_s), "--duration-s", str(args.duration_s),
            "--rate-scale", str(rate_scale), *flags, "--out", str(folder),
            "--model-dir", str(args.out / "model")]

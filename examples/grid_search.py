@@ -9,8 +9,8 @@ over seeds. About a minute on 2 CPU cores.
     python examples/grid_search.py
 """
 
-from servetune.api import compose, simulate_batch
-from servetune.scenario import build
+from servetune.config.scenario import build
+from servetune.run.api import compose, simulate_batch
 
 OVERRIDES = [
     "workload=poisson", "workload.rate=20", "workload.duration_s=30", "window.drain_s=120",

@@ -12,7 +12,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
     tempfile.gettempdir(), f"servetune-tests-jax-cache-{getpass.getuser()}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
-# the tests' runs record their pace (servetune/estimate.py) beside their cache, not in ~/.cache
+# the tests' runs record their pace (servetune/run/estimate.py) beside their cache, not in ~/.cache
 os.environ.setdefault("SERVETUNE_PACE_FILE", os.path.join(
     tempfile.gettempdir(), f"servetune-tests-pace-{getpass.getuser()}.json"))
 # Compilation is most of the suite's time (the summary line at its end says how much):

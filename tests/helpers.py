@@ -6,14 +6,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from servetune import hardware
-from servetune.driver import rollout
-from servetune.loop import step_trace
-from servetune.metrics_spec import MetricsSpec
-from servetune.policy import make_policy
-from servetune.scenario import stack_workloads
-from servetune.types import EngineConfig, Params
-from servetune.workload import RequestTrace
+from servetune.config import hardware
+from servetune.config.metrics_spec import MetricsSpec
+from servetune.config.policy import make_policy
+from servetune.config.scenario import stack_workloads
+from servetune.core.types import EngineConfig, Params
+from servetune.engine.loop import step_trace
+from servetune.run.driver import rollout
+from servetune.workload.traces import RequestTrace
 
 
 def trace_of(requests, name="test", priority=None) -> RequestTrace:

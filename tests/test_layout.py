@@ -15,10 +15,10 @@ import servetune
 
 SRC = Path(servetune.__file__).parent
 # reporting defers matplotlib, plotly and scipy (imported by the modules it imports lazily)
-# to the commands that draw or aggregate, so a Hydra job's callback stays light; export_cli
-# parses its arguments and hydra_apps lets Hydra answer --help before loading what they run,
-# so a command's help is instant
-DEFERRED_OK = ("servetune.reporting", "servetune.export_cli", "servetune.hydra_apps")
+# to the commands that draw or aggregate, so a Hydra job's callback stays light; the commands
+# (cli/) parse their arguments, and hydra_apps lets Hydra answer --help, before loading what
+# they run, so a command's help is instant
+DEFERRED_OK = ("servetune.reporting", "servetune.cli")
 
 
 def _modules() -> dict[str, Path]:
@@ -120,7 +120,7 @@ def test_cycle_finder_finds_a_planted_cycle():
 
 def test_no_import_cycles():
     graph = _graph()
-    assert len(graph) > 60 and graph["servetune.driver"] >= {"servetune.loop", "servetune.shard"}
+    assert len(graph) > 60 and graph["servetune.run.driver"] >= {"servetune.engine.loop", "servetune.run.shard"}
     assert _cycles(graph) == []
 
 
@@ -146,13 +146,13 @@ def test_public_names_are_not_module_names(public):
 
 
 def test_random_streams_are_distinct_and_only_in_their_table():
-    from servetune import streams
+    from servetune.core import streams
 
     assert len(set(streams.ALL.values())) == len(streams.ALL) >= 10
-    draws = {(MODULES[name].name, line.strip()) for name in MODULES if name != "servetune.streams"
+    draws = {(MODULES[name].name, line.strip()) for name in MODULES if name != "servetune.core.streams"
              for line in MODULES[name].read_text().splitlines() if "default_rng(" in line}
     # the generators streams.py names as outside its table, each for a stated reason
-    assert draws == {("workload.py", "rng = np.random.default_rng(seed)"),
+    assert draws == {("traces.py", "rng = np.random.default_rng(seed)"),
                      ("es.py", ("return np.random.default_rng([seed, iteration])"
                                 ".standard_normal((pairs, dim))")),
                      ("stats.py", "rng = np.random.default_rng(seed)"),
@@ -163,8 +163,8 @@ def test_random_streams_are_distinct_and_only_in_their_table():
 def test_policy_fields_are_one_table():
     import dataclasses
 
-    from servetune import policy
-    from servetune.types import PolicyParams
+    from servetune.config import policy
+    from servetune.core.types import PolicyParams
 
     declared = [f.name for f in dataclasses.fields(PolicyParams) if f.name != "score_net"]
     assert declared == list(policy.FIELDS)
@@ -176,9 +176,9 @@ def test_policy_fields_are_one_table():
 def test_the_record_table_generates_the_outbox_and_the_results():
     import dataclasses
 
-    from servetune.driver import ScenarioResult
+    from servetune.core.types import CascadeEntries, Entries, Outbox, RelaxTape, SwapTape
     from servetune.engine.outbox import RECORDS, empty_outbox, record_fields
-    from servetune.types import CascadeEntries, Entries, Outbox, RelaxTape, SwapTape
+    from servetune.run.driver import ScenarioResult
 
     type_of = {"cascade": CascadeEntries, "relaxed": RelaxTape, "swap": SwapTape}
 
@@ -235,4 +235,40 @@ def test_the_built_wheel_holds_every_config_and_bundled_trace(tmp_path):
         assert f"servetune/conf/{path.relative_to(root / 'conf').as_posix()}" in names
     for path in (SRC / "data").iterdir():
         if path.is_file():
-            assert f"servetune/data/{path.name}" in names
+            assert f"servetune/workload/data/{path.name}" in names
+
+
+# The layers, lowest first: a module imports only from its own layer and the layers before it
+# (modules of one tuple share a layer and do not import each other). README: How the code is
+# laid out.
+LAYERS = (("core",), ("engine",), ("workload",), ("config",), ("run",), ("reporting",),
+          ("deploy",), ("tuning", "validate"), ("cli",))
+RANK = {package: rank for rank, packages in enumerate(LAYERS) for package in packages}
+
+
+def _package(module: str) -> str | None:
+    """The layer package of a dotted module name (servetune.<package>...), None for the
+    package's own __init__."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def test_every_module_is_in_a_layer():
+    outside = [name for name in MODULES if name != "servetune" and _package(name) not in RANK
+               and not name.startswith("servetune.conf")]
+    assert outside == []
+
+
+def test_layers_import_only_the_layers_below_them():
+    upward = []
+    for name, path in MODULES.items():
+        here = _package(name)
+        if here is None or here not in RANK:
+            continue
+        for target, _, _, line in _imports(name, path):
+            there = _package(target)   # None: the package root, above every layer
+            if there == here:
+                continue
+            if there is None or there not in RANK or RANK[there] >= RANK[here]:
+                upward.append(f"{name}:{line} imports {target}")
+    assert upward == []

@@ -30,14 +30,14 @@ if "jax" in sys.modules:
     sys.modules["jax"].config.update("jax_enable_x64", True)
 
 _PUBLIC = {  # name -> the module that defines it, imported when the name is first used
-    "SimulationResult": "servetune.api", "compose": "servetune.api",
-    "simulate": "servetune.api", "simulate_batch": "servetune.api",
-    "ScenarioResult": "servetune.driver", "rollout": "servetune.driver",
-    "ConfigError": "servetune.errors", "ServetuneError": "servetune.errors",
-    "TraceError": "servetune.errors", "Scenario": "servetune.scenario",
-    "build": "servetune.scenario", "TuneResult": "servetune.tuning", "tune": "servetune.tuning",
-    "EngineConfig": "servetune.types", "Params": "servetune.types",
-    "SimState": "servetune.types", "Workload": "servetune.types",
+    "SimulationResult": "servetune.run.api", "compose": "servetune.run.api",
+    "simulate": "servetune.run.api", "simulate_batch": "servetune.run.api",
+    "ScenarioResult": "servetune.run.driver", "rollout": "servetune.run.driver",
+    "ConfigError": "servetune.core.errors", "ServetuneError": "servetune.core.errors",
+    "TraceError": "servetune.core.errors", "Scenario": "servetune.config.scenario",
+    "build": "servetune.config.scenario", "TuneResult": "servetune.tuning", "tune": "servetune.tuning",
+    "EngineConfig": "servetune.core.types", "Params": "servetune.core.types",
+    "SimState": "servetune.core.types", "Workload": "servetune.core.types",
 }
 __all__ = [
     "ConfigError", "EngineConfig", "Params", "Scenario", "ScenarioResult", "ServetuneError",

@@ -4,9 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 from toy import column, config, entries, running
 
+from servetune.core.types import COMPLETED, DONE, RUNNING
 from servetune.engine.advance import advance
 from servetune.engine.scheduler import Batch
-from servetune.types import COMPLETED, DONE, RUNNING
 
 CFG = config()
 

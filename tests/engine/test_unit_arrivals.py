@@ -6,9 +6,8 @@ import jax
 import numpy as np
 from toy import column, config, entries, params, running
 
-from servetune.engine.arrivals import take_arrivals
-from servetune.scenario import stack_workloads
-from servetune.types import (
+from servetune.config.scenario import stack_workloads
+from servetune.core.types import (
     DONE,
     REJECT_KV_CAPACITY,
     REJECT_QUEUE_CAP,
@@ -19,7 +18,8 @@ from servetune.types import (
     RUNNING,
     WAITING,
 )
-from servetune.workload import RequestTrace
+from servetune.engine.arrivals import take_arrivals
+from servetune.workload.traces import RequestTrace
 
 CFG = config()  # 4 + 4 entries, max_model_len 64, 4-token blocks
 

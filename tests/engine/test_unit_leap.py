@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 from toy import column, config, entries, params, running
 
+from servetune.core.types import COMPLETED, DONE, RUNNING
 from servetune.engine.leap import NextArrival, leap
-from servetune.types import COMPLETED, DONE, RUNNING
 
 CFG = config()  # 4-token blocks, leap_max 8
 # each iteration: 0.01 s + 1 ms per decoding sequence (no context cost): 0.012 s for two

@@ -1,4 +1,4 @@
-"""servetune/ops.py: the hot loop's array primitives against their plain numpy meaning, at the
+"""servetune/core/ops.py: the hot loop's array primitives against their plain numpy meaning, at the
 sizes where their fast paths switch (the 32-lane blocks of the integer prefix sum, the window
 of count_at_most), the gathers ops.take saves, and the scenario-grid vmap."""
 
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from servetune import ops
+from servetune.core import ops
 
 RNG = np.random.default_rng(7)
 

@@ -5,11 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 from toy import column, config, entries, running
 
-from servetune.engine.abandon import abandon, next_give_up
-from servetune.engine.kv import blocks_for
-from servetune.engine.outbox import drain, empty_outbox, retire
-from servetune.grad import shift, swap
-from servetune.types import (
+from servetune.core.types import (
     CANCELLED,
     COMPLETED,
     DONE,
@@ -19,6 +15,10 @@ from servetune.types import (
     SWAP_PARTNERS,
     WAITING,
 )
+from servetune.engine.abandon import abandon, next_give_up
+from servetune.engine.kv import blocks_for
+from servetune.engine.outbox import drain, empty_outbox, retire
+from servetune.engine.relaxed import shift, swap
 
 CFG = config()  # 4-token blocks, drain_per_step 2
 
@@ -58,7 +58,7 @@ def test_drain_moves_at_most_drain_per_step_finished_entries_in_entry_order():
 
 
 def test_drain_carries_a_relaxed_order_tape_with_its_record():
-    """With a relaxed order (grad/swap.py) a record also carries the request's latest
+    """With a relaxed order (engine/relaxed/swap.py) a record also carries the request's latest
     admission and preemption, its pair table [m] included, written at the fill mark."""
     e = entries(CFG, [running(8, 4, req=20),
                       {"status": DONE, "end_state": COMPLETED, "finish": 2.0, "req": 11}])

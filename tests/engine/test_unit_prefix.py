@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 from toy import column, config, entries, running
 
+from servetune.core.types import DONE, RUNNING, WAITING, PrefixRefs
 from servetune.engine import prefix
-from servetune.types import DONE, RUNNING, WAITING, PrefixRefs
-from servetune.workload import RaggedIds
+from servetune.workload.traces import RaggedIds
 
 CFG = config(prefix_cache=True, prefix_block_tokens=8, prefix_cache_entries=16)
 B = prefix.blocks_per_prefix(CFG)  # 2 KV blocks per prefix block

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 from toy import column, config, entries, params, running
 
+from servetune.core.types import RUNNING, WAITING
 from servetune.engine.priority import schedule_running
 from servetune.engine.scheduler import schedule
-from servetune.types import RUNNING, WAITING
 
 PRI = config(scheduling_policy="priority")
 FCFS = config()

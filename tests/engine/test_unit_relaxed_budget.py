@@ -1,4 +1,4 @@
-"""The token budget's relaxed work (grad/relaxed_batch.py, step.batch_totals, grad/pace.py) on
+"""The token budget's relaxed work (engine/relaxed/batch.py, step.batch_totals, engine/relaxed/pace.py) on
 hand-built entries under relax st: forward-mode derivatives of the iteration's token weights
 in the budget and in a request's debt (tokens it computed ahead of the exact path).
 
@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from toy import config, entries, params
 
+from servetune.core.types import RUNNING
+from servetune.engine.relaxed import pace
 from servetune.engine.scheduler import schedule
-from servetune.grad import pace
-from servetune.step import batch_totals
-from servetune.types import RUNNING
+from servetune.engine.step import batch_totals
 
 ST = dataclasses.replace(config(), relax="st", relax_temperature=0.3, leap_max=0)
 TAPE = ("wait_z", "wait_zt", "shift", "debt", "ahead", "pre_s", "pre_tok")

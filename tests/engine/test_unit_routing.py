@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 from toy import config, entries, params, running
 
+from servetune.config.scenario import stack_workloads
+from servetune.core.types import WAITING
+from servetune.engine.loop import init_state
 from servetune.engine.routing import route
-from servetune.loop import init_state
-from servetune.scenario import stack_workloads
-from servetune.types import WAITING
-from servetune.workload import RequestTrace
+from servetune.workload.traces import RequestTrace
 
 
 def _workload(rows, cfg):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from toy import column, config, entries, params, running
 
+from servetune.core.types import RUNNING, WAITING
 from servetune.engine.scheduler import (
     admission_cap,
     full_sequence_blocks,
@@ -23,7 +24,6 @@ from servetune.engine.scheduler import (
     wanted_tokens,
     watermark_blocks,
 )
-from servetune.types import RUNNING, WAITING
 
 CFG = config()
 RESERVE_OFF = config(scheduler_reserve_full_isl=False)

@@ -4,8 +4,8 @@ geometric) and its mean, checked against closed forms."""
 import jax.numpy as jnp
 import numpy as np
 
+from servetune.config.policy import make_policy
 from servetune.engine.speculation import accepted, draft_tokens, expected_emitted, uniform
-from servetune.policy import make_policy
 
 
 def test_uniforms_are_fixed_per_request_token_and_salt_and_look_uniform():

@@ -7,8 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from toy import config, entries, params, running
 
-from servetune.engine import cascade, disagg
-from servetune.types import (
+from servetune.core.types import (
     COMPLETED,
     DONE,
     EMPTY,
@@ -20,6 +19,7 @@ from servetune.types import (
     TIER_SMALL,
     WAITING,
 )
+from servetune.engine import cascade, disagg
 
 
 def _stack(*instances):

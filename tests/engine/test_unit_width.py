@@ -1,14 +1,14 @@
-"""servetune/width.py's device check on a hand-built state: the entries the next loop body
+"""servetune/engine/width.py's device check on a hand-built state: the entries the next loop body
 may need, against what a narrow program holds."""
 
 import jax
 from helpers import linear_params, trace_of
 from toy import config, entries, running
 
-from servetune import width
-from servetune.loop import init_state
-from servetune.scenario import stack_workloads
-from servetune.types import DONE
+from servetune.config.scenario import stack_workloads
+from servetune.core.types import DONE
+from servetune.engine import width
+from servetune.engine.loop import init_state
 
 
 def test_need_is_the_entries_held_plus_the_arrivals_the_next_body_takes():

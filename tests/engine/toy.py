@@ -13,10 +13,9 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from servetune import hardware
-from servetune.engine.kv import blocks_for
-from servetune.policy import make_policy
-from servetune.types import (
+from servetune.config import hardware
+from servetune.config.policy import make_policy
+from servetune.core.types import (
     EMPTY,
     RUNNING,
     WAITING,
@@ -28,6 +27,7 @@ from servetune.types import (
     RelaxTape,
     SwapTape,
 )
+from servetune.engine.kv import blocks_for
 
 # A small engine: 4 running slots, 4 visible waiting, 4-token blocks, 64-token sequences.
 SMALL = {"max_slots": 4, "queue_window": 4, "block_size": 4, "max_model_len": 64,

@@ -9,8 +9,8 @@ import sys
 import pandas as pd
 import pytest
 
-from servetune import calibrate as cal
-from servetune.errors import TraceError
+from servetune.core.errors import TraceError
+from servetune.validate import calibrate as cal
 
 HEAD = "prefill_tokens,decode_seqs,ctx_tokens,seconds\n"
 ROWS = "".join(f"{64 * k},{k},{900 * k},{0.004 + 0.0001 * k}\n" for k in range(1, 9))
@@ -53,7 +53,7 @@ def test_the_command_writes_nothing_for_an_implausible_log(tmp_path):
     path = tmp_path / "steps.csv"
     path.write_text(HEAD + "".join(f"{64 * k},{k},{900 * k},{1e-300 * k}\n" for k in range(1, 9)))
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "servetune.cli", "calibrate", f"path={path}",
+    proc = subprocess.run([sys.executable, "-m", "servetune.cli.main", "calibrate", f"path={path}",
                            "form=linear", f"hydra.run.dir={out}"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr

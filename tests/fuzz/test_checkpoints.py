@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from servetune.errors import CheckpointError
+from servetune.core.errors import CheckpointError
 from servetune.tuning import checkpoint
 
 THETA = np.array([0.25, -1.5])

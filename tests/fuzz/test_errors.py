@@ -2,10 +2,10 @@
 
 import pytest
 
-from servetune.api import compose
-from servetune.errors import ConfigError, TraceError
-from servetune.scenario import build
-from servetune.workload import load_trace
+from servetune.config.scenario import build
+from servetune.core.errors import ConfigError, TraceError
+from servetune.run.api import compose
+from servetune.workload.traces import load_trace
 
 AZURE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 ROW = "2023-11-16 18:15:46.6805900,374,44\n"
@@ -97,7 +97,7 @@ def test_bad_config_names_the_key(overrides, key, expect):
 
 
 def test_linear_cost_config_builds_and_runs():
-    from servetune.api import simulate_batch
+    from servetune.run.api import simulate_batch
     sc = build(compose(["cost=linear", "workload.duration_s=20", "output.progress=false"]))
     assert sc.engine.cost_form == "linear" and sc.metrics.kv_blocks > 1000
     m = simulate_batch(sc).metrics[0]

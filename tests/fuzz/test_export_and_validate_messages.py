@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servetune.export import range_warnings, vllm_args, vllm_warnings
+from servetune.deploy.export import range_warnings, vllm_args, vllm_warnings
 from servetune.tuning.space import Constraints
 from servetune.validate import predict
 

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import yaml
 
-from servetune import errors
-from servetune.api import compose
-from servetune.scenario import build
+from servetune.config.scenario import build
+from servetune.core import errors
+from servetune.run.api import compose
 from servetune.tuning.runner import checked_config
-from servetune.workload import load_trace
+from servetune.workload.traces import load_trace
 
 FUZZ = Path(__file__).parent
 MANIFEST = yaml.safe_load((FUZZ / "manifest.yaml").read_text())

@@ -37,7 +37,7 @@ def test_a_fixture_missing_a_section_is_named(tmp_path, change, message):
 def test_a_fixtures_refused_settings_end_golden_check_with_exit_2(tmp_path):
     path = _fixture(tmp_path, lambda d: d["engine"].update(max_num_seqs=-5))
     case = SOURCE.name.removesuffix(".json.gz")
-    proc = subprocess.run([sys.executable, "-m", "servetune.cli", "golden", "--check", "--out",
+    proc = subprocess.run([sys.executable, "-m", "servetune.cli.main", "golden", "--check", "--out",
                            str(tmp_path), "--cases", case], capture_output=True, text=True,
                           timeout=300, check=False)
     assert path.exists() and proc.returncode == 2, proc.stderr[-2000:]

@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 
-from servetune import settings
-from servetune.errors import ConfigError
+from servetune.config import settings
+from servetune.core.errors import ConfigError
 
 
 @pytest.mark.parametrize("value, text", [

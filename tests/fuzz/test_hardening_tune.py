@@ -4,8 +4,8 @@ simulation runs here."""
 
 import pytest
 
-from servetune.api import compose
-from servetune.errors import ConfigError
+from servetune.core.errors import ConfigError
+from servetune.run.api import compose
 from servetune.tuning.runner import checked_config
 
 W_AGE = "+tune.space.w_age={low: 0, high: 2}"
@@ -107,7 +107,7 @@ def test_a_population_too_large_for_memory_is_refused_before_the_loop(
         tmp_path, monkeypatch, mode, pairs, pattern):
     """The estimate (points, metrics records, a vmapped population's state) against the memory
     available, before any simulation or allocation of the population."""
-    from servetune import memory
+    from servetune.engine import memory
     from servetune.tuning import runner
 
     free = {"vmap": 32 << 20, "loop": 16 << 20}[mode]

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from servetune.errors import TraceError
+from servetune.core.errors import TraceError
 from servetune.validate.bench_import import load_bench_result
 from servetune.validate.observe import main as observe_main
 from servetune.validate.otel_import import load_otel_spans

@@ -6,10 +6,12 @@ import re
 import jax
 import pytest
 
-from servetune import api, memory, ops
-from servetune.errors import ConfigError
-from servetune.loop import init_batch
-from servetune.scenario import build
+from servetune.config.scenario import build
+from servetune.core import ops
+from servetune.core.errors import ConfigError
+from servetune.engine import memory
+from servetune.engine.loop import init_batch
+from servetune.run import api
 
 SMALL = ["workload=poisson", "workload.duration_s=5", "engine.max_slots=16",
          "engine.queue_window=32"]
@@ -108,7 +110,7 @@ def test_a_workload_too_large_is_refused_before_it_is_built(overrides, match, mo
     # the machine's memory set just below the need: nothing is stacked or allocated
     built = []
     monkeypatch.setattr(memory, "available_bytes", lambda device=None: 1 << 20)
-    import servetune.scenario as scenario_lib
+    import servetune.config.scenario as scenario_lib
     real = scenario_lib.stack_workloads
     monkeypatch.setattr(scenario_lib, "stack_workloads",
                         lambda *a, **k: built.append(1) or real(*a, **k))
@@ -128,9 +130,9 @@ def test_the_temporaries_estimate_bounds_what_xla_allocates(slots, leap_max, pre
     it (a refusal must not let an out-of-memory kill through), at most 4x it."""
     from helpers import linear_params, trace_of
 
-    from servetune.loop import run_chunk_batch
-    from servetune.scenario import stack_workloads
-    from servetune.types import EngineConfig
+    from servetune.config.scenario import stack_workloads
+    from servetune.core.types import EngineConfig
+    from servetune.engine.loop import run_chunk_batch
     cfg = EngineConfig(max_slots=slots, queue_window=slots, block_size=16, max_model_len=4096,
                        cost_form="linear", outbox=64, leap_max=leap_max, kv_pressure=pressure)
     trace = trace_of([(0.1 * k, 20, 5) for k in range(10)])

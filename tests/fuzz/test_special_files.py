@@ -7,15 +7,16 @@ import os
 
 import pytest
 
-from servetune import inputs, neural_weights
-from servetune.calibrate import load_measurements
-from servetune.cli import output_dir_problem
-from servetune.errors import CheckpointError, ConfigError, TraceError
+from servetune.cli.main import output_dir_problem
+from servetune.config import neural_weights
+from servetune.core import inputs
+from servetune.core.errors import CheckpointError, ConfigError, TraceError
 from servetune.reporting import report
 from servetune.tuning import checkpoint
 from servetune.validate.bench_import import load_bench_result
+from servetune.validate.calibrate import load_measurements
 from servetune.validate.otel_import import load_otel_spans
-from servetune.workload import load_trace
+from servetune.workload.traces import load_trace
 
 
 @pytest.fixture()

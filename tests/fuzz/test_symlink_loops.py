@@ -16,7 +16,7 @@ def loop(tmp_path):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "servetune.cli", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "servetune.cli.main", *map(str, args)],
                           capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -38,6 +38,6 @@ def test_a_path_in_a_symlink_loop_is_named(loop, args, message):
 
 def test_a_trace_in_a_symlink_loop_is_named(loop):
     import servetune
-    from servetune.errors import ServetuneError
+    from servetune.core.errors import ServetuneError
     with pytest.raises(ServetuneError, match=r"workload.path: got .*; .* is a loop of symbolic"):
         servetune.simulate(["workload=file", f"workload.path={loop}/trace.csv"])

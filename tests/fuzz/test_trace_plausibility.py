@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pytest
 
-from servetune import trace_csv_fast
-from servetune.errors import TraceError
-from servetune.trace_file import ReadOptions, read_trace
+from servetune.core.errors import TraceError
+from servetune.workload import trace_csv_fast
+from servetune.workload.trace_file import ReadOptions, read_trace
 
 
 def _write(tmp_path, name: str, text: str):

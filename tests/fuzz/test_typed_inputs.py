@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import servetune
-from servetune.errors import ConfigError
+from servetune.core.errors import ConfigError
 from servetune.tuning import tune
 from servetune.tuning.runner import checked_config
 
@@ -29,7 +29,7 @@ def test_a_group_keyword_of_another_type_is_refused_by_key(settings, match):
 
 @pytest.mark.parametrize("value", ["[1,2]", "{a:1}", "[vllm_default]"])
 def test_a_group_given_a_list_on_the_command_line_exits_2_naming_it(value):
-    proc = subprocess.run([sys.executable, "-m", "servetune.cli", "simulate", f"policy={value}"],
+    proc = subprocess.run([sys.executable, "-m", "servetune.cli.main", "simulate", f"policy={value}"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"error: policy: got {value}; expected the name of a policy option" in proc.stderr
@@ -72,7 +72,7 @@ def test_an_added_key_nothing_reads_is_refused_like_an_unknown_one(override, mes
     from Python keywords (api.compose) and the command line alike."""
     with pytest.raises(ConfigError, match=message.replace("+", r"\+").replace(".", r"\.")):
         servetune.compose([override])
-    proc = subprocess.run([sys.executable, "-m", "servetune.cli", "simulate", override],
+    proc = subprocess.run([sys.executable, "-m", "servetune.cli.main", "simulate", override],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and message in proc.stderr
 
@@ -97,7 +97,7 @@ def test_a_multiplier_that_would_overflow_is_refused_by_key(override):
 @pytest.mark.parametrize("value", ["1e300", "2e9", "inf"])
 def test_a_drain_limit_beyond_any_run_is_refused(value):
     """Issue 41: window.drain_s=1e300 was accepted (durations are bounded at 1e9 s)."""
-    from servetune.scenario import build
+    from servetune.config.scenario import build
     with pytest.raises(ConfigError, match=r"window.drain_s: got .*; expected"):
         build(servetune.compose(["workload=poisson", "workload.duration_s=5",
                                  f"window.drain_s={value}"]))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import linear_params, run, schedule, trace_of
 
-from servetune.types import EngineConfig
+from servetune.core.types import EngineConfig
 
 CFG = EngineConfig(max_slots=4, queue_window=4, block_size=2, max_model_len=64,
                    cost_form="linear", outbox=16)

@@ -37,7 +37,7 @@ NARROW_DEFAULT = ("tight_kv", "priority")
     for p in PATHS], ids=[p.name.split(".")[0] for p in PATHS])
 def test_servetune_from_the_smallest_width_schedules_as_vllm(path):
     # the production rollout started at 4 entries, widened as the case's requests need
-    # (servetune/width.py): the same requests, to the same 1e-9
+    # (servetune/engine/width.py): the same requests, to the same 1e-9
     fixture = golden.load_fixture(path)
     got = golden.replay(fixture, start_width=4)
     assert golden.compare(fixture, got) == []
@@ -71,7 +71,7 @@ def test_fixtures_of_another_vllm_or_damaged_are_refused(tmp_path):
 
 
 def test_golden_command_checks_and_names_bad_cases(capsys):
-    from servetune.validate.cli import main
+    from servetune.cli.golden import main
 
     assert main(["--check", "--cases", "max_model_len", "--out", str(golden.FIXTURE_DIR)]) == 0
     assert "max_model_len: identical" in capsys.readouterr().out

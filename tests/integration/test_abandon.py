@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from helpers import linear_params, run, schedule, trace_of
 
-from servetune.api import compose, simulate_batch
-from servetune.errors import ConfigError
-from servetune.scenario import build
-from servetune.types import CANCELLED, COMPLETED, EXPIRED, EngineConfig
-from servetune.workload import with_abandonment
+from servetune.config.scenario import build
+from servetune.core.errors import ConfigError
+from servetune.core.types import CANCELLED, COMPLETED, EXPIRED, EngineConfig
+from servetune.run.api import compose, simulate_batch
+from servetune.workload.traces import with_abandonment
 
 CFG = EngineConfig(max_slots=8, queue_window=16, block_size=16, max_model_len=256,
                    cost_form="linear", outbox=64, abandonment=True)

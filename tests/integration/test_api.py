@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 import servetune
-from servetune import api
-from servetune.errors import ConfigError
-from servetune.overrides import to_overrides, value_text
+from servetune.config.overrides import to_overrides, value_text
+from servetune.core.errors import ConfigError
+from servetune.run import api
 
 SHORT = {"duration_s": 4, "rate": 6}
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from helpers import CONFIGS, batched, random_params, random_traces
 
+from servetune.config.scenario import stack_workloads
+from servetune.engine.loop import init_batch, run_chunk, run_chunk_grid
 from servetune.engine.outbox import record_fields
-from servetune.loop import init_batch, run_chunk, run_chunk_grid
-from servetune.scenario import stack_workloads
 
 
 def _vmapped(cfg):
@@ -64,7 +64,7 @@ def test_grid_loop_equals_vmapped_while_loop_chunk_after_chunk():
 def test_fixed_length_chunks_give_the_while_loop_s_results(batch):
     # engine.chunk_length: each compiled call runs exactly L bodies (a GPU tests the loop's
     # condition once per call), a batch and one scenario alike
-    from servetune import api
+    from servetune.run import api
 
     base = ["workload.duration_s=45", "output.progress=false", "engine.max_slots=32",
             "engine.queue_window=32", *batch]

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servetune.errors import TraceError
+from servetune.core.errors import TraceError
 from servetune.validate.bench_import import load_bench_result
 from servetune.validate.observe import main as observe_main
-from servetune.workload import load_csv
+from servetune.workload.traces import load_csv
 
 # four requests: sent at perf_counter 100, 100.5, 101 (after 0.25 s in the client's queue) and
 # 102; the third failed; the second delivered one token
@@ -139,7 +139,7 @@ def test_a_repeated_key_is_named_by_its_line(tmp_path):
 def test_a_reimport_replaces_the_set_and_another_format_is_refused(tmp_path, capsys):
     """Issue 41: a stale import file stayed beside a new import. An import's files are one set
     (run_folder.publish); a folder holding another format's import is refused."""
-    from servetune import run_folder
+    from servetune.run import run_folder
 
     out = tmp_path / "imported"
     assert observe_main(["--import-bench", str(_file(tmp_path, BENCH)), "--out", str(out)]) == 0

@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from servetune import api
-from servetune import calibrate as cal
-from servetune import cost as cost_model
-from servetune import hardware as hw
-from servetune.errors import CalibrationError, ConfigError, TraceError
+from servetune.config import hardware as hw
+from servetune.core import cost as cost_model
+from servetune.core.errors import CalibrationError, ConfigError, TraceError
+from servetune.run import api
+from servetune.validate import calibrate as cal
 
 CONF = Path(str(resources.files("servetune.conf")))  # conf/, shipped as servetune.conf
 N = 360  # rows of every synthetic table: one compiled fit per form serves every test
@@ -234,10 +234,10 @@ def test_missing_file_and_bad_arguments(tmp_path, table):
 # --------------------------------------------------------------------------- the command
 
 def run_cli(tmp_path, *overrides):
-    """`python -m servetune.cli calibrate ...` in a subprocess (in-process, Hydra's logging setup
+    """`python -m servetune.cli.main calibrate ...` in a subprocess (in-process, Hydra's logging setup
     would close streams pytest captured); returns (the run dir, the finished process)."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "servetune.cli", "calibrate", f"hydra.run.dir={out}",
+    cmd = [sys.executable, "-m", "servetune.cli.main", "calibrate", f"hydra.run.dir={out}",
            *overrides]
     env = dict(os.environ, JAX_PLATFORMS="cpu", COLUMNS="200")
     return out, subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env,

@@ -1,4 +1,4 @@
-"""Model cascade (engine/cascade.py, servetune/cascade_config.py): a small (Llama-3-8B, 1 x H100) and a
+"""Model cascade (engine/cascade.py, servetune/config/cascade.py): a small (Llama-3-8B, 1 x H100) and a
 large (Llama-3-70B, 4 x H100) pool; arrivals routed by predicted difficulty against a traced
 threshold; a small answer that fails its check is retried on the large pool.
 
@@ -15,14 +15,14 @@ import jax
 import numpy as np
 import pytest
 
-from servetune import cascade_config as cascade_lib
-from servetune import metrics as metrics_lib
-from servetune.api import compose
-from servetune.driver import rollout
-from servetune.errors import ConfigError
-from servetune.loop import run_chunk_batch, step_trace
-from servetune.scenario import build
-from servetune.types import COMPLETED, TIER_LARGE, TIER_RETRIED, TIER_SMALL
+from servetune.config import cascade as cascade_lib
+from servetune.config.scenario import build
+from servetune.core.errors import ConfigError
+from servetune.core.types import COMPLETED, TIER_LARGE, TIER_RETRIED, TIER_SMALL
+from servetune.engine.loop import run_chunk_batch, step_trace
+from servetune.run import metrics as metrics_lib
+from servetune.run.api import compose
+from servetune.run.driver import rollout
 
 # 8 req/s for 60 s: the large pool alone is overloaded, the small pool alone retries the hard
 # requests (difficulty exponent 2: failures concentrate on them) with a TTFT past the SLO
@@ -235,8 +235,8 @@ def test_retries_spread_over_a_large_pool_and_wait_when_it_is_full():
     import jax.numpy as jnp
     from helpers import linear_params, trace_of
 
-    from servetune.scenario import stack_workloads
-    from servetune.types import EngineConfig
+    from servetune.config.scenario import stack_workloads
+    from servetune.core.types import EngineConfig
 
     cfg = EngineConfig(max_slots=4, queue_window=4, block_size=16, max_model_len=512,
                        cost_form="linear", outbox=64, n_instances=3, routing="jsq",

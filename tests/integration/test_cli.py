@@ -8,13 +8,14 @@ import sys
 import pandas as pd
 import pytest
 
-from servetune import cli, hydra_apps
+from servetune.cli import hydra_apps
+from servetune.cli import main as cli
 
 KEYS = ["n_requests", "offered_rps", "n_completed", "n_rejected", "n_cancelled", "n_expired", "n_outstanding", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_mean_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "throughput_rps", "output_tokens_per_s", "goodput_rps", "slo_attainment", "useful_tokens_per_dollar", "cost_usd", "cost_per_qualifying_request_usd", "busy_fraction", "wasted_token_ratio", "kv_peak_occupancy", "preemptions", "sim_duration_s", "by_class"]
 
 
 def _run(tmp_path, *overrides):
-    cmd = [sys.executable, "-m", "servetune.cli", "simulate", f"hydra.run.dir={tmp_path}",
+    cmd = [sys.executable, "-m", "servetune.cli.main", "simulate", f"hydra.run.dir={tmp_path}",
            "output.progress=false", *overrides]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
 
@@ -93,7 +94,7 @@ def test_an_unknown_command_is_an_error_that_lists_the_commands(monkeypatch, cap
 
 @pytest.mark.parametrize("command", ["simulate", "tune", "calibrate"])
 def test_each_hydra_command_has_its_own_help(command):
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "servetune.cli", command,
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "servetune.cli.main", command,
                            "--help"], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     imported = {line.rpartition("|")[2].strip().split(".")[0]
@@ -173,7 +174,7 @@ def test_help_and_bad_commands_answer_without_loading_the_simulator(argv):
     """Issue 40 item 5: `servetune --help`, an unknown command and a bad output folder answer
     without loading JAX, scipy, pandas, Hydra or the plotting libraries (python -X importtime
     lists every module a process imports)."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "servetune.cli", *argv],
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "servetune.cli.main", *argv],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == (0 if argv[-1] == "--help" else 2), proc.stderr[-2000:]
     imported = {line.rpartition("|")[2].strip().split(".")[0]
@@ -187,7 +188,7 @@ def test_importing_servetune_is_light_and_its_names_load_on_use():
             "print(light, x64, servetune.simulate.__module__, 'jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()
-    assert out == ["True", "True", "servetune.api", "True"]
+    assert out == ["True", "True", "servetune.run.api", "True"]
 
 
 @pytest.mark.parametrize("override,message", [
@@ -201,7 +202,7 @@ def test_importing_servetune_is_light_and_its_names_load_on_use():
 def test_a_typo_gets_did_you_mean_before_hydra_or_jax_start(override, message):
     """Issue 40 item 4: the CLI names the closest key or choice (suggest.py) and exits 2,
     without Hydra's "+key" advice and without loading JAX."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "servetune.cli",
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "servetune.cli.main",
                            "simulate", override], capture_output=True, text=True, timeout=120,
                           check=False)
     assert proc.returncode == 2 and message in proc.stderr and "+policy" not in proc.stderr
@@ -222,7 +223,7 @@ def test_a_typo_in_a_python_keyword_gets_did_you_mean_not_hydras_plus():
 
 
 def test_hydra_flags_and_other_primary_configs_are_left_to_hydra():
-    from servetune.suggest import check_overrides
+    from servetune.core.suggest import check_overrides
 
     assert check_overrides(["--cfg=job", "--info=config", "policy.max_num_seqs=8"]) is None
     assert check_overrides(["-cn", "other", "other_section.key=1"]) is None

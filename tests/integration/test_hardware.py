@@ -5,9 +5,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from servetune import cost
-from servetune import hardware as hw
-from servetune.errors import ConfigError
+from servetune.config import hardware as hw
+from servetune.core import cost
+from servetune.core.errors import ConfigError
 
 H100, L8B = hw.GPUS["h100"], hw.MODELS["llama3_8b"]
 KW = {"block_size": 16, "gpu_memory_utilization": 0.9, "activation_reserve_gib": 2.0, "max_model_len": 8192}

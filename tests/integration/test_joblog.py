@@ -1,9 +1,9 @@
-"""servetune.joblog: what a command prints also goes, as plain text, into the Hydra job's log."""
+"""servetune.run.joblog: what a command prints also goes, as plain text, into the Hydra job's log."""
 
 import io
 import sys
 
-from servetune import joblog
+from servetune.run import joblog
 
 
 def test_the_tee_writes_plain_text_and_leaves_out_live_redraws():

@@ -10,13 +10,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servetune import api, neural, neural_export, scenario
-from servetune.errors import ConfigError
-from servetune.loop import run_chunk_batch
-from servetune.order import priority_score, scheduling_order
-from servetune.policy import make_policy
+from servetune.config import scenario
+from servetune.config.policy import make_policy
+from servetune.core.errors import ConfigError
+from servetune.core.types import RUNNING, WAITING, Entries
+from servetune.deploy import neural_export
+from servetune.engine import neural
+from servetune.engine.loop import run_chunk_batch
+from servetune.engine.order import priority_score, scheduling_order
+from servetune.run import api
 from servetune.tuning import tune
-from servetune.types import RUNNING, WAITING, Entries
 
 SMALL_SIM = ["workload=poisson", "workload.rate=35", "workload.duration_s=15", "window.drain_s=60",
              "workload.predictor.sigma=0.5", "output.progress=false"]
@@ -206,7 +209,7 @@ def test_cli_tunes_a_network(tmp_path):
     import subprocess
     import sys
 
-    args = [sys.executable, "-m", "servetune.cli", "tune", *NEURAL_TUNE, "tune.iterations=1",
+    args = [sys.executable, "-m", "servetune.cli.main", "tune", *NEURAL_TUNE, "tune.iterations=1",
             "tune.pairs=1", "tune.eval.seeds=0", f"hydra.run.dir={tmp_path}"]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]

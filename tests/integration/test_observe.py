@@ -12,14 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servetune import workload
-from servetune.calibrate import load_measurements
+from servetune.validate.calibrate import load_measurements
+from servetune.workload import traces as workload
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 
 
 def _observe(tmp_path, *extra):
-    args = [sys.executable, "-m", "servetune.cli", "observe", "--duration-s", "20",
+    args = [sys.executable, "-m", "servetune.cli.main", "observe", "--duration-s", "20",
             "--max-requests", "12", "--max-model-len", "8192", "--out", str(tmp_path), *extra]
     return subprocess.run(args, capture_output=True, text=True, timeout=900, check=False,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})

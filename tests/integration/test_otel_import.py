@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servetune.errors import TraceError
+from servetune.core.errors import TraceError
 from servetune.validate.observe import main as observe_main
 from servetune.validate.otel_import import E2E, PROMPT, TTFT, load_otel_spans
-from servetune.workload import load_csv
+from servetune.workload.traces import load_csv
 
 T0 = 1_764_806_400  # an arrival epoch, seconds
 

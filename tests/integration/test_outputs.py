@@ -1,4 +1,4 @@
-"""Every output file is written whole or not at all (servetune/files.py), and a place that
+"""Every output file is written whole or not at all (servetune/core/files.py), and a place that
 cannot take it is a clear error naming the file."""
 
 import ast
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import servetune
-from servetune import files
-from servetune.errors import OutputError
-from servetune.reporting.cli import main as report_main
+from servetune.cli.report import main as report_main
+from servetune.core import files
+from servetune.core.errors import OutputError
 
 SRC = Path(servetune.__file__).parent
 WRITERS = {"write_text", "write_bytes", "to_csv", "to_parquet", "savefig", "to_json",
@@ -123,7 +123,7 @@ def test_every_output_goes_through_write_whole():
         lines = _unguarded_writes(ast.parse(path.read_text(), filename=str(path)))
         if lines:
             found[rel] = lines
-    assert found == {}, f"writes that bypass servetune.files.write_whole: {found}"
+    assert found == {}, f"writes that bypass servetune.core.files.write_whole: {found}"
 
 
 def test_the_write_check_catches_a_plain_write():

@@ -4,7 +4,7 @@ loses nothing, and the engine recovers once the burst ends."""
 import numpy as np
 from helpers import linear_params, run, trace_of
 
-from servetune.types import COMPLETED, EngineConfig
+from servetune.core.types import COMPLETED, EngineConfig
 
 # capacity: 8 sequences x 1 token per 20 ms iteration = 400 tokens/s; a request is a 16-token
 # prompt and 20 output tokens, so about 20 requests/s at best

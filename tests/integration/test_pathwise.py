@@ -8,18 +8,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from servetune import relax
-from servetune.api import compose
-from servetune.driver import rollout
-from servetune.errors import ConfigError
-from servetune.grad import paired_difference, pathwise, swap
-from servetune.scenario import build
-from servetune.tuning import es
+from servetune.config.scenario import build
+from servetune.core import relax
+from servetune.core.errors import ConfigError
+from servetune.core.types import RUNNING, TIER_SMALL, WAITING
+from servetune.engine.relaxed import swap
+from servetune.run.api import compose
+from servetune.run.driver import rollout
+from servetune.tuning.estimators import es, paired_difference
+from servetune.tuning.estimators import pathwise_gradient as pathwise
+from servetune.tuning.estimators.pathwise import PathwiseEstimator
 from servetune.tuning.evaluator import Evaluator
 from servetune.tuning.objective import Objective
-from servetune.tuning.pathwise_estimator import PathwiseEstimator
 from servetune.tuning.space import space_from_config
-from servetune.types import RUNNING, TIER_SMALL, WAITING
 
 SPACE = {"max_num_seqs": {"low": 8, "high": 256, "scale": "log"},
          "max_num_batched_tokens": {"low": 256, "high": 16384, "scale": "log"},
@@ -148,7 +149,7 @@ def test_priority_weight_gradient_through_soft_ranks_matches_finite_differences(
 
 
 def test_order_swaps_settle_to_the_exchanged_times():
-    """Closed forms of grad/swap.py's settlement. Admissions: request 0 admitted at 2 s
+    """Closed forms of engine/relaxed/swap.py's settlement. Admissions: request 0 admitted at 2 s
     passed over request 1 (admitted at 5 s) with pair weight 0.1, so 1 moves by 0.1 x (2 - 5)
     and 0 by the opposite. Preemptions: request 2, preempted at 4 s in place of request 3
     (kept) with weight 0.25 and re-admitted at 10 s, completes 0.25 x 6 s sooner and 3 that
@@ -168,7 +169,7 @@ def test_order_swaps_settle_to_the_exchanged_times():
 
 
 def test_the_victim_pair_is_the_preemption_boundary():
-    """grad/swap.py's pair at a preemption: on the first preempted entry, the last kept
+    """engine/relaxed/swap.py's pair at a preemption: on the first preempted entry, the last kept
     request and p = sigma((s_j - s_i) / (tau x unit)), unit the running scores' range over
     their count less one; none without a preemption; 0 in value under st and hard."""
     from types import SimpleNamespace
@@ -391,7 +392,7 @@ def test_queue_cap_gradient_follows_the_exact_objective(rate, max_num_seqs, cap)
 @pytest.mark.slow
 def test_priority_weight_gradient_follows_the_exact_objective():
     """Shortest-prompt-first pays in an overloaded engine whose sequence cap binds: the exact
-    objective rises with w_prompt, and the st gradient through order swaps (grad/swap.py)
+    objective rises with w_prompt, and the st gradient through order swaps (engine/relaxed/swap.py)
     is positive (benchmarks/README.md, table 5)."""
     sc = build(compose([*OVERLOADED[:2], "workload.duration_s=20", "window.drain_s=60",
                         "engine.max_slots=64", "engine.queue_window=64", "seeds=2",

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from helpers import batched, linear_params, random_params
 
-from servetune import workload
-from servetune.api import compose, simulate_batch
-from servetune.driver import rollout
+from servetune.config.scenario import build, stack_workloads
+from servetune.core.errors import ConfigError, TraceError
+from servetune.core.types import COMPLETED, OUTSTANDING, EngineConfig
 from servetune.engine import prefix as prefix_lib
-from servetune.errors import ConfigError, TraceError
-from servetune.loop import step_trace
-from servetune.scenario import build, stack_workloads
-from servetune.types import COMPLETED, OUTSTANDING, EngineConfig
-from servetune.workload import RaggedIds, RequestTrace
+from servetune.engine.loop import step_trace
+from servetune.run.api import compose, simulate_batch
+from servetune.run.driver import rollout
+from servetune.workload import traces as workload
+from servetune.workload.traces import RaggedIds, RequestTrace
 
 CFG = EngineConfig(max_slots=4, queue_window=4, block_size=16, max_model_len=4096,
                    cost_form="linear", outbox=16, prefix_cache=True, prefix_cache_entries=64)

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from helpers import linear_params, run, spec, trace_of
 
-from servetune.api import compose
-from servetune.errors import ConfigError
-from servetune.loop import step_trace
-from servetune.metrics import compute_metrics
-from servetune.scenario import build, stack_workloads
-from servetune.types import COMPLETED, EVICTED, REJECT_KV_RESERVE, EngineConfig
+from servetune.config.scenario import build, stack_workloads
+from servetune.core.errors import ConfigError
+from servetune.core.types import COMPLETED, EVICTED, REJECT_KV_RESERVE, EngineConfig
+from servetune.engine.loop import step_trace
+from servetune.run.api import compose
+from servetune.run.metrics import compute_metrics
 
 CFG = EngineConfig(max_slots=8, queue_window=8, block_size=16, max_model_len=1024,
                    cost_form="linear", outbox=64)

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from helpers import linear_params, run, schedule, trace_of
 
-from servetune.api import compose
-from servetune.errors import ConfigError, TraceError
-from servetune.export import unmapped_knobs, vllm_args
-from servetune.scenario import build
-from servetune.types import EngineConfig
-from servetune.workload import load_csv, load_jsonl
+from servetune.config.scenario import build
+from servetune.core.errors import ConfigError, TraceError
+from servetune.core.types import EngineConfig
+from servetune.deploy.export import unmapped_knobs, vllm_args
+from servetune.run.api import compose
+from servetune.workload.traces import load_csv, load_jsonl
 
 PRIORITY = EngineConfig(max_slots=4, queue_window=4, block_size=2, max_model_len=64,
                         cost_form="linear", outbox=16, scheduling_policy="priority")

@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from servetune import api, hardware, quality, scenario
-from servetune.errors import ConfigError, TraceError
-from servetune.workload import load_trace
+from servetune.config import hardware, quality, scenario
+from servetune.core.errors import ConfigError, TraceError
+from servetune.run import api
+from servetune.workload.traces import load_trace
 
 GIB = hardware.GIB
 # a flat quality model: every request fails with probability p at its precision (gamma = 0)

@@ -1,4 +1,4 @@
-"""Seeded replicas of real traces (servetune/replicas.py, `workload.replicas.*`): they differ
+"""Seeded replicas of real traces (servetune/workload/replicas.py, `workload.replicas.*`): they differ
 between seeds, keep the trace's arrival rate and length distributions within sampling error,
 are reproducible, and reach the scenario batch (seeds=N: N different scenarios)."""
 
@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from servetune import replicas, workload
-from servetune.api import compose
-from servetune.errors import ConfigError
-from servetune.replicas import ReplicaSpec
-from servetune.scenario import build, load_workload
+from servetune.config.scenario import build, load_workload
+from servetune.core.errors import ConfigError
+from servetune.run.api import compose
+from servetune.workload import replicas
+from servetune.workload import traces as workload
+from servetune.workload.replicas import ReplicaSpec
 
 FULL = workload.load_trace(workload.bundled_path("azure_llm_2023_conv.csv"))
 SPAN = 600.0

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from servetune.cli.report import main as report_main
 from servetune.reporting import report
 from servetune.reporting.browser import check_page, find_chromium
-from servetune.reporting.cli import main as report_main
 from servetune.reporting.collect import collect, parse_overrides
 from servetune.reporting.latency import point_cdfs
 from servetune.reporting.numbers import fmt
@@ -35,7 +35,7 @@ def _env():
 
 
 def _servetune(*args, timeout=600):
-    cmd = [sys.executable, "-m", "servetune.cli", *args]
+    cmd = [sys.executable, "-m", "servetune.cli.main", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
                           env=_env())
 

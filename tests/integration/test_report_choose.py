@@ -26,8 +26,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from servetune.cli.report import main as report_main
 from servetune.reporting import choose, figures, html_figures, report
-from servetune.reporting.cli import main as report_main
 from servetune.reporting.collect import ReportError, collect
 from servetune.reporting.console import cell
 from servetune.reporting.latency import ecdf, point_cdfs

@@ -5,7 +5,7 @@ arrival) and why a rejected request was rejected."""
 import numpy as np
 import pytest
 
-from servetune import api
+from servetune.run import api
 
 BASE = ["workload=poisson", "workload.duration_s=20", "workload.rate=8", "window.drain_s=60"]
 

@@ -1,7 +1,7 @@
 """One run per output folder and outputs as a set (issue 41 items 1 and 2): a folder another
 live run holds is refused naming it, a rerun moves the earlier run's outputs aside whole, a
 run that fails while writing leaves no part of its set, and readers leave out a folder whose
-run stopped before its set was complete (servetune/run_folder.py)."""
+run stopped before its set was complete (servetune/run/run_folder.py)."""
 
 import json
 import os
@@ -12,14 +12,14 @@ import sys
 import pandas as pd
 import pytest
 
-from servetune import run_folder
 from servetune.reporting.collect import collect
+from servetune.run import run_folder
 
 SIM = ["workload=poisson", "workload.duration_s=5", "output.progress=false"]
 
 
 def _cli(*args, limit_kib=None):
-    cmd = [sys.executable, "-m", "servetune.cli", *map(str, args)]
+    cmd = [sys.executable, "-m", "servetune.cli.main", *map(str, args)]
     if limit_kib:  # a file-size limit: writes past it fail with EFBIG, as on a full disk
         # (set by the shell, not a preexec_fn: forking this JAX process could deadlock)
         cmd = ["bash", "-c", f"trap '' XFSZ; ulimit -f {limit_kib}; exec {shlex.join(cmd)}"]
@@ -183,7 +183,7 @@ def test_a_run_killed_at_any_point_leaves_a_folder_the_next_run_and_report_read(
     import time
 
     folder = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "servetune.cli", "simulate", *KILLED,
+    proc = subprocess.Popen([sys.executable, "-m", "servetune.cli.main", "simulate", *KILLED,
                              f"hydra.run.dir={folder}"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     time.sleep(full_run_s * fraction)

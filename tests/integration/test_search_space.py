@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from servetune import export
-from servetune.api import compose
-from servetune.grad.pathwise import PointMap
-from servetune.policy import DEFAULTS
+from servetune.config.policy import DEFAULTS
+from servetune.deploy import export
+from servetune.run.api import compose
+from servetune.tuning.estimators.pathwise_gradient import PointMap
 from servetune.tuning.space import Constraints, constraints_for, space_from_config
 
 WIDE = {"max_num_seqs": {"low": 8, "high": 1536, "scale": "log"},

@@ -1,7 +1,7 @@
 """The tuned point's sensitivity view (servetune/tuning/sensitivity.py, reporting/tuning_page.py):
 the finite-difference arithmetic and intervals on a fake evaluator whose objective is a known
 function of the knobs, and a small real tune: the files it writes, one derivative against an
-independent finite difference through servetune.api.simulate, and the setting that turns it
+independent finite difference through servetune.run.api.simulate, and the setting that turns it
 off."""
 
 import math
@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from servetune.api import compose, simulate
-from servetune.errors import ConfigError
+from servetune.core.errors import ConfigError
 from servetune.reporting.browser import check_page, find_chromium
 from servetune.reporting.tuning_page import write_views
+from servetune.run.api import compose, simulate
 from servetune.tuning import tune
 from servetune.tuning.objective import Objective
 from servetune.tuning.runner import settings_from_config

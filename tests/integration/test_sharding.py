@@ -29,11 +29,11 @@ MULTI_HOST_CASE = (1, 2)
 def _case(n_s: int, n_p: int):
     from helpers import batched, linear_params
 
-    from servetune.scenario import stack_workloads
-    from servetune.types import EngineConfig
-    from servetune.workload import synthetic
+    from servetune.config.scenario import stack_workloads
+    from servetune.core.types import EngineConfig
+    from servetune.workload.traces import synthetic
 
-    # starting at 4 entries of 16, so that sharded batches widen too (servetune/width.py)
+    # starting at 4 entries of 16, so that sharded batches widen too (servetune/engine/width.py)
     cfg = EngineConfig(max_slots=8, queue_window=8, block_size=4, max_model_len=512,
                        cost_form="linear", outbox=32, leap_max=16, width=4)
     traces = [synthetic(rate=r, n_requests=60, prompt={"dist": "lognormal", "mean": 60, "cv": 1},
@@ -50,8 +50,8 @@ def _simulate(n_s: int, n_p: int):
     """[s][p] (per-request arrays, stats, metrics) of one case on all visible devices."""
     from helpers import spec
 
-    from servetune.driver import rollout
-    from servetune.metrics import compute_metrics, request_table
+    from servetune.run.driver import rollout
+    from servetune.run.metrics import compute_metrics, request_table
 
     traces, wl, params, cfg = _case(n_s, n_p)
     results = rollout(wl, params, cfg, [len(t) for t in traces])
@@ -76,7 +76,7 @@ def _assert_same(a, b, where=""):
 
 
 def test_mesh_shape_pads_least():
-    from servetune.shard import mesh_shape
+    from servetune.run.shard import mesh_shape
 
     assert mesh_shape(8, 1, 4) == (4, 1)
     assert mesh_shape(1, 8, 4) == (1, 4)
@@ -89,7 +89,7 @@ def test_mesh_shape_pads_least():
 def test_one_device_has_no_layout():
     import jax
 
-    from servetune.shard import layout
+    from servetune.run.shard import layout
 
     assert layout(4, 4, jax.devices()[:1]) is None
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from helpers import batched, linear_params, trace_of
 
-from servetune import hardware
-from servetune.api import compose, simulate_batch
-from servetune.driver import rollout
+from servetune.config import hardware
+from servetune.config.scenario import build, stack_workloads
+from servetune.core.errors import ConfigError
+from servetune.core.types import COMPLETED, EngineConfig
 from servetune.engine import speculation
-from servetune.errors import ConfigError
-from servetune.scenario import build, stack_workloads
-from servetune.types import COMPLETED, EngineConfig
+from servetune.run.api import compose, simulate_batch
+from servetune.run.driver import rollout
 
 CFG = EngineConfig(max_slots=16, queue_window=16, block_size=16, max_model_len=4096,
                    cost_form="linear", outbox=64, speculation=True)

@@ -8,7 +8,8 @@ from importlib import resources
 import pytest
 from omegaconf import OmegaConf
 
-from servetune import api, scenario
+from servetune.config import scenario
+from servetune.run import api
 
 STUDIES = ("kv_pressure", "speculation", "utilization_vs_value", "tuned_vs_default",
            "disaggregation", "cascade")

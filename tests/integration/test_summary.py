@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from servetune import api
+from servetune.config.scenario import build
 from servetune.reporting.summary import grid_summary, summary
-from servetune.scenario import build
+from servetune.run import api
 
 BASE = ["workload=poisson", "workload.duration_s=5"]
 

@@ -18,9 +18,9 @@ import yaml
 from omegaconf import OmegaConf
 from rich.console import Console
 
-from servetune import progress as progress_lib
-from servetune.errors import ConfigError
+from servetune.core.errors import ConfigError
 from servetune.reporting.callback import count_jobs
+from servetune.run import progress as progress_lib
 from servetune.tuning.sweeper import sweep_objective
 
 TINY = ["workload=poisson", "workload.duration_s=8", "window.drain_s=30",
@@ -35,7 +35,7 @@ def cache(tmp_path_factory):
 
 
 def _servetune(*args, cache=None, timeout=600):
-    cmd = [sys.executable, "-m", "servetune.cli", *args]
+    cmd = [sys.executable, "-m", "servetune.cli.main", *args]
     if cache is not None:
         cmd += [f"compilation_cache.dir={cache}", "compilation_cache.min_compile_time_s=0"]
     env = dict(os.environ)

@@ -5,9 +5,9 @@ timeline.parquet; off by default, where the loop carries nothing for it."""
 import numpy as np
 import pytest
 
-from servetune import api
-from servetune.loop import init_state
-from servetune.scenario import build
+from servetune.config.scenario import build
+from servetune.engine.loop import init_state
+from servetune.run import api
 
 P, O = 100, 20
 ONE = ["workload=poisson", "workload.n_requests=1", "workload.duration_s=null",

@@ -10,10 +10,12 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from servetune import api, scenario, trace_csv_fast, trace_file, trace_text
-from servetune.errors import ConfigError, TraceError
-from servetune.trace_file import ReadOptions, read_trace
-from servetune.workload import bundled_path, load_trace
+from servetune.config import scenario
+from servetune.core.errors import ConfigError, TraceError
+from servetune.run import api
+from servetune.workload import trace_csv_fast, trace_file, trace_text
+from servetune.workload.trace_file import ReadOptions, read_trace
+from servetune.workload.traces import bundled_path, load_trace
 
 
 def _write(tmp_path, name: str, text: str):

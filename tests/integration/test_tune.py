@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servetune.errors import CheckpointError, ConfigError
-from servetune.loop import run_chunk_batch
-from servetune.tuning import es, tune
+from servetune.core.errors import CheckpointError, ConfigError
+from servetune.engine.loop import run_chunk_batch
+from servetune.tuning import tune
+from servetune.tuning.estimators import es
 from servetune.tuning.objective import Objective
 from servetune.tuning.space import space_from_config
 
@@ -179,7 +180,7 @@ def test_cli_tune_writes_exports(tmp_path):
     # two held-out workloads: another rate, and another group's workload (gamma arrivals)
     holdout = ("tune.eval.holdout=[['workload.rate=20'],['workload=gamma','workload.rate=35',"
                "'workload.duration_s=20']]")
-    args = [sys.executable, "-m", "servetune.cli", "tune", *SMALL, "tune.iterations=1",
+    args = [sys.executable, "-m", "servetune.cli.main", "tune", *SMALL, "tune.iterations=1",
             "tune.eval.seeds=0", holdout, "tune.export_on_regression=true",
             f"hydra.run.dir={tmp_path}"]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False,
@@ -339,8 +340,8 @@ def test_a_run_stopped_while_writing_its_files_leaves_no_summary_to_export(tmp_p
     """Issue 41: tune_summary.json is written last and an earlier run's is removed first, so a
     resumed run that stops while writing its files never pairs its history with the earlier
     run's summary; export then refuses the folder instead of mixing the two."""
-    from servetune.errors import ServetuneError
-    from servetune.export_choice import export_point
+    from servetune.core.errors import ServetuneError
+    from servetune.deploy.choose import export_point
     from servetune.tuning import runner
 
     args = SMALL + ["tune.eval.seeds=0", "tune.eval.sensitivity=true"]

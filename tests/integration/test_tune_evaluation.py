@@ -9,8 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 from scipy import stats
 
-from servetune.api import compose
-from servetune.errors import ConfigError
+from servetune.core.errors import ConfigError
+from servetune.run.api import compose
 from servetune.tuning.evaluation import (
     interval,
     mark_verdicts,

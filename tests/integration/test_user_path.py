@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow  # about 3 minutes of subprocesses on 2 cores
 
 
 def _servetune(*args, cwd, ok=True):
-    proc = subprocess.run([sys.executable, "-m", "servetune.cli", *map(str, args)], cwd=cwd,
+    proc = subprocess.run([sys.executable, "-m", "servetune.cli.main", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=900, check=False)
     if ok:
         assert proc.returncode == 0, (args, proc.stdout[-3000:], proc.stderr[-3000:])

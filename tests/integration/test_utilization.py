@@ -4,7 +4,8 @@ form must add up to the iterations it skips), and MFU / MBU over the GPUs' peaks
 
 import pytest
 
-from servetune import api, hardware
+from servetune.config import hardware
+from servetune.run import api
 
 P, O = 100, 20  # prompt and output tokens of the one request
 ONE = ["workload=poisson", "workload.n_requests=1", "workload.duration_s=null",

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servetune import workload
-from servetune.api import simulate
+from servetune.run.api import simulate
 from servetune.validate import predict
+from servetune.workload import traces as workload
 
 COST = {"base_s": 0.004, "per_prefill_token_s": 3e-5, "per_decode_seq_s": 4e-4,
         "per_ctx_token_s": 2e-7}

@@ -3,9 +3,9 @@
 import numpy as np
 from helpers import linear_params, run, trace_of
 
-from servetune.loop import run_chunk_batch
-from servetune.types import EngineConfig
-from servetune.workload import synthetic
+from servetune.core.types import EngineConfig
+from servetune.engine.loop import run_chunk_batch
+from servetune.workload.traces import synthetic
 
 CFG = EngineConfig(max_slots=8, queue_window=8, block_size=4, max_model_len=512,
                    cost_form="linear", outbox=32)

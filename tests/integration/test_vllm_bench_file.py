@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servetune import bench_file
-from servetune.errors import ConfigError
+from servetune.core.errors import ConfigError
+from servetune.run import bench_file
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm_bench"
 OURS = json.loads((FIXTURES / "servetune.json").read_text())
@@ -116,7 +116,7 @@ def test_long_runs_leave_out_the_arrays_vllm_drops_without_save_detailed():
 def test_a_bad_save_detailed_is_refused_by_key():
     from omegaconf import OmegaConf
 
-    from servetune.commands import save_detailed
+    from servetune.cli.commands import save_detailed
     with pytest.raises(ConfigError, match=r"output.save_detailed: got 'yes'; expected true"):
         save_detailed(OmegaConf.create({"output": {"save_detailed": "yes"}}))
 
@@ -127,7 +127,7 @@ def simulated_run(tmp_path_factory):
     import pandas as pd
 
     out = tmp_path_factory.mktemp("bench")
-    cmd = [sys.executable, "-m", "servetune.cli", "simulate", "workload=vllm_random",
+    cmd = [sys.executable, "-m", "servetune.cli.main", "simulate", "workload=vllm_random",
            "workload.vllm_bench.num_prompts=24", "workload.vllm_bench.random_range_ratio=0.5",
            "workload.vllm_bench.random_output_len=32", "engine.max_model_len=1400",
            "output.progress=false", f"hydra.run.dir={out}"]

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servetune import histogram
-from servetune.metrics import bench_metrics
+from servetune.core import histogram
+from servetune.run.metrics import bench_metrics
 
 # the keys vllm bench serve (vLLM 0.32) writes for these quantities, with its default
 # percentile (99); servetune adds the median's twin p50 and p90

@@ -1,4 +1,4 @@
-"""Entry width (servetune/width.py): a run that starts narrow widens where its live requests
+"""Entry width (servetune/engine/width.py): a run that starts narrow widens where its live requests
 need more entries, and gives, record for record and statistic for statistic, what the same
 run gives at the full width."""
 
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from helpers import CONFIGS, linear_params, random_params, random_traces, run, trace_of
 
-from servetune import api, width
-from servetune.errors import ConfigError
+from servetune.core.errors import ConfigError
+from servetune.engine import width
+from servetune.run import api
 
 RECORDS = ("end_state", "first_token", "finish", "generated", "n_preempt", "tokens_computed",
            "kv_ratio", "scheduled_at", "reject_reason")
@@ -106,7 +107,7 @@ def test_several_instances_narrow_match_the_full_width(mechanism):
     ("engine.chunk_length=2097152", r"engine\.chunk_length: got 2097152; expected within"),
 ])
 def test_a_bad_width_or_chunk_length_is_refused_by_key(override, expected):
-    from servetune.scenario import build
+    from servetune.config.scenario import build
 
     with pytest.raises(ConfigError, match=expected):
         build(api.compose([override]))

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from servetune.workload import (
+from servetune.workload.traces import (
     RaggedIds,
     RequestTrace,
     bundled_path,
@@ -111,8 +111,8 @@ def test_one_long_hash_id_row_does_not_widen_the_others(tmp_path):
 # ---- vllm bench serve's random dataset (workload=vllm_random)
 
 def _vllm(**flags):
-    from servetune import api
-    from servetune.scenario import build
+    from servetune.config.scenario import build
+    from servetune.run import api
     return build(api.compose(["workload=vllm_random"] + [f"workload.vllm_bench.{k}={v}"
                                                          for k, v in flags.items()])).traces[0]
 
@@ -133,8 +133,8 @@ def test_vllm_random_lengths_and_arrivals_follow_vllms_random_dataset():
 
 def test_vllm_random_keeps_the_arrivals_of_workload_duration_s():
     tr = _vllm(num_prompts=2000, request_rate=10)
-    from servetune import api
-    from servetune.scenario import build
+    from servetune.config.scenario import build
+    from servetune.run import api
     cut = build(api.compose(["workload=vllm_random", "workload.vllm_bench.num_prompts=2000",
                              "workload.vllm_bench.request_rate=10",
                              "workload.duration_s=30"])).traces[0]
@@ -153,6 +153,6 @@ def test_vllm_random_at_an_infinite_rate_sends_everything_at_once():
     ("request_rate", "fast", r"^workload\.vllm_bench\.request_rate: got 'fast'"),
 ])
 def test_vllm_random_flags_are_checked_by_key(flag, value, match):
-    from servetune.errors import ConfigError
+    from servetune.core.errors import ConfigError
     with pytest.raises(ConfigError, match=match):
         _vllm(**{flag: value})

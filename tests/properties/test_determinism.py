@@ -8,8 +8,8 @@ identical and times agree to 1e-12 relative.
 import json
 import math
 
-from servetune.api import compose, simulate_batch
-from servetune.scenario import build
+from servetune.config.scenario import build
+from servetune.run.api import compose, simulate_batch
 
 BASE = ["workload=poisson", "workload.rate=20", "workload.duration_s=15", "window.drain_s=60",
         "workload.predictor.sigma=0.5", "policy=sjf", "output.progress=false"]
@@ -20,8 +20,8 @@ def _dump(metrics: dict) -> str:
 
 
 # what describes the compiled program rather than the scenario: a batch runs at the width its
-# widest scenario needs (servetune/width.py), a scenario alone at its own, and takes the simple
-# step only where all its scenarios can (servetune/simple_step.py)
+# widest scenario needs (servetune/engine/width.py), a scenario alone at its own, and takes the simple
+# step only where all its scenarios can (servetune/engine/simple_step.py)
 PROGRAM = ("entry_width", "widenings", "simple_steps")
 
 

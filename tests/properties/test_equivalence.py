@@ -1,7 +1,7 @@
 """The fast machinery changes no result: a run that steps every iteration one at a time, at the
 full entry width, through the full step only, and the same run with event skipping (across
-completions), a narrow start that widens (servetune/width.py) and the simple step
-(servetune/simple_step.py), give the same per-request records and statistics, over mechanism
+completions), a narrow start that widens (servetune/engine/width.py) and the simple step
+(servetune/engine/simple_step.py), give the same per-request records and statistics, over mechanism
 combinations on slices of the bundled real traces.
 
 Every case compiles a few simulators (both runs, and each width the narrow one passes
@@ -13,8 +13,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from servetune import api, width
-from servetune.scenario import build
+from servetune.config.scenario import build
+from servetune.engine import width
+from servetune.run import api
 
 TIMESTAMPS = ("arrival_s", "scheduled_s", "first_token_s", "finish_s")
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from helpers import CONFIGS, batched, linear_params, random_params, random_traces, run, trace_of
 
-from servetune.loop import step_trace
-from servetune.scenario import stack_workloads
-from servetune.types import COMPLETED, OUTSTANDING, REJECTED, EngineConfig
+from servetune.config.scenario import stack_workloads
+from servetune.core.types import COMPLETED, OUTSTANDING, REJECTED, EngineConfig
+from servetune.engine.loop import step_trace
 
 
 # without chunked prefill with -m slow (the default suite's 10-minute budget); test_properties

@@ -8,7 +8,7 @@ included -- random policies, engine mechanisms and KV capacities. Whatever is dr
 - a completed request received exactly its output tokens, a rejected one none, and the engine
   computed at least prompt + output - 1 tokens for it (exactly that without preemption);
 - cost is non-negative and finite, and every metric is finite or NaN/inf exactly where
-  documented (servetune.metrics.compute_metrics).
+  documented (servetune.run.metrics.compute_metrics).
 
 Speed: JAX compiles once per static EngineConfig and array shape, so engine configs come from
 a small fixed set and every workload pads to the same 64 rows (n <= 32); compiled rollouts
@@ -27,8 +27,8 @@ from helpers import linear_params, run, spec, trace_of
 from hypothesis import event, given, note
 from hypothesis import strategies as st
 
-from servetune.metrics import ALWAYS_FINITE, compute_metrics, request_table
-from servetune.types import COMPLETED, OUTSTANDING, REJECTED, EngineConfig
+from servetune.core.types import COMPLETED, OUTSTANDING, REJECTED, EngineConfig
+from servetune.run.metrics import ALWAYS_FINITE, compute_metrics, request_table
 
 BASE = {"max_slots": 16, "queue_window": 16, "block_size": 4, "max_model_len": 256,
         "cost_form": "linear", "outbox": 64}
@@ -264,8 +264,8 @@ def test_kv_blocks_dtype_fixed():
 
 # The fast machinery against the plainest run, on the same draws: every iteration stepped
 # through the full step at the full width (the reference), and event skipping across
-# completions and arrivals, a start at 4 entries that widens (servetune/width.py) and the simple
-# step (servetune/simple_step.py). One engine by default (each width compiles once), all of
+# completions and arrivals, a start at 4 entries that widens (servetune/engine/width.py) and the simple
+# step (servetune/engine/simple_step.py). One engine by default (each width compiles once), all of
 # them with the slow profile.
 FAST_ENGINES = (sorted(ENGINES) if os.environ.get("HYPOTHESIS_PROFILE") == "slow"
                 else ["continuous-paged-chunked-leap"])
@@ -280,7 +280,7 @@ COUNT_STATS = ("steps", "preemptions", "prefill_tokens", "decode_tokens", "kv_pe
 def test_skipping_narrow_widths_and_the_simple_step_change_no_record(scenario):
     import dataclasses
 
-    from servetune import width
+    from servetune.engine import width
 
     name, tr, d = scenario
     note(f"engine={name} arrivals={tr.arrival.tolist()} prompt={tr.prompt.tolist()} "

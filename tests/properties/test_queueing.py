@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from helpers import linear_params, run
 
-from servetune.types import EngineConfig
-from servetune.workload import synthetic
+from servetune.core.types import EngineConfig
+from servetune.workload.traces import synthetic
 
 TAU, O, RHO = 0.05, 2, 0.5
 D = O * TAU

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from servetune.core.types import RUNNING, WAITING, Entries
 from servetune.engine.outbox import retire
-from servetune.types import RUNNING, WAITING, Entries
 
 
 def live(e: Entries):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from servetune.core.types import COMPLETED, Entries
 from servetune.engine.outbox import retire
 from servetune.engine.scheduler import Batch
-from servetune.types import COMPLETED, Entries
 
 
 def advance(es: Entries, batch: Batch, t_end):

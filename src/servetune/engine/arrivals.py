@@ -5,11 +5,20 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from servetune import ops, relax
+from servetune.core import ops, relax
+from servetune.core.types import (
+    DONE,
+    EMPTY,
+    REJECTED,
+    WAITING,
+    EngineConfig,
+    Entries,
+    Params,
+    Workload,
+)
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.kv import blocks_for
-from servetune.grad import shift, swap
-from servetune.types import DONE, EMPTY, REJECTED, WAITING, EngineConfig, Entries, Params, Workload
+from servetune.engine.relaxed import shift, swap
 
 
 def pending_arrivals(next_req, t, wl: Workload, cfg: EngineConfig, search_window=None):

@@ -7,7 +7,7 @@ at most policy.cascade_threshold (a traced gate in relax.py), else to the large 
 pool the configured replica router (engine/routing.py) picks the instance.
 
 Whether a request's small answer fails its quality check is a fixed property of the request
-and the seed (Workload.cascade_fail, drawn on the host by servetune.cascade_config from the
+and the seed (Workload.cascade_fail, drawn on the host by servetune.config.cascade from the
 quality model), the same for every policy. A small answer that fails is not delivered: when the
 small instance completes it, the request becomes RETRY (its blocks are already free). At that
 instance's next iteration boundary (the end of the iteration that completed it: event skipping
@@ -41,10 +41,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from servetune import relax
-from servetune.cost import step_time
-from servetune.engine import transfer
-from servetune.types import (
+from servetune.core import relax
+from servetune.core.cost import step_time
+from servetune.core.types import (
     COMPLETED,
     DONE,
     EMPTY,
@@ -59,6 +58,7 @@ from servetune.types import (
     EngineConfig,
     Entries,
 )
+from servetune.engine import transfer
 
 
 def is_small(i, cfg: EngineConfig):

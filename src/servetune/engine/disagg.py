@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from servetune.core.types import EMPTY, HANDOFF, INFLIGHT, RUNNING, WAITING, EngineConfig, Entries
 from servetune.engine import transfer
 from servetune.engine.kv import blocks_for
-from servetune.types import EMPTY, HANDOFF, INFLIGHT, RUNNING, WAITING, EngineConfig, Entries
 
 
 def is_prefill(i, cfg: EngineConfig):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from servetune.types import EngineConfig
+from servetune.core.types import EngineConfig
 
 
 def blocks_for(tokens, cfg: EngineConfig, ratio=None):

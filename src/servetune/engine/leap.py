@@ -19,8 +19,19 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from servetune import histogram, ops, relax
-from servetune.cost import step_time
+from servetune.core import histogram, ops, relax
+from servetune.core.cost import step_time
+from servetune.core.types import (
+    COMPLETED,
+    DONE,
+    EMPTY,
+    RUNNING,
+    WAITING,
+    EngineConfig,
+    Entries,
+    Params,
+    Workload,
+)
 from servetune.engine import pressure
 from servetune.engine.kv import blocks_for
 from servetune.engine.outbox import retire
@@ -31,17 +42,6 @@ from servetune.engine.scheduler import (
     prefill_cap,
     token_budget,
     watermark_blocks,
-)
-from servetune.types import (
-    COMPLETED,
-    DONE,
-    EMPTY,
-    RUNNING,
-    WAITING,
-    EngineConfig,
-    Entries,
-    Params,
-    Workload,
 )
 
 

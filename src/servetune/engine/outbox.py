@@ -14,8 +14,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from servetune import ops
-from servetune.types import DONE, EMPTY, OUTSTANDING, SWAP_PARTNERS, Entries, Outbox
+from servetune.core import ops
+from servetune.core.types import DONE, EMPTY, OUTSTANDING, SWAP_PARTNERS, Entries, Outbox
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +46,7 @@ RECORDS = (
     RecordField("scheduled_at", jnp.float64, float("nan")),  # seconds, first admission
     RecordField("reject_reason", jnp.int32, -1),  # types.REJECT_* (-1: not rejected)
     RecordField("tier", jnp.int32, -1, only="cascade"),  # cascade tier (-1: never routed)
-    # the relaxed engines' tapes, read by grad/pathwise.py only
+    # the relaxed engines' tapes, read by tuning/estimators/pathwise_gradient.py only
     RecordField("shift", jnp.float64, float("nan"), only="relaxed", result=False),  # seconds
     RecordField("admitted_at", jnp.float64, float("nan"), only="swap", result=False),
     RecordField("swap_req", jnp.int32, -1, only="swap", width=SWAP_PARTNERS, result=False),

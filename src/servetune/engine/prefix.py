@@ -60,10 +60,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from servetune import ops
+from servetune.core import ops
+from servetune.core.errors import TraceError
+from servetune.core.types import RUNNING, WAITING, EngineConfig, Entries, PrefixCache, PrefixRefs
 from servetune.engine.kv import blocks_for
-from servetune.errors import TraceError
-from servetune.types import RUNNING, WAITING, EngineConfig, Entries, PrefixCache, PrefixRefs
 
 WAYS = 8  # slots per set of the cache table
 MAX_INSERTS = 64  # blocks inserted into the cache per iteration at most

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from servetune import ops
+from servetune.core import ops
+from servetune.core.types import EngineConfig, Entries
 from servetune.engine.kv import blocks_for
-from servetune.types import EngineConfig, Entries
 
 POLICIES = ("preempt", "evict", "compress", "reject")
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from servetune.core.types import EngineConfig, Entries
 from servetune.engine.kv import blocks_for
-from servetune.types import EngineConfig, Entries
 
 
 def _victim(alive, priority, arrival):

@@ -31,11 +31,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from servetune import ops
+from servetune.core import ops
+from servetune.core.types import EMPTY, RUNNING, WAITING, EngineConfig, Params, SimState, Workload
 from servetune.engine import cascade, speculation
 from servetune.engine.arrivals import fill
 from servetune.engine.kv import blocks_for
-from servetune.types import EMPTY, RUNNING, WAITING, EngineConfig, Params, SimState, Workload
 
 ROUTERS = ("round_robin", "jsq", "least_kv", "p2c", "score")
 

@@ -21,7 +21,7 @@ Under FCFS the order is vLLM's own (`Entries.qkey`); under a score order the run
 are ordered by score, so the victim is the lowest-priority one. Under vLLM's priority policy
 (engine.scheduling_policy priority) the victim is chosen by fixed priority wherever it stands
 in the running list (engine/priority.py). (A relaxed order pairs the
-victim with the last request kept: grad/swap.py.)
+victim with the last request kept: engine/relaxed/swap.py.)
 """
 
 from __future__ import annotations
@@ -32,14 +32,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from flax import struct
 
-from servetune import ops, relax
-from servetune.engine import prefix as prefix_lib
-from servetune.engine import pressure
-from servetune.engine import priority as priority_policy
-from servetune.engine.kv import blocks_for
-from servetune.engine.speculation import draft_tokens
-from servetune.grad.relaxed_batch import relaxed_batch
-from servetune.types import (
+from servetune.core import ops, relax
+from servetune.core.types import (
     DONE,
     EVICTED,
     REJECTED,
@@ -49,6 +43,12 @@ from servetune.types import (
     Entries,
     Params,
 )
+from servetune.engine import prefix as prefix_lib
+from servetune.engine import pressure
+from servetune.engine import priority as priority_policy
+from servetune.engine.kv import blocks_for
+from servetune.engine.relaxed.batch import relaxed_batch
+from servetune.engine.speculation import draft_tokens
 
 _NO_BUDGET = 2**30
 
@@ -64,7 +64,7 @@ class Batch:
     ended: jnp.ndarray  # [A] bool requests the scheduler ended: evicted, or rejected under
     #                     KV pressure (their finish time is the iteration's start)
     accepted: jnp.ndarray | None = None  # [A] i32 draft tokens accepted (speculation), else None
-    # relaxed engines only (engine.relax st/soft, servetune/relax.py), else None:
+    # relaxed engines only (engine.relax st/soft, servetune/core/relax.py), else None:
     weight: jnp.ndarray | None = None  # [A] f64 tokens with their decisions' relaxed weights
     #                                    (equal to `tokens` in value under st)
     admit_z: jnp.ndarray | None = None  # [A] f64 admission weight minus the exact admission
@@ -73,7 +73,7 @@ class Batch:
     gain: jnp.ndarray | None = None  # [A] f64 prompt tokens a relaxed budget computes for the
     #                                  entry beyond the exact ones (0 in value under st)
     swap_req: jnp.ndarray | None = None  # [A, m] i32 with a relaxed order: requests each
-    #                                      admission passed over (-1 none; grad/swap.py)
+    #                                      admission passed over (-1 none; engine/relaxed/swap.py)
     swap_p: jnp.ndarray | None = None  # [A, m] f64 their pair perturbations
     victim_of: jnp.ndarray | None = None  # [A] i32 with a relaxed order: for the first request
     #                                       preempted, the last one kept (-1 elsewhere)

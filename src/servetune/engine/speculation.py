@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from servetune import relax
-from servetune.cost import step_time
-from servetune.types import CostParams, EngineConfig
+from servetune.core import relax
+from servetune.core.cost import step_time
+from servetune.core.types import CostParams, EngineConfig
 
 
 def _mix(x):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from servetune.types import RUNNING, TIMELINE_COLUMNS, WAITING, EngineConfig, Timeline
+from servetune.core.types import RUNNING, TIMELINE_COLUMNS, WAITING, EngineConfig, Timeline
 
 
 def empty(cfg: EngineConfig, like) -> Timeline:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from servetune.types import EMPTY, INFLIGHT, Entries
+from servetune.core.types import EMPTY, INFLIGHT, Entries
 
 
 def _set(entries: Entries, name: str, at, value) -> Entries:

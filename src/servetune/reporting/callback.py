@@ -9,7 +9,7 @@ a multirun.
   executables the simulator's jitted functions hold in this process so far (one per distinct
   static config and shape; Hydra's basic launcher runs every job in one process, so a sweep over
   traced policy values keeps run_chunk_batch at 1).
-- on_multirun_start / on_multirun_end: a progress bar over the sweep's jobs (servetune/progress.py:
+- on_multirun_start / on_multirun_end: a progress bar over the sweep's jobs (servetune/run/progress.py:
   job k of n, elapsed, ETA; plain lines at most every `progress_every_s` when not a terminal),
   then the sweep's points (overrides -> goodput, SLO attainment, P99 TTFT; seeds averaged), how
   often the simulator compiled, and the report command.
@@ -29,14 +29,14 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.markup import escape
 
-from servetune import run_folder
-from servetune.entry import JOB_ERROR_FILE
-from servetune.errors import ServetuneError
-from servetune.files import write_json
+from servetune.core.errors import ServetuneError
+from servetune.core.files import write_json
+from servetune.run import run_folder
+from servetune.run.entry import JOB_ERROR_FILE
 
 # (module, function) of the jitted simulator entry points whose compilations are counted
-JITTED = (("servetune.loop", "run_chunk_batch"), ("servetune.loop", "init_batch"),
-          ("servetune.shard", "run_chunk"))
+JITTED = (("servetune.engine.loop", "run_chunk_batch"), ("servetune.engine.loop", "init_batch"),
+          ("servetune.run.shard", "run_chunk"))
 STATS_FILE = "jit_cache.json"
 
 
@@ -170,7 +170,7 @@ class ServetuneCallback(Callback):
         _claim(OmegaConf.select(config, "hydra.sweep.dir"), f"{command} -m", supersede=True)
         self._cache(config)
         if self.progress:
-            from servetune.progress import SweepProgress
+            from servetune.run.progress import SweepProgress
 
             root = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
             self._bar = SweepProgress(root, count_jobs(config), STATS_FILE,
@@ -225,7 +225,7 @@ class ServetuneCallback(Callback):
 
 def failed_jobs(root: Path) -> list[dict]:
     """The error records ({job, overrides, error}) of the sweep's failed jobs under `root`,
-    by job number (servetune.errors.exit_on_user_error writes them)."""
+    by job number (servetune.core.errors.exit_on_user_error writes them)."""
     docs = []
     for path in Path(root).rglob(JOB_ERROR_FILE):
         try:

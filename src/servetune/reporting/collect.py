@@ -21,10 +21,11 @@ import pandas as pd
 import yaml
 from hydra.errors import OverrideParseException
 
-from servetune import inputs, run_folder
-from servetune.errors import ServetuneError
+from servetune.core import inputs
+from servetune.core.errors import ServetuneError
 from servetune.reporting.numbers import fmt
-from servetune.workload import strict_float
+from servetune.run import run_folder
+from servetune.workload.traces import strict_float
 
 # Resolved config values copied into every row, for context (they are not point keys).
 CONTEXT_KEYS = ("workload.name", "model.name", "hardware.gpu", "policy.order")

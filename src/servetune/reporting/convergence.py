@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from servetune.files import write_whole
+from servetune.core.files import write_whole
 from servetune.reporting.ticks import no_offsets
 
 MIN_RELATIVE_SPAN = 0.01  # a y axis spans at least 1% of its largest magnitude...

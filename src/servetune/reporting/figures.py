@@ -19,13 +19,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from servetune.files import write_whole
-from servetune.reporting.choose import (
-    FRONT_PANELS,
-    condition_groups,
-    fronts,
-    targets_s,
-)
+from servetune.core.files import write_whole
+from servetune.reporting.choose import FRONT_PANELS, condition_groups, fronts, targets_s
 from servetune.reporting.labels import front_labels, place
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import LATENCIES, LEVEL, series

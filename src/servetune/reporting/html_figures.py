@@ -9,12 +9,7 @@ import html as html_lib
 import numpy as np
 import pandas as pd
 
-from servetune.reporting.choose import (
-    FRONT_PANELS,
-    condition_groups,
-    fronts,
-    targets_s,
-)
+from servetune.reporting.choose import FRONT_PANELS, condition_groups, fronts, targets_s
 from servetune.reporting.figures import TIMELINE_PANELS, cdf_order, dash, style_names
 from servetune.reporting.labels import PLOTLY_POSITIONS, front_labels, place
 from servetune.reporting.latency import thin

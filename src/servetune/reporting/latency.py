@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from servetune.inputs import check_regular
+from servetune.core.inputs import check_regular
 from servetune.reporting.collect import Collection, ReportError, point_label
 from servetune.reporting.stats import LATENCIES
 

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from servetune import inputs, run_folder
-from servetune.errors import OutputError
-from servetune.files import ensure_dir, write_text, write_whole
+from servetune.core import inputs
+from servetune.core.errors import OutputError
+from servetune.core.files import ensure_dir, write_text, write_whole
 from servetune.reporting import choose, stats
 from servetune.reporting import timeline as timelines
 from servetune.reporting.collect import CONTEXT_KEYS, ReportError, collect
 from servetune.reporting.numbers import fmt
+from servetune.run import run_folder
 
 
 @dataclasses.dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from servetune.inputs import check_regular
+from servetune.core.inputs import check_regular
 from servetune.reporting.collect import (
     TARGET_KEYS,
     Collection,

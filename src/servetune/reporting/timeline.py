@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from servetune.inputs import check_regular
+from servetune.core.inputs import check_regular
 from servetune.reporting.collect import Collection, ReportError, point_label
 
 FILE = "timeline.parquet"

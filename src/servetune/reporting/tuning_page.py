@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from servetune.files import write_whole
+from servetune.core.files import write_whole
 from servetune.reporting.convergence import MIN_SPAN, y_range
 from servetune.reporting.html import CATCH, CSS, RENDER, TEMPLATE, embed
 from servetune.reporting.numbers import fmt

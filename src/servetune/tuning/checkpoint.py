@@ -17,8 +17,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from servetune.errors import CheckpointError
-from servetune.files import ensure_dir, from_jsonable, write_json
+from servetune.core.errors import CheckpointError
+from servetune.core.files import ensure_dir, from_jsonable, write_json
 
 NAME = "checkpoint.json"
 FORMAT = 4  # 4: non-finite floats as every servetune file writes them ("inf", null); 3: tagged

@@ -15,8 +15,8 @@ import pandas as pd
 from omegaconf import DictConfig
 from scipy import stats
 
-from servetune.errors import ConfigError, ServetuneError
-from servetune.scenario import build
+from servetune.config.scenario import build
+from servetune.core.errors import ConfigError, ServetuneError
 from servetune.tuning.evaluator import Evaluator
 from servetune.tuning.split_overrides import TRAINING_GROUPS, with_overrides
 

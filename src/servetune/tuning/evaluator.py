@@ -9,12 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from servetune import metrics as metrics_lib
-from servetune.api import check_invariants
-from servetune.driver import rollout
-from servetune.policy import make_policy
-from servetune.scenario import Scenario
-from servetune.types import Params
+from servetune.config.policy import make_policy
+from servetune.config.scenario import Scenario
+from servetune.core.types import Params
+from servetune.run import metrics as metrics_lib
+from servetune.run.api import check_invariants
+from servetune.run.driver import rollout
 
 
 def _policy_values(scenario: Scenario) -> dict:

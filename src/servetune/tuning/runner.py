@@ -20,15 +20,20 @@ import optax
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from servetune import estimate, export, memory, neural, settings
-from servetune.api import compose
-from servetune.errors import CheckpointError, ConfigError
-from servetune.files import write_json, write_whole
-from servetune.policy import DEFAULTS, ORDERS
+from servetune.config import settings
+from servetune.config.policy import DEFAULTS, ORDERS
+from servetune.config.scenario import MAX_SEEDS, build
+from servetune.core.errors import CheckpointError, ConfigError
+from servetune.core.files import write_json, write_whole
+from servetune.deploy import export
+from servetune.engine import memory, neural
 from servetune.reporting.convergence import write_convergence
 from servetune.reporting.tuning_page import write_views
-from servetune.scenario import MAX_SEEDS, build
-from servetune.tuning import checkpoint, es
+from servetune.run import estimate
+from servetune.run.api import compose
+from servetune.tuning import checkpoint
+from servetune.tuning.estimators import es
+from servetune.tuning.estimators.pathwise import PathwiseEstimator
 from servetune.tuning.evaluation import (
     REGRESSION_TOLERANCE,
     check_evaluation,
@@ -39,7 +44,6 @@ from servetune.tuning.evaluation import (
 )
 from servetune.tuning.evaluator import Evaluator, MultiEvaluator
 from servetune.tuning.objective import Objective
-from servetune.tuning.pathwise_estimator import PathwiseEstimator
 from servetune.tuning.sensitivity import CAPTION, measure
 from servetune.tuning.space import SearchSpace, constraints_for, space_from_config
 from servetune.tuning.split_overrides import (
@@ -62,7 +66,7 @@ MAX_LAMBDA = 1e9
 MAX_ITERATIONS = 100_000  # the checkpoint holds (and rewrites) one history row per iteration
 MAX_PAIRS = 4096  # 8193 policies per iteration
 MAX_SIMULATIONS = 10 ** 8  # scenarios simulated over a run (iterations x policies x scenarios)
-MAX_SEED = 2 ** 63 - 1  # the largest `seed` (servetune.scenario)
+MAX_SEED = 2 ** 63 - 1  # the largest `seed` (servetune.config.scenario)
 RECORD_BYTES = 12 << 10  # host memory of one scenario's metrics (~60 numbers; measured 11 KiB)
 
 

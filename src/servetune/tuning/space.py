@@ -20,8 +20,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from servetune.errors import ConfigError
-from servetune.policy import BOUNDS, DEFAULTS
+from servetune.config.policy import BOUNDS, DEFAULTS
+from servetune.core.errors import ConfigError
 
 _EDGE = 0.02  # initial points are kept this far inside the bounds (sigmoid units), where
 #               a perturbation of the coordinate still moves the value

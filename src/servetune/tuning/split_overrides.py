@@ -12,7 +12,7 @@ from importlib import resources
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from servetune.errors import ConfigError
+from servetune.core.errors import ConfigError
 
 _ABSENT = object()
 # groups a held-out split may choose: what is served and how (the policy is what the tuner

@@ -22,7 +22,7 @@ import math
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from servetune.errors import ConfigError
+from servetune.core.errors import ConfigError
 from servetune.tuning.objective import Objective
 
 DEFAULT = "penalized"

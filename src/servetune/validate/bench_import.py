@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from servetune import inputs
-from servetune.errors import TraceError
+from servetune.core import inputs
+from servetune.core.errors import TraceError
 from servetune.validate import record_checks
 from servetune.validate import record_columns as rc
 

@@ -18,18 +18,20 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from servetune import hardware, width, workload
-from servetune.driver import rollout
+from servetune.config import hardware
+from servetune.config.policy import make_policy
+from servetune.config.scenario import stack_workloads
+from servetune.core.errors import ServetuneError
+from servetune.core.files import write_whole
+from servetune.core.types import END_STATE_NAMES, EngineConfig, Params
+from servetune.engine import width
+from servetune.engine.loop import step_trace
 from servetune.engine.prefix import WAYS
-from servetune.errors import ServetuneError
-from servetune.files import write_whole
-from servetune.loop import step_trace
-from servetune.policy import make_policy
-from servetune.scenario import stack_workloads
-from servetune.types import END_STATE_NAMES, EngineConfig, Params
+from servetune.run.driver import rollout
 from servetune.validate import oracle
 from servetune.validate.oracle import PREFIX_STAT_KEYS
-from servetune.workload import RaggedIds, RequestTrace
+from servetune.workload import traces as workload
+from servetune.workload.traces import RaggedIds, RequestTrace
 
 FORMAT = 1
 VLLM_VERSION = "0.32.0"  # the version the committed fixtures, and servetune's semantics, match

@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from servetune import workload
-from servetune.errors import ConfigError, ServetuneError
-from servetune.files import ensure_dir, write_json, write_whole
+from servetune.core.errors import ConfigError, ServetuneError
+from servetune.core.files import ensure_dir, write_json, write_whole
 from servetune.validate import record_import
 from servetune.validate.oracle import VllmNotInstalledError, import_vllm, step_work
+from servetune.workload import traces as workload
 
 MODEL_CONFIG = {  # the random-weight Llama: small, and shapes vLLM's CPU attention supports
     "vocab_size": 1024, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,

@@ -33,11 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
-from servetune import inputs
-from servetune.errors import TraceError
+from servetune.core import inputs
+from servetune.core.errors import TraceError
 from servetune.validate import record_checks
 from servetune.validate import record_columns as rc
-from servetune.workload import strict_float
+from servetune.workload.traces import strict_float
 
 SPAN = "llm_request"
 PROMPT, OUTPUT = "gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens"

@@ -45,11 +45,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from servetune import inputs
-from servetune.api import simulate
-from servetune.calibrate import fit_cost_model, load_measurements
-from servetune.errors import ConfigError, ServetuneError, TraceError
-from servetune.files import write_json, write_whole
+from servetune.core import inputs
+from servetune.core.errors import ConfigError, ServetuneError, TraceError
+from servetune.core.files import write_json, write_whole
+from servetune.run.api import simulate
+from servetune.validate.calibrate import fit_cost_model, load_measurements
 from servetune.validate.record_columns import trace_rows
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s")

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servetune.errors import TraceError
+from servetune.core.errors import TraceError
 
 SAME_CLOCK_S = 1e-6  # two durations from the same clock readings: rounding only
 JITTER_S = 1e-3  # a client's or a server's two clocks (send vs queue, engine vs frontend)

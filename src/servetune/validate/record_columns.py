@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from servetune.errors import TraceError
-from servetune.workload import MAX_SPAN_S, MAX_TOKENS, DuplicateKeyError, unique_keys
+from servetune.core.errors import TraceError
+from servetune.workload.traces import MAX_SPAN_S, MAX_TOKENS, DuplicateKeyError, unique_keys
 
 _SHOW = reprlib.Repr()
 _SHOW.maxstring, _SHOW.maxlong, _SHOW.maxother = 40, 40, 40

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from servetune import run_folder
-from servetune.errors import OutputError
-from servetune.files import ensure_dir, write_json, write_whole
+from servetune.core.errors import OutputError
+from servetune.core.files import ensure_dir, write_json, write_whole
+from servetune.run import run_folder
 from servetune.validate.bench_import import load_bench_result
 from servetune.validate.otel_import import load_otel_spans
 

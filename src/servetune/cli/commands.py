@@ -1,0 +1,187 @@
+"""The commands that run simulations (`servetune simulate`, `servetune tune`) as Hydra apps,
+and what they print and write. servetune.cli.main imports this module only for those commands, so
+`servetune --help` and the argparse commands' bad arguments answer without loading JAX."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+
+from servetune.config.scenario import build
+from servetune.core.errors import ConfigError, ServetuneError
+from servetune.core.files import write_json, write_text, write_whole
+from servetune.deploy.export import as_deployed, model_id
+from servetune.reporting.numbers import fmt
+from servetune.reporting.summary import grid_summary, summary
+from servetune.run import bench_file, estimate, run_folder
+from servetune.run.api import simulate_batch
+from servetune.run.progress import console as progress_console
+from servetune.run.progress import simulation_progress
+from servetune.tuning import tune
+from servetune.tuning.evaluation import side_by_side
+from servetune.tuning.sweeper import check_config, sweep_objective
+
+
+def _quiet_jax_logs() -> None:
+    for name in ("jax", "jax._src.xla_bridge", "absl"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def simulate_job(cfg: DictConfig):
+    """Simulate the configured scenarios and write metrics.json, metrics.csv, objective.json,
+    vllm_bench.json (vllm bench serve's keys), requests.parquet (and timeline.parquet with
+    output.timeline) into the Hydra run directory. Returns (SimulationResult, objective), the
+    objective being the float a sweeper maximizes (servetune/tuning/sweeper.py, `sweep.*` keys)."""
+
+    _quiet_jax_logs()
+    console = progress_console(stderr=True)
+    out = Path(HydraConfig.get().runtime.output_dir)
+    check_config(cfg)
+    save_detailed(cfg)  # refused before the simulation, not after it
+    scenario = build(cfg)
+    n = len(scenario.seeds) * len(scenario.grid_points)
+    first = scenario.traces[0]
+    span = float(first.arrival.max()) if len(first) else 0.0
+    instances = scenario.engine.n_instances
+    console.print(estimate.plan_line(n, len(first), span, instances=instances) + " ...",
+                  highlight=False)
+    with simulation_progress(bool(cfg.output.progress), console=console) as progress:
+        result = simulate_batch(scenario, progress)
+    estimate.record(sum(len(t) for t in scenario.traces) * len(scenario.grid_points),
+                    result.wall_s, kind=estimate.simulate_kind(instances))
+    failure = None
+    with run_folder.outputs_as_a_set(out, "servetune simulate") as stage:
+        _write_outputs(stage, cfg, scenario, result)
+        try:  # after the outputs: a bad sweep.objective loses none of them
+            objective = sweep_objective(cfg, result.metrics)
+        except ServetuneError as err:
+            failure = err
+        else:
+            write_json(stage / "objective.json",
+                       {"objective": objective, "scenarios": n,
+                        "sweep.objective": OmegaConf.select(cfg, "sweep.objective")})
+    if failure is not None:
+        raise failure
+    con = progress_console()
+    if n == 1:
+        summary(result.metrics[0], scenario.labels, console=con)
+    else:
+        grid_summary(result.table, console=con)
+    con.print(f"objective ({OmegaConf.select(cfg, 'sweep.objective')}): {objective:.6g}",
+              highlight=False)
+    con.print(f"wrote {out}/metrics.json, metrics.csv, objective.json, vllm_bench.json"
+              + (", requests.parquet" if cfg.output.request_table else "")
+              + (", timeline.parquet" if result.timelines else "")
+              + f"  ({result.wall_s:.1f} s wall)")
+    return result, objective
+
+
+def _write_outputs(stage: Path, cfg: DictConfig, scenario, result) -> None:
+    """Write a simulate run's files into `stage`: config_resolved.yaml, metrics.json,
+    vllm_bench.json, metrics.csv, requests.parquet (output.request_table) and timeline.parquet
+    (output.timeline)."""
+    import pandas as pd
+
+    n = len(result.metrics)
+    write_text(stage / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    doc = result.metrics[0] if n == 1 else {"scenarios": [
+        {"seed": row["seed"], "grid": pt, "metrics": m}
+        for row, pt, m in zip(result.table.to_dict("records"),
+                              scenario.grid_points * len(scenario.seeds), result.metrics)]}
+    write_json(stage / "metrics.json", dict(doc, wall_s=result.wall_s))
+    bench = bench_documents(cfg, result)  # vllm bench serve --save-result's file, to diff
+    write_json(stage / "vllm_bench.json", bench[0] if n == 1 else bench)
+    write_whole(stage / "metrics.csv", lambda tmp: result.table.to_csv(tmp, index=False))
+    if cfg.output.request_table:
+        requests = pd.concat([table.assign(scenario=k) for k, table in enumerate(result.requests)],
+                             ignore_index=True)
+        write_whole(stage / "requests.parquet", lambda tmp: requests.to_parquet(tmp, index=False))
+    if result.timelines:  # output.timeline
+        table = pd.concat([t.assign(scenario=k) for k, t in enumerate(result.timelines)],
+                          ignore_index=True)
+        write_whole(stage / "timeline.parquet", lambda tmp: table.to_parquet(tmp, index=False))
+
+
+def save_detailed(cfg: DictConfig) -> bool | None:
+    """output.save_detailed: None (by size), True or False; ConfigError naming it otherwise."""
+    value = OmegaConf.select(cfg, "output.save_detailed")
+    if value is not None and not isinstance(value, bool):
+        raise ConfigError(f"output.save_detailed: got {value!r}; expected true, false or null "
+                          f"(null: the per-request arrays only while they are small)")
+    return value
+
+
+def bench_documents(cfg: DictConfig, result) -> list[dict]:
+    """One `vllm bench serve --save-result` document per scenario of `result` (bench_file.py),
+    named after the configured model and, for workload.vllm_bench, sent at its rate."""
+    model = model_id(cfg)
+    vllm = OmegaConf.select(cfg, "workload.vllm_bench")
+    vllm = OmegaConf.to_container(vllm, resolve=True) if vllm is not None else None
+    detailed = save_detailed(cfg)
+    docs = []
+    for k, metrics in enumerate(result.metrics):
+        cols = result.requests.columns(k)
+        counted = cols["arrival_s"][cols["counted"].astype(bool)]
+        meta = bench_file.about(model, counted, vllm)
+        docs.append(bench_file.bench_result(cols, metrics["vllm_bench"], meta, detailed))
+    return docs
+
+
+def run_simulate(cfg: DictConfig) -> dict:
+    """simulate_job; returns the first scenario's metrics."""
+    return simulate_job(cfg)[0].metrics[0]
+
+
+def run_tune(cfg: DictConfig):
+    """Tune the policy (tune.* settings) and write history.csv, evaluation.csv, convergence.png,
+    checkpoint.json and export/ into the Hydra run directory. Returns the TuneResult."""
+    from rich.table import Table
+
+    _quiet_jax_logs()
+    console = Console()
+    out = Path(HydraConfig.get().runtime.output_dir)
+    write_text(out / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    result = tune(cfg, out_dir=out,
+                  log=lambda line: console.print(line, highlight=False, markup=False))
+    console.print(_start_vs_tuned(result, Table))
+    shown = lambda k, v: (f"{k}=[{len(v)} weights, export/score_net.json]" if k == "score_net"
+                          else f"{k}={fmt(v)}")
+    console.print("tuned policy (as exported: integer limits floored): "
+                  + ", ".join(shown(k, v) for k, v in as_deployed(result.best).items()))
+    if result.regression:
+        console.print("[bold red]regression:[/] the tuned policy is worse than the start on "
+                      "held-out data beyond chance; see the regression_verdict column of "
+                      "evaluation.csv")
+    exported = (out / "export").is_dir()
+    views = ", tuning.html (history and sensitivity)" if (out / "tuning.html").is_file() else ""
+    console.print(f"wrote {out}/history.csv, evaluation.csv, convergence.png{views}"
+                  + (", export/" if exported else " (no export/)"))
+    return result
+
+
+def _start_vs_tuned(result, table_class):
+    """The evaluation as a rich table, three rows per split (training, then held out): each
+    metric's start and tuned value and the tuned one's 95% interval over the split's scenarios
+    ("no information" where they all came out the same)."""
+    table = table_class(title=f"start vs tuned ({result.scenarios_simulated} scenarios "
+                              f"simulated, {result.wall_s:.0f} s)")
+    for head in ("split", "metric", "start", "tuned", "tuned: 95% interval", "regression"):
+        table.add_column(head, justify="left" if head in ("split", "metric") else "right")
+    heads = {"slo_attainment": "SLO attainment", "useful_tokens_per_dollar": "useful tok/$",
+             "goodput_rps": "goodput req/s"}
+    for rec in side_by_side(result.evaluation):
+        for k, (key, head) in enumerate(heads.items()):
+            m = rec[key]
+            ci = (f"{fmt(m['tuned_interval'][0])} - {fmt(m['tuned_interval'][1])}"
+                  if m["tuned_interval"] else "no information")
+            first = k == 0
+            regression = ("yes" if rec["regression"] else "trained on" if not rec["held_out"]
+                          else "tie" if rec["tie"] else "no")
+            split = f"{rec['split']}" if first else f"({rec['scenarios']} scenarios)" * (k == 1)
+            table.add_row(split, head, fmt(m["start"]), fmt(m["tuned"]), ci,
+                          regression if first else "", end_section=k == len(heads) - 1)
+    return table

@@ -1,0 +1,268 @@
+"""Which policy `servetune export DIR` exports, and exporting it (export_cli.py is the command):
+the policy of any run, or of one point of a grid, sweep or tuning run, as the engine files
+servetune.deploy.export writes (tuned_policy.yaml, vllm_args.json, sglang_args.json,
+unmapped_knobs.json).
+
+DIR is a `servetune tune` run (it holds tune_summary.json: its best policy is exported), or a
+`servetune simulate` run or multirun folder (metrics.csv under it). Of the latter's points,
+`--point KEY=VALUE` keeps those whose KEY has VALUE (a swept key, `workload.rate=5`, or a grid
+or policy key, `policy.max_num_seqs=64`; `max_num_seqs=64` names the same); the points left must
+share one condition (reporting/choose.py: every swept key that is not a policy knob), and of
+their settings the best by the tuner's order is exported (meets the SLO target, then the most
+useful tokens per dollar), with what it was chosen over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from servetune.config.policy import DEFAULTS
+from servetune.config.scenario import build
+from servetune.core import inputs
+from servetune.core.errors import ConfigError, ServetuneError
+from servetune.core.files import json_number
+from servetune.deploy import export
+from servetune.reporting.choose import condition_groups, rank, setting_label, split_keys
+from servetune.reporting.collect import collect
+from servetune.reporting.numbers import fmt
+from servetune.reporting.stats import aggregate
+from servetune.workload.trace_text import DuplicateKeyError, unique_keys
+
+TUNE_SUMMARY = "tune_summary.json"
+RESOLVED = "config_resolved.yaml"
+
+
+@dataclasses.dataclass(frozen=True)
+class Chosen:
+    """The point to export: its run folder and resolved config, its policy values (policy keys
+    of servetune.config.policy.DEFAULTS, plus score_net for a neural order) and order, in words which
+    point it is and why it was chosen, the damaged run folders left out of the choice, and
+    for a tuning run its search space (tune.space: key -> (low, high), in the key's units)."""
+
+    run_dir: Path
+    cfg: DictConfig
+    values: dict
+    order: str
+    label: str
+    why: str
+    skipped: tuple = ()
+    ranges: dict = dataclasses.field(default_factory=dict)
+
+
+def _resolved(run_dir: Path) -> DictConfig:
+    """The run's config_resolved.yaml; ServetuneError naming it when missing or unreadable."""
+    path = run_dir / RESOLVED
+    inputs.check_regular(path, "resolved config (config_resolved.yaml)", ServetuneError)
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as err:  # noqa: BLE001 -- YAML and OmegaConf raise many kinds
+        raise ServetuneError(f"{path}: cannot read ({str(err).splitlines()[0]})") from None
+    if not isinstance(cfg, DictConfig) or not isinstance(cfg.get("policy"), DictConfig):
+        raise ServetuneError(f"{path}: no policy section; expected a servetune run's config")
+    return cfg
+
+
+def _policy(cfg: DictConfig, overrides: dict) -> tuple[dict, str]:
+    """(values, order) of the run's policy section with `overrides` (policy key -> value)."""
+    section = OmegaConf.to_container(cfg.policy, resolve=True)
+    values = {k: v for k, v in section.items() if k in DEFAULTS or k == export.NET_KEY}
+    values.update(overrides)
+    return values, str(section.get("order", "fcfs"))
+
+
+def _tune_summary(path: Path) -> tuple[dict, bool]:
+    """(best policy values, regressed) of a tune_summary.json; ServetuneError naming the file
+    and what is wrong with it."""
+    expected = "expected the tune_summary.json servetune tune writes"
+    try:
+        summary = json.loads(inputs.read_bytes(path, "tuning summary", ServetuneError),
+                             object_pairs_hook=unique_keys, parse_constant=_refuse_constant)
+    except DuplicateKeyError as err:
+        raise ServetuneError(f"{path}: key {err.key!r} given twice; {expected}") from None
+    except (ValueError, RecursionError) as err:
+        raise ServetuneError(f"{path}: not JSON ({str(err)[:80]}); {expected}") from None
+    best = summary.get("best") if isinstance(summary, dict) else None
+    if not isinstance(best, dict) or not best:
+        raise ServetuneError(f"{path}: no 'best' object of policy values; {expected}")
+    read = {}
+    for key, value in best.items():
+        try:
+            read[key] = (_weights(value) if key == export.NET_KEY else json_number(value))
+        except ValueError as err:
+            raise ServetuneError(f"{path}: best.{key} = {str(value)[:40]!r}; expected a "
+                                 f"number ({err})") from None
+    regression = summary.get("regression", False)
+    if not isinstance(regression, bool):
+        raise ServetuneError(f"{path}: regression = {regression!r}; expected true or false")
+    return read, regression
+
+
+def _weights(value) -> list[float]:
+    """A score net's weights: a list of finite numbers (ValueError otherwise)."""
+    numbers = [json_number(v) for v in value] if isinstance(value, list) else None
+    if numbers is None or any(x is None or not math.isfinite(x) for x in numbers):
+        raise ValueError("a score net is a list of finite weights")
+    return numbers
+
+
+def choose_tuned(run_dir: Path) -> Chosen:
+    """The best policy of a `servetune tune` run folder."""
+    path = run_dir / TUNE_SUMMARY
+    best, regression = _tune_summary(path)
+    cfg = _resolved(run_dir)
+    values, order = _policy(cfg, best)
+    order = "neural" if best.get(export.NET_KEY) is not None else order
+    try:
+        export.policy_to_config(values, order)  # check every value before any file is made
+    except ConfigError as err:
+        raise ServetuneError(f"{path}: {err}") from None
+    regressed = " (it regressed on held-out data: see evaluation.csv)" if regression else ""
+    return Chosen(run_dir, cfg, values, order, "the tuned policy",
+                  f"the best policy servetune tune found{regressed}",
+                  ranges=tuned_ranges(cfg, run_dir / RESOLVED))
+
+
+def tuned_ranges(cfg: DictConfig, path: Path) -> dict[str, tuple[float, float]]:
+    """The tuning run's search space from its config (`path`, named in errors): tuned policy
+    key -> (low, high) of tune.space, in the key's units ({} when it has none). The tuner
+    checked the ranges when it ran; this reads them without loading it."""
+    spec = OmegaConf.select(cfg, "tune.space")
+    spec = OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else {}
+    out = {}
+    for key, dim in spec.items():
+        if dim is None:  # not tuned
+            continue
+        try:
+            out[key] = (float(dim["low"]), float(dim["high"]))
+        except (TypeError, KeyError, ValueError):
+            raise ServetuneError(f"{path}: tune.space.{key} = {dim!r}; expected {{low: ..., "
+                                 f"high: ..., scale: log|linear}} as servetune tune read it"
+                                 ) from None
+    return out
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _column(runs: pd.DataFrame, key: str) -> str:
+    """The runs' column for a --point key: as given, under policy. (grid.X is policy.X)."""
+    bare = key.removeprefix("grid.")
+    names = (f"policy.{bare}",) if key.startswith("grid.") else (key, f"policy.{bare}")
+    for name in names:
+        if name in runs.columns:
+            return name
+    shown = [c for c in runs.columns if "." in c and not c.endswith(("_s", "_rps"))][:12]
+    raise ServetuneError(f"--point {key}: no such key in the runs; expected a swept or grid "
+                         f"key, e.g. {', '.join(shown)}")
+
+
+def _matches(column: pd.Series, value: str) -> pd.Series:
+    """Rows whose value equals `value` (as a number where both are numbers, to 1e-9 relative,
+    an infinity only itself; else as text)."""
+    try:
+        number = float(value)
+    except ValueError:
+        return column.astype(str) == value
+    as_numbers = pd.to_numeric(column, errors="coerce")
+    if not math.isfinite(number):
+        return as_numbers == number
+    return (as_numbers - number).abs() <= 1e-9 * max(1.0, abs(number))
+
+
+def filter_runs(runs: pd.DataFrame, points: list[str]) -> pd.DataFrame:
+    """The rows of `runs` that every KEY=VALUE of `points` keeps; ServetuneError naming the
+    filter and the values there are when none does."""
+    for item in points:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ServetuneError(f"--point {item!r}: expected KEY=VALUE, e.g. "
+                                 f"policy.max_num_seqs=64")
+        column = _column(runs, key)
+        kept = runs[_matches(runs[column], value)]
+        if kept.empty:
+            values = sorted({fmt(v) if isinstance(v, float) else str(v) for v in runs[column]})
+            raise ServetuneError(f"--point {item}: no run has {column}={value}; it has "
+                                 f"{', '.join(values[:20])}")
+        runs = kept
+    return runs
+
+
+def choose_point(root: Path, points: list[str]) -> Chosen:
+    """The point of the simulate run(s) under `root` that `points` (KEY=VALUE filters) and the
+    tuner's order choose (module docstring)."""
+    col = collect(root)
+    col = dataclasses.replace(col, runs=filter_runs(col.runs, points).reset_index(drop=True))
+    table = aggregate(col)
+    conditions, settings = split_keys(col.keys)
+    groups = condition_groups(table, conditions)
+    if len(groups) > 1:
+        names = "; ".join(label for label, _ in groups[:6])
+        raise ServetuneError(f"{root}: the points left are under {len(groups)} conditions "
+                             f"({names}); pick one with --point, e.g. --point "
+                             f"{conditions[0]}={fmt(groups[0][1].iloc[0][conditions[0]])}")
+    g = groups[0][1].reset_index(drop=True)
+    order = rank(g)
+    best = g.iloc[order[0]]
+    label = setting_label(best, settings, col.keys)
+    why = "the only point left" if len(g) == 1 else (
+        f"the best of {len(g)} settings by the tuner's order (SLO attainment "
+        f"{_pct(best.get('slo_attainment_mean'))}, useful tokens per $ "
+        f"{fmt(best.get('useful_tokens_per_dollar_mean'))}); runner-up "
+        f"{setting_label(g.iloc[order[1]], settings, col.keys)}; --point picks another")
+    same = col.runs
+    for k in col.keys:
+        same = same[same[k].astype(str) == str(best[k])]
+    row = same.iloc[0]
+    run_dir = col.run_dirs[row["run"]]
+    grid = {c.removeprefix("policy."): row[c] for c in col.runs.columns
+            if c.startswith("policy.") and c.removeprefix("policy.") in DEFAULTS
+            and pd.notna(row[c])}
+    values, order_name = _policy(_resolved(run_dir), grid)
+    name = "the run" if row["run"] == "." else f"run {row['run']}"
+    return Chosen(run_dir, _resolved(run_dir), values, order_name,
+                  label if label != "all" else name, why, tuple(col.skipped))
+
+
+def _pct(value) -> str:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    return f"{100 * v:.3g}%" if math.isfinite(v) else "-"
+
+
+def export_point(directory: str | Path, points: list[str] | None = None,
+                 out: str | Path | None = None) -> tuple[Chosen, dict]:
+    """Write the engine files of the point of `directory` that `points` choose into `out`
+    (default DIR/export). Returns (the point, {file name: path})."""
+    if not str(directory).strip() or (out is not None and not str(out).strip()):
+        raise ServetuneError(f"{'DIR' if not str(directory).strip() else '--out'}: got an empty "
+                             f"path; expected a folder")
+    root = inputs.expand(directory, "DIR", ServetuneError).resolve()
+    if not root.is_dir():
+        raise ServetuneError(f"{directory}: not a folder; expected a servetune run, multirun or "
+                             f"tuning folder")
+    tuned = (root / TUNE_SUMMARY).is_file()
+    if tuned and points:
+        raise ServetuneError(f"--point: {root} is a tuning run with one policy, its best; "
+                             f"--point chooses among the points of simulate runs")
+    chosen = choose_tuned(root) if tuned else choose_point(root, list(points or []))
+    target = root / "export" if out is None else inputs.expand(out, "--out", ServetuneError)
+    try:
+        scenario = build(chosen.cfg)
+    except ServetuneError as err:
+        raise ServetuneError(f"{chosen.run_dir / RESOLVED}: cannot rebuild the run to read its "
+                             f"engine ({err})") from None
+    engine = OmegaConf.to_container(chosen.cfg.engine, resolve=True)
+    extra = {"source": str(chosen.run_dir), "point": chosen.label, "chosen": chosen.why}
+    paths = export.write_export(target, chosen.values, chosen.order, engine, extra=extra,
+                                deploy=export.deployment(chosen.cfg, scenario),
+                                ranges=chosen.ranges)
+    return chosen, paths

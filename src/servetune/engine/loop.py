@@ -1,0 +1,231 @@
+"""The device loop: a while_loop of iterations per compiled call (`run_chunk`), its state
+(`init_state`), and the same vmapped over workloads [S] x policies [P] (`init_batch`,
+`run_chunk_batch`). The host drives these chunks in servetune/run/driver.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from servetune.core import histogram, ops
+from servetune.core.types import (
+    EMPTY,
+    WORK_COLUMNS,
+    EngineConfig,
+    Entries,
+    Params,
+    SimState,
+    Stats,
+    Workload,
+)
+from servetune.engine import cascade, timeline, width
+from servetune.engine import prefix as prefix_lib
+from servetune.engine.outbox import empty_outbox, record_fields
+from servetune.engine.relaxed import shift, swap
+from servetune.engine.simple_step import iterate, iterate_grid
+from servetune.engine.step import step_or_stay
+
+
+def outbox_capacity(cfg: EngineConfig) -> int:
+    """R: at least two iterations' worth of drained records, so a chunk always makes progress."""
+    return max(cfg.outbox, 2 * cfg.drain_per_step)
+
+
+def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
+    """The initial carry; every array derives from an input so sharded vmaps place it right."""
+    zf = jnp.zeros_like(wl.t_stop, jnp.float64)
+    zi = jnp.zeros_like(wl.n, jnp.int32)
+    shape = (cfg.n_instances, cfg.n_entries)
+    full = lambda v, dtype: jnp.full(shape, v, dtype) + jnp.zeros_like(zi, dtype)
+    entries = Entries(
+        req=full(-1, jnp.int32), status=full(EMPTY, jnp.int32), arrival=full(jnp.nan, jnp.float64),
+        prompt=full(0, jnp.int32), output=full(0, jnp.int32), predicted=full(0.0, jnp.float64),
+        computed=full(0, jnp.int32), generated=full(0, jnp.int32), blocks=full(0, jnp.int32),
+        preempted=full(0, jnp.int32) > 0, n_preempt=full(0, jnp.int32),
+        tokens_computed=full(0, jnp.int64), first_token=full(jnp.nan, jnp.float64),
+        last_emit=full(jnp.nan, jnp.float64), finish=full(jnp.nan, jnp.float64),
+        end_state=full(-1, jnp.int32), give_up_at=full(jnp.inf, jnp.float64),
+        give_up_state=full(-1, jnp.int32), spec_alpha=full(0.0, jnp.float64),
+        kv_ratio=full(1.0, jnp.float64), ready_at=full(-jnp.inf, jnp.float64),
+        qkey=full(0, jnp.int32), scheduled_at=full(jnp.nan, jnp.float64),
+        reject_reason=full(-1, jnp.int32),
+        prefix=prefix_lib.init_refs(shape, zi, cfg) if cfg.prefix_cache else None,
+        relaxed=shift.init_tape(shape, zi) if cfg.relax != "hard" else None,
+        swap=swap.init_tape(shape, zi) if cfg.relax_order else None,
+        cascade=cascade.init_entries(shape, zi) if cfg.cascade_small_instances > 0 else None,
+        priority=full(0, jnp.int32) if cfg.scheduling_policy == "priority" else None,
+    )
+    per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
+    stats = Stats(
+        steps=zi, leaped=zi, simple=zi, busy_s=per_inst + zf, kv_peak_blocks=per_inst,
+        kv_overflow=per_inst > 0,
+        clock_regress=per_inst > 0, preemptions=zi, prefill_tokens=zi.astype(jnp.int64),
+        decode_tokens=zi.astype(jnp.int64), window_overflow=zi, max_running=per_inst,
+        occupancy_s=zf, ended=zi, slot_bound=zi,
+        stalled=zi > 0, itl_hist=jnp.zeros((histogram.BINS,), jnp.float64) + zf,
+        spec_passes=zi.astype(jnp.int64), spec_proposed=zi.astype(jnp.int64),
+        spec_accepted=zi.astype(jnp.int64), spec_emitted=zi.astype(jnp.int64),
+        work=jnp.zeros((cfg.n_instances, len(WORK_COLUMNS)), jnp.float64) + zf,
+    )
+    return SimState(clock=per_inst + zf, entries=entries, next_req=zi,
+                    outbox=empty_outbox(outbox_capacity(cfg), zi, cfg.cascade_small_instances > 0,
+                                       cfg.relax != "hard", cfg.relax_order),
+                    stats=stats, done=wl.n <= 0,
+                    mid_ended=per_inst, mid_blocks=per_inst, stuck=per_inst > 0, need=zi,
+                    prefix=prefix_lib.init_cache(cfg, zi) if cfg.prefix_cache else None,
+                    timeline=timeline.empty(cfg, zf) if cfg.timeline_samples > 0 else None)
+
+
+def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
+    """Iterate one scenario until it is done, its outbox is nearly full, the chunk's step
+    limit is reached, or (a narrow program) its next loop body could need more entries than
+    the program holds (`SimState.need`, servetune/engine/width.py). The outbox starts empty (the host
+    has collected it)."""
+    cap = outbox_capacity(cfg)
+    state = state.replace(outbox=state.outbox.replace(count=state.outbox.count * 0))
+
+    def cond(carry):
+        s, k = carry
+        room = s.outbox.count + cfg.drain_per_step <= cap
+        return ((~s.done) & room & (k < cfg.max_steps_per_chunk)
+                & width.fits(s, wl, cfg, ops.SEARCH_WINDOW))
+
+    def body(carry):
+        s, k = carry
+        return iterate(s, wl, params, cfg), k + 1
+
+    def fixed(_, carry):  # engine.chunk_length: a body that does nothing once inactive
+        return jax.lax.cond(cond(carry), body, lambda c: c, carry)
+
+    start = (state, jnp.zeros_like(state.next_req))
+    if cfg.chunk_length:
+        state, _ = jax.lax.fori_loop(0, cfg.chunk_length, fixed, start)
+    else:
+        state, _ = jax.lax.while_loop(cond, body, start)
+    return state.replace(need=width.shortfall(state, wl, cfg, ops.SEARCH_WINDOW))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "n_steps"),
+                   compiler_options=ops.COMPILER_OPTIONS)
+def step_trace(wl: Workload, params: Params, cfg: EngineConfig, n_steps: int):
+    """Run one scenario (unbatched wl and params) for `n_steps` iterations, recording each.
+
+    For golden tests and debugging: returns (final state, info) with info["t"], info["dur"] of
+    shape [n_steps], and info["req"], info["tokens"] of shape [n_steps, A] (the iterating
+    instance's entries). The outbox is reset every step: use it for schedules, not results.
+    Event skipping is off here, so every step is one iteration.
+    """
+    cfg = dataclasses.replace(cfg, leap_max=0, width=0)
+    state = init_state(wl, params, cfg)
+
+    def body(s, _):
+        s, info = step_or_stay(s, wl, params, cfg)
+        s = s.replace(outbox=s.outbox.replace(count=s.outbox.count * 0))
+        return s, info
+
+    return jax.lax.scan(body, state, None, length=n_steps)
+
+
+def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
+    """run_chunk over state [S, P], workloads [S], params [P]: one loop that steps every
+    scenario still active (same iterations, same results as vmapping run_chunk).
+
+    Vmapping a while_loop makes every iteration select each carry leaf between old and new for
+    every scenario, the whole outbox included ([R] records x 7 fields, though an iteration
+    writes at most drain_per_step of them). Here each iteration's step drains into a scratch
+    outbox of drain_per_step records, which are then written at the fill mark only for the
+    scenarios that are active (a slice read and write, not a select over [R]).
+    """
+    cap = outbox_capacity(cfg)
+    per = cfg.drain_per_step
+    box0 = state.outbox.replace(count=state.outbox.count * 0)
+    state = state.replace(outbox=box0)
+    rec_fields = record_fields(box0)
+    scratch = box0.replace(**{f: getattr(box0, f)[:, :, :per] for f in rec_fields})
+
+    fits = ops.over_grid(lambda s, w: width.fits(s, w, cfg), "gs")
+
+    def active(s, k):
+        return ((~s.done) & (s.outbox.count + per <= cap) & (k < cfg.max_steps_per_chunk)
+                & fits(s, wl))
+
+    def write(old, rec, at, on):  # one scenario: records [per, ...] at the fill mark, if active
+        start = (at,) + (jnp.zeros_like(at),) * (old.ndim - 1)
+        cur = jax.lax.dynamic_slice(old, start, rec.shape)
+        return jax.lax.dynamic_update_slice(old, jnp.where(on, rec, cur), start)
+
+    write_all = jax.vmap(jax.vmap(write))
+
+    def body(carry):  # `on` [S, P]: the scenarios this trip steps (active, computed once)
+        s, k, on = carry
+        new = iterate_grid(s.replace(outbox=scratch), wl, params, cfg, on)
+        box, rec = s.outbox, new.outbox
+        fields = {f: write_all(getattr(box, f), getattr(rec, f), box.count, on)
+                  for f in rec_fields}
+        box = box.replace(**fields, count=box.count + jnp.where(on, rec.count, 0))
+        rest = jax.tree.map(lambda a, b: jnp.where(on.reshape(on.shape + (1,) * (a.ndim - 2)),
+                                                   a, b),
+                            new.replace(outbox=None), s.replace(outbox=None))
+        s, k = rest.replace(outbox=box), k + on.astype(k.dtype)
+        return s, k, active(s, k)
+
+    def cond(carry):
+        return jnp.any(carry[2])
+
+    k0 = jnp.zeros_like(state.next_req)
+    start = (state, k0, active(state, k0))
+    if cfg.chunk_length:  # engine.chunk_length: inactive scenarios' bodies are discarded
+        state, _, _ = jax.lax.fori_loop(0, cfg.chunk_length, lambda _, c: body(c), start)
+    else:
+        state, _, _ = jax.lax.while_loop(cond, body, start)
+    return state.replace(need=ops.over_grid(lambda s, w: width.shortfall(s, w, cfg), "gs")(
+        state, wl))
+
+
+def batched(fn, cfg):
+    """fn over state [S, P], workloads [S], params [P]. A 1 x 1 batch runs unbatched: under vmap
+    the loop's data-dependent branches (lax.cond) turn into selects that run both sides.
+    run_chunk runs as run_chunk_grid."""
+    if fn is run_chunk:
+        outer = functools.partial(run_chunk_grid, cfg=cfg)
+    else:
+        outer = ops.over_grid(functools.partial(fn, cfg=cfg), "gsp")
+
+    def call(state, wl, params):
+        if state.done.shape == (1, 1):
+            out = fn(jax.tree.map(lambda x: x[0, 0], state), jax.tree.map(lambda x: x[0], wl),
+                     jax.tree.map(lambda x: x[0], params), cfg=cfg)
+            return jax.tree.map(lambda x: x[None, None], out)
+        return outer(state, wl, params)
+
+    return call
+
+
+def init_grid(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
+    """init_state for workloads [S] x params [P] -> state [S, P]."""
+    return ops.over_grid(functools.partial(init_state, cfg=cfg), "sp")(wl, params)
+
+
+init_batch = jax.jit(init_grid, static_argnames=("cfg",), compiler_options=ops.COMPILER_OPTIONS)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnums=(0,),
+                   compiler_options=ops.COMPILER_OPTIONS)
+def run_chunk_batch(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
+    """run_chunk over state [S, P], workloads [S], params [P] in one compiled call."""
+    return batched(run_chunk, cfg)(state, wl, params)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",), compiler_options=ops.COMPILER_OPTIONS)
+def widen_batch(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
+    """State [S, P] with each instance's entries padded to `cfg`'s (wider) width
+    (servetune/engine/width.py): the entries keep their places, the new ones are empty, everything
+    else is unchanged and `need` is cleared."""
+    fresh = init_grid(wl, params, cfg)
+    held = state.entries.req.shape[3]  # entries leaves are [S, P, I, A, ...]
+    entries = jax.tree.map(lambda new, old: new.at[:, :, :, :held].set(old), fresh.entries,
+                           state.entries)
+    return state.replace(entries=entries, need=jnp.zeros_like(state.need))

@@ -1,0 +1,134 @@
+"""Seeded replicas of a real trace's slice (`workload.replicas.*`): scenarios that differ from
+seed to seed while keeping the trace's arrival rate, burstiness and length distributions.
+
+Replaying a trace gives one scenario however many seeds run; a tuned setting then is checked
+against that one sample path. A replica resamples the slice, host-side, before the simulator
+sees it:
+
+- `shift_s`: the window starts U(0, shift_s) seconds later in the full trace (a different
+  stretch of the same day);
+- `block_s`: circular block bootstrap of the arrivals: the slice's span D is cut into blocks of
+  block_s seconds, and each block is filled with the requests of a window of the same length
+  starting at a uniform offset of the slice, read circularly (Politis & Romano's circular
+  bootstrap), so bursts shorter than a block are kept whole and the rate holds in expectation;
+- `rate`: rate scaling that keeps the arrival structure (unlike `workload.rate_scale`, which
+  compresses time): ceil(rate) copies of the slice, each circularly shifted by a uniform offset
+  (the first not shifted), superposed, each request kept with probability rate / ceil(rate);
+- `lengths`: each request's content (prompt and output lengths with what goes with the prompt:
+  prefix block ids, priority, difficulty) is drawn with replacement from the requests of its
+  class (`classes.prompt_split_tokens`; one class without it), arrival times kept.
+
+All off (block_s null, shift_s 0, rate 1, lengths false) replays the slice as is, and so does
+the seed `recorded_seed` (0 by default) whatever the settings: a single run at seed 0 is the
+trace as recorded, and `seeds=N` is the recorded slice and N - 1 replicas. Every draw
+comes from numpy's generator seeded with (seed, a stream id per technique), so a seed gives the
+same replica on every machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from servetune.core import streams
+from servetune.workload.traces import RequestTrace, flush_subnormal
+
+MAX_BLOCKS = 100_000  # blocks per replica: span / block_s
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaSpec:
+    """The `workload.replicas.*` settings (see the module docstring)."""
+
+    block_s: float | None = None  # block length of the circular bootstrap, seconds; None = off
+    shift_s: float = 0.0  # the window's start moves by up to this many seconds
+    rate: float = 1.0  # arrival-rate factor by thinning (< 1) or superposition (> 1)
+    lengths: bool = False  # resample request contents within classes
+    recorded_seed: int | None = 0  # the seed that replays the slice as recorded; None = none
+
+    @property
+    def active(self) -> bool:
+        """Whether replicas differ from the slice."""
+        return (self.block_s is not None or self.shift_s > 0 or self.rate != 1.0
+                or self.lengths)
+
+    def resamples(self, seed: int) -> bool:
+        """Whether seed `seed`'s scenario is a replica (else the slice as recorded)."""
+        return self.active and seed != self.recorded_seed
+
+
+def start_shift(spec: ReplicaSpec, seed: int) -> float:
+    """Seconds by which seed `seed`'s window starts later: U(0, shift_s)."""
+    if spec.shift_s <= 0 or not spec.resamples(seed):
+        return 0.0
+    return float(streams.rng(seed, streams.REPLICA_SHIFT).uniform(0.0, spec.shift_s))
+
+
+def _take(trace: RequestTrace, idx: np.ndarray, arrival: np.ndarray) -> RequestTrace:
+    """Requests `idx` [M] of `trace` with new arrival times [M] (s), sorted by arrival."""
+    order = np.argsort(arrival, kind="stable")
+    idx, arrival = idx[order], arrival[order]
+    fields = {name: getattr(trace, name)[idx] for name in trace.per_request_fields()}
+    fields["arrival"] = flush_subnormal(arrival.astype(np.float64))
+    return dataclasses.replace(trace, **fields)
+
+
+def _circular(trace: RequestTrace, offset: float, span: float):
+    """Arrival times of the slice read circularly from `offset`: ((t - offset) mod span)."""
+    return np.mod(trace.arrival - offset, span)
+
+
+def block_bootstrap(trace: RequestTrace, span: float, block_s: float,
+                    rng: np.random.Generator) -> RequestTrace:
+    """The circular block bootstrap of the slice's arrivals over [0, span) s."""
+    n_blocks = math.ceil(span / block_s)
+    offsets = rng.uniform(0.0, span, size=n_blocks)
+    lengths = np.minimum(block_s, span - np.arange(n_blocks) * block_s)
+    # the slice twice over, so that a window read circularly is one contiguous range
+    times = np.concatenate([trace.arrival, trace.arrival + span])
+    lo = np.searchsorted(times, offsets, side="left")
+    hi = np.searchsorted(times, offsets + lengths, side="left")
+    counts = hi - lo
+    block = np.repeat(np.arange(n_blocks), counts)
+    pos = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + lo[block]
+    arrival = block * block_s + (times[pos] - offsets[block])
+    return _take(trace, pos % len(trace), arrival)
+
+
+def scale_rate(trace: RequestTrace, span: float, rate: float,
+               rng: np.random.Generator) -> RequestTrace:
+    """ceil(rate) circularly shifted copies (the first unshifted), each request kept with
+    probability rate / ceil(rate)."""
+    copies = max(1, math.ceil(rate))
+    keep = rate / copies
+    idx, times = [], []
+    for c in range(copies):
+        offset = 0.0 if c == 0 else rng.uniform(0.0, span)
+        kept = np.flatnonzero(rng.random(len(trace)) < keep)
+        idx.append(kept)
+        times.append(_circular(trace, offset, span)[kept])
+    return _take(trace, np.concatenate(idx), np.concatenate(times))
+
+
+def resample_lengths(trace: RequestTrace, rng: np.random.Generator) -> RequestTrace:
+    """Each request's content drawn with replacement from its class, arrival times kept."""
+    idx = np.arange(len(trace))
+    for klass in np.unique(trace.klass):
+        members = np.flatnonzero(trace.klass == klass)
+        idx[members] = rng.choice(members, size=len(members))
+    return _take(trace, idx, trace.arrival.copy())
+
+
+def replica(trace: RequestTrace, span: float, spec: ReplicaSpec, seed: int) -> RequestTrace:
+    """Seed `seed`'s replica of the slice `trace` (arrivals in [0, span) s); the window shift
+    is applied by the caller when slicing (`start_shift`)."""
+    if spec.block_s is not None:
+        blocks_rng = streams.rng(seed, streams.REPLICA_BLOCKS)
+        trace = block_bootstrap(trace, span, spec.block_s, blocks_rng)
+    if spec.rate != 1.0:
+        trace = scale_rate(trace, span, spec.rate, streams.rng(seed, streams.REPLICA_RATE))
+    if spec.lengths:
+        trace = resample_lengths(trace, streams.rng(seed, streams.REPLICA_LENGTHS))
+    return trace
