@@ -23,16 +23,22 @@ def checkout(repo: Path, revision: str):
     """Yield the `src/` folder of `revision` checked out in a temporary git worktree of `repo`
     (its configs linked in as above); the worktree is removed afterwards."""
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", tmp, revision],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(repo), "worktree", "add", "--detach", tmp, revision],
+            check=True,
+            capture_output=True,
+        )
         try:
             link = Path(tmp) / "src" / "servetune" / "conf"
             if not link.exists():
                 link.symlink_to(Path(tmp) / "conf", target_is_directory=True)
             yield Path(tmp) / "src"
         finally:
-            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", tmp],
-                           check=False, capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(repo), "worktree", "remove", "--force", tmp],
+                check=False,
+                capture_output=True,
+            )
 
 
 def environment(src: Path | None) -> dict:

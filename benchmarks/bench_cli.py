@@ -43,8 +43,10 @@ def main() -> None:
     args = ap.parse_args()
     best: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as out:
-        runs = dict(COMMANDS, **{REFERENCE: CLI + ["simulate", "output.progress=false",
-                                                   f"hydra.run.dir={out}/run"]})
+        runs = dict(
+            COMMANDS,
+            **{REFERENCE: CLI + ["simulate", "output.progress=false", f"hydra.run.dir={out}/run"]},
+        )
         for _ in range(args.repeats):
             for name, cmd in runs.items():
                 best[name] = min(best.get(name, float("inf")), _seconds(cmd))

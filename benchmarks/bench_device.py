@@ -46,23 +46,58 @@ import baseline_tree
 AZURE = ["workload=azure_conv", "hardware=h100", "model=llama3_8b", "policy=vllm_default"]
 ONE = {
     "hour": AZURE + ["workload.duration_s=null"],
-    "poisson": ["workload=poisson", "workload.rate=8", "workload.n_requests=10000",
-                "workload.duration_s=null", "workload.prompt.dist=fixed",
-                "+workload.prompt.value=512", "workload.output.dist=fixed",
-                "+workload.output.value=128", "hardware=a100", "model=llama3_8b",
-                "policy=vllm_a100"],
-    "overload": AZURE + ["workload.start_s=1200", "workload.duration_s=1200",
-                         "workload.rate_scale=4", "engine.gpu_memory_utilization=0.3",
-                         "window.drain_s=600"],
-    "overload_256": AZURE + ["workload.start_s=1200", "workload.duration_s=1200",
-                             "workload.rate_scale=4", "engine.gpu_memory_utilization=0.3",
-                             "window.drain_s=600", "engine.max_slots=256"],
+    "poisson": [
+        "workload=poisson",
+        "workload.rate=8",
+        "workload.n_requests=10000",
+        "workload.duration_s=null",
+        "workload.prompt.dist=fixed",
+        "+workload.prompt.value=512",
+        "workload.output.dist=fixed",
+        "+workload.output.value=128",
+        "hardware=a100",
+        "model=llama3_8b",
+        "policy=vllm_a100",
+    ],
+    "overload": AZURE
+    + [
+        "workload.start_s=1200",
+        "workload.duration_s=1200",
+        "workload.rate_scale=4",
+        "engine.gpu_memory_utilization=0.3",
+        "window.drain_s=600",
+    ],
+    "overload_256": AZURE
+    + [
+        "workload.start_s=1200",
+        "workload.duration_s=1200",
+        "workload.rate_scale=4",
+        "engine.gpu_memory_utilization=0.3",
+        "window.drain_s=600",
+        "engine.max_slots=256",
+    ],
 }
 QUIET = ["output.progress=false"]
-COUNTS = ("iterations", "n_completed", "n_rejected", "preemptions", "prefill_tokens",
-          "decode_tokens", "max_running", "queue_window_overflow", "slot_bound_iterations")
-TIMES = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "e2e_p90_s", "busy_fraction",
-         "mean_in_system", "goodput_rps")
+COUNTS = (
+    "iterations",
+    "n_completed",
+    "n_rejected",
+    "preemptions",
+    "prefill_tokens",
+    "decode_tokens",
+    "max_running",
+    "queue_window_overflow",
+    "slot_bound_iterations",
+)
+TIMES = (
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "e2e_p90_s",
+    "busy_fraction",
+    "mean_in_system",
+    "goodput_rps",
+)
 
 
 def _scenario(overrides, chunk_length=0):
@@ -86,10 +121,13 @@ def _digest(m: dict) -> dict:
 
 
 def _run_facts(m: dict) -> dict:
-    return {"iterations": m["iterations"],
-            "loop_bodies": m["iterations"] - m["leaped_iterations"],
-            "simple_steps": m.get("simple_steps"), "entry_width": m.get("entry_width"),
-            "widenings": m.get("widenings")}
+    return {
+        "iterations": m["iterations"],
+        "loop_bodies": m["iterations"] - m["leaped_iterations"],
+        "simple_steps": m.get("simple_steps"),
+        "entry_width": m.get("entry_width"),
+        "widenings": m.get("widenings"),
+    }
 
 
 def worker_one(name: str) -> dict:
@@ -106,18 +144,34 @@ def worker_one(name: str) -> dict:
         res = simulate_batch(sc)
         times.append(time.perf_counter() - start)
     m = res.metrics[0]
-    return {"row": name, "device": _device(), "requests": len(sc.traces[0]),
-            "with_compile_s": first, "compiled_s": min(times), **_run_facts(m),
-            "digest": _digest(m)}
+    return {
+        "row": name,
+        "device": _device(),
+        "requests": len(sc.traces[0]),
+        "with_compile_s": first,
+        "compiled_s": min(times),
+        **_run_facts(m),
+        "digest": _digest(m),
+    }
 
 
 def _batch_overrides(n: int, slice_s: float, tuner: bool) -> list[str]:
     seqs, toks = [64, 128, 256, 1024], [2048, 4096, 8192, 16384]
-    grid = [f"grid.max_num_seqs=[{','.join(map(str, seqs))}]",
-            f"grid.max_num_batched_tokens=[{','.join(map(str, toks))}]"]
+    grid = [
+        f"grid.max_num_seqs=[{','.join(map(str, seqs))}]",
+        f"grid.max_num_batched_tokens=[{','.join(map(str, toks))}]",
+    ]
     engine = ["engine.max_slots=1536"] if tuner else []
-    return (AZURE + [f"workload.duration_s={slice_s}", f"seeds={max(n // 16, 1)}",
-                     "workload.predictor.sigma=0.5"] + grid + engine)
+    return (
+        AZURE
+        + [
+            f"workload.duration_s={slice_s}",
+            f"seeds={max(n // 16, 1)}",
+            "workload.predictor.sigma=0.5",
+        ]
+        + grid
+        + engine
+    )
 
 
 def worker_batch(n: int, slice_s: float, tuner: bool, chunk_length: int) -> dict:
@@ -134,20 +188,37 @@ def worker_batch(n: int, slice_s: float, tuner: bool, chunk_length: int) -> dict
     n_done = len(res.metrics)
     table = res.table
     m = res.metrics[0]
-    row = f"batch{n}" + ("_tuner" if tuner else "") + (f"_chunk{chunk_length}" if chunk_length
-                                                        else "")
-    return {"row": row, "device": _device(), "scenarios": n_done, "with_compile_s": first,
-            "compiled_s": compiled, "scenarios_per_s": n_done / compiled,
-            "entry_width": m.get("entry_width"), "widenings": m.get("widenings"),
-            "iterations_total": int(table["iterations"].sum()),
-            "digest": {"iterations": int(table["iterations"].sum()),
-                       "goodput_rps": float(table["goodput_rps"].mean())}}
+    row = (
+        f"batch{n}"
+        + ("_tuner" if tuner else "")
+        + (f"_chunk{chunk_length}" if chunk_length else "")
+    )
+    return {
+        "row": row,
+        "device": _device(),
+        "scenarios": n_done,
+        "with_compile_s": first,
+        "compiled_s": compiled,
+        "scenarios_per_s": n_done / compiled,
+        "entry_width": m.get("entry_width"),
+        "widenings": m.get("widenings"),
+        "iterations_total": int(table["iterations"].sum()),
+        "digest": {
+            "iterations": int(table["iterations"].sum()),
+            "goodput_rps": float(table["goodput_rps"].mean()),
+        },
+    }
 
 
 def _job(args: list[str], src: Path | None, timeout: float) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--worker", *args],
-                          env=baseline_tree.environment(src), capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", *args],
+        env=baseline_tree.environment(src),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if done.returncode != 0:
         raise SystemExit(f"worker {args} in {src or 'this tree'} failed:\n{done.stderr[-3000:]}")
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -180,15 +251,21 @@ def _same(a: dict, b: dict) -> list[str]:
 
 def _print_row(label: str, r: dict) -> None:
     if "scenarios_per_s" in r:
-        print(f"  {label:10s} {r['row']:22s} {r['scenarios']:6d} scenarios  compiled "
-              f"{r['compiled_s']:8.2f} s  {r['scenarios_per_s']:8.1f}/s  with compile "
-              f"{r['with_compile_s']:7.2f} s  width {r['entry_width']}"
-              f" (+{r['widenings']})  [{r['device']}]", flush=True)
+        print(
+            f"  {label:10s} {r['row']:22s} {r['scenarios']:6d} scenarios  compiled "
+            f"{r['compiled_s']:8.2f} s  {r['scenarios_per_s']:8.1f}/s  with compile "
+            f"{r['with_compile_s']:7.2f} s  width {r['entry_width']}"
+            f" (+{r['widenings']})  [{r['device']}]",
+            flush=True,
+        )
     else:
-        print(f"  {label:10s} {r['row']:22s} compiled {r['compiled_s']:7.3f} s  with compile "
-              f"{r['with_compile_s']:6.2f} s  {r['iterations']:,} iterations, "
-              f"{r['loop_bodies']:,} bodies ({r['simple_steps']} simple)  width "
-              f"{r['entry_width']} (+{r['widenings']})  [{r['device']}]", flush=True)
+        print(
+            f"  {label:10s} {r['row']:22s} compiled {r['compiled_s']:7.3f} s  with compile "
+            f"{r['with_compile_s']:6.2f} s  {r['iterations']:,} iterations, "
+            f"{r['loop_bodies']:,} bodies ({r['simple_steps']} simple)  width "
+            f"{r['entry_width']} (+{r['widenings']})  [{r['device']}]",
+            flush=True,
+        )
 
 
 def _measure(job: list[str], trees: dict, args) -> dict:
@@ -202,30 +279,42 @@ def _measure(job: list[str], trees: dict, args) -> dict:
             _print_row(label.split()[0], r)
     best = {label: min(rs, key=lambda r: r["compiled_s"]) for label, rs in runs.items()}
     row = best["this tree"]["row"]
-    out = {label: {"best": b, "compiled_s_all": [r["compiled_s"] for r in runs[label]]}
-           for label, b in best.items()}
+    out = {
+        label: {"best": b, "compiled_s_all": [r["compiled_s"] for r in runs[label]]}
+        for label, b in best.items()
+    }
     if args.baseline:
         base_label = f"baseline {args.baseline}"
         ratio = best["this tree"]["compiled_s"] / best[base_label]["compiled_s"]
-        median = (statistics.median(r["compiled_s"] for r in runs["this tree"])
-                  / statistics.median(r["compiled_s"] for r in runs[base_label]))
+        median = statistics.median(r["compiled_s"] for r in runs["this tree"]) / statistics.median(
+            r["compiled_s"] for r in runs[base_label]
+        )
         diffs = _same(best[base_label]["digest"], best["this tree"]["digest"])
         out.update(ratio=ratio, median_ratio=median, differences=diffs)
-        print(f"  -> {row}: this tree / baseline = {ratio:.3f} (compiled, fastest; median "
-              f"{median:.3f}); results {'identical' if not diffs else 'DIFFER: ' + '; '.join(diffs)}",
-              flush=True)
+        print(
+            f"  -> {row}: this tree / baseline = {ratio:.3f} (compiled, fastest; median "
+            f"{median:.3f}); results {'identical' if not diffs else 'DIFFER: ' + '; '.join(diffs)}",
+            flush=True,
+        )
     return {row: out}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", default="hour,poisson,overload,overload_256,batch",
-                    help="comma-separated rows (hour, poisson, overload, overload_256, batch)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--rows",
+        default="hour,poisson,overload,overload_256,batch",
+        help="comma-separated rows (hour, poisson, overload, overload_256, batch)",
+    )
     ap.add_argument("--batches", default="1024", help="comma-separated batch sizes")
     ap.add_argument("--slice-s", type=float, default=30.0, help="seconds of trace per batch")
-    ap.add_argument("--chunk-lengths", default="0",
-                    help="engine.chunk_length values for the batch rows (0: a while loop)")
+    ap.add_argument(
+        "--chunk-lengths",
+        default="0",
+        help="engine.chunk_length values for the batch rows (0: a while loop)",
+    )
     ap.add_argument("--baseline", help="a git revision measured side by side, alternated")
     ap.add_argument("--repeats", type=int, default=2, help="alternations with --baseline")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per worker")
@@ -234,16 +323,22 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         kind, *rest = args.worker
-        out = (worker_one(rest[0]) if kind == "one" else
-               worker_batch(int(rest[0]), float(rest[1]), rest[2] == "1", int(rest[3])))
+        out = (
+            worker_one(rest[0])
+            if kind == "one"
+            else worker_batch(int(rest[0]), float(rest[1]), rest[2] == "1", int(rest[3]))
+        )
         print(json.dumps({**out, "conf": baseline_tree.conf_dir()}))
         return
     args.rows = args.rows.split(",")
     args.batches = [int(b) for b in args.batches.split(",")]
     args.chunk_lengths = [int(c) for c in args.chunk_lengths.split(",")]
     repo = Path(__file__).resolve().parents[1]
-    figures: dict = {"started": datetime.datetime.now().isoformat(timespec="seconds"),
-                     "argv": sys.argv[1:], "rows": {}}
+    figures: dict = {
+        "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        "argv": sys.argv[1:],
+        "rows": {},
+    }
     with contextlib.ExitStack() as stack:
         trees: dict = {"this tree": None}
         if args.baseline:
@@ -251,8 +346,10 @@ def main() -> None:
             trees = {f"baseline {args.baseline}": src, "this tree": None}
         for job in _jobs(args):
             figures["rows"].update(_measure(job, trees, args))
-    path = Path(args.json or repo / "outputs" / "bench_device" /
-                f"{datetime.datetime.now():%Y%m%d-%H%M%S}.json")
+    path = Path(
+        args.json
+        or repo / "outputs" / "bench_device" / f"{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(figures, indent=2))
     print(f"figures: {path}")

@@ -63,7 +63,7 @@ def _opcode(line: str) -> str:
         for k, ch in enumerate(rhs):
             depth += {"(": 1, ")": -1}.get(ch, 0)
             if depth == 0:
-                rhs = rhs[k + 1:].strip()
+                rhs = rhs[k + 1 :].strip()
                 break
     else:
         rhs = rhs.split(" ", 1)[1].strip()
@@ -80,9 +80,14 @@ def kernels(comps: dict, name: str) -> int:
             continue
         total += 1
         if op == "conditional":
-            branches = re.findall(r"(?:branch_computations=\{([^}]*)\}|"
-                                  r"(?:true|false)_computation=%?([\w.\-]+))", line)
-            names = [n.strip().lstrip("%") for a, b in branches for n in (a.split(",") if a else [b])]
+            branches = re.findall(
+                r"(?:branch_computations=\{([^}]*)\}|"
+                r"(?:true|false)_computation=%?([\w.\-]+))",
+                line,
+            )
+            names = [
+                n.strip().lstrip("%") for a, b in branches for n in (a.split(",") if a else [b])
+            ]
             total += max((kernels(comps, n) for n in names if n), default=0)
         elif op == "while":
             body = re.search(r"body=%?([\w.\-]+)", line)
@@ -95,8 +100,7 @@ def kernels(comps: dict, name: str) -> int:
 
 def _loop_body(hlo: str, comps: dict) -> str:
     """The name of the outermost while loop's body in the entry computation."""
-    entry = next(n for n in comps if re.search(rf"^ENTRY %?{re.escape(n)}\b", hlo,
-                                                  re.MULTILINE))
+    entry = next(n for n in comps if re.search(rf"^ENTRY %?{re.escape(n)}\b", hlo, re.MULTILINE))
     for line in comps[entry]:
         if _opcode(line) == "while":
             return re.search(r"body=%?([\w.\-]+)", line).group(1)
@@ -145,6 +149,7 @@ def _source_of(hlo: str):
             if file != "ops.py":
                 return f"{file}:{func}"
         return "?"
+
     return source
 
 
@@ -162,10 +167,17 @@ def kernels_by_source(hlo: str) -> dict[str, int]:
             key = source(line)
             out[key] = out.get(key, 0) + 1
             if op == "conditional":
-                branches = re.findall(r"(?:branch_computations=\{([^}]*)\}|"
-                                      r"(?:true|false)_computation=%?([\w.\-]+))", line)
-                names = [n.strip().lstrip("%") for a, b in branches
-                         for n in (a.split(",") if a else [b]) if n]
+                branches = re.findall(
+                    r"(?:branch_computations=\{([^}]*)\}|"
+                    r"(?:true|false)_computation=%?([\w.\-]+))",
+                    line,
+                )
+                names = [
+                    n.strip().lstrip("%")
+                    for a, b in branches
+                    for n in (a.split(",") if a else [b])
+                    if n
+                ]
                 walk(max(names, key=lambda n: kernels(comps, n)))
             elif op in ("while", "call"):
                 callee = re.search(r"(?:body|to_apply)=%?([\w.\-]+)", line)
@@ -181,8 +193,11 @@ def time_by_source(hlo: str, events: dict[str, tuple[int, float]]) -> tuple[int,
     conditional or nested loop as a whole), from profiler `events` {kernel name: (times run,
     total us)}: XLA:CPU records one event per kernel it runs."""
     comps, source = _computations(hlo), _source_of(hlo)
-    body = [(line.split("=", 1)[0].strip().lstrip("%"), line)
-            for line in comps[_loop_body(hlo, comps)] if _opcode(line) not in SKIP]
+    body = [
+        (line.split("=", 1)[0].strip().lstrip("%"), line)
+        for line in comps[_loop_body(hlo, comps)]
+        if _opcode(line) not in SKIP
+    ]
     trips = max((events.get(name, (0, 0.0))[0] for name, _ in body), default=0)
     out: dict[str, float] = {}
     for name, line in body:
@@ -220,8 +235,11 @@ def _one_scenario_loop(overrides: list[str]):
     one = lambda t: jax.tree.map(lambda x: x[0], t)
     wl, params = one(sc.workloads), one(sc.params)
     fresh = lambda: init_state(wl, params, sc.engine)
-    compiled = jax.jit(run_chunk, static_argnames=("cfg",)).lower(
-        fresh(), wl, params, cfg=sc.engine).compile(_compiler_options())
+    compiled = (
+        jax.jit(run_chunk, static_argnames=("cfg",))
+        .lower(fresh(), wl, params, cfg=sc.engine)
+        .compile(_compiler_options())
+    )
     return compiled, fresh, wl, params
 
 
@@ -238,8 +256,10 @@ def measure(what: str) -> dict:
             hlo = _one_scenario_loop(["workload.duration_s=30", *overrides])[0].as_text()
             out[name] = loop_body_kernels(hlo) if what == "kernels" else kernels_by_source(hlo)
         return out
-    runs = {"azure_conv_hour": ["workload=azure_conv", "workload.duration_s=null"],
-            "poisson_10k": ["workload=poisson", "workload.rate=10", "workload.duration_s=1000"]}
+    runs = {
+        "azure_conv_hour": ["workload=azure_conv", "workload.duration_s=null"],
+        "poisson_10k": ["workload=poisson", "workload.rate=10", "workload.duration_s=1000"],
+    }
     out = {}
     for name, overrides in runs.items():
         sc = build(compose(BASE + overrides))
@@ -284,9 +304,13 @@ def profile(duration_s: float = 120.0) -> tuple[int, dict, int]:
 
 
 def _run_in(src: Path, what: str) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--measure", what],
-                          env=baseline_tree.environment(src),
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, __file__, "--measure", what],
+        env=baseline_tree.environment(src),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise SystemExit(f"measuring {what} in {src} failed:\n{done.stderr[-3000:]}")
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -295,22 +319,31 @@ def _run_in(src: Path, what: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--baseline", help="a git revision to compare with, side by side")
     ap.add_argument("--repeats", type=int, default=3, help="alternations of the speed runs")
-    ap.add_argument("--by-source", action="store_true",
-                    help="only list the default engine's loop-body kernels by source function")
-    ap.add_argument("--profile", action="store_true",
-                    help="only time the default engine's loop-body kernels by source function "
-                         "(jax.profiler; one scenario, 120 s of the Azure trace)")
+    ap.add_argument(
+        "--by-source",
+        action="store_true",
+        help="only list the default engine's loop-body kernels by source function",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="only time the default engine's loop-body kernels by source function "
+        "(jax.profiler; one scenario, 120 s of the Azure trace)",
+    )
     ap.add_argument("--measure", choices=("kernels", "speed", "by_source"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.profile:
         trips, per_source, n_kernels = profile()
         total = sum(per_source.values())
-        print(f"profiled loop body ({n_kernels} kernels, {trips:,} trips): {total:.1f} us per "
-              f"trip under the profiler, by source:")
+        print(
+            f"profiled loop body ({n_kernels} kernels, {trips:,} trips): {total:.1f} us per "
+            f"trip under the profiler, by source:"
+        )
         for where, us in per_source.items():
             print(f"  {us:7.2f} us  {100 * us / total:5.1f}%  {where}")
         return
@@ -342,13 +375,17 @@ def main() -> None:
     for name, runs in speed.items():
         medians[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         m = medians[name]
-        print(f"  {name:>24}: azure_conv hour {m['azure_conv_hour']:.3f} s "
-              f"({m['azure_conv_hour_iterations']:,} iterations) | 10k Poisson "
-              f"{m['poisson_10k']:.3f} s ({m['poisson_10k_iterations']:,} iterations)")
+        print(
+            f"  {name:>24}: azure_conv hour {m['azure_conv_hour']:.3f} s "
+            f"({m['azure_conv_hour_iterations']:,} iterations) | 10k Poisson "
+            f"{m['poisson_10k']:.3f} s ({m['poisson_10k_iterations']:,} iterations)"
+        )
     if args.baseline:
         old, new = medians.values()
-        print("ratios this tree / baseline: " + ", ".join(
-            f"{k} {new[k] / old[k]:.3f}" for k in ("azure_conv_hour", "poisson_10k")))
+        print(
+            "ratios this tree / baseline: "
+            + ", ".join(f"{k} {new[k] / old[k]:.3f}" for k in ("azure_conv_hour", "poisson_10k"))
+        )
 
 
 if __name__ == "__main__":

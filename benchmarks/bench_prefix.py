@@ -29,8 +29,12 @@ def main() -> None:
     ap.add_argument("--workload", default="mooncake_synthetic")
     ap.add_argument("--duration-s", type=float, default=None)
     args = ap.parse_args()
-    base = [f"workload={args.workload}", "model=qwen2_5_7b", "policy=vllm_default",
-            "window.drain_s=600"]
+    base = [
+        f"workload={args.workload}",
+        "model=qwen2_5_7b",
+        "policy=vllm_default",
+        "window.drain_s=600",
+    ]
     if args.duration_s is not None:
         base.append(f"workload.duration_s={args.duration_s}")
     rows = []
@@ -44,19 +48,48 @@ def main() -> None:
             admitted = tr.prompt + tr.output <= sc.engine.max_model_len
             reuse = prefix_lib.trace_reuse(tr, 512, admitted)
             rows.append((name, on, reuse, m, wall, sc.labels["kv_blocks"]))
-    print(f"{args.workload}, {base[1:]}; trace reuse = the trace's own prefix reuse "
-          f"(infinite cache)")
-    head = ("deploy", "KV blocks", "cache", "trace reuse", "hit rate", "evictions", "not cached",
-            "prefill tok", "TTFT mean", "TTFT p50", "TTFT p99", "E2E mean", "wall s (+compile)")
+    print(
+        f"{args.workload}, {base[1:]}; trace reuse = the trace's own prefix reuse (infinite cache)"
+    )
+    head = (
+        "deploy",
+        "KV blocks",
+        "cache",
+        "trace reuse",
+        "hit rate",
+        "evictions",
+        "not cached",
+        "prefill tok",
+        "TTFT mean",
+        "TTFT p50",
+        "TTFT p99",
+        "E2E mean",
+        "wall s (+compile)",
+    )
     print(" | ".join(head))
     for name, on, reuse, m, wall, kv in rows:
         hit = f"{m['prefix_hit_rate']:.4f}" if on else "-"
         ev = f"{m['prefix_evictions']}" if on else "-"
         failed = f"{m['prefix_insert_failed']}" if on else "-"
-        print(" | ".join([name, str(kv), "on" if on else "off", f"{reuse:.4f}", hit, ev, failed,
-                          f"{m['prefill_tokens']:,}", f"{m['ttft_mean_s']:.4f}",
-                          f"{m['ttft_p50_s']:.4f}", f"{m['ttft_p99_s']:.4f}",
-                          f"{m['e2e_mean_s']:.3f}", f"{wall:.1f}"]))
+        print(
+            " | ".join(
+                [
+                    name,
+                    str(kv),
+                    "on" if on else "off",
+                    f"{reuse:.4f}",
+                    hit,
+                    ev,
+                    failed,
+                    f"{m['prefill_tokens']:,}",
+                    f"{m['ttft_mean_s']:.4f}",
+                    f"{m['ttft_p50_s']:.4f}",
+                    f"{m['ttft_p99_s']:.4f}",
+                    f"{m['e2e_mean_s']:.3f}",
+                    f"{wall:.1f}",
+                ]
+            )
+        )
 
 
 if __name__ == "__main__":

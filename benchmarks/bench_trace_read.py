@@ -1,10 +1,10 @@
 """Reading a large trace file: time and peak memory of a short window against the whole file,
 side by side with pandas.read_csv of the same file as the reference.
 
-servetune reads a clean CSV trace vectorized (servetune/workload/trace_csv_fast.py: pyarrow's streaming
-reader, 4 MiB blocks) and any other file line by line (servetune/workload/trace_file.py); both check
-every line and keep only the requests of the window simulated, so what they hold is the block
-in flight plus the window. The whole-file read is the upper bound (every request kept);
+servetune reads a clean CSV trace vectorized (servetune/workload/trace_csv_fast.py: pyarrow's
+streaming reader, 4 MiB blocks) and any other file line by line (servetune/workload/trace_file.py);
+both check every line and keep only the requests of the window simulated, so what they hold is the
+block in flight plus the window. The whole-file read is the upper bound (every request kept);
 pandas.read_csv holds the whole table and checks nothing beyond its parser.
 
     python benchmarks/bench_trace_read.py                  # 2 million rows, a 60 s window
@@ -38,7 +38,9 @@ def write_trace(path: Path, rows: int, rate: float, seed: int = 0) -> None:
             last = float(times[-1])
             prompt = rng.integers(1, 8000, n)
             output = rng.integers(1, 1000, n)
-            f.writelines(f"{t:.6f},{p},{o}\n" for t, p, o in zip(times, prompt, output))
+            f.writelines(
+                f"{t:.6f},{p},{o}\n" for t, p, o in zip(times, prompt, output, strict=True)
+            )
 
 
 def measure(read, repeats: int) -> tuple[float, float]:
@@ -78,6 +80,7 @@ def main() -> None:
                 return read()
             finally:
                 trace_csv_fast.read = vectorized
+
         return run
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,11 +99,12 @@ def main() -> None:
     print(f"{'reader':<34} {'seconds':>8} {'us/row':>7} {'peak MB':>8}")
     for name, (seconds, peak) in results.items():
         print(f"{name:<34} {seconds:8.2f} {seconds / args.rows * 1e6:7.2f} {peak:8.1f}")
-    (window_s, window_mb), (_, whole_mb), (lines_s, _), (pandas_s, pandas_mb) = (
-        results.values())
-    print(f"window / whole: {window_mb / whole_mb:.3f}x memory; window / pandas: "
-          f"{window_mb / pandas_mb:.3f}x memory, {window_s / pandas_s:.1f}x time; vectorized / "
-          f"line reader: {window_s / lines_s:.3f}x time")
+    (window_s, window_mb), (_, whole_mb), (lines_s, _), (pandas_s, pandas_mb) = results.values()
+    print(
+        f"window / whole: {window_mb / whole_mb:.3f}x memory; window / pandas: "
+        f"{window_mb / pandas_mb:.3f}x memory, {window_s / pandas_s:.1f}x time; vectorized / "
+        f"line reader: {window_s / lines_s:.3f}x time"
+    )
 
 
 if __name__ == "__main__":

@@ -59,9 +59,18 @@ from servetune.tuning.evaluator import Evaluator
 from servetune.tuning.objective import Objective
 from servetune.tuning.runner import _better, tune
 
-BASE = ["workload=azure_conv", "workload.start_s=0", "workload.duration_s=1200",
-        "workload.rate_scale=4", "window.drain_s=300", "hardware=h100", "model=llama3_8b",
-        "policy=vllm_default", "engine.max_slots=512", "output.progress=false"]
+BASE = [
+    "workload=azure_conv",
+    "workload.start_s=0",
+    "workload.duration_s=1200",
+    "workload.rate_scale=4",
+    "window.drain_s=300",
+    "hardware=h100",
+    "model=llama3_8b",
+    "policy=vllm_default",
+    "engine.max_slots=512",
+    "output.progress=false",
+]
 HOLDOUT = ["workload.start_s=1200"]
 GRID = {
     "max_num_seqs": [16, 32, 64, 128, 192, 256, 384, 512],
@@ -84,8 +93,10 @@ def run_grid(out: Path) -> pd.DataFrame:
     start = time.perf_counter()
     cols = ev(values)
     wall = time.perf_counter() - start
-    rows = [{**{k: values[k][i] for k in GRID}, **OBJECTIVE.summarize(c, 0.0)}
-            for i, c in enumerate(cols)]
+    rows = [
+        {**{k: values[k][i] for k in GRID}, **OBJECTIVE.summarize(c, 0.0)}
+        for i, c in enumerate(cols)
+    ]
     df = pd.DataFrame(rows).assign(wall_s=wall)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(path, index=False)
@@ -96,9 +107,18 @@ def run_tuner(out: Path, iterations: int, pairs: int) -> dict:
     """Tune (or load a finished run's tune_summary.json from `out`)."""
     path = out / "tune_summary.json"
     if not path.exists():
-        tune(compose(BASE + [f"tune.iterations={iterations}", f"tune.pairs={pairs}",
-                             "tune.eval.seeds=0", "tune.eval.holdout=['workload.start_s=1200']"]),
-             out_dir=out)
+        tune(
+            compose(
+                BASE
+                + [
+                    f"tune.iterations={iterations}",
+                    f"tune.pairs={pairs}",
+                    "tune.eval.seeds=0",
+                    "tune.eval.holdout=['workload.start_s=1200']",
+                ]
+            ),
+            out_dir=out,
+        )
     return json.loads(path.read_text())
 
 
@@ -106,10 +126,20 @@ def run_robust_tuner(out: Path, iterations: int, pairs: int) -> dict:
     """Tune over two slices at once (worst-case aggregate), or load a finished run."""
     path = out / "tune_summary.json"
     if not path.exists():
-        tune(compose(BASE + [f"tune.iterations={iterations}", f"tune.pairs={pairs}",
-                             "tune.eval.seeds=0", "tune.workloads=[[],['workload.start_s=1200']]",
-                             "tune.objective.aggregate=cvar", "tune.objective.cvar_alpha=0.5"]),
-             out_dir=out)
+        tune(
+            compose(
+                BASE
+                + [
+                    f"tune.iterations={iterations}",
+                    f"tune.pairs={pairs}",
+                    "tune.eval.seeds=0",
+                    "tune.workloads=[[],['workload.start_s=1200']]",
+                    "tune.objective.aggregate=cvar",
+                    "tune.objective.cvar_alpha=0.5",
+                ]
+            ),
+            out_dir=out,
+        )
     return json.loads(path.read_text())
 
 
@@ -129,7 +159,6 @@ def evaluate(named: dict[str, dict], overrides: list[str]) -> list[dict]:
     base = ev.base
     values = {k: np.array([float(v.get(k, base[k])) for v in named.values()]) for k in GRID}
     return [OBJECTIVE.summarize(c, 0.0) for c in ev(values)]
-
 
 
 # --------------------------------------------------------------------------- distribution mode
@@ -154,15 +183,31 @@ DIST_SPACE = {
     "long_prefill_token_threshold": {"low": 512, "high": 8192, "scale": "log"},
 }
 HELD_SEED = 1000  # held-out replicas are seeds 1000, 1001, ...; training uses 0, 1, ...
-HELD_COMMON = ["workload.replicas.block_s=30", f"window.drain_s={DRAIN_S}", "hardware=h100",
-               "policy=vllm_default", f"engine.max_slots={SCORE_SLOTS}",
-               "output.progress=false", f"seed={HELD_SEED}"]
+HELD_COMMON = [
+    "workload.replicas.block_s=30",
+    f"window.drain_s={DRAIN_S}",
+    "hardware=h100",
+    "policy=vllm_default",
+    f"engine.max_slots={SCORE_SLOTS}",
+    "output.progress=false",
+    f"seed={HELD_SEED}",
+]
 # later windows of the conversation trace: they start at 1950 s + U(0, 900) s, after every
 # training window ([0, 1800) + the slice) and end before the hour does
-CONV_LATER = ["workload=azure_conv", "model=llama3_8b", "workload.start_s=1950",
-              "workload.duration_s=600", "workload.replicas.shift_s=900"]
-CODE = ["workload=azure_code", "model=llama3_8b", "workload.start_s=0",
-        "workload.duration_s=600", "workload.replicas.shift_s=1800"]
+CONV_LATER = [
+    "workload=azure_conv",
+    "model=llama3_8b",
+    "workload.start_s=1950",
+    "workload.duration_s=600",
+    "workload.replicas.shift_s=900",
+]
+CODE = [
+    "workload=azure_code",
+    "model=llama3_8b",
+    "workload.start_s=0",
+    "workload.duration_s=600",
+    "workload.replicas.shift_s=1800",
+]
 # Mooncake's prompts (mean 12-14k tokens, up to 135k) need a long context: Qwen2.5-7B (32k);
 # at their own rate they overload one H100 (~40k prompt tokens/s), so thinned to half
 MOON = ["model=qwen2_5_7b", "workload.duration_s=150", "workload.replicas.rate=0.5"]
@@ -173,8 +218,11 @@ HELDOUT = {
     "azure_code 2x": CODE + ["workload.rate_scale=2"],
     "mooncake_conv 0.5x (Qwen2.5-7B)": ["workload=mooncake_conv", "workload.replicas.shift_s=450"]
     + MOON,
-    "mooncake_synthetic 0.5x (Qwen2.5-7B)": ["workload=mooncake_synthetic",
-                                            "workload.replicas.shift_s=150"] + MOON,
+    "mooncake_synthetic 0.5x (Qwen2.5-7B)": [
+        "workload=mooncake_synthetic",
+        "workload.replicas.shift_s=150",
+    ]
+    + MOON,
 }
 VLLM_DEFAULTS = "vLLM defaults"
 
@@ -183,11 +231,22 @@ def train_overrides(slice_s: float, replicas: int, slots: int) -> list[str]:
     """Hydra overrides of the training distribution: `replicas` seeds (0, 1, ...) of a
     `slice_s`-second slice of the Azure conversation trace at 4x, each window shifted by
     U(0, 1800) s and block-bootstrapped in 30 s blocks; `slots` running slots."""
-    return ["workload=azure_conv", "workload.start_s=0", f"workload.duration_s={slice_s}",
-            "workload.rate_scale=4", "workload.replicas.block_s=30",
-            "workload.replicas.shift_s=1800", f"window.drain_s={DRAIN_S}", "hardware=h100",
-            "model=llama3_8b", "policy=vllm_default", "seed=0", f"seeds={replicas}",
-            f"engine.max_slots={slots}", "output.progress=false"]
+    return [
+        "workload=azure_conv",
+        "workload.start_s=0",
+        f"workload.duration_s={slice_s}",
+        "workload.rate_scale=4",
+        "workload.replicas.block_s=30",
+        "workload.replicas.shift_s=1800",
+        f"window.drain_s={DRAIN_S}",
+        "hardware=h100",
+        "model=llama3_8b",
+        "policy=vllm_default",
+        "seed=0",
+        f"seeds={replicas}",
+        f"engine.max_slots={slots}",
+        "output.progress=false",
+    ]
 
 
 def grid_points(max_model_len: int) -> dict[str, np.ndarray]:
@@ -196,8 +255,11 @@ def grid_points(max_model_len: int) -> dict[str, np.ndarray]:
     keys = list(DIST_GRID)
     seqs, budget = keys.index("max_num_seqs"), keys.index("max_num_batched_tokens")
     long = keys.index("long_prefill_token_threshold")
-    points = [p for p in itertools.product(*DIST_GRID.values())
-              if p[budget] >= p[seqs] and p[long] <= max_model_len]
+    points = [
+        p
+        for p in itertools.product(*DIST_GRID.values())
+        if p[budget] >= p[seqs] and p[long] <= max_model_len
+    ]
     return {k: np.array([p[i] for p in points], float) for i, k in enumerate(keys)}
 
 
@@ -213,8 +275,10 @@ def check_signature(path: Path, doc: dict) -> None:
 def check_replicas(scenario) -> list[int]:
     """Requests per replica of `scenario`; SystemExit when two replicas are the same slice
     (equal arrival times and prompt lengths), i.e. the replicas are not on."""
-    keys = [(len(t), np.asarray(t.arrival).tobytes(), np.asarray(t.prompt).tobytes())
-            for t in scenario.traces]
+    keys = [
+        (len(t), np.asarray(t.arrival).tobytes(), np.asarray(t.prompt).tobytes())
+        for t in scenario.traces
+    ]
     if len(set(keys)) < len(keys):
         raise SystemExit("training replicas repeat one slice: workload.replicas.* are off")
     return [len(t) for t in scenario.traces]
@@ -224,15 +288,18 @@ def grid_row(points: dict, i: int, column: list[dict]) -> dict:
     """One grid.csv row: point i's knobs, OBJECTIVE's summary over its replicas (objective:
     mean log(useful tokens / USD); violation: mean shortfall from the attainment target) and
     its worst replica's attainment."""
-    return {**{k: points[k][i] for k in points}, **OBJECTIVE.summarize(column, 0.0),
-            "min_attainment": min(m["slo_attainment"] for m in column)}
+    return {
+        **{k: points[k][i] for k in points},
+        **OBJECTIVE.summarize(column, 0.0),
+        "min_attainment": min(m["slo_attainment"] for m in column),
+    }
 
 
 def group_end(seqs: np.ndarray, lo: int, chunk: int) -> int:
     """The end of the chunk of grid points starting at `lo`: at most `chunk` points, all with
     the same max_num_seqs (`seqs` [P], sorted)."""
-    same = np.flatnonzero(seqs[lo:lo + chunk] != seqs[lo])
-    return lo + (int(same[0]) if len(same) else len(seqs[lo:lo + chunk]))
+    same = np.flatnonzero(seqs[lo : lo + chunk] != seqs[lo])
+    return lo + (int(same[0]) if len(same) else len(seqs[lo : lo + chunk]))
 
 
 def run_dist_grid(out: Path, slice_s: float, replicas: int, chunk: int) -> pd.DataFrame:
@@ -243,8 +310,9 @@ def run_dist_grid(out: Path, slice_s: float, replicas: int, chunk: int) -> pd.Da
     the grid's wall time, scenario building and compilation included)."""
     path, part = out / "grid.csv", out / "grid.partial.csv"
     overrides = lambda slots: train_overrides(slice_s, replicas, slots)
-    check_signature(out / "grid_config.json", {"overrides": overrides("max_num_seqs"),
-                                                "grid": DIST_GRID})
+    check_signature(
+        out / "grid_config.json", {"overrides": overrides("max_num_seqs"), "grid": DIST_GRID}
+    )
     if path.exists():
         return pd.read_csv(path)
     first = build(compose(overrides(1)))
@@ -282,9 +350,15 @@ def tuner_plan(estimator: str, budget: int, replicas: int, pairs: int) -> tuple[
     return keys, max(1, budget // per)
 
 
-def tuner_config(estimator: str, overrides: list[str], budget: int, replicas: int,
-                 pairs: int, es_steps: tuple[float, float] | None = None,
-                 pathwise_steps: tuple[float, float] | None = None) -> DictConfig:
+def tuner_config(
+    estimator: str,
+    overrides: list[str],
+    budget: int,
+    replicas: int,
+    pairs: int,
+    es_steps: tuple[float, float] | None = None,
+    pathwise_steps: tuple[float, float] | None = None,
+) -> DictConfig:
     """The tune config of `estimator` (es | pathwise) on the training replicas, from vLLM's
     defaults, its space the grid's knobs and ranges only (those it has gradients for);
     `es_steps`: ES's (learning rate, sigma) in place of conf/tune/es.yaml's;
@@ -293,9 +367,16 @@ def tuner_config(estimator: str, overrides: list[str], budget: int, replicas: in
     steps = [f"tune.learning_rate={es_steps[0]}", f"tune.sigma={es_steps[1]}"] if es_steps else []
     if pathwise_steps:
         steps = [f"tune.learning_rate={pathwise_steps[0]}", f"tune.slo_tau={pathwise_steps[1]}"]
-    cfg = compose(overrides + [f"tune={estimator}", f"tune.iterations={iterations}",
-                               "tune.eval.seeds=0", "tune.export=false"]
-                  + ([f"tune.pairs={pairs}", *steps] if estimator == "es" else steps))
+    cfg = compose(
+        overrides
+        + [
+            f"tune={estimator}",
+            f"tune.iterations={iterations}",
+            "tune.eval.seeds=0",
+            "tune.export=false",
+        ]
+        + ([f"tune.pairs={pairs}", *steps] if estimator == "es" else steps)
+    )
     with open_dict(cfg):
         cfg.tune.space = {k: DIST_SPACE[k] for k in keys}
     return cfg
@@ -315,7 +396,7 @@ def score(named: dict[str, dict], overrides: list[str]) -> dict[str, list[dict]]
     exact simulator: {name: metrics per replica}."""
     ev = Evaluator(build(compose(overrides)), "fcfs")
     values = {k: np.array([float(v[k]) for v in named.values()]) for k in DIST_GRID}
-    return dict(zip(named, ev(values)))
+    return dict(zip(named, ev(values), strict=True))
 
 
 def interval(x) -> tuple[float, float]:
@@ -351,26 +432,35 @@ def training_table(named: dict, cols: dict, costs: dict, grid_sims: int) -> pd.D
     for name, vals in named.items():
         s = summ[name]
         sims, wall = costs[name]
-        rows.append({"policy": name, **{k: round(float(vals[k]), 3) for k in DIST_GRID},
-                     "objective": round(s["objective"], 4),
-                     "attainment": fmt([m["slo_attainment"] for m in cols[name]]),
-                     "meets 99%": s["violation"] <= 0,
-                     "useful tok/USD 1e6": fmt([m["useful_tokens_per_dollar"]
-                                                for m in cols[name]], 3, 1e6),
-                     "gap % objective": round(100 * (best["objective"] - s["objective"])
-                                              / abs(best["objective"]), 3),
-                     "gap % tok/USD": round(100 * (1 - math.exp(s["objective"]
-                                                                - best["objective"])), 2),
-                     "scenarios": sims, "% of grid sims": round(100 * sims / grid_sims, 2),
-                     "wall s": round(wall, 1)})
+        rows.append(
+            {
+                "policy": name,
+                **{k: round(float(vals[k]), 3) for k in DIST_GRID},
+                "objective": round(s["objective"], 4),
+                "attainment": fmt([m["slo_attainment"] for m in cols[name]]),
+                "meets 99%": s["violation"] <= 0,
+                "useful tok/USD 1e6": fmt(
+                    [m["useful_tokens_per_dollar"] for m in cols[name]], 3, 1e6
+                ),
+                "gap % objective": round(
+                    100 * (best["objective"] - s["objective"]) / abs(best["objective"]), 3
+                ),
+                "gap % tok/USD": round(100 * (1 - math.exp(s["objective"] - best["objective"])), 2),
+                "scenarios": sims,
+                "% of grid sims": round(100 * sims / grid_sims, 2),
+                "wall s": round(wall, 1),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def paired(cols: dict, name: str, key: str, relative: bool = False) -> str:
     """'mean +- half-width' over replicas of policy `name`'s metric `key` minus vLLM's
     defaults' on the same replica (relative: in percent of the defaults')."""
-    diff = [(m[key] - d[key]) / (d[key] / 100 if relative else 1)
-            for m, d in zip(cols[name], cols[VLLM_DEFAULTS])]
+    diff = [
+        (m[key] - d[key]) / (d[key] / 100 if relative else 1)
+        for m, d in zip(cols[name], cols[VLLM_DEFAULTS], strict=True)
+    ]
     mean, half = interval(diff)
     return f"{mean:+.{2 if relative else 3}f} +- {half:.{2 if relative else 3}f}"
 
@@ -384,7 +474,9 @@ def clear_regression(cols: dict, summ: dict, name: str) -> bool:
     if (a["violation"] <= 0) != (d["violation"] <= 0):
         return d["violation"] <= 0
     key = OBJECTIVE.value if d["violation"] <= 0 else (lambda m: -OBJECTIVE.violation(m))
-    mean, half = interval([key(m) - key(n) for m, n in zip(cols[name], cols[VLLM_DEFAULTS])])
+    mean, half = interval(
+        [key(m) - key(n) for m, n in zip(cols[name], cols[VLLM_DEFAULTS], strict=True)]
+    )
     return mean + half < 0
 
 
@@ -402,26 +494,42 @@ def heldout_rows(trace: str, cols: dict) -> list[dict]:
     rows = []
     for name, column in cols.items():
         other = name != VLLM_DEFAULTS
-        rows.append({
-            "trace": trace, "policy": name,
-            "attainment": fmt([m["slo_attainment"] for m in column]),
-            "useful tok/USD 1e6": fmt([m["useful_tokens_per_dollar"] for m in column], 3, 1e6),
-            "goodput req/s": fmt([m["goodput_rps"] for m in column], 2),
-            "meets 99%": summ[name]["violation"] <= 0, "best": name == best,
-            "d attainment vs defaults": paired(cols, name, "slo_attainment") if other else "",
-            "d tok/USD % vs defaults": (paired(cols, name, "useful_tokens_per_dollar", True)
-                                        if other else ""),
-            "regression": _better(summ[name], summ[VLLM_DEFAULTS]) if other else "",
-            "beyond 95% CI": clear_regression(cols, summ, name) if other else ""})
+        rows.append(
+            {
+                "trace": trace,
+                "policy": name,
+                "attainment": fmt([m["slo_attainment"] for m in column]),
+                "useful tok/USD 1e6": fmt([m["useful_tokens_per_dollar"] for m in column], 3, 1e6),
+                "goodput req/s": fmt([m["goodput_rps"] for m in column], 2),
+                "meets 99%": summ[name]["violation"] <= 0,
+                "best": name == best,
+                "d attainment vs defaults": paired(cols, name, "slo_attainment") if other else "",
+                "d tok/USD % vs defaults": (
+                    paired(cols, name, "useful_tokens_per_dollar", True) if other else ""
+                ),
+                "regression": _better(summ[name], summ[VLLM_DEFAULTS]) if other else "",
+                "beyond 95% CI": clear_regression(cols, summ, name) if other else "",
+            }
+        )
     return rows
 
 
 def replica_rows(trace: str, cols: dict) -> list[dict]:
     """heldout_replicas.csv rows: one per (policy, replica) of a held-out trace."""
-    keys = ("slo_attainment", "useful_tokens_per_dollar", "goodput_rps", "n_requests",
-            "n_rejected", "ttft_p99_s", "tpot_p99_s")
-    return [{"trace": trace, "policy": name, "replica": r, **{k: m[k] for k in keys}}
-            for name, column in cols.items() for r, m in enumerate(column)]
+    keys = (
+        "slo_attainment",
+        "useful_tokens_per_dollar",
+        "goodput_rps",
+        "n_requests",
+        "n_rejected",
+        "ttft_p99_s",
+        "tpot_p99_s",
+    )
+    return [
+        {"trace": trace, "policy": name, "replica": r, **{k: m[k] for k in keys}}
+        for name, column in cols.items()
+        for r, m in enumerate(column)
+    ]
 
 
 def run_heldout(out: Path, named: dict, seeds: int) -> pd.DataFrame:
@@ -444,8 +552,10 @@ def policies(grid: pd.DataFrame, tuned: dict[str, dict]) -> dict[str, dict]:
     """{name: values of DIST_GRID's keys}: vLLM's defaults, the grid's best by the tuner's
     order, and each tuner's best (keys it did not tune at vLLM's defaults)."""
     best = grid_best(grid)
-    named = {VLLM_DEFAULTS: {k: DEFAULTS[k] for k in DIST_GRID},
-             "grid best": {k: best[k] for k in DIST_GRID}}
+    named = {
+        VLLM_DEFAULTS: {k: DEFAULTS[k] for k in DIST_GRID},
+        "grid best": {k: best[k] for k in DIST_GRID},
+    }
     for name, summary in tuned.items():
         named[name] = {k: summary["best"].get(k, DEFAULTS[k]) for k in DIST_GRID}
     return named
@@ -461,17 +571,23 @@ def verdicts(table: pd.DataFrame, held: pd.DataFrame | None, budget_frac: float)
         r = rows.loc[name]
         feasible = bool(r["meets 99%"]) or not bool(rows.loc["grid best", "meets 99%"])
         ok = feasible and r["gap % objective"] <= 1 and r["% of grid sims"] <= 100 * budget_frac
-        lines.append(f"{name}: gap {r['gap % objective']:.3f}% of the objective "
-                     f"({r['gap % tok/USD']:.2f}% of useful tok/USD) with "
-                     f"{r['% of grid sims']:.2f}% of the grid's simulations"
-                     f"{'' if feasible else ', misses the attainment target the grid best meets'}"
-                     f": {'MET' if ok else 'NOT MET'}")
+        lines.append(
+            f"{name}: gap {r['gap % objective']:.3f}% of the objective "
+            f"({r['gap % tok/USD']:.2f}% of useful tok/USD) with "
+            f"{r['% of grid sims']:.2f}% of the grid's simulations"
+            f"{'' if feasible else ', misses the attainment target the grid best meets'}"
+            f": {'MET' if ok else 'NOT MET'}"
+        )
     if held is not None:
         for (trace, name), r in held.set_index(["trace", "policy"]).iterrows():
             if name.startswith("tuned"):
-                verdict = ("not below" if not r["regression"] else "REGRESSION (beyond the "
-                           "95% interval) vs" if r["beyond 95% CI"] else "regression (within "
-                           "the 95% interval) vs")
+                verdict = (
+                    "not below"
+                    if not r["regression"]
+                    else "REGRESSION (beyond the 95% interval) vs"
+                    if r["beyond 95% CI"]
+                    else "regression (within the 95% interval) vs"
+                )
                 lines.append(f"held out {trace}: {name} {verdict} vLLM defaults")
     return lines
 
@@ -487,8 +603,10 @@ def main_distribution(args: argparse.Namespace) -> None:
     n_points = len(grid_points(build(compose(train)).engine.max_model_len)["max_num_seqs"])
     grid_sims = n_points * args.replicas
     budget = int(args.budget_frac * grid_sims)
-    print(f"grid: {n_points} points x {args.replicas} replicas = {grid_sims} simulations; "
-          f"tuner budget {budget}")
+    print(
+        f"grid: {n_points} points x {args.replicas} replicas = {grid_sims} simulations; "
+        f"tuner budget {budget}"
+    )
     tuned = {}
     if not args.tune_only:
         grid = run_dist_grid(out, args.slice_s, args.replicas, args.chunk)
@@ -504,14 +622,18 @@ def main_distribution(args: argparse.Namespace) -> None:
     tuned[label] = run_dist_tuner(out / f"es_lr{lr:g}_sigma{sigma:g}_pairs{pairs:g}", cfg)
     for lr, tau in args.pathwise_steps or []:
         label = f"tuned (pathwise, lr {lr:g}, slo_tau {tau:g})"
-        cfg = tuner_config("pathwise", train, budget, args.replicas, args.pairs,
-                           pathwise_steps=(lr, tau))
+        cfg = tuner_config(
+            "pathwise", train, budget, args.replicas, args.pairs, pathwise_steps=(lr, tau)
+        )
         tuned[label] = run_dist_tuner(out / f"pathwise_lr{lr:g}_tau{tau:g}", cfg)
     if args.tune_only:
         return
     named = policies(grid, tuned)
-    costs = {VLLM_DEFAULTS: (0, 0.0), "grid best": (grid_sims, float(grid["wall_s"].sum())),
-             **{n: (s["scenarios_simulated"], s["wall_s"]) for n, s in tuned.items()}}
+    costs = {
+        VLLM_DEFAULTS: (0, 0.0),
+        "grid best": (grid_sims, float(grid["wall_s"].sum())),
+        **{n: (s["scenarios_simulated"], s["wall_s"]) for n, s in tuned.items()},
+    }
     start = time.perf_counter()
     scoring = train_overrides(args.slice_s, args.replicas, SCORE_SLOTS)
     table = training_table(named, score(named, scoring), costs, grid_sims)
@@ -528,46 +650,84 @@ def main_distribution(args: argparse.Namespace) -> None:
 
 def parse_args() -> argparse.Namespace:
     """The command line (see --help)."""
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=None,
-                    help="output and cache directory (default outputs/bench_tune, or "
-                         "outputs/bench_tune_dist with --distribution)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="output and cache directory (default outputs/bench_tune, or "
+        "outputs/bench_tune_dist with --distribution)",
+    )
     ap.add_argument("--grid-only", action="store_true", help="run (or load) the grid only")
     ap.add_argument("--tune-only", action="store_true", help="run (or load) the tuner(s) only")
-    ap.add_argument("--robust", action="store_true",
-                    help="also tune over minutes 0-20 and 20-40 at once (CVaR) and compare "
-                         "every policy on minutes 40-60 (default mode)")
+    ap.add_argument(
+        "--robust",
+        action="store_true",
+        help="also tune over minutes 0-20 and 20-40 at once (CVaR) and compare "
+        "every policy on minutes 40-60 (default mode)",
+    )
     ap.add_argument("--iterations", type=int, default=7, help="ES iterations (default mode)")
     ap.add_argument("--pairs", type=int, default=3, help="ES antithetic pairs per iteration")
     dist = ap.add_argument_group("distribution mode (issue 24 item 4)")
-    dist.add_argument("--distribution", action="store_true",
-                      help="grid vs ES vs pathwise on seeded replicas of the Azure conversation "
-                           "trace, then vLLM defaults / grid best / tuned on held-out traces")
-    dist.add_argument("--replicas", type=int, default=4,
-                      help="training replicas (seeds 0..R-1) every grid point and tuner "
-                           "sees (default 4)")
-    dist.add_argument("--slice-s", type=float, default=120.0,
-                      help="seconds of the trace per training replica, before the 4x rate "
-                           "(default 120: 30 s of arrivals)")
-    dist.add_argument("--budget-frac", type=float, default=0.05,
-                      help="each tuner's simulations as a fraction of the grid's (default "
-                           "0.05); iterations are sized to fit")
-    dist.add_argument("--chunk", type=int, default=105,
-                      help="grid points per Evaluator call (progress and resumable cache)")
-    dist.add_argument("--heldout-seeds", type=int, default=4,
-                      help="held-out replicas per held-out trace (seeds 1000..)")
-    dist.add_argument("--skip-heldout", action="store_true",
-                      help="stop after the training table")
-    dist.add_argument("--es-long-steps", type=float, nargs=3, default=(2.0, 1.5, 2),
-                      metavar=("LR", "SIGMA", "PAIRS"),
-                      help="a second ES run with these adam learning rate, perturbation scale "
-                           "and pairs (default 2 1.5 2: more, longer steps than es.yaml's "
-                           "0.4 0.5 and --pairs)")
-    dist.add_argument("--pathwise-steps", type=float, nargs=2, action="append",
-                      metavar=("LR", "SLO_TAU"),
-                      help="another pathwise run with this adam learning rate and smoothed "
-                           "SLO width (repeatable; each in its own folder under --out)")
+    dist.add_argument(
+        "--distribution",
+        action="store_true",
+        help="grid vs ES vs pathwise on seeded replicas of the Azure conversation "
+        "trace, then vLLM defaults / grid best / tuned on held-out traces",
+    )
+    dist.add_argument(
+        "--replicas",
+        type=int,
+        default=4,
+        help="training replicas (seeds 0..R-1) every grid point and tuner sees (default 4)",
+    )
+    dist.add_argument(
+        "--slice-s",
+        type=float,
+        default=120.0,
+        help="seconds of the trace per training replica, before the 4x rate "
+        "(default 120: 30 s of arrivals)",
+    )
+    dist.add_argument(
+        "--budget-frac",
+        type=float,
+        default=0.05,
+        help="each tuner's simulations as a fraction of the grid's (default "
+        "0.05); iterations are sized to fit",
+    )
+    dist.add_argument(
+        "--chunk",
+        type=int,
+        default=105,
+        help="grid points per Evaluator call (progress and resumable cache)",
+    )
+    dist.add_argument(
+        "--heldout-seeds",
+        type=int,
+        default=4,
+        help="held-out replicas per held-out trace (seeds 1000..)",
+    )
+    dist.add_argument("--skip-heldout", action="store_true", help="stop after the training table")
+    dist.add_argument(
+        "--es-long-steps",
+        type=float,
+        nargs=3,
+        default=(2.0, 1.5, 2),
+        metavar=("LR", "SIGMA", "PAIRS"),
+        help="a second ES run with these adam learning rate, perturbation scale "
+        "and pairs (default 2 1.5 2: more, longer steps than es.yaml's "
+        "0.4 0.5 and --pairs)",
+    )
+    dist.add_argument(
+        "--pathwise-steps",
+        type=float,
+        nargs=2,
+        action="append",
+        metavar=("LR", "SLO_TAU"),
+        help="another pathwise run with this adam learning rate and smoothed "
+        "SLO width (repeatable; each in its own folder under --out)",
+    )
     return ap.parse_args()
 
 
@@ -594,10 +754,16 @@ def main_slice(args: argparse.Namespace) -> None:
     if args.grid_only:
         return
     tuned = run_tuner(out / "tuned", args.iterations, args.pairs)
-    named = {"vLLM defaults": {k: DEFAULTS[k] for k in GRID}, "grid best": {k: gbest[k] for k in GRID},
-             "tuned (ES)": {k: tuned["best"][k] for k in GRID}}
-    cost = {"vLLM defaults": (1, 0.0), "grid best": (len(grid), grid_wall),
-            "tuned (ES)": (tuned["scenarios_simulated"], tuned["wall_s"])}
+    named = {
+        "vLLM defaults": {k: DEFAULTS[k] for k in GRID},
+        "grid best": {k: gbest[k] for k in GRID},
+        "tuned (ES)": {k: tuned["best"][k] for k in GRID},
+    }
+    cost = {
+        "vLLM defaults": (1, 0.0),
+        "grid best": (len(grid), grid_wall),
+        "tuned (ES)": (tuned["scenarios_simulated"], tuned["wall_s"]),
+    }
     if args.robust:
         robust = run_robust_tuner(out / "tuned_robust", args.iterations, args.pairs)
         named["tuned (ES, 2 slices, CVaR)"] = {k: robust["best"][k] for k in GRID}
@@ -605,24 +771,38 @@ def main_slice(args: argparse.Namespace) -> None:
         third = evaluate(named, ["workload.start_s=2400"])
     train, held = evaluate(named, []), evaluate(named, HOLDOUT)
     rows = []
-    for (name, vals), tr, ho in zip(named.items(), train, held):
-        rows.append({"policy": name,
-                     **{k: round(float(vals.get(k, math.nan)), 3) for k in GRID},
-                     "objective": tr["objective"], "slo_attainment": tr["slo_attainment"],
-                     "useful_tok_per_usd": tr["useful_tokens_per_dollar"],
-                     "holdout_objective": ho["objective"], "holdout_attainment": ho["slo_attainment"],
-                     "holdout_useful_tok_per_usd": ho["useful_tokens_per_dollar"],
-                     **({"min40_60_attainment": third[len(rows)]["slo_attainment"],
-                         "min40_60_useful_tok_per_usd": third[len(rows)]["useful_tokens_per_dollar"]}
-                        if args.robust else {}),
-                     "scenarios": cost[name][0], "wall_s": round(cost[name][1], 1)})
+    for (name, vals), tr, ho in zip(named.items(), train, held, strict=True):
+        rows.append(
+            {
+                "policy": name,
+                **{k: round(float(vals.get(k, math.nan)), 3) for k in GRID},
+                "objective": tr["objective"],
+                "slo_attainment": tr["slo_attainment"],
+                "useful_tok_per_usd": tr["useful_tokens_per_dollar"],
+                "holdout_objective": ho["objective"],
+                "holdout_attainment": ho["slo_attainment"],
+                "holdout_useful_tok_per_usd": ho["useful_tokens_per_dollar"],
+                **(
+                    {
+                        "min40_60_attainment": third[len(rows)]["slo_attainment"],
+                        "min40_60_useful_tok_per_usd": third[len(rows)]["useful_tokens_per_dollar"],
+                    }
+                    if args.robust
+                    else {}
+                ),
+                "scenarios": cost[name][0],
+                "wall_s": round(cost[name][1], 1),
+            }
+        )
     table = pd.DataFrame(rows)
     table.to_csv(out / "table.csv", index=False)
     pd.set_option("display.width", 250)
     print(table.to_string(index=False))
     gap = (table.objective[2] - table.objective[1]) / abs(table.objective[1])
-    print(f"tuned vs grid best objective: {100 * gap:+.2f}% with "
-          f"{100 * tuned['scenarios_simulated'] / len(grid):.1f}% of the grid's scenarios")
+    print(
+        f"tuned vs grid best objective: {100 * gap:+.2f}% with "
+        f"{100 * tuned['scenarios_simulated'] / len(grid):.1f}% of the grid's scenarios"
+    )
 
 
 if __name__ == "__main__":

@@ -77,11 +77,23 @@ def check_rate(args, rate: float, engine: EngineSettings) -> dict:
     t0 = time.perf_counter()
     tag = f"{rate:g}"
     cal, _ = observe(args, f"calibrate_{tag}", args.calibrate_start_s, engine, rate)
-    held = [observe(args, f"heldout_{tag}_{k + 1}", args.predict_start_s, engine, rate)[0]
-            for k in range(args.repeats)]
+    held = [
+        observe(args, f"heldout_{tag}_{k + 1}", args.predict_start_s, engine, rate)[0]
+        for k in range(args.repeats)
+    ]
     out = args.out / f"validate_{tag}"
-    argv = ["--calibrate-on", str(cal), "--predict", str(held[0]), "--noise-floor",
-            str(held[1]), "--fit", args.fit, "--out", str(out)]
+    argv = [
+        "--calibrate-on",
+        str(cal),
+        "--predict",
+        str(held[0]),
+        "--noise-floor",
+        str(held[1]),
+        "--fit",
+        args.fit,
+        "--out",
+        str(out),
+    ]
     if predict.main(argv) != 0:
         raise SystemExit(f"error: servetune validate {' '.join(argv)} failed")
     report = json.loads((out / "validation.json").read_text())
@@ -92,47 +104,74 @@ def check_rate(args, rate: float, engine: EngineSettings) -> dict:
             cell = report["prediction"][m][s]
             allowed = max(FLOOR, 2 * noise[m][s])
             judged = m in TARGET_METRICS and s in TARGET_STATS
-            rows.append({"rate_scale": rate, "load": busy_fraction(held[0]), "metric": m,
-                         "stat": s, "predicted": cell["predicted"], "observed": cell["observed"],
-                         "error": cell["rel_error"], "noise_floor": noise[m][s],
-                         "allowed": allowed if judged else np.nan,
-                         "within": (abs(cell["rel_error"]) <= allowed) if judged else None})
+            rows.append(
+                {
+                    "rate_scale": rate,
+                    "load": busy_fraction(held[0]),
+                    "metric": m,
+                    "stat": s,
+                    "predicted": cell["predicted"],
+                    "observed": cell["observed"],
+                    "error": cell["rel_error"],
+                    "noise_floor": noise[m][s],
+                    "allowed": allowed if judged else np.nan,
+                    "within": (abs(cell["rel_error"]) <= allowed) if judged else None,
+                }
+            )
     cost = report["calibration"]["coefficients"]
     speeds = {"calibration": speed(cal, cost), **{h.name: speed(h, cost) for h in held}}
-    print("  step time over the calibrated model's: "
-          + ", ".join(f"{k} {v:.3f}" for k, v in speeds.items()), flush=True)
-    return {"rows": rows, "calibration": report["calibration"], "speed": speeds,
-            "loads": {h.name: busy_fraction(h) for h in held},
-            "wall_s": time.perf_counter() - t0}
+    print(
+        "  step time over the calibrated model's: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in speeds.items()),
+        flush=True,
+    )
+    return {
+        "rows": rows,
+        "calibration": report["calibration"],
+        "speed": speeds,
+        "loads": {h.name: busy_fraction(h) for h in held},
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
 def render(table: pd.DataFrame) -> str:
     """The results as a markdown table (times in ms)."""
-    header = ("| rate | load | metric | stat | predicted (ms) | observed (ms) | error | "
-              "noise floor | allowed | within |")
+    header = (
+        "| rate | load | metric | stat | predicted (ms) | observed (ms) | error | "
+        "noise floor | allowed | within |"
+    )
     lines = [header, "|---|---:|---|---|---:|---:|---:|---:|---:|---|"]
     for r in table.itertuples():
         allowed = "" if np.isnan(r.allowed) else f"{r.allowed:.1%}"
         within = {None: "", True: "yes", False: "NO"}[r.within]
-        lines.append(f"| {r.rate_scale:g} | {r.load:.2f} | {r.metric.removesuffix('_s')} | "
-                     f"{r.stat} | {r.predicted * 1e3:.1f} | {r.observed * 1e3:.1f} | "
-                     f"{r.error:+.1%} | {r.noise_floor:.1%} | {allowed} | {within} |")
+        lines.append(
+            f"| {r.rate_scale:g} | {r.load:.2f} | {r.metric.removesuffix('_s')} | "
+            f"{r.stat} | {r.predicted * 1e3:.1f} | {r.observed * 1e3:.1f} | "
+            f"{r.error:+.1%} | {r.noise_floor:.1%} | {allowed} | {within} |"
+        )
     return "\n".join(lines)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see --help)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vllm-python", default=sys.executable,
-                    help="an interpreter with the servetune[vllm] extra (default: this one)")
+    ap.add_argument(
+        "--vllm-python",
+        default=sys.executable,
+        help="an interpreter with the servetune[vllm] extra (default: this one)",
+    )
     ap.add_argument("--out", type=Path, default=Path("/tmp/bench_validate"))
     ap.add_argument("--trace", default="azure_llm_2023_conv.csv")
     ap.add_argument("--calibrate-start-s", type=float, default=0.0)
     ap.add_argument("--predict-start-s", type=float, default=60.0)
     ap.add_argument("--duration-s", type=float, default=60.0, help="trace seconds per slice")
     ap.add_argument("--rate-scales", type=float, nargs="+", default=[0.3, 0.45])
-    ap.add_argument("--repeats", type=int, default=3,
-                    help="observations of the held-out slice (>= 2: the noise floor)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="observations of the held-out slice (>= 2: the noise floor)",
+    )
     ap.add_argument("--fit", choices=predict.FITS, default="rel+total")
     ap.add_argument("--num-gpu-blocks", type=int, default=512)
     ap.add_argument("--max-model-len", type=int, default=8192)
@@ -149,23 +188,34 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     check_vllm(args.vllm_python)
     args.out.mkdir(parents=True, exist_ok=True)
-    engine = EngineSettings(max_num_seqs=128, max_num_batched_tokens=2048, watermark=0.0,
-                            num_gpu_blocks=args.num_gpu_blocks, block_size=32,
-                            max_model_len=args.max_model_len, enable_prefix_caching=False,
-                            seed=0)
+    engine = EngineSettings(
+        max_num_seqs=128,
+        max_num_batched_tokens=2048,
+        watermark=0.0,
+        num_gpu_blocks=args.num_gpu_blocks,
+        block_size=32,
+        max_model_len=args.max_model_len,
+        enable_prefix_caching=False,
+        seed=0,
+    )
     results = {f"{r:g}": check_rate(args, r, engine) for r in args.rate_scales}
     table = pd.DataFrame([row for res in results.values() for row in res["rows"]])
     text = render(table)
     judged = table[table["within"].notna()]
-    verdict = (f"target (mean and P90 of TTFT and E2E within max(10%, 2x noise floor)): "
-               f"{int(judged['within'].sum())}/{len(judged)} within")
+    verdict = (
+        f"target (mean and P90 of TTFT and E2E within max(10%, 2x noise floor)): "
+        f"{int(judged['within'].sum())}/{len(judged)} within"
+    )
     print(f"\n{text}\n\n{verdict}")
     (args.out / "bench_validate.txt").write_text(f"{text}\n\n{verdict}\n")
-    out = {"args": {k: str(v) for k, v in vars(args).items()}, "rows": table.to_dict("records"),
-           "calibration": {k: v["calibration"] for k, v in results.items()},
-           "speed": {k: v["speed"] for k, v in results.items()},
-           "loads": {k: v["loads"] for k, v in results.items()},
-           "wall_s": {k: v["wall_s"] for k, v in results.items()}}
+    out = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "rows": table.to_dict("records"),
+        "calibration": {k: v["calibration"] for k, v in results.items()},
+        "speed": {k: v["speed"] for k, v in results.items()},
+        "loads": {k: v["loads"] for k, v in results.items()},
+        "wall_s": {k: v["wall_s"] for k, v in results.items()},
+    }
     (args.out / "bench_validate.json").write_text(json.dumps(out, indent=2, default=str))
     return out
 

@@ -30,15 +30,29 @@ from pathlib import Path
 from servetune.reporting import report
 from servetune.reporting.browser import check_page, find_chromium
 
-SWEEP = ["workload=poisson", "workload.duration_s=8", "window.drain_s=30",
-         "workload.rate=5,40", "policy.max_num_seqs=4,32", "seed=0,1", "output.progress=false"]
+SWEEP = [
+    "workload=poisson",
+    "workload.duration_s=8",
+    "window.drain_s=30",
+    "workload.rate=5,40",
+    "policy.max_num_seqs=4,32",
+    "seed=0,1",
+    "output.progress=false",
+]
 
 
 def simulate(folder: Path) -> Path:
     """A small multirun under `folder` (see the module docstring); its folder."""
     root = folder / "mr"
-    cmd = [sys.executable, "-m", "servetune.cli.main", "simulate", "-m", *SWEEP,
-           f"hydra.sweep.dir={root}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "servetune.cli.main",
+        "simulate",
+        "-m",
+        *SWEEP,
+        f"hydra.sweep.dir={root}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         sys.exit(f"the sweep failed:\n{proc.stderr[-3000:]}")
@@ -47,8 +61,12 @@ def simulate(folder: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("target", nargs="?", default=None,
-                   help="report.html, or a folder of runs to report on (default: simulate)")
+    p.add_argument(
+        "target",
+        nargs="?",
+        default=None,
+        help="report.html, or a folder of runs to report on (default: simulate)",
+    )
     p.add_argument("--screenshot", default=None, metavar="PNG", help="also write a screenshot")
     p.add_argument("--chromium", default=None, help="the browser (default: chromium on PATH)")
     args = p.parse_args(argv)
@@ -65,9 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         result = check_page(page, exe, screenshot=args.screenshot)
         took = time.perf_counter() - start
-    print(f"{page}: {result.drawn} of {result.expected} figures drawn, "
-          f"{len(result.errors)} JavaScript error(s), {len(result.empty)} empty subplot(s) "
-          f"({took:.1f} s in {exe})")
+    print(
+        f"{page}: {result.drawn} of {result.expected} figures drawn, "
+        f"{len(result.errors)} JavaScript error(s), {len(result.empty)} empty subplot(s) "
+        f"({took:.1f} s in {exe})"
+    )
     for problem in result.problems:
         print(f"  problem: {problem}")
     if args.screenshot:

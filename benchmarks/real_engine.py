@@ -23,8 +23,7 @@ def check_vllm(python: str) -> None:
     """SystemExit with what to install when `python` cannot import vLLM."""
     probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
     try:
-        ok = subprocess.run([python, "-c", probe], capture_output=True,
-                            check=False).returncode == 0
+        ok = subprocess.run([python, "-c", probe], capture_output=True, check=False).returncode == 0
     except OSError as err:
         raise SystemExit(f"error: --vllm-python {python}: {err}") from None
     if not ok:
@@ -32,19 +31,25 @@ def check_vllm(python: str) -> None:
             f"error: --vllm-python {python} cannot import vllm; this benchmark runs the real "
             f"engine through `servetune observe`, which needs the servetune[vllm] extra: in a "
             f"separate virtual environment, pip install -e '.[vllm]' && pip uninstall -y "
-            f"torchvision torchaudio torchcodec triton, then pass its python as --vllm-python")
+            f"torchvision torchaudio torchcodec triton, then pass its python as --vllm-python"
+        )
 
 
-def observe(args, name: str, start_s: float, engine: EngineSettings,
-            rate_scale: float | None = None) -> tuple[Path, float]:
+def observe(
+    args, name: str, start_s: float, engine: EngineSettings, rate_scale: float | None = None
+) -> tuple[Path, float]:
     """Observe the slice [start_s, start_s + args.duration_s) of args.trace on the real engine
     (args.vllm_python) with `engine`, at `rate_scale` (default args.rate_scale), into
     args.out/name (kept and reused with args.reuse when it holds the same run); returns
     (folder, wall seconds; 0 when reused)."""
     rate_scale = args.rate_scale if rate_scale is None else rate_scale
     folder = args.out / name
-    wanted = {"start_s": start_s, "duration_s": args.duration_s, "rate_scale": rate_scale,
-              "engine": dataclasses.asdict(engine)}
+    wanted = {
+        "start_s": start_s,
+        "duration_s": args.duration_s,
+        "rate_scale": rate_scale,
+        "engine": dataclasses.asdict(engine),
+    }
     meta_path = folder / "observe.json"
     if args.reuse and meta_path.is_file():
         meta = json.loads(meta_path.read_text())
@@ -59,19 +64,37 @@ def observe(args, name: str, start_s: float, engine: EngineSettings,
             flags += [flag] if value else []
         else:
             flags += [flag, str(value)]
-    cmd = [args.vllm_python, "-m", "servetune.cli.main", "observe", "--trace", args.trace,
-           "--start-s", str(start_s), "--duration-s", str(args.duration_s),
-           "--rate-scale", str(rate_scale), *flags, "--out", str(folder),
-           "--model-dir", str(args.out / "model")]
+    cmd = [
+        args.vllm_python,
+        "-m",
+        "servetune.cli.main",
+        "observe",
+        "--trace",
+        args.trace,
+        "--start-s",
+        str(start_s),
+        "--duration-s",
+        str(args.duration_s),
+        "--rate-scale",
+        str(rate_scale),
+        *flags,
+        "--out",
+        str(folder),
+        "--model-dir",
+        str(args.out / "model"),
+    ]
     print(f"  {name}: {' '.join(cmd[1:])}", flush=True)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **ENGINE_ENV},
-                          check=False)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, **ENGINE_ENV}, check=False
+    )
     wall = time.perf_counter() - t0
     (args.out / f"{name}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        raise SystemExit(f"error: observe {name} failed (exit {proc.returncode}); its log is "
-                         f"{args.out / f'{name}.log'}:\n{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"error: observe {name} failed (exit {proc.returncode}); its log is "
+            f"{args.out / f'{name}.log'}:\n{proc.stderr[-3000:]}"
+        )
     print(f"    {proc.stdout.strip().splitlines()[-1]} ({wall:.0f} s wall)", flush=True)
     return folder, wall
 

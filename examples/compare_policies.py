@@ -30,8 +30,13 @@ POLICIES = {
     "fcfs": ["policy=vllm_a100"],
     "sjf": ["policy=sjf"],
 }
-COMMON = ["workload.max_requests=400", "workload.duration_s=null", "workload.rate_scale=4",
-          "workload.predictor.sigma=0.5", "window.drain_s=120"]
+COMMON = [
+    "workload.max_requests=400",
+    "workload.duration_s=null",
+    "workload.rate_scale=4",
+    "workload.predictor.sigma=0.5",
+    "window.drain_s=120",
+]
 
 
 def interval(replicates):
@@ -40,8 +45,10 @@ def interval(replicates):
 
 def main():
     rng = np.random.default_rng(0)
-    print(f"{'trace':14s} {'policy':13s} {'goodput':>8s} {'SLO attainment [95% CI]':>26s} "
-          f"{'P99 TTFT s [95% CI]':>24s} {'useful tok/$':>13s}")
+    print(
+        f"{'trace':14s} {'policy':13s} {'goodput':>8s} {'SLO attainment [95% CI]':>26s} "
+        f"{'P99 TTFT s [95% CI]':>24s} {'useful tok/$':>13s}"
+    )
     for trace in TRACES:
         rows = {}
         for name, overrides in POLICIES.items():
@@ -50,15 +57,20 @@ def main():
             reps = bootstrap_scenario(res.requests[0], m["window_s"], 1000, rng)
             rows[name] = (m, interval(reps["slo_attainment"]), interval(reps["ttft_p99_s"]))
             att, ttft = rows[name][1], rows[name][2]
-            print(f"{trace:14s} {name:13s} {m['goodput_rps']:8.2f} "
-                  f"{m['slo_attainment']:9.1%} [{att[0]:.1%}, {att[1]:.1%}] "
-                  f"{m['ttft_p99_s']:8.2f} [{ttft[0]:.2f}, {ttft[1]:.2f}] "
-                  f"{m['useful_tokens_per_dollar']:13,.0f}")
+            print(
+                f"{trace:14s} {name:13s} {m['goodput_rps']:8.2f} "
+                f"{m['slo_attainment']:9.1%} [{att[0]:.1%}, {att[1]:.1%}] "
+                f"{m['ttft_p99_s']:8.2f} [{ttft[0]:.2f}, {ttft[1]:.2f}] "
+                f"{m['useful_tokens_per_dollar']:13,.0f}"
+            )
         best = max(rows, key=lambda k: rows[k][0]["slo_attainment"])
         lo, hi = rows[best][1]
         ties = [k for k, (_, (a, b), _) in rows.items() if k != best and a <= hi and lo <= b]
-        verdict = f"not distinguishable from {', '.join(ties)}" if ties else \
-            "distinguishable from the others"
+        verdict = (
+            f"not distinguishable from {', '.join(ties)}"
+            if ties
+            else "distinguishable from the others"
+        )
         print(f"  -> {trace}: best SLO attainment with {best}; {verdict}\n")
 
 

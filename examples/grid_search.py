@@ -13,9 +13,13 @@ from servetune.config.scenario import build
 from servetune.run.api import compose, simulate_batch
 
 OVERRIDES = [
-    "workload=poisson", "workload.rate=20", "workload.duration_s=30", "window.drain_s=120",
+    "workload=poisson",
+    "workload.rate=20",
+    "workload.duration_s=30",
+    "window.drain_s=120",
     "seeds=2",
-    "grid.max_num_seqs=[32,64,128,256]", "grid.max_num_batched_tokens=[2048,8192]",
+    "grid.max_num_seqs=[32,64,128,256]",
+    "grid.max_num_batched_tokens=[2048,8192]",
 ]
 KEYS = ["policy.max_num_seqs", "policy.max_num_batched_tokens"]
 METRICS = ["goodput_rps", "slo_attainment", "ttft_p99_s", "useful_tokens_per_dollar"]
@@ -25,8 +29,10 @@ MIN_ATTAINMENT = 0.95
 def main():
     scenario = build(compose(OVERRIDES))
     n = len(scenario.seeds) * len(scenario.grid_points)
-    print(f"simulating {n} scenarios ({len(scenario.grid_points)} grid points x "
-          f"{len(scenario.seeds)} seeds) in one compiled call ...")
+    print(
+        f"simulating {n} scenarios ({len(scenario.grid_points)} grid points x "
+        f"{len(scenario.seeds)} seeds) in one compiled call ..."
+    )
     result = simulate_batch(scenario)
     table = result.table  # one row per scenario: seed, policy.* grid values, metrics
     points = table.groupby(KEYS)[METRICS].agg(["mean", "std"])
@@ -37,12 +43,14 @@ def main():
         return
     best = ok[("useful_tokens_per_dollar", "mean")].idxmax()
     row = points.loc[best]
-    print(f"\nbest: max_num_seqs={best[0]:g}, max_num_batched_tokens={best[1]:g}: "
-          f"{row[('useful_tokens_per_dollar', 'mean')]:,.0f} "
-          f"+- {row[('useful_tokens_per_dollar', 'std')]:,.0f} useful tokens per dollar, "
-          f"SLO attainment {row[('slo_attainment', 'mean')]:.1%}, goodput "
-          f"{row[('goodput_rps', 'mean')]:.2f} req/s, P99 TTFT {row[('ttft_p99_s', 'mean')]:.2f} s "
-          f"({result.wall_s:.0f} s for the batch, compilation included)")
+    print(
+        f"\nbest: max_num_seqs={best[0]:g}, max_num_batched_tokens={best[1]:g}: "
+        f"{row[('useful_tokens_per_dollar', 'mean')]:,.0f} "
+        f"+- {row[('useful_tokens_per_dollar', 'std')]:,.0f} useful tokens per dollar, "
+        f"SLO attainment {row[('slo_attainment', 'mean')]:.1%}, goodput "
+        f"{row[('goodput_rps', 'mean')]:.2f} req/s, P99 TTFT {row[('ttft_p99_s', 'mean')]:.2f} s "
+        f"({result.wall_s:.0f} s for the batch, compilation included)"
+    )
 
 
 if __name__ == "__main__":

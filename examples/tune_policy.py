@@ -16,8 +16,14 @@ import tempfile
 from servetune.tuning import tune
 
 OVERRIDES = [
-    "workload=poisson", "workload.rate=35", "workload.duration_s=20", "window.drain_s=60",
-    "tune.iterations=2", "tune.pairs=2", "tune.eval.seeds=1", "tune.resume=false",
+    "workload=poisson",
+    "workload.rate=35",
+    "workload.duration_s=20",
+    "window.drain_s=60",
+    "tune.iterations=2",
+    "tune.pairs=2",
+    "tune.eval.seeds=1",
+    "tune.resume=false",
     "tune.space.max_num_seqs.high=256",
 ]
 
@@ -25,15 +31,26 @@ OVERRIDES = [
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="servetune-tune-")
     result = tune(OVERRIDES, out_dir=out, log=print)
-    cols = ["policy", "split", "slo_attainment", "useful_tokens_per_dollar", "ttft_p99_s",
-            "regression"]
+    cols = [
+        "policy",
+        "split",
+        "slo_attainment",
+        "useful_tokens_per_dollar",
+        "ttft_p99_s",
+        "regression",
+    ]
     print(result.evaluation[cols].to_string(index=False))
     print("start: " + ", ".join(f"{k}={v:.4g}" for k, v in result.start.items()))
     print("tuned: " + ", ".join(f"{k}={v:.4g}" for k, v in result.best.items()))
-    exports = ("no exports: the tuned policy is worse than the start held out (regression)"
-               if result.regression else "vLLM/SGLang exports")
-    print(f"{result.scenarios_simulated} scenarios simulated in {result.wall_s:.0f} s; "
-          f"history, evaluation and {exports} in {result.out_dir}")
+    exports = (
+        "no exports: the tuned policy is worse than the start held out (regression)"
+        if result.regression
+        else "vLLM/SGLang exports"
+    )
+    print(
+        f"{result.scenarios_simulated} scenarios simulated in {result.wall_s:.0f} s; "
+        f"history, evaluation and {exports} in {result.out_dir}"
+    )
 
 
 if __name__ == "__main__":

@@ -9,12 +9,16 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # start and later runs: many test modules compile the same simulator programs (each module's
 # in-memory programs are released when it ends, see below), and a program compiled once is
 # then read back instead of compiled again. Set JAX_COMPILATION_CACHE_DIR to use another.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
-    tempfile.gettempdir(), f"servetune-tests-jax-cache-{getpass.getuser()}"))
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    os.path.join(tempfile.gettempdir(), f"servetune-tests-jax-cache-{getpass.getuser()}"),
+)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
 # the tests' runs record their pace (servetune/run/estimate.py) beside their cache, not in ~/.cache
-os.environ.setdefault("SERVETUNE_PACE_FILE", os.path.join(
-    tempfile.gettempdir(), f"servetune-tests-pace-{getpass.getuser()}.json"))
+os.environ.setdefault(
+    "SERVETUNE_PACE_FILE",
+    os.path.join(tempfile.gettempdir(), f"servetune-tests-pace-{getpass.getuser()}.json"),
+)
 # Compilation is most of the suite's time (the summary line at its end says how much):
 # XLA:CPU's backend at optimization level 1 instead of 3 compiles a simulator about 25% faster
 # and runs these short tests about as fast (test_queueing + test_leap: 82 s against 102 s;
@@ -32,19 +36,30 @@ for _flag in ("--xla_backend_optimization_level=1", "--xla_cpu_use_fusion_emitte
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 sys.path.insert(0, os.path.dirname(__file__))
 
-# Hypothesis profiles for tests/properties/test_properties.py: "ci" (the default) is fast and derandomized
-# (the same examples every run); "slow" explores >= 500 new examples and more engine configs:
-#   HYPOTHESIS_PROFILE=slow python -m pytest -q tests/properties/test_properties.py
-from hypothesis import HealthCheck, settings
+# Hypothesis profiles for tests/properties/test_properties.py: "ci" (the default) is fast and
+# derandomized (the same examples every run); "slow" explores >= 500 new examples and more engine
+# configs: HYPOTHESIS_PROFILE=slow python -m pytest -q tests/properties/test_properties.py
+from hypothesis import HealthCheck, settings  # noqa: E402 -- after the XLA flags above
 
-settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow], print_blob=True)
-settings.register_profile("slow", max_examples=500, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+settings.register_profile(
+    "ci",
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.register_profile(
+    "slow",
+    max_examples=500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-import pytest
+import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -64,8 +79,14 @@ def _release_compiled_programs():
 # ---- the suite's compilations: counted in each process (xdist workers report theirs to the
 # controller) and printed at the end, so a change that compiles the simulator more is seen.
 # SERVETUNE_COMPILE_LOG=FILE also lists each simulator-sized one: seconds, function, test.
-_COMPILES = {"count": 0, "seconds": 0.0, "simulator": 0, "simulator_seconds": 0.0,
-             "cache_hits": 0, "saved_seconds": 0.0}
+_COMPILES = {
+    "count": 0,
+    "seconds": 0.0,
+    "simulator": 0,
+    "simulator_seconds": 0.0,
+    "cache_hits": 0,
+    "saved_seconds": 0.0,
+}
 _SIMULATOR_MIN_S = 1.0  # a compilation this long is a simulator loop (small ops take ms)
 
 
@@ -109,8 +130,9 @@ def pytest_configure(config):
 
 def pytest_sessionfinish(session):
     if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the counts over
-        session.config.workeroutput["compiles"] = {k: v for k, v in _COMPILES.items()
-                                                   if k in session.config._compiles_total}
+        session.config.workeroutput["compiles"] = {
+            k: v for k, v in _COMPILES.items() if k in session.config._compiles_total
+        }
 
 
 def pytest_testnodedown(node, error):
@@ -127,4 +149,5 @@ def pytest_terminal_summary(terminalreporter, config):
         f"XLA compilations: {totals['count']} ({totals['seconds']:.0f} s), of which "
         f"{totals['simulator']} simulator-sized (>= {_SIMULATOR_MIN_S:.0f} s each, "
         f"{totals['simulator_seconds']:.0f} s); {totals['cache_hits']} programs read from the "
-        f"persistent cache ({totals['saved_seconds']:.0f} s of compilation saved)")
+        f"persistent cache ({totals['saved_seconds']:.0f} s of compilation saved)"
+    )

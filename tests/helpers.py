@@ -20,17 +20,34 @@ def trace_of(requests, name="test", priority=None) -> RequestTrace:
     """A RequestTrace from [(arrival_s, prompt_tokens, output_tokens), ...], with per-request
     `priority` (vLLM's, lower first) when given."""
     a = np.asarray(requests, dtype=np.float64).reshape(-1, 3)
-    return RequestTrace(name, a[:, 0], a[:, 1].astype(np.int32), a[:, 2].astype(np.int32),
-                        priority=None if priority is None else np.asarray(priority, np.int32))
+    return RequestTrace(
+        name,
+        a[:, 0],
+        a[:, 1].astype(np.int32),
+        a[:, 2].astype(np.int32),
+        priority=None if priority is None else np.asarray(priority, np.int32),
+    )
 
 
-def linear_params(policy=None, *, base_s=1.0, per_prefill_token_s=0.0, per_decode_seq_s=0.0,
-                  per_ctx_token_s=0.0, kv_blocks=10_000, order="fcfs") -> Params:
+def linear_params(
+    policy=None,
+    *,
+    base_s=1.0,
+    per_prefill_token_s=0.0,
+    per_decode_seq_s=0.0,
+    per_ctx_token_s=0.0,
+    kv_blocks=10_000,
+    order="fcfs",
+) -> Params:
     """Params with a linear cost model; policy values may be lists (a batch axis)."""
     pol = make_policy(policy or {}, order=order)
-    cost = hardware.linear_cost_params(base_s=base_s, per_prefill_token_s=per_prefill_token_s,
-                                       per_decode_seq_s=per_decode_seq_s,
-                                       per_ctx_token_s=per_ctx_token_s, kv_blocks=kv_blocks)
+    cost = hardware.linear_cost_params(
+        base_s=base_s,
+        per_prefill_token_s=per_prefill_token_s,
+        per_decode_seq_s=per_decode_seq_s,
+        per_ctx_token_s=per_ctx_token_s,
+        kv_blocks=kv_blocks,
+    )
     shape = jnp.shape(pol.max_num_seqs)
     cost = jax.tree.map(lambda x: jnp.broadcast_to(x, shape), cost)
     return Params(policy=pol, cost=cost)
@@ -58,26 +75,42 @@ def schedule(trace, params: Params, cfg, n_steps=20, drain_s=1e6):
     info = jax.device_get(info)
     out = []
     for k in range(n_steps):
-        toks = {int(r): int(n) for r, n in zip(info["req"][k], info["tokens"][k]) if n > 0}
+        toks = {
+            int(r): int(n) for r, n in zip(info["req"][k], info["tokens"][k], strict=True) if n > 0
+        }
         if toks:
             out.append((round(float(info["t"][k]), 9), round(float(info["dur"][k]), 9), toks))
     return out
 
 
 def spec(kv_blocks=10_000, **kw) -> MetricsSpec:
-    base = {"slo_ttft_s": None, "slo_tpot_s": None, "slo_e2e_s": None, "warmup_s": 0.0,
-                "price_per_gpu_hour": 1.0, "n_gpus": 1, "kv_blocks": kv_blocks}
+    base = {
+        "slo_ttft_s": None,
+        "slo_tpot_s": None,
+        "slo_e2e_s": None,
+        "warmup_s": 0.0,
+        "price_per_gpu_hour": 1.0,
+        "n_gpus": 1,
+        "kv_blocks": kv_blocks,
+    }
     base.update(kw)
     return MetricsSpec(**base)
 
 
 # small engines the invariant, leap, prefix and batched-loop tests run random workloads on
-_BASE = {"max_slots": 16, "queue_window": 16, "block_size": 4, "max_model_len": 256,
-         "cost_form": "linear", "outbox": 64}
+_BASE = {
+    "max_slots": 16,
+    "queue_window": 16,
+    "block_size": 4,
+    "max_model_len": 256,
+    "cost_form": "linear",
+    "outbox": 64,
+}
 CONFIGS = {
     "continuous-paged": EngineConfig(**_BASE),
-    "static-contiguous": EngineConfig(**{**_BASE, "batching": "static", "kv_layout": "contiguous",
-                                         "chunked_prefill": False}),
+    "static-contiguous": EngineConfig(
+        **{**_BASE, "batching": "static", "kv_layout": "contiguous", "chunked_prefill": False}
+    ),
     "continuous-no-chunking": EngineConfig(**{**_BASE, "chunked_prefill": False}),
 }
 
@@ -107,9 +140,18 @@ def random_params(rng, p, cfg):
         "max_num_batched_tokens": rng.choice([16.0, 64.0, 256.0, 1024.0], p),
         "watermark": rng.uniform(0, 0.2, p) * (need / kv),  # a lone request always fits
         "queue_cap": np.where(rng.random(p) < 0.3, rng.integers(1, 20, p), np.inf),
-        "w_age": rng.uniform(-1, 1, p), "w_prompt": rng.uniform(-1, 1, p),
-        "w_pred": rng.uniform(-1, 1, p), "w_slack": rng.uniform(-1, 1, p),
+        "w_age": rng.uniform(-1, 1, p),
+        "w_prompt": rng.uniform(-1, 1, p),
+        "w_pred": rng.uniform(-1, 1, p),
+        "w_slack": rng.uniform(-1, 1, p),
     }
-    params = linear_params(policy, order="parametric", base_s=0.01, per_prefill_token_s=1e-4,
-                           per_decode_seq_s=1e-3, per_ctx_token_s=1e-6, kv_blocks=0)
+    params = linear_params(
+        policy,
+        order="parametric",
+        base_s=0.01,
+        per_prefill_token_s=1e-4,
+        per_decode_seq_s=1e-3,
+        per_ctx_token_s=1e-6,
+        kv_blocks=0,
+    )
     return params.replace(cost=params.cost.replace(kv_blocks=jax.numpy.asarray(kv, "int32")))

@@ -39,9 +39,12 @@ def _imports(name: str, path: Path):
     import in module `name`; relative imports resolved."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    in_function = {id(n) for f in ast.walk(tree)
-                   if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                   for n in ast.walk(f)}
+    in_function = {
+        id(n)
+        for f in ast.walk(tree)
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for n in ast.walk(f)
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -50,7 +53,7 @@ def _imports(name: str, path: Path):
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(up + ([base] if base else []))
             if base.startswith("servetune"):
                 names = tuple(a.name for a in node.names)
@@ -67,8 +70,9 @@ def _graph() -> dict[str, set[str]]:
             parts = target.split(".")
             edges.update(".".join(parts[:k]) for k in range(2, len(parts) + 1))
             edges.update(f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES)
-        graph[name] = {e for e in edges if e in MODULES and e != name
-                       and not name.startswith(e + ".")}  # a package's own parents run first
+        graph[name] = {
+            e for e in edges if e in MODULES and e != name and not name.startswith(e + ".")
+        }  # a package's own parents run first
     return graph
 
 
@@ -120,22 +124,32 @@ def test_cycle_finder_finds_a_planted_cycle():
 
 def test_no_import_cycles():
     graph = _graph()
-    assert len(graph) > 60 and graph["servetune.run.driver"] >= {"servetune.engine.loop", "servetune.run.shard"}
+    assert len(graph) > 60 and graph["servetune.run.driver"] >= {
+        "servetune.engine.loop",
+        "servetune.run.shard",
+    }
     assert _cycles(graph) == []
 
 
 def test_imports_are_at_module_level():
-    deferred = [f"{path.name}:{line} imports {target}"
-                for name, path in MODULES.items() if not name.startswith(DEFERRED_OK)
-                for target, _, inside, line in _imports(name, path) if inside]
+    deferred = [
+        f"{path.name}:{line} imports {target}"
+        for name, path in MODULES.items()
+        if not name.startswith(DEFERRED_OK)
+        for target, _, inside, line in _imports(name, path)
+        if inside
+    ]
     assert deferred == []
 
 
 def test_no_private_name_is_imported_across_modules():
-    private = [f"{name}:{line} imports {target}.{n}"
-               for name, path in MODULES.items()
-               for target, names, _, line in _imports(name, path)
-               for n in names if n.startswith("_") and n != "__version__"]
+    private = [
+        f"{name}:{line} imports {target}.{n}"
+        for name, path in MODULES.items()
+        for target, names, _, line in _imports(name, path)
+        for n in names
+        if n.startswith("_") and n != "__version__"
+    ]
     assert private == []
 
 
@@ -149,15 +163,24 @@ def test_random_streams_are_distinct_and_only_in_their_table():
     from servetune.core import streams
 
     assert len(set(streams.ALL.values())) == len(streams.ALL) >= 10
-    draws = {(MODULES[name].name, line.strip()) for name in MODULES if name != "servetune.core.streams"
-             for line in MODULES[name].read_text().splitlines() if "default_rng(" in line}
+    draws = {
+        (MODULES[name].name, line.strip())
+        for name in MODULES
+        if name != "servetune.core.streams"
+        for line in MODULES[name].read_text().splitlines()
+        if "default_rng(" in line
+    }
     # the generators streams.py names as outside its table, each for a stated reason
-    assert draws == {("traces.py", "rng = np.random.default_rng(seed)"),
-                     ("es.py", ("return np.random.default_rng([seed, iteration])"
-                                ".standard_normal((pairs, dim))")),
-                     ("stats.py", "rng = np.random.default_rng(seed)"),
-                     ("oracle.py", "rng = np.random.default_rng([domain, int(key) & _MASK64])"),
-                     ("observe.py", "rng = np.random.default_rng(es.seed)")}
+    assert draws == {
+        ("traces.py", "rng = np.random.default_rng(seed)"),
+        (
+            "es.py",
+            ("return np.random.default_rng([seed, iteration]).standard_normal((pairs, dim))"),
+        ),
+        ("stats.py", "rng = np.random.default_rng(seed)"),
+        ("oracle.py", "rng = np.random.default_rng([domain, int(key) & _MASK64])"),
+        ("observe.py", "rng = np.random.default_rng(es.seed)"),
+    }
 
 
 def test_policy_fields_are_one_table():
@@ -191,7 +214,8 @@ def test_the_record_table_generates_the_outbox_and_the_results():
         assert f.name in {g.name for g in dataclasses.fields(holder)}, f.name
     results = [f.name for f in dataclasses.fields(ScenarioResult)]
     assert [f.name for f in RECORDS if f.result] == [
-        n for n in results if n not in ("stats", "clock_s", "timeline")]
+        n for n in results if n not in ("stats", "clock_s", "timeline")
+    ]
     box = empty_outbox(3, 0, cascade=True)
     assert record_fields(box) == (*always, "tier")
     relaxed = empty_outbox(3, 0, relaxed=True, swap=True)
@@ -199,8 +223,9 @@ def test_the_record_table_generates_the_outbox_and_the_results():
     for f in RECORDS:
         value = getattr(relaxed if f.name in record_fields(relaxed) else box, f.name)
         shape = (3,) if f.width is None else (3, f.width)
-        assert value.dtype == f.dtype and np.array_equal(value, np.full(shape, f.unset),
-                                                         equal_nan=True)
+        assert value.dtype == f.dtype and np.array_equal(
+            value, np.full(shape, f.unset), equal_nan=True
+        )
 
 
 def test_the_wheel_lists_every_package_and_ships_conf_as_servetune_conf():
@@ -210,10 +235,13 @@ def test_the_wheel_lists_every_package_and_ships_conf_as_servetune_conf():
         tomllib = pytest.importorskip("tomli")
     root = SRC.parents[1]
     tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
-    on_disk = {".".join(("servetune",) + p.parent.relative_to(SRC).parts)
-               for p in SRC.rglob("__init__.py")}
-    on_disk |= {".".join(("servetune", "conf") + p.parent.relative_to(root / "conf").parts)
-                for p in (root / "conf").rglob("__init__.py")}
+    on_disk = {
+        ".".join(("servetune",) + p.parent.relative_to(SRC).parts) for p in SRC.rglob("__init__.py")
+    }
+    on_disk |= {
+        ".".join(("servetune", "conf") + p.parent.relative_to(root / "conf").parts)
+        for p in (root / "conf").rglob("__init__.py")
+    }
     assert sorted(tool["packages"]) == sorted(on_disk)
     assert tool["package-dir"] == {"": "src", "servetune.conf": "conf"}
     assert not (SRC / "conf").exists()  # one copy of the configs: conf/ at the top level
@@ -227,8 +255,22 @@ def test_the_built_wheel_holds_every_config_and_bundled_trace(tmp_path):
     import zipfile
 
     root = SRC.parents[1]
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w",
-                    str(tmp_path), str(root)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "-w",
+            str(tmp_path),
+            str(root),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     (wheel,) = tmp_path.glob("servetune-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for path in (root / "conf").rglob("*.yaml"):
@@ -241,8 +283,17 @@ def test_the_built_wheel_holds_every_config_and_bundled_trace(tmp_path):
 # The layers, lowest first: a module imports only from its own layer and the layers before it
 # (modules of one tuple share a layer and do not import each other). README: How the code is
 # laid out.
-LAYERS = (("core",), ("engine",), ("workload",), ("config",), ("run",), ("reporting",),
-          ("deploy",), ("tuning", "validate"), ("cli",))
+LAYERS = (
+    ("core",),
+    ("engine",),
+    ("workload",),
+    ("config",),
+    ("run",),
+    ("reporting",),
+    ("deploy",),
+    ("tuning", "validate"),
+    ("cli",),
+)
 RANK = {package: rank for rank, packages in enumerate(LAYERS) for package in packages}
 
 
@@ -254,8 +305,13 @@ def _package(module: str) -> str | None:
 
 
 def test_every_module_is_in_a_layer():
-    outside = [name for name in MODULES if name != "servetune" and _package(name) not in RANK
-               and not name.startswith("servetune.conf")]
+    outside = [
+        name
+        for name in MODULES
+        if name != "servetune"
+        and _package(name) not in RANK
+        and not name.startswith("servetune.conf")
+    ]
     assert outside == []
 
 
@@ -266,7 +322,7 @@ def test_layers_import_only_the_layers_below_them():
         if here is None or here not in RANK:
             continue
         for target, _, _, line in _imports(name, path):
-            there = _package(target)   # None: the package root, above every layer
+            there = _package(target)  # None: the package root, above every layer
             if there == here:
                 continue
             if there is None or there not in RANK or RANK[there] >= RANK[here]:

@@ -17,10 +17,24 @@ import types
 from pathlib import Path
 
 # the flags the simulated run corresponds to: every metric and servetune's percentiles
-FLAGS = ["--backend", "vllm", "--dataset-name", "random", "--request-rate", "inf",
-         "--save-result", "--save-detailed", "--percentile-metrics", "ttft,tpot,itl,e2el",
-         "--metric-percentiles", "50,90,99", "--goodput", "ttft:2000", "tpot:100",
-         "--disable-tqdm"]
+FLAGS = [
+    "--backend",
+    "vllm",
+    "--dataset-name",
+    "random",
+    "--request-rate",
+    "inf",
+    "--save-result",
+    "--save-detailed",
+    "--percentile-metrics",
+    "ttft,tpot,itl,e2el",
+    "--metric-percentiles",
+    "50,90,99",
+    "--goodput",
+    "ttft:2000",
+    "tpot:100",
+    "--disable-tqdm",
+]
 
 
 def run(servetune_file: Path, out_dir: Path) -> Path:
@@ -36,9 +50,15 @@ def run(servetune_file: Path, out_dir: Path) -> Path:
     for i in range(n):
         ok = sim["errors"][i] == ""
         outcomes[str(i)] = RequestFuncOutput(
-            success=ok, latency=sim["latencies"][i], output_tokens=sim["output_lens"][i],
-            ttft=sim["ttfts"][i], itl=list(sim["itls"][i]), prompt_len=sim["input_lens"][i],
-            error=sim["errors"][i], start_time=sim["start_times"][i])
+            success=ok,
+            latency=sim["latencies"][i],
+            output_tokens=sim["output_lens"][i],
+            ttft=sim["ttfts"][i],
+            itl=list(sim["itls"][i]),
+            prompt_len=sim["input_lens"][i],
+            error=sim["errors"][i],
+            start_time=sim["start_times"][i],
+        )
 
     async def fake_request(request_func_input, session, pbar=None):
         if request_func_input.request_id is None:  # vLLM's readiness probe
@@ -51,21 +71,38 @@ def run(servetune_file: Path, out_dir: Path) -> Path:
     async def ready(request_func, test_input, **kwargs):
         return RequestFuncOutput(success=True)
 
-    samples = [SampleRequest(prompt="x", prompt_len=sim["input_lens"][i],
-                             expected_output_len=max(sim["output_lens"][i], 1),
-                             request_id=str(i)) for i in range(n)]
+    samples = [
+        SampleRequest(
+            prompt="x",
+            prompt_len=sim["input_lens"][i],
+            expected_output_len=max(sim["output_lens"][i], 1),
+            request_id=str(i),
+        )
+        for i in range(n)
+    ]
     serve.ASYNC_REQUEST_FUNCS["vllm"] = fake_request
     serve.get_tokenizer = lambda *a, **k: types.SimpleNamespace(  # truthy: latency stats kept
-        __call__=None)
+        __call__=None
+    )
     serve.get_samples = lambda args, tokenizer: samples
     serve.wait_for_endpoint = ready
     serve.fetch_spec_decode_metrics = no_metrics
     serve.fetch_diffusion_metrics = no_metrics
     parser = FlexibleArgumentParser()
     serve.add_cli_args(parser)
-    args = parser.parse_args(FLAGS + ["--model", sim["model_id"], "--num-prompts", str(n),
-                                      "--result-dir", str(out_dir),
-                                      "--result-filename", "vllm_result.json"])
+    args = parser.parse_args(
+        FLAGS
+        + [
+            "--model",
+            sim["model_id"],
+            "--num-prompts",
+            str(n),
+            "--result-dir",
+            str(out_dir),
+            "--result-filename",
+            "vllm_result.json",
+        ]
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     serve.main(args)
     return out_dir / "vllm_result.json"

@@ -15,15 +15,29 @@ def _batch(tokens, decode=None, accepted=None):
     n = CFG.n_entries
     tok = jnp.asarray(list(tokens) + [0] * (n - len(tokens)), jnp.int32)
     dec = jnp.asarray(list(decode or [False] * len(tokens)) + [False] * (n - len(tokens)))
-    acc = None if accepted is None else jnp.asarray(
-        list(accepted) + [0] * (n - len(accepted)), jnp.int32)
-    return Batch(tokens=tok, decode=dec, preempted=jnp.zeros(n, bool),
-                 slot_bound=jnp.asarray(False), ended=jnp.zeros(n, bool), accepted=acc)
+    acc = (
+        None
+        if accepted is None
+        else jnp.asarray(list(accepted) + [0] * (n - len(accepted)), jnp.int32)
+    )
+    return Batch(
+        tokens=tok,
+        decode=dec,
+        preempted=jnp.zeros(n, bool),
+        slot_bound=jnp.asarray(False),
+        ended=jnp.zeros(n, bool),
+        accepted=acc,
+    )
 
 
 def test_a_prefill_emits_only_when_its_last_chunk_is_computed():
-    e = entries(CFG, [{"status": RUNNING, "prompt": 10, "output": 3},
-                      {"status": RUNNING, "prompt": 10, "output": 3}])
+    e = entries(
+        CFG,
+        [
+            {"status": RUNNING, "prompt": 10, "output": 3},
+            {"status": RUNNING, "prompt": 10, "output": 3},
+        ],
+    )
     out, gap, done = advance(e, _batch([6, 10]), 2.5)
     assert column(out, "computed", 2) == [6, 10]
     assert column(out, "generated", 2) == [0, 1]  # the first chunk emits nothing
@@ -41,8 +55,10 @@ def test_a_decode_emits_a_token_and_its_gap_since_the_previous_one():
 
 
 def test_the_last_token_completes_the_request_and_frees_its_blocks():
-    e = entries(CFG, [running(10, 3, generated=2, last_emit=1.0),
-                      running(10, 9, generated=2, last_emit=1.0)])
+    e = entries(
+        CFG,
+        [running(10, 3, generated=2, last_emit=1.0), running(10, 9, generated=2, last_emit=1.0)],
+    )
     out, _, done = advance(e, _batch([1, 1], [True, True]), 2.0)
     assert np.asarray(done)[:2].tolist() == [True, False]
     assert column(out, "status", 2) == [DONE, RUNNING]

@@ -36,8 +36,9 @@ WL = _workload([(0.0, 8, 4), (1.0, 10, 4), (1.0, 12, 4), (3.0, 14, 4)])
 
 
 def _take(e, t, next_req=0, wl=WL, p=None):
-    out, nxt, outside, arrived, rejected = take_arrivals(e, t, next_req, wl, p or params(), CFG,
-                                                         None)
+    out, nxt, outside, arrived, rejected = take_arrivals(
+        e, t, next_req, wl, p or params(), CFG, None
+    )
     return out, int(nxt), int(outside), int(arrived), int(rejected)
 
 
@@ -48,7 +49,10 @@ def test_arrivals_by_t_join_in_trace_order_into_the_free_entries():
     assert column(out, "req", 4) == [9, 0, 1, 2]
     assert column(out, "status", 4) == [RUNNING, WAITING, WAITING, WAITING]
     assert column(out, "prompt", 4) == [8, 8, 10, 12] and column(out, "arrival", 4)[1:] == [
-        0.0, 1.0, 1.0]
+        0.0,
+        1.0,
+        1.0,
+    ]
     _, nxt, _, arrived, _ = _take(e, 0.5)  # only the first has arrived at 0.5 s
     assert (nxt, arrived) == (1, 1)
 
@@ -69,7 +73,9 @@ def test_too_long_and_never_fitting_prompts_are_rejected_at_their_arrival():
     assert rejected == 2
     assert column(out, "status", 3) == [DONE, DONE, WAITING]
     assert column(out, "end_state", 2) == [REJECTED, REJECTED] and column(out, "finish", 2) == [
-        0.0, 0.0]
+        0.0,
+        0.0,
+    ]
     assert column(out, "reject_reason", 3) == [REJECT_TOO_LONG, REJECT_KV_CAPACITY, -1]
     assert all(np.isnan(column(out, "scheduled_at", 3)))  # none scheduled yet
 
@@ -78,26 +84,34 @@ def test_a_rejection_names_the_first_check_it_failed():
     # the 64-token prompt is both too long and too big for 10 blocks, and past the queue cap:
     # the length check comes first; the 40-token one fails the KV check before the cap
     wl = _workload([(0.0, 64, 4), (0.0, 40, 4), (0.0, 8, 4), (0.0, 8, 4)])
-    out, _, _, _, rejected = _take(entries(CFG, []), 0.0, wl=wl,
-                                   p=params({"queue_cap": 1}, kv_blocks=10))
+    out, _, _, _, rejected = _take(
+        entries(CFG, []), 0.0, wl=wl, p=params({"queue_cap": 1}, kv_blocks=10)
+    )
     assert rejected == 3
-    assert column(out, "reject_reason", 4) == [REJECT_TOO_LONG, REJECT_KV_CAPACITY, -1,
-                                               REJECT_QUEUE_CAP]
+    assert column(out, "reject_reason", 4) == [
+        REJECT_TOO_LONG,
+        REJECT_KV_CAPACITY,
+        -1,
+        REJECT_QUEUE_CAP,
+    ]
 
 
 def test_the_queue_caps_each_see_the_arrivals_let_in_before_them():
     e = entries(CFG, [{"prompt": 8, "output": 4, "req": 9}])  # one waiting already
-    cases = {"queue_cap": (2, [WAITING, DONE, DONE], REJECT_QUEUE_CAP),  # room for one more
-             "max_num_queued_reqs": (3, [WAITING, WAITING, DONE], REJECT_QUEUED_REQS),
-             # prompt tokens without a first token: 8 + 8 = 16 < 20 lets the second in,
-             # 8 + 8 + 10 = 26 refuses the third
-             "max_num_queued_tokens": (20, [WAITING, WAITING, DONE], REJECT_QUEUED_TOKENS)}
+    cases = {
+        "queue_cap": (2, [WAITING, DONE, DONE], REJECT_QUEUE_CAP),  # room for one more
+        "max_num_queued_reqs": (3, [WAITING, WAITING, DONE], REJECT_QUEUED_REQS),
+        # prompt tokens without a first token: 8 + 8 = 16 < 20 lets the second in,
+        # 8 + 8 + 10 = 26 refuses the third
+        "max_num_queued_tokens": (20, [WAITING, WAITING, DONE], REJECT_QUEUED_TOKENS),
+    }
     for key, (cap, statuses, code) in cases.items():
         out, _, _, _, rejected = _take(e, 1.0, p=params({key: cap}))
         assert column(out, "status", 4)[1:] == statuses, key
         assert rejected == statuses.count(DONE), key
         assert column(out, "reject_reason", 4)[1:] == [
-            code if s == DONE else -1 for s in statuses], key
+            code if s == DONE else -1 for s in statuses
+        ], key
 
 
 def test_the_queued_token_cap_counts_past_int32_without_wrapping():

@@ -16,23 +16,36 @@ PARAMS = params(base_s=0.01, per_prefill_token_s=0.0, per_decode_seq_s=1e-3, kv_
 
 def _leap(e, t=1.0, t_limit=float("inf"), p=PARAMS, cfg=CFG):
     run = leap(e, t, t_limit, p, cfg)
-    return (run.e, float(run.t_end), int(run.k), np.asarray(run.dur), int(run.kv_peak),
-            np.asarray(run.completed))
+    return (
+        run.e,
+        float(run.t_end),
+        int(run.k),
+        np.asarray(run.dur),
+        int(run.kv_peak),
+        np.asarray(run.completed),
+    )
 
 
 def test_with_a_request_waiting_a_run_stops_at_the_first_completion():
     # two decoding requests: 3 and 6 tokens left; a third waits, held back by max_num_seqs 2:
     # the first completion could let it in, so the run stops there
-    e = entries(CFG, [running(8, 5, generated=2, last_emit=0.99),
-                      running(8, 9, generated=3, last_emit=0.99), {"prompt": 4, "output": 2}])
+    e = entries(
+        CFG,
+        [
+            running(8, 5, generated=2, last_emit=0.99),
+            running(8, 9, generated=3, last_emit=0.99),
+            {"prompt": 4, "output": 2},
+        ],
+    )
     capped = params({"max_num_seqs": 2}, base_s=0.01, per_prefill_token_s=0.0)
     out, t_end, k, dur, blocks, done = _leap(e, p=capped)
     assert k == 3 and np.isclose(t_end, 1.0 + 3 * 0.012)
     assert np.allclose(dur[:3], 0.012) and (dur[3:] == 0).all()
     assert column(out, "generated", 2) == [5, 6] and column(out, "computed", 2) == [12, 13]
     assert column(out, "status", 2) == [DONE, RUNNING] and done[:2].tolist() == [True, False]
-    assert column(out, "end_state", 1) == [COMPLETED] and np.isclose(column(out, "finish", 1)[0],
-                                                                     t_end)
+    assert column(out, "end_state", 1) == [COMPLETED] and np.isclose(
+        column(out, "finish", 1)[0], t_end
+    )
     assert column(out, "blocks", 2) == [0, 4]  # 13 tokens: 4 blocks; the completed one freed
     assert blocks == 3 + 4  # the run's peak, in its last iteration: 12 tokens held 3 blocks
     assert np.allclose(column(out, "last_emit", 2), t_end)
@@ -41,8 +54,10 @@ def test_with_a_request_waiting_a_run_stops_at_the_first_completion():
 def test_with_nobody_waiting_a_run_goes_on_past_completions():
     # the same two requests alone: iterations 0-2 decode both (0.012 s), the first completes
     # at the end of iteration 2 (1.036 s), iterations 3-5 decode the second alone (0.011 s)
-    e = entries(CFG, [running(8, 5, generated=2, last_emit=0.99),
-                      running(8, 9, generated=3, last_emit=0.99)])
+    e = entries(
+        CFG,
+        [running(8, 5, generated=2, last_emit=0.99), running(8, 9, generated=3, last_emit=0.99)],
+    )
     run = leap(e, 1.0, float("inf"), PARAMS, CFG)
     assert int(run.k) == 6 and np.isclose(float(run.t_end), 1.069)
     assert np.allclose(np.asarray(run.dur)[:6], [0.012] * 3 + [0.011] * 3)
@@ -57,9 +72,9 @@ def test_with_nobody_waiting_a_run_goes_on_past_completions():
     # context read: 9 + 10, 10 + 11, 11 + 12, then 13, 14, 15
     assert float(run.ctx_read) == 19 + 21 + 23 + 13 + 14 + 15
     gaps, weights = (np.asarray(x) for x in run.gaps)
-    later = np.isfinite(gaps[CFG.n_entries:])
-    assert np.allclose(gaps[CFG.n_entries:][later], [0.012] * 2 + [0.011] * 3)
-    assert weights[CFG.n_entries:][later].tolist() == [2, 2, 1, 1, 1]
+    later = np.isfinite(gaps[CFG.n_entries :])
+    assert np.allclose(gaps[CFG.n_entries :][later], [0.012] * 2 + [0.011] * 3)
+    assert weights[CFG.n_entries :][later].tolist() == [2, 2, 1, 1, 1]
     assert np.allclose(gaps[:2], 1.012 - 0.99)
 
 
@@ -78,8 +93,10 @@ def test_kv_blocks_bound_the_run_to_whole_blocks_per_request():
 
 
 def test_no_run_while_a_request_prefills_or_a_waiting_one_could_be_admitted():
-    mid_prefill = entries(CFG, [running(8, 9, generated=2), {"status": RUNNING, "prompt": 8,
-                                                             "output": 4, "computed": 4}])
+    mid_prefill = entries(
+        CFG,
+        [running(8, 9, generated=2), {"status": RUNNING, "prompt": 8, "output": 4, "computed": 4}],
+    )
     assert _leap(mid_prefill)[2] == 0
     waiting = entries(CFG, [running(8, 9, generated=2), {"prompt": 8, "output": 4}])
     out, t_end, k, *_ = _leap(waiting)
@@ -90,9 +107,15 @@ def test_no_run_while_a_request_prefills_or_a_waiting_one_could_be_admitted():
 
 
 def _arrival(at, prompt, output, t_limit=float("inf")):
-    return NextArrival(req=jnp.int32(7), at=jnp.float64(at), prompt=jnp.int32(prompt),
-                       output=jnp.int32(output), predicted=jnp.float64(output), priority=None,
-                       t_limit=jnp.float64(t_limit))
+    return NextArrival(
+        req=jnp.int32(7),
+        at=jnp.float64(at),
+        prompt=jnp.int32(prompt),
+        output=jnp.int32(output),
+        predicted=jnp.float64(output),
+        priority=None,
+        t_limit=jnp.float64(t_limit),
+    )
 
 
 def test_a_run_takes_in_the_next_arrival_as_the_full_step_admits_it():
@@ -104,8 +127,9 @@ def test_a_run_takes_in_the_next_arrival_as_the_full_step_admits_it():
     e = entries(CFG, [running(8, 20, generated=2, last_emit=0.99)])
     run = leap(e, 1.0, 1.015, p, CFG, arrival=_arrival(1.015, 4, 3))
     assert int(run.taken) == 1 and int(run.k) == 8
-    assert np.allclose(np.asarray(run.dur),
-                       [0.011, 0.011, 0.015, 0.012, 0.012, 0.011, 0.011, 0.011])
+    assert np.allclose(
+        np.asarray(run.dur), [0.011, 0.011, 0.015, 0.012, 0.012, 0.011, 0.011, 0.011]
+    )
     assert np.isclose(float(run.t_end), 1.094)
     assert column(run.e, "generated", 2) == [10, 3] and column(run.e, "computed", 2) == [17, 6]
     assert column(run.e, "req", 2) == [0, 7] and column(run.e, "status", 2) == [RUNNING, DONE]
@@ -119,15 +143,20 @@ def test_a_run_takes_in_the_next_arrival_as_the_full_step_admits_it():
     assert float(run.ctx_read) == sum(range(9, 17)) + 4 + 5
     assert float(run.attn_work) == float(run.ctx_read) + 10 + 4 * 5 / 2
     weights = np.asarray(run.gaps[1])  # one gap per request decoding in each later iteration
-    assert weights[CFG.n_entries + 1:].tolist() == [1, 1, 2, 2, 1, 1, 1]
+    assert weights[CFG.n_entries + 1 :].tolist() == [1, 1, 2, 2, 1, 1, 1]
     assert np.isclose(float(run.early_s), 1.094 - 1.061)
 
 
 def test_a_run_leaves_an_arrival_the_full_step_would_not_admit_whole():
     # a budget of 4 tokens: 1 decode + an 8-token prompt do not fit one iteration, so the run
     # stops before the iteration that would see it (at 1.022: two iterations)
-    p = params({"max_num_batched_tokens": 4}, base_s=0.01, per_prefill_token_s=1e-3,
-               per_decode_seq_s=1e-3, kv_blocks=1000)
+    p = params(
+        {"max_num_batched_tokens": 4},
+        base_s=0.01,
+        per_prefill_token_s=1e-3,
+        per_decode_seq_s=1e-3,
+        kv_blocks=1000,
+    )
     e = entries(CFG, [running(8, 20, generated=2, last_emit=0.99)])
     run = leap(e, 1.0, 1.015, p, CFG, arrival=_arrival(1.015, 8, 3))
     assert int(run.taken) == 0 and int(run.k) == 2 and int(run.prefill_tokens) == 0

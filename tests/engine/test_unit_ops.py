@@ -84,9 +84,13 @@ def test_count_at_most_is_searchsorted_right_for_any_lower_bound(window):
 
 
 def test_take_indexes_every_leaf_with_one_gather_per_dtype_and_shape():
-    tree = {"a": jnp.arange(5, dtype=jnp.int32), "b": jnp.arange(5, dtype=jnp.int32) * 10,
-            "c": jnp.linspace(0.0, 1.0, 5), "d": jnp.arange(10, dtype=jnp.int32).reshape(5, 2),
-            "e": jnp.asarray([True, False, True, False, True])}
+    tree = {
+        "a": jnp.arange(5, dtype=jnp.int32),
+        "b": jnp.arange(5, dtype=jnp.int32) * 10,
+        "c": jnp.linspace(0.0, 1.0, 5),
+        "d": jnp.arange(10, dtype=jnp.int32).reshape(5, 2),
+        "e": jnp.asarray([True, False, True, False, True]),
+    }
     order = jnp.asarray([4, 0, 3, 1, 2])
     got = ops.take(tree, order)
     for name, leaf in tree.items():

@@ -42,8 +42,10 @@ def test_retire_ends_only_the_chosen_requests_and_frees_their_blocks():
 
 
 def test_drain_moves_at_most_drain_per_step_finished_entries_in_entry_order():
-    rows = [{"status": DONE, "end_state": COMPLETED, "finish": 1.0 + i, "generated": i,
-             "req": 10 + i} for i in range(3)]
+    rows = [
+        {"status": DONE, "end_state": COMPLETED, "finish": 1.0 + i, "generated": i, "req": 10 + i}
+        for i in range(3)
+    ]
     e = entries(CFG, [rows[0], running(8, 4, req=20), rows[1], rows[2]])
     box = empty_outbox(CFG.outbox, 0)
     e, box = drain(e, box, CFG.drain_per_step)
@@ -60,13 +62,17 @@ def test_drain_moves_at_most_drain_per_step_finished_entries_in_entry_order():
 def test_drain_carries_a_relaxed_order_tape_with_its_record():
     """With a relaxed order (engine/relaxed/swap.py) a record also carries the request's latest
     admission and preemption, its pair table [m] included, written at the fill mark."""
-    e = entries(CFG, [running(8, 4, req=20),
-                      {"status": DONE, "end_state": COMPLETED, "finish": 2.0, "req": 11}])
+    e = entries(
+        CFG,
+        [running(8, 4, req=20), {"status": DONE, "end_state": COMPLETED, "finish": 2.0, "req": 11}],
+    )
     tape = swap.init_tape((CFG.n_entries,), 0)
-    tape = tape.replace(admitted_at=tape.admitted_at.at[1].set(1.5),
-                        swap_req=tape.swap_req.at[1, :2].set(jnp.asarray([7, 3], jnp.int32)),
-                        swap_p=tape.swap_p.at[1, :2].set(jnp.asarray([0.25, 0.5])),
-                        victim_of=tape.victim_of.at[1].set(9))
+    tape = tape.replace(
+        admitted_at=tape.admitted_at.at[1].set(1.5),
+        swap_req=tape.swap_req.at[1, :2].set(jnp.asarray([7, 3], jnp.int32)),
+        swap_p=tape.swap_p.at[1, :2].set(jnp.asarray([0.25, 0.5])),
+        victim_of=tape.victim_of.at[1].set(9),
+    )
     box = empty_outbox(CFG.outbox, 0, relaxed=True, swap=True)
     box = box.replace(count=jnp.asarray(3, jnp.int32))  # three records collected before
     relaxed = shift.init_tape((CFG.n_entries,), 0)
@@ -88,12 +94,15 @@ def test_drain_with_nothing_finished_moves_nothing():
 
 
 def test_abandon_ends_waiting_and_running_requests_at_their_give_up_time():
-    e = entries(CFG, [
-        {"give_up_at": 2.0, "give_up_state": CANCELLED},  # waiting, gives up at 2 s
-        running(8, 4, give_up_at=1.5, give_up_state=EXPIRED, preempted=False),
-        running(8, 4, give_up_at=2.5, give_up_state=CANCELLED),  # not yet at t = 2
-        {"status": DONE, "end_state": COMPLETED, "give_up_at": 0.5, "give_up_state": EXPIRED},
-    ])
+    e = entries(
+        CFG,
+        [
+            {"give_up_at": 2.0, "give_up_state": CANCELLED},  # waiting, gives up at 2 s
+            running(8, 4, give_up_at=1.5, give_up_state=EXPIRED, preempted=False),
+            running(8, 4, give_up_at=2.5, give_up_state=CANCELLED),  # not yet at t = 2
+            {"status": DONE, "end_state": COMPLETED, "give_up_at": 0.5, "give_up_state": EXPIRED},
+        ],
+    )
     assert float(next_give_up(e)) == 1.5  # the DONE request's time does not count
     out, n = abandon(e, 2.0)
     assert int(n) == 2
@@ -105,7 +114,8 @@ def test_abandon_ends_waiting_and_running_requests_at_their_give_up_time():
 
 
 def test_a_preempted_request_that_gives_up_is_no_longer_marked_preempted():
-    e = entries(CFG, [{"status": WAITING, "preempted": True, "give_up_at": 1.0,
-                       "give_up_state": CANCELLED}])
+    e = entries(
+        CFG, [{"status": WAITING, "preempted": True, "give_up_at": 1.0, "give_up_state": CANCELLED}]
+    )
     out, _ = abandon(e, 1.0)  # at exactly its give-up time
     assert column(out, "status", 1) == [DONE] and column(out, "preempted", 1) == [False]

@@ -44,8 +44,9 @@ def _table(*blocks):
         w = next(w for w in range(s, s + prefix.WAYS) if ids[w] < 0)
         ids[w], ref[w], last[w], depth[w], where[bid] = bid, r, t, d, w
     pc = prefix.instance(prefix.init_cache(CFG, 0), 0)
-    return pc.replace(ids=jnp.asarray(ids), ref=jnp.asarray(ref), last=jnp.asarray(last),
-                      depth=jnp.asarray(depth)), where
+    return pc.replace(
+        ids=jnp.asarray(ids), ref=jnp.asarray(ref), last=jnp.asarray(last), depth=jnp.asarray(depth)
+    ), where
 
 
 def _refs(*rows) -> PrefixRefs:
@@ -54,9 +55,13 @@ def _refs(*rows) -> PrefixRefs:
     ids, slot = np.full((A, HP), -1, np.int32), np.full((A, HP), -1, np.int32)
     nxt = np.zeros(A, np.int32)
     for a, (i, s, x) in enumerate(rows):
-        ids[a, :len(i)], slot[a, :len(s)], nxt[a] = i, s, x
-    return PrefixRefs(ids=jnp.asarray(ids), slot=jnp.asarray(slot),
-                      n=jnp.asarray((slot >= 0).sum(1), jnp.int32), next=jnp.asarray(nxt))
+        ids[a, : len(i)], slot[a, : len(s)], nxt[a] = i, s, x
+    return PrefixRefs(
+        ids=jnp.asarray(ids),
+        slot=jnp.asarray(slot),
+        n=jnp.asarray((slot >= 0).sum(1), jnp.int32),
+        next=jnp.asarray(nxt),
+    )
 
 
 def _with(rows, refs):
@@ -74,8 +79,7 @@ def _slots(e, n):
 def test_lookup_finds_the_slot_of_each_cached_id_and_misses_the_rest():
     pc, at = _table((3, 1, 0.0, 0), (5, 0, 0.0, 1), (9, 0, 0.0, 2))
     q = jnp.asarray([[3, 5, 7, -1], [9, 0, 3, 5]], jnp.int32)
-    assert prefix.lookup(pc.ids, q).tolist() == [[at[3], at[5], -1, -1],
-                                                 [at[9], -1, at[3], at[5]]]
+    assert prefix.lookup(pc.ids, q).tolist() == [[at[3], at[5], -1, -1], [at[9], -1, at[3], at[5]]]
     # an empty table's -1 slots never match a -1 (padding) query
     empty = prefix.instance(prefix.init_cache(CFG, 0), 0)
     assert prefix.lookup(empty.ids, jnp.asarray([-1, 0, 3])).tolist() == [-1, -1, -1]
@@ -87,14 +91,22 @@ def test_lookup_finds_the_slot_of_each_cached_id_and_misses_the_rest():
 def test_a_waiting_request_reuses_its_leading_cached_blocks_leaving_one_token_to_compute():
     # blocks 1 (referenced by the running row 4), 2 and 4 cached; 7 not
     pc, at = _table((1, 1, 0.0, 0), (2, 0, 0.0, 1), (4, 0, 0.0, 2))
-    e = _with([
-        {"prompt": 20},  # 2 full blocks + 4 tokens: both found, 16 tokens cached
-        {"prompt": 24},  # exactly 3 blocks, all found: capped at (24 - 1) // 8 = 2 blocks
-        {"prompt": 24},  # a gap at block 1 stops the run: 1 block
-        {"prompt": 24, "generated": 1, "preempted": True},  # 25 tokens: all 3 blocks
-        running(20, 8, generated=1),  # running: no hit, whatever it could find
-    ], [([1, 2, 30], [], 0), ([1, 2, 4], [], 0), ([1, 7, 2], [], 0), ([1, 2, 4], [], 0),
-        ([1, 2, 31], [at[1]], 1)])
+    e = _with(
+        [
+            {"prompt": 20},  # 2 full blocks + 4 tokens: both found, 16 tokens cached
+            {"prompt": 24},  # exactly 3 blocks, all found: capped at (24 - 1) // 8 = 2 blocks
+            {"prompt": 24},  # a gap at block 1 stops the run: 1 block
+            {"prompt": 24, "generated": 1, "preempted": True},  # 25 tokens: all 3 blocks
+            running(20, 8, generated=1),  # running: no hit, whatever it could find
+        ],
+        [
+            ([1, 2, 30], [], 0),
+            ([1, 2, 4], [], 0),
+            ([1, 7, 2], [], 0),
+            ([1, 2, 4], [], 0),
+            ([1, 2, 31], [at[1]], 1),
+        ],
+    )
     h = prefix.hits(e, pc, 1000, CFG)
     assert h.waiting.tolist()[:5] == [True] * 4 + [False]
     assert h.n_hit.tolist()[:5] == [2, 2, 1, 3, 0]
@@ -102,8 +114,11 @@ def test_a_waiting_request_reuses_its_leading_cached_blocks_leaving_one_token_to
     assert h.cached.tolist()[:5] == [16, 16, 8, 24, 0]
     # KV blocks taken from the free pool: B per unreferenced block of the hit (2, then 4)
     assert h.claim.tolist()[:5] == [2, 2, 0, 4, 0]
-    assert np.asarray(h.slots)[:3, :3].tolist() == [[at[1], at[2], -1], [at[1], at[2], at[4]],
-                                                    [at[1], -1, at[2]]]
+    assert np.asarray(h.slots)[:3, :3].tolist() == [
+        [at[1], at[2], -1],
+        [at[1], at[2], at[4]],
+        [at[1], -1, at[2]],
+    ]
     assert np.asarray(h.slots)[4].tolist() == [-1] * HP  # a running request looks nothing up
     assert np.asarray(h.evictable)[1, :3].tolist() == [False, True, True]
     assert h.shared.tolist()[:5] == [0, 0, 0, 0, B]  # the running request's block 1
@@ -125,8 +140,10 @@ def test_a_cached_block_counts_once_however_many_requests_reference_it():
     # two running requests of 20 tokens (5 KV blocks each) share blocks 1 and 2; block 3 is
     # cached, nobody references it
     pc, at = _table((1, 2, 0.0, 0), (2, 2, 0.0, 1), (3, 0, 1.0, 0))
-    e = _with([running(20, 8), running(20, 8)],
-              [([1, 2, 40], [at[1], at[2]], 2), ([1, 2, 41], [at[1], at[2]], 2)])
+    e = _with(
+        [running(20, 8), running(20, 8)],
+        [([1, 2, 40], [at[1], at[2]], 2), ([1, 2, 41], [at[1], at[2]], 2)],
+    )
     assert column(e, "blocks", 2) == [5, 5]
     # physically: 1 private block each + 3 cached prefix blocks x B = 2 + 6
     assert int(prefix.blocks_in_use(e, pc, CFG)) == 8
@@ -140,8 +157,10 @@ def test_a_cached_block_counts_once_however_many_requests_reference_it():
 
 def test_release_drops_the_references_and_keeps_the_blocks_cached():
     pc, at = _table((1, 2, 0.0, 0), (2, 2, 0.0, 1))
-    e = _with([running(20, 8), running(20, 8)],
-              [([1, 2, 40], [at[1], at[2]], 2), ([1, 2, 41], [at[1], at[2]], 2)])
+    e = _with(
+        [running(20, 8), running(20, 8)],
+        [([1, 2, 40], [at[1], at[2]], 2), ([1, 2, 41], [at[1], at[2]], 2)],
+    )
     e1, pc1 = prefix.release(e, pc, _mask(0), 5.0)
     assert int(pc1.ref[at[1]]) == 1 and int(pc1.ref[at[2]]) == 1
     assert float(pc1.last[at[1]]) == 5.0 and float(pc1.last[at[2]]) == 5.0
@@ -185,14 +204,22 @@ def test_make_room_evicts_least_recently_released_deepest_first_never_referenced
 def test_after_advance_inserts_newly_computed_full_prompt_blocks_with_a_reference():
     t_end = 2.5
     pc, at = _table((13, 0, 0.5, 1))  # block 13 cached earlier, unreferenced
-    e = _with([
-        running(20, 8, generated=1),  # 2 full blocks (11, 12); its last 4 tokens are partial
-        {"status": RUNNING, "prompt": 24, "output": 8, "computed": 16},  # blocks 11, 13 so far
-        {"status": RUNNING, "prompt": 24, "output": 8, "computed": 7},  # no full block yet
-        {"status": DONE, "prompt": 16, "output": 1, "generated": 1, "computed": 16},
-        {"prompt": 24},  # waiting: computes nothing
-    ], [([11, 12, 100], [], 0), ([11, 13, 14], [], 0), ([11, 15, 16], [], 0),
-        ([11, 15], [], 0), ([11, 12, 13], [], 0)])
+    e = _with(
+        [
+            running(20, 8, generated=1),  # 2 full blocks (11, 12); its last 4 tokens are partial
+            {"status": RUNNING, "prompt": 24, "output": 8, "computed": 16},  # blocks 11, 13 so far
+            {"status": RUNNING, "prompt": 24, "output": 8, "computed": 7},  # no full block yet
+            {"status": DONE, "prompt": 16, "output": 1, "generated": 1, "computed": 16},
+            {"prompt": 24},  # waiting: computes nothing
+        ],
+        [
+            ([11, 12, 100], [], 0),
+            ([11, 13, 14], [], 0),
+            ([11, 15, 16], [], 0),
+            ([11, 15], [], 0),
+            ([11, 12, 13], [], 0),
+        ],
+    )
     completed = _mask(3)  # completed this iteration: inserts its blocks, then releases them
     e2, pc2, deferred = prefix.after_advance(e, completed, pc, t_end, CFG)
     assert not bool(deferred)
@@ -207,15 +234,21 @@ def test_after_advance_inserts_newly_computed_full_prompt_blocks_with_a_referenc
     last = {k: float(pc2.last[s]) for k, s in where.items() if s >= 0}
     assert last == {11: t_end, 12: t_end, 13: 0.5, 15: t_end}
     pad = [-1] * (HP - 2)
-    assert _slots(e2, 5) == [[where[11], where[12]] + pad, [where[11], where[13]] + pad,
-                             [-1] * HP, [-1] * HP, [-1] * HP]
+    assert _slots(e2, 5) == [
+        [where[11], where[12]] + pad,
+        [where[11], where[13]] + pad,
+        [-1] * HP,
+        [-1] * HP,
+        [-1] * HP,
+    ]
     assert np.asarray(e2.prefix.n)[:5].tolist() == [2, 2, 0, 0, 0]
     assert np.asarray(e2.prefix.next)[:5].tolist() == [2, 2, 0, 0, 0]
     assert int(pc2.evictions) == 0 and int(pc2.insert_failed) == 0
     # the next iteration: row 2 reaches 16 tokens, block 1 (15) is now cached: it references
     # it; the others have nothing new
-    e3, pc3, _ = prefix.after_advance(e2.replace(computed=e2.computed.at[2].set(16)),
-                                      _mask(), pc2, 3.0, CFG)
+    e3, pc3, _ = prefix.after_advance(
+        e2.replace(computed=e2.computed.at[2].set(16)), _mask(), pc2, 3.0, CFG
+    )
     assert int(pc3.ref[where[11]]) == 3 and int(pc3.ref[where[15]]) == 1
     assert _slots(e3, 3)[2] == [where[11], where[15]] + pad
     assert float(pc3.last[where[15]]) == t_end  # a hit is no release: its time stays
@@ -227,8 +260,9 @@ def test_insertion_into_a_full_set_takes_its_lru_unreferenced_block_or_fails():
     blocks = [(s[0], 0, 2.0, 0), (s[1], 0, 1.0, 0), (s[2], 0, 1.0, 1)]
     blocks += [(k, 1, 0.0, 0) for k in s[3:8]]
     pc, at = _table(*blocks)
-    e = _with([{"status": RUNNING, "prompt": 16, "output": 4, "computed": 16}],
-              [([s[8], s[9]], [], 0)])
+    e = _with(
+        [{"status": RUNNING, "prompt": 16, "output": 4, "computed": 16}], [([s[8], s[9]], [], 0)]
+    )
     e2, pc2, _ = prefix.after_advance(e, _mask(), pc, 4.0, CFG)
     # two new blocks: they take s2 (LRU, deepest of the tie), then s1
     assert int(pc2.ids[at[s[2]]]) == s[8] and int(pc2.ids[at[s[1]]]) == s[9]
@@ -238,8 +272,9 @@ def test_insertion_into_a_full_set_takes_its_lru_unreferenced_block_or_fails():
     # a set whose only unreferenced block is hit in the same iteration: that block is
     # referenced, not evicted, and the new block is not cached (the request moves past it)
     pc, at = _table(*[(k, int(k != s[0]), 0.0, 0) for k in s[:8]])
-    e = _with([{"status": RUNNING, "prompt": 16, "output": 4, "computed": 16}],
-              [([s[0], s[8]], [], 0)])
+    e = _with(
+        [{"status": RUNNING, "prompt": 16, "output": 4, "computed": 16}], [([s[0], s[8]], [], 0)]
+    )
     e2, pc2, _ = prefix.after_advance(e, _mask(), pc, 4.0, CFG)
     assert np.asarray(pc2.ids).tolist() == np.asarray(pc.ids).tolist()
     assert int(pc2.ref[at[s[0]]]) == 1
@@ -252,13 +287,17 @@ def test_an_admission_references_its_hits_and_eviction_makes_room_for_it():
     # row 0 waits for 20 tokens, blocks [1 2 ...]: 1 is referenced by the running row 1, 2 and
     # 3 are cached unreferenced (3 released earlier)
     pc, at = _table((1, 1, 0.0, 0), (2, 0, 1.0, 1), (3, 0, 0.5, 0))
-    e = _with([{"prompt": 20, "output": 4}, running(12, 4)],
-              [([1, 2, 30], [], 0), ([1, 31], [at[1]], 1)])
+    e = _with(
+        [{"prompt": 20, "output": 4}, running(12, 4)], [([1, 2, 30], [], 0), ([1, 31], [at[1]], 1)]
+    )
     h = prefix.hits(e, pc, 1000, CFG)
     assert h.n_hit.tolist()[:2] == [2, 0] and h.claim.tolist()[:2] == [B, 0]
     # the scheduler admits it: 16 tokens cached, 4 computed now, 5 KV blocks
-    after = e.replace(status=e.status.at[0].set(RUNNING), computed=e.computed.at[0].set(20),
-                      blocks=e.blocks.at[0].set(5))
+    after = e.replace(
+        status=e.status.at[0].set(RUNNING),
+        computed=e.computed.at[0].set(20),
+        blocks=e.blocks.at[0].set(5),
+    )
     batch = types.SimpleNamespace(preempted=_mask())
     # in use: 5 + 3 KV blocks - B x 3 referenced + B x 3 cached = 8; 7 fit: block 3 goes
     e2, pc2, used = prefix.after_schedule(after, batch, h, pc, 1.5, 7, CFG, e.computed)
@@ -278,9 +317,13 @@ def test_a_preempted_request_releases_its_blocks_and_leaves_its_output_block_to_
     pc, at = _table((1, 1, 0.0, 0))
     e = _with([running(12, 16, generated=9)], [([1, 40, 41], [at[1]], 1)])
     assert column(e, "computed", 1) == [20]
-    preempted = e.replace(status=e.status.at[0].set(WAITING), computed=e.computed.at[0].set(0),
-                          blocks=e.blocks.at[0].set(0), preempted=e.preempted.at[0].set(True),
-                          n_preempt=e.n_preempt.at[0].set(1))
+    preempted = e.replace(
+        status=e.status.at[0].set(WAITING),
+        computed=e.computed.at[0].set(0),
+        blocks=e.blocks.at[0].set(0),
+        preempted=e.preempted.at[0].set(True),
+        n_preempt=e.n_preempt.at[0].set(1),
+    )
     h = prefix.hits(e, pc, 1000, CFG)
     batch = types.SimpleNamespace(preempted=_mask(0))
     e2, pc2, used = prefix.after_schedule(preempted, batch, h, pc, 3.0, 1000, CFG, e.computed)
@@ -300,7 +343,10 @@ def test_workload_ids_keep_the_trace_ids_of_full_prompt_blocks_only():
     trace = types.SimpleNamespace(name="t", hash_ids=RaggedIds.from_rows([[5, 6, 7], [5, 8, 9]]))
     out = prefix.workload_ids(trace, np.asarray([20, 8]), CFG, 3)
     # above the largest id 9, request r's block j gets its own id 10 + 8 r + j
-    assert out.tolist() == [[5, 6, 12, 13, 14, 15, 16, 17], [5, 19, 20, 21, 22, 23, 24, 25],
-                            [-1] * HP]
+    assert out.tolist() == [
+        [5, 6, 12, 13, 14, 15, 16, 17],
+        [5, 19, 20, 21, 22, 23, 24, 25],
+        [-1] * HP,
+    ]
     bare = types.SimpleNamespace(name="t")
     assert (prefix.workload_ids(bare, np.asarray([20]), CFG, 2) == -1).all()

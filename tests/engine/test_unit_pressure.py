@@ -41,12 +41,15 @@ def test_compression_takes_the_fewest_lowest_priority_requests_that_cover_the_de
 
 
 def test_the_footprint_is_prompt_plus_predicted_output_capped_at_max_model_len():
-    e = entries(CFG, [
-        {"prompt": 10, "output": 20, "predicted": 5.2},  # 10 + ceil(5.2) = 16: 4 blocks
-        running(10, 20, generated=8, predicted=5.0),  # past its prediction: 10 + 9 = 19: 5
-        {"prompt": 10, "output": 20, "predicted": 1e300},  # capped at 64 tokens: 16 blocks
-        {"prompt": 10, "output": 20, "predicted": 3e9},  # beyond int32: still 16, not wrapped
-    ])
+    e = entries(
+        CFG,
+        [
+            {"prompt": 10, "output": 20, "predicted": 5.2},  # 10 + ceil(5.2) = 16: 4 blocks
+            running(10, 20, generated=8, predicted=5.0),  # past its prediction: 10 + 9 = 19: 5
+            {"prompt": 10, "output": 20, "predicted": 1e300},  # capped at 64 tokens: 16 blocks
+            {"prompt": 10, "output": 20, "predicted": 3e9},  # beyond int32: still 16, not wrapped
+        ],
+    )
     assert footprint(e, CFG).tolist()[:4] == [4, 5, 16, 16]
 
 
@@ -54,8 +57,13 @@ def test_the_footprint_cannot_wrap_whatever_max_model_len_is():
     # max_model_len at int32's largest: prompt + a prediction clipped at max_model_len alone
     # would pass 2**31; the prediction is clipped to the room the prompt leaves
     cfg = config(max_model_len=2**31 - 1, block_size=16)
-    e = entries(cfg, [{"prompt": 10**7, "output": 20, "predicted": 3e9},
-                      {"prompt": 10**7, "output": 20, "predicted": 1e300},
-                      {"prompt": 10**7, "output": 20, "predicted": 2**31 - 10**7 - 1.0}])
+    e = entries(
+        cfg,
+        [
+            {"prompt": 10**7, "output": 20, "predicted": 3e9},
+            {"prompt": 10**7, "output": 20, "predicted": 1e300},
+            {"prompt": 10**7, "output": 20, "predicted": 2**31 - 10**7 - 1.0},
+        ],
+    )
     whole = -(-(2**31 - 1) // 16)  # blocks of a max_model_len sequence
     assert footprint(e, cfg).tolist()[:3] == [whole] * 3

@@ -1,4 +1,4 @@
-"""The token budget's relaxed work (engine/relaxed/batch.py, step.batch_totals, engine/relaxed/pace.py) on
+"""The token budget's relaxed work (engine/relaxed/batch.py, step.batch_totals, relaxed/pace.py) on
 hand-built entries under relax st: forward-mode derivatives of the iteration's token weights
 in the budget and in a request's debt (tokens it computed ahead of the exact path).
 
@@ -28,8 +28,7 @@ TAPE = ("wait_z", "wait_zt", "shift", "debt", "ahead", "pre_s", "pre_tok")
 
 
 def _prefilling(prompt, computed, qkey):
-    return {"status": RUNNING, "prompt": prompt, "output": 4, "computed": computed,
-            "qkey": qkey}
+    return {"status": RUNNING, "prompt": prompt, "output": 4, "computed": computed, "qkey": qkey}
 
 
 def _tangents(rows, budget, debt_tangent):
@@ -47,9 +46,9 @@ def _tangents(rows, budget, debt_tangent):
         out, batch, _ = schedule(e, p, ST)
         return batch, batch_totals(out, batch)[3]
 
-    (batch, _), (d_batch, d_attn) = jax.jit(lambda t: jax.jvp(
-        run, (jnp.float64(budget), jnp.zeros(n)), (jnp.float64(1.0), t)))(
-        jnp.asarray(debt_tangent, jnp.float64))
+    (batch, _), (d_batch, d_attn) = jax.jit(
+        lambda t: jax.jvp(run, (jnp.float64(budget), jnp.zeros(n)), (jnp.float64(1.0), t))
+    )(jnp.asarray(debt_tangent, jnp.float64))
     return batch, d_batch, float(d_attn)
 
 

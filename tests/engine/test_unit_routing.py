@@ -84,11 +84,11 @@ def test_an_instance_mid_iteration_still_holds_what_its_iteration_completes():
     wl = _workload([(1.0, 8, 4)], cfg)
     # instance 0 is empty now but its clock (1.5 s) is past the arrival: at 1.0 s it was still
     # serving the two requests its iteration completed, so instance 1 (one request) wins
-    dest, _, _ = _where(cfg, 1.0, wl, params(), [[], BUSY[:1]], clock=[1.5, 0.5],
-                        mid_ended=[2, 0])
+    dest, _, _ = _where(cfg, 1.0, wl, params(), [[], BUSY[:1]], clock=[1.5, 0.5], mid_ended=[2, 0])
     assert dest == {0: 1}
-    dest, _, _ = _where(cfg, 1.0, wl, params(), [[], BUSY[:1]], clock=[0.9, 0.5],
-                        mid_ended=[2, 0])  # its iteration ended before the arrival
+    dest, _, _ = _where(
+        cfg, 1.0, wl, params(), [[], BUSY[:1]], clock=[0.9, 0.5], mid_ended=[2, 0]
+    )  # its iteration ended before the arrival
     assert dest == {0: 0}
 
 

@@ -46,8 +46,14 @@ def _waiting(prompt, **row):
 def _prefilling(prompt, computed, qkey=0, **row):
     """A row of a RUNNING request that has computed `computed` of its `prompt` tokens (of its
     prompt + generated ones when it recomputes after a preemption)."""
-    return {"status": RUNNING, "prompt": prompt, "output": 4, "computed": computed,
-            "qkey": qkey, **row}
+    return {
+        "status": RUNNING,
+        "prompt": prompt,
+        "output": 4,
+        "computed": computed,
+        "qkey": qkey,
+        **row,
+    }
 
 
 def _mask(flags, n):
@@ -78,11 +84,14 @@ def test_the_watermark_counts_the_null_block_and_is_floored():
     assert float(watermark_blocks(_pol(), 1000)) == 0.0  # vLLM 0.32's default: off
 
 
-@pytest.mark.parametrize("values, cap", [
-    ({"max_num_seqs": 8.9}, 8),  # max_num_active_seqs unset (inf): max_num_seqs, floored
-    ({"max_num_seqs": 8, "max_num_active_seqs": 3.5}, 3),
-    ({"max_num_seqs": 4, "max_num_active_seqs": 10}, 4),  # never above max_num_seqs
-])
+@pytest.mark.parametrize(
+    "values, cap",
+    [
+        ({"max_num_seqs": 8.9}, 8),  # max_num_active_seqs unset (inf): max_num_seqs, floored
+        ({"max_num_seqs": 8, "max_num_active_seqs": 3.5}, 3),
+        ({"max_num_seqs": 4, "max_num_active_seqs": 10}, 4),  # never above max_num_seqs
+    ],
+)
 def test_the_admission_cap_is_the_smaller_cap_floored(values, cap):
     assert float(admission_cap(_pol(**values))) == cap
 
@@ -104,25 +113,38 @@ def test_the_adaptive_long_prefill_cap_is_at_least_the_budget_shared_out():
 
 
 def test_full_sequence_blocks_cover_prompt_and_generated_tokens_up_to_max_model_len():
-    e = entries(CFG, [_waiting(8), _waiting(9), _waiting(10, generated=3),
-                      _waiting(62, generated=5)])
+    e = entries(
+        CFG, [_waiting(8), _waiting(9), _waiting(10, generated=3), _waiting(62, generated=5)]
+    )
     # 8 tokens: 2 blocks; 9: 3; 10 + 3 = 13: 4; 62 + 5 = 67, cut to 64: 16 (not 17)
     assert np.asarray(full_sequence_blocks(e, CFG))[:4].tolist() == [2, 3, 4, 16]
 
 
 def test_pending_tokens_are_the_rest_of_the_prompt_or_one_decode():
-    e = entries(CFG, [_prefilling(10, 4, 1), running(10, 5, generated=2, qkey=2),
-                      _prefilling(10, 0, generated=3),
-                      _waiting(10)])
+    e = entries(
+        CFG,
+        [
+            _prefilling(10, 4, 1),
+            running(10, 5, generated=2, qkey=2),
+            _prefilling(10, 0, generated=3),
+            _waiting(10),
+        ],
+    )
     # 10 - 4 left to prefill; a decode; a resumed request recomputes 10 + 3; waiting and
     # empty slots want nothing from the running phase
     assert np.asarray(pending_tokens(e)).tolist() == [6, 1, 13, 0, 0, 0, 0, 0]
 
 
 def test_only_a_running_request_past_its_prompt_is_decoding():
-    e = entries(CFG, [running(10, 5, generated=2), _prefilling(10, 9, 2),
-                      _prefilling(10, 0, generated=3),
-                      _waiting(1, generated=1)])
+    e = entries(
+        CFG,
+        [
+            running(10, 5, generated=2),
+            _prefilling(10, 9, 2),
+            _prefilling(10, 0, generated=3),
+            _waiting(1, generated=1),
+        ],
+    )
     need, decoding = wanted_tokens(e, params(), CFG)
     assert np.asarray(need)[:4].tolist() == [1, 1, 13, 0]
     # the last prompt token is a prefill token; a recompute is a prefill though it generated
@@ -131,8 +153,9 @@ def test_only_a_running_request_past_its_prompt_is_decoding():
 
 def test_with_speculation_a_decode_asks_for_its_drafts_within_max_model_len():
     spec = config(speculation=True)
-    e = entries(spec, [running(10, 20, generated=2), running(60, 10, generated=3),
-                       _prefilling(10, 4, 3)])
+    e = entries(
+        spec, [running(10, 20, generated=2), running(60, 10, generated=3), _prefilling(10, 4, 3)]
+    )
     need, decoding = wanted_tokens(e, params({"spec_k": 3}), spec)
     # 1 + 3 positions; at 62 computed tokens only 64 - 62 = 2 fit; a prefill asks as before
     assert np.asarray(need)[:3].tolist() == [4, 2, 6]
@@ -140,8 +163,16 @@ def test_with_speculation_a_decode_asks_for_its_drafts_within_max_model_len():
 
 
 def test_new_blocks_are_the_blocks_the_new_tokens_open():
-    e = entries(CFG, [_prefilling(20, 8), _prefilling(20, 7), _prefilling(20, 4),  # 2, 2, 1
-                      _prefilling(20, 8, blocks=5), _waiting(8)])  # blocks held
+    e = entries(
+        CFG,
+        [
+            _prefilling(20, 8),
+            _prefilling(20, 7),
+            _prefilling(20, 4),  # 2, 2, 1
+            _prefilling(20, 8, blocks=5),
+            _waiting(8),
+        ],
+    )  # blocks held
     tokens = jnp.asarray([1, 1, 12, 1, 4, 0, 0, 0], jnp.int32)
     # 9 tokens: a 3rd block; 8 tokens fill the 2nd exactly; 16 tokens: 4 blocks, 3 new;
     # holding more than 9 tokens need adds none; waiting requests are not the running phase's
@@ -149,8 +180,16 @@ def test_new_blocks_are_the_blocks_the_new_tokens_open():
 
 
 def test_admissions_join_the_running_list_after_the_last_one_kept():
-    e = entries(CFG, [running(8, 4, 1, qkey=1), running(8, 4, 1, qkey=2),
-                      running(8, 4, 1, qkey=3), _waiting(4), _waiting(4)])
+    e = entries(
+        CFG,
+        [
+            running(8, 4, 1, qkey=1),
+            running(8, 4, 1, qkey=2),
+            running(8, 4, 1, qkey=3),
+            _waiting(4),
+            _waiting(4),
+        ],
+    )
     n = CFG.n_entries
     keep = _mask([True, True, True], n)
     keys = _queue_keys(e, keep, _mask([False] * 3 + [True, True], n), _mask([], n))
@@ -163,9 +202,16 @@ def test_admissions_join_the_running_list_after_the_last_one_kept():
 
 def test_preempted_requests_go_to_the_queue_front_earliest_admitted_first():
     # vLLM pops the running tail (qkey 3) and prepends it, then qkey 2 before it: [2, 3, old]
-    e = entries(CFG, [running(8, 4, 1, qkey=1), running(8, 4, 1, qkey=2),
-                      running(8, 4, 1, qkey=3), _waiting(4, preempted=True, qkey=-1),
-                      _waiting(4)])
+    e = entries(
+        CFG,
+        [
+            running(8, 4, 1, qkey=1),
+            running(8, 4, 1, qkey=2),
+            running(8, 4, 1, qkey=3),
+            _waiting(4, preempted=True, qkey=-1),
+            _waiting(4),
+        ],
+    )
     n = CFG.n_entries
     keys = _queue_keys(e, _mask([True], n), _mask([], n), _mask([False, True, True], n))
     assert np.asarray(keys)[:5].tolist() == [1, -3, -2, -1, 0]
@@ -215,15 +261,13 @@ def test_running_requests_take_the_budget_in_order_until_it_runs_out():
     out, batch, _ = _schedule(entries(CFG, rows), params({"max_num_batched_tokens": 10}), CFG)
     assert column(batch, "tokens", 2) == [10, 0]
     assert column(batch, "decode", 2) == [False, False]
-    assert column(out, "status", 2) == [RUNNING, RUNNING] and not np.asarray(
-        batch.preempted).any()
+    assert column(out, "status", 2) == [RUNNING, RUNNING] and not np.asarray(batch.preempted).any()
 
 
 @pytest.mark.parametrize("budget, admitted", [(13, False), (14, True)])
 def test_a_waiting_request_gets_the_budget_the_running_ones_leave(budget, admitted):
     rows = [running(8, 4, generated=2, qkey=1), _prefilling(20, 8, 2), _waiting(4)]
-    out, batch, _ = _schedule(entries(CFG, rows), params({"max_num_batched_tokens": budget}),
-                              CFG)
+    out, batch, _ = _schedule(entries(CFG, rows), params({"max_num_batched_tokens": budget}), CFG)
     # 1 + 12 = 13 tokens for the running ones: a budget of 14 leaves a 1-token first chunk
     assert column(batch, "tokens", 3) == [1, 12, int(admitted)]
     assert column(out, "status", 3)[2] == (RUNNING if admitted else WAITING)
@@ -236,8 +280,10 @@ def test_a_waiting_request_gets_the_budget_the_running_ones_leave(budget, admitt
 def _three_decodes_opening_a_block():
     """Three running decodes of 8 computed tokens (2 full blocks, 6 in all): each decode opens
     a 3rd block; then a new 4-token request (1 block)."""
-    return entries(CFG, [running(8, 4, 1, qkey=1), running(8, 4, 1, qkey=2),
-                         running(8, 4, 1, qkey=3), _waiting(4)])
+    return entries(
+        CFG,
+        [running(8, 4, 1, qkey=1), running(8, 4, 1, qkey=2), running(8, 4, 1, qkey=3), _waiting(4)],
+    )
 
 
 def test_a_kv_shortfall_preempts_the_most_recently_admitted_and_admits_nothing():
@@ -272,8 +318,15 @@ def test_a_large_shortfall_preempts_from_the_tail_until_the_rest_fits():
     # qkey 1 prefills 32 tokens: 8 -> 40 computed, 2 -> 10 blocks (8 new); the decodes open a
     # block each. 10 blocks, 6 held, 4 free: keeping qkey 1 alone costs 8, which the 4 free
     # and the decodes' 4 freed cover; keeping a decode too would need 9 - 2 > 4.
-    e = entries(CFG, [_prefilling(40, 8, 1), running(8, 4, 1, qkey=2), running(8, 4, 1, qkey=3),
-                      _waiting(4, generated=1, preempted=True, qkey=-1)])
+    e = entries(
+        CFG,
+        [
+            _prefilling(40, 8, 1),
+            running(8, 4, 1, qkey=2),
+            running(8, 4, 1, qkey=3),
+            _waiting(4, generated=1, preempted=True, qkey=-1),
+        ],
+    )
     out, batch, _ = _schedule(e, params(kv_blocks=10), CFG)
     assert column(batch, "tokens", 4) == [32, 0, 0, 0]
     assert column(batch, "preempted", 4) == [False, True, True, False]
@@ -293,8 +346,7 @@ def _long_prompt_between_short_ones():
 
 
 @pytest.mark.parametrize("kv_blocks, admitted", [(15, 1), (16, 3)])
-def test_admission_stops_at_the_first_request_whose_full_sequence_does_not_fit(kv_blocks,
-                                                                            admitted):
+def test_admission_stops_at_the_first_request_whose_full_sequence_does_not_fit(kv_blocks, admitted):
     # the second needs its whole 15 blocks free after the first one's 1: 16 blocks. Short of
     # that the third (1 block) would fit, but vLLM does not skip ahead.
     pol = params({"long_prefill_token_threshold": 8}, kv_blocks=kv_blocks)
@@ -312,13 +364,17 @@ def test_without_full_isl_reservation_only_the_first_chunk_must_fit():
     assert column(batch, "tokens", 3) == [4, 8, 4]
     assert column(out, "blocks", 3) == [1, 2, 1]
     # ... and 4 blocks is exactly enough
-    out, batch, _ = _schedule(_long_prompt_between_short_ones(),
-                              params({"long_prefill_token_threshold": 8}, kv_blocks=4),
-                              RESERVE_OFF)
+    out, batch, _ = _schedule(
+        _long_prompt_between_short_ones(),
+        params({"long_prefill_token_threshold": 8}, kv_blocks=4),
+        RESERVE_OFF,
+    )
     assert column(out, "status", 3) == [RUNNING] * 3
-    out, batch, _ = _schedule(_long_prompt_between_short_ones(),
-                              params({"long_prefill_token_threshold": 8}, kv_blocks=3),
-                              RESERVE_OFF)
+    out, batch, _ = _schedule(
+        _long_prompt_between_short_ones(),
+        params({"long_prefill_token_threshold": 8}, kv_blocks=3),
+        RESERVE_OFF,
+    )
     assert column(out, "status", 3) == [RUNNING, RUNNING, WAITING]
 
 
@@ -344,8 +400,9 @@ def test_the_watermark_stays_free_while_a_request_runs(watermark, admitted):
 
 def test_the_watermark_spares_the_first_admission_into_an_idle_engine_only():
     # 7 blocks, watermark 2. The first request may take all 7 (nothing runs yet) ...
-    out, _, _ = _schedule(entries(CFG, [_waiting(28)]),
-                          params({"watermark": 0.25}, kv_blocks=7), CFG)
+    out, _, _ = _schedule(
+        entries(CFG, [_waiting(28)]), params({"watermark": 0.25}, kv_blocks=7), CFG
+    )
     assert column(out, "status", 1) == [RUNNING]
     # ... but once it is admitted the watermark holds: 4 + 2 blocks fit 7, not with 2 free
     e = entries(CFG, [_waiting(16), _waiting(8)])
@@ -355,13 +412,16 @@ def test_the_watermark_spares_the_first_admission_into_an_idle_engine_only():
     assert column(out, "status", 2) == [RUNNING, RUNNING]
 
 
-@pytest.mark.parametrize("values, admitted", [
-    ({"max_num_seqs": 3}, 2),  # 1 running + 2
-    ({"max_num_seqs": 3.9}, 2),  # floored
-    ({"max_num_active_seqs": 2}, 1),
-    ({"max_num_seqs": 2, "max_num_active_seqs": 3}, 1),
-    ({"max_num_seqs": 1}, 0),  # already at the cap
-])
+@pytest.mark.parametrize(
+    "values, admitted",
+    [
+        ({"max_num_seqs": 3}, 2),  # 1 running + 2
+        ({"max_num_seqs": 3.9}, 2),  # floored
+        ({"max_num_active_seqs": 2}, 1),
+        ({"max_num_seqs": 2, "max_num_active_seqs": 3}, 1),
+        ({"max_num_seqs": 1}, 0),  # already at the cap
+    ],
+)
 def test_the_sequence_caps_count_the_running_requests(values, admitted):
     e = entries(CFG, [running(7, 4, 1, qkey=1), _waiting(4), _waiting(4), _waiting(4)])
     out, batch, _ = _schedule(e, params(values), CFG)
@@ -372,8 +432,13 @@ def test_the_sequence_caps_count_the_running_requests(values, admitted):
 def test_max_slots_caps_the_running_set_and_flags_the_iteration():
     # 3 running of max_slots 4: one of the two waiting requests gets the last slot, and the
     # policy (max_num_seqs 1024) would have admitted the other one too
-    rows = [running(7, 4, 1, qkey=1), running(7, 4, 1, qkey=2), running(7, 4, 1, qkey=3),
-            _waiting(4), _waiting(4)]
+    rows = [
+        running(7, 4, 1, qkey=1),
+        running(7, 4, 1, qkey=2),
+        running(7, 4, 1, qkey=3),
+        _waiting(4),
+        _waiting(4),
+    ]
     out, batch, _ = _schedule(entries(CFG, rows), params(), CFG)
     assert column(out, "status", 5) == [RUNNING] * 4 + [WAITING]
     assert bool(batch.slot_bound)
@@ -390,14 +455,16 @@ def test_without_chunked_prefill_a_prompt_is_admitted_whole_or_not_at_all():
     # max_num_batched_tokens 16 is raised to max_model_len 64; the decode takes 1, 63 left:
     # 40 fit, the 24 after them do not (64 > 63), and admission stops there
     rows = [running(7, 4, 1, qkey=1), _waiting(40), _waiting(24), _waiting(4)]
-    out, batch, _ = _schedule(entries(NO_CHUNK, rows), params({"max_num_batched_tokens": 16}),
-                              NO_CHUNK)
+    out, batch, _ = _schedule(
+        entries(NO_CHUNK, rows), params({"max_num_batched_tokens": 16}), NO_CHUNK
+    )
     assert column(batch, "tokens", 4) == [1, 40, 0, 0]
     assert column(out, "status", 4) == [RUNNING, RUNNING, WAITING, WAITING]
     # 23 tokens fit exactly
     rows[2] = _waiting(23)
-    out, batch, _ = _schedule(entries(NO_CHUNK, rows), params({"max_num_batched_tokens": 16}),
-                              NO_CHUNK)
+    out, batch, _ = _schedule(
+        entries(NO_CHUNK, rows), params({"max_num_batched_tokens": 16}), NO_CHUNK
+    )
     assert column(batch, "tokens", 4) == [1, 40, 23, 0]
     # with chunking (the same 64-token budget) the 24-token prompt starts on a 23-token chunk
     rows[2] = _waiting(24)
@@ -432,8 +499,13 @@ def test_whole_prompt_admission_counts_tokens_past_int32_without_wrapping():
     # 250 waiting prompts of 10^7 tokens (the trace loader's largest) against a budget of
     # max_model_len = 2**31 - 1 tokens: 214 fit (2.14e9); the running total of the 215th,
     # 2.15e9, would wrap negative in int32 and let it and those after it in
-    cfg = config(chunked_prefill=False, max_slots=256, queue_window=256, block_size=16,
-                 max_model_len=2**31 - 1)
+    cfg = config(
+        chunked_prefill=False,
+        max_slots=256,
+        queue_window=256,
+        block_size=16,
+        max_model_len=2**31 - 1,
+    )
     e = entries(cfg, [_waiting(10**7)] * 250)
     out, batch, _ = _schedule(e, params({"max_num_seqs": 1024}, kv_blocks=2**30), cfg)
     assert column(batch, "tokens", 250) == [10**7] * 214 + [0] * 36

@@ -58,8 +58,18 @@ def test_a_handoff_waits_on_the_prefill_instance_while_no_decode_instance_has_ro
 
 def test_a_failed_small_answer_retries_on_the_least_loaded_large_instance_from_scratch():
     cfg = config(n_instances=3, cascade_small_instances=1)
-    done = {"status": DONE, "end_state": COMPLETED, "prompt": 8, "output": 4, "generated": 4,
-            "computed": 11, "first_token": 1.0, "finish": 3.0, "req": 5, "n_preempt": 1}
+    done = {
+        "status": DONE,
+        "end_state": COMPLETED,
+        "prompt": 8,
+        "output": 4,
+        "generated": 4,
+        "computed": 11,
+        "first_token": 1.0,
+        "finish": 3.0,
+        "req": 5,
+        "n_preempt": 1,
+    }
     small = entries(cfg, [done], cascade={"fail": [True], "tier": [TIER_SMALL]})
     small, n = cascade.to_retry(small, 0, cfg)
     assert int(n) == 1 and small.status[0] == RETRY

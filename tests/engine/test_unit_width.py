@@ -19,8 +19,9 @@ def test_need_is_the_entries_held_plus_the_arrivals_the_next_body_takes():
     state = init_state(wl, params, cfg)
     held = entries(cfg, [running(4, 2, generated=1, req=0), {"status": DONE, "req": 5}])
     # the instance's clock at 1.0 with request 0 taken: requests 1 and 2 arrive by then
-    state = state.replace(entries=jax.tree.map(lambda x: x[None], held), next_req=1,
-                          clock=state.clock + 1.0)
+    state = state.replace(
+        entries=jax.tree.map(lambda x: x[None], held), next_req=1, clock=state.clock + 1.0
+    )
     assert int(width.need(state, wl, cfg)) == 2 + 2
     assert bool(width.fits(state, wl, cfg)) and int(width.shortfall(state, wl, cfg)) == 0
     later = state.replace(clock=state.clock + 1.0)  # at 2.0 the fourth has arrived too

@@ -30,8 +30,16 @@ from servetune.core.types import (
 from servetune.engine.kv import blocks_for
 
 # A small engine: 4 running slots, 4 visible waiting, 4-token blocks, 64-token sequences.
-SMALL = {"max_slots": 4, "queue_window": 4, "block_size": 4, "max_model_len": 64,
-         "cost_form": "linear", "leap_max": 8, "drain_per_step": 2, "outbox": 16}
+SMALL = {
+    "max_slots": 4,
+    "queue_window": 4,
+    "block_size": 4,
+    "max_model_len": 64,
+    "cost_form": "linear",
+    "leap_max": 8,
+    "drain_per_step": 2,
+    "outbox": 16,
+}
 
 
 def config(**overrides) -> EngineConfig:
@@ -40,19 +48,51 @@ def config(**overrides) -> EngineConfig:
 
 
 # Values of a slot nobody holds (EMPTY) and of the per-request fields a row leaves out.
-_EMPTY = {"req": -1, "status": EMPTY, "arrival": np.nan, "prompt": 0, "output": 0,
-          "predicted": 0.0, "computed": 0, "generated": 0, "blocks": 0, "preempted": False,
-          "n_preempt": 0, "tokens_computed": 0, "first_token": np.nan, "last_emit": np.nan,
-          "finish": np.nan, "end_state": -1, "give_up_at": np.inf, "give_up_state": -1,
-          "spec_alpha": 0.0, "kv_ratio": 1.0, "ready_at": -np.inf, "qkey": 0,
-          "scheduled_at": np.nan, "reject_reason": -1}
-_DTYPE = {f.name: (jnp.float64 if isinstance(_EMPTY[f.name], float) else
-                   jnp.bool_ if isinstance(_EMPTY[f.name], bool) else jnp.int32)
-          for f in dataclasses.fields(Entries) if f.name in _EMPTY}
+_EMPTY = {
+    "req": -1,
+    "status": EMPTY,
+    "arrival": np.nan,
+    "prompt": 0,
+    "output": 0,
+    "predicted": 0.0,
+    "computed": 0,
+    "generated": 0,
+    "blocks": 0,
+    "preempted": False,
+    "n_preempt": 0,
+    "tokens_computed": 0,
+    "first_token": np.nan,
+    "last_emit": np.nan,
+    "finish": np.nan,
+    "end_state": -1,
+    "give_up_at": np.inf,
+    "give_up_state": -1,
+    "spec_alpha": 0.0,
+    "kv_ratio": 1.0,
+    "ready_at": -np.inf,
+    "qkey": 0,
+    "scheduled_at": np.nan,
+    "reject_reason": -1,
+}
+_DTYPE = {
+    f.name: (
+        jnp.float64
+        if isinstance(_EMPTY[f.name], float)
+        else jnp.bool_
+        if isinstance(_EMPTY[f.name], bool)
+        else jnp.int32
+    )
+    for f in dataclasses.fields(Entries)
+    if f.name in _EMPTY
+}
 _DTYPE["tokens_computed"] = jnp.int64  # a running total over recomputations (types.Entries)
 _OPTIONAL = {f.name for f in dataclasses.fields(Entries)} - set(_EMPTY)
-_SUBSTATES = {"prefix": PrefixRefs, "relaxed": RelaxTape, "swap": SwapTape,
-              "cascade": CascadeEntries}
+_SUBSTATES = {
+    "prefix": PrefixRefs,
+    "relaxed": RelaxTape,
+    "swap": SwapTape,
+    "cascade": CascadeEntries,
+}
 
 
 def entries(cfg: EngineConfig, rows, **optional) -> Entries:
@@ -99,16 +139,33 @@ def running(prompt, output, generated=0, **row) -> dict:
     last emitted token's KV not yet computed, as in vLLM: it is the next decode's input);
     `row` adds or overrides fields (status, computed, ...)."""
     computed = prompt + max(generated - 1, 0) if generated else prompt
-    return {"status": RUNNING, "prompt": prompt, "output": output, "generated": generated,
-            "computed": computed, **row}
+    return {
+        "status": RUNNING,
+        "prompt": prompt,
+        "output": output,
+        "generated": generated,
+        "computed": computed,
+        **row,
+    }
 
 
-def params(policy=None, *, kv_blocks=1000, base_s=0.01, per_prefill_token_s=1e-4,
-           per_decode_seq_s=1e-3, order="fcfs") -> Params:
+def params(
+    policy=None,
+    *,
+    kv_blocks=1000,
+    base_s=0.01,
+    per_prefill_token_s=1e-4,
+    per_decode_seq_s=1e-3,
+    order="fcfs",
+) -> Params:
     """Scalar Params: `policy` values over vLLM's defaults, a linear cost."""
-    cost = hardware.linear_cost_params(base_s=base_s, per_prefill_token_s=per_prefill_token_s,
-                                       per_decode_seq_s=per_decode_seq_s, per_ctx_token_s=0.0,
-                                       kv_blocks=kv_blocks)
+    cost = hardware.linear_cost_params(
+        base_s=base_s,
+        per_prefill_token_s=per_prefill_token_s,
+        per_decode_seq_s=per_decode_seq_s,
+        per_ctx_token_s=0.0,
+        kv_blocks=kv_blocks,
+    )
     return Params(policy=make_policy(policy or {}, order=order), cost=cost)
 
 

@@ -62,7 +62,7 @@ def files() -> dict[str, bytes]:
         "blank_lines_only.csv": "\n\n  \n\r\n",
         "azure_repeated_header_line.csv": AZ + R1 + AZ + R2,
         "azure_duplicated_column.csv": "TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens\n"
-                                       "2023-11-16 18:15:46.68,374,44,12\n",
+        "2023-11-16 18:15:46.68,374,44,12\n",
         "azure_extra_fields_in_row.csv": AZ + R1 + "2023-11-16 18:15:47.1,1,200,5\n",
         "azure_huge_field.csv": AZ + R1 + '"' + "9" * 200_000 + '",5,5\n',
         "azure_unterminated_quote.csv": AZ + R1 + '2023-11-16 18:15:47.1,"100,5\n' + R2,
@@ -70,11 +70,11 @@ def files() -> dict[str, bytes]:
         "ok_azure_crlf.csv": (AZ + R1 + R2).replace("\n", "\r\n"),
         "ok_azure_utf8_bom.csv": "\ufeff" + AZ + R1 + R2,
         "ok_azure_extra_columns.csv": "TIMESTAMP,ContextTokens,GeneratedTokens,Model\n"
-                                      "2023-11-16 18:15:46.6805900,374,44,llama\n"
-                                      "2023-11-16 18:15:50.1234567,1200,210,llama\n",
+        "2023-11-16 18:15:46.6805900,374,44,llama\n"
+        "2023-11-16 18:15:50.1234567,1200,210,llama\n",
         "ok_azure_blank_lines.csv": "\n" + AZ + R1 + "\n\n" + R2 + "\n",
         "ok_azure_utc_offsets.csv": AZ + "2023-11-16 18:15:46.6805900+00:00,374,44\n"
-                                         "2023-11-16 20:15:50.1234567+02:00,1200,210\n",
+        "2023-11-16 20:15:50.1234567+02:00,1200,210\n",
         "ok_azure_scientific_seconds.csv": AZ + "1.0000001e5,100,5\n1.0000002e5,100,5\n",
         "ok_azure_no_final_newline.csv": AZ + R1 + R2.rstrip("\n"),
         # --- plain CSV
@@ -93,7 +93,7 @@ def files() -> dict[str, bytes]:
         "plain_arabic_indic_digits.csv": PL + "0,3,4\n1.5,\u0661\u0662,4\n",
         "plain_fullwidth_arrival.csv": PL + "0,3,4\n\uff12,3,4\n",
         "azure_underscore_timestamp.csv": AZ + "100_000,3,4\n",
-        "plain_multiline_quoted_cell.csv": PL + "0,3,4\n1.5,\"30\n\",40\n2,5,6\n",
+        "plain_multiline_quoted_cell.csv": PL + '0,3,4\n1.5,"30\n",40\n2,5,6\n',
         "azure_multiline_quoted_timestamp.csv": AZ + R1 + '"2023-11-16\n18:15:47.1",3,4\n',
         # --- Mooncake JSONL
         "mooncake_truncated.jsonl": mc(0) + mc(1000)[:25],
@@ -113,14 +113,15 @@ def files() -> dict[str, bytes]:
         "mooncake_array_line.jsonl": mc(0) + "[0, 100, 10]\n",
         "mooncake_deep_nesting.jsonl": "[" * 100_000 + "\n",
         "mooncake_span_1e308.jsonl": mc(0) + mc("1e308"),
-        "mooncake_latin1.jsonl": ('{"timestamp": 0, "input_length": 5, "output_length": 3, '
-                                  '"user": "caf\xe9"}\n').encode("latin-1"),
+        "mooncake_latin1.jsonl": (
+            '{"timestamp": 0, "input_length": 5, "output_length": 3, "user": "caf\xe9"}\n'
+        ).encode("latin-1"),
         "mooncake_utf16_bom.jsonl": (mc(0) + mc(10)).encode("utf-16"),
         "mooncake_blank.jsonl": "\n \n",
         "mooncake_duplicate_key.jsonl": mc(0) + '{"timestamp": 5, "input_length": 5, '
-                                                '"output_length": 3, "input_length": 9000}\n',
+        '"output_length": 3, "input_length": 9000}\n',
         "mooncake_duplicate_timestamp_key.jsonl": '{"timestamp": 5, "timestamp": 0, '
-                                                  '"input_length": 5, "output_length": 3}\n',
+        '"input_length": 5, "output_length": 3}\n',
         "mooncake_string_underscore_length.jsonl": mc(0, inp='"1_000"'),
         "ok_mooncake_crlf.jsonl": (mc(0) + mc(1000)).replace("\n", "\r\n"),
         "ok_mooncake_line_separator_in_string.jsonl": mc(0, note='"a\u2028b"') + mc(1000),

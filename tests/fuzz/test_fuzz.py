@@ -20,8 +20,11 @@ from servetune.workload.traces import load_trace
 
 FUZZ = Path(__file__).parent
 MANIFEST = yaml.safe_load((FUZZ / "manifest.yaml").read_text())
-CLASSES = {"ServetuneError": errors.ServetuneError, "ConfigError": errors.ConfigError,
-           "TraceError": errors.TraceError}
+CLASSES = {
+    "ServetuneError": errors.ServetuneError,
+    "ConfigError": errors.ConfigError,
+    "TraceError": errors.TraceError,
+}
 
 
 def _cases(section: str):
@@ -29,8 +32,11 @@ def _cases(section: str):
     for entry in MANIFEST[section]:
         ident = entry.get("file") or " ".join(entry["overrides"])
         ident = re.sub(r"(\d{12})\d+", r"\1...", ident)  # keep ids short
-        marks = ([pytest.mark.xfail(reason=entry["known_gap"], strict=False)]
-                 if "known_gap" in entry else [])
+        marks = (
+            [pytest.mark.xfail(reason=entry["known_gap"], strict=False)]
+            if "known_gap" in entry
+            else []
+        )
         out.append(pytest.param(entry, id=ident, marks=marks))
     return out
 
@@ -48,8 +54,10 @@ def _expect_error(call, entry, must_name: str | None = None):
             assert must_name in msg, f"message {msg!r} does not name {must_name}"
         assert len(msg) < 600, f"message too long ({len(msg)} chars)"
     except Exception as err:  # noqa: BLE001 -- the point: nothing but a ServetuneError escapes
-        pytest.fail(f"{type(err).__module__}.{type(err).__name__} escaped instead of "
-                    f"{entry['error']}: {err}")
+        pytest.fail(
+            f"{type(err).__module__}.{type(err).__name__} escaped instead of "
+            f"{entry['error']}: {err}"
+        )
     else:
         pytest.fail(f"no error raised; expected {entry['error']} matching {entry['match']!r}")
 
@@ -86,8 +94,9 @@ def test_corpus_is_complete():
     listed = [e["file"] for e in MANIFEST["traces"]]
     assert len(listed) == len(set(listed)), "a trace is listed twice"
     assert files == set(listed), f"unlisted: {files - set(listed)}; missing: {set(listed) - files}"
-    errors_expected = [e for s in ("traces", "configs", "tune") for e in MANIFEST[s]
-                       if "error" in e]
+    errors_expected = [
+        e for s in ("traces", "configs", "tune") for e in MANIFEST[s] if "error" in e
+    ]
     assert len(errors_expected) >= 50
     for e in errors_expected:
         assert e["error"] in CLASSES

@@ -14,26 +14,43 @@ TTFT = "+tune.space.ttft_target_s={low: 0.5, high: 5}"
 
 NO_EFFECT = {  # overrides -> the message: the key, why it cannot act, what would make it act
     "ttft target without slack term": (
-        [TTFT], (r"^tune\.space\.ttft_target_s: acts only through the slack term .* w_slack "
-                 r"is 0 and not tuned; set policy\.w_slack non-zero or tune it")),
+        [TTFT],
+        (
+            r"^tune\.space\.ttft_target_s: acts only through the slack term .* w_slack "
+            r"is 0 and not tuned; set policy\.w_slack non-zero or tune it"
+        ),
+    ),
     "w_age alone under fcfs": (
-        [W_AGE], (r"^tune\.space\.w_age: the score's only term \(w_prompt, w_pred, w_slack are "
-                  r"0 and not tuned\).* every value in \[0, 2\] schedules alike; set or tune "
-                  r"another weight")),
+        [W_AGE],
+        (
+            r"^tune\.space\.w_age: the score's only term \(w_prompt, w_pred, w_slack are "
+            r"0 and not tuned\).* every value in \[0, 2\] schedules alike; set or tune "
+            r"another weight"
+        ),
+    ),
     "w_age alone, all negative": (
-        ["+tune.space.w_age={low: -3, high: -1}"], r"^tune\.space\.w_age: the score's only term"),
+        ["+tune.space.w_age={low: -3, high: -1}"],
+        r"^tune\.space\.w_age: the score's only term",
+    ),
     "w_slack alone": (
         [W_SLACK, "policy=parametric", "policy.w_age=0"],
-        r"^tune\.space\.w_slack: the score's only term \(w_age, w_prompt, w_pred"),
+        r"^tune\.space\.w_slack: the score's only term \(w_age, w_prompt, w_pred",
+    ),
     "a weight under priority scheduling": (
         ["+tune.space.w_prompt={low: 0, high: 4}", "policy=priority"],
-        r"^tune\.space\.w_prompt: the priority score is not read under policy\.order=priority"),
+        r"^tune\.space\.w_prompt: the priority score is not read under policy\.order=priority",
+    ),
     "ttft target under priority scheduling": (
-        [TTFT, W_SLACK, "policy=priority"], r"^tune\.space\.ttft_target_s: .*order=priority"),
+        [TTFT, W_SLACK, "policy=priority"],
+        r"^tune\.space\.ttft_target_s: .*order=priority",
+    ),
     "a network under priority scheduling": (
         ["tune.policy_family=neural", "policy=priority"],
-        (r"^tune\.policy_family: neural: the priority score is not read under "
-         r"policy\.order=priority")),
+        (
+            r"^tune\.policy_family: neural: the priority score is not read under "
+            r"policy\.order=priority"
+        ),
+    ),
 }
 
 
@@ -64,23 +81,34 @@ def test_a_tuned_key_the_policy_reads_is_accepted(name):
 
 
 SIZES = {  # overrides -> the message: the key, the figures and the limit
-    "pairs 1e12": (["tune.pairs=1e12"],
-                   r"^tune\.pairs: got 1000000000000\.0; expected within \[1, 4096\]$"),
+    "pairs 1e12": (
+        ["tune.pairs=1e12"],
+        r"^tune\.pairs: got 1000000000000\.0; expected within \[1, 4096\]$",
+    ),
     "pairs 1e6": (["tune.pairs=1e6"], r"^tune\.pairs: got 1000000\.0; expected within \[1, 4096\]"),
-    "iterations 1e9": (["tune.iterations=1e9"],
-                       r"^tune\.iterations: got 1000000000\.0; expected within \[1, 100000\]"),
+    "iterations 1e9": (
+        ["tune.iterations=1e9"],
+        r"^tune\.iterations: got 1000000000\.0; expected within \[1, 100000\]",
+    ),
     "iterations x pairs": (
         ["tune.iterations=100000", "tune.pairs=4096"],
-        (r"^tune\.iterations x tune\.pairs: 100000 iteration\(s\) x 8193 policies x 1 "
-         r"scenario\(s\) each = 8\.19e\+08 simulations; expected at most 1e\+08")),
+        (
+            r"^tune\.iterations x tune\.pairs: 100000 iteration\(s\) x 8193 policies x 1 "
+            r"scenario\(s\) each = 8\.19e\+08 simulations; expected at most 1e\+08"
+        ),
+    ),
     "iterations x pairs x seeds x workloads": (
         ["tune.iterations=1000", "tune.pairs=512", "seeds=64", "tune.workloads=[[],[]]"],
-        r"^tune\.iterations x tune\.pairs: 1000 .* x 1025 policies x 128 scenario\(s\) each"),
-    "eval seeds 1e9": (["tune.eval.seeds=1e9"],
-                       r"^tune\.eval\.seeds: got 1000000000\.0; expected within \[0, 65536\]"),
+        r"^tune\.iterations x tune\.pairs: 1000 .* x 1025 policies x 128 scenario\(s\) each",
+    ),
+    "eval seeds 1e9": (
+        ["tune.eval.seeds=1e9"],
+        r"^tune\.eval\.seeds: got 1000000000\.0; expected within \[0, 65536\]",
+    ),
     "seed offset past the largest seed": (
         ["seed=1000", "tune.eval.seed_offset=9223372036854775000"],
-        r"^tune\.eval\.seed_offset: got 9223372036854775000; .* past the largest seed"),
+        r"^tune\.eval\.seed_offset: got 9223372036854775000; .* past the largest seed",
+    ),
 }
 
 
@@ -91,20 +119,42 @@ def test_a_run_too_large_is_refused_by_key(name):
         checked_config(compose(overrides))
 
 
-TINY = ["workload=poisson", "workload.rate=20", "workload.duration_s=2", "window.drain_s=1",
-        "output.progress=false", "tune.eval.seeds=0"]
+TINY = [
+    "workload=poisson",
+    "workload.rate=20",
+    "workload.duration_s=2",
+    "window.drain_s=1",
+    "output.progress=false",
+    "tune.eval.seeds=0",
+]
 
 
-@pytest.mark.parametrize("mode, pairs, pattern", [
-    ("vmap", 64, (r"^tune\.pairs: 64 pair\(s\), 129 policies per iteration on 1 scenario\(s\), "
-                  r"would need ~0\.0\d+ GiB of memory \(.* GiB of simulator state "
-                  r"\(tune\.batch_mode=vmap\)\), more than 80% of the 0\.0312 GiB available; "
-                  r"lower tune\.pairs, use tune\.batch_mode=loop")),
-    ("loop", 1024, (r"^tune\.pairs: 1024 pair\(s\), 2049 policies .* of points and metrics\), "
-                    r"more than 80% of the 0\.0156 GiB available; lower tune\.pairs or run fewer")),
-])
+@pytest.mark.parametrize(
+    "mode, pairs, pattern",
+    [
+        (
+            "vmap",
+            64,
+            (
+                r"^tune\.pairs: 64 pair\(s\), 129 policies per iteration on 1 scenario\(s\), "
+                r"would need ~0\.0\d+ GiB of memory \(.* GiB of simulator state "
+                r"\(tune\.batch_mode=vmap\)\), more than 80% of the 0\.0312 GiB available; "
+                r"lower tune\.pairs, use tune\.batch_mode=loop"
+            ),
+        ),
+        (
+            "loop",
+            1024,
+            (
+                r"^tune\.pairs: 1024 pair\(s\), 2049 policies .* of points and metrics\), "
+                r"more than 80% of the 0\.0156 GiB available; lower tune\.pairs or run fewer"
+            ),
+        ),
+    ],
+)
 def test_a_population_too_large_for_memory_is_refused_before_the_loop(
-        tmp_path, monkeypatch, mode, pairs, pattern):
+    tmp_path, monkeypatch, mode, pairs, pattern
+):
     """The estimate (points, metrics records, a vmapped population's state) against the memory
     available, before any simulation or allocation of the population."""
     from servetune.engine import memory
@@ -114,6 +164,9 @@ def test_a_population_too_large_for_memory_is_refused_before_the_loop(
     monkeypatch.setattr(memory, "available_bytes", lambda device=None: free)
     monkeypatch.setattr(runner, "_estimate", lambda *a: pytest.fail("simulated"))
     with pytest.raises(ConfigError, match=pattern):
-        runner.tune(TINY + [f"tune.pairs={pairs}", f"tune.batch_mode={mode}"], out_dir=tmp_path,
-                    log=lambda _: None)
+        runner.tune(
+            TINY + [f"tune.pairs={pairs}", f"tune.batch_mode={mode}"],
+            out_dir=tmp_path,
+            log=lambda _: None,
+        )
     assert not any(tmp_path.iterdir())

@@ -25,6 +25,7 @@ def fifo(tmp_path):
         path = tmp_path / name
         os.mkfifo(path)
         return path
+
     return make
 
 
@@ -75,8 +76,10 @@ def test_a_report_leaves_out_a_fifo_named_metrics_csv(tmp_path):
     os.mkfifo(tmp_path / "bad" / "metrics.csv")
     rep = report(tmp_path, tmp_path / "out", n_boot=0, figures=False, html=False)
     assert list(rep.runs["run"]) == ["good"]
-    expected = (f"{tmp_path / 'bad' / 'metrics.csv'}: is a FIFO (named pipe); expected a "
-                f"metrics.csv (a regular file)")
+    expected = (
+        f"{tmp_path / 'bad' / 'metrics.csv'}: is a FIFO (named pipe); expected a "
+        f"metrics.csv (a regular file)"
+    )
     assert rep.skipped == [expected]
 
 
@@ -84,7 +87,8 @@ def test_an_output_folder_under_a_file_is_named_before_hydra_runs(tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     assert output_dir_problem([f"hydra.run.dir={a_file}/run"]) == (
-        f"hydra.run.dir: got '{a_file}/run'; {a_file} is a file, expected a folder to write in")
+        f"hydra.run.dir: got '{a_file}/run'; {a_file} is a file, expected a folder to write in"
+    )
     assert "hydra.sweep.dir: got" in output_dir_problem([f"hydra.sweep.dir='{a_file}/x/y'"])
     assert "no such user" in output_dir_problem(["hydra.run.dir=~nosuchuser_servetune/r"])
     assert output_dir_problem([f"hydra.run.dir={tmp_path}/new/run", "seed=1"]) is None

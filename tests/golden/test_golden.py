@@ -13,15 +13,16 @@ from helpers import linear_params, run, schedule, trace_of
 
 from servetune.core.types import EngineConfig
 
-CFG = EngineConfig(max_slots=4, queue_window=4, block_size=2, max_model_len=64,
-                   cost_form="linear", outbox=16)
+CFG = EngineConfig(
+    max_slots=4, queue_window=4, block_size=2, max_model_len=64, cost_form="linear", outbox=16
+)
 
 
 NAMES = np.array(["completed", "rejected", "cancelled", "expired", "outstanding"])
 
 
 def _times(res):
-    return list(zip(res.first_token.tolist(), res.finish.tolist()))
+    return list(zip(res.first_token.tolist(), res.finish.tolist(), strict=True))
 
 
 def test_chunked_prefill_across_iterations():
@@ -30,8 +31,12 @@ def test_chunked_prefill_across_iterations():
     tr = trace_of([(0, 10, 3)])
     p = linear_params({"max_num_batched_tokens": 4})
     assert schedule(tr, p, CFG) == [
-        (0.0, 1.0, {0: 4}), (1.0, 1.0, {0: 4}), (2.0, 1.0, {0: 2}),
-        (3.0, 1.0, {0: 1}), (4.0, 1.0, {0: 1})]
+        (0.0, 1.0, {0: 4}),
+        (1.0, 1.0, {0: 4}),
+        (2.0, 1.0, {0: 2}),
+        (3.0, 1.0, {0: 1}),
+        (4.0, 1.0, {0: 1}),
+    ]
     res = run(tr, p, CFG)[0][0]
     assert _times(res) == [(3.0, 5.0)]
     assert res.generated.tolist() == [3]
@@ -45,8 +50,13 @@ def test_token_budget_shared_by_decodes_and_prefill_chunks():
     tr = trace_of([(0, 2, 4), (0.5, 10, 2)])
     p = linear_params({"max_num_batched_tokens": 4})
     assert schedule(tr, p, CFG) == [
-        (0.0, 1.0, {0: 2}), (1.0, 1.0, {0: 1, 1: 3}), (2.0, 1.0, {0: 1, 1: 3}),
-        (3.0, 1.0, {0: 1, 1: 3}), (4.0, 1.0, {1: 1}), (5.0, 1.0, {1: 1})]
+        (0.0, 1.0, {0: 2}),
+        (1.0, 1.0, {0: 1, 1: 3}),
+        (2.0, 1.0, {0: 1, 1: 3}),
+        (3.0, 1.0, {0: 1, 1: 3}),
+        (4.0, 1.0, {1: 1}),
+        (5.0, 1.0, {1: 1}),
+    ]
     assert _times(run(tr, p, CFG)[0][0]) == [(1.0, 4.0), (5.0, 6.0)]
 
 
@@ -55,7 +65,11 @@ def test_sequence_cap_serializes_requests():
     tr = trace_of([(0, 2, 2), (0, 2, 2)])
     p = linear_params({"max_num_seqs": 1})
     assert schedule(tr, p, CFG) == [
-        (0.0, 1.0, {0: 2}), (1.0, 1.0, {0: 1}), (2.0, 1.0, {1: 2}), (3.0, 1.0, {1: 1})]
+        (0.0, 1.0, {0: 2}),
+        (1.0, 1.0, {0: 1}),
+        (2.0, 1.0, {1: 2}),
+        (3.0, 1.0, {1: 1}),
+    ]
     assert _times(run(tr, p, CFG)[0][0]) == [(1.0, 2.0), (3.0, 4.0)]
 
 
@@ -71,8 +85,14 @@ def test_preemption_and_recompute():
     tr = trace_of([(0, 4, 4), (0, 2, 4)])
     p = linear_params({"watermark": 0.0}, kv_blocks=4)
     assert schedule(tr, p, CFG) == [
-        (0.0, 1.0, {0: 4, 1: 2}), (1.0, 1.0, {0: 1}), (2.0, 1.0, {0: 1}),
-        (3.0, 1.0, {0: 1}), (4.0, 1.0, {1: 3}), (5.0, 1.0, {1: 1}), (6.0, 1.0, {1: 1})]
+        (0.0, 1.0, {0: 4, 1: 2}),
+        (1.0, 1.0, {0: 1}),
+        (2.0, 1.0, {0: 1}),
+        (3.0, 1.0, {0: 1}),
+        (4.0, 1.0, {1: 3}),
+        (5.0, 1.0, {1: 1}),
+        (6.0, 1.0, {1: 1}),
+    ]
     res = run(tr, p, CFG)[0][0]
     assert _times(res) == [(1.0, 4.0), (1.0, 7.0)]
     assert res.n_preempt.tolist() == [0, 1]
@@ -82,25 +102,28 @@ def test_preemption_and_recompute():
     assert int(res.stats["kv_peak_blocks"][0]) == 4
 
 
-@pytest.mark.parametrize("watermark,expected", [
-    # vLLM 0.32: 4 usable blocks (5 with vLLM's null block), watermark 0.25 -> floor(1.25) = 1
-    # block kept free by admissions while anything runs. r0 (0, 4, 2) enters the empty engine
-    # (no watermark): 2 blocks. r1 (0, 4, 1) would fit physically (2 free) but would leave
-    # 0 < 1: it waits, and r2 behind it. [1,2): r0 grows to 3 blocks; it ends at 2. At 2 the
-    # engine is empty: r1 enters without the watermark; r2 (0, 8, 1, 4 blocks) would leave
-    # none next to r1: it waits until r1 ends at 3, then runs alone [3,4).
-    (0.25, ([(1.0, 2.0), (3.0, 3.0), (4.0, 4.0)], ["completed"] * 3)),
-    # no watermark: r0 and r1 are admitted together (4 blocks); r1 ends at 1, r0 at 2;
-    # r2 (4 blocks) waits for the engine to empty and runs [2,3).
-    (0.0, ([(1.0, 2.0), (1.0, 1.0), (3.0, 3.0)], ["completed"] * 3)),
-])
+@pytest.mark.parametrize(
+    "watermark,expected",
+    [
+        # vLLM 0.32: 4 usable blocks (5 with vLLM's null block), watermark 0.25 -> floor(1.25) = 1
+        # block kept free by admissions while anything runs. r0 (0, 4, 2) enters the empty engine
+        # (no watermark): 2 blocks. r1 (0, 4, 1) would fit physically (2 free) but would leave
+        # 0 < 1: it waits, and r2 behind it. [1,2): r0 grows to 3 blocks; it ends at 2. At 2 the
+        # engine is empty: r1 enters without the watermark; r2 (0, 8, 1, 4 blocks) would leave
+        # none next to r1: it waits until r1 ends at 3, then runs alone [3,4).
+        (0.25, ([(1.0, 2.0), (3.0, 3.0), (4.0, 4.0)], ["completed"] * 3)),
+        # no watermark: r0 and r1 are admitted together (4 blocks); r1 ends at 1, r0 at 2;
+        # r2 (4 blocks) waits for the engine to empty and runs [2,3).
+        (0.0, ([(1.0, 2.0), (1.0, 1.0), (3.0, 3.0)], ["completed"] * 3)),
+    ],
+)
 def test_watermark_holds_back_admission(watermark, expected):
     tr = trace_of([(0, 4, 2), (0, 4, 1), (0, 8, 1)])
     res = run(tr, linear_params({"watermark": watermark}, kv_blocks=4), CFG)[0][0]
     times, states = expected
     names = np.array(["completed", "rejected", "cancelled", "expired", "outstanding"])
     assert names[res.end_state].tolist() == states
-    assert _times(res)[:len(times)] == times
+    assert _times(res)[: len(times)] == times
     assert not res.stats["stalled"]
 
 
@@ -121,7 +144,9 @@ def test_idle_clock_jumps_to_next_arrival():
     assert schedule(tr, p, CFG) == [(0.0, 1.0, {0: 2}), (10.0, 1.0, {1: 2}), (11.0, 1.0, {1: 1})]
 
 
-@pytest.mark.parametrize("batching,expected_c", [("continuous", (2.0, 2.0)), ("static", (4.0, 4.0))])
+@pytest.mark.parametrize(
+    "batching,expected_c", [("continuous", (2.0, 2.0)), ("static", (4.0, 4.0))]
+)
 def test_static_batching_holds_the_batch(batching, expected_c):
     # r0 (0, 2, 3) and r1 (0, 2, 1) form the first batch; r2 (0.5, 2, 1) arrives during it.
     # Continuous: r2 joins at t=1 and is done at 2. Static: r2 waits until r0 (the last of the
@@ -169,10 +194,16 @@ def test_whole_prompt_admission_against_first_chunk():
         p = linear_params({"max_num_batched_tokens": 6}, kv_blocks=4)
         res = run(tr, p, cfg)[0][0]
         out[full] = (schedule(tr, p, cfg), _times(res), res.n_preempt.tolist())
-    assert out[True] == ([(0.0, 1.0, {0: 4}), (1.0, 1.0, {0: 1}), (2.0, 1.0, {0: 1}),
-                          (3.0, 1.0, {1: 6})], [(1.0, 3.0), (4.0, 4.0)], [0, 0])
-    assert out[False] == ([(0.0, 1.0, {0: 4, 1: 2}), (1.0, 1.0, {0: 1}), (2.0, 1.0, {0: 1}),
-                           (3.0, 1.0, {1: 6})], [(1.0, 3.0), (4.0, 4.0)], [0, 1])
+    assert out[True] == (
+        [(0.0, 1.0, {0: 4}), (1.0, 1.0, {0: 1}), (2.0, 1.0, {0: 1}), (3.0, 1.0, {1: 6})],
+        [(1.0, 3.0), (4.0, 4.0)],
+        [0, 0],
+    )
+    assert out[False] == (
+        [(0.0, 1.0, {0: 4, 1: 2}), (1.0, 1.0, {0: 1}), (2.0, 1.0, {0: 1}), (3.0, 1.0, {1: 6})],
+        [(1.0, 3.0), (4.0, 4.0)],
+        [0, 1],
+    )
 
 
 def test_long_prefill_threshold_spares_the_only_request():
@@ -181,19 +212,28 @@ def test_long_prefill_threshold_spares_the_only_request():
     # and takes its last 2 at once. Alone from the start, r0 takes 8 then 2.
     p = linear_params({"max_num_batched_tokens": 8, "long_prefill_token_threshold": 4})
     assert schedule(trace_of([(0, 10, 2), (0, 2, 2)]), p, CFG) == [
-        (0.0, 1.0, {0: 4, 1: 2}), (1.0, 1.0, {0: 4, 1: 1}), (2.0, 1.0, {0: 2}),
-        (3.0, 1.0, {0: 1})]
+        (0.0, 1.0, {0: 4, 1: 2}),
+        (1.0, 1.0, {0: 4, 1: 1}),
+        (2.0, 1.0, {0: 2}),
+        (3.0, 1.0, {0: 1}),
+    ]
     assert schedule(trace_of([(0, 10, 2)]), p, CFG) == [
-        (0.0, 1.0, {0: 8}), (1.0, 1.0, {0: 2}), (2.0, 1.0, {0: 1})]
+        (0.0, 1.0, {0: 8}),
+        (1.0, 1.0, {0: 2}),
+        (2.0, 1.0, {0: 1}),
+    ]
 
 
-@pytest.mark.parametrize("policy,states", [
-    # max_num_queued_reqs 2 counts unfinished requests (waiting + running): r2 is the third
-    ({"max_num_queued_reqs": 2.0}, ["completed", "completed", "rejected"]),
-    # max_num_queued_tokens 4 counts the prompt tokens of requests without a first token: r1
-    # finds r0's 4 -> rejected; r2 (seen at 1) finds r0 decoding -> admitted
-    ({"max_num_queued_tokens": 4.0}, ["completed", "rejected", "completed"]),
-])
+@pytest.mark.parametrize(
+    "policy,states",
+    [
+        # max_num_queued_reqs 2 counts unfinished requests (waiting + running): r2 is the third
+        ({"max_num_queued_reqs": 2.0}, ["completed", "completed", "rejected"]),
+        # max_num_queued_tokens 4 counts the prompt tokens of requests without a first token: r1
+        # finds r0's 4 -> rejected; r2 (seen at 1) finds r0 decoding -> admitted
+        ({"max_num_queued_tokens": 4.0}, ["completed", "rejected", "completed"]),
+    ],
+)
 def test_api_server_queue_caps(policy, states):
     tr = trace_of([(0, 4, 2), (0, 4, 1), (0.5, 2, 1)])
     res = run(tr, linear_params({"max_num_seqs": 1, **policy}), CFG)[0][0]

@@ -24,7 +24,10 @@ def test_every_case_has_a_committed_fixture():
 @pytest.mark.parametrize("path", PATHS, ids=[p.name.split(".")[0] for p in PATHS])
 def test_servetune_schedules_as_vllm(path):
     fixture = golden.load_fixture(path)
-    assert fixture["engine"] == {**golden.ENGINE_DEFAULTS, **golden.CASES[fixture["case"]]["engine"]}
+    assert fixture["engine"] == {
+        **golden.ENGINE_DEFAULTS,
+        **golden.CASES[fixture["case"]]["engine"],
+    }
     assert golden.compare(fixture, golden.replay(fixture)) == []
 
 
@@ -32,9 +35,14 @@ def test_servetune_schedules_as_vllm(path):
 NARROW_DEFAULT = ("tight_kv", "priority")
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=[] if p.name.split(".")[0] in NARROW_DEFAULT else [pytest.mark.slow])
-    for p in PATHS], ids=[p.name.split(".")[0] for p in PATHS])
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, marks=[] if p.name.split(".")[0] in NARROW_DEFAULT else [pytest.mark.slow])
+        for p in PATHS
+    ],
+    ids=[p.name.split(".")[0] for p in PATHS],
+)
 def test_servetune_from_the_smallest_width_schedules_as_vllm(path):
     # the production rollout started at 4 entries, widened as the case's requests need
     # (servetune/engine/width.py): the same requests, to the same 1e-9
@@ -51,7 +59,8 @@ def test_the_comparison_sees_a_changed_rule():
     diffs = golden.compare(fixture, golden.replay(older))
     assert diffs and diffs[0].startswith("iteration ")
     assert sum(len(s["preempted"]) for s in fixture["steps"]) < sum(
-        len(s["preempted"]) for s in golden.replay(older)["steps"])
+        len(s["preempted"]) for s in golden.replay(older)["steps"]
+    )
 
 
 def test_fixtures_of_another_vllm_or_damaged_are_refused(tmp_path):

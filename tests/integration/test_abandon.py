@@ -14,16 +14,26 @@ from servetune.core.types import CANCELLED, COMPLETED, EXPIRED, EngineConfig
 from servetune.run.api import compose, simulate_batch
 from servetune.workload.traces import with_abandonment
 
-CFG = EngineConfig(max_slots=8, queue_window=16, block_size=16, max_model_len=256,
-                   cost_form="linear", outbox=64, abandonment=True)
+CFG = EngineConfig(
+    max_slots=8,
+    queue_window=16,
+    block_size=16,
+    max_model_len=256,
+    cost_form="linear",
+    outbox=64,
+    abandonment=True,
+)
 
 
 def _with(trace, cancel_after=None, deadline=None):
     n = len(trace)
     return dataclasses.replace(
-        trace, cancel_after=np.full(n, np.inf) if cancel_after is None else np.asarray(
-            cancel_after, float),
-        deadline=np.full(n, np.inf) if deadline is None else np.asarray(deadline, float))
+        trace,
+        cancel_after=np.full(n, np.inf)
+        if cancel_after is None
+        else np.asarray(cancel_after, float),
+        deadline=np.full(n, np.inf) if deadline is None else np.asarray(deadline, float),
+    )
 
 
 def test_cancelled_request_frees_its_blocks_in_the_same_iteration():
@@ -46,10 +56,11 @@ def test_cancelled_request_frees_its_blocks_in_the_same_iteration():
 def test_queued_and_mid_stream_cancellations_and_deadlines_are_counted_apart():
     # one slot: request 0 runs 10 iterations; 1 gives up while queued, 2 is cancelled
     # mid-stream, 3 expires at its deadline while running, 4 completes within its deadline
-    tr = _with(trace_of([(0.0, 16, 10), (0.1, 16, 10), (0.2, 16, 10), (0.3, 16, 10),
-                         (0.4, 16, 2)]),
-               cancel_after=[np.inf, 3.0, 13.0, np.inf, np.inf],
-               deadline=[np.inf, np.inf, np.inf, 22.0, 100.0])
+    tr = _with(
+        trace_of([(0.0, 16, 10), (0.1, 16, 10), (0.2, 16, 10), (0.3, 16, 10), (0.4, 16, 2)]),
+        cancel_after=[np.inf, 3.0, 13.0, np.inf, np.inf],
+        deadline=[np.inf, np.inf, np.inf, 22.0, 100.0],
+    )
     params = linear_params({"max_num_seqs": 1.0}, base_s=1.0)
     res = run(tr, params, CFG)[0][0]
     assert res.end_state.tolist() == [COMPLETED, CANCELLED, CANCELLED, EXPIRED, COMPLETED]
@@ -79,8 +90,9 @@ def test_patience_draws():
     tr = trace_of([(float(k), 10, 10) for k in range(4000)])
     exp = with_abandonment(tr, patience={"dist": "exponential", "mean_s": 30.0}, seed=0)
     assert exp.cancel_after.mean() == pytest.approx(30.0, rel=0.05)
-    half = with_abandonment(tr, patience={"dist": "fixed", "mean_s": 5.0, "fraction": 0.5},
-                            deadline_s=60.0, seed=0)
+    half = with_abandonment(
+        tr, patience={"dist": "fixed", "mean_s": 5.0, "fraction": 0.5}, deadline_s=60.0, seed=0
+    )
     assert np.isfinite(half.cancel_after).mean() == pytest.approx(0.5, abs=0.03)
     assert np.all(half.deadline == 60.0) and tr.gives_up is False and half.gives_up
     with pytest.raises(ConfigError, match=r"workload.patience.dist"):
@@ -136,11 +148,18 @@ def test_burst_with_impatient_clients_and_a_queue_cap_recovers():
 
 @pytest.fixture(scope="module")
 def patience_runs():
-    base = ["workload=poisson", "workload.rate=10", "workload.duration_s=40",
-            "window.drain_s=300", "policy.max_num_seqs=16"]
+    base = [
+        "workload=poisson",
+        "workload.rate=10",
+        "workload.duration_s=40",
+        "window.drain_s=300",
+        "policy.max_num_seqs=16",
+    ]
     out = {}
-    for name, extra in (("patient", []),
-                        ("impatient", ["workload.patience={dist: exponential, mean_s: 4.0}"])):
+    for name, extra in (
+        ("patient", []),
+        ("impatient", ["workload.patience={dist: exponential, mean_s: 4.0}"]),
+    ):
         sc = build(compose(base + extra))
         out[name] = (sc, simulate_batch(sc).metrics[0])
     return out
@@ -152,8 +171,10 @@ def test_patience_from_config_cancels_waiting_work(patience_runs):
     assert not sc_p.engine.abandonment and sc_i.engine.abandonment
     assert patient["n_cancelled"] == 0 and impatient["n_cancelled"] > 20
     assert 0 < impatient["n_cancelled_mid_stream"] <= impatient["n_cancelled"]
-    total = sum(impatient[k] for k in ("n_completed", "n_rejected", "n_cancelled", "n_expired",
-                                       "n_outstanding"))
+    total = sum(
+        impatient[k]
+        for k in ("n_completed", "n_rejected", "n_cancelled", "n_expired", "n_outstanding")
+    )
     assert total == impatient["n_requests"]
     # at ~1.5x overload, clients that give up shed load: the queue they leave behind is
     # shorter, so the requests that stay start sooner and more of them meet the SLOs
@@ -164,8 +185,15 @@ def test_patience_from_config_cancels_waiting_work(patience_runs):
 
 def test_bad_patience_config_names_the_key():
     with pytest.raises(ConfigError, match=r"workload.patience"):
-        build(compose(["workload=poisson", "workload.duration_s=5",
-                       "workload.patience={dist: forever, mean_s: 1}"]))
+        build(
+            compose(
+                [
+                    "workload=poisson",
+                    "workload.duration_s=5",
+                    "workload.patience={dist: forever, mean_s: 1}",
+                ]
+            )
+        )
     with pytest.raises(ConfigError, match=r"workload.deadline_s"):
         build(compose(["workload=poisson", "workload.duration_s=5", "workload.deadline_s=0"]))
 
@@ -173,10 +201,19 @@ def test_bad_patience_config_names_the_key():
 def test_prefix_cached_requests_that_give_up_release_their_blocks():
     # Mooncake prefixes cached on a loaded instance; impatient clients abandon requests that
     # hold cache references. simulate_batch checks the invariants (KV within capacity, clocks)
-    sc = build(compose(["workload=mooncake_synthetic", "model=qwen2_5_7b",
-                        "engine.prefix_cache=true", "workload.duration_s=60",
-                        "workload.rate_scale=2", "window.drain_s=300",
-                        "workload.patience={dist: exponential, mean_s: 2.0}"]))
+    sc = build(
+        compose(
+            [
+                "workload=mooncake_synthetic",
+                "model=qwen2_5_7b",
+                "engine.prefix_cache=true",
+                "workload.duration_s=60",
+                "workload.rate_scale=2",
+                "window.drain_s=300",
+                "workload.patience={dist: exponential, mean_s: 2.0}",
+            ]
+        )
+    )
     assert sc.engine.prefix_cache and sc.engine.abandonment
     m = simulate_batch(sc).metrics[0]
     assert m["n_cancelled"] > 20 and m["n_completed"] > 0

@@ -34,8 +34,9 @@ def _assert_same_records(box_a, box_b):
 def test_grid_loop_equals_vmapped_while_loop_chunk_after_chunk():
     import dataclasses
 
-    cfg = dataclasses.replace(CONFIGS["continuous-paged"], outbox=16, max_steps_per_chunk=150,
-                              leap_max=8)
+    cfg = dataclasses.replace(
+        CONFIGS["continuous-paged"], outbox=16, max_steps_per_chunk=150, leap_max=8
+    )
     rng = np.random.default_rng(11)
     traces = random_traces(rng, 2, 80)
     params = batched(random_params(rng, 5, cfg))  # 2 x 5 = 10 scenarios: sorted block of 2
@@ -48,7 +49,7 @@ def test_grid_loop_equals_vmapped_while_loop_chunk_after_chunk():
         # (a batch takes the simple step only where all its scenarios can: Stats.simple
         # counts the program's path, not the scenario's)
         program = lambda s: s.replace(outbox=None, stats=s.stats.replace(simple=None))
-        for x, y in zip(jax.tree.leaves(program(a)), jax.tree.leaves(program(b))):
+        for x, y in zip(jax.tree.leaves(program(a)), jax.tree.leaves(program(b)), strict=True):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
         _assert_same_records(a.outbox, b.outbox)
         a = a.replace(outbox=a.outbox.replace(count=a.outbox.count * 0))
@@ -58,20 +59,29 @@ def test_grid_loop_equals_vmapped_while_loop_chunk_after_chunk():
     assert bool(np.all(np.asarray(a.done)))
 
 
-@pytest.mark.parametrize("batch", [
-    pytest.param(["seeds=2", "grid.max_num_seqs=[4,32]"], id="batch"),
-    pytest.param([], id="one-scenario", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "batch",
+    [
+        pytest.param(["seeds=2", "grid.max_num_seqs=[4,32]"], id="batch"),
+        pytest.param([], id="one-scenario", marks=pytest.mark.slow),
+    ],
+)
 def test_fixed_length_chunks_give_the_while_loop_s_results(batch):
     # engine.chunk_length: each compiled call runs exactly L bodies (a GPU tests the loop's
     # condition once per call), a batch and one scenario alike
     from servetune.run import api
 
-    base = ["workload.duration_s=45", "output.progress=false", "engine.max_slots=32",
-            "engine.queue_window=32", *batch]
+    base = [
+        "workload.duration_s=45",
+        "output.progress=false",
+        "engine.max_slots=32",
+        "engine.queue_window=32",
+        *batch,
+    ]
     loop = api.simulate(base)
     fixed = api.simulate(base + ["engine.chunk_length=16"])
     assert len(loop.requests) == len(fixed.requests) == (4 if batch else 1)
-    for a, b in zip(loop.requests, fixed.requests):
+    for a, b in zip(loop.requests, fixed.requests, strict=True):
         assert a.equals(b)
-    for a, b in zip(loop.metrics, fixed.metrics):
+    for a, b in zip(loop.metrics, fixed.metrics, strict=True):
         assert a["iterations"] == b["iterations"] and a["goodput_rps"] == b["goodput_rps"]

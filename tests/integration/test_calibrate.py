@@ -24,8 +24,13 @@ from servetune.validate import calibrate as cal
 CONF = Path(str(resources.files("servetune.conf")))  # conf/, shipped as servetune.conf
 N = 360  # rows of every synthetic table: one compiled fit per form serves every test
 ROOFLINE_TRUE = {"flops_efficiency": 0.55, "bandwidth_efficiency": 0.72, "overhead_s": 0.0031}
-LINEAR_TRUE = {"base_s": 0.0042, "per_prefill_token_s": 6.5e-5, "per_decode_seq_s": 1.5e-4,
-               "per_ctx_token_s": 2.5e-8, "per_attn_work_s": 4e-10}  # attention: 0.8 ms for a
+LINEAR_TRUE = {
+    "base_s": 0.0042,
+    "per_prefill_token_s": 6.5e-5,
+    "per_decode_seq_s": 1.5e-4,
+    "per_ctx_token_s": 2.5e-8,
+    "per_attn_work_s": 4e-10,
+}  # attention: 0.8 ms for a
 #                                                                   fresh 2k-token prompt
 SETUPS = {  # (gpu, model, tp, weight_bits, kv_bits, allreduce_latency_s)
     "h100-8b": ("h100", "llama3_8b", 1, 16, 16, 0.0),
@@ -59,14 +64,23 @@ def seconds(table, cost, form):
 
 def roofline_cost(setup, **coef):
     gpu, model, tp, wb, kvb, ar = SETUPS[setup]
-    return hw.roofline_cost_params(hw.GPUS[gpu], hw.MODELS[model], tp=tp, weight_bits=wb,
-                                   kv_bits=kvb, kv_blocks=1, allreduce_latency_s=ar, **coef)
+    return hw.roofline_cost_params(
+        hw.GPUS[gpu],
+        hw.MODELS[model],
+        tp=tp,
+        weight_bits=wb,
+        kv_bits=kvb,
+        kv_blocks=1,
+        allreduce_latency_s=ar,
+        **coef,
+    )
 
 
 def fit_roofline(table, setup, **kw):
     gpu, model, tp, wb, kvb, ar = SETUPS[setup]
-    return cal.fit_cost_model(table, "roofline", gpu, model, tp, weight_bits=wb, kv_bits=kvb,
-                              allreduce_latency_s=ar, **kw)
+    return cal.fit_cost_model(
+        table, "roofline", gpu, model, tp, weight_bits=wb, kv_bits=kvb, allreduce_latency_s=ar, **kw
+    )
 
 
 def rel_errors(result, true):
@@ -85,13 +99,17 @@ def linear_cost():
 
 # --------------------------------------------------------------------------- recovery
 
+
 @pytest.mark.parametrize("setup", list(SETUPS))
 def test_roofline_recovers_known_coefficients(table, setup):
     cost = roofline_cost(setup, **ROOFLINE_TRUE)
     data = table.assign(seconds=seconds(table, cost, "roofline"))
     # Start away from the truth (the configured defaults), as a user would.
-    res = fit_roofline(data, setup, start={"flops_efficiency": 0.6, "bandwidth_efficiency": 0.8,
-                                           "overhead_s": 0.002})
+    res = fit_roofline(
+        data,
+        setup,
+        start={"flops_efficiency": 0.6, "bandwidth_efficiency": 0.8, "overhead_s": 0.002},
+    )
     # Both regimes are present, so both efficiencies are determined.
     assert 0.2 * N < res.compute_bound_rows < 0.8 * N
     errs = rel_errors(res, ROOFLINE_TRUE)
@@ -122,8 +140,9 @@ def test_noisy_measurements_fit_with_bounded_error(table, linear_cost, form):
     clean = seconds(table, cost, form)
     noise = 1 + 0.02 * np.random.default_rng(7).standard_normal(N)  # 2% multiplicative
     data = table.assign(seconds=clean * noise)
-    res = (fit_roofline(data, "h100-8b") if form == "roofline"
-           else cal.fit_cost_model(data, "linear"))
+    res = (
+        fit_roofline(data, "h100-8b") if form == "roofline" else cal.fit_cost_model(data, "linear")
+    )
     true = ROOFLINE_TRUE if form == "roofline" else LINEAR_TRUE
     # The residual is the noise: RMS ~ 2%, max ~ 3-4 sigma.
     assert 0.015 < res.rms_rel_error < 0.025 and res.max_rel_error < 0.1
@@ -147,22 +166,26 @@ def test_undetermined_coefficients_are_reported(table, linear_cost):
     assert res.std_errors["flops_efficiency"] == np.inf
     assert res.std_errors["bandwidth_efficiency"] < 1e-6
     # No prefill at all: the linear per-prefill coefficient is fixed at 0 and said so.
-    res = cal.fit_cost_model(decode.assign(seconds=seconds(decode, linear_cost, "linear")),
-                             "linear")
+    res = cal.fit_cost_model(
+        decode.assign(seconds=seconds(decode, linear_cost, "linear")), "linear"
+    )
     assert res.coefficients["per_prefill_token_s"] == 0.0
-    assert any(w.startswith("per_prefill_token_s: column 'prefill_tokens' is 0") for w in
-               res.warnings)
+    assert any(
+        w.startswith("per_prefill_token_s: column 'prefill_tokens' is 0") for w in res.warnings
+    )
     # ... and attention work, exactly ctx_tokens + decode_seqs in decode-only batches, too:
     # its cost shows up in those two coefficients
     assert res.coefficients["per_attn_work_s"] == 0.0
-    assert any(w.startswith("per_attn_work_s: column 'attn_work' is a combination") for w in
-               res.warnings)
+    assert any(
+        w.startswith("per_attn_work_s: column 'attn_work' is a combination") for w in res.warnings
+    )
     attn = LINEAR_TRUE["per_attn_work_s"]
     for key in ("per_decode_seq_s", "per_ctx_token_s"):
         assert abs(res.coefficients[key] / (LINEAR_TRUE[key] + attn) - 1) < 0.01
 
 
 # --------------------------------------------------------------------------- loading
+
 
 def write(tmp_path, text, name="m.csv"):
     path = tmp_path / name
@@ -171,15 +194,23 @@ def write(tmp_path, text, name="m.csv"):
 
 
 def test_load_measurements_reads_and_approximates_attn_work(tmp_path):
-    path = write(tmp_path, "seconds,decode_seqs,prefill_tokens,ctx_tokens,note\n"
-                           "0.01,4,0,4000,decode\n\n0.05,2,512,900,mixed\n")
+    path = write(
+        tmp_path,
+        "seconds,decode_seqs,prefill_tokens,ctx_tokens,note\n"
+        "0.01,4,0,4000,decode\n\n0.05,2,512,900,mixed\n",
+    )
     t = cal.load_measurements(path)
     assert list(t.columns) == list(cal.FEATURES) + ["seconds"]
     assert list(t.index) == [2, 4] and t.attrs["attn_work_approximated"]
     # Exact for decodes plus one fresh prefill chunk: 1 x (ctx + 1) each, 512 x 513 / 2.
     assert t["attn_work"].tolist() == [4000 + 4, 900 + 2 + 512 * 513 / 2]
-    exact = cal.load_measurements(write(tmp_path, "prefill_tokens,decode_seqs,ctx_tokens,"
-                                                  "attn_work,seconds\n8,0,0,36,0.02\n", "b.csv"))
+    exact = cal.load_measurements(
+        write(
+            tmp_path,
+            "prefill_tokens,decode_seqs,ctx_tokens,attn_work,seconds\n8,0,0,36,0.02\n",
+            "b.csv",
+        )
+    )
     assert exact["attn_work"].tolist() == [36.0] and not exact.attrs["attn_work_approximated"]
 
 
@@ -187,24 +218,48 @@ HEAD = "prefill_tokens,decode_seqs,ctx_tokens,seconds\n"
 GOOD = "128,4,4000,0.02\n"
 
 
-@pytest.mark.parametrize("text, where, fragment", [
-    ("prefill_tokens,decode_seqs,seconds\n1,1,0.1\n", ":1:", "lacks column(s) ['ctx_tokens']"),
-    (HEAD + GOOD + "abc,4,4000,0.02\n", ":3:", "column 'prefill_tokens' = 'abc'; expected a number"),
-    (HEAD + GOOD + GOOD + "128,-1,4000,0.02\n", ":4:", "column 'decode_seqs' = '-1'"),
-    (HEAD + GOOD + "128,4,nan,0.02\n", ":3:", "column 'ctx_tokens' = 'nan'"),
-    (HEAD + GOOD + "128,4,4000,inf\n", ":3:", "column 'seconds' = 'inf'; expected seconds within"),
-    (HEAD + "128,4,4000,0\n", ":2:", "column 'seconds' = '0'; expected seconds within [1e-06, 3600]"),
-    (HEAD + "128,4,4000,\n", ":2:", "column 'seconds' = ''"),
-    (HEAD + "0,0,4000,0.01\n", ":2:", "an empty batch"),
-    (HEAD + "128,4\n", ":2:", "2 fields; expected 4"),
-    # an extra field: 1,28 read as prefill 1, decode 28, ctx 4, seconds 4000
-    (HEAD + GOOD + "1,28,4,4000,0.02\n", ":3:", ("5 fields; expected 4 (prefill_tokens, "
-     "decode_seqs, ctx_tokens, seconds); an unquoted comma")),
-    ("prefill_tokens,decode_seqs,ctx_tokens,attn_work,seconds\n1,1,1,-5,0.1\n", ":2:",
-     "column 'attn_work' = '-5'"),
-    ("", "", "empty file; expected a header line"),
-    (HEAD, "", "no data rows"),
-])
+@pytest.mark.parametrize(
+    "text, where, fragment",
+    [
+        ("prefill_tokens,decode_seqs,seconds\n1,1,0.1\n", ":1:", "lacks column(s) ['ctx_tokens']"),
+        (
+            HEAD + GOOD + "abc,4,4000,0.02\n",
+            ":3:",
+            "column 'prefill_tokens' = 'abc'; expected a number",
+        ),
+        (HEAD + GOOD + GOOD + "128,-1,4000,0.02\n", ":4:", "column 'decode_seqs' = '-1'"),
+        (HEAD + GOOD + "128,4,nan,0.02\n", ":3:", "column 'ctx_tokens' = 'nan'"),
+        (
+            HEAD + GOOD + "128,4,4000,inf\n",
+            ":3:",
+            "column 'seconds' = 'inf'; expected seconds within",
+        ),
+        (
+            HEAD + "128,4,4000,0\n",
+            ":2:",
+            "column 'seconds' = '0'; expected seconds within [1e-06, 3600]",
+        ),
+        (HEAD + "128,4,4000,\n", ":2:", "column 'seconds' = ''"),
+        (HEAD + "0,0,4000,0.01\n", ":2:", "an empty batch"),
+        (HEAD + "128,4\n", ":2:", "2 fields; expected 4"),
+        # an extra field: 1,28 read as prefill 1, decode 28, ctx 4, seconds 4000
+        (
+            HEAD + GOOD + "1,28,4,4000,0.02\n",
+            ":3:",
+            (
+                "5 fields; expected 4 (prefill_tokens, "
+                "decode_seqs, ctx_tokens, seconds); an unquoted comma"
+            ),
+        ),
+        (
+            "prefill_tokens,decode_seqs,ctx_tokens,attn_work,seconds\n1,1,1,-5,0.1\n",
+            ":2:",
+            "column 'attn_work' = '-5'",
+        ),
+        ("", "", "empty file; expected a header line"),
+        (HEAD, "", "no data rows"),
+    ],
+)
 def test_bad_csv_names_file_line_and_column(tmp_path, text, where, fragment):
     path = write(tmp_path, text)
     with pytest.raises(TraceError) as info:
@@ -233,15 +288,23 @@ def test_missing_file_and_bad_arguments(tmp_path, table):
 
 # --------------------------------------------------------------------------- the command
 
+
 def run_cli(tmp_path, *overrides):
-    """`python -m servetune.cli.main calibrate ...` in a subprocess (in-process, Hydra's logging setup
+    """`servetune calibrate ...` in a subprocess (in-process, Hydra's logging setup
     would close streams pytest captured); returns (the run dir, the finished process)."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "servetune.cli.main", "calibrate", f"hydra.run.dir={out}",
-           *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "servetune.cli.main",
+        "calibrate",
+        f"hydra.run.dir={out}",
+        *overrides,
+    ]
     env = dict(os.environ, JAX_PLATFORMS="cpu", COLUMNS="200")
-    return out, subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env,
-                               check=False)
+    return out, subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env=env, check=False
+    )
 
 
 def test_cli_roofline_writes_a_usable_hardware_config(tmp_path, table):
@@ -249,8 +312,15 @@ def test_cli_roofline_writes_a_usable_hardware_config(tmp_path, table):
     cost = roofline_cost(setup, **ROOFLINE_TRUE)
     path = tmp_path / "measured.csv"
     table.assign(seconds=seconds(table, cost, "roofline")).to_csv(path, index=False)
-    out, proc = run_cli(tmp_path, f"path={path}", "hardware=h200", "hardware.tp=2",
-                        "model=llama3_70b", "model.weight_bits=8", "model.kv_bits=8")
+    out, proc = run_cli(
+        tmp_path,
+        f"path={path}",
+        "hardware=h200",
+        "hardware.tp=2",
+        "model=llama3_70b",
+        "model.weight_bits=8",
+        "model.kv_bits=8",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "flops_efficiency" in proc.stdout and "RMS relative" in proc.stdout
     doc = OmegaConf.load(out / "calibrated.yaml")
@@ -263,12 +333,20 @@ def test_cli_roofline_writes_a_usable_hardware_config(tmp_path, table):
     assert metrics["coefficients"]["overhead_s"] == pytest.approx(0.0031, rel=1e-5)
     # Usable as a hardware= group: the fitted rates reach the simulator's cost model.
     rebuilt = hw.roofline_cost_params(
-        hw.GPUS[doc.gpu], hw.MODELS["llama3_70b"], tp=doc.tp, weight_bits=8, kv_bits=8,
-        kv_blocks=1, flops_efficiency=doc.flops_efficiency,
-        bandwidth_efficiency=doc.bandwidth_efficiency, overhead_s=doc.overhead_s,
-        allreduce_latency_s=doc.allreduce_latency_s)
-    np.testing.assert_allclose(seconds(table, rebuilt, "roofline"),
-                               seconds(table, cost, "roofline"), rtol=1e-5)
+        hw.GPUS[doc.gpu],
+        hw.MODELS["llama3_70b"],
+        tp=doc.tp,
+        weight_bits=8,
+        kv_bits=8,
+        kv_blocks=1,
+        flops_efficiency=doc.flops_efficiency,
+        bandwidth_efficiency=doc.bandwidth_efficiency,
+        overhead_s=doc.overhead_s,
+        allreduce_latency_s=doc.allreduce_latency_s,
+    )
+    np.testing.assert_allclose(
+        seconds(table, rebuilt, "roofline"), seconds(table, cost, "roofline"), rtol=1e-5
+    )
 
 
 def test_cli_linear_writes_a_cost_config(tmp_path, table, linear_cost):
@@ -283,8 +361,10 @@ def test_cli_linear_writes_a_cost_config(tmp_path, table, linear_cost):
         assert doc[k] == pytest.approx(v, rel=1e-5)
     assert json.loads((out / "calibration.json").read_text())["init"] == "lstsq"
     # the printed hint, followed from an unrelated folder, selects the fitted cost model
-    hint = "copy it to <dir>/cost/calibrated.yaml and pass hydra.searchpath=[file://<dir>] " \
-           "cost=calibrated"
+    hint = (
+        "copy it to <dir>/cost/calibrated.yaml and pass hydra.searchpath=[file://<dir>] "
+        "cost=calibrated"
+    )
     assert hint in " ".join(proc.stdout.split()) and hint in (out / "calibrated.yaml").read_text()
     (tmp_path / "mine" / "cost").mkdir(parents=True)
     shutil.copy(out / "calibrated.yaml", tmp_path / "mine" / "cost" / "calibrated.yaml")
@@ -315,43 +395,68 @@ def test_cli_refuses_a_poor_fit_unless_the_threshold_is_raised(tmp_path, table):
     no output file; with fit.max_rms_rel_error raised the same fit is written."""
     rng = np.random.default_rng(1)
     path = tmp_path / "noise.csv"
-    table.assign(seconds=0.01 * np.exp(3 * rng.normal(size=len(table)))).to_csv(path,
-                                                                               index=False)
+    table.assign(seconds=0.01 * np.exp(3 * rng.normal(size=len(table)))).to_csv(path, index=False)
     out, proc = run_cli(tmp_path, f"path={path}", "form=linear", "fit.steps=200")
     assert proc.returncode == 2
     err = proc.stderr.replace("\n", "")
     assert "exceeds fit.max_rms_rel_error=0.5, so no calibrated.yaml was written" in err, err
     assert not (out / "calibrated.yaml").exists() and not (out / "calibration.json").exists()
     assert "RMS relative" in proc.stdout  # the fit is still shown
-    out, proc = run_cli(tmp_path / "kept", f"path={path}", "form=linear", "fit.steps=200",
-                        "fit.max_rms_rel_error=100")
+    out, proc = run_cli(
+        tmp_path / "kept",
+        f"path={path}",
+        "form=linear",
+        "fit.steps=200",
+        "fit.max_rms_rel_error=100",
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "calibration.json").read_text())["rms_rel_error"] > 0.5
     assert (out / "calibrated.yaml").exists()
 
 
-@pytest.mark.parametrize("row, match", [
-    ('128,"4\n",4000,0.02\n', r"m\.csv:3: a quoted cell runs over lines 3-4"),
-    ("1_28,4,4000,0.02\n", r"m\.csv:3: column 'prefill_tokens' = '1_28'"),
-    ("128,4,4000,\u0660.\u0660\u0662\n", r"m\.csv:3: column 'seconds' = "),
-])
+@pytest.mark.parametrize(
+    "row, match",
+    [
+        ('128,"4\n",4000,0.02\n', r"m\.csv:3: a quoted cell runs over lines 3-4"),
+        ("1_28,4,4000,0.02\n", r"m\.csv:3: column 'prefill_tokens' = '1_28'"),
+        ("128,4,4000,\u0660.\u0660\u0662\n", r"m\.csv:3: column 'seconds' = "),
+    ],
+)
 def test_measurement_cells_are_read_strictly(tmp_path, row, match):
     """What Python's float() reads but no measurement file means is refused with its line."""
     with pytest.raises(TraceError, match=match):
         cal.load_measurements(write(tmp_path, HEAD + GOOD + row + GOOD))
 
 
-@pytest.mark.parametrize("overrides, one_row, match", [
-    (("fit.learning_rate=1e30", "fit.init=scale", "fit.steps=100"), False,
-     (r"m\.csv: the linear fit diverged \(loss nan after 100 Adam steps at "
-     r"fit\.learning_rate=1e\+30\); lower fit\.learning_rate \(default 0\.1\)")),
-    (("fit.max_rms_rel_error=nan",), False,
-     r"error: fit\.max_rms_rel_error: got nan; expected a finite number"),
-    ((), True, (r"m\.csv: 1 data row\(s\); expected at least 5 to fit the linear form's 5 "
-               r"coefficients")),
-])
-def test_cli_refusals_exit_2_and_write_nothing(tmp_path, table, linear_cost, overrides,
-                                               one_row, match):
+@pytest.mark.parametrize(
+    "overrides, one_row, match",
+    [
+        (
+            ("fit.learning_rate=1e30", "fit.init=scale", "fit.steps=100"),
+            False,
+            (
+                r"m\.csv: the linear fit diverged \(loss nan after 100 Adam steps at "
+                r"fit\.learning_rate=1e\+30\); lower fit\.learning_rate \(default 0\.1\)"
+            ),
+        ),
+        (
+            ("fit.max_rms_rel_error=nan",),
+            False,
+            r"error: fit\.max_rms_rel_error: got nan; expected a finite number",
+        ),
+        (
+            (),
+            True,
+            (
+                r"m\.csv: 1 data row\(s\); expected at least 5 to fit the linear form's 5 "
+                r"coefficients"
+            ),
+        ),
+    ],
+)
+def test_cli_refusals_exit_2_and_write_nothing(
+    tmp_path, table, linear_cost, overrides, one_row, match
+):
     path = write(tmp_path, HEAD + GOOD) if one_row else tmp_path / "m.csv"
     if not one_row:
         table.assign(seconds=seconds(table, linear_cost, "linear")).to_csv(path, index=False)
@@ -367,8 +472,14 @@ def test_calibration_json_holds_only_finite_numbers(tmp_path):
     "inf" as text, never a bare Infinity or NaN that strict JSON readers refuse."""
     rng = np.random.default_rng(3)
     decode = rng.integers(1, 200, 60)
-    rows = pd.DataFrame({"prefill_tokens": 0, "decode_seqs": decode, "ctx_tokens": 100 * decode,
-                         "seconds": 0.004 + 2e-4 * decode})
+    rows = pd.DataFrame(
+        {
+            "prefill_tokens": 0,
+            "decode_seqs": decode,
+            "ctx_tokens": 100 * decode,
+            "seconds": 0.004 + 2e-4 * decode,
+        }
+    )
     rows.to_csv(tmp_path / "m.csv", index=False)
     out, proc = run_cli(tmp_path, f"path={tmp_path / 'm.csv'}", "form=linear", "fit.steps=100")
     assert proc.returncode == 0, proc.stderr

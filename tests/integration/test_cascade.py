@@ -1,4 +1,4 @@
-"""Model cascade (engine/cascade.py, servetune/config/cascade.py): a small (Llama-3-8B, 1 x H100) and a
+"""Model cascade (engine/cascade.py, config/cascade.py): a small (Llama-3-8B, 1 x H100) and a
 large (Llama-3-70B, 4 x H100) pool; arrivals routed by predicted difficulty against a traced
 threshold; a small answer that fails its check is retried on the large pool.
 
@@ -26,12 +26,25 @@ from servetune.run.driver import rollout
 
 # 8 req/s for 60 s: the large pool alone is overloaded, the small pool alone retries the hard
 # requests (difficulty exponent 2: failures concentrate on them) with a TTFT past the SLO
-BASE = ["workload=poisson", "workload.rate=8", "workload.duration_s=60", "window.drain_s=120",
-        "model.name=llama3_70b", "hardware.tp=4", "engine.routing=jsq", "engine.max_slots=32",
-        "engine.queue_window=64", "engine.outbox=256", "policy.max_num_seqs=32",
-        "quality.difficulty_exponent=2"]
-CASCADE = BASE + ["engine.n_instances=2", "engine.cascade_small_instances=1",
-                  "cascade.check_latency_s=0.25"]
+BASE = [
+    "workload=poisson",
+    "workload.rate=8",
+    "workload.duration_s=60",
+    "window.drain_s=120",
+    "model.name=llama3_70b",
+    "hardware.tp=4",
+    "engine.routing=jsq",
+    "engine.max_slots=32",
+    "engine.queue_window=64",
+    "engine.outbox=256",
+    "policy.max_num_seqs=32",
+    "quality.difficulty_exponent=2",
+]
+CASCADE = BASE + [
+    "engine.n_instances=2",
+    "engine.cascade_small_instances=1",
+    "cascade.check_latency_s=0.25",
+]
 THRESHOLDS = (0.0, 0.5, 1.0)
 CHECK_S = 0.25
 
@@ -46,7 +59,10 @@ def grid():
     results = _run(sc)[0]
     tr = sc.traces[0]
     tables = [metrics_lib.request_table(tr, r, sc.metrics) for r in results]
-    mets = [metrics_lib.compute_metrics(tr, r, sc.metrics, t) for r, t in zip(results, tables)]
+    mets = [
+        metrics_lib.compute_metrics(tr, r, sc.metrics, t)
+        for r, t in zip(results, tables, strict=True)
+    ]
     return sc, results, tables, mets
 
 
@@ -69,9 +85,10 @@ def test_routing_follows_the_threshold_and_the_fail_bits(grid):
     sc, results, _, _ = grid
     tr = sc.traces[0]
     small = lambda thr: tr.cascade_pred <= thr
-    for thr, res in zip(THRESHOLDS, results):
-        expect = np.where(small(thr), np.where(tr.cascade_fail, TIER_RETRIED, TIER_SMALL),
-                          TIER_LARGE)
+    for thr, res in zip(THRESHOLDS, results, strict=True):
+        expect = np.where(
+            small(thr), np.where(tr.cascade_fail, TIER_RETRIED, TIER_SMALL), TIER_LARGE
+        )
         np.testing.assert_array_equal(res.tier, expect)
     zero, one = results[0], results[-1]
     assert np.all(zero.tier == TIER_LARGE) and zero.stats["busy_s"][0] == 0.0
@@ -83,7 +100,7 @@ def test_retries_equal_failed_small_answers_and_recompute_from_scratch(grid):
     sc, results, _, mets = grid
     tr = sc.traces[0]
     once = tr.prompt + tr.output - 1  # tokens one attempt computes, without preemption
-    for thr, res, m in zip(THRESHOLDS, results, mets):
+    for thr, res, m in zip(THRESHOLDS, results, mets, strict=True):
         retried = res.tier == TIER_RETRIED
         assert retried.sum() == np.sum((tr.cascade_pred <= thr) & tr.cascade_fail)
         assert m["cascade_retries"] == retried.sum()
@@ -96,11 +113,14 @@ def test_retries_equal_failed_small_answers_and_recompute_from_scratch(grid):
 def test_router_accuracy_and_confusion_match_a_hand_count(grid):
     sc, _, tables, mets = grid
     tr = sc.traces[0]
-    for thr, m, table in zip(THRESHOLDS, mets, tables):
+    for thr, m, table in zip(THRESHOLDS, mets, tables, strict=True):
         s, f = tr.cascade_pred <= thr, tr.cascade_fail
         assert m["cascade_confusion"] == {
-            "small_passed": int(np.sum(s & ~f)), "small_failed": int(np.sum(s & f)),
-            "large_needed": int(np.sum(~s & f)), "large_unneeded": int(np.sum(~s & ~f))}
+            "small_passed": int(np.sum(s & ~f)),
+            "small_failed": int(np.sum(s & f)),
+            "large_needed": int(np.sum(~s & f)),
+            "large_unneeded": int(np.sum(~s & ~f)),
+        }
         assert m["cascade_router_accuracy"] == pytest.approx(np.mean(s == ~f))
         assert m["cascade_retry_rate"] == pytest.approx(np.mean(s & f))
         assert m["cascade_small_share"] == pytest.approx(np.mean(s))
@@ -146,8 +166,8 @@ def test_a_retry_starts_only_after_the_small_answer_and_its_check(grid):
     assert bool(state.done) and not bool(np.any(state.stats.clock_regress))
     once = tr.prompt + tr.output - 1
     steps = {}
-    for t, dur, reqs, toks in zip(info["t"], info["dur"], info["req"], info["tokens"]):
-        for r, k in zip(reqs[toks > 0], toks[toks > 0]):
+    for t, dur, reqs, toks in zip(info["t"], info["dur"], info["req"], info["tokens"], strict=True):
+        for r, k in zip(reqs[toks > 0], toks[toks > 0], strict=True):
             steps.setdefault(int(r), []).append((float(t), float(dur), int(k)))
     retried = np.flatnonzero(results[-1].tier == TIER_RETRIED)
     assert len(retried) > 0
@@ -167,8 +187,11 @@ def test_a_retry_starts_only_after_the_small_answer_and_its_check(grid):
 def test_a_new_threshold_does_not_recompile(grid):
     sc, results, _, _ = grid
     compiled = run_chunk_batch._cache_size()
-    other = sc.params.replace(policy=sc.params.policy.replace(
-        cascade_threshold=sc.params.policy.cascade_threshold * 0 + np.array([0.2, 0.7, 0.9])))
+    other = sc.params.replace(
+        policy=sc.params.policy.replace(
+            cascade_threshold=sc.params.policy.cascade_threshold * 0 + np.array([0.2, 0.7, 0.9])
+        )
+    )
     again = rollout(sc.workloads, other, sc.engine, [len(sc.traces[0])])[0]
     assert run_chunk_batch._cache_size() == compiled, "a new threshold recompiled"
     assert np.sum(again[1].tier != TIER_LARGE) != np.sum(results[1].tier != TIER_LARGE)
@@ -180,8 +203,9 @@ def test_draws_are_fixed_by_the_seed_and_nested_across_tiers():
     np.testing.assert_array_equal(a, cascade_lib.predicted_difficulty(d, 0.5, seed=3))
     assert np.all((a > 0) & (a < 1))  # so threshold 0 routes nothing small, 1 everything
     assert not np.array_equal(a, cascade_lib.predicted_difficulty(d, 0.5, seed=4))
-    np.testing.assert_allclose(cascade_lib.predicted_difficulty(d, 0.0, seed=3),
-                               np.clip(d, 1e-9, 1 - 1e-9), atol=1e-12)
+    np.testing.assert_allclose(
+        cascade_lib.predicted_difficulty(d, 0.0, seed=3), np.clip(d, 1e-9, 1 - 1e-9), atol=1e-12
+    )
     assert 0.5 < np.corrcoef(a, d)[0, 1] < 0.99  # noisy, but informative
     sc = build(compose(CASCADE + ["+quality.components.tier={large: 0.05, small: 0.3}"]))
     tr, q = sc.traces[0], sc.metrics.quality
@@ -195,17 +219,20 @@ def test_draws_are_fixed_by_the_seed_and_nested_across_tiers():
     np.testing.assert_array_equal(ok, np.where(tier == TIER_SMALL, True, ~large))
 
 
-@pytest.mark.parametrize("override,key", [
-    (["engine.prefill_instances=1", "engine.n_instances=3"], r"engine\.prefill_instances"),
-    (["engine.cascade_small_instances=2"], r"engine\.cascade_small_instances"),
-    (["cost=linear"], r"cost\.form"),
-    (["quality.enabled=false"], r"quality\.enabled"),
-    (["cascade.small_model=llama3_70b"], r"cascade\.small_model"),
-    (["cascade.difficulty_bins=[0,0.5,0.4,1]"], r"cascade\.difficulty_bins"),
-    (["cascade.difficulty_noise=-1"], r"cascade\.difficulty_noise"),
-    (["policy.cascade_threshold=1.5"], r"policy\.cascade_threshold"),
-    (["+quality.components.tier={large: 0.2, small: 0.1}"], r"quality\.components\.tier"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        (["engine.prefill_instances=1", "engine.n_instances=3"], r"engine\.prefill_instances"),
+        (["engine.cascade_small_instances=2"], r"engine\.cascade_small_instances"),
+        (["cost=linear"], r"cost\.form"),
+        (["quality.enabled=false"], r"quality\.enabled"),
+        (["cascade.small_model=llama3_70b"], r"cascade\.small_model"),
+        (["cascade.difficulty_bins=[0,0.5,0.4,1]"], r"cascade\.difficulty_bins"),
+        (["cascade.difficulty_noise=-1"], r"cascade\.difficulty_noise"),
+        (["policy.cascade_threshold=1.5"], r"policy\.cascade_threshold"),
+        (["+quality.components.tier={large: 0.2, small: 0.1}"], r"quality\.components\.tier"),
+    ],
+)
 def test_bad_cascade_config_names_the_key(override, key):
     with pytest.raises(ConfigError, match=key):
         build(compose(CASCADE + override))
@@ -213,9 +240,19 @@ def test_bad_cascade_config_names_the_key(override, key):
 
 def test_prefix_cache_is_refused_with_the_cascade():
     with pytest.raises(ConfigError, match=r"engine\.prefix_cache"):
-        build(compose(["workload=mooncake_conv", "workload.duration_s=30", "engine.n_instances=2",
-                       "engine.cascade_small_instances=1", "model.name=llama3_70b",
-                       "hardware.tp=4", "engine.prefix_cache=true"]))
+        build(
+            compose(
+                [
+                    "workload=mooncake_conv",
+                    "workload.duration_s=30",
+                    "engine.n_instances=2",
+                    "engine.cascade_small_instances=1",
+                    "model.name=llama3_70b",
+                    "hardware.tp=4",
+                    "engine.prefix_cache=true",
+                ]
+            )
+        )
 
 
 def test_the_tuner_can_search_the_threshold_alone():
@@ -238,21 +275,38 @@ def test_retries_spread_over_a_large_pool_and_wait_when_it_is_full():
     from servetune.config.scenario import stack_workloads
     from servetune.core.types import EngineConfig
 
-    cfg = EngineConfig(max_slots=4, queue_window=4, block_size=16, max_model_len=512,
-                       cost_form="linear", outbox=64, n_instances=3, routing="jsq",
-                       cascade_small_instances=1)
+    cfg = EngineConfig(
+        max_slots=4,
+        queue_window=4,
+        block_size=16,
+        max_model_len=512,
+        cost_form="linear",
+        outbox=64,
+        n_instances=3,
+        routing="jsq",
+        cascade_small_instances=1,
+    )
     rng = np.random.default_rng(1)
     n = 48
-    tr = trace_of([(a, int(rng.integers(16, 200)), int(rng.integers(2, 40)))
-                   for a in np.sort(rng.uniform(0, 3, n))])
+    tr = trace_of(
+        [
+            (a, int(rng.integers(16, 200)), int(rng.integers(2, 40)))
+            for a in np.sort(rng.uniform(0, 3, n))
+        ]
+    )
     fail = rng.random(n) < 0.7
     tr = dataclasses.replace(tr, cascade_pred=np.full(n, 0.5), cascade_fail=fail)
-    p = linear_params({"cascade_threshold": [1.0]}, base_s=0.01, per_prefill_token_s=2e-4,
-                      per_decode_seq_s=1e-3)
+    p = linear_params(
+        {"cascade_threshold": [1.0]}, base_s=0.01, per_prefill_token_s=2e-4, per_decode_seq_s=1e-3
+    )
     kv = np.array([[80, 60, 60]])
-    p = p.replace(cost=p.cost.replace(kv_blocks=jnp.asarray(kv, jnp.int32),
-                                      base_s=jnp.asarray([[0.005, 0.02, 0.02]]),
-                                      check_latency_s=jnp.asarray([0.1])))
+    p = p.replace(
+        cost=p.cost.replace(
+            kv_blocks=jnp.asarray(kv, jnp.int32),
+            base_s=jnp.asarray([[0.005, 0.02, 0.02]]),
+            check_latency_s=jnp.asarray([0.1]),
+        )
+    )
     wl = stack_workloads([tr], [tr.output.astype(float)], 1e6, cfg)
     res = rollout(wl, p, cfg, [n])[0][0]
     assert np.all(res.end_state == COMPLETED) and int(res.stats["ended"]) == n
@@ -274,9 +328,10 @@ def test_event_skipping_does_not_delay_retries(grid):
     import dataclasses
 
     sc, results, _, _ = grid
-    stepped = rollout(sc.workloads, sc.params, dataclasses.replace(sc.engine, leap_max=0),
-                      [len(sc.traces[0])])[0]
-    for a, b in zip(results, stepped):
+    stepped = rollout(
+        sc.workloads, sc.params, dataclasses.replace(sc.engine, leap_max=0), [len(sc.traces[0])]
+    )[0]
+    for a, b in zip(results, stepped, strict=True):
         np.testing.assert_array_equal(a.tier, b.tier)
         np.testing.assert_allclose(a.first_token, b.first_token, rtol=1e-9)
         np.testing.assert_allclose(a.finish, b.finish, rtol=1e-9)

@@ -12,8 +12,9 @@ from servetune.engine.loop import batched as batched_loop
 from servetune.engine.loop import init_batch, run_chunk, run_chunk_batch
 
 # 64 entries: sums over them are long enough (> 32) for the rewriter to split
-CFG = EngineConfig(max_slots=32, queue_window=32, block_size=4, max_model_len=256,
-                   cost_form="linear", outbox=32)
+CFG = EngineConfig(
+    max_slots=32, queue_window=32, block_size=4, max_model_len=256, cost_form="linear", outbox=32
+)
 
 
 def _inputs():

@@ -17,9 +17,17 @@ from servetune.engine.loop import step_trace
 from servetune.run.api import compose, simulate_batch
 from servetune.run.driver import rollout
 
-CFG = EngineConfig(max_slots=8, queue_window=16, block_size=16, max_model_len=512,
-                   cost_form="linear", outbox=64, n_instances=3, routing="jsq",
-                   prefill_instances=1)
+CFG = EngineConfig(
+    max_slots=8,
+    queue_window=16,
+    block_size=16,
+    max_model_len=512,
+    cost_form="linear",
+    outbox=64,
+    n_instances=3,
+    routing="jsq",
+    prefill_instances=1,
+)
 LATENCY = 0.5  # seconds per KV transfer: large, so a violation would show
 
 
@@ -31,8 +39,9 @@ def _trace(n=40, seed=0):
 
 def _params(kv_blocks=(200, 60, 60)):
     p = linear_params({}, base_s=0.01, per_prefill_token_s=0.0002, per_decode_seq_s=0.001)
-    cost = p.cost.replace(kv_blocks=jnp.asarray(kv_blocks, jnp.int32),
-                          link_latency_s=jnp.asarray(LATENCY))
+    cost = p.cost.replace(
+        kv_blocks=jnp.asarray(kv_blocks, jnp.int32), link_latency_s=jnp.asarray(LATENCY)
+    )
     return dataclasses.replace(p, cost=cost)
 
 
@@ -42,8 +51,8 @@ def test_decoding_starts_only_after_the_kv_lands():
     state, info = jax.device_get(step_trace(wl, _params(), CFG, 4000))
     assert bool(state.done)
     seen = {}
-    for t, reqs, toks in zip(info["t"], info["req"], info["tokens"]):
-        for r, k in zip(reqs[toks > 0], toks[toks > 0]):
+    for t, reqs, toks in zip(info["t"], info["req"], info["tokens"], strict=True):
+        for r, k in zip(reqs[toks > 0], toks[toks > 0], strict=True):
             seen.setdefault(int(r), []).append((float(t), int(k)))
     for r in range(len(tr)):
         its = seen[r]
@@ -77,8 +86,9 @@ def test_event_skipping_does_not_delay_landings():
     tr = _trace(60, seed=2)
     wl = stack_workloads([tr], [tr.output.astype(float)], 1e6)
     params = jax.tree.map(lambda x: x[None], _params())
-    runs = [rollout(wl, params, dataclasses.replace(CFG, leap_max=k), [len(tr)])[0][0]
-            for k in (0, 32)]
+    runs = [
+        rollout(wl, params, dataclasses.replace(CFG, leap_max=k), [len(tr)])[0][0] for k in (0, 32)
+    ]
     assert int(runs[1].stats["leaped"]) > 0
     np.testing.assert_array_equal(runs[0].end_state, runs[1].end_state)
     np.testing.assert_allclose(runs[0].first_token, runs[1].first_token, rtol=1e-9)
@@ -86,18 +96,29 @@ def test_event_skipping_does_not_delay_landings():
 
 
 # 4 x H100, Llama-3-8B: ~3000-token prompts, ~200-token outputs, 14 req/s, TPOT <= 12 ms
-LONG = ["workload=poisson", "workload.rate=14", "workload.duration_s=60", "window.drain_s=300",
-        "workload.prompt={dist: lognormal, mean: 3000, cv: 0.5, min: 16, max: 7000}",
-        "workload.output={dist: lognormal, mean: 200, cv: 1.0, min: 2, max: 1000}",
-        "slo.tpot_s=0.012", "slo.ttft_s=3", "engine.n_instances=4", "engine.routing=jsq"]
+LONG = [
+    "workload=poisson",
+    "workload.rate=14",
+    "workload.duration_s=60",
+    "window.drain_s=300",
+    "workload.prompt={dist: lognormal, mean: 3000, cv: 0.5, min: 16, max: 7000}",
+    "workload.output={dist: lognormal, mean: 200, cv: 1.0, min: 2, max: 1000}",
+    "slo.tpot_s=0.012",
+    "slo.ttft_s=3",
+    "engine.n_instances=4",
+    "engine.routing=jsq",
+]
 
 
 @pytest.fixture(scope="module")
 def equal_budget():
     out = {"colocated": simulate_batch(build(compose(LONG))).metrics[0]}
     for bw in (25e9, 1e9):
-        out[bw] = simulate_batch(build(compose(LONG + [
-            "engine.prefill_instances=2", f"hardware.kv_link_bytes_per_s={bw}"]))).metrics[0]
+        out[bw] = simulate_batch(
+            build(
+                compose(LONG + ["engine.prefill_instances=2", f"hardware.kv_link_bytes_per_s={bw}"])
+            )
+        ).metrics[0]
     return out
 
 
@@ -116,8 +137,17 @@ def test_disaggregation_beats_colocation_until_the_link_is_slow(equal_budget):
 
 def test_bad_disaggregation_config_names_the_key():
     with pytest.raises(ConfigError, match=r"engine\.prefill_instances"):
-        build(compose(["workload=poisson", "workload.duration_s=5", "engine.n_instances=2",
-                       "engine.prefill_instances=2"]))
+        build(
+            compose(
+                [
+                    "workload=poisson",
+                    "workload.duration_s=5",
+                    "engine.n_instances=2",
+                    "engine.prefill_instances=2",
+                ]
+            )
+        )
     with pytest.raises(ConfigError, match=r"hardware\.kv_link_bytes_per_s"):
-        build(compose(["workload=poisson", "workload.duration_s=5",
-                       "hardware.kv_link_bytes_per_s=0"]))
+        build(
+            compose(["workload=poisson", "workload.duration_s=5", "hardware.kv_link_bytes_per_s=0"])
+        )

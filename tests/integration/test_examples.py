@@ -12,8 +12,14 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _run(name, *args):
-    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True,
-                          text=True, timeout=600, check=False, env=dict(os.environ))
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=dict(os.environ),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 

@@ -21,9 +21,22 @@ SHORT = ["workload=poisson", "workload.duration_s=8", "window.drain_s=60", "outp
 
 def _simulate(*args, cwd):
     flags = [a for a in args if a == "-m"]  # the multirun flag before the overrides
-    proc = subprocess.run([sys.executable, "-m", "servetune.cli.main", "simulate", *flags, *SHORT,
-                           *(a for a in args if a != "-m")],
-                          capture_output=True, text=True, timeout=900, cwd=cwd, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "servetune.cli.main",
+            "simulate",
+            *flags,
+            *SHORT,
+            *(a for a in args if a != "-m"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=cwd,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -32,8 +45,9 @@ def grid(tmp_path_factory):
     """One run of a 2-point grid (max_num_seqs 2 and 64) over 2 seeds at 6 req/s: 2 sequences
     cannot keep up, so 64 meets the SLOs and 2 does not."""
     run = tmp_path_factory.mktemp("grid")
-    _simulate("workload.rate=6", "grid.max_num_seqs=[2,64]", "seeds=2",
-              f"hydra.run.dir={run}", cwd=run)
+    _simulate(
+        "workload.rate=6", "grid.max_num_seqs=[2,64]", "seeds=2", f"hydra.run.dir={run}", cwd=run
+    )
     return run
 
 
@@ -41,8 +55,9 @@ def grid(tmp_path_factory):
 def sweep(tmp_path_factory):
     """A multirun over max_num_seqs (a setting) x workload.rate (a condition)."""
     root = tmp_path_factory.mktemp("sweep")
-    _simulate("-m", "policy.max_num_seqs=2,64", "workload.rate=3,6", f"hydra.sweep.dir={root}",
-              cwd=root)
+    _simulate(
+        "-m", "policy.max_num_seqs=2,64", "workload.rate=3,6", f"hydra.sweep.dir={root}", cwd=root
+    )
     return root
 
 
@@ -67,28 +82,38 @@ def test_point_picks_another_grid_point(grid, tmp_path):
 
 
 def test_a_sweep_needs_one_condition_then_chooses_the_setting(sweep, tmp_path):
-    with pytest.raises(ServetuneError, match=r"under 2 conditions \(workload\.rate=3; "
-                                             r"workload\.rate=6\); pick one with --point, e\.g\. "
-                                             r"--point workload\.rate=3"):
+    with pytest.raises(
+        ServetuneError,
+        match=r"under 2 conditions \(workload\.rate=3; "
+        r"workload\.rate=6\); pick one with --point, e\.g\. "
+        r"--point workload\.rate=3",
+    ):
         export_point(sweep)
     chosen, paths = export_point(sweep, ["workload.rate=6"], tmp_path / "six")
     assert chosen.label == "max_num_seqs=64" and _vllm(paths)["max_num_seqs"] == 64
-    assert json.loads(paths["vllm_args.json"].read_text())["extra"]["source"] == str(
-        chosen.run_dir)
+    assert json.loads(paths["vllm_args.json"].read_text())["extra"]["source"] == str(chosen.run_dir)
 
 
 def test_a_tuning_run_exports_its_best_policy(grid, tmp_path):
     tuned = tmp_path / "tuned"
     tuned.mkdir()
     shutil.copy(grid / "config_resolved.yaml", tuned)
-    (tuned / "tune_summary.json").write_text(json.dumps(
-        {"best": {"max_num_seqs": 37.8, "max_num_batched_tokens": 3000.4, "watermark": 0.02},
-         "regression": False}))
+    (tuned / "tune_summary.json").write_text(
+        json.dumps(
+            {
+                "best": {"max_num_seqs": 37.8, "max_num_batched_tokens": 3000.4, "watermark": 0.02},
+                "regression": False,
+            }
+        )
+    )
     chosen, paths = export_point(tuned)
     assert chosen.label == "the tuned policy"
     args = _vllm(paths)
     assert (args["max_num_seqs"], args["max_num_batched_tokens"], args["watermark"]) == (
-        37, 3000, 0.02)  # integer limits floored, as the engine floors them
+        37,
+        3000,
+        0.02,
+    )  # integer limits floored, as the engine floors them
     with pytest.raises(ServetuneError, match=r"is a tuning run with one policy"):
         export_point(tuned, ["max_num_seqs=4"])
 
@@ -99,9 +124,13 @@ def test_a_summary_written_by_the_tuner_exports_its_unlimited_values(grid, tmp_p
     tuned = tmp_path / "tuned"
     tuned.mkdir()
     shutil.copy(grid / "config_resolved.yaml", tuned)
-    write_json(tuned / "tune_summary.json", {
-        "best": {"max_num_seqs": 48.0, "max_num_queued_reqs": math.inf, "watermark": 0.01},
-        "regression": False})
+    write_json(
+        tuned / "tune_summary.json",
+        {
+            "best": {"max_num_seqs": 48.0, "max_num_queued_reqs": math.inf, "watermark": 0.01},
+            "regression": False,
+        },
+    )
     assert '"max_num_queued_reqs": "inf"' in (tuned / "tune_summary.json").read_text()
     chosen, paths = export_point(tuned)
     assert chosen.values["max_num_queued_reqs"] == math.inf
@@ -121,50 +150,77 @@ def _tuned_with(grid, folder, best: dict, **config) -> None:
 def test_a_budget_vllm_raised_past_its_tuned_range_is_warned_of(grid, tmp_path):
     # issue 41: with chunked prefill off vLLM needs the budget >= max_model_len; the tuner
     # projected it there, above tune.space's top, and the export says so
-    _tuned_with(grid, tmp_path / "tuned", {"max_num_seqs": 37.8, "max_num_batched_tokens": 4096},
-                engine__chunked_prefill=False, engine__max_model_len=4096,
-                tune__space__max_num_batched_tokens={"low": 256, "high": 2048, "scale": "log"})
+    _tuned_with(
+        grid,
+        tmp_path / "tuned",
+        {"max_num_seqs": 37.8, "max_num_batched_tokens": 4096},
+        engine__chunked_prefill=False,
+        engine__max_model_len=4096,
+        tune__space__max_num_batched_tokens={"low": 256, "high": 2048, "scale": "log"},
+    )
     chosen, paths = export_point(tmp_path / "tuned")
     assert chosen.ranges["max_num_batched_tokens"] == (256.0, 2048.0)
     doc = json.loads(paths["vllm_args.json"].read_text())
     assert doc["args"]["max_num_batched_tokens"] == 4096
-    assert doc["warnings"] == [(
-        "max_num_batched_tokens = 4096 is outside its tuned range [256, 2048] "
-        "(tune.space.max_num_batched_tokens): vLLM's startup check max_num_batched_tokens >= "
-        "max_model_len with chunked prefill off (4096) moved it there, and vLLM needs it to "
-        "start, so it is exported as is; widen tune.space.max_num_batched_tokens to tune it "
-        "there")]
+    assert doc["warnings"] == [
+        (
+            "max_num_batched_tokens = 4096 is outside its tuned range [256, 2048] "
+            "(tune.space.max_num_batched_tokens): vLLM's startup check max_num_batched_tokens >= "
+            "max_model_len with chunked prefill off (4096) moved it there, and vLLM needs it to "
+            "start, so it is exported as is; widen tune.space.max_num_batched_tokens to tune it "
+            "there"
+        )
+    ]
 
 
 def test_a_damaged_search_space_is_named(grid, tmp_path):
-    _tuned_with(grid, tmp_path / "tuned", {"max_num_seqs": 37.8},
-                tune__space__max_num_seqs={"low": 8})
+    _tuned_with(
+        grid, tmp_path / "tuned", {"max_num_seqs": 37.8}, tune__space__max_num_seqs={"low": 8}
+    )
     with pytest.raises(ServetuneError) as err:
         export_point(tmp_path / "tuned", out=tmp_path / "out")
     assert str(err.value) == (
         f"{tmp_path / 'tuned' / 'config_resolved.yaml'}: tune.space.max_num_seqs = {{'low': 8}}; "
-        f"expected {{low: ..., high: ..., scale: log|linear}} as servetune tune read it")
+        f"expected {{low: ..., high: ..., scale: log|linear}} as servetune tune read it"
+    )
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("key,value", [("max_num_seqs", '"infinite"'), ("max_num_seqs", "true"),
-                                       ("max_num_seqs", "[1]"), ("max_num_seqs", '"nan"'),
-                                       ("score_net", "3"), ("score_net", '[1, "inf"]')])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("max_num_seqs", '"infinite"'),
+        ("max_num_seqs", "true"),
+        ("max_num_seqs", "[1]"),
+        ("max_num_seqs", '"nan"'),
+        ("score_net", "3"),
+        ("score_net", '[1, "inf"]'),
+    ],
+)
 def test_a_summary_value_that_is_no_number_is_named(grid, tmp_path, key, value):
     tuned = tmp_path / "tuned"
     tuned.mkdir()
     shutil.copy(grid / "config_resolved.yaml", tuned)
     (tuned / "tune_summary.json").write_text(f'{{"best": {{"{key}": {value}}}}}')
-    with pytest.raises(ServetuneError, match=rf"tune_summary\.json: best\.{key} = .*; "
-                                             r"expected a number"):
+    with pytest.raises(
+        ServetuneError,
+        match=rf"tune_summary\.json: best\.{key} = .*; "
+        r"expected a number",
+    ):
         export_point(tuned)
 
 
-@pytest.mark.parametrize("point,match", [
-    ("max_num_seqs", r"--point 'max_num_seqs': expected KEY=VALUE"),
-    ("nosuch=3", r"--point nosuch: no such key in the runs"),
-    ("max_num_seqs=5", r"--point max_num_seqs=5: no run has policy\.max_num_seqs=5; it has 2, 64"),
-])
+@pytest.mark.parametrize(
+    "point,match",
+    [
+        ("max_num_seqs", r"--point 'max_num_seqs': expected KEY=VALUE"),
+        ("nosuch=3", r"--point nosuch: no such key in the runs"),
+        (
+            "max_num_seqs=5",
+            r"--point max_num_seqs=5: no run has policy\.max_num_seqs=5; it has 2, 64",
+        ),
+    ],
+)
 def test_bad_points_are_named(grid, point, match):
     with pytest.raises(ServetuneError, match=match):
         export_point(grid, [point])
@@ -180,33 +236,52 @@ def test_the_command_prints_the_vllm_flags_and_exits_2_on_a_bad_folder(grid, tmp
 
 # ---- found by an adversarial pass (2026-12-05)
 
+
 def test_an_infinite_point_value_matches_only_an_infinite_one(grid):
-    with pytest.raises(ServetuneError, match=r"--point max_num_seqs=inf: no run has "
-                                             r"policy\.max_num_seqs=inf"):
+    with pytest.raises(
+        ServetuneError,
+        match=r"--point max_num_seqs=inf: no run has "
+        r"policy\.max_num_seqs=inf",
+    ):
         export_point(grid, ["max_num_seqs=inf"])
 
 
-@pytest.mark.parametrize("args,match", [
-    (("",), r"^DIR: got an empty path"),
-    (("GRID", [], ""), r"^--out: got an empty path"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (("",), r"^DIR: got an empty path"),
+        (("GRID", [], ""), r"^--out: got an empty path"),
+    ],
+)
 def test_empty_paths_are_refused(grid, args, match):
     args = tuple(str(grid) if a == "GRID" else a for a in args)
     with pytest.raises(ServetuneError, match=match):
         export_point(*args)
 
 
-@pytest.mark.parametrize("summary,match", [
-    ('{"regression": false}', r"tune_summary\.json: no 'best' object"),
-    ('{"best": {"max_num_seqs": "abc"}}', (r"tune_summary\.json: best\.max_num_seqs = 'abc'; "
-                                          r"expected a number")),
-    ('{"best": {"max_num_seqs": 64}, "regression": "no"}',
-     r"tune_summary\.json: regression = 'no'; expected true or false"),
-    ('{"best": {"max_num_seqs": 64}, "best": {"max_num_seqs": 32}}',
-     r"tune_summary\.json: key 'best' given twice"),
-    ('{"best": {"max_num_seqs": 0}}', r"tune_summary\.json: policy\.max_num_seqs: got 0"),
-    ('{"best": {"max_num_seqs": NaN}}', r"tune_summary\.json: not JSON"),
-])
+@pytest.mark.parametrize(
+    "summary,match",
+    [
+        ('{"regression": false}', r"tune_summary\.json: no 'best' object"),
+        (
+            '{"best": {"max_num_seqs": "abc"}}',
+            (
+                r"tune_summary\.json: best\.max_num_seqs = 'abc'; "
+                r"expected a number"
+            ),
+        ),
+        (
+            '{"best": {"max_num_seqs": 64}, "regression": "no"}',
+            r"tune_summary\.json: regression = 'no'; expected true or false",
+        ),
+        (
+            '{"best": {"max_num_seqs": 64}, "best": {"max_num_seqs": 32}}',
+            r"tune_summary\.json: key 'best' given twice",
+        ),
+        ('{"best": {"max_num_seqs": 0}}', r"tune_summary\.json: policy\.max_num_seqs: got 0"),
+        ('{"best": {"max_num_seqs": NaN}}', r"tune_summary\.json: not JSON"),
+    ],
+)
 def test_a_damaged_tune_summary_is_named_and_nothing_is_written(grid, tmp_path, summary, match):
     tuned = tmp_path / "tuned"
     tuned.mkdir()
@@ -221,7 +296,8 @@ def test_damaged_runs_left_out_are_warned_of(sweep, tmp_path, capsys):
     copy = tmp_path / "sweep"
     shutil.copytree(sweep, copy)
     (copy / "0" / "metrics.csv").write_text("seed,goodput_rps\n0,inf\n")
-    assert export_main([str(copy), "--point", "workload.rate=6", "--out",
-                        str(tmp_path / "out")]) == 0
+    assert (
+        export_main([str(copy), "--point", "workload.rate=6", "--out", str(tmp_path / "out")]) == 0
+    )
     err = " ".join(capsys.readouterr().err.split())
     assert "warning: left out" in err and "0/metrics.csv:2" in err

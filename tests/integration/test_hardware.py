@@ -10,7 +10,12 @@ from servetune.core import cost
 from servetune.core.errors import ConfigError
 
 H100, L8B = hw.GPUS["h100"], hw.MODELS["llama3_8b"]
-KW = {"block_size": 16, "gpu_memory_utilization": 0.9, "activation_reserve_gib": 2.0, "max_model_len": 8192}
+KW = {
+    "block_size": 16,
+    "gpu_memory_utilization": 0.9,
+    "activation_reserve_gib": 2.0,
+    "max_model_len": 8192,
+}
 
 
 def blocks(gpu=H100, model=L8B, tp=1, wbits=16, kvbits=16):
@@ -43,14 +48,23 @@ def test_more_kv_blocks_than_int32_arithmetic_allows_is_a_config_error():
     # the engine's sums of block counts (free + held, the watermark's total + 1) could wrap
     huge = dataclasses.replace(H100, memory_bytes=1e6 * hw.GIB)
     with pytest.raises(ConfigError, match=r"^engine\.block_size: .* at most 1073741824"):
-        hw.kv_capacity_blocks(huge, L8B, tp=1, weight_bits=16, kv_bits=16,
-                              **{**KW, "block_size": 1})
+        hw.kv_capacity_blocks(
+            huge, L8B, tp=1, weight_bits=16, kv_bits=16, **{**KW, "block_size": 1}
+        )
     assert blocks(huge) <= hw.MAX_KV_BLOCKS  # 16-token blocks: 4.8e8, allowed
 
 
 def _params(**kw):
-    base = {"tp": 1, "weight_bits": 16, "kv_bits": 16, "kv_blocks": 100, "flops_efficiency": 0.5,
-                "bandwidth_efficiency": 0.8, "overhead_s": 0.002, "allreduce_latency_s": 0.0}
+    base = {
+        "tp": 1,
+        "weight_bits": 16,
+        "kv_bits": 16,
+        "kv_blocks": 100,
+        "flops_efficiency": 0.5,
+        "bandwidth_efficiency": 0.8,
+        "overhead_s": 0.002,
+        "allreduce_latency_s": 0.0,
+    }
     base.update(kw)
     return hw.roofline_cost_params(H100, L8B, **base)
 
@@ -77,7 +91,9 @@ def test_prefill_step_is_compute_bound():
 
 def test_tensor_parallel_step_adds_allreduce():
     one = float(cost.step_time(_params(), "roofline", 4096, 0, 0, 0.0))
-    two = float(cost.step_time(_params(tp=2, allreduce_latency_s=5e-6), "roofline", 4096, 0, 0, 0.0))
+    two = float(
+        cost.step_time(_params(tp=2, allreduce_latency_s=5e-6), "roofline", 4096, 0, 0, 0.0)
+    )
     comm = 2 * 32 * (2 * 4096 * 4096 * 2 * 0.5 / 900e9 + 5e-6)
     compute = 2 * 8.03e9 * 4096 / (2 * 989e12 * 0.5)
     assert np.isclose(two, compute + 0.002 + comm)
@@ -85,15 +101,23 @@ def test_tensor_parallel_step_adds_allreduce():
 
 
 def test_linear_form_and_empty_batch():
-    c = hw.linear_cost_params(base_s=0.01, per_prefill_token_s=1e-4, per_decode_seq_s=1e-3,
-                              per_ctx_token_s=1e-6, kv_blocks=10)
-    assert np.isclose(float(cost.step_time(c, "linear", 100, 5, 1000, 0.0)),
-                      0.01 + 0.01 + 0.005 + 0.001)
+    c = hw.linear_cost_params(
+        base_s=0.01,
+        per_prefill_token_s=1e-4,
+        per_decode_seq_s=1e-3,
+        per_ctx_token_s=1e-6,
+        kv_blocks=10,
+    )
+    assert np.isclose(
+        float(cost.step_time(c, "linear", 100, 5, 1000, 0.0)), 0.01 + 0.01 + 0.005 + 0.001
+    )
     assert float(cost.step_time(c, "linear", 0, 0, 0, 0.0)) == 0.0
     # attention work (new tokens x context) is charged only when its coefficient is set
     attn = dataclasses.replace(c, per_attn_work_s=hw.jnp.asarray(2e-9))
-    assert np.isclose(float(cost.step_time(attn, "linear", 100, 5, 1000, 3e6)),
-                      0.01 + 0.01 + 0.005 + 0.001 + 0.006)
+    assert np.isclose(
+        float(cost.step_time(attn, "linear", 100, 5, 1000, 3e6)),
+        0.01 + 0.01 + 0.005 + 0.001 + 0.006,
+    )
 
 
 @pytest.mark.parametrize("name", list(hw.GPUS))

@@ -1,4 +1,4 @@
-"""servetune.run.joblog: what a command prints also goes, as plain text, into the Hydra job's log."""
+"""run/joblog.py: what a command prints also goes, as plain text, into the Hydra job's log."""
 
 import io
 import sys

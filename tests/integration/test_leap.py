@@ -9,15 +9,28 @@ from helpers import CONFIGS, random_params, random_traces, run
 
 EXACT = ("end_state", "generated", "n_preempt", "tokens_computed")
 TIMES = ("first_token", "finish")
-EXACT_STATS = ("steps", "preemptions", "prefill_tokens", "decode_tokens", "kv_peak_blocks",
-               "max_running", "ended", "slot_bound", "window_overflow")
+EXACT_STATS = (
+    "steps",
+    "preemptions",
+    "prefill_tokens",
+    "decode_tokens",
+    "kv_peak_blocks",
+    "max_running",
+    "ended",
+    "slot_bound",
+    "window_overflow",
+)
 
 
 # continuous-paged runs by default; the other configurations with -m slow (the default suite's
 # 10-minute budget; static batching's invariants are checked in test_invariants)
-@pytest.fixture(scope="module", params=[
-    pytest.param(name, marks=[pytest.mark.slow] if name != "continuous-paged" else [])
-    for name in CONFIGS])
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(name, marks=[pytest.mark.slow] if name != "continuous-paged" else [])
+        for name in CONFIGS
+    ],
+)
 def pair(request):
     cfg = CONFIGS[request.param]
     rng = np.random.default_rng(abs(hash(request.param + "leap")) % 2**32)
@@ -32,7 +45,7 @@ def test_same_requests_and_totals_as_single_stepping(pair):
     traces, stepped, leaped = pair
     total_leaped = 0
     for s in range(len(traces)):
-        for a, b in zip(stepped[s], leaped[s]):
+        for a, b in zip(stepped[s], leaped[s], strict=True):
             for f in EXACT:
                 np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
             for f in TIMES:  # durations are summed in another order: float rounding only
@@ -52,6 +65,7 @@ def test_same_requests_and_totals_as_single_stepping(pair):
 
 def test_leaps_cover_most_iterations_of_a_decode_heavy_run():
     from helpers import linear_params, trace_of
+
     # sparse arrivals with long outputs: almost every iteration is a uniform decode
     rng = np.random.default_rng(3)
     reqs = [(10.0 * k, int(rng.integers(8, 64)), int(rng.integers(100, 300))) for k in range(20)]

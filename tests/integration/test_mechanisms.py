@@ -5,8 +5,13 @@ import pytest
 from servetune.config.scenario import build
 from servetune.run.api import compose, simulate_batch
 
-POISSON = ["workload=poisson", "workload.rate=20", "workload.duration_s=60", "window.drain_s=400",
-           "window.warmup_s=20"]
+POISSON = [
+    "workload=poisson",
+    "workload.rate=20",
+    "workload.duration_s=60",
+    "window.drain_s=400",
+    "window.warmup_s=20",
+]
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,14 @@ from servetune.engine.order import priority_score, scheduling_order
 from servetune.run import api
 from servetune.tuning import tune
 
-SMALL_SIM = ["workload=poisson", "workload.rate=35", "workload.duration_s=15", "window.drain_s=60",
-             "workload.predictor.sigma=0.5", "output.progress=false"]
+SMALL_SIM = [
+    "workload=poisson",
+    "workload.rate=35",
+    "workload.duration_s=15",
+    "window.drain_s=60",
+    "workload.predictor.sigma=0.5",
+    "output.progress=false",
+]
 LINEAR = {"w_age": 0.7, "w_prompt": 0.3, "w_pred": 1.2, "w_slack": 0.4, "ttft_target_s": 2.0}
 
 
@@ -34,17 +40,31 @@ def _entries(rng, n=40, waiting_only=False):
     status = np.full(n, WAITING) if waiting_only else rng.choice([WAITING, RUNNING], n)
     z = lambda dtype=np.int32: jnp.zeros(n, dtype)
     return Entries(
-        req=jnp.arange(n, dtype=jnp.int32), status=jnp.asarray(status, jnp.int32),
-        arrival=jnp.asarray(rng.uniform(0, 20, n)), prompt=jnp.asarray(prompt, jnp.int32),
-        output=z(), predicted=jnp.asarray(predicted),
+        req=jnp.arange(n, dtype=jnp.int32),
+        status=jnp.asarray(status, jnp.int32),
+        arrival=jnp.asarray(rng.uniform(0, 20, n)),
+        prompt=jnp.asarray(prompt, jnp.int32),
+        output=z(),
+        predicted=jnp.asarray(predicted),
         computed=jnp.asarray(np.where(generated > 0, prompt + generated, 0), jnp.int32),
         generated=jnp.asarray(generated, jnp.int32),
-        blocks=jnp.asarray(rng.integers(0, 300, n), jnp.int32), preempted=z(bool), n_preempt=z(),
-        tokens_computed=z(), first_token=z(np.float64), last_emit=z(np.float64),
-        finish=z(np.float64), end_state=z(), give_up_at=jnp.full(n, jnp.inf), give_up_state=z(),
-        spec_alpha=z(np.float64), kv_ratio=jnp.ones(n), ready_at=jnp.full(n, -jnp.inf),
-        qkey=jnp.zeros(n, jnp.int32), scheduled_at=jnp.full(n, jnp.nan),
-        reject_reason=jnp.full(n, -1, jnp.int32))
+        blocks=jnp.asarray(rng.integers(0, 300, n), jnp.int32),
+        preempted=z(bool),
+        n_preempt=z(),
+        tokens_computed=z(),
+        first_token=z(np.float64),
+        last_emit=z(np.float64),
+        finish=z(np.float64),
+        end_state=z(),
+        give_up_at=jnp.full(n, jnp.inf),
+        give_up_state=z(),
+        spec_alpha=z(np.float64),
+        kv_ratio=jnp.ones(n),
+        ready_at=jnp.full(n, -jnp.inf),
+        qkey=jnp.zeros(n, jnp.int32),
+        scheduled_at=jnp.full(n, jnp.nan),
+        reject_reason=jnp.full(n, -1, jnp.int32),
+    )
 
 
 def _gateway(tmp_path, w, linear):
@@ -58,13 +78,22 @@ def _gateway(tmp_path, w, linear):
 def _requests(e, t):
     """The gateway's view of each entry at time t: request and engine dicts."""
     g = lambda x: np.asarray(x)
-    engine = {"num_waiting": int(np.sum(g(e.status) == WAITING)),
-              "num_running": int(np.sum(g(e.status) == RUNNING)),
-              "kv_blocks_used": int(np.sum(g(e.blocks)))}
-    reqs = [{"age_s": float(t - g(e.arrival)[i]), "prompt_tokens": int(g(e.prompt)[i]),
-             "predicted_output_tokens": float(g(e.predicted)[i]),
-             "generated_tokens": int(g(e.generated)[i]), "computed_tokens": int(g(e.computed)[i]),
-             "running": bool(g(e.status)[i] == RUNNING)} for i in range(len(g(e.req)))]
+    engine = {
+        "num_waiting": int(np.sum(g(e.status) == WAITING)),
+        "num_running": int(np.sum(g(e.status) == RUNNING)),
+        "kv_blocks_used": int(np.sum(g(e.blocks))),
+    }
+    reqs = [
+        {
+            "age_s": float(t - g(e.arrival)[i]),
+            "prompt_tokens": int(g(e.prompt)[i]),
+            "predicted_output_tokens": float(g(e.predicted)[i]),
+            "generated_tokens": int(g(e.generated)[i]),
+            "computed_tokens": int(g(e.computed)[i]),
+            "running": bool(g(e.status)[i] == RUNNING),
+        }
+        for i in range(len(g(e.req)))
+    ]
     return reqs, engine
 
 
@@ -95,14 +124,22 @@ def test_exported_function_reproduces_the_simulator_score_and_order(tmp_path, se
 
 def test_zero_network_is_the_linear_policy_and_weights_never_recompile():
     hidden = 4
-    lin = scenario.build(api.compose(SMALL_SIM + ["policy=parametric"] + [
-        f"policy.{k}={v}" for k, v in LINEAR.items()]))
+    lin = scenario.build(
+        api.compose(
+            SMALL_SIM + ["policy=parametric"] + [f"policy.{k}={v}" for k, v in LINEAR.items()]
+        )
+    )
     base = api.simulate_batch(lin).metrics[0]
 
     def with_net(w):
-        sc = scenario.build(api.compose(SMALL_SIM + ["policy=parametric", "policy.order=neural"]
-                                        + [f"policy.{k}={v}" for k, v in LINEAR.items()]
-                                        + [f"+policy.score_net={list(map(float, w))}"]))
+        sc = scenario.build(
+            api.compose(
+                SMALL_SIM
+                + ["policy=parametric", "policy.order=neural"]
+                + [f"policy.{k}={v}" for k, v in LINEAR.items()]
+                + [f"+policy.score_net={list(map(float, w))}"]
+            )
+        )
         return api.simulate_batch(sc).metrics[0]
 
     zero = with_net(neural.init_weights(hidden, seed=0, out_scale=0.0))
@@ -131,14 +168,26 @@ def test_bad_networks_raise_config_errors(tmp_path):
         make_policy({"score_net": str(bad)}, order="neural")
 
 
-NEURAL_TUNE = ["workload=poisson", "workload.rate=35", "workload.duration_s=20",
-               "window.drain_s=60", "workload.predictor.sigma=0.5", "output.progress=false",
-               "policy=parametric", "tune.pairs=2", "tune.eval.seeds=1",
-               "tune.policy_family=neural", "tune.net.hidden=3", "tune.net.init_out_scale=1.0",
-               "~tune.space.max_num_batched_tokens", "~tune.space.watermark",
-               "~tune.space.queue_cap", "tune.space.max_num_seqs.high=256",
-               # a 2-iteration run may do worse held out; the export is what is tested here
-               "tune.export_on_regression=true"]
+NEURAL_TUNE = [
+    "workload=poisson",
+    "workload.rate=35",
+    "workload.duration_s=20",
+    "window.drain_s=60",
+    "workload.predictor.sigma=0.5",
+    "output.progress=false",
+    "policy=parametric",
+    "tune.pairs=2",
+    "tune.eval.seeds=1",
+    "tune.policy_family=neural",
+    "tune.net.hidden=3",
+    "tune.net.init_out_scale=1.0",
+    "~tune.space.max_num_batched_tokens",
+    "~tune.space.watermark",
+    "~tune.space.queue_cap",
+    "tune.space.max_num_seqs.high=256",
+    # a 2-iteration run may do worse held out; the export is what is tested here
+    "tune.export_on_regression=true",
+]
 
 
 @pytest.fixture(scope="module")
@@ -170,16 +219,24 @@ def test_exported_network_simulates_like_the_tuned_one(neural_run, tmp_path):
     res = neural_run
     exp = res.out_dir / "export"
     (tmp_path / "policy").mkdir()
-    (tmp_path / "policy" / "tuned_policy.yaml").write_text(
-        (exp / "tuned_policy.yaml").read_text())
+    (tmp_path / "policy" / "tuned_policy.yaml").write_text((exp / "tuned_policy.yaml").read_text())
     base = [k for k in NEURAL_TUNE if not k.startswith(("tune.", "~tune.", "policy="))]
-    by_yaml = scenario.build(api.compose(base + [f"hydra.searchpath=[file://{tmp_path}]",
-                                                 "policy=tuned_policy"]))
-    by_json = scenario.build(api.compose(base + [f"hydra.searchpath=[file://{tmp_path}]",
-                                                 "policy=tuned_policy",
-                                                 f"policy.score_net={exp / 'score_net.json'}"]))
-    np.testing.assert_array_equal(np.asarray(by_yaml.params.policy.score_net)[0],
-                                  res.best["score_net"])
+    by_yaml = scenario.build(
+        api.compose(base + [f"hydra.searchpath=[file://{tmp_path}]", "policy=tuned_policy"])
+    )
+    by_json = scenario.build(
+        api.compose(
+            base
+            + [
+                f"hydra.searchpath=[file://{tmp_path}]",
+                "policy=tuned_policy",
+                f"policy.score_net={exp / 'score_net.json'}",
+            ]
+        )
+    )
+    np.testing.assert_array_equal(
+        np.asarray(by_yaml.params.policy.score_net)[0], res.best["score_net"]
+    )
     m_yaml = api.simulate_batch(by_yaml).metrics[0]
     m_json = api.simulate_batch(by_json).metrics[0]
     ev = res.evaluation.set_index(["policy", "split"])
@@ -191,8 +248,9 @@ def test_exported_network_simulates_like_the_tuned_one(neural_run, tmp_path):
 
 def test_interrupted_neural_run_resumes_to_the_same_result(neural_run, tmp_path):
     with pytest.raises(KeyboardInterrupt):
-        tune(NEURAL_TUNE + ["tune.iterations=2"], out_dir=tmp_path, stop_after=1,
-             log=lambda _: None)
+        tune(
+            NEURAL_TUNE + ["tune.iterations=2"], out_dir=tmp_path, stop_after=1, log=lambda _: None
+        )
     resumed = tune(NEURAL_TUNE + ["tune.iterations=2"], out_dir=tmp_path, log=lambda _: None)
     pd.testing.assert_frame_equal(resumed.history, neural_run.history)
     assert resumed.best == neural_run.best
@@ -209,8 +267,17 @@ def test_cli_tunes_a_network(tmp_path):
     import subprocess
     import sys
 
-    args = [sys.executable, "-m", "servetune.cli.main", "tune", *NEURAL_TUNE, "tune.iterations=1",
-            "tune.pairs=1", "tune.eval.seeds=0", f"hydra.run.dir={tmp_path}"]
+    args = [
+        sys.executable,
+        "-m",
+        "servetune.cli.main",
+        "tune",
+        *NEURAL_TUNE,
+        "tune.iterations=1",
+        "tune.pairs=1",
+        "tune.eval.seeds=0",
+        f"hydra.run.dir={tmp_path}",
+    ]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"score_net=[{neural.n_weights(3)} weights" in proc.stdout
@@ -220,12 +287,22 @@ def test_cli_tunes_a_network(tmp_path):
 @pytest.mark.slow  # the default suite's 10-minute budget on 2 cores
 def test_neural_order_runs_per_instance_with_routing():
     # each instance orders its own queue; engine features are the instance's own
-    base = ["workload=poisson", "workload.rate=150", "workload.duration_s=10",
-            "window.drain_s=60", "workload.predictor.sigma=0.5", "output.progress=false",
-            "engine.n_instances=2", "engine.routing=jsq"]
+    base = [
+        "workload=poisson",
+        "workload.rate=150",
+        "workload.duration_s=10",
+        "window.drain_s=60",
+        "workload.predictor.sigma=0.5",
+        "output.progress=false",
+        "engine.n_instances=2",
+        "engine.routing=jsq",
+    ]
     fcfs = api.simulate_batch(scenario.build(api.compose(base))).metrics[0]
     w = neural.init_weights(4, seed=0, out_scale=2.0)
-    net = api.simulate_batch(scenario.build(api.compose(
-        base + ["policy.order=neural", f"+policy.score_net={list(map(float, w))}"]))).metrics[0]
+    net = api.simulate_batch(
+        scenario.build(
+            api.compose(base + ["policy.order=neural", f"+policy.score_net={list(map(float, w))}"])
+        )
+    ).metrics[0]
     assert net["n_completed"] + net["n_outstanding"] == fcfs["n_completed"] + fcfs["n_outstanding"]
     assert net["ttft_p99_s"] != fcfs["ttft_p99_s"]

@@ -19,10 +19,29 @@ HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 
 
 def _observe(tmp_path, *extra):
-    args = [sys.executable, "-m", "servetune.cli.main", "observe", "--duration-s", "20",
-            "--max-requests", "12", "--max-model-len", "8192", "--out", str(tmp_path), *extra]
-    return subprocess.run(args, capture_output=True, text=True, timeout=900, check=False,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    args = [
+        sys.executable,
+        "-m",
+        "servetune.cli.main",
+        "observe",
+        "--duration-s",
+        "20",
+        "--max-requests",
+        "12",
+        "--max-model-len",
+        "8192",
+        "--out",
+        str(tmp_path),
+        *extra,
+    ]
+    return subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 @pytest.mark.skipif(HAVE_VLLM, reason="vLLM is installed here")
@@ -48,8 +67,11 @@ def test_observed_run_is_complete_and_calibratable(tmp_path):
     proc = _observe(tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     req = pd.read_parquet(tmp_path / "requests.parquet")
-    trace = workload.slice_trace(workload.load_trace(workload.bundled_path(
-        "azure_llm_2023_conv.csv")), duration_s=20.0, max_requests=12)
+    trace = workload.slice_trace(
+        workload.load_trace(workload.bundled_path("azure_llm_2023_conv.csv")),
+        duration_s=20.0,
+        max_requests=12,
+    )
     np.testing.assert_array_equal(req["prompt_tokens"], trace.prompt)
     assert (req["end_state"] == "completed").all()
     assert (req["output_tokens_delivered"] == req["output_tokens"]).all()
@@ -65,7 +87,8 @@ def test_observed_run_is_complete_and_calibratable(tmp_path):
             per_request[int(r)] = per_request.get(int(r), 0) + n
     assert req["preemptions"].sum() == 0
     assert [per_request[r] for r in range(len(req))] == list(
-        req["prompt_tokens"] + req["output_tokens"] - 1)
+        req["prompt_tokens"] + req["output_tokens"] - 1
+    )
     assert steps["prefill_tokens"].sum() == req["prompt_tokens"].sum()
     assert len(load_measurements(tmp_path / "steps.csv")) == len(steps)  # calibrate reads it
     assert json.loads((tmp_path / "observe.json").read_text())["vllm_version"] == "0.32.0"

@@ -18,23 +18,37 @@ T0 = 1_764_806_400  # an arrival epoch, seconds
 
 
 def _attr(key, value):
-    kind = ("stringValue" if isinstance(value, str) else
-            "intValue" if isinstance(value, int) else "doubleValue")
+    kind = (
+        "stringValue"
+        if isinstance(value, str)
+        else "intValue"
+        if isinstance(value, int)
+        else "doubleValue"
+    )
     return {"key": key, "value": {kind: str(value) if kind == "intValue" else value}}
 
 
 def _span(arrival_s, prompt, output, ttft, e2e, queue=None, name="llm_request", rid=None):
-    attrs = [_attr("gen_ai.usage.prompt_tokens", prompt),
-             _attr("gen_ai.usage.completion_tokens", output),
-             _attr("gen_ai.latency.time_to_first_token", ttft),
-             _attr("gen_ai.latency.e2e", e2e)]
+    attrs = [
+        _attr("gen_ai.usage.prompt_tokens", prompt),
+        _attr("gen_ai.usage.completion_tokens", output),
+        _attr("gen_ai.latency.time_to_first_token", ttft),
+        _attr("gen_ai.latency.e2e", e2e),
+    ]
     if queue is not None:
         attrs.append(_attr("gen_ai.latency.time_in_queue", queue))
     if rid is not None:
         attrs.append(_attr("gen_ai.request.id", rid))
     nanos = str(round((T0 + arrival_s) * 1e9))
-    return {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": name, "kind": 2,
-            "startTimeUnixNano": nanos, "endTimeUnixNano": nanos, "attributes": attrs}
+    return {
+        "traceId": "ab" * 16,
+        "spanId": "cd" * 8,
+        "name": name,
+        "kind": 2,
+        "startTimeUnixNano": nanos,
+        "endTimeUnixNano": nanos,
+        "attributes": attrs,
+    }
 
 
 def _with(span, key, value):
@@ -44,17 +58,28 @@ def _with(span, key, value):
 
 
 def _doc(spans):
-    return {"resourceSpans": [{"resource": {"attributes": []},
-                               "scopeSpans": [{"scope": {"name": "vllm.llm_engine"},
-                                               "spans": spans}]}]}
+    return {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": []},
+                "scopeSpans": [{"scope": {"name": "vllm.llm_engine"}, "spans": spans}],
+            }
+        ]
+    }
 
 
 # three requests, exported in two batches (two lines) out of arrival order, plus an API
 # server span that is not vLLM's request span; the third arrival delivered one token
-LINES = [_doc([_span(2.0, 40, 8, 0.3, 1.0, queue=0.05, rid="c"),
-               _span(0.0, 10, 5, 0.1, 0.5, queue=0.0, rid="a"),
-               _span(0.0, 10, 5, 0.1, 0.5, name="POST /v1/completions")]),
-         _doc([_span(0.5, 20, 1, 0.2, 0.2, rid="b")])]
+LINES = [
+    _doc(
+        [
+            _span(2.0, 40, 8, 0.3, 1.0, queue=0.05, rid="c"),
+            _span(0.0, 10, 5, 0.1, 0.5, queue=0.0, rid="a"),
+            _span(0.0, 10, 5, 0.1, 0.5, name="POST /v1/completions"),
+        ]
+    ),
+    _doc([_span(0.5, 20, 1, 0.2, 0.2, rid="b")]),
+]
 
 
 def _file(tmp_path, lines, name="spans.json"):
@@ -77,8 +102,10 @@ def test_the_requests_in_arrival_order_from_the_first_arrival(tmp_path):
 
 
 def test_one_object_for_the_whole_file_reads_the_same(tmp_path):
-    whole = _doc(LINES[0]["resourceSpans"][0]["scopeSpans"][0]["spans"]
-                 + LINES[1]["resourceSpans"][0]["scopeSpans"][0]["spans"])
+    whole = _doc(
+        LINES[0]["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        + LINES[1]["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    )
     a = load_otel_spans(_file(tmp_path, LINES))["requests"]
     b = load_otel_spans(_file(tmp_path, [json.dumps(whole, indent=2)], "one.json"))["requests"]
     np.testing.assert_allclose(a["finish_s"], b["finish_s"])
@@ -95,58 +122,133 @@ def test_the_import_writes_a_trace_servetune_replays(tmp_path):
     assert len(table) == 3 and json.loads((out / "otel.json").read_text())["requests"] == 3
 
 
-@pytest.mark.parametrize("lines, says", [
-    (["{not json"], ":1: not JSON"),
-    ([{"spans": []}], "no resourceSpans"),
-    ([_doc([_span(0.0, 10, 5, 0.1, 0.5, name="other")])], "no 'llm_request' spans"),
-    ([_doc([{**_span(0.0, 10, 5, 0.1, 0.5), "attributes": []}])],
-     "spans[0]: no gen_ai.usage.prompt_tokens"),
-    ([_doc([_span(0.0, 10, 5, 0.1, -0.5)])], "gen_ai.latency.e2e: got -0.5"),
-    ([_doc([_span(0.0, 10, 5, 0.3, 0.2)])],
-     ("spans[0]: gen_ai.latency.time_to_first_token = 0.3 s is after gen_ai.latency.e2e = 0.2 s "
-      "(first token after the finish); expected TTFT <= latency")),
-    ([_doc([{**_span(0.0, 10, 5, 0.1, 0.5), "startTimeUnixNano": "soon"}])],
-     "startTimeUnixNano"),
-    # what Python's int() and float() read but no exporter writes, and what overflowed
-    ([_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), PROMPT, {"intValue": "1_000"})])],
-     "spans[0]: gen_ai.usage.prompt_tokens: got '1_000'; expected a whole number of tokens"),
-    ([_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), PROMPT, {"intValue": "\u0661\u0662"})])],
-     "spans[0]: gen_ai.usage.prompt_tokens: got '\u0661\u0662'; expected a whole number"),
-    ([_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), PROMPT, {"intValue": "9" * 30})])],
-     "gen_ai.usage.prompt_tokens: got '" + "9" * 30 + "'; expected a whole number of "
-     "tokens in [0, 10000000]"),
-    ([_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), PROMPT, {"intValue": 12.5})])],
-     "gen_ai.usage.prompt_tokens: got 12.5; expected a whole number"),
-    ([_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), TTFT, {"doubleValue": [1]})])],
-     "spans[0]: gen_ai.latency.time_to_first_token: got [1]; expected seconds in [0, 1e+09]"),
-    ([_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), TTFT, {"doubleValue": "0_1"})])],
-     "gen_ai.latency.time_to_first_token: got '0_1'; expected seconds"),
-    ([_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), E2E, {"doubleValue": "Infinity"})])],
-     "gen_ai.latency.e2e: got inf; expected seconds"),
-    ([_doc([{**_span(0.0, 10, 5, 0.1, 0.5), "startTimeUnixNano": "1_700_000_000_000_000_000"}])],
-     ("spans[0]: startTimeUnixNano: got '1_700_000_000_000_000_000'; expected the arrival time "
-     "in nanoseconds")),
-    ([_doc([{**_span(0.0, 10, 5, 0.1, 0.5), "startTimeUnixNano": "9" * 400}])],
-     "spans[0]: startTimeUnixNano: got '999"),
-    ([_doc([_span(0.0, 10, 5, 0.1, 0.5),
-            {**_span(0.0, 10, 5, 0.1, 0.5), "startTimeUnixNano": str(10**19)}])],
-     ("spans[1]: startTimeUnixNano: 8.23519e+09 is 8.24e+09 s after the earliest; expected a "
-     "record spanning at most 1e+09 s")),
-    ([_doc([{**_span(0.0, 10, 5, 0.1, 0.5),
-             "attributes": _span(0.0, 10, 5, 0.1, 0.5)["attributes"] * 2}])],
-     "spans[0]: attribute gen_ai.usage.prompt_tokens appears twice"),
-    ([{"resourceSpans": "none"}], ":1: resourceSpans: a JSON str; expected a list"),
-    ([{"resourceSpans": [{"scopeSpans": [7]}]}], ("resourceSpans[0].scopeSpans[0]: a JSON int; "
-     "expected an object")),
-    # a key given twice: json.loads would keep the second silently
-    ([json.dumps(_doc([_span(0.0, 10, 5, 0.1, 0.5)])).replace(
-        '"startTimeUnixNano"', '"startTimeUnixNano": "1", "startTimeUnixNano"')],
-     ":1: key 'startTimeUnixNano' appears twice in one object (again at column "),
-    ([json.dumps(_doc([_span(0.0, 10, 5, 0.1, 0.5)]), indent=1).replace(
-        '"kind": 2', '"kind": 2, "kind": 3')],
-     ":17: key 'kind' appears twice in one object (again at column 27)"),
-    (["[" * 100_000 + "]" * 100_000], ":1: unreadable JSON"),
-])
+@pytest.mark.parametrize(
+    "lines, says",
+    [
+        (["{not json"], ":1: not JSON"),
+        ([{"spans": []}], "no resourceSpans"),
+        ([_doc([_span(0.0, 10, 5, 0.1, 0.5, name="other")])], "no 'llm_request' spans"),
+        (
+            [_doc([{**_span(0.0, 10, 5, 0.1, 0.5), "attributes": []}])],
+            "spans[0]: no gen_ai.usage.prompt_tokens",
+        ),
+        ([_doc([_span(0.0, 10, 5, 0.1, -0.5)])], "gen_ai.latency.e2e: got -0.5"),
+        (
+            [_doc([_span(0.0, 10, 5, 0.3, 0.2)])],
+            (
+                "spans[0]: gen_ai.latency.time_to_first_token = 0.3 s is after gen_ai.latency.e2e "
+                "= 0.2 s "
+                "(first token after the finish); expected TTFT <= latency"
+            ),
+        ),
+        (
+            [_doc([{**_span(0.0, 10, 5, 0.1, 0.5), "startTimeUnixNano": "soon"}])],
+            "startTimeUnixNano",
+        ),
+        # what Python's int() and float() read but no exporter writes, and what overflowed
+        (
+            [_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), PROMPT, {"intValue": "1_000"})])],
+            "spans[0]: gen_ai.usage.prompt_tokens: got '1_000'; expected a whole number of tokens",
+        ),
+        (
+            [_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), PROMPT, {"intValue": "\u0661\u0662"})])],
+            "spans[0]: gen_ai.usage.prompt_tokens: got '\u0661\u0662'; expected a whole number",
+        ),
+        (
+            [_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), PROMPT, {"intValue": "9" * 30})])],
+            "gen_ai.usage.prompt_tokens: got '" + "9" * 30 + "'; expected a whole number of "
+            "tokens in [0, 10000000]",
+        ),
+        (
+            [_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), PROMPT, {"intValue": 12.5})])],
+            "gen_ai.usage.prompt_tokens: got 12.5; expected a whole number",
+        ),
+        (
+            [_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), TTFT, {"doubleValue": [1]})])],
+            "spans[0]: gen_ai.latency.time_to_first_token: got [1]; expected seconds in [0, 1e+09]",
+        ),
+        (
+            [_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), TTFT, {"doubleValue": "0_1"})])],
+            "gen_ai.latency.time_to_first_token: got '0_1'; expected seconds",
+        ),
+        (
+            [_doc([_with(_span(0.0, 10, 5, 0.1, 0.5), E2E, {"doubleValue": "Infinity"})])],
+            "gen_ai.latency.e2e: got inf; expected seconds",
+        ),
+        (
+            [
+                _doc(
+                    [
+                        {
+                            **_span(0.0, 10, 5, 0.1, 0.5),
+                            "startTimeUnixNano": "1_700_000_000_000_000_000",
+                        }
+                    ]
+                )
+            ],
+            (
+                "spans[0]: startTimeUnixNano: got '1_700_000_000_000_000_000'; expected the "
+                "arrival time "
+                "in nanoseconds"
+            ),
+        ),
+        (
+            [_doc([{**_span(0.0, 10, 5, 0.1, 0.5), "startTimeUnixNano": "9" * 400}])],
+            "spans[0]: startTimeUnixNano: got '999",
+        ),
+        (
+            [
+                _doc(
+                    [
+                        _span(0.0, 10, 5, 0.1, 0.5),
+                        {**_span(0.0, 10, 5, 0.1, 0.5), "startTimeUnixNano": str(10**19)},
+                    ]
+                )
+            ],
+            (
+                "spans[1]: startTimeUnixNano: 8.23519e+09 is 8.24e+09 s after the earliest; "
+                "expected a "
+                "record spanning at most 1e+09 s"
+            ),
+        ),
+        (
+            [
+                _doc(
+                    [
+                        {
+                            **_span(0.0, 10, 5, 0.1, 0.5),
+                            "attributes": _span(0.0, 10, 5, 0.1, 0.5)["attributes"] * 2,
+                        }
+                    ]
+                )
+            ],
+            "spans[0]: attribute gen_ai.usage.prompt_tokens appears twice",
+        ),
+        ([{"resourceSpans": "none"}], ":1: resourceSpans: a JSON str; expected a list"),
+        (
+            [{"resourceSpans": [{"scopeSpans": [7]}]}],
+            ("resourceSpans[0].scopeSpans[0]: a JSON int; expected an object"),
+        ),
+        # a key given twice: json.loads would keep the second silently
+        (
+            [
+                json.dumps(_doc([_span(0.0, 10, 5, 0.1, 0.5)])).replace(
+                    '"startTimeUnixNano"', '"startTimeUnixNano": "1", "startTimeUnixNano"'
+                )
+            ],
+            ":1: key 'startTimeUnixNano' appears twice in one object (again at column ",
+        ),
+        (
+            [
+                json.dumps(_doc([_span(0.0, 10, 5, 0.1, 0.5)]), indent=1).replace(
+                    '"kind": 2', '"kind": 2, "kind": 3'
+                )
+            ],
+            ":17: key 'kind' appears twice in one object (again at column 27)",
+        ),
+        (["[" * 100_000 + "]" * 100_000], ":1: unreadable JSON"),
+    ],
+)
 def test_bad_files_are_refused_by_line_span_and_key(tmp_path, capsys, lines, says):
     with pytest.raises(TraceError, match=re.escape(says)):
         load_otel_spans(_file(tmp_path, lines))
@@ -159,8 +261,9 @@ def test_bad_files_are_refused_by_line_span_and_key(tmp_path, capsys, lines, say
 
 def test_the_spellings_protobuf_json_allows_read_the_same(tmp_path):
     """OTLP JSON's int64 as a JSON number, a double as a string, a start time as a number."""
-    span = _with(_with(_span(0.0, 10, 5, 0.1, 0.5), PROMPT, {"intValue": 10}), TTFT,
-                 {"doubleValue": "0.1"})
+    span = _with(
+        _with(_span(0.0, 10, 5, 0.1, 0.5), PROMPT, {"intValue": 10}), TTFT, {"doubleValue": "0.1"}
+    )
     later = {**_span(0.0, 10, 5, 0.1, 0.5), "startTimeUnixNano": (T0 + 2) * 10**9}
     r = load_otel_spans(_file(tmp_path, [_doc([span, later])]))["requests"]
     np.testing.assert_allclose(r["arrival_s"], [0.0, 2.0], atol=1e-6)

@@ -16,8 +16,17 @@ from servetune.core import files
 from servetune.core.errors import OutputError
 
 SRC = Path(servetune.__file__).parent
-WRITERS = {"write_text", "write_bytes", "to_csv", "to_parquet", "savefig", "to_json",
-           "write_html", "write_image", "dump"}
+WRITERS = {
+    "write_text",
+    "write_bytes",
+    "to_csv",
+    "to_parquet",
+    "savefig",
+    "to_json",
+    "write_html",
+    "write_image",
+    "dump",
+}
 # files servetune writes for another program's use, not as a result: the random-weight
 # model's config.json that vLLM reads (validate/oracle.py), created in a fresh folder
 SCRATCH = {"validate/oracle.py"}
@@ -72,16 +81,28 @@ def test_an_output_folder_under_a_file_is_an_output_error(tmp_path):
 
 
 def test_json_outputs_are_strict(tmp_path):
-    doc = {"nan": float("nan"), "inf": math.inf, "ninf": np.float64(-np.inf),
-           "arr": np.arange(3), "scalar": np.int64(7), "nested": [np.float32(0.5)]}
+    doc = {
+        "nan": float("nan"),
+        "inf": math.inf,
+        "ninf": np.float64(-np.inf),
+        "arr": np.arange(3),
+        "scalar": np.int64(7),
+        "nested": [np.float32(0.5)],
+    }
     path = files.write_json(tmp_path / "m.json", doc)
 
     def bare(name):
         raise AssertionError(f"bare {name} in strict JSON")
 
     back = json.loads(path.read_text(), parse_constant=bare)
-    assert back == {"nan": None, "inf": "inf", "ninf": "-inf", "arr": [0, 1, 2], "scalar": 7,
-                    "nested": [0.5]}
+    assert back == {
+        "nan": None,
+        "inf": "inf",
+        "ninf": "-inf",
+        "arr": [0, 1, 2],
+        "scalar": 7,
+        "nested": [0.5],
+    }
 
 
 def test_report_out_on_a_file_is_a_clear_error(tmp_path, capsys):
@@ -105,11 +126,17 @@ def _unguarded_writes(tree: ast.AST) -> list[int]:
         f = node.func
         name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
         mode = next((a.value for a in node.args[1:2] if isinstance(a, ast.Constant)), "r")
-        to_string = name in ("to_csv", "to_json") and not node.args and not any(
-            k.arg == "path_or_buf" for k in node.keywords)  # returns the text, writes nothing
-        if (isinstance(f, ast.Attribute) and name in WRITERS and not to_string and
-                not (name == "dump" and getattr(f.value, "id", "") != "json")) or (
-                name == "open" and any(c in str(mode) for c in "wax")):
+        to_string = (
+            name in ("to_csv", "to_json")
+            and not node.args
+            and not any(k.arg == "path_or_buf" for k in node.keywords)
+        )  # returns the text, writes nothing
+        if (
+            isinstance(f, ast.Attribute)
+            and name in WRITERS
+            and not to_string
+            and not (name == "dump" and getattr(f.value, "id", "") != "json")
+        ) or (name == "open" and any(c in str(mode) for c in "wax")):
             bad.append(node.lineno)
     return bad
 
@@ -127,6 +154,8 @@ def test_every_output_goes_through_write_whole():
 
 
 def test_the_write_check_catches_a_plain_write():
-    tree = ast.parse("df.to_csv(out / 'x.csv')\nwrite_whole(p, lambda t: df.to_csv(t))\n"
-                     "open(p, 'w')\nopen(p)\njson.dump(d, f)\ntext = df.to_json()\n")
+    tree = ast.parse(
+        "df.to_csv(out / 'x.csv')\nwrite_whole(p, lambda t: df.to_csv(t))\n"
+        "open(p, 'w')\nopen(p)\njson.dump(d, f)\ntext = df.to_json()\n"
+    )
     assert _unguarded_writes(tree) == [1, 3, 5]

@@ -8,8 +8,9 @@ from servetune.core.types import COMPLETED, EngineConfig
 
 # capacity: 8 sequences x 1 token per 20 ms iteration = 400 tokens/s; a request is a 16-token
 # prompt and 20 output tokens, so about 20 requests/s at best
-CFG = EngineConfig(max_slots=8, queue_window=16, block_size=16, max_model_len=64,
-                   cost_form="linear", outbox=64)
+CFG = EngineConfig(
+    max_slots=8, queue_window=16, block_size=16, max_model_len=64, cost_form="linear", outbox=64
+)
 BURST_RATE, CALM_RATE = 200.0, 2.0  # ~10x capacity, then ~0.1x
 BURST_S, CALM_S = 5.0, 150.0
 

@@ -22,14 +22,22 @@ from servetune.tuning.evaluator import Evaluator
 from servetune.tuning.objective import Objective
 from servetune.tuning.space import space_from_config
 
-SPACE = {"max_num_seqs": {"low": 8, "high": 256, "scale": "log"},
-         "max_num_batched_tokens": {"low": 256, "high": 16384, "scale": "log"},
-         "watermark": {"low": 0.0, "high": 0.1, "scale": "linear"}}
+SPACE = {
+    "max_num_seqs": {"low": 8, "high": 256, "scale": "log"},
+    "max_num_batched_tokens": {"low": 256, "high": 16384, "scale": "log"},
+    "watermark": {"low": 0.0, "high": 0.1, "scale": "linear"},
+}
 # an overloaded engine (Llama-3-8B, one H100, 35 req/s): the sequence cap binds, so admitting
 # sooner trades TTFT against longer iterations; limits sit between integers (no exact flip
 # within a finite-difference step)
-OVERLOADED = ["workload=poisson", "workload.rate=35", "workload.duration_s=6",
-              "window.drain_s=30", "engine.max_slots=256", "seeds=2"]
+OVERLOADED = [
+    "workload=poisson",
+    "workload.rate=35",
+    "workload.duration_s=6",
+    "window.drain_s=30",
+    "engine.max_slots=256",
+    "seeds=2",
+]
 START = {"max_num_seqs": 48.5, "max_num_batched_tokens": 2048.5, "watermark": 0.0105}
 
 
@@ -60,8 +68,9 @@ def test_gates_by_mode():
         soft = jax.nn.sigmoid(margin / 0.5) * eligible
         assert np.allclose(w, soft if mode == "soft" else exact)
         # d w / d margin: the sigmoid's derivative (st, soft), none when exact
-        dw = jax.jacfwd(lambda m, mode=mode: relax.weight(exact, eligible, (m,), (1.0,), mode,
-                                                          0.5))(margin)
+        dw = jax.jacfwd(
+            lambda m, mode=mode: relax.weight(exact, eligible, (m,), (1.0,), mode, 0.5)
+        )(margin)
         expect = jnp.diag(soft * (1 - jax.nn.sigmoid(margin / 0.5)) / 0.5)
         assert np.allclose(dw, 0.0 if mode == "hard" else expect)
         # st perturbations are 0 in value: the forward pass is the exact one
@@ -90,7 +99,8 @@ def assert_st_is_exact(sc, space, ev, z0):
     for s, trace in enumerate(sc.traces):
         wl = jax.tree.map(lambda x, s=s: x[s], sc.workloads)
         rt = jax.jit(pathwise.request_times, static_argnames="cfg")(
-            wl, jax.tree.map(lambda x: x[0], params), cfg)
+            wl, jax.tree.map(lambda x: x[0], params), cfg
+        )
         first, finish, completed = rt.first, rt.finish, rt.completed
         n = len(trace)
         res = hard[s][0]
@@ -119,8 +129,9 @@ def test_soft_gradient_matches_finite_differences_and_st_agrees(problem):
     for k in range(2):  # the watermark does not bind here: its gradient is 0 (checked below)
         e = np.zeros(len(z0))
         e[k] = h
-        fd[k] = (soft(z0 + e, 0.0)[1]["soft_lagrangian"]
-                 - soft(z0 - e, 0.0)[1]["soft_lagrangian"]) / (2 * h)
+        fd[k] = (
+            soft(z0 + e, 0.0)[1]["soft_lagrangian"] - soft(z0 - e, 0.0)[1]["soft_lagrangian"]
+        ) / (2 * h)
     fd[2] = g_soft[2]
     assert g_soft[2] == 0.0
     np.testing.assert_allclose(g_soft, fd, rtol=1e-5)
@@ -132,10 +143,16 @@ def test_soft_gradient_matches_finite_differences_and_st_agrees(problem):
 @pytest.mark.slow  # the default suite's 10-minute budget
 def test_priority_weight_gradient_through_soft_ranks_matches_finite_differences():
     # soft ranks cost O(W^2) per iteration: a small queue window
-    sc = build(compose([*OVERLOADED[:-2], "engine.max_slots=64", "engine.queue_window=64",
-                        "seeds=1"]))
-    space = space_from_config({**SPACE, "max_num_seqs": {"low": 8, "high": 64, "scale": "log"},
-                               "w_prompt": {"low": 0.0, "high": 4.0}})
+    sc = build(
+        compose([*OVERLOADED[:-2], "engine.max_slots=64", "engine.queue_window=64", "seeds=1"])
+    )
+    space = space_from_config(
+        {
+            **SPACE,
+            "max_num_seqs": {"low": 8, "high": 64, "scale": "log"},
+            "w_prompt": {"low": 0.0, "high": 4.0},
+        }
+    )
     ev = Evaluator(sc, "parametric", "loop")
     est = PathwiseEstimator(ev, space, "soft", 0.3, 0.99, 0.05)
     assert est.cfg.relax_order
@@ -161,9 +178,13 @@ def test_order_swaps_settle_to_the_exchanged_times():
     swap_p = jnp.array([[0.1, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
     np.testing.assert_allclose(swap.settle(admitted_at, swap_req, swap_p), [0.3, -0.3, 0, 0])
     first = jnp.array([2.5, 5.5, 3.0, 4.5])
-    d_first, d_finish = swap.settle_victims(first, admitted_at, jnp.array([nan, 6.0, 4.0, nan]),
-                                            jnp.array([-1, 0, 3, -1]),
-                                            jnp.array([0.0, 0.5, 0.25, 0.0]))
+    d_first, d_finish = swap.settle_victims(
+        first,
+        admitted_at,
+        jnp.array([nan, 6.0, 4.0, nan]),
+        jnp.array([-1, 0, 3, -1]),
+        jnp.array([0.0, 0.5, 0.25, 0.0]),
+    )
     np.testing.assert_allclose(d_finish, [0, 0, -1.5, 1.5])
     np.testing.assert_allclose(d_first, [0, 0, 0, 1.5])
 
@@ -173,8 +194,8 @@ def test_the_victim_pair_is_the_preemption_boundary():
     request and p = sigma((s_j - s_i) / (tau x unit)), unit the running scores' range over
     their count less one; none without a preemption; 0 in value under st and hard."""
     from types import SimpleNamespace
-    es = SimpleNamespace(status=jnp.array([RUNNING] * 4 + [WAITING] * 2),
-                         req=jnp.arange(10, 16))
+
+    es = SimpleNamespace(status=jnp.array([RUNNING] * 4 + [WAITING] * 2), req=jnp.arange(10, 16))
     scores = jnp.array([3.0, 2.0, 1.5, 0.0, 9.0, 9.0])
     keep = jnp.array([True, True, False, False, False, False])
     p_soft = float(jax.nn.sigmoid((1.5 - 2.0) / (0.3 * 1.0)))
@@ -191,10 +212,20 @@ def test_the_victim_pair_is_the_preemption_boundary():
 
 # KV-bound: Llama-3-70B on two H100s (1,740 KV blocks), long outputs predicted with noise:
 # the running requests outgrow the cache and the lowest-priority ones are preempted
-PREEMPTING = ["model=llama3_70b", "hardware.tp=2", "workload=poisson", "workload.rate=4",
-              "workload.duration_s=10", "window.drain_s=60", "engine.max_slots=64",
-              "engine.queue_window=64", "seeds=1", "workload.output.mean=1000",
-              "workload.predictor.sigma=0.5", "policy.max_num_seqs=64"]
+PREEMPTING = [
+    "model=llama3_70b",
+    "hardware.tp=2",
+    "workload=poisson",
+    "workload.rate=4",
+    "workload.duration_s=10",
+    "window.drain_s=60",
+    "engine.max_slots=64",
+    "engine.queue_window=64",
+    "seeds=1",
+    "workload.output.mean=1000",
+    "workload.predictor.sigma=0.5",
+    "policy.max_num_seqs=64",
+]
 
 
 @pytest.mark.slow
@@ -216,8 +247,15 @@ def test_soft_gradient_with_preemption_victims_matches_finite_differences():
 
 # speculative decoding at low load (Llama-3-8B with a Llama-3.2-1B draft, acceptance 0.7):
 # more draft tokens shorten decoding until the draft's passes cost more than they save
-SPECULATIVE = ["workload=poisson", "workload.rate=6", "workload.duration_s=4",
-               "window.drain_s=30", "engine.max_slots=64", "seeds=1", "speculation=draft"]
+SPECULATIVE = [
+    "workload=poisson",
+    "workload.rate=6",
+    "workload.duration_s=4",
+    "window.drain_s=30",
+    "engine.max_slots=64",
+    "seeds=1",
+    "speculation=draft",
+]
 SPEC_SPACE = {"spec_k": {"low": 0.0, "high": 8.0, "scale": "linear"}}
 
 
@@ -259,8 +297,10 @@ def test_queue_cap_column_is_the_paired_difference_of_the_soft_lagrangian(proble
     g, _ = est(z, 5.0)
     assert ev.scenarios_simulated - before == 3 * len(ev.scenario.traces)  # 1 + 2 paired runs
     lo, hi = paired_difference.cap_bracket(cap, 0.1)
-    lagrangian = [est(space.point({**START, "queue_cap": c + 0.5}), 5.0)[1]["soft_lagrangian"]
-                  for c in (lo, hi)]
+    lagrangian = [
+        est(space.point({**START, "queue_cap": c + 0.5}), 5.0)[1]["soft_lagrangian"]
+        for c in (lo, hi)
+    ]
     u = 1.0 / (1.0 + np.exp(-z[3]))  # the space's log scale: cap = exp(log 1 + log 512 u)
     dcap_dz = cap * np.log(512.0) * u * (1.0 - u)
     expect = (lagrangian[1] - lagrangian[0]) / (hi - lo) * dcap_dz
@@ -270,17 +310,26 @@ def test_queue_cap_column_is_the_paired_difference_of_the_soft_lagrangian(proble
     fixed = Evaluator(ev.scenario, "fcfs", "loop")
     fixed.base["queue_cap"] = cap
     g_fixed, _ = PathwiseEstimator(fixed, space_from_config(SPACE), "st", 0.3, 0.99, 0.05)(
-        z[:3], 5.0)
+        z[:3], 5.0
+    )
     np.testing.assert_allclose(g[:3], g_fixed, rtol=1e-9)
     assert abs(g[0]) > 0.1
 
 
 # a model cascade over three instances: one Llama-3-8B (the small pool) and two Llama-3-70B
 # (TP 4), routed within the large pool by score; 8 req/s for 12 s
-FLEET = ["+experiment=cascade", "engine.n_instances=3", "engine.routing=score",
-         "workload.duration_s=12", "window.drain_s=60", "seeds=1"]
-FLEET_SPACE = {"route_w_work": {"low": 0.0, "high": 2.0, "scale": "linear"},
-               "cascade_threshold": {"low": 0.0, "high": 1.0, "scale": "linear"}}
+FLEET = [
+    "+experiment=cascade",
+    "engine.n_instances=3",
+    "engine.routing=score",
+    "workload.duration_s=12",
+    "window.drain_s=60",
+    "seeds=1",
+]
+FLEET_SPACE = {
+    "route_w_work": {"low": 0.0, "high": 2.0, "scale": "linear"},
+    "cascade_threshold": {"low": 0.0, "high": 1.0, "scale": "linear"},
+}
 FLEET_START = {"route_w_work": 0.5, "cascade_threshold": 0.45}
 
 
@@ -325,11 +374,16 @@ def test_several_instances_gradient_and_the_soft_objective(fleet):
         lo, hi = paired_difference.bracket(space.dims[k], FLEET_START[key], 0.1)
         step = 0.1 * (dim["high"] - dim["low"])
         assert (lo, hi) == pytest.approx((FLEET_START[key] - step, FLEET_START[key] + step))
-        lagrangian = [pathwise.per_scenario(space.point({**FLEET_START, key: v}),
-                                            *est.run_args(z, 0.0))[0][0, 2] for v in (lo, hi)]
+        lagrangian = [
+            pathwise.per_scenario(space.point({**FLEET_START, key: v}), *est.run_args(z, 0.0))[0][
+                0, 2
+            ]
+            for v in (lo, hi)
+        ]
         u = 1.0 / (1.0 + np.exp(-z[k]))
-        expect = (lagrangian[1] - lagrangian[0]) / (hi - lo) * (dim["high"] - dim["low"]) * u * (
-            1.0 - u)
+        expect = (
+            (lagrangian[1] - lagrangian[0]) / (hi - lo) * (dim["high"] - dim["low"]) * u * (1.0 - u)
+        )
         assert g[k] == pytest.approx(expect, rel=1e-9, abs=1e-12)
     assert g[1] != 0.0  # the threshold moves requests between the models here
 
@@ -338,19 +392,44 @@ def exact_objective(ev, key, values):
     """[len(values)] the tuner's objective of the exact simulator, mean over the scenario's
     seeds, at each value of one policy key."""
     obj = Objective()
-    return np.array([np.mean([obj.value(m) for m in col])
-                     for col in ev({key: np.asarray(values, np.float64)})])
+    return np.array(
+        [np.mean([obj.value(m) for m in col]) for col in ev({key: np.asarray(values, np.float64)})]
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("overrides, key, space, points", [
-    # benchmarks/README.md (bench_pathwise.py, tables 3 and 4)
-    ([*SPECULATIVE[:2], "workload.duration_s=10", *SPECULATIVE[3:5], "seeds=2",
-      SPECULATIVE[-1]], "spec_k", SPEC_SPACE, (2.5, 6.5)),
-    (["workload=poisson", "workload.rate=20", "workload.duration_s=10", "window.drain_s=30",
-      "engine.max_slots=128", "seeds=2", "slo.ttft_s=0.25"], "max_num_batched_tokens",
-     {"max_num_batched_tokens": {"low": 64, "high": 16384, "scale": "log"}}, (192.5, 768.5)),
-])
+@pytest.mark.parametrize(
+    "overrides, key, space, points",
+    [
+        # benchmarks/README.md (bench_pathwise.py, tables 3 and 4)
+        (
+            [
+                *SPECULATIVE[:2],
+                "workload.duration_s=10",
+                *SPECULATIVE[3:5],
+                "seeds=2",
+                SPECULATIVE[-1],
+            ],
+            "spec_k",
+            SPEC_SPACE,
+            (2.5, 6.5),
+        ),
+        (
+            [
+                "workload=poisson",
+                "workload.rate=20",
+                "workload.duration_s=10",
+                "window.drain_s=30",
+                "engine.max_slots=128",
+                "seeds=2",
+                "slo.ttft_s=0.25",
+            ],
+            "max_num_batched_tokens",
+            {"max_num_batched_tokens": {"low": 64, "high": 16384, "scale": "log"}},
+            (192.5, 768.5),
+        ),
+    ],
+)
 def test_progress_gradients_follow_the_exact_objective(overrides, key, space, points):
     """The speculation length and the token budget act through a request's pace (engine/
     pace.py): at a point below the exact objective's peak and one above it, the st gradient
@@ -369,22 +448,36 @@ def test_progress_gradients_follow_the_exact_objective(overrides, key, space, po
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rate, max_num_seqs, cap", [
-    # benchmarks/README.md (bench_pathwise.py, table 6): a short queue costs requests where
-    # the engine keeps up (rate 30, no sequence cap), and saves the SLOs of the rest where
-    # it cannot (rate 35, 48 sequences)
-    (30, 256.5, 3.5), (35, 48.5, 28.5)])
+@pytest.mark.parametrize(
+    "rate, max_num_seqs, cap",
+    [
+        # benchmarks/README.md (bench_pathwise.py, table 6): a short queue costs requests where
+        # the engine keeps up (rate 30, no sequence cap), and saves the SLOs of the rest where
+        # it cannot (rate 35, 48 sequences)
+        (30, 256.5, 3.5),
+        (35, 48.5, 28.5),
+    ],
+)
 def test_queue_cap_gradient_follows_the_exact_objective(rate, max_num_seqs, cap):
     """At a queue cap below the exact objective's plateau and one above its peak, the paired
     difference has the sign of the exact objective's difference a quarter of the cap away."""
-    sc = build(compose([OVERLOADED[0], f"workload.rate={rate}", "workload.duration_s=20",
-                        *OVERLOADED[3:], f"policy.max_num_seqs={max_num_seqs}"]))
+    sc = build(
+        compose(
+            [
+                OVERLOADED[0],
+                f"workload.rate={rate}",
+                "workload.duration_s=20",
+                *OVERLOADED[3:],
+                f"policy.max_num_seqs={max_num_seqs}",
+            ]
+        )
+    )
     space = space_from_config({"queue_cap": {"low": 1, "high": 512, "scale": "log"}})
     ev = Evaluator(sc, "fcfs", "loop")
-    f_lo, f_hi = exact_objective(ev, "queue_cap", [np.floor(cap) * 0.75 + 0.5,
-                                                   np.floor(cap) * 1.25 + 0.5])
-    g, _ = PathwiseEstimator(ev, space, "st", 0.3, 0.99, 0.05)(space.point({"queue_cap": cap}),
-                                                                0.0)
+    f_lo, f_hi = exact_objective(
+        ev, "queue_cap", [np.floor(cap) * 0.75 + 0.5, np.floor(cap) * 1.25 + 0.5]
+    )
+    g, _ = PathwiseEstimator(ev, space, "st", 0.3, 0.99, 0.05)(space.point({"queue_cap": cap}), 0.0)
     assert abs(f_hi - f_lo) > 0.02  # a clear slope
     assert np.sign(g[0]) == np.sign(f_hi - f_lo), (g, f_lo, f_hi)
 
@@ -394,9 +487,19 @@ def test_priority_weight_gradient_follows_the_exact_objective():
     """Shortest-prompt-first pays in an overloaded engine whose sequence cap binds: the exact
     objective rises with w_prompt, and the st gradient through order swaps (engine/relaxed/swap.py)
     is positive (benchmarks/README.md, table 5)."""
-    sc = build(compose([*OVERLOADED[:2], "workload.duration_s=20", "window.drain_s=60",
-                        "engine.max_slots=64", "engine.queue_window=64", "seeds=2",
-                        "policy.max_num_seqs=32.5"]))
+    sc = build(
+        compose(
+            [
+                *OVERLOADED[:2],
+                "workload.duration_s=20",
+                "window.drain_s=60",
+                "engine.max_slots=64",
+                "engine.queue_window=64",
+                "seeds=2",
+                "policy.max_num_seqs=32.5",
+            ]
+        )
+    )
     space = space_from_config({"w_prompt": {"low": 0.0, "high": 4.0, "scale": "linear"}})
     ev = Evaluator(sc, "parametric", "loop")
     f = exact_objective(ev, "w_prompt", [1.0, 3.0])
@@ -446,16 +549,22 @@ def test_changing_the_point_does_not_recompile(problem):
 def test_unsupported_scenarios_are_refused_by_key(problem):
     sc, _space, ev, _ = problem
     with pytest.raises(ConfigError, match="engine.prefill_instances"):
-        pathwise.relaxed_engine(dataclasses.replace(sc.engine, n_instances=2,
-                                                    prefill_instances=1), "st", 0.3)
+        pathwise.relaxed_engine(
+            dataclasses.replace(sc.engine, n_instances=2, prefill_instances=1), "st", 0.3
+        )
     with pytest.raises(ConfigError, match="tune.relax"):
         pathwise.relaxed_engine(sc.engine, "fuzzy", 0.3)
     with pytest.raises(ConfigError, match="tune.space.kv_compress_ratio"):
-        PathwiseEstimator(ev, space_from_config({"kv_compress_ratio": {"low": 1, "high": 4}}),
-                          "st", 0.3, 0.99, 0.05)
+        PathwiseEstimator(
+            ev,
+            space_from_config({"kv_compress_ratio": {"low": 1, "high": 4}}),
+            "st",
+            0.3,
+            0.99,
+            0.05,
+        )
     with pytest.raises(ConfigError, match="tune.difference_step"):
-        PathwiseEstimator(ev, space_from_config(SPACE), "st", 0.3, 0.99, 0.05,
-                          difference_step=0.0)
+        PathwiseEstimator(ev, space_from_config(SPACE), "st", 0.3, 0.99, 0.05, difference_step=0.0)
 
 
 @pytest.mark.slow
@@ -469,23 +578,37 @@ def test_pathwise_and_es_agree_in_direction(problem):
     eps = es.perturbations(1, 0, pairs, len(z0))
     cols = ev(space.values(es.population(z0, eps, sigma)))
     f = np.array([np.mean([obj.value(m) for m in col]) for col in cols])
-    g_es = es.gradient(f[1:1 + pairs], f[1 + pairs:], eps, sigma, rank_shaping=False)
+    g_es = es.gradient(f[1 : 1 + pairs], f[1 + pairs :], eps, sigma, rank_shaping=False)
     assert cosine(g_st, g_es) >= 0.9, (g_st, g_es)
 
 
 @pytest.mark.slow  # the default suite's 10-minute budget on 2 cores
 def test_tune_pathwise_improves_the_objective(tmp_path):
     from servetune.tuning import tune
+
     # the module's scenario and space (the default's less queue_cap, whose paired difference
     # test_queue_cap_column_... checks): the compiled simulators are reused
-    res = tune(["tune=pathwise", *OVERLOADED, "output.progress=false", "tune.iterations=3",
-                "tune.eval.seeds=2", "tune.space.max_num_seqs.high=256",
-                "tune.space.queue_cap=null", "policy.max_num_seqs=24.5", "tune.export=false"],
-               out_dir=tmp_path, log=lambda m: None)
+    res = tune(
+        [
+            "tune=pathwise",
+            *OVERLOADED,
+            "output.progress=false",
+            "tune.iterations=3",
+            "tune.eval.seeds=2",
+            "tune.space.max_num_seqs.high=256",
+            "tune.space.queue_cap=null",
+            "policy.max_num_seqs=24.5",
+            "tune.export=false",
+        ],
+        out_dir=tmp_path,
+        log=lambda m: None,
+    )
     h = res.history
     assert h["center_objective"].iloc[-1] > h["center_objective"].iloc[0]
     assert h["policy.max_num_seqs"].iloc[-1] > 24.5  # admitting more pays here
     assert np.all(np.isfinite(h["soft_lagrangian"]))
     ev = res.evaluation.set_index(["policy", "split"])
-    assert ev.loc[("tuned", "heldout_seeds"), "objective"] > ev.loc[("start", "heldout_seeds"),
-                                                                    "objective"]
+    assert (
+        ev.loc[("tuned", "heldout_seeds"), "objective"]
+        > ev.loc[("start", "heldout_seeds"), "objective"]
+    )

@@ -21,8 +21,16 @@ from servetune.run.driver import rollout
 from servetune.workload import traces as workload
 from servetune.workload.traces import RaggedIds, RequestTrace
 
-CFG = EngineConfig(max_slots=4, queue_window=4, block_size=16, max_model_len=4096,
-                   cost_form="linear", outbox=16, prefix_cache=True, prefix_cache_entries=64)
+CFG = EngineConfig(
+    max_slots=4,
+    queue_window=4,
+    block_size=16,
+    max_model_len=4096,
+    cost_form="linear",
+    outbox=16,
+    prefix_cache=True,
+    prefix_cache_entries=64,
+)
 
 
 def ptrace(rows, name="prefix") -> RequestTrace:
@@ -30,10 +38,9 @@ def ptrace(rows, name="prefix") -> RequestTrace:
     width = max(1, max(len(r[3]) for r in rows))
     ids = np.full((len(rows), width), -1, np.int32)
     for k, r in enumerate(rows):
-        ids[k, :len(r[3])] = r[3]
+        ids[k, : len(r[3])] = r[3]
     col = lambda i, t: np.asarray([r[i] for r in rows], t)
-    return RequestTrace(name, col(0, np.float64), col(1, np.int32), col(2, np.int32),
-                        hash_ids=ids)
+    return RequestTrace(name, col(0, np.float64), col(1, np.int32), col(2, np.int32), hash_ids=ids)
 
 
 def _hits(res) -> int:
@@ -51,7 +58,9 @@ def schedule(trace, params, cfg, n_steps=12):
     _, info = jax.device_get(step_trace(wl, params, cfg, n_steps))
     out = []
     for k in range(n_steps):
-        toks = {int(r): int(n) for r, n in zip(info["req"][k], info["tokens"][k]) if n > 0}
+        toks = {
+            int(r): int(n) for r, n in zip(info["req"][k], info["tokens"][k], strict=True) if n > 0
+        }
         if toks:
             out.append((round(float(info["t"][k]), 9), toks))
     return out
@@ -76,8 +85,13 @@ SHARED = [(0, 2048, 2, [1, 2, 3, 4]), (5, 2148, 2, [1, 2, 9, 10]), (10, 2048, 1,
 def test_second_request_prefills_k_blocks_fewer():
     p = linear_params({"max_num_batched_tokens": 8192})
     on = schedule(ptrace(SHARED), p, CFG)
-    assert on == [(0.0, {0: 2048}), (1.0, {0: 1}), (5.0, {1: 2148 - 2 * 512}), (6.0, {1: 1}),
-                  (10.0, {2: 2048 - 3 * 512})]
+    assert on == [
+        (0.0, {0: 2048}),
+        (1.0, {0: 1}),
+        (5.0, {1: 2148 - 2 * 512}),
+        (6.0, {1: 1}),
+        (10.0, {2: 2048 - 3 * 512}),
+    ]
     off = schedule(ptrace(SHARED), p, dataclasses.replace(CFG, prefix_cache=False))
     assert [s[1] for s in off] == [{0: 2048}, {0: 1}, {1: 2148}, {1: 1}, {2: 2048}]
     res = run(ptrace(SHARED), p, CFG)[0][0]
@@ -102,8 +116,11 @@ def test_lookups_counted_as_vllm_prefix_cache_stats():
     assert res.stats["prefix_lookups"].tolist() == [[3, 6244, 2560], [0, 0, 0]]
     # a re-admitted request (preempted before) counts apart, its query its prompt plus the
     # tokens it generated (vLLM's request.num_tokens)
-    e = types.SimpleNamespace(n_preempt=jnp.array([0, 2, 1]), prompt=jnp.array([100, 50, 70]),
-                              generated=jnp.array([0, 7, 3]))
+    e = types.SimpleNamespace(
+        n_preempt=jnp.array([0, 2, 1]),
+        prompt=jnp.array([100, 50, 70]),
+        generated=jnp.array([0, 7, 3]),
+    )
     counts = prefix_lib.lookup_counts(e, jnp.array([True, True, False]), jnp.array([32, 48, 16]))
     assert counts.tolist() == [[1, 100, 32], [1, 57, 48]]
 
@@ -114,8 +131,11 @@ def test_requests_admitted_together_share_the_blocks_the_first_computes():
     # them, capped so that one token is computed) and prefills 512 tokens, not 1024.
     tr = ptrace([(0, 1024, 2, [1, 2]), (0, 1024, 2, [1, 2]), (3, 1030, 1, [1, 2])])
     p = linear_params({"max_num_batched_tokens": 8192})
-    assert schedule(tr, p, CFG) == [(0.0, {0: 1024, 1: 512}), (1.0, {0: 1, 1: 1}),
-                                    (3.0, {2: 1030 - 1024})]
+    assert schedule(tr, p, CFG) == [
+        (0.0, {0: 1024, 1: 512}),
+        (1.0, {0: 1, 1: 1}),
+        (3.0, {2: 1030 - 1024}),
+    ]
     res = run(tr, p, CFG)[0][0]
     assert res.stats["prefix_lookups"].tolist() == [[3, 3078, 512 + 2 * 512], [0, 0, 0]]
 
@@ -139,9 +159,15 @@ def test_hits_on_unreferenced_blocks_leave_the_free_pool_before_the_next_admissi
     # hits as still free would admit r2 at 5).
     p = linear_params({"max_num_batched_tokens": 512, "watermark": 0.0}, kv_blocks=164)
     tr = ptrace([(0, 1024, 1, [1, 2]), (5, 1030, 1, [1, 2, 3]), (5, 2000, 1, [7, 8, 9, 10])])
-    assert schedule(tr, p, CFG) == [(0.0, {0: 512}), (1.0, {0: 512}), (5.0, {1: 6}),
-                                    (6.0, {2: 512}), (7.0, {2: 512}), (8.0, {2: 512}),
-                                    (9.0, {2: 464})]
+    assert schedule(tr, p, CFG) == [
+        (0.0, {0: 512}),
+        (1.0, {0: 512}),
+        (5.0, {1: 6}),
+        (6.0, {2: 512}),
+        (7.0, {2: 512}),
+        (8.0, {2: 512}),
+        (9.0, {2: 464}),
+    ]
 
 
 def test_a_preempted_request_finds_its_own_output_block_again():
@@ -156,13 +182,25 @@ def test_a_preempted_request_finds_its_own_output_block_again():
     tr = ptrace([(0, 1000, 500, [1, 2]), (1, 500, 100, [5])])
     wl = jax.tree.map(lambda x: x[0], _wl([tr], cfg))
     _, info = jax.device_get(step_trace(wl, p, cfg, 640))
-    prefills = [(float(info["t"][k]),
-                 {int(r): int(n) for r, n in zip(info["req"][k], info["tokens"][k]) if n > 1},
-                 [int(r) for r in info["preempted"][k] if r >= 0])
-                for k in range(640) if np.any(info["tokens"][k] > 1)
-                or np.any(info["preempted"][k] >= 0)]
-    assert prefills == [(0.0, {0: 1000}, []), (1.0, {1: 500}, []), (25.0, {}, [1]),
-                        (500.0, {1: 12}, [])]
+    prefills = [
+        (
+            float(info["t"][k]),
+            {
+                int(r): int(n)
+                for r, n in zip(info["req"][k], info["tokens"][k], strict=True)
+                if n > 1
+            },
+            [int(r) for r in info["preempted"][k] if r >= 0],
+        )
+        for k in range(640)
+        if np.any(info["tokens"][k] > 1) or np.any(info["preempted"][k] >= 0)
+    ]
+    assert prefills == [
+        (0.0, {0: 1000}, []),
+        (1.0, {1: 500}, []),
+        (25.0, {}, [1]),
+        (500.0, {1: 12}, []),
+    ]
     res = run(tr, p, cfg)[0][0]
     assert res.stats["prefix_lookups"].tolist() == [[2, 1500, 0], [1, 524, 512]]
     assert res.tokens_computed.tolist() == [1000 + 499, 500 + 24 + 12 + 74]
@@ -185,8 +223,9 @@ def test_blocks_cached_while_shared_count_once_and_lru_evicts_under_pressure():
     # evicted; r2's own 2 then enter the cache (dropping its private copies). r3 (1100 tokens,
     # blocks [3 4]) reuses r1's blocks and needs 5 blocks more: one evicted, r2's block 6
     # (released at the same time as its block 5, but deeper).
-    tr = ptrace([(0, 1024, 1, [1, 2]), (2, 1024, 1, [3, 4]), (4, 1025, 1, [5, 6]),
-                 (6, 1100, 1, [3, 4])])
+    tr = ptrace(
+        [(0, 1024, 1, [1, 2]), (2, 1024, 1, [3, 4]), (4, 1025, 1, [5, 6]), (6, 1100, 1, [3, 4])]
+    )
     p = linear_params({"max_num_batched_tokens": 8192, "watermark": 0.0}, kv_blocks=4 * 32 + 1)
     res = run(tr, p, CFG)[0][0]
     assert res.tokens_computed.tolist() == [1024, 1024, 1025, 1100 - 1024]
@@ -197,13 +236,15 @@ def test_blocks_cached_while_shared_count_once_and_lru_evicts_under_pressure():
 
 # --------------------------------------------------------------------------- exactness
 
+
 def random_prefix_traces(rng, t_blk, n_traces=2, n=100):
     """Requests drawing prefixes from a few shared families (a system prompt, a conversation)
     then unique blocks; bursts of simultaneous arrivals."""
     traces = []
     for _ in range(n_traces):
-        arrival = np.sort(np.where(rng.random(n) < 0.2, 0.0,
-                                   np.cumsum(rng.exponential(1 / rng.uniform(1, 8), n))))
+        arrival = np.sort(
+            np.where(rng.random(n) < 0.2, 0.0, np.cumsum(rng.exponential(1 / rng.uniform(1, 8), n)))
+        )
         rows, fresh = [], 10_000
         for k in range(n):
             fam, shared = int(rng.integers(0, 4)), int(rng.integers(0, 12))
@@ -216,15 +257,25 @@ def random_prefix_traces(rng, t_blk, n_traces=2, n=100):
     return traces
 
 
-PCFG = EngineConfig(max_slots=16, queue_window=16, block_size=4, max_model_len=256,
-                    cost_form="linear", outbox=64, prefix_cache=True, prefix_cache_entries=32,
-                    prefix_block_tokens=8)
+PCFG = EngineConfig(
+    max_slots=16,
+    queue_window=16,
+    block_size=4,
+    max_model_len=256,
+    cost_form="linear",
+    outbox=64,
+    prefix_cache=True,
+    prefix_cache_entries=32,
+    prefix_block_tokens=8,
+)
 
 
 # the second configuration runs with -m slow (the default suite stays near ten minutes)
-@pytest.fixture(scope="module", params=[(32, True),
-                                        pytest.param((256, False), marks=pytest.mark.slow)],
-                ids=["small-table", "large-table-no-chunking"])
+@pytest.fixture(
+    scope="module",
+    params=[(32, True), pytest.param((256, False), marks=pytest.mark.slow)],
+    ids=["small-table", "large-table-no-chunking"],
+)
 def random_batch(request):
     entries, chunked = request.param
     cfg = dataclasses.replace(PCFG, prefix_cache_entries=entries, chunked_prefill=chunked)
@@ -250,8 +301,9 @@ def test_no_request_lost_and_kv_within_capacity(random_batch):
             assert OUTSTANDING not in res.end_state
             done = res.end_state == COMPLETED
             np.testing.assert_array_equal(res.generated[done], tr.output[done])
-            assert (int(res.stats["prefill_tokens"]) + int(res.stats["decode_tokens"])
-                    == int(res.tokens_computed.sum()))
+            assert int(res.stats["prefill_tokens"]) + int(res.stats["decode_tokens"]) == int(
+                res.tokens_computed.sum()
+            )
             saved = tr.prompt + tr.output - 1 - res.tokens_computed
             assert np.all(saved[done] <= np.maximum(tr.prompt[done] - 1, 0))
             if res.stats["preemptions"] == 0:  # every admission's hit is a token not computed
@@ -267,13 +319,20 @@ def test_event_skipping_stays_exact_with_caching(random_batch):
     _cfg, traces, _params, stepped, leaped = random_batch
     n_leaped = 0
     for s in range(len(traces)):
-        for a, b in zip(stepped[s], leaped[s]):
+        for a, b in zip(stepped[s], leaped[s], strict=True):
             for f in ("end_state", "generated", "n_preempt", "tokens_computed"):
                 np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
             for f in ("first_token", "finish"):
                 np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-12, err_msg=f)
-            for f in ("preemptions", "prefill_tokens", "decode_tokens", "kv_peak_blocks",
-                      "prefix_lookups", "prefix_evictions", "prefix_insert_failed"):
+            for f in (
+                "preemptions",
+                "prefill_tokens",
+                "decode_tokens",
+                "kv_peak_blocks",
+                "prefix_lookups",
+                "prefix_evictions",
+                "prefix_insert_failed",
+            ):
                 np.testing.assert_array_equal(a.stats[f], b.stats[f], err_msg=f)
             n_leaped += int(b.stats["leaped"])
     assert n_leaped > 0
@@ -293,7 +352,7 @@ def test_caching_without_reuse_schedules_exactly_like_no_caching():
     params = params.replace(cost=params.cost.replace(kv_blocks=params.cost.kv_blocks * 0 + 300))
     on = run(tr, params, PCFG)[0]
     off = run(tr, params, dataclasses.replace(PCFG, prefix_cache=False))[0]
-    for a, b in zip(on, off):
+    for a, b in zip(on, off, strict=True):
         assert _hits(a) == 0 and a.stats["preemptions"] == 0
         assert a.stats["prefix_evictions"] > 0
         for f in ("end_state", "generated", "n_preempt", "tokens_computed"):
@@ -304,19 +363,29 @@ def test_caching_without_reuse_schedules_exactly_like_no_caching():
 
 # --------------------------------------------------------------------------- Mooncake
 
-MOON = ["workload=mooncake_synthetic", "workload.duration_s=150", "model=qwen2_5_7b",
-        "window.drain_s=300", "seed=0"]
+MOON = [
+    "workload=mooncake_synthetic",
+    "workload.duration_s=150",
+    "model=qwen2_5_7b",
+    "window.drain_s=300",
+    "seed=0",
+]
 
 
 @pytest.fixture(scope="module")
 def mooncake():
     out = {}
-    for name, extra in {"off": ["hardware=h200", "hardware.tp=4", "engine.prefix_cache=false"],
-                        "on": ["hardware=h200", "hardware.tp=4", "engine.prefix_cache=true"],
-                        "small_table": ["hardware=h200", "hardware.tp=4",
-                                        "engine.prefix_cache=true",
-                                        "engine.prefix_cache_entries=256"],
-                        "small_kv": ["hardware=h100", "engine.prefix_cache=true"]}.items():
+    for name, extra in {
+        "off": ["hardware=h200", "hardware.tp=4", "engine.prefix_cache=false"],
+        "on": ["hardware=h200", "hardware.tp=4", "engine.prefix_cache=true"],
+        "small_table": [
+            "hardware=h200",
+            "hardware.tp=4",
+            "engine.prefix_cache=true",
+            "engine.prefix_cache_entries=256",
+        ],
+        "small_kv": ["hardware=h100", "engine.prefix_cache=true"],
+    }.items():
         sc = build(compose(MOON + extra))
         out[name] = (sc, simulate_batch(sc).metrics[0])
     return out
@@ -354,13 +423,20 @@ def test_mooncake_ttft_falls_with_caching(mooncake):
 
 # --------------------------------------------------------------------------- config, trace
 
-@pytest.mark.parametrize("override,match", [
-    ("engine.prefix_cache_entries=100", "engine.prefix_cache_entries: got 100; expected a multiple"),
-    ("engine.prefix_cache_entries=4", "engine.prefix_cache_entries: got 4"),
-    ("engine.prefix_block_tokens=500", "engine.prefix_block_tokens: got 500"),
-    ("engine.kv_layout=contiguous", "engine.prefix_cache: needs engine.kv_layout=paged"),
-    ("engine.prefix_cache=yes", "engine.prefix_cache: got 'yes'"),
-])
+
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        (
+            "engine.prefix_cache_entries=100",
+            "engine.prefix_cache_entries: got 100; expected a multiple",
+        ),
+        ("engine.prefix_cache_entries=4", "engine.prefix_cache_entries: got 4"),
+        ("engine.prefix_block_tokens=500", "engine.prefix_block_tokens: got 500"),
+        ("engine.kv_layout=contiguous", "engine.prefix_cache: needs engine.kv_layout=paged"),
+        ("engine.prefix_cache=yes", "engine.prefix_cache: got 'yes'"),
+    ],
+)
 def test_bad_prefix_config_names_the_key(override, match):
     with pytest.raises(ConfigError, match=match):
         build(compose(["workload=mooncake_synthetic", "engine.prefix_cache=true", override]))
@@ -368,8 +444,9 @@ def test_bad_prefix_config_names_the_key(override, match):
 
 def test_prefix_cache_needs_a_trace_with_prefix_ids():
     with pytest.raises(ConfigError, match="engine.prefix_cache: the workload .* has no prefix"):
-        build(compose(["workload=azure_conv", "workload.duration_s=10",
-                       "engine.prefix_cache=true"]))
+        build(
+            compose(["workload=azure_conv", "workload.duration_s=10", "engine.prefix_cache=true"])
+        )
 
 
 def test_mooncake_hash_ids_loaded_and_checked(tmp_path):
@@ -381,22 +458,36 @@ def test_mooncake_hash_ids_loaded_and_checked(tmp_path):
     first = int(np.argmax(tr.arrival >= 10))
     np.testing.assert_array_equal(sliced.hash_ids[0], tr.hash_ids[first])
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [0]}\n'
-                   '{"timestamp": 1, "input_length": 5, "output_length": 1, '
-                   '"hash_ids": [1, -3]}\n')
+    bad.write_text(
+        '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [0]}\n'
+        '{"timestamp": 1, "input_length": 5, "output_length": 1, '
+        '"hash_ids": [1, -3]}\n'
+    )
     with pytest.raises(TraceError, match=r"bad.jsonl:2: 'hash_ids' holds -3"):
         workload.load_trace(bad)
 
 
-@pytest.mark.parametrize("override,key", [
-    ("engine.n_instances=2", "engine.n_instances"),
-    ("engine.kv_pressure=evict", "engine.kv_pressure"),
-    ("speculation=draft", "speculation.draft"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("engine.n_instances=2", "engine.n_instances"),
+        ("engine.kv_pressure=evict", "engine.kv_pressure"),
+        ("speculation=draft", "speculation.draft"),
+    ],
+)
 def test_combinations_not_supported_yet_are_refused(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        build(compose(["workload=mooncake_synthetic", "model=qwen2_5_7b",
-                       "engine.prefix_cache=true", "workload.duration_s=10", override]))
+        build(
+            compose(
+                [
+                    "workload=mooncake_synthetic",
+                    "model=qwen2_5_7b",
+                    "engine.prefix_cache=true",
+                    "workload.duration_s=10",
+                    override,
+                ]
+            )
+        )
 
 
 def test_caching_is_on_by_default_where_the_trace_has_prefix_block_ids():

@@ -16,24 +16,29 @@ from servetune.engine.loop import step_trace
 from servetune.run.api import compose
 from servetune.run.metrics import compute_metrics
 
-CFG = EngineConfig(max_slots=8, queue_window=8, block_size=16, max_model_len=1024,
-                   cost_form="linear", outbox=64)
+CFG = EngineConfig(
+    max_slots=8, queue_window=8, block_size=16, max_model_len=1024, cost_form="linear", outbox=64
+)
 
 
 def _state_after(trace, params, cfg, n_steps):
     wl = stack_workloads([trace], [trace.output.astype(float)], 1e6)
     state, _ = step_trace(jax.tree.map(lambda x: x[0], wl), params, cfg, n_steps)
     e = jax.tree.map(lambda x: np.asarray(x[0]), jax.device_get(state.entries))
-    return {int(r): {f: getattr(e, f)[i] for f in ("status", "blocks", "computed", "kv_ratio",
-                                                      "end_state", "finish")}
-            for i, r in enumerate(e.req) if r >= 0}
+    return {
+        int(r): {
+            f: getattr(e, f)[i]
+            for f in ("status", "blocks", "computed", "kv_ratio", "end_state", "finish")
+        }
+        for i, r in enumerate(e.req)
+        if r >= 0
+    }
 
 
 # two requests of 64 prompt tokens (4 blocks each) fill an 8-block cache; their first decode
 # needs a 5th block each, so the second iteration (t = 1 s) is under pressure
 PAIR = trace_of([(0.0, 64, 50), (0.0, 64, 50)])
-PAIR_PARAMS = linear_params({"watermark": 0.0, "kv_compress_ratio": 2.0}, base_s=1.0,
-                            kv_blocks=8)
+PAIR_PARAMS = linear_params({"watermark": 0.0, "kv_compress_ratio": 2.0}, base_s=1.0, kv_blocks=8)
 
 
 def test_evict_drops_the_lowest_priority_request_at_once():
@@ -58,13 +63,13 @@ def test_preempt_requeues_and_reject_reserves():
     pre = _state_after(PAIR, PAIR_PARAMS, CFG, 2)
     assert pre[1]["computed"] == 0 and pre[1]["blocks"] == 0 and pre[0]["blocks"] == 5
     # reject: each request's predicted footprint (114 tokens, 8 blocks) is the whole cache, so
-    # the second cannot fit next to the first's reservation: so it is turned away at once instead of being admitted and preempted
+    # the second cannot fit next to the first's reservation: so it is turned away at once instead of
+    # being admitted and preempted
     res = run(PAIR, PAIR_PARAMS, dataclasses.replace(CFG, kv_pressure="reject"))[0][0]
     assert res.end_state.tolist() == [COMPLETED, 1] and res.finish[1] == 0.0  # REJECTED at 0
     assert res.n_preempt.tolist() == [0, 0] and res.tokens_computed[1] == 0
     assert res.reject_reason.tolist() == [-1, REJECT_KV_RESERVE]  # refused at admission
     assert res.scheduled_at[0] == 0.0 and np.isnan(res.scheduled_at[1])
-
 
 
 @pytest.mark.parametrize("predicted", [1e6, 1e7, 1e12, 1e300])
@@ -86,17 +91,32 @@ def seed_study():
     # nearly free per sequence): 1.8 requests/s offered for 200 s
     rng = np.random.default_rng(0)
     arrival = np.sort(rng.uniform(0, 200, 360))
-    tr = trace_of([(a, int(rng.integers(100, 400)), int(rng.integers(100, 600)))
-                   for a in arrival])
-    params = linear_params({"max_num_seqs": 64.0, "watermark": 0.0}, base_s=0.02,
-                           per_decode_seq_s=0.0001, per_prefill_token_s=0.00002, kv_blocks=300)
+    tr = trace_of([(a, int(rng.integers(100, 400)), int(rng.integers(100, 600))) for a in arrival])
+    params = linear_params(
+        {"max_num_seqs": 64.0, "watermark": 0.0},
+        base_s=0.02,
+        per_decode_seq_s=0.0001,
+        per_prefill_token_s=0.00002,
+        kv_blocks=300,
+    )
     out = {}
     for mode in ("preempt", "evict", "compress", "reject"):
-        cfg = EngineConfig(max_slots=64, queue_window=64, block_size=16, max_model_len=2048,
-                           cost_form="linear", outbox=256, kv_pressure=mode)
+        cfg = EngineConfig(
+            max_slots=64,
+            queue_window=64,
+            block_size=16,
+            max_model_len=2048,
+            cost_form="linear",
+            outbox=256,
+            kv_pressure=mode,
+        )
         res = run(tr, params, cfg)[0][0]
-        out[mode] = (res, compute_metrics(tr, res, spec(kv_blocks=300, slo_ttft_s=10.0,
-                                                        kv_compress_fail_prob=0.1)))
+        out[mode] = (
+            res,
+            compute_metrics(
+                tr, res, spec(kv_blocks=300, slo_ttft_s=10.0, kv_compress_fail_prob=0.1)
+            ),
+        )
     return tr, out
 
 
@@ -122,42 +142,67 @@ def test_seed_study_ordering(seed_study):
     assert m["compress"]["n_kv_compressed"] > 0 and m["compress"]["n_rejected"] == 0
     # eviction throws away half-done requests: less useful work per unit of compute than
     # rejecting up front, which wastes none (oracle predictions: no preemption either)
-    assert (m["evict"]["useful_tokens_per_computed_token"]
-            < 0.9 * m["reject"]["useful_tokens_per_computed_token"])
+    assert (
+        m["evict"]["useful_tokens_per_computed_token"]
+        < 0.9 * m["reject"]["useful_tokens_per_computed_token"]
+    )
     assert m["evict"]["n_evicted"] > 0 and m["evict"]["preemptions"] == 0
     assert m["reject"]["preemptions"] == 0 and m["reject"]["wasted_token_ratio"] == 0.0
     # vLLM's recompute thrashes here: the most preemptions and the least useful work
     assert m["preempt"]["preemptions"] > 100
-    assert m["preempt"]["useful_tokens"] < min(m[k]["useful_tokens"]
-                                               for k in ("evict", "compress", "reject"))
+    assert m["preempt"]["useful_tokens"] < min(
+        m[k]["useful_tokens"] for k in ("evict", "compress", "reject")
+    )
 
 
 def test_compression_quality_cost_applies(seed_study):
     tr, out = seed_study
     res, m = out["compress"]
-    certain = compute_metrics(tr, res, spec(kv_blocks=300, slo_ttft_s=10.0,
-                                            kv_compress_fail_prob=1.0))
+    certain = compute_metrics(
+        tr, res, spec(kv_blocks=300, slo_ttft_s=10.0, kv_compress_fail_prob=1.0)
+    )
     free = compute_metrics(tr, res, spec(kv_blocks=300, slo_ttft_s=10.0))
     assert certain["n_kv_compressed"] == m["n_kv_compressed"] > 100
     assert certain["useful_tokens"] < m["useful_tokens"] < free["useful_tokens"]
 
 
-@pytest.mark.parametrize("overrides,key", [
-    (["engine.kv_pressure=drop"], "engine.kv_pressure"),
-    (["engine.kv_pressure=compress", "engine.kv_layout=contiguous"], "engine.kv_pressure"),
-    (["engine.kv_compress_fail_prob=2"], "engine.kv_compress_fail_prob"),
-    (["policy.kv_compress_ratio=0.5"], "policy.kv_compress_ratio"),
-])
+@pytest.mark.parametrize(
+    "overrides,key",
+    [
+        (["engine.kv_pressure=drop"], "engine.kv_pressure"),
+        (["engine.kv_pressure=compress", "engine.kv_layout=contiguous"], "engine.kv_pressure"),
+        (["engine.kv_compress_fail_prob=2"], "engine.kv_compress_fail_prob"),
+        (["policy.kv_compress_ratio=0.5"], "policy.kv_compress_ratio"),
+    ],
+)
 def test_bad_pressure_config_names_the_key(overrides, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         build(compose(["workload=poisson", "workload.duration_s=5"] + overrides))
 
 
 def test_compression_draws_differ_by_seed_and_not_by_policy():
-    sc = build(compose(["workload=poisson", "workload.duration_s=5", "seeds=2",
-                        "engine.kv_pressure=compress", "grid.max_num_seqs=[8,16]"]))
+    sc = build(
+        compose(
+            [
+                "workload=poisson",
+                "workload.duration_s=5",
+                "seeds=2",
+                "engine.kv_pressure=compress",
+                "grid.max_num_seqs=[8,16]",
+            ]
+        )
+    )
     u0, u1 = sc.traces[0].compress_u, sc.traces[1].compress_u
     assert u0 is not None and u1 is not None and not np.allclose(u0[:10], u1[:10])
-    again = build(compose(["workload=poisson", "workload.duration_s=5", "seeds=2",
-                           "engine.kv_pressure=compress", "policy.kv_compress_ratio=4"]))
+    again = build(
+        compose(
+            [
+                "workload=poisson",
+                "workload.duration_s=5",
+                "seeds=2",
+                "engine.kv_pressure=compress",
+                "policy.kv_compress_ratio=4",
+            ]
+        )
+    )
     np.testing.assert_array_equal(again.traces[1].compress_u, u1)  # paired across policies

@@ -19,8 +19,15 @@ from servetune.deploy.export import unmapped_knobs, vllm_args
 from servetune.run.api import compose
 from servetune.workload.traces import load_csv, load_jsonl
 
-PRIORITY = EngineConfig(max_slots=4, queue_window=4, block_size=2, max_model_len=64,
-                        cost_form="linear", outbox=16, scheduling_policy="priority")
+PRIORITY = EngineConfig(
+    max_slots=4,
+    queue_window=4,
+    block_size=2,
+    max_model_len=64,
+    cost_form="linear",
+    outbox=16,
+    scheduling_policy="priority",
+)
 FCFS = dataclasses.replace(PRIORITY, scheduling_policy="fcfs")
 
 
@@ -30,7 +37,7 @@ def _params(cfg, **kw):
 
 
 def _times(res):
-    return list(zip(res.first_token.tolist(), res.finish.tolist()))
+    return list(zip(res.first_token.tolist(), res.finish.tolist(), strict=True))
 
 
 def test_waiting_requests_by_priority_then_arrival():
@@ -58,8 +65,13 @@ def test_victim_scheduled_earlier_gives_back_its_tokens():
     tr = trace_of([(0, 2, 4), (0.5, 4, 3)], priority=[1, 0])
     p = _params(PRIORITY, kv_blocks=4)
     assert schedule(tr, p, PRIORITY) == [
-        (0.0, 1.0, {0: 2}), (1.0, 1.0, {0: 1, 1: 4}), (2.0, 1.0, {1: 1}), (3.0, 1.0, {1: 1}),
-        (4.0, 1.0, {0: 4}), (5.0, 1.0, {0: 1})]
+        (0.0, 1.0, {0: 2}),
+        (1.0, 1.0, {0: 1, 1: 4}),
+        (2.0, 1.0, {1: 1}),
+        (3.0, 1.0, {1: 1}),
+        (4.0, 1.0, {0: 4}),
+        (5.0, 1.0, {0: 1}),
+    ]
     res = run(tr, p, PRIORITY)[0][0]
     assert _times(res) == [(1.0, 6.0), (2.0, 4.0)]
     assert res.n_preempt.tolist() == [1, 0]
@@ -79,8 +91,12 @@ def test_a_request_that_picks_itself_ends_the_scan_in_a_zero_second_step():
     tr = trace_of([(0, 2, 4), (0.5, 2, 3)], priority=[1, 0])
     p = _params(PRIORITY, kv_blocks=4)
     assert schedule(tr, p, PRIORITY) == [
-        (0.0, 1.0, {0: 2}), (1.0, 1.0, {0: 1, 1: 2}), (2.0, 1.0, {0: 1, 1: 1}),
-        (3.0, 1.0, {1: 1}), (4.0, 1.0, {0: 5})]
+        (0.0, 1.0, {0: 2}),
+        (1.0, 1.0, {0: 1, 1: 2}),
+        (2.0, 1.0, {0: 1, 1: 1}),
+        (3.0, 1.0, {1: 1}),
+        (4.0, 1.0, {0: 5}),
+    ]
     res = run(tr, p, PRIORITY)[0][0]
     assert _times(res) == [(1.0, 5.0), (2.0, 4.0)]
     assert res.n_preempt.tolist() == [1, 0] and res.stats["preemptions"] == 1
@@ -94,8 +110,10 @@ def test_priority_is_read_from_traces(tmp_path):
     csv.write_text("arrival_s,prompt_tokens,output_tokens,priority\n0,5,2,1\n0.5,7,3,-2\n")
     assert load_csv(csv).priority.tolist() == [1, -2]
     jsonl = tmp_path / "t.jsonl"
-    jsonl.write_text('{"timestamp": 0, "input_length": 5, "output_length": 2, "priority": 3}\n'
-                     '{"timestamp": 10, "input_length": 5, "output_length": 2, "priority": 0}\n')
+    jsonl.write_text(
+        '{"timestamp": 0, "input_length": 5, "output_length": 2, "priority": 3}\n'
+        '{"timestamp": 10, "input_length": 5, "output_length": 2, "priority": 0}\n'
+    )
     assert load_jsonl(jsonl).priority.tolist() == [3, 0]
     # through the config: the column reaches the engine's workload (padding at priority 0)
     sc = build(compose(["policy=priority", f"workload.path={csv}"]))
@@ -105,8 +123,10 @@ def test_priority_is_read_from_traces(tmp_path):
     with pytest.raises(TraceError, match=r"bad\.csv:2: 'priority' = 'high'; expected an integer"):
         load_csv(bad)
     half = tmp_path / "half.jsonl"
-    half.write_text('{"timestamp": 0, "input_length": 5, "output_length": 2, "priority": 1}\n'
-                    '{"timestamp": 1, "input_length": 5, "output_length": 2}\n')
+    half.write_text(
+        '{"timestamp": 0, "input_length": 5, "output_length": 2, "priority": 1}\n'
+        '{"timestamp": 1, "input_length": 5, "output_length": 2}\n'
+    )
     with pytest.raises(TraceError, match=r"half\.jsonl:2: no 'priority' where other rows"):
         load_jsonl(half)
 
@@ -117,6 +137,9 @@ def test_order_priority_builds_the_priority_engine_and_refuses_what_it_lacks():
     assert np.all(np.asarray(sc.workloads.priority) == 0)  # no column: all priority 0
     assert vllm_args({}, {"block_size": 16}, "priority")["scheduling_policy"] == "priority"
     assert unmapped_knobs({}, "priority")[0]["name"] == "order"  # the priorities: per request
-    with pytest.raises(ConfigError, match=r"^engine\.kv_pressure: not supported with "
-                                          r"policy\.order=priority"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^engine\.kv_pressure: not supported with "
+        r"policy\.order=priority",
+    ):
         build(compose(["policy.order=priority", "engine.kv_pressure=evict"]))

@@ -14,8 +14,13 @@ from servetune.workload.traces import load_trace
 
 GIB = hardware.GIB
 # a flat quality model: every request fails with probability p at its precision (gamma = 0)
-FLAT = ["quality.difficulty_exponent=0", "quality.weight_bits.8=0.1",
-        "quality.weight_bits.4=0.3", "quality.kv_bits.8=0", "quality.kv_bits.4=0"]
+FLAT = [
+    "quality.difficulty_exponent=0",
+    "quality.weight_bits.8=0.1",
+    "quality.weight_bits.4=0.3",
+    "quality.kv_bits.8=0",
+    "quality.kv_bits.4=0",
+]
 LOOSE = ["slo.ttft_s=null", "slo.tpot_s=null", "workload.duration_s=300"]
 
 
@@ -25,12 +30,17 @@ def build(overrides):
 
 # --------------------------------------------------------------------------- memory -> KV
 
+
 @pytest.mark.parametrize("model, tp", [("llama3_70b", 2), ("llama3_8b", 1)])
 def test_4bit_weights_free_the_expected_kv_blocks(model, tp):
     """blocks(4) - blocks(16) = params x (16 - 4) / 8 bytes / (block x KV bytes per token), to
     within the rounding of each capacity down to whole blocks."""
-    b = {w: build([f"model={model}", f"hardware.tp={tp}", f"model.weight_bits={w}"]
-                  ).labels["kv_blocks"] for w in (16, 8, 4)}
+    b = {
+        w: build([f"model={model}", f"hardware.tp={tp}", f"model.weight_bits={w}"]).labels[
+            "kv_blocks"
+        ]
+        for w in (16, 8, 4)
+    }
     spec = hardware.MODELS[model]
     block_bytes = 16 * hardware.kv_bytes_per_token(spec, 16)
     for w in (8, 4):
@@ -50,11 +60,18 @@ def test_kv_bits_scale_blocks_per_byte():
 
 # --------------------------------------------------------------------------- decode speed
 
+
 def _one_request(tmp_path, prompt, output):
     path = tmp_path / "one.csv"
     path.write_text(f"arrival_s,prompt_tokens,output_tokens\n0,{prompt},{output}\n")
-    return [f"workload.path={path}", "workload.duration_s=null", "classes.prompt_split_tokens=null",
-            "slo.ttft_s=null", "slo.tpot_s=null", "quality.enabled=false"]
+    return [
+        f"workload.path={path}",
+        "workload.duration_s=null",
+        "classes.prompt_split_tokens=null",
+        "slo.ttft_s=null",
+        "slo.tpot_s=null",
+        "quality.enabled=false",
+    ]
 
 
 def test_decode_time_falls_as_the_bandwidth_model_says(tmp_path):
@@ -83,11 +100,11 @@ def test_decode_time_falls_as_the_bandwidth_model_says(tmp_path):
 
 # --------------------------------------------------------------------------- quality -> goodput
 
+
 @pytest.fixture(scope="module")
 def runs():
     """One seed of 5 minutes of the Azure conversation trace at each precision, no SLOs."""
-    out = {(w, "flat"): api.simulate(LOOSE + FLAT + [f"model.weight_bits={w}"])
-           for w in (16, 8, 4)}
+    out = {(w, "flat"): api.simulate(LOOSE + FLAT + [f"model.weight_bits={w}"]) for w in (16, 8, 4)}
     out[16, "default"] = api.simulate(LOOSE)
     out[16, "off"] = api.simulate(LOOSE + ["quality.enabled=false"])
     return out
@@ -115,8 +132,7 @@ def test_flat_failure_probability_lowers_attainment_binomially(runs):
         assert abs(m["slo_attainment"] - (1 - p)) < tol, (w, m["slo_attainment"])
         u = res.scenario.traces[0].quality_u
         np.testing.assert_array_equal(t["quality_ok"].to_numpy(), u >= p)
-        np.testing.assert_array_equal(t["qualifies"].to_numpy(),
-                                      t["slo_ok"].to_numpy() & (u >= p))
+        np.testing.assert_array_equal(t["qualifies"].to_numpy(), t["slo_ok"].to_numpy() & (u >= p))
         assert m["n_quality_failed"] == int((u < p).sum())
         assert math.isclose(m["goodput_rps"] * m["window_s"], int((u >= p).sum()))
         assert m["goodput_lost_to_quality_rps"] * m["window_s"] == pytest.approx((u < p).sum())
@@ -145,6 +161,7 @@ def test_seeds_draw_different_uniforms():
 
 # --------------------------------------------------------------------------- the model itself
 
+
 def test_model_formula_and_hooks():
     m = quality.QualityModel(difficulty_exponent=1.0)
     d = np.array([0.0, 0.5, 1.0])
@@ -160,10 +177,14 @@ def test_model_formula_and_hooks():
     both = flat.failure_prob(np.array([0.3]), {"weight_bits": "4", "kv_bits": 4.0})
     assert math.isclose(both[0], 1 - 0.98 * 0.99)
     # a generic component with per-request levels (a cascade's tier) and an extra hazard
-    tiers = quality.QualityModel(components={"tier": {"large": 0.0, "small": 0.2}},
-                                 difficulty_exponent=0.0)
-    pt = tiers.failure_prob(np.zeros(3), {"tier": np.array(["large", "small", "small"])},
-                            extra_hazard=np.array([0.0, 0.0, -math.log(0.5)]))
+    tiers = quality.QualityModel(
+        components={"tier": {"large": 0.0, "small": 0.2}}, difficulty_exponent=0.0
+    )
+    pt = tiers.failure_prob(
+        np.zeros(3),
+        {"tier": np.array(["large", "small", "small"])},
+        extra_hazard=np.array([0.0, 0.0, -math.log(0.5)]),
+    )
     np.testing.assert_allclose(pt, [0.0, 0.2, 1 - 0.8 * 0.5])
     with pytest.raises(ConfigError, match=r"^quality\.tier: no delta"):
         tiers.hazard({"tier": "medium"})
@@ -175,8 +196,14 @@ def test_trace_difficulty_column(tmp_path):
     path.write_text("arrival_s,prompt_tokens,output_tokens,difficulty\n" + rows)
     tr = load_trace(path)
     np.testing.assert_array_equal(tr.difficulty, np.arange(200) % 2)
-    base = [f"workload.path={path}", "workload.duration_s=null", "slo.ttft_s=null",
-            "slo.tpot_s=null", "model.weight_bits=4", "quality.weight_bits.4=0.5"]
+    base = [
+        f"workload.path={path}",
+        "workload.duration_s=null",
+        "slo.ttft_s=null",
+        "slo.tpot_s=null",
+        "model.weight_bits=4",
+        "quality.weight_bits.4=0.5",
+    ]
     res = api.simulate(base)
     t = res.requests[0]
     np.testing.assert_array_equal(t["difficulty"], np.arange(200) % 2)
@@ -189,28 +216,33 @@ def test_trace_difficulty_column(tmp_path):
     with pytest.raises(TraceError, match=r"bad\.csv:3: 'difficulty' = '1\.5'"):
         load_trace(bad)
     jl = tmp_path / "m.jsonl"
-    jl.write_text('{"timestamp": 0, "input_length": 5, "output_length": 2, "difficulty": 0.2}\n'
-                  '{"timestamp": 5, "input_length": 5, "output_length": 2}\n')
+    jl.write_text(
+        '{"timestamp": 0, "input_length": 5, "output_length": 2, "difficulty": 0.2}\n'
+        '{"timestamp": 5, "input_length": 5, "output_length": 2}\n'
+    )
     with pytest.raises(TraceError, match=r"m\.jsonl:2: no 'difficulty'"):
         load_trace(jl)
 
 
-@pytest.mark.parametrize("override, key", [
-    ("quality.weight_bits.4=-0.1", "quality.weight_bits.4"),
-    ("quality.weight_bits.4=1.0", "quality.weight_bits.4"),
-    ("quality.weight_bits.4=0.001", "quality.weight_bits.4"),  # below the 8-bit delta
-    ("quality.kv_bits.8=abc", "quality.kv_bits.8"),
-    ("quality.base_fail=2", "quality.base_fail"),
-    ("quality.difficulty_exponent=-1", "quality.difficulty_exponent"),
-    ("quality.enabled=maybe", "quality.enabled"),
-    ("quality.difficulty.dist=normal", "quality.difficulty.dist"),
-    ("quality.difficulty.source=oracle", "quality.difficulty.source"),
-    ("quality.difficulty.value=2", "quality.difficulty.value"),
-    ("+quality.bogus=1", "quality.bogus"),
-    ("+quality.difficulty.mean=0.3", "quality.difficulty.mean"),
-    ("quality.difficulty.source=trace", "quality.difficulty.source"),  # azure has none
-    ("quality=7", "quality"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("quality.weight_bits.4=-0.1", "quality.weight_bits.4"),
+        ("quality.weight_bits.4=1.0", "quality.weight_bits.4"),
+        ("quality.weight_bits.4=0.001", "quality.weight_bits.4"),  # below the 8-bit delta
+        ("quality.kv_bits.8=abc", "quality.kv_bits.8"),
+        ("quality.base_fail=2", "quality.base_fail"),
+        ("quality.difficulty_exponent=-1", "quality.difficulty_exponent"),
+        ("quality.enabled=maybe", "quality.enabled"),
+        ("quality.difficulty.dist=normal", "quality.difficulty.dist"),
+        ("quality.difficulty.source=oracle", "quality.difficulty.source"),
+        ("quality.difficulty.value=2", "quality.difficulty.value"),
+        ("+quality.bogus=1", "quality.bogus"),
+        ("+quality.difficulty.mean=0.3", "quality.difficulty.mean"),
+        ("quality.difficulty.source=trace", "quality.difficulty.source"),  # azure has none
+        ("quality=7", "quality"),
+    ],
+)
 def test_bad_quality_config_names_the_key(override, key):
     with pytest.raises(ConfigError) as err:
         build([override])
@@ -223,6 +255,7 @@ def test_study_config_composes_and_builds():
     from importlib import resources
 
     from omegaconf import OmegaConf
+
     path = resources.files("servetune.conf") / "experiment" / "quantization.yaml"
     params = OmegaConf.load(str(path)).hydra.sweeper.params
     assert params["model.weight_bits"] == "16,8,4" and params["model.kv_bits"] == "16,8,4"
@@ -232,13 +265,16 @@ def test_study_config_composes_and_builds():
         assert sc.metrics.quality.setting == {"weight_bits": w, "kv_bits": 4}
 
 
-@pytest.mark.parametrize("section, key", [
-    ({"weight_bits": {"16": 0, "4": 0.1}}, "quality.weight_bits"),  # no 8-bit delta
-    ({"kv_bits": {16: 0, "16": 0, 8: 0, 4: 0}}, "quality.kv_bits.16"),  # a level twice
-    ({"components": {"tier": []}}, "quality.components.tier"),
-    ({"components": {"tier": {"small": 1.5}}}, "quality.components.tier.small"),
-    ({"difficulty": {"dist": "beta", "a": 0}}, "quality.difficulty.a"),
-])
+@pytest.mark.parametrize(
+    "section, key",
+    [
+        ({"weight_bits": {"16": 0, "4": 0.1}}, "quality.weight_bits"),  # no 8-bit delta
+        ({"kv_bits": {16: 0, "16": 0, 8: 0, 4: 0}}, "quality.kv_bits.16"),  # a level twice
+        ({"components": {"tier": []}}, "quality.components.tier"),
+        ({"components": {"tier": {"small": 1.5}}}, "quality.components.tier.small"),
+        ({"difficulty": {"dist": "beta", "a": 0}}, "quality.difficulty.a"),
+    ],
+)
 def test_bad_quality_section_names_the_key(section, key):
     with pytest.raises(ConfigError) as err:
         quality.from_config(section, {"weight_bits": 16, "kv_bits": 16})

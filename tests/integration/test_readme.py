@@ -1,12 +1,13 @@
 """Every command the README shows, run as a user would type it (issue 22 item 1).
 
-The README's shell commands are read from its ```bash blocks (continuation lines joined,
-comments dropped, `&&` chains split) and its Python snippet from its ```python block. Each one
-must have an entry in COMMANDS, and each entry must still be in the README, so the table cannot
-drift from the text. The default suite runs every runnable command, with a short-workload
-override appended where the command as written takes minutes, except four whose work other
-default tests already do (marked slow); `-m slow` runs those and the rest exactly as written. Installs are checked against pyproject's extras (CI runs the install itself), commands
-that need a cluster or the vLLM extra are skipped with the reason where that is missing.
+The README's shell commands are read from its ```bash blocks (continuation lines joined, comments
+dropped, `&&` chains split) and its Python snippet from its ```python block. Each one must have an
+entry in COMMANDS, and each entry must still be in the README, so the table cannot drift from the
+text. The default suite runs every runnable command, with a short-workload override appended where
+the command as written takes minutes, except four whose work other default tests already do (marked
+slow); `-m slow` runs those and the rest exactly as written. Installs are checked against
+pyproject's extras (CI runs the install itself), commands that need a cluster or the vLLM extra are
+skipped with the reason where that is missing.
 """
 
 from __future__ import annotations
@@ -46,21 +47,30 @@ class How:
     slow: bool = False  # run only with -m slow (another default test covers what it runs)
 
 
-MULTIRUN = "servetune simulate -m workload=poisson policy.max_num_seqs=32,64,128 workload.rate=5,10 seed=0,1,2"
+MULTIRUN = (
+    "servetune simulate -m workload=poisson policy.max_num_seqs=32,64,128 workload.rate=5,10 "
+    "seed=0,1,2"
+)
 # the trace files the "Tune for my trace" commands name: 2 minutes of requests, and a log with
 # its own column names, epoch milliseconds and a failed request (0 output tokens)
-MY_TRACE = ("python -c \"import random; r = random.Random(0); open('my_trace.csv', 'w').write("
-            "'arrival_s,prompt_tokens,output_tokens\\n' + ''.join(f'{k * 0.5},"
-            "{r.randint(10, 2000)},{r.randint(1, 300)}\\n' for k in range(240)))\"")
-REQUESTS = ("python -c \"import random; r = random.Random(1); open('requests.csv', 'w').write("
-            "'id,timestamp,input_tokens,output_tokens\\n' + ''.join(f'{k},{1733390000000 + 400 * k},"
-            "{r.randint(10, 2000)},{0 if k % 50 == 7 else r.randint(1, 300)}\\n' "
-            "for k in range(300)))\"")
+MY_TRACE = (
+    "python -c \"import random; r = random.Random(0); open('my_trace.csv', 'w').write("
+    "'arrival_s,prompt_tokens,output_tokens\\n' + ''.join(f'{k * 0.5},"
+    "{r.randint(10, 2000)},{r.randint(1, 300)}\\n' for k in range(240)))\""
+)
+REQUESTS = (
+    "python -c \"import random; r = random.Random(1); open('requests.csv', 'w').write("
+    "'id,timestamp,input_tokens,output_tokens\\n' + ''.join(f'{k},{1733390000000 + 400 * k},"
+    "{r.randint(10, 2000)},{0 if k % 50 == 7 else r.randint(1, 300)}\\n' "
+    'for k in range(300)))"'
+)
 
 PATH_TUNE = "servetune tune workload=file workload.path=my_trace.csv hydra.run.dir=runs/tuned"
 PATH_TUNE_FAST = "tune.iterations=1 tune.pairs=1 tune.eval.seeds=1"
-PATH_SWEEP = ("servetune simulate -m workload=file workload.path=my_trace.csv "
-              "policy.max_num_seqs=16,64,256 hydra.sweep.dir=runs/sweep")
+PATH_SWEEP = (
+    "servetune simulate -m workload=file workload.path=my_trace.csv "
+    "policy.max_num_seqs=16,64,256 hydra.sweep.dir=runs/sweep"
+)
 
 COMMANDS: dict[str, How] = {
     "pip install -e .": How("install"),
@@ -68,58 +78,78 @@ COMMANDS: dict[str, How] = {
     'pip install -e ".[dev]"': How("install"),
     "python -m pytest -q": How("suite"),
     "servetune simulate workload=azure_conv model=llama3_8b hardware=h100 policy=vllm_default "
-    "policy.max_num_seqs=128 policy.max_num_batched_tokens=4096 engine.block_size=16 seed=3":
-        How("run"),
-    "servetune simulate workload.duration_s=null workload.rate_scale=2 hardware=h200":
-        How("run", fast="workload.duration_s=600"),
+    "policy.max_num_seqs=128 policy.max_num_batched_tokens=4096 engine.block_size=16 seed=3": How(
+        "run"
+    ),
+    "servetune simulate workload.duration_s=null workload.rate_scale=2 hardware=h200": How(
+        "run", fast="workload.duration_s=600"
+    ),
     "servetune simulate seeds=4 workload.predictor.sigma=0.5 grid.max_num_seqs=[64,128,256] "
     "grid.max_num_batched_tokens=[2048,8192]": How("run", fast="workload.duration_s=60"),
     "servetune simulate engine=static cost=linear": How("run"),
     # the first screen's path, in one folder as a user runs it (test_user_path walks it too)
-    "servetune simulate workload=file workload.path=my_trace.csv hydra.run.dir=runs/sim":
-        How("run", setup=MY_TRACE),
+    "servetune simulate workload=file workload.path=my_trace.csv hydra.run.dir=runs/sim": How(
+        "run", setup=MY_TRACE
+    ),
     PATH_TUNE: How("run", setup=MY_TRACE, fast=PATH_TUNE_FAST, slow=True),
-    "servetune export runs/tuned": How("run", setup=f"{MY_TRACE} && {PATH_TUNE} {PATH_TUNE_FAST}",
-                                       slow=True),
+    "servetune export runs/tuned": How(
+        "run", setup=f"{MY_TRACE} && {PATH_TUNE} {PATH_TUNE_FAST}", slow=True
+    ),
     PATH_SWEEP: How("run", setup=MY_TRACE, slow=True),
     "servetune report runs/sweep": How("run", setup=f"{MY_TRACE} && {PATH_SWEEP}", slow=True),
     "servetune simulate workload=file workload.path=requests.csv "
     "workload.columns.arrival=timestamp workload.columns.prompt=input_tokens "
-    "workload.columns.output=output_tokens workload.time_unit=ms workload.invalid_rows=skip":
-        How("run", setup=REQUESTS),
+    "workload.columns.output=output_tokens workload.time_unit=ms workload.invalid_rows=skip": How(
+        "run", setup=REQUESTS
+    ),
     "servetune --help": How("run"),
     "servetune simulate --help": How("run"),
     "servetune tune workload.rate_scale=4 workload.duration_s=1200 tune.iterations=8 "
-    "'tune.eval.holdout=[\"workload.start_s=1200\"]'":
-        How("run", fast="tune.iterations=1 workload.duration_s=120"),
+    "'tune.eval.holdout=[\"workload.start_s=1200\"]'": How(
+        "run", fast="tune.iterations=1 workload.duration_s=120"
+    ),
     "servetune tune workload.rate_scale=4 workload.duration_s=300 seeds=4 "
     "workload.replicas.block_s=30 workload.replicas.shift_s=1800 "
     "'tune.workloads=[[],[\"workload.rate_scale=6\"]]' tune.objective.aggregate=cvar "
-    "'tune.eval.holdout=[[\"workload.start_s=2400\",\"workload.replicas.shift_s=600\"],"
-    "[\"workload=azure_code\",\"workload.rate_scale=4\"]]'":
-        How("run", fast="tune.iterations=1 tune.pairs=1 seeds=2 workload.duration_s=60 "
-                        "tune.eval.seeds=1 tune.space.max_num_seqs.high=256",
-            slow=True),  # test_tune's CLI test tunes with two held-out workloads, one a group
+    '\'tune.eval.holdout=[["workload.start_s=2400","workload.replicas.shift_s=600"],'
+    '["workload=azure_code","workload.rate_scale=4"]]\'': How(
+        "run",
+        fast="tune.iterations=1 tune.pairs=1 seeds=2 workload.duration_s=60 "
+        "tune.eval.seeds=1 tune.space.max_num_seqs.high=256",
+        slow=True,
+    ),  # test_tune's CLI test tunes with two held-out workloads, one a group
     MULTIRUN: How("run", slow=True),  # 18 jobs; test_sweeps runs multiruns by default
-    f"servetune report {REPORT_DIR}":
-        How("run", setup="servetune simulate -m workload=poisson policy.max_num_seqs=32,64 "
-                         f"hydra.sweep.dir={REPORT_DIR}"),
+    f"servetune report {REPORT_DIR}": How(
+        "run",
+        setup="servetune simulate -m workload=poisson policy.max_num_seqs=32,64 "
+        f"hydra.sweep.dir={REPORT_DIR}",
+    ),
     f"servetune export {REPORT_DIR} --point workload.rate=10":  # test_export_cli runs it too
-        How("run", slow=True, setup="servetune simulate -m workload=poisson workload.duration_s=8 "
-                         f"policy.max_num_seqs=32,64 workload.rate=5,10 hydra.sweep.dir={REPORT_DIR}"),
+    How(
+        "run",
+        slow=True,
+        setup="servetune simulate -m workload=poisson workload.duration_s=8 "
+        f"policy.max_num_seqs=32,64 workload.rate=5,10 hydra.sweep.dir={REPORT_DIR}",
+    ),
     'pip install -e ".[joblib]"': How("install"),
     "servetune simulate -m hydra/launcher=joblib_local hydra.launcher.n_jobs=4 "
-    "policy.max_num_seqs=32,64,128 workload.rate_scale=0.5,1,2":
-        How("run", needs="hydra_plugins.hydra_joblib_launcher", slow=True),  # and test_sweeps
+    "policy.max_num_seqs=32,64,128 workload.rate_scale=0.5,1,2": How(
+        "run", needs="hydra_plugins.hydra_joblib_launcher", slow=True
+    ),  # and test_sweeps
     'pip install -e ".[optuna]"': How("install"),
-    "servetune simulate -m +experiment=optuna_policy hydra.sweeper.n_trials=40":
-        How("run", fast="hydra.sweeper.n_trials=3", needs="hydra_plugins.hydra_optuna_sweeper",
-            slow=True),  # test_sweeps runs the Optuna study by default
+    "servetune simulate -m +experiment=optuna_policy hydra.sweeper.n_trials=40": How(
+        "run",
+        fast="hydra.sweeper.n_trials=3",
+        needs="hydra_plugins.hydra_optuna_sweeper",
+        slow=True,
+    ),  # test_sweeps runs the Optuna study by default
     'pip install -e ".[ray]"': How("install"),
-    "servetune simulate -m hydra/launcher=ray_local policy.max_num_seqs=32,64,128":
-        How("run", needs="hydra_plugins.hydra_ray_launcher"),
-    "servetune simulate -m hydra/launcher=ray_local hydra.launcher.ray.init.address=auto ...":
-        How("cluster"),
+    "servetune simulate -m hydra/launcher=ray_local policy.max_num_seqs=32,64,128": How(
+        "run", needs="hydra_plugins.hydra_ray_launcher"
+    ),
+    "servetune simulate -m hydra/launcher=ray_local hydra.launcher.ray.init.address=auto ...": How(
+        "cluster"
+    ),
     'pip install -e ".[slurm]"': How("install"),
     "servetune simulate -m hydra/launcher=slurm hydra.launcher.partition=gpu "
     "compilation_cache.dir=/shared/jax_cache policy.max_num_seqs=32,64,128": How("cluster"),
@@ -127,14 +157,18 @@ COMMANDS: dict[str, How] = {
     "pip uninstall -y torchvision torchaudio torchcodec triton": How("install"),
     "OMP_NUM_THREADS=1 servetune golden": How("run", needs="vllm"),
     # slow: tests/golden replays every fixture in the default suite
-    "servetune golden --check": How("run", fast="--cases roomy_kv,small_budget", cwd="repo",
-                                    slow=True),
+    "servetune golden --check": How(
+        "run", fast="--cases roomy_kv,small_budget", cwd="repo", slow=True
+    ),
     "OMP_NUM_THREADS=1 servetune observe --duration-s 60 --max-model-len 8192 "
     "--out outputs/observe": How("run", needs="vllm", fast="--duration-s 20 --max-requests 8"),
-    "servetune calibrate path=outputs/observe/steps.csv form=linear":
-        How("run", needs="vllm", setup="OMP_NUM_THREADS=1 servetune observe --duration-s 20 "
-                                       "--max-requests 8 --max-model-len 8192 "
-                                       "--out outputs/observe"),
+    "servetune calibrate path=outputs/observe/steps.csv form=linear": How(
+        "run",
+        needs="vllm",
+        setup="OMP_NUM_THREADS=1 servetune observe --duration-s 20 "
+        "--max-requests 8 --max-model-len 8192 "
+        "--out outputs/observe",
+    ),
     "python -m pytest -q tests/fuzz/test_fuzz.py": How("suite"),
     "python -m pytest -q tests/properties/test_properties.py": How("suite"),
     "HYPOTHESIS_PROFILE=slow python -m pytest -q tests/properties/test_properties.py": How("suite"),
@@ -166,7 +200,8 @@ def test_every_readme_command_has_an_entry_and_every_entry_is_in_the_readme():
 
 def test_the_installs_name_extras_pyproject_defines():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
     for cmd, how in COMMANDS.items():
         if how.kind == "install" and cmd.startswith("pip install"):
             target = shlex.split(cmd)[-1]
@@ -174,8 +209,10 @@ def test_the_installs_name_extras_pyproject_defines():
             assert name, f"{cmd!r}: installs something other than this project"
             assert name.group(1) in (None, *extras), f"{cmd!r}: no extra {name.group(1)!r}"
     # the uninstall is the one the vllm extra's comment in pyproject asks for
-    assert "uninstall torchvision torchaudio torchcodec triton" in (
-        ROOT / "pyproject.toml").read_text()
+    assert (
+        "uninstall torchvision torchaudio torchcodec triton"
+        in (ROOT / "pyproject.toml").read_text()
+    )
 
 
 def test_the_suite_commands_name_what_exists():
@@ -196,11 +233,28 @@ def _run(cmd: str, how: How, tmp_path: Path, exact: bool) -> subprocess.Complete
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     line = cmd if exact or not how.fast else f"{cmd} {how.fast}"
     if how.setup:
-        first = subprocess.run(how.setup, check=False, shell=True, cwd=cwd, env=env, capture_output=True,
-                               text=True, timeout=900)
+        first = subprocess.run(
+            how.setup,
+            check=False,
+            shell=True,
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert first.returncode == 0, first.stderr[-3000:]
-    proc = subprocess.run(line, check=False, shell=True, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=1800, executable="/bin/bash")
+    proc = subprocess.run(
+        line,
+        check=False,
+        shell=True,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        executable="/bin/bash",
+    )
     assert proc.returncode == 0, f"{line}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     return proc
 
@@ -225,8 +279,9 @@ def _check(cmd: str, proc: subprocess.CompletedProcess, tmp_path: Path, exact: b
     if "servetune observe" in cmd:
         assert (tmp_path / "outputs" / "observe" / "steps.csv").is_file()
     words = cmd.split()
-    folder = tmp_path / (words[2] if len(words) > 2 and words[2].startswith("runs/")
-                         else REPORT_DIR)
+    folder = tmp_path / (
+        words[2] if len(words) > 2 and words[2].startswith("runs/") else REPORT_DIR
+    )
     if cmd.startswith("servetune report"):
         assert (folder / "report" / "report.html").is_file()
     if cmd.startswith("servetune export"):
@@ -245,8 +300,13 @@ def _id(cmd: str) -> str:
     return re.sub(r"^[A-Z_]+=\S+ ", "", cmd).split("=")[0][:40]
 
 
-@pytest.mark.parametrize("cmd", [pytest.param(c, id=_id(c), marks=[pytest.mark.slow]
-                                               if COMMANDS[c].slow else []) for c in RUNNABLE])
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        pytest.param(c, id=_id(c), marks=[pytest.mark.slow] if COMMANDS[c].slow else [])
+        for c in RUNNABLE
+    ],
+)
 def test_readme_command_runs(cmd, tmp_path):
     _check(cmd, _run(cmd, COMMANDS[cmd], tmp_path, exact=False), tmp_path, exact=False)
 
@@ -259,8 +319,14 @@ def test_readme_command_runs_as_written(cmd, tmp_path):
 
 def test_readme_python_snippet_runs(tmp_path):
     (snippet,) = _blocks("python")
-    proc = subprocess.run([sys.executable, "-c", snippet], check=False, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", snippet],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     goodput = float(proc.stdout.split()[0])
     assert goodput > 0

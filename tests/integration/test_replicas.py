@@ -1,4 +1,4 @@
-"""Seeded replicas of real traces (servetune/workload/replicas.py, `workload.replicas.*`): they differ
+"""Seeded replicas of real traces (workload/replicas.py, `workload.replicas.*`): they differ
 between seeds, keep the trace's arrival rate and length distributions within sampling error,
 are reproducible, and reach the scenario batch (seeds=N: N different scenarios)."""
 
@@ -47,8 +47,10 @@ def test_block_bootstrap_differs_per_seed_and_keeps_rate_and_lengths():
     assert stats.ks_2samp(pooled, SLICE.prompt).statistic < 0.02
     # a block keeps its burst: the gaps inside blocks are the trace's own gaps
     gaps = np.diff(reps[0].arrival)
-    assert stats.ks_2samp(gaps[gaps < 5], np.diff(SLICE.arrival)[np.diff(SLICE.arrival) < 5]
-                          ).pvalue > 1e-3
+    assert (
+        stats.ks_2samp(gaps[gaps < 5], np.diff(SLICE.arrival)[np.diff(SLICE.arrival) < 5]).pvalue
+        > 1e-3
+    )
 
 
 @pytest.mark.parametrize("rate", [0.5, 2.5])
@@ -86,8 +88,13 @@ def test_a_seed_gives_the_same_replica_every_time():
 
 
 def test_shifted_windows_are_slices_of_the_full_trace():
-    cfg = compose(["workload.duration_s=60", "workload.replicas.block_s=null",
-                   "workload.replicas.shift_s=1200"])
+    cfg = compose(
+        [
+            "workload.duration_s=60",
+            "workload.replicas.block_s=null",
+            "workload.replicas.shift_s=1200",
+        ]
+    )
     spec = ReplicaSpec(shift_s=1200.0)
     assert replicas.start_shift(spec, 0) == 0  # seed 0 is the slice as recorded
     for seed in (1, 2):
@@ -111,15 +118,18 @@ def test_seeds_are_different_scenarios_and_seed_0_is_the_recording():
     assert len({tuple(t.prompt) for t in plain.traces}) == 1  # a replay: one scenario
 
 
-@pytest.mark.parametrize("override, match", [
-    ("workload.replicas=5", r"^workload\.replicas: got 5; expected a mapping"),
-    ("workload.replicas.rate=0", r"^workload\.replicas\.rate: got 0; expected within"),
-    ("workload.replicas.block_s=0.001", r"^workload\.replicas\.block_s: got 0\.001; the slice"),
-    ("workload.replicas.shift_s=-1", r"^workload\.replicas\.shift_s: got -1; expected within"),
-    ("workload.replicas.lengths=1", r"^workload\.replicas\.lengths: got 1; expected true or"),
-    ("workload.replicas.rate=1e-6", r"^workload\.replicas\.rate: got 1e-06; seed 1's replica"),
-    ("workload.replicas.recorded_seed=-1", r"^workload\.replicas\.recorded_seed: got -1"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("workload.replicas=5", r"^workload\.replicas: got 5; expected a mapping"),
+        ("workload.replicas.rate=0", r"^workload\.replicas\.rate: got 0; expected within"),
+        ("workload.replicas.block_s=0.001", r"^workload\.replicas\.block_s: got 0\.001; the slice"),
+        ("workload.replicas.shift_s=-1", r"^workload\.replicas\.shift_s: got -1; expected within"),
+        ("workload.replicas.lengths=1", r"^workload\.replicas\.lengths: got 1; expected true or"),
+        ("workload.replicas.rate=1e-6", r"^workload\.replicas\.rate: got 1e-06; seed 1's replica"),
+        ("workload.replicas.recorded_seed=-1", r"^workload\.replicas\.recorded_seed: got -1"),
+    ],
+)
 def test_bad_replica_settings_name_their_key(override, match):
     with pytest.raises(ConfigError, match=match):
         build(compose(["workload.duration_s=600", "seed=1", override]))  # seed 0: as recorded
@@ -130,7 +140,19 @@ def test_a_shift_onto_an_empty_stretch_names_the_seed_and_key():
     # there is refused by name, not as a bare empty slice
     spec = ReplicaSpec(shift_s=1800.0)
     seed = next(s for s in range(1, 5000) if 725 <= replicas.start_shift(spec, s) <= 775)
-    with pytest.raises(ConfigError, match=rf"^workload\.replicas\.shift_s: seed {seed}'s replica "
-                                          r"starts its window .* holds no requests"):
-        build(compose(["workload=azure_code", "workload.duration_s=60", f"seed={seed}",
-                       "workload.replicas.block_s=null", "workload.replicas.shift_s=1800"]))
+    with pytest.raises(
+        ConfigError,
+        match=rf"^workload\.replicas\.shift_s: seed {seed}'s replica "
+        r"starts its window .* holds no requests",
+    ):
+        build(
+            compose(
+                [
+                    "workload=azure_code",
+                    "workload.duration_s=60",
+                    f"seed={seed}",
+                    "workload.replicas.block_s=null",
+                    "workload.replicas.shift_s=1800",
+                ]
+            )
+        )

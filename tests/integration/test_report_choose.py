@@ -55,38 +55,81 @@ TABLE = {  # (rate, max_num_seqs): (attainment, tokens per $, P99 TTFT s, P99 TP
 # requests of rate=5, max_num_seqs=32 (job 2: seed 0, job 3: seed 1): TTFT in s; the last two
 # of seed 0 are not counted (warm-up) and rejected: the CDF leaves them out
 TTFT = {2: [0.1, 0.2, 0.3], 3: [0.4]}
-TIMELINE = pd.DataFrame({  # job 2's timeline, two instances, written out of order
-    "t_s": [0.5, 0.0, 1.0, 0.0, 0.5, 1.0], "instance": [1, 0, 0, 1, 0, 1],
-    "queue_len": [3, 0, 2, 1, 5, 0], "running": [4, 1, 3, 2, 4, 1],
-    "batch_tokens": [512, 100, 300, 200, 700, 50], "kv_blocks": [40, 5, 30, 10, 60, 8],
-    "preemptions": [0, 0, 1, 0, 1, 0]})
+TIMELINE = pd.DataFrame(
+    {  # job 2's timeline, two instances, written out of order
+        "t_s": [0.5, 0.0, 1.0, 0.0, 0.5, 1.0],
+        "instance": [1, 0, 0, 1, 0, 1],
+        "queue_len": [3, 0, 2, 1, 5, 0],
+        "running": [4, 1, 3, 2, 4, 1],
+        "batch_tokens": [512, 100, 300, 200, 700, 50],
+        "kv_blocks": [40, 5, 30, 10, 60, 8],
+        "preemptions": [0, 0, 1, 0, 1, 0],
+    }
+)
 
 
 def _write_run(path, rate, mns, seed, job):
     att, tpd, ttft, tpot, good = TABLE[(rate, mns)]
     f = 1.0 + (0.001 if seed else -0.001)
     (path / ".hydra").mkdir(parents=True)
-    overrides = ["workload=poisson", f"workload.rate={rate}", f"policy.max_num_seqs={mns}",
-                 f"seed={seed}"]
+    overrides = [
+        "workload=poisson",
+        f"workload.rate={rate}",
+        f"policy.max_num_seqs={mns}",
+        f"seed={seed}",
+    ]
     (path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
-    (path / "config_resolved.yaml").write_text(yaml.safe_dump({
-        "workload": {"name": "poisson", "rate": rate}, "policy": {"max_num_seqs": mns},
-        "slo": {"ttft_s": 2.0, "tpot_s": 0.1, "e2e_s": None}, "seed": seed,
-        "tune": {"objective": {"slo_target": 0.99}}, "sweep": {"objective": "penalized"}}))
-    pd.DataFrame([{"seed": seed, "goodput_rps": good * f, "slo_attainment": att + (f - 1),
-                   "useful_tokens_per_dollar": tpd * f, "ttft_p99_s": ttft * f,
-                   "tpot_p99_s": tpot * f, "e2e_p99_s": ttft * f + 5.0, "window_s": 10.0}]
-                 ).to_csv(path / "metrics.csv", index=False)
+    (path / "config_resolved.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "workload": {"name": "poisson", "rate": rate},
+                "policy": {"max_num_seqs": mns},
+                "slo": {"ttft_s": 2.0, "tpot_s": 0.1, "e2e_s": None},
+                "seed": seed,
+                "tune": {"objective": {"slo_target": 0.99}},
+                "sweep": {"objective": "penalized"},
+            }
+        )
+    )
+    pd.DataFrame(
+        [
+            {
+                "seed": seed,
+                "goodput_rps": good * f,
+                "slo_attainment": att + (f - 1),
+                "useful_tokens_per_dollar": tpd * f,
+                "ttft_p99_s": ttft * f,
+                "tpot_p99_s": tpot * f,
+                "e2e_p99_s": ttft * f + 5.0,
+                "window_s": 10.0,
+            }
+        ]
+    ).to_csv(path / "metrics.csv", index=False)
     ttft_s = np.array(TTFT.get(job, [ttft * 0.5, ttft * 0.9, ttft]))
     n = len(ttft_s)
-    req = pd.DataFrame({"counted": np.ones(n, bool), "end_state": ["completed"] * n,
-                        "ttft_s": ttft_s, "tpot_s": np.full(n, tpot), "e2e_s": ttft_s + 5.0,
-                        "qualifies": ttft_s < 2.0, "scenario": np.zeros(n, int)})
+    req = pd.DataFrame(
+        {
+            "counted": np.ones(n, bool),
+            "end_state": ["completed"] * n,
+            "ttft_s": ttft_s,
+            "tpot_s": np.full(n, tpot),
+            "e2e_s": ttft_s + 5.0,
+            "qualifies": ttft_s < 2.0,
+            "scenario": np.zeros(n, int),
+        }
+    )
     if job == 2:
-        extra = pd.DataFrame({"counted": [False, True], "end_state": ["completed", "rejected"],
-                              "ttft_s": [0.05, np.nan], "tpot_s": [0.01, np.nan],
-                              "e2e_s": [1.0, np.nan], "qualifies": [False, False],
-                              "scenario": [0, 0]})
+        extra = pd.DataFrame(
+            {
+                "counted": [False, True],
+                "end_state": ["completed", "rejected"],
+                "ttft_s": [0.05, np.nan],
+                "tpot_s": [0.01, np.nan],
+                "e2e_s": [1.0, np.nan],
+                "qualifies": [False, False],
+                "scenario": [0, 0],
+            }
+        )
         req = pd.concat([req, extra], ignore_index=True)
         TIMELINE.to_parquet(path / "timeline.parquet")
     req.to_parquet(path / "requests.parquet")
@@ -99,8 +142,22 @@ def _sweep(root):
             for seed in (0, 1):
                 _write_run(root / str(job), rate, mns, seed, job)
                 job += 1
-    (root / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": [
-        "workload=poisson", "workload.rate=5,40", "policy.max_num_seqs=8,32,64", "seed=0,1"]}}}))
+    (root / "multirun.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "hydra": {
+                    "overrides": {
+                        "task": [
+                            "workload=poisson",
+                            "workload.rate=5,40",
+                            "policy.max_num_seqs=8,32,64",
+                            "seed=0,1",
+                        ]
+                    }
+                }
+            }
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -119,13 +176,27 @@ def made(tmp_path_factory):
 
 
 def test_conditions_and_settings_follow_the_rule():
-    keys = ["workload.rate", "policy.max_num_seqs", "hardware", "engine.n_instances",
-            "+policy.w_age", "grid.max_num_seqs", "policy", "model", "slo.ttft_s"]
+    keys = [
+        "workload.rate",
+        "policy.max_num_seqs",
+        "hardware",
+        "engine.n_instances",
+        "+policy.w_age",
+        "grid.max_num_seqs",
+        "policy",
+        "model",
+        "slo.ttft_s",
+    ]
     assert choose.split_keys(keys) == (
         ["workload.rate", "hardware", "engine.n_instances", "model", "slo.ttft_s"],
-        ["policy.max_num_seqs", "+policy.w_age", "grid.max_num_seqs", "policy"])
-    assert choose.split_keys(keys, ["engine.n_instances"])[0] == \
-        ["workload.rate", "hardware", "model", "slo.ttft_s"]
+        ["policy.max_num_seqs", "+policy.w_age", "grid.max_num_seqs", "policy"],
+    )
+    assert choose.split_keys(keys, ["engine.n_instances"])[0] == [
+        "workload.rate",
+        "hardware",
+        "model",
+        "slo.ttft_s",
+    ]
 
 
 def test_the_best_setting_is_chosen_within_each_condition_by_the_tuners_order(made):
@@ -135,19 +206,29 @@ def test_the_best_setting_is_chosen_within_each_condition_by_the_tuners_order(ma
     assert list(best.index) == ["workload.rate=5", "workload.rate=40"]
     five, forty = best.loc["workload.rate=5"], best.loc["workload.rate=40"]
     # rate 5: 8 and 32 meet 0.99; 32 has more tokens per $; 64 has the most but misses
-    assert (five["setting"], five["meets_target"], five["n_meeting"]) == \
-        ("max_num_seqs=32", True, 2)
+    assert (five["setting"], five["meets_target"], five["n_meeting"]) == (
+        "max_num_seqs=32",
+        True,
+        2,
+    )
     assert five["objective_value"] == pytest.approx(3000.0)
     assert five["run"] == "2" and five["slo_target"] == 0.99
-    assert five["why"].startswith("meets the SLO target (99.9% attainment >= 99%) with the "
-                                  "most useful tokens per dollar (3000) of the 2 of 3 settings "
-                                  "that do; runner-up max_num_seqs=8 (1000): ")
+    assert five["why"].startswith(
+        "meets the SLO target (99.9% attainment >= 99%) with the "
+        "most useful tokens per dollar (3000) of the 2 of 3 settings "
+        "that do; runner-up max_num_seqs=8 (1000): "
+    )
     # rate 40: none meets it; 64 comes closest (0.97), though 32 has more tokens per $
-    assert (forty["setting"], forty["meets_target"], forty["n_meeting"]) == \
-        ("max_num_seqs=64", False, 0)
-    assert forty["why"].startswith("no setting meets the SLO target (99%); this one comes "
-                                   "closest (97% attainment, useful tokens per dollar 1500); "
-                                   "runner-up max_num_seqs=32 (90% attainment): ")
+    assert (forty["setting"], forty["meets_target"], forty["n_meeting"]) == (
+        "max_num_seqs=64",
+        False,
+        0,
+    )
+    assert forty["why"].startswith(
+        "no setting meets the SLO target (99%); this one comes "
+        "closest (97% attainment, useful tokens per dollar 1500); "
+        "runner-up max_num_seqs=32 (90% attainment): "
+    )
     written = pd.read_csv(rep.out_dir / "best.csv")
     assert list(written["setting"]) == ["max_num_seqs=32", "max_num_seqs=64"]
 
@@ -192,9 +273,11 @@ def test_pareto_fronts_are_per_condition_and_drawn_with_labels_and_targets(made)
     on = sorted(points.loc[mask, "point"])
     # rate 5: 32 (0.8 s, 3000) dominates 8 (0.9 s, 1000); 64 (3.0 s, 5000) is on the front;
     # rate 40: 32 (10 s, 2000) dominates 8 (30 s, 800) and 64 (12 s, 1500)
-    assert on == ["workload.rate=40, policy.max_num_seqs=32",
-                  "workload.rate=5, policy.max_num_seqs=32",
-                  "workload.rate=5, policy.max_num_seqs=64"]
+    assert on == [
+        "workload.rate=40, policy.max_num_seqs=32",
+        "workload.rate=5, policy.max_num_seqs=32",
+        "workload.rate=5, policy.max_num_seqs=64",
+    ]
     ax = kept["fig_pareto.png"].axes[0]  # useful tokens per $ against P99 TTFT (ms)
     assert ax.get_xlabel() == "P99 TTFT (ms)" and ax.get_xscale() == "log"  # 800..30000 ms
     labels = sorted(t.get_text() for t in ax.texts if t.get_text().startswith("max_"))
@@ -203,8 +286,10 @@ def test_pareto_fronts_are_per_condition_and_drawn_with_labels_and_targets(made)
     assert kept["fig_pareto.png"].axes[1].get_xscale() == "linear"  # TPOT 15..100 ms
     fig = html_figures.pareto_figure(points, rep.conditions, rep.settings, rep.best)
     fronts = [t for t in fig.data if t.mode == "lines+markers+text" and t.xaxis == "x"]
-    assert [list(t.texttemplate) for t in fronts] == [["max_num_seqs=32", "max_num_seqs=64"],
-                                                      ["max_num_seqs=32"]]
+    assert [list(t.texttemplate) for t in fronts] == [
+        ["max_num_seqs=32", "max_num_seqs=64"],
+        ["max_num_seqs=32"],
+    ]
     assert [list(np.round(t.x, 6)) for t in fronts] == [[800.0, 3000.0], [10000.0]]
     targets = [list(t.x) for t in fig.data if t.name == "SLO targets"]
     assert targets == [[2000.0, 2000.0], [100.0, 100.0], [2000.0, 2000.0], [100.0, 100.0]]
@@ -233,8 +318,10 @@ def test_latency_cdfs_pool_the_seeds_counted_and_completed_in_ms(made):
     assert ax_ttft.get_xlabel() == "TTFT (ms)" and ax_ttft.get_xscale() == "log"  # 100..30000
     assert ax_tpot.get_xscale() == "linear"  # 15..100 ms: 0.8 decades
     legend = [t.get_text() for t in kept["fig_latency_cdf.png"].legends[0].get_texts()]
-    assert legend[:2] == ["workload.rate=5, policy.max_num_seqs=32 (n=4)",
-                          "workload.rate=40, policy.max_num_seqs=64 (n=6)"]  # best first
+    assert legend[:2] == [
+        "workload.rate=5, policy.max_num_seqs=32 (n=4)",
+        "workload.rate=40, policy.max_num_seqs=64 (n=6)",
+    ]  # best first
 
 
 def test_the_best_settings_run_timeline_is_drawn(made):
@@ -251,9 +338,17 @@ def test_the_best_settings_run_timeline_is_drawn(made):
 
 
 def test_binned_timeline_keeps_each_bins_maximum():
-    t = pd.DataFrame({"t_s": np.arange(100.0), "instance": 0, "queue_len": np.arange(100),
-                      "running": 1, "batch_tokens": 2, "kv_blocks": 3,
-                      "preemptions": np.arange(100) // 10})
+    t = pd.DataFrame(
+        {
+            "t_s": np.arange(100.0),
+            "instance": 0,
+            "queue_len": np.arange(100),
+            "running": 1,
+            "batch_tokens": 2,
+            "kv_blocks": 3,
+            "preemptions": np.arange(100) // 10,
+        }
+    )
     out, width = binned(t, max_bins=10)
     assert width == pytest.approx(9.9)
     assert list(out["queue_len"]) == [9, 19, 29, 39, 49, 59, 69, 79, 89, 99]
@@ -264,20 +359,36 @@ def test_binned_timeline_keeps_each_bins_maximum():
 
 def test_a_run_without_a_timeline_says_how_to_get_one(made, tmp_path, capsys):
     root, _, _ = made
-    assert report_main([str(root), "--out", str(tmp_path / "o"), "--bootstrap", "0",
-                        "--no-figures", "--timeline", "0"]) == 0
+    assert (
+        report_main(
+            [
+                str(root),
+                "--out",
+                str(tmp_path / "o"),
+                "--bootstrap",
+                "0",
+                "--no-figures",
+                "--timeline",
+                "0",
+            ]
+        )
+        == 0
+    )
     out = " ".join(capsys.readouterr().out.split())
-    assert (f"timeline: run 0 has no timeline.parquet. To see its queue, batch and KV blocks "
-            f"over time, simulate it again with output.timeline=true (same results, plus the "
-            f"timeline) and report again: servetune simulate workload=poisson "
-            f"workload.rate=5 policy.max_num_seqs=8 seed=0 output.timeline=true "
-            f"hydra.run.dir={root / '0'}") in out
+    assert (
+        f"timeline: run 0 has no timeline.parquet. To see its queue, batch and KV blocks "
+        f"over time, simulate it again with output.timeline=true (same results, plus the "
+        f"timeline) and report again: servetune simulate workload=poisson "
+        f"workload.rate=5 policy.max_num_seqs=8 seed=0 output.timeline=true "
+        f"hydra.run.dir={root / '0'}"
+    ) in out
     page = (tmp_path / "o" / "report.html").read_text()
     assert re.search(r"id='servetune-timeline-note'>run 0 has no timeline\.parquet", page)
     assert "id='fig-timeline'" not in page
     assert report_main([str(root), "--out", str(tmp_path / "p"), "--timeline", "nope"]) == 2
-    assert f"--timeline: got 'nope'; no such run under {root} (runs: 0, 1, 2" in \
-        " ".join(capsys.readouterr().err.split())
+    assert f"--timeline: got 'nope'; no such run under {root} (runs: 0, 1, 2" in " ".join(
+        capsys.readouterr().err.split()
+    )
 
 
 def test_a_damaged_timeline_is_a_note_not_a_failure(tmp_path):
@@ -286,7 +397,8 @@ def test_a_damaged_timeline_is_a_note_not_a_failure(tmp_path):
     rep = report(tmp_path, tmp_path / "out", n_boot=0, figures=False, html=False)
     assert rep.timeline.table is None and rep.timeline.note.startswith(
         f"{tmp_path / '2' / 'timeline.parquet'}: cannot read (no column kv_blocks; expected "
-        f"t_s, instance, queue_len")
+        f"t_s, instance, queue_len"
+    )
 
 
 def test_the_page_answers_which_setting_in_ms(made):
@@ -295,10 +407,15 @@ def test_the_page_answers_which_setting_in_ms(made):
     assert "<script src=" not in page
     for fid in ("fig-pareto", "fig-cdf", "fig-timeline", "fig-0", "fig-1"):
         assert f"class='servetune-figure' id='{fid}'" in page
-    rows = re.findall(r"<td>(workload\.rate=\d+)</td><td><b>(max_num_seqs=\d+)</b></td>"
-                      r"<td>(yes|no) \(0\.99\)</td>", page)
-    assert rows == [("workload.rate=5", "max_num_seqs=32", "yes"),
-                    ("workload.rate=40", "max_num_seqs=64", "no")]
+    rows = re.findall(
+        r"<td>(workload\.rate=\d+)</td><td><b>(max_num_seqs=\d+)</b></td>"
+        r"<td>(yes|no) \(0\.99\)</td>",
+        page,
+    )
+    assert rows == [
+        ("workload.rate=5", "max_num_seqs=32", "yes"),
+        ("workload.rate=40", "max_num_seqs=64", "no"),
+    ]
     assert "<b>SLO TTFT target</b>: 2000 ms" in page and "<th>P99 TTFT (ms)</th>" in page
     # the points table in ms: rate 40, max_num_seqs 8: 30 s +- 0.1% = 30000 +- 42 ms
     assert "<td>30000 ±42 [" in page
@@ -307,8 +424,7 @@ def test_the_page_answers_which_setting_in_ms(made):
 
 def test_units_and_log_axes():
     assert title("ttft_p99_s") == "P99 TTFT (ms)" and title("e2e_mean_s") == "mean E2E (ms)"
-    assert title("goodput_rps") == "goodput (req/s)" and title("slo_attainment") == \
-        "SLO attainment"
+    assert title("goodput_rps") == "goodput (req/s)" and title("slo_attainment") == "SLO attainment"
     assert shown(17.92, "ttft_p99_s") == "17920" and shown(0.01234, "tpot_p99_s") == "12.3"
     assert shown(4.2049, "goodput_rps", 4) == "4.205" and shown(4.2049, "goodput_rps") == "4.2"
     assert not log_scale([1.0, 31.0]) and log_scale([1.0, 32.0])  # 10**1.5 = 31.6
@@ -316,6 +432,7 @@ def test_units_and_log_axes():
 
 
 # --------------------------------------------------------------------------- no information
+
 
 def _replayed(root, values):
     """Runs of policies whose two seeds are identical (a replayed trace without replicas):
@@ -326,15 +443,35 @@ def _replayed(root, values):
             path = root / str(job)
             (path / ".hydra").mkdir(parents=True)
             (path / ".hydra" / "overrides.yaml").write_text(f"- policy={policy}\n- seed={seed}\n")
-            ttft = np.full(50, 0.5) if policy == "flat" else \
-                np.random.default_rng(7).exponential(0.5, 50)
-            pd.DataFrame({"counted": True, "end_state": "completed", "ttft_s": ttft,
-                          "tpot_s": 0.01, "e2e_s": ttft + 1, "qualifies": ttft < 2,
-                          "scenario": 0}).to_parquet(path / "requests.parquet")
-            pd.DataFrame([{"seed": seed, "useful_tokens_per_dollar": tpd, "window_s": 10.0,
-                           "slo_attainment": 1.0, "goodput_rps": 5.0,
-                           "ttft_p99_s": float(np.percentile(ttft, 99)), "tpot_p99_s": 0.01}]
-                         ).to_csv(path / "metrics.csv", index=False)
+            ttft = (
+                np.full(50, 0.5)
+                if policy == "flat"
+                else np.random.default_rng(7).exponential(0.5, 50)
+            )
+            pd.DataFrame(
+                {
+                    "counted": True,
+                    "end_state": "completed",
+                    "ttft_s": ttft,
+                    "tpot_s": 0.01,
+                    "e2e_s": ttft + 1,
+                    "qualifies": ttft < 2,
+                    "scenario": 0,
+                }
+            ).to_parquet(path / "requests.parquet")
+            pd.DataFrame(
+                [
+                    {
+                        "seed": seed,
+                        "useful_tokens_per_dollar": tpd,
+                        "window_s": 10.0,
+                        "slo_attainment": 1.0,
+                        "goodput_rps": 5.0,
+                        "ttft_p99_s": float(np.percentile(ttft, 99)),
+                        "tpot_p99_s": 0.01,
+                    }
+                ]
+            ).to_csv(path / "metrics.csv", index=False)
             job += 1
 
 
@@ -350,10 +487,14 @@ def test_identical_seeds_are_no_information_not_a_tight_interval(tmp_path):
     assert (row["best"], row["other"]) == ("policy=b", "policy=a")
     assert row["distinguishable"] is None and row["note"] == NO_INFO_SEEDS
     line = next(v for v in verdicts(comp) if v.startswith("useful tokens per $"))
-    assert line == ("useful tokens per $: best policy=b (1000003); no information to tell "
-                    "it from 1 point(s) (identical seeds or zero-width intervals)")
-    assert cell(points.iloc[0], "useful_tokens_per_dollar", True, 1.0, notes[0]) == \
-        "1000000 (no info: all seeds equal)"
+    assert line == (
+        "useful tokens per $: best policy=b (1000003); no information to tell "
+        "it from 1 point(s) (identical seeds or zero-width intervals)"
+    )
+    assert (
+        cell(points.iloc[0], "useful_tokens_per_dollar", True, 1.0, notes[0])
+        == "1000000 (no info: all seeds equal)"
+    )
     # the bootstrap interval of two identical seeds is one seed's, not narrower
     one = tmp_path / "one"
     _replayed(one, {"a": 1_000_000.0})
@@ -379,8 +520,15 @@ def test_a_zero_width_interval_is_no_information(tmp_path):
 
 
 def test_intervals_by_hand():
-    points = pd.DataFrame({"m_mean": [10.0, 10.0], "m_std": [1.0, 0.0], "n": [3, 3],
-                           "m_ci_lo": [9.5, 9.8], "m_ci_hi": [10.2, 10.1]})
+    points = pd.DataFrame(
+        {
+            "m_mean": [10.0, 10.0],
+            "m_std": [1.0, 0.0],
+            "n": [3, 3],
+            "m_ci_lo": [9.5, 9.8],
+            "m_ci_hi": [10.2, 10.1],
+        }
+    )
     lo, hi, notes = intervals(points, "m")
     assert list(lo) == [9.0, 9.8] and list(hi) == [11.0, 10.1] and notes == ["", ""]
 
@@ -396,9 +544,12 @@ def test_an_output_override_is_not_a_point_key(tmp_path):
 def test_a_setting_no_run_has_is_refused_naming_the_keys(made, tmp_path, key):
     """Issue 41: `report --setting` with a typo left the key a condition without a word."""
     root, _, _ = made
-    with pytest.raises(ReportError, match=rf"--setting {key}: no run under .* sets it; expected "
-                                          r"one of the keys the runs differ in: workload.rate, "
-                                          r"policy.max_num_seqs$"):
+    with pytest.raises(
+        ReportError,
+        match=rf"--setting {key}: no run under .* sets it; expected "
+        r"one of the keys the runs differ in: workload.rate, "
+        r"policy.max_num_seqs$",
+    ):
         report(root, tmp_path / "out", n_boot=0, figures=False, html=False, settings=[key])
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.csv"))
 

@@ -34,17 +34,30 @@ def _tied(conditions=(None,)) -> pd.DataFrame:
     reached), 32 lands within 0.5% of them (a different point, drawn on top of theirs)."""
     rows = []
     for rate in conditions:
-        for mns, ttft, tpot, tpd, good in ((8, 0.30, 0.010, 1000.0, 4.0),
-                                           (16, 0.45, 0.012, 2000.0, 4.5),
-                                           (32, 0.995, 0.0199, 2985.0, 4.78),
-                                           (64, 1.0, 0.020, 3000.0, 4.8),
-                                           (128, 1.0, 0.020, 3000.0, 4.8),
-                                           (256, 1.0, 0.020, 3000.0, 4.8)):
-            rows.append({"workload.rate": rate, SETTING: mns, "ttft_p99_s_mean": ttft,
-                         "tpot_p99_s_mean": tpot, "useful_tokens_per_dollar_mean": tpd,
-                         "goodput_rps_mean": good, "slo.ttft_s": 2.0, "slo.tpot_s": 0.1,
-                         "n": 2, "point": f"max_num_seqs={mns}" if rate is None else
-                         f"workload.rate={rate}, max_num_seqs={mns}"})
+        for mns, ttft, tpot, tpd, good in (
+            (8, 0.30, 0.010, 1000.0, 4.0),
+            (16, 0.45, 0.012, 2000.0, 4.5),
+            (32, 0.995, 0.0199, 2985.0, 4.78),
+            (64, 1.0, 0.020, 3000.0, 4.8),
+            (128, 1.0, 0.020, 3000.0, 4.8),
+            (256, 1.0, 0.020, 3000.0, 4.8),
+        ):
+            rows.append(
+                {
+                    "workload.rate": rate,
+                    SETTING: mns,
+                    "ttft_p99_s_mean": ttft,
+                    "tpot_p99_s_mean": tpot,
+                    "useful_tokens_per_dollar_mean": tpd,
+                    "goodput_rps_mean": good,
+                    "slo.ttft_s": 2.0,
+                    "slo.tpot_s": 0.1,
+                    "n": 2,
+                    "point": f"max_num_seqs={mns}"
+                    if rate is None
+                    else f"workload.rate={rate}, max_num_seqs={mns}",
+                }
+            )
     return pd.DataFrame(rows).drop(columns=[] if conditions != (None,) else ["workload.rate"])
 
 
@@ -60,16 +73,22 @@ def _text_box(t, renderer) -> tuple:
 
 # --------------------------------------------------------------------------- labels
 
+
 def test_points_tie_at_display_precision_and_their_settings_share_a_label():
-    assert tie_groups([1.0, 1.0004, 1.01, np.nan, np.nan], [5.0, 5.0, 5.0, 1.0, 1.0]) == \
-        [[0, 1], [2], [3], [4]]  # 3 significant digits; NaN ties with nothing
+    assert tie_groups([1.0, 1.0004, 1.01, np.nan, np.nan], [5.0, 5.0, 5.0, 1.0, 1.0]) == [
+        [0, 1],
+        [2],
+        [3],
+        [4],
+    ]  # 3 significant digits; NaN ties with nothing
     rows = pd.DataFrame({SETTING: [64, 128, 256], "policy.order": ["fcfs"] * 3})
     assert tied_label(rows, [SETTING]) == "max_num_seqs=64, 128, 256"
     assert tied_label(rows, ["policy.order", SETTING]) == "order=fcfs, max_num_seqs=64/128/256"
     rows["policy.order"] = ["fcfs", "priority", "fcfs"]
     assert tied_label(rows, ["policy.order", SETTING]) == (
         "order=fcfs, max_num_seqs=64; order=priority, max_num_seqs=128; "
-        "order=fcfs, max_num_seqs=256")
+        "order=fcfs, max_num_seqs=256"
+    )
     assert tied_label(rows.iloc[:1], [SETTING]) == "max_num_seqs=64"
 
 
@@ -83,8 +102,9 @@ def test_png_front_labels_group_ties_and_none_overprints_another(conditions, key
     for ax in fig.axes:
         texts = _setting_texts(ax)
         assert sorted(t.get_text() for t in texts) == sorted(
-            ["max_num_seqs=8", "max_num_seqs=16", "max_num_seqs=32",
-             "max_num_seqs=64, 128, 256"] * len(conditions))
+            ["max_num_seqs=8", "max_num_seqs=16", "max_num_seqs=32", "max_num_seqs=64, 128, 256"]
+            * len(conditions)
+        )
         boxes = [_text_box(t, renderer) for t in texts]
         for (i, a), (j, b) in itertools.combinations(enumerate(boxes), 2):
             shared = overlap(a, b)
@@ -95,11 +115,16 @@ def test_png_front_labels_group_ties_and_none_overprints_another(conditions, key
 def test_page_front_labels_group_ties_and_take_distinct_places(conditions, keys):
     fig = html_figures.pareto_figure(_tied(conditions), keys, [SETTING], BEST)
     fronts = [t for t in fig.data if t.mode == "lines+markers+text" and t.xaxis == "x"]
-    drawn = [(x, y, text, pos, t.name) for t in fronts
-             for x, y, text, pos in zip(t.x, t.y, t.texttemplate, t.textposition) if text]
+    drawn = [
+        (x, y, text, pos, t.name)
+        for t in fronts
+        for x, y, text, pos in zip(t.x, t.y, t.texttemplate, t.textposition, strict=True)
+        if text
+    ]
     assert sorted(d[2] for d in drawn) == sorted(
-        ["max_num_seqs=8", "max_num_seqs=16", "max_num_seqs=32",
-         "max_num_seqs=64, 128, 256"] * len(conditions))
+        ["max_num_seqs=8", "max_num_seqs=16", "max_num_seqs=32", "max_num_seqs=64, 128, 256"]
+        * len(conditions)
+    )
     assert all(pos in PLOTLY_POSITIONS.values() for *_, pos, _ in drawn)
     # no two labels at one spot: equal points (other conditions) and 32 beside the tie
     # (0.5% apart) take different places around their points
@@ -113,11 +138,17 @@ def test_a_crowded_front_keeps_every_png_label_apart_and_leaves_some_out_on_the_
     they are free; the page, whose text can only take six places, leaves out those with none
     (hover names them) rather than overprint."""
     k = np.arange(11)  # 0: far away, setting the scale; 1-10: 1% apart, all on the front
-    points = pd.DataFrame({SETTING: 10 + k, "point": [f"max_num_seqs={v}" for v in 10 + k],
-                           "ttft_p99_s_mean": np.where(k, 1.0 + 0.01 * k, 0.2),
-                           "tpot_p99_s_mean": np.where(k, 0.02 + 2e-4 * k, 0.01),
-                           "useful_tokens_per_dollar_mean": np.where(k, 3000.0 + 10 * k, 1e3),
-                           "goodput_rps_mean": np.where(k, 4.0 + 0.01 * k, 1.0), "n": 2})
+    points = pd.DataFrame(
+        {
+            SETTING: 10 + k,
+            "point": [f"max_num_seqs={v}" for v in 10 + k],
+            "ttft_p99_s_mean": np.where(k, 1.0 + 0.01 * k, 0.2),
+            "tpot_p99_s_mean": np.where(k, 0.02 + 2e-4 * k, 0.01),
+            "useful_tokens_per_dollar_mean": np.where(k, 3000.0 + 10 * k, 1e3),
+            "goodput_rps_mean": np.where(k, 4.0 + 0.01 * k, 1.0),
+            "n": 2,
+        }
+    )
     fig = figures.pareto_png(points, [], [SETTING], BEST)
     fig.canvas.draw()
     for ax in fig.axes:
@@ -125,16 +156,22 @@ def test_a_crowded_front_keeps_every_png_label_apart_and_leaves_some_out_on_the_
         assert len(boxes) == 11
         assert all(overlap(a, b) < 1.0 for a, b in itertools.combinations(boxes, 2))
         inside = ax.get_window_extent(fig.canvas.get_renderer())  # none leaves the axes
-        assert all(inside.x0 <= b[0] and b[2] <= inside.x1 + 1 and b[3] <= inside.y1 + 1
-                   for b in boxes)
+        assert all(
+            inside.x0 <= b[0] and b[2] <= inside.x1 + 1 and b[3] <= inside.y1 + 1 for b in boxes
+        )
     page = html_figures.pareto_figure(points, [], [SETTING], BEST)
     front = next(t for t in page.data if t.mode == "lines+markers+text" and t.xaxis == "x")
-    drawn = [(pos, text) for text, pos in zip(front.texttemplate, front.textposition) if text]
+    drawn = [
+        (pos, text)
+        for text, pos in zip(front.texttemplate, front.textposition, strict=True)
+        if text
+    ]
     assert 1 < len(drawn) < 11 and len(set(drawn)) == len(drawn)
     assert len(front.text) == 11  # every point keeps its hover
 
 
 # --------------------------------------------------------------------------- log ticks
+
 
 def test_log_ticks_are_1_2_5_steps_as_plain_numbers():
     assert steps_125(80, 30000) == [100, 200, 500, 1000, 2000, 5000, 10000, 20000]
@@ -142,11 +179,17 @@ def test_log_ticks_are_1_2_5_steps_as_plain_numbers():
     assert steps_125(1e-3, 1e9) == [1e-3, 1e-1, 10, 1e3, 1e5, 1e7, 1e9]  # too many: decades
     assert steps_125(300, 450) == [300, 400]  # under two 1-2-5 steps: 1-9 steps
     assert steps_125(0, 10) == [] and steps_125(1, np.inf) == []
-    assert [tick_text(v) for v in (1000.0, 20000.0, 0.05, 1e7)] == \
-        ["1000", "20000", "0.05", "10000000"]
+    assert [tick_text(v) for v in (1000.0, 20000.0, 0.05, 1e7)] == [
+        "1000",
+        "20000",
+        "0.05",
+        "10000000",
+    ]
     assert plotly_log_ticks([800.0, 30000.0, np.nan, 0.0]) == {
-        "tickmode": "array", "tickvals": [1000, 2000, 5000, 10000, 20000],
-        "ticktext": ["1000", "2000", "5000", "10000", "20000"]}
+        "tickmode": "array",
+        "tickvals": [1000, 2000, 5000, 10000, 20000],
+        "ticktext": ["1000", "2000", "5000", "10000", "20000"],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -164,8 +207,11 @@ def _cdfs(root, rep) -> dict:
 
 def _shown_labels(axis) -> list:
     lo, hi = sorted(axis.get_view_interval())
-    return [t.get_text() for t, v in zip(axis.get_majorticklabels(), axis.get_majorticklocs())
-            if lo <= v <= hi]
+    return [
+        t.get_text()
+        for t, v in zip(axis.get_majorticklabels(), axis.get_majorticklocs(), strict=True)
+        if lo <= v <= hi
+    ]
 
 
 def test_png_log_axes_tick_at_1_2_5_steps_with_plain_labels(made, monkeypatch):
@@ -177,10 +223,14 @@ def test_png_log_axes_tick_at_1_2_5_steps_with_plain_labels(made, monkeypatch):
     figures.draw_cdfs(rep.points, _cdfs(root, rep), rep.best, root)
     figures.draw(rep.points, rep.keys, root)
     per_key = kept["fig_policy.max_num_seqs.png"].axes[3]  # P99 TTFT over max_num_seqs
-    cases = [(fig.axes[0].xaxis, ["1000", "2000", "5000", "10000", "20000"]),  # 0.8-30 s
-             (kept["fig_latency_cdf.png"].axes[0].xaxis,
-              ["100", "200", "500", "1000", "2000", "5000", "10000", "20000"]),  # 0.1-30 s
-             (per_key.yaxis, ["500", "1000", "2000", "5000", "10000", "20000"])]  # with CIs
+    cases = [
+        (fig.axes[0].xaxis, ["1000", "2000", "5000", "10000", "20000"]),  # 0.8-30 s
+        (
+            kept["fig_latency_cdf.png"].axes[0].xaxis,
+            ["100", "200", "500", "1000", "2000", "5000", "10000", "20000"],
+        ),  # 0.1-30 s
+        (per_key.yaxis, ["500", "1000", "2000", "5000", "10000", "20000"]),
+    ]  # with CIs
     for f in (fig, kept["fig_latency_cdf.png"], kept["fig_policy.max_num_seqs.png"]):
         f.draw_without_rendering()
     for axis, want in cases:
@@ -198,28 +248,50 @@ def test_page_log_axes_tick_at_1_2_5_steps_and_the_buttons_keep_them(made):
     assert list(ax.ticktext) == [str(v) for v in want] and ax.exponentformat == "none"
     linear, log = fig.layout.updatemenus[0].buttons
     assert log.args[0]["xaxis.tickvals"] == want and log.args[0]["xaxis.type"] == "log"
-    assert linear.args[0]["xaxis.tickmode"] == "auto" and linear.args[0]["xaxis2.type"] == \
-        "linear"
+    assert linear.args[0]["xaxis.tickmode"] == "auto" and linear.args[0]["xaxis2.type"] == "linear"
     # TPOT (15-80 ms) starts linear; its log button still brings 1-2-5 ticks
     assert fig.layout.xaxis2.type is None and log.args[0]["xaxis2.tickvals"] == [20, 50, 100]
     cdf = html_figures.cdf_figure(rep.points, _cdfs(root, rep), rep.best)
-    assert cdf.layout.xaxis.type == "log" and list(cdf.layout.xaxis.ticktext) == \
-        ["100", "200", "500", "1000", "2000", "5000", "10000", "20000"]
+    assert cdf.layout.xaxis.type == "log" and list(cdf.layout.xaxis.ticktext) == [
+        "100",
+        "200",
+        "500",
+        "1000",
+        "2000",
+        "5000",
+        "10000",
+        "20000",
+    ]
     per_key = html.figure(rep.points, rep.keys, "policy.max_num_seqs")
     with_ci = [200, 500] + want  # the P99 TTFT panel's intervals and the P50s the buttons show
-    assert per_key.layout.yaxis4.type == "log" and list(per_key.layout.yaxis4.ticktext) == \
-        [str(v) for v in with_ci]
+    assert per_key.layout.yaxis4.type == "log" and list(per_key.layout.yaxis4.ticktext) == [
+        str(v) for v in with_ci
+    ]
     y_log = per_key.layout.updatemenus[1].buttons[1].args[0]
     assert y_log["yaxis4.tickvals"] == with_ci and y_log["yaxis4.type"] == "log"
 
 
 # --------------------------------------------------------------------------- timeline
 
+
 def _timeline(n=6, instances=(0, 1)) -> Timeline:
     t = np.arange(n) * 0.5
-    table = pd.concat([pd.DataFrame({"t_s": t, "instance": i, "queue_len": (np.arange(n) * 7
-                                     + i) % 5, "running": 4, "batch_tokens": 100,
-                                     "kv_blocks": 10, "preemptions": 0}) for i in instances])
+    table = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "t_s": t,
+                    "instance": i,
+                    "queue_len": (np.arange(n) * 7 + i) % 5,
+                    "running": 4,
+                    "batch_tokens": 100,
+                    "kv_blocks": 10,
+                    "preemptions": 0,
+                }
+            )
+            for i in instances
+        ]
+    )
     return Timeline(run="2", scenario=0, why="by hand", table=table.reset_index(drop=True))
 
 
@@ -234,13 +306,17 @@ def test_timeline_legends_name_each_instance_and_each_line_style():
     assert drawn["instance 1: waiting"] == ":" and drawn["instance 1: running"] == "-"
     page = html_figures.timeline_figure(_timeline())
     assert [t.name for t in page.data if t.showlegend is not False] == want
-    dashes = {(t.name, t.hovertemplate.split(":")[0]): t.line.dash for t in page.data
-              if t.xaxis == "x" and t.hovertemplate}
+    dashes = {
+        (t.name, t.hovertemplate.split(":")[0]): t.line.dash
+        for t in page.data
+        if t.xaxis == "x" and t.hovertemplate
+    }
     assert dashes[("instance 1", "instance 1 waiting")] == "dot"
     assert dashes[("instance 1", "instance 1 running")] == "solid"
     assert {t.line.dash for t in page.data if t.name == "waiting (dotted)"} == {"dot"}
-    assert {t.line.dash for t in page.data if t.showlegend and "instance" in t.name} == \
-        {"solid"}  # an instance's legend line is not mistaken for a waiting line
+    assert {t.line.dash for t in page.data if t.showlegend and "instance" in t.name} == {
+        "solid"
+    }  # an instance's legend line is not mistaken for a waiting line
 
 
 def test_a_long_timeline_is_decimated_on_the_page():
@@ -254,13 +330,18 @@ def test_a_long_timeline_is_decimated_on_the_page():
 
 # --------------------------------------------------------------------------- convergence
 
+
 def test_convergence_has_no_offset_axis_and_does_not_magnify_float_noise(tmp_path):
     """Before: the objective's axis read '+1.4265e1' and a 0.01% change filled it."""
-    history = pd.DataFrame({"scenarios_simulated": [8, 16, 24, 32],
-                            "center_objective": [14.2650, 14.2651, 14.2664, 14.2655],
-                            "best_objective": [14.2650, 14.2651, 14.2664, 14.2664],
-                            "center_slo_attainment": [0.995, 0.995, 0.996, 0.995],
-                            "best_slo_attainment": [0.995, 0.995, 0.996, 0.996]})
+    history = pd.DataFrame(
+        {
+            "scenarios_simulated": [8, 16, 24, 32],
+            "center_objective": [14.2650, 14.2651, 14.2664, 14.2655],
+            "best_objective": [14.2650, 14.2651, 14.2664, 14.2664],
+            "center_slo_attainment": [0.995, 0.995, 0.996, 0.995],
+            "best_slo_attainment": [0.995, 0.995, 0.996, 0.996],
+        }
+    )
     fig = convergence_figure(history, 0.99)
     fig.draw_without_rendering()
     top, bottom = fig.axes
@@ -279,36 +360,64 @@ def test_convergence_has_no_offset_axis_and_does_not_magnify_float_noise(tmp_pat
 
 # --------------------------------------------------------------------------- page size
 
+
 def _big_sweep(root, n_req=2000, n_samples=20_000):
     """24 runs (12 settings x 2 seeds) of n_req requests each; run 0 with a timeline of two
     instances x n_samples samples."""
     rng = np.random.default_rng(0)
-    for job, (mns, seed) in enumerate(itertools.product((1, 2, 4, 8, 16, 24, 32, 48, 64, 128,
-                                                         256, 512), (0, 1))):
+    for job, (mns, seed) in enumerate(
+        itertools.product((1, 2, 4, 8, 16, 24, 32, 48, 64, 128, 256, 512), (0, 1))
+    ):
         d = root / str(job)
         (d / ".hydra").mkdir(parents=True)
-        (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"{SETTING}={mns}",
-                                                                     f"seed={seed}"]))
+        (d / ".hydra" / "overrides.yaml").write_text(
+            yaml.safe_dump([f"{SETTING}={mns}", f"seed={seed}"])
+        )
         ttft = rng.lognormal(np.log(3.2 / mns + 0.1), 0.8, n_req)
         tpot = rng.lognormal(np.log(0.01 + 0.0002 * mns), 0.3, n_req)
-        req = pd.DataFrame({"counted": True, "end_state": "completed", "ttft_s": ttft,
-                            "tpot_s": tpot, "e2e_s": ttft + 200 * tpot, "qualifies": ttft < 2,
-                            "scenario": 0})
+        req = pd.DataFrame(
+            {
+                "counted": True,
+                "end_state": "completed",
+                "ttft_s": ttft,
+                "tpot_s": tpot,
+                "e2e_s": ttft + 200 * tpot,
+                "qualifies": ttft < 2,
+                "scenario": 0,
+            }
+        )
         req.to_parquet(d / "requests.parquet")
-        pd.DataFrame([{"seed": seed, "goodput_rps": req["qualifies"].sum() / 60.0,
-                       "slo_attainment": req["qualifies"].mean(), "window_s": 60.0,
-                       "ttft_p99_s": np.percentile(ttft, 99),
-                       "tpot_p99_s": np.percentile(tpot, 99),
-                       "e2e_p99_s": np.percentile(ttft + 200 * tpot, 99),
-                       "useful_tokens_per_dollar": 1e5 * req["qualifies"].mean()}]
-                     ).to_csv(d / "metrics.csv", index=False)
+        pd.DataFrame(
+            [
+                {
+                    "seed": seed,
+                    "goodput_rps": req["qualifies"].sum() / 60.0,
+                    "slo_attainment": req["qualifies"].mean(),
+                    "window_s": 60.0,
+                    "ttft_p99_s": np.percentile(ttft, 99),
+                    "tpot_p99_s": np.percentile(tpot, 99),
+                    "e2e_p99_s": np.percentile(ttft + 200 * tpot, 99),
+                    "useful_tokens_per_dollar": 1e5 * req["qualifies"].mean(),
+                }
+            ]
+        ).to_csv(d / "metrics.csv", index=False)
     t = np.sort(rng.uniform(0, 600, n_samples))
-    pd.concat([pd.DataFrame({"t_s": t, "instance": i, "queue_len": rng.integers(0, 300, n_samples),
-                             "running": rng.integers(0, 256, n_samples),
-                             "batch_tokens": rng.integers(0, 8192, n_samples),
-                             "kv_blocks": rng.integers(0, 20000, n_samples),
-                             "preemptions": np.cumsum(rng.integers(0, 2, n_samples))})
-               for i in (0, 1)]).to_parquet(root / "0" / "timeline.parquet")
+    pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "t_s": t,
+                    "instance": i,
+                    "queue_len": rng.integers(0, 300, n_samples),
+                    "running": rng.integers(0, 256, n_samples),
+                    "batch_tokens": rng.integers(0, 8192, n_samples),
+                    "kv_blocks": rng.integers(0, 20000, n_samples),
+                    "preemptions": np.cumsum(rng.integers(0, 2, n_samples)),
+                }
+            )
+            for i in (0, 1)
+        ]
+    ).to_parquet(root / "0" / "timeline.parquet")
 
 
 def test_a_24_run_page_is_the_plotly_bundle_plus_a_little(tmp_path):

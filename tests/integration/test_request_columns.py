@@ -46,18 +46,22 @@ def test_the_summary_says_why_requests_were_rejected(queued):
     from rich.console import Console
 
     from servetune.reporting.summary import summary
+
     _, metrics = queued
     buf = io.StringIO()
     summary(metrics, {}, console=Console(file=buf, width=200))
-    assert f"{metrics['n_rejected']} (queue_cap {metrics['n_rejected']}: policy.queue_cap full)" \
+    assert (
+        f"{metrics['n_rejected']} (queue_cap {metrics['n_rejected']}: policy.queue_cap full)"
         in buf.getvalue()
+    )
 
 
 def test_an_idle_engine_schedules_each_request_at_its_arrival_boundary():
     # one request at a time on an empty engine: admitted at the first iteration boundary at or
     # after its arrival, which is its arrival when the engine is idle
-    res = api.simulate(["workload=poisson", "workload.duration_s=20", "workload.rate=0.05",
-                        "window.drain_s=60"])
+    res = api.simulate(
+        ["workload=poisson", "workload.duration_s=20", "workload.rate=0.05", "window.drain_s=60"]
+    )
     table = res.requests[0]
     assert len(table) >= 1
     np.testing.assert_array_equal(table["scheduled_s"], table["arrival_s"])

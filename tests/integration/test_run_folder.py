@@ -32,8 +32,9 @@ def _set_is_whole(folder):
     return doc["state"] == "complete" and all((folder / f).is_file() for f in doc["files"])
 
 
-@pytest.mark.parametrize("command", [
-    ["simulate", *SIM], ["tune", *SIM, "tune.iterations=1"], ["simulate", "-m", *SIM]])
+@pytest.mark.parametrize(
+    "command", [["simulate", *SIM], ["tune", *SIM, "tune.iterations=1"], ["simulate", "-m", *SIM]]
+)
 def test_a_folder_a_live_run_holds_is_refused_naming_it(tmp_path, command):
     folder = tmp_path / "run"
     key = "hydra.sweep.dir" if "-m" in command else "hydra.run.dir"
@@ -63,16 +64,24 @@ def test_a_rerun_moves_the_earlier_outputs_aside_and_reports_read_one_run(tmp_pa
 
 
 # the set in the order simulate writes it (commands._write_outputs), then objective.json
-ORDER = ("config_resolved.yaml", "metrics.json", "vllm_bench.json", "metrics.csv",
-         "requests.parquet")
+ORDER = (
+    "config_resolved.yaml",
+    "metrics.json",
+    "vllm_bench.json",
+    "metrics.csv",
+    "requests.parquet",
+)
 
 
 @pytest.mark.slow  # each case runs simulate three times (about 25 s on 2 cores)
-@pytest.mark.parametrize("fails, extra", [
-    ("metrics.json", ["seeds=3", "output.save_detailed=false"]),  # three scenarios' metrics
-    ("vllm_bench.json", []),  # its per-request arrays
-    ("requests.parquet", ["output.save_detailed=false"]),
-])
+@pytest.mark.parametrize(
+    "fails, extra",
+    [
+        ("metrics.json", ["seeds=3", "output.save_detailed=false"]),  # three scenarios' metrics
+        ("vllm_bench.json", []),  # its per-request arrays
+        ("requests.parquet", ["output.save_detailed=false"]),
+    ],
+)
 def test_a_failed_write_publishes_no_part_of_the_set(tmp_path, fails, extra):
     """A file-size limit just below one file of the set (measured on the same run) makes that
     write fail, as a full disk would: the folder then holds the earlier run's set, moved aside
@@ -82,10 +91,13 @@ def test_a_failed_write_publishes_no_part_of_the_set(tmp_path, fails, extra):
     sizes = {p.name: p.stat().st_size for p in folder.rglob("*") if p.is_file()}
     limit_kib = (sizes[fails] - 64) // 1024
     limit = limit_kib * 1024
-    before = ORDER[:ORDER.index(fails)]
+    before = ORDER[: ORDER.index(fails)]
     assert all(sizes[name] < limit for name in before)  # the earlier files fit under it
-    assert all(size < limit for name, size in sizes.items() if name.endswith((".yaml", ".log"))
-               and name not in ORDER)  # so do Hydra's own files
+    assert all(
+        size < limit
+        for name, size in sizes.items()
+        if name.endswith((".yaml", ".log")) and name not in ORDER
+    )  # so do Hydra's own files
     proc = _cli("simulate", *SIM, *extra, f"hydra.run.dir={folder}", limit_kib=limit_kib)
     assert proc.returncode == 2 and f"{fails}: could not write it (" in proc.stderr
     assert "File too large" in proc.stderr
@@ -103,14 +115,25 @@ def test_readers_leave_out_a_run_that_stopped_while_publishing(tmp_path):
         run = tmp_path / name
         run.mkdir()
         pd.DataFrame({"seed": [0], "goodput_rps": [1.0], "slo_attainment": [1.0]}).to_csv(
-            run / "metrics.csv", index=False)
-    (tmp_path / "b" / run_folder.LOCK).write_text(json.dumps(
-        {"command": "servetune simulate", "pid": 999999999, "host": "h", "started": "t",
-         "state": "publishing", "files": ["metrics.csv", "metrics.json"]}))
+            run / "metrics.csv", index=False
+        )
+    (tmp_path / "b" / run_folder.LOCK).write_text(
+        json.dumps(
+            {
+                "command": "servetune simulate",
+                "pid": 999999999,
+                "host": "h",
+                "started": "t",
+                "state": "publishing",
+                "files": ["metrics.csv", "metrics.json"],
+            }
+        )
+    )
     col = collect(tmp_path)
     assert set(col.runs["run"]) == {"a"}
-    assert any("b: incomplete: its run (servetune simulate (pid 999999999" in m
-               for m in col.skipped)
+    assert any(
+        "b: incomplete: its run (servetune simulate (pid 999999999" in m for m in col.skipped
+    )
 
 
 def test_a_stale_lock_of_a_dead_run_is_taken_over(tmp_path):
@@ -150,10 +173,13 @@ def test_only_a_runs_own_entries_are_moved_aside(tmp_path):
     (tmp_path / "0" / ".hydra").mkdir(parents=True)  # a sweep's job folder
     moved = run_folder.claim(tmp_path, "servetune simulate", supersede=True)
     try:
-        assert sorted(p.name for p in moved.iterdir()) == [".hydra", "0", "cli.log",
-                                                           "metrics.json"]
+        assert sorted(p.name for p in moved.iterdir()) == [".hydra", "0", "cli.log", "metrics.json"]
         assert sorted(p.name for p in tmp_path.iterdir()) == [
-            run_folder.LOCK, "my_trace.csv", "notes", run_folder.SUPERSEDED]
+            run_folder.LOCK,
+            "my_trace.csv",
+            "notes",
+            run_folder.SUPERSEDED,
+        ]
     finally:
         run_folder.release(tmp_path)
 
@@ -176,16 +202,26 @@ def full_run_s(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("fraction", [0.1, 0.5, 0.8, 0.9, 0.95, 0.98, 1.0])
 def test_a_run_killed_at_any_point_leaves_a_folder_the_next_run_and_report_read(
-        tmp_path, full_run_s, fraction):
+    tmp_path, full_run_s, fraction
+):
     """SIGKILL at fractions of a run's wall time (start, simulation, writing, publishing):
     the folder then holds a complete set, or none a reader takes, and a rerun into it
     publishes its own."""
     import time
 
     folder = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "servetune.cli.main", "simulate", *KILLED,
-                             f"hydra.run.dir={folder}"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "servetune.cli.main",
+            "simulate",
+            *KILLED,
+            f"hydra.run.dir={folder}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(full_run_s * fraction)
     proc.kill()
     proc.wait()

@@ -15,10 +15,12 @@ from servetune.run.api import compose
 from servetune.tuning.estimators.pathwise_gradient import PointMap
 from servetune.tuning.space import Constraints, constraints_for, space_from_config
 
-WIDE = {"max_num_seqs": {"low": 8, "high": 1536, "scale": "log"},
-        "max_num_batched_tokens": {"low": 16, "high": 32768, "scale": "log"},
-        "max_num_active_seqs": {"low": 1, "high": 2048, "scale": "log"},
-        "long_prefill_token_threshold": {"low": 64, "high": 65536, "scale": "log"}}
+WIDE = {
+    "max_num_seqs": {"low": 8, "high": 1536, "scale": "log"},
+    "max_num_batched_tokens": {"low": 16, "high": 32768, "scale": "log"},
+    "max_num_active_seqs": {"low": 1, "high": 2048, "scale": "log"},
+    "long_prefill_token_threshold": {"low": 64, "high": 65536, "scale": "log"},
+}
 
 
 def _space(spec, **constraints):
@@ -43,10 +45,15 @@ def test_the_shipped_spaces_start_exactly_at_vllms_defaults(estimator):
 
 
 def test_a_knob_that_is_off_starts_at_the_top_of_its_range():
-    space = _space({"long_prefill_token_threshold": WIDE["long_prefill_token_threshold"],
-                    "max_num_queued_tokens": {"low": 4096, "high": 1 << 22, "scale": "log"}})
-    start = space.values(space.point({"long_prefill_token_threshold": 0.0,
-                                      "max_num_queued_tokens": math.inf}))
+    space = _space(
+        {
+            "long_prefill_token_threshold": WIDE["long_prefill_token_threshold"],
+            "max_num_queued_tokens": {"low": 4096, "high": 1 << 22, "scale": "log"},
+        }
+    )
+    start = space.values(
+        space.point({"long_prefill_token_threshold": 0.0, "max_num_queued_tokens": math.inf})
+    )
     for dim in space.dims:  # where a start at the range's top lands (just inside it)
         assert start[dim.key] == dim.value(dim.coordinate(dim.high)) > dim.high / 2
 
@@ -70,32 +77,51 @@ def test_every_point_passes_vllms_checks(chunked):
 
 def test_the_projection_leaves_feasible_points_alone_and_is_idempotent():
     space = _space(WIDE, max_model_len=4096, chunked_prefill=False)
-    raw = {d.key: d.value(z) for d, z in zip(space.dims, _random_points(space).T)}
+    raw = {d.key: d.value(z) for d, z in zip(space.dims, _random_points(space).T, strict=True)}
     once = space.constraints.apply(raw)
     twice = space.constraints.apply(once)
     for key in raw:
         np.testing.assert_array_equal(once[key], twice[key])
-        feasible = (raw["max_num_batched_tokens"] >= np.maximum(raw["max_num_seqs"], 4096)) & (
-            raw["max_num_active_seqs"] <= raw["max_num_seqs"]) & (
-            raw["long_prefill_token_threshold"] <= 4096)
+        feasible = (
+            (raw["max_num_batched_tokens"] >= np.maximum(raw["max_num_seqs"], 4096))
+            & (raw["max_num_active_seqs"] <= raw["max_num_seqs"])
+            & (raw["long_prefill_token_threshold"] <= 4096)
+        )
         np.testing.assert_array_equal(once[key][feasible], raw[key][feasible])
 
 
 def test_untuned_limits_bound_the_tuned_ones():
     # the budget fixed at 256: a tuned max_num_seqs stays at or below it
     seqs_only = {"max_num_seqs": WIDE["max_num_seqs"]}
-    space = dataclasses.replace(space_from_config(seqs_only), constraints=constraints_for(
-        {"max_num_seqs": 1024.0, "max_num_batched_tokens": 256.0,
-         "max_num_active_seqs": math.inf}, 8192, True))
+    space = dataclasses.replace(
+        space_from_config(seqs_only),
+        constraints=constraints_for(
+            {
+                "max_num_seqs": 1024.0,
+                "max_num_batched_tokens": 256.0,
+                "max_num_active_seqs": math.inf,
+            },
+            8192,
+            True,
+        ),
+    )
     assert space.values(_random_points(space))["max_num_seqs"].max() == 256
     # max_num_active_seqs fixed at 32: a tuned max_num_seqs stays at or above it
-    space = dataclasses.replace(space, constraints=constraints_for(
-        {"max_num_batched_tokens": 8192.0, "max_num_active_seqs": 32.0}, 8192, True))
+    space = dataclasses.replace(
+        space,
+        constraints=constraints_for(
+            {"max_num_batched_tokens": 8192.0, "max_num_active_seqs": 32.0}, 8192, True
+        ),
+    )
     assert space.values(_random_points(space))["max_num_seqs"].min() == 32
     # max_num_seqs fixed at 64: a tuned budget never goes below it
     budget_only = {"max_num_batched_tokens": WIDE["max_num_batched_tokens"]}
-    space = dataclasses.replace(space_from_config(budget_only), constraints=constraints_for(
-        {"max_num_seqs": 64.0, "max_num_batched_tokens": 8192.0}, 8192, True))
+    space = dataclasses.replace(
+        space_from_config(budget_only),
+        constraints=constraints_for(
+            {"max_num_seqs": 64.0, "max_num_batched_tokens": 8192.0}, 8192, True
+        ),
+    )
     assert space.values(_random_points(space))["max_num_batched_tokens"].min() == 64
 
 

@@ -29,9 +29,11 @@ from servetune.tuning.sensitivity import (
 )
 from servetune.tuning.space import space_from_config
 
-SPACE = {"max_num_seqs": {"low": 8, "high": 512, "scale": "log"},
-         "watermark": {"low": 0.0, "high": 0.1, "scale": "linear"},
-         "queue_cap": {"low": 8, "high": 4096, "scale": "log"}}
+SPACE = {
+    "max_num_seqs": {"low": 8, "high": 512, "scale": "log"},
+    "watermark": {"low": 0.0, "high": 0.1, "scale": "linear"},
+    "queue_cap": {"low": 8, "high": 4096, "scale": "log"},
+}
 TUNED = {"max_num_seqs": 100.7, "watermark": 0.04, "queue_cap": 300.0}
 SLOPES = np.array([0.9, 1.1, 0.7, 1.3])  # d log(tokens / USD) per e-fold of seqs, per scenario
 ATT_SLOPE = -2.0  # d attainment per unit of watermark, every scenario
@@ -48,9 +50,17 @@ class FakeEvaluator:
     def __call__(self, values):
         self.calls.append({k: np.asarray(v) for k, v in values.items()})
         seqs, wm = np.floor(values["max_num_seqs"]), values["watermark"]
-        return [[{"useful_tokens": math.exp(a * math.log(n)), "cost_usd": 1.0,
-                  "slo_attainment": 0.9 + ATT_SLOPE * w} for a in SLOPES]
-                for n, w in zip(seqs, wm)]
+        return [
+            [
+                {
+                    "useful_tokens": math.exp(a * math.log(n)),
+                    "cost_usd": 1.0,
+                    "slo_attainment": 0.9 + ATT_SLOPE * w,
+                }
+                for a in SLOPES
+            ]
+            for n, w in zip(seqs, wm, strict=True)
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -71,13 +81,17 @@ def test_the_derivatives_of_a_known_function_come_out_right(fake):
     assert seqs["per"] == "e-fold"
     assert math.isclose(seqs["d_log_tokens_per_usd"], SLOPES.mean(), rel_tol=1e-12)
     half = stats.t.ppf(0.975, 3) * SLOPES.std(ddof=1) / 2
-    assert math.isclose(seqs["d_log_tokens_per_usd_high"] - seqs["d_log_tokens_per_usd"], half,
-                        rel_tol=1e-9)
+    assert math.isclose(
+        seqs["d_log_tokens_per_usd_high"] - seqs["d_log_tokens_per_usd"], half, rel_tol=1e-9
+    )
     assert seqs["d_log_tokens_per_usd_low"] < 1.0 < seqs["d_log_tokens_per_usd_high"]
     # a linear knob, per unit: 5% of the range each side
     wm = table.loc["watermark"]
-    assert (wm["minus"], wm["plus"], wm["per"]) == (pytest.approx(0.035), pytest.approx(0.045),
-                                                    "unit")
+    assert (wm["minus"], wm["plus"], wm["per"]) == (
+        pytest.approx(0.035),
+        pytest.approx(0.045),
+        "unit",
+    )
     assert math.isclose(wm["d_attainment"], ATT_SLOPE, rel_tol=1e-9)
     assert wm["d_attainment_low"] == wm["d_attainment_high"] == wm["d_attainment"]
     assert "d_attainment: no information: the knob gave the same difference" in wm["note"]
@@ -103,8 +117,9 @@ def test_paired_differences_by_hand():
 
 
 def test_steps_stop_at_the_range_and_follow_vllms_checks():
-    space = space_from_config({**SPACE, "max_num_batched_tokens": {"low": 16, "high": 64,
-                                                                   "scale": "log"}})
+    space = space_from_config(
+        {**SPACE, "max_num_batched_tokens": {"low": 16, "high": 64, "scale": "log"}}
+    )
     values = {**TUNED, "watermark": 0.0, "max_num_batched_tokens": 40.0}
     found = probes(space, values)
     wm = next(p for p in found if p.key == "watermark")
@@ -121,18 +136,37 @@ def test_steps_stop_at_the_range_and_follow_vllms_checks():
 
 
 def test_the_views_are_written_without_a_scalar_knob(tmp_path):
-    history = pd.DataFrame({"iteration": [0], "center_objective": [1.0], "best_objective": [1.0],
-                            "center_slo_attainment": [1.0], "best_slo_attainment": [1.0]})
+    history = pd.DataFrame(
+        {
+            "iteration": [0],
+            "center_objective": [1.0],
+            "best_objective": [1.0],
+            "center_slo_attainment": [1.0],
+            "best_slo_attainment": [1.0],
+        }
+    )
     write_views(tmp_path, history, pd.DataFrame(columns=COLUMNS), 0.99, CAPTION)
-    assert {p.name for p in tmp_path.iterdir()} == {"sensitivity.csv", "history.png",
-                                                   "sensitivity.png", "tuning.html"}
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "sensitivity.csv",
+        "history.png",
+        "sensitivity.png",
+        "tuning.html",
+    }
 
 
 # an overloaded engine (as tests/integration/test_tune.py's): max_num_seqs binds, so its
 # derivative is not 0
-SMALL = ["workload=poisson", "workload.rate=35", "workload.duration_s=5", "tune.iterations=1",
-         "tune.pairs=1", "tune.eval.seeds=1", "seeds=2", "output.progress=false",
-         "tune.space.max_num_seqs.high=64"]
+SMALL = [
+    "workload=poisson",
+    "workload.rate=35",
+    "workload.duration_s=5",
+    "tune.iterations=1",
+    "tune.pairs=1",
+    "tune.eval.seeds=1",
+    "seeds=2",
+    "output.progress=false",
+    "tune.space.max_num_seqs.high=64",
+]
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +179,12 @@ def test_tune_writes_the_history_and_sensitivity_views(tuned):
     for name in ("sensitivity.csv", "history.png", "sensitivity.png", "tuning.html"):
         assert (tuned.out_dir / name).exists(), name
     table = pd.read_csv(tuned.out_dir / "sensitivity.csv")
-    assert list(table["knob"]) == ["max_num_seqs", "max_num_batched_tokens", "watermark",
-                                   "queue_cap"]
+    assert list(table["knob"]) == [
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "watermark",
+        "queue_cap",
+    ]
     assert (table["scenarios"] == 2).all()
     page = (tuned.out_dir / "tuning.html").read_text()
     assert "pathwise relaxation is not used" in page and "<script src=" not in page
@@ -165,16 +203,19 @@ def _log_tokens_per_usd(values: dict) -> np.ndarray:
     """log(useful tokens / USD) [seeds] of one policy, simulated through the public API one
     seed at a time (the tuner's CPU evaluator's shapes: its compiled program is reused)."""
     policy = [f"policy.{k}={float(v)!r}" for k, v in values.items()]
-    runs = [simulate(SMALL + policy + ["engine.max_slots=64", "seeds=1", f"seed={s}"])
-            for s in range(2)]
+    runs = [
+        simulate(SMALL + policy + ["engine.max_slots=64", "seeds=1", f"seed={s}"]) for s in range(2)
+    ]
     return np.array([Objective().value(r.metrics[0]) for r in runs])
 
 
 def test_a_derivative_matches_an_independent_finite_difference(tuned):
     row = pd.read_csv(tuned.out_dir / "sensitivity.csv").set_index("knob").loc["max_num_seqs"]
     assert row["d_log_tokens_per_usd"] != 0  # the knob binds here
-    tuned_knobs = {k: tuned.best[k] for k in ("max_num_seqs", "max_num_batched_tokens",
-                                              "watermark", "queue_cap")}
+    tuned_knobs = {
+        k: tuned.best[k]
+        for k in ("max_num_seqs", "max_num_batched_tokens", "watermark", "queue_cap")
+    }
     lo = _log_tokens_per_usd({**tuned_knobs, "max_num_seqs": row["minus"]})
     hi = _log_tokens_per_usd({**tuned_knobs, "max_num_seqs": row["plus"]})
     d = (hi - lo) / (math.log(row["plus"]) - math.log(row["minus"]))
@@ -186,8 +227,11 @@ def test_the_setting_turns_the_views_off_and_is_checked(tmp_path):
     assert (tmp_path / "convergence.png").exists()
     for name in ("sensitivity.csv", "history.png", "sensitivity.png", "tuning.html"):
         assert not (tmp_path / name).exists(), name
-    with pytest.raises(ConfigError, match=r"tune.eval.sensitivity: got 'yes'; expected true "
-                                          r"or false"):
+    with pytest.raises(
+        ConfigError,
+        match=r"tune.eval.sensitivity: got 'yes'; expected true "
+        r"or false",
+    ):
         tune(SMALL + ["tune.eval.sensitivity=yes"], out_dir=tmp_path / "bad")
 
 

@@ -34,14 +34,35 @@ def _case(n_s: int, n_p: int):
     from servetune.workload.traces import synthetic
 
     # starting at 4 entries of 16, so that sharded batches widen too (servetune/engine/width.py)
-    cfg = EngineConfig(max_slots=8, queue_window=8, block_size=4, max_model_len=512,
-                       cost_form="linear", outbox=32, leap_max=16, width=4)
-    traces = [synthetic(rate=r, n_requests=60, prompt={"dist": "lognormal", "mean": 60, "cv": 1},
-                        output={"dist": "lognormal", "mean": 30, "cv": 1, "max": 200}, seed=s)
-              for s, r in enumerate((2.0, 6.0, 4.0)[:n_s])]
-    grid = {"max_num_seqs": [2.0, 5.0, 8.0][:n_p], "max_num_batched_tokens": [32.0, 48.0, 512.0][:n_p]}
-    params = batched(linear_params(grid, base_s=0.02, per_prefill_token_s=1e-4,
-                                   per_decode_seq_s=1e-3, kv_blocks=200))
+    cfg = EngineConfig(
+        max_slots=8,
+        queue_window=8,
+        block_size=4,
+        max_model_len=512,
+        cost_form="linear",
+        outbox=32,
+        leap_max=16,
+        width=4,
+    )
+    traces = [
+        synthetic(
+            rate=r,
+            n_requests=60,
+            prompt={"dist": "lognormal", "mean": 60, "cv": 1},
+            output={"dist": "lognormal", "mean": 30, "cv": 1, "max": 200},
+            seed=s,
+        )
+        for s, r in enumerate((2.0, 6.0, 4.0)[:n_s])
+    ]
+    grid = {
+        "max_num_seqs": [2.0, 5.0, 8.0][:n_p],
+        "max_num_batched_tokens": [32.0, 48.0, 512.0][:n_p],
+    }
+    params = batched(
+        linear_params(
+            grid, base_s=0.02, per_prefill_token_s=1e-4, per_decode_seq_s=1e-3, kv_blocks=200
+        )
+    )
     wl = stack_workloads(traces, [t.output.astype(np.float64) for t in traces], 1e6)
     return traces, wl, params, cfg
 
@@ -102,14 +123,22 @@ def _env(**extra):
 def _with_this_process_flags(flags: str) -> str:
     """`flags` plus this process's XLA_FLAGS other than the device count: the compared runs
     must compile alike (conftest's backend optimization level changes float rounding)."""
-    own = [f for f in os.environ.get("XLA_FLAGS", "").split()
-           if not f.startswith("--xla_force_host_platform_device_count")]
+    own = [
+        f
+        for f in os.environ.get("XLA_FLAGS", "").split()
+        if not f.startswith("--xla_force_host_platform_device_count")
+    ]
     return " ".join([flags, *own])
 
 
 def _spawn(*args, env):
-    return subprocess.Popen([sys.executable, os.path.abspath(__file__), *map(str, args)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), *map(str, args)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(proc, timeout=300):
@@ -138,9 +167,11 @@ def _compare(n_s, n_p, other):
 @pytest.mark.slow  # ~25 s: a four-device process compiles the simulator again
 def test_sharded_over_four_devices_equals_one_device(tmp_path):
     out = tmp_path / "sharded.pkl"
-    proc = _spawn("devices", out,
-                  env=_env(XLA_FLAGS=_with_this_process_flags(
-                      "--xla_force_host_platform_device_count=4")))
+    proc = _spawn(
+        "devices",
+        out,
+        env=_env(XLA_FLAGS=_with_this_process_flags("--xla_force_host_platform_device_count=4")),
+    )
     for case in CASES:  # meanwhile, here on one device
         _one_device(*case)
     _finish(proc)
@@ -174,8 +205,12 @@ def main(argv: list[str]) -> None:
     import jax
 
     if argv[0] == "process":
-        jax.distributed.initialize(coordinator_address=f"localhost:{argv[2]}", num_processes=2,
-                                   process_id=int(argv[1]), initialization_timeout=60)
+        jax.distributed.initialize(
+            coordinator_address=f"localhost:{argv[2]}",
+            num_processes=2,
+            process_id=int(argv[1]),
+            initialization_timeout=60,
+        )
         cases = (MULTI_HOST_CASE,)
     else:
         cases = CASES

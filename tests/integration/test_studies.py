@@ -11,8 +11,14 @@ from omegaconf import OmegaConf
 from servetune.config import scenario
 from servetune.run import api
 
-STUDIES = ("kv_pressure", "speculation", "utilization_vs_value", "tuned_vs_default",
-           "disaggregation", "cascade")
+STUDIES = (
+    "kv_pressure",
+    "speculation",
+    "utilization_vs_value",
+    "tuned_vs_default",
+    "disaggregation",
+    "cascade",
+)
 
 
 def _params(name: str) -> dict:

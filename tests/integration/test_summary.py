@@ -29,14 +29,24 @@ class _Figures(dict):
 
 
 def _metrics(n: int = 3) -> dict:
-    return _Figures(n_requests=n, n_completed=n, n_rejected=0, n_outstanding=0, preemptions=0,
-                    iterations=10)
+    return _Figures(
+        n_requests=n, n_completed=n, n_rejected=0, n_outstanding=0, preemptions=0, iterations=10
+    )
 
 
 @pytest.fixture(scope="module")
 def labels():
-    return build(api.compose(BASE + ["policy.max_num_seqs=48", "hardware.price_per_gpu_hour=3.25",
-                                     "slo.ttft_s=1.5", "slo.tpot_s=0.05"])).labels
+    return build(
+        api.compose(
+            BASE
+            + [
+                "policy.max_num_seqs=48",
+                "hardware.price_per_gpu_hour=3.25",
+                "slo.ttft_s=1.5",
+                "slo.tpot_s=0.05",
+            ]
+        )
+    ).labels
 
 
 def test_the_header_names_hardware_price_policy_and_slos(labels):
@@ -62,9 +72,18 @@ def test_no_slo_is_said_as_such(labels):
 
 
 def test_a_long_batch_table_says_how_many_rows_it_left_out():
-    table = pd.DataFrame({"seed": range(25), "policy.max_num_seqs": 64.0, "goodput_rps": 1.0,
-                          "slo_attainment": 1.0, "ttft_p99_s": 0.1, "tpot_p99_s": 0.01,
-                          "useful_tokens_per_dollar": 1e5, "preemptions": 0})
+    table = pd.DataFrame(
+        {
+            "seed": range(25),
+            "policy.max_num_seqs": 64.0,
+            "goodput_rps": 1.0,
+            "slo_attainment": 1.0,
+            "ttft_p99_s": 0.1,
+            "tpot_p99_s": 0.01,
+            "useful_tokens_per_dollar": 1e5,
+            "preemptions": 0,
+        }
+    )
     text = _text(grid_summary, table)
     assert "first 20 of 25 scenarios; 5 left out here, all in metrics.csv" in text
     assert "left out" not in _text(grid_summary, table.head(20))

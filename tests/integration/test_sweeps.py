@@ -23,9 +23,14 @@ from servetune.reporting.callback import count_jobs
 from servetune.run import progress as progress_lib
 from servetune.tuning.sweeper import sweep_objective
 
-TINY = ["workload=poisson", "workload.duration_s=8", "window.drain_s=30",
-        "output.progress=false", "output.request_table=false",
-        "hydra.callbacks.servetune.progress_every_s=0"]
+TINY = [
+    "workload=poisson",
+    "workload.duration_s=8",
+    "window.drain_s=30",
+    "output.progress=false",
+    "output.request_table=false",
+    "hydra.callbacks.servetune.progress_every_s=0",
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +46,9 @@ def _servetune(*args, cache=None, timeout=600):
     env = dict(os.environ)
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     env.pop(progress_lib.PID_ENV, None)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
-                          env=env)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env
+    )
 
 
 def _jobs(root):
@@ -64,16 +70,27 @@ def test_optuna_sweep_end_to_end(tmp_path, cache):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     optuna = pytest.importorskip("optuna")
     root, db = tmp_path / "study", tmp_path / "study.db"
-    proc = _servetune("simulate", "-m", "+experiment=optuna_policy", *TINY,
-                      "workload.rate_scale=1", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
-                      "hydra.sweeper.sampler.n_startup_trials=2",
-                      f"hydra.sweeper.storage=sqlite:///{db}", f"hydra.sweep.dir={root}",
-                      cache=cache)
+    proc = _servetune(
+        "simulate",
+        "-m",
+        "+experiment=optuna_policy",
+        *TINY,
+        "workload.rate_scale=1",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.sampler.n_startup_trials=2",
+        f"hydra.sweeper.storage=sqlite:///{db}",
+        f"hydra.sweep.dir={root}",
+        cache=cache,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = yaml.safe_load((root / "optimization_results.yaml").read_text())
     assert result["name"] == "optuna"
-    assert set(result["best_params"]) == {"policy.max_num_seqs", "policy.max_num_batched_tokens",
-                                          "policy.watermark"}
+    assert set(result["best_params"]) == {
+        "policy.max_num_seqs",
+        "policy.max_num_batched_tokens",
+        "policy.watermark",
+    }
     jobs = _jobs(root)
     assert sorted(jobs) == [0, 1, 2, 3]
     objectives = {k: obj for k, (_, obj, _) in jobs.items()}
@@ -96,10 +113,15 @@ def test_optuna_sweep_end_to_end(tmp_path, cache):
     study = optuna.load_study(study_name="optuna_policy", storage=f"sqlite:///{db}")
     assert len(study.trials) == 4 and study.best_value == pytest.approx(result["best_value"])
     # the study's figure script draws these trials
-    script = os.path.join(os.path.dirname(__file__), "..", "..", "sweeps", "optuna_policy",
-                          "figure.py")
-    fig = subprocess.run([sys.executable, script, str(root), "--out", str(tmp_path / "f.png")],
-                         capture_output=True, text=True, check=False)
+    script = os.path.join(
+        os.path.dirname(__file__), "..", "..", "sweeps", "optuna_policy", "figure.py"
+    )
+    fig = subprocess.run(
+        [sys.executable, script, str(root), "--out", str(tmp_path / "f.png")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert fig.returncode == 0, fig.stderr[-2000:]
     assert (tmp_path / "f.png").stat().st_size > 10_000
     # the study's folder exports like any sweep (issue 40 item 1): the best trial's policy,
@@ -107,18 +129,19 @@ def test_optuna_sweep_end_to_end(tmp_path, cache):
     out = _servetune("export", str(root), "--out", str(tmp_path / "export"))
     assert out.returncode == 0, out.stderr[-2000:]
     args = json.loads((tmp_path / "export" / "vllm_args.json").read_text())["args"]
-    assert int(args["max_num_seqs"]) in {int(dict(o.split("=", 1) for o in ov
-                                                  if o.startswith("policy."))
-                                             ["policy.max_num_seqs"])
-                                         for ov, _, _ in jobs.values()}
+    assert int(args["max_num_seqs"]) in {
+        int(dict(o.split("=", 1) for o in ov if o.startswith("policy."))["policy.max_num_seqs"])
+        for ov, _, _ in jobs.values()
+    }
 
 
 def test_a_failed_job_does_not_stop_the_sweep_and_is_named_at_its_end(tmp_path, cache):
     """hardware.gpu=h900,h100: job 0's bad value is its own error (error.json, its message);
     job 1 still runs; the summary counts the failure and the sweep exits 2 naming job 0."""
     root = tmp_path / "mr"
-    proc = _servetune("simulate", "-m", *TINY, "hardware.gpu=h900,h100",
-                      f"hydra.sweep.dir={root}", cache=cache)
+    proc = _servetune(
+        "simulate", "-m", *TINY, "hardware.gpu=h900,h100", f"hydra.sweep.dir={root}", cache=cache
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     record = json.loads((root / "0" / "error.json").read_text())
     assert record["job"] == 0 and "hardware.gpu=h900" in record["overrides"]
@@ -138,12 +161,20 @@ def _bad_paths(tmp_path):
     return tmp_path / "missing.csv", binary
 
 
-@pytest.mark.parametrize("sweep, errors", [
-    (lambda tmp: ["workload=poisson", "hardware.gpu=h900,h901"],
-     ["hardware.gpu: unknown name 'h900'", "hardware.gpu: unknown name 'h901'"]),
-    (lambda tmp: ["workload.path={},{}".format(*_bad_paths(tmp))],
-     ["missing.csv: file not found", "binary.csv:2: not UTF-8 text"]),
-], ids=["unknown gpus", "missing and binary traces"])
+@pytest.mark.parametrize(
+    "sweep, errors",
+    [
+        (
+            lambda tmp: ["workload=poisson", "hardware.gpu=h900,h901"],
+            ["hardware.gpu: unknown name 'h900'", "hardware.gpu: unknown name 'h901'"],
+        ),
+        (
+            lambda tmp: ["workload.path={},{}".format(*_bad_paths(tmp))],
+            ["missing.csv: file not found", "binary.csv:2: not UTF-8 text"],
+        ),
+    ],
+    ids=["unknown gpus", "missing and binary traces"],
+)
 def test_every_failed_job_is_recorded_and_named_at_the_sweeps_end(tmp_path, sweep, errors):
     """Each job fails on its own (before simulating): its error.json holds its message, the
     sweep goes on to the next one, ends listing both, and exits 2 without a traceback."""
@@ -160,16 +191,23 @@ def test_every_failed_job_is_recorded_and_named_at_the_sweeps_end(tmp_path, swee
 
 
 @pytest.mark.slow  # ~12 s; the basic sweeper's failure path is in the default suite
-def test_an_optuna_trial_that_fails_is_the_worst_value_not_the_end_of_the_study(tmp_path,
-                                                                                 cache):
+def test_an_optuna_trial_that_fails_is_the_worst_value_not_the_end_of_the_study(tmp_path, cache):
     """Optuna refuses NaN; a failed trial returns -inf (the study maximizes), so the study
     goes on and its best trial is one that ran."""
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     root = tmp_path / "study"
-    proc = _servetune("simulate", "-m", "+experiment=optuna_policy", *TINY,
-                      "hardware.gpu=choice(h900,h100)", "hydra.sweeper.n_trials=4",
-                      "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler.n_startup_trials=2",
-                      f"hydra.sweep.dir={root}", cache=cache)
+    proc = _servetune(
+        "simulate",
+        "-m",
+        "+experiment=optuna_policy",
+        *TINY,
+        "hardware.gpu=choice(h900,h100)",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.sampler.n_startup_trials=2",
+        f"hydra.sweep.dir={root}",
+        cache=cache,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     failed = sorted(int(p.parent.name) for p in root.glob("*/error.json"))
     ran = sorted(int(p.parent.name) for p in root.glob("*/metrics.json"))
@@ -185,9 +223,17 @@ def test_joblib_launcher_runs_jobs_in_parallel_workers(tmp_path, cache):
     compiling (or loading) the simulator once."""
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     root = tmp_path / "mr"
-    proc = _servetune("simulate", "-m", "hydra/launcher=joblib_local", "hydra.launcher.n_jobs=2",
-                      *TINY, "policy.max_num_seqs=8,32", "seed=0,1", f"hydra.sweep.dir={root}",
-                      cache=cache)
+    proc = _servetune(
+        "simulate",
+        "-m",
+        "hydra/launcher=joblib_local",
+        "hydra.launcher.n_jobs=2",
+        *TINY,
+        "policy.max_num_seqs=8,32",
+        "seed=0,1",
+        f"hydra.sweep.dir={root}",
+        cache=cache,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "n_jobs=2,backend=loky" in proc.stdout + proc.stderr
     jobs = _jobs(root)
@@ -208,9 +254,16 @@ def test_ray_launcher_on_a_local_ray_instance(tmp_path, cache):
     pytest.importorskip("ray")
     pytest.importorskip("hydra_plugins.hydra_ray_launcher")
     root = tmp_path / "mr"
-    proc = _servetune("simulate", "-m", "hydra/launcher=ray_local",
-                      "hydra.launcher.ray.init.num_cpus=2", *TINY, "policy.max_num_seqs=8,32",
-                      f"hydra.sweep.dir={root}", cache=cache)
+    proc = _servetune(
+        "simulate",
+        "-m",
+        "hydra/launcher=ray_local",
+        "hydra.launcher.ray.init.num_cpus=2",
+        *TINY,
+        "policy.max_num_seqs=8,32",
+        f"hydra.sweep.dir={root}",
+        cache=cache,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Ray Launcher is launching 2 jobs" in proc.stdout + proc.stderr
     jobs = _jobs(root)
@@ -226,9 +279,16 @@ def test_submitit_launcher_locally(tmp_path, cache):
     hydra/launcher=slurm runs on a cluster, less the queue)."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     root = tmp_path / "mr"
-    proc = _servetune("simulate", "-m", "hydra/launcher=submitit_local",
-                      "hydra.launcher.timeout_min=10", *TINY, "policy.max_num_seqs=8,32",
-                      f"hydra.sweep.dir={root}", cache=cache)
+    proc = _servetune(
+        "simulate",
+        "-m",
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=10",
+        *TINY,
+        "policy.max_num_seqs=8,32",
+        f"hydra.sweep.dir={root}",
+        cache=cache,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = _jobs(root)
     assert sorted(jobs) == [0, 1]
@@ -237,19 +297,29 @@ def test_submitit_launcher_locally(tmp_path, cache):
 
 
 def _metrics(useful=1000.0, cost=0.01, att=1.0, goodput=2.0):
-    return {"useful_tokens": useful, "cost_usd": cost, "slo_attainment": att,
-            "goodput_rps": goodput, "by_class": {}}
+    return {
+        "useful_tokens": useful,
+        "cost_usd": cost,
+        "slo_attainment": att,
+        "goodput_rps": goodput,
+        "by_class": {},
+    }
 
 
 def test_sweep_objective():
-    cfg = OmegaConf.create({"sweep": {"objective": "penalized", "penalty": 100.0},
-                            "tune": {"objective": {"slo_target": 0.99, "aggregate": "mean"}}})
+    cfg = OmegaConf.create(
+        {
+            "sweep": {"objective": "penalized", "penalty": 100.0},
+            "tune": {"objective": {"slo_target": 0.99, "aggregate": "mean"}},
+        }
+    )
     assert sweep_objective(cfg, [_metrics()]) == pytest.approx(math.log(1e5))
     # 4 points of attainment short of 99%: 100 x 0.04 below log(useful tokens per dollar)
     assert sweep_objective(cfg, [_metrics(att=0.95)]) == pytest.approx(math.log(1e5) - 4.0)
     # seeds averaged
-    assert sweep_objective(cfg, [_metrics(), _metrics(useful=4000.0)]) == \
-        pytest.approx((math.log(1e5) + math.log(4e5)) / 2)
+    assert sweep_objective(cfg, [_metrics(), _metrics(useful=4000.0)]) == pytest.approx(
+        (math.log(1e5) + math.log(4e5)) / 2
+    )
     cfg.sweep.objective = "goodput_rps"
     assert sweep_objective(cfg, [_metrics(goodput=1.0), _metrics(goodput=3.0)]) == 2.0
     cfg.sweep.objective = "by_class"
@@ -265,24 +335,38 @@ def test_sweep_objective():
 
 def test_count_jobs():
     basic = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-    cfg = OmegaConf.create({"hydra": {
-        "sweeper": {"_target_": basic, "params": {"engine": "vllm,static", "seed": "0,1"}},
-        "overrides": {"task": ["policy.max_num_seqs=8,16,32", "seed=range(0,4)", "seeds=2"]}}})
+    cfg = OmegaConf.create(
+        {
+            "hydra": {
+                "sweeper": {"_target_": basic, "params": {"engine": "vllm,static", "seed": "0,1"}},
+                "overrides": {
+                    "task": ["policy.max_num_seqs=8,16,32", "seed=range(0,4)", "seeds=2"]
+                },
+            }
+        }
+    )
     assert count_jobs(cfg) == 2 * 3 * 4  # the command line's seed=range(0,4) wins
     cfg.hydra.overrides.task = []
     assert count_jobs(cfg) == 4
     optuna = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
-    assert count_jobs(OmegaConf.create({"hydra": {"sweeper": {"_target_": optuna,
-                                                               "n_trials": 7}}})) == 7
+    assert (
+        count_jobs(OmegaConf.create({"hydra": {"sweeper": {"_target_": optuna, "n_trials": 7}}}))
+        == 7
+    )
     assert count_jobs(OmegaConf.create({"hydra": {"sweeper": {"_target_": "x.Other"}}})) is None
 
 
 def test_sweep_progress_plain_lines(tmp_path):
     """Not a terminal: a line when a job ends, at most every `every_s`, and one at the last."""
     out = io.StringIO()
-    bar = progress_lib.SweepProgress(tmp_path, 3, "done.json", every_s=3600,
-                                     console=Console(file=out, force_terminal=False),
-                                     poll_s=3600).start()
+    bar = progress_lib.SweepProgress(
+        tmp_path,
+        3,
+        "done.json",
+        every_s=3600,
+        console=Console(file=out, force_terminal=False),
+        poll_s=3600,
+    ).start()
     try:
         assert os.environ[progress_lib.PID_ENV] == str(os.getpid())
         for k in range(3):
@@ -305,9 +389,13 @@ def test_sweep_progress_live_bar_hosts_the_simulation_bar(tmp_path, monkeypatch)
     """On a terminal the sweep draws a live bar; a simulation in the same process becomes a
     line under it; a parallel launcher's worker draws nothing of its own."""
     out = io.StringIO()
-    bar = progress_lib.SweepProgress(tmp_path, 2, "done.json", poll_s=3600,
-                                     console=Console(file=out, force_terminal=True,
-                                                     width=100)).start()
+    bar = progress_lib.SweepProgress(
+        tmp_path,
+        2,
+        "done.json",
+        poll_s=3600,
+        console=Console(file=out, force_terminal=True, width=100),
+    ).start()
     try:
         assert progress_lib._LIVE is not None
         with progress_lib.simulation_progress(True) as cb:

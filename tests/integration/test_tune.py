@@ -17,12 +17,22 @@ from servetune.tuning.estimators import es
 from servetune.tuning.objective import Objective
 from servetune.tuning.space import space_from_config
 
-SPACE = {"max_num_seqs": {"low": 8, "high": 512, "scale": "log"},
-         "watermark": {"low": 0.0, "high": 0.1, "scale": "linear"}}
+SPACE = {
+    "max_num_seqs": {"low": 8, "high": 512, "scale": "log"},
+    "watermark": {"low": 0.0, "high": 0.1, "scale": "linear"},
+}
 # an overloaded engine: the defaults miss the SLOs, so the policy matters
-SMALL = ["workload=poisson", "workload.rate=35", "workload.duration_s=20", "window.drain_s=60",
-         "output.progress=false", "tune.pairs=2", "tune.eval.seeds=1", "tune.resume=true",
-         "tune.space.max_num_seqs.high=256"]
+SMALL = [
+    "workload=poisson",
+    "workload.rate=35",
+    "workload.duration_s=20",
+    "window.drain_s=60",
+    "output.progress=false",
+    "tune.pairs=2",
+    "tune.eval.seeds=1",
+    "tune.resume=true",
+    "tune.space.max_num_seqs.high=256",
+]
 
 
 def test_space_maps_values_both_ways_and_validates():
@@ -67,10 +77,20 @@ def test_centered_ranks_and_perturbations_are_deterministic():
 
 def test_objective_violation_and_cvar():
     obj = Objective(slo_target=0.9, aggregate="cvar", cvar_alpha=0.5)
-    ms = [{"useful_tokens": math.e ** 3, "cost_usd": 1.0, "slo_attainment": 0.8,
-           "useful_tokens_per_dollar": 1.0},
-          {"useful_tokens": math.e ** 5, "cost_usd": 1.0, "slo_attainment": 1.0,
-           "useful_tokens_per_dollar": 1.0}]
+    ms = [
+        {
+            "useful_tokens": math.e**3,
+            "cost_usd": 1.0,
+            "slo_attainment": 0.8,
+            "useful_tokens_per_dollar": 1.0,
+        },
+        {
+            "useful_tokens": math.e**5,
+            "cost_usd": 1.0,
+            "slo_attainment": 1.0,
+            "useful_tokens_per_dollar": 1.0,
+        },
+    ]
     s = obj.summarize(ms, multiplier=10.0)
     assert math.isclose(s["objective"], 3.0)  # worst half
     assert math.isclose(s["violation"], 0.05)  # (0.1 + 0) / 2
@@ -87,13 +107,21 @@ def straight(tmp_path_factory):
 def test_tuning_improves_the_constrained_objective(straight):
     ev = straight.evaluation.set_index(["policy", "split"])
     lam = 20.0
-    score = lambda p: (ev.loc[(p, "train"), "objective"]
-                       - lam * max(0.0, 0.99 - ev.loc[(p, "train"), "slo_attainment"]))
+    score = lambda p: (
+        ev.loc[(p, "train"), "objective"]
+        - lam * max(0.0, 0.99 - ev.loc[(p, "train"), "slo_attainment"])
+    )
     assert score("tuned") > score("start")
     assert straight.scenarios_simulated == 3 * 5
     assert set(ev.index.get_level_values("split")) == {"train", "heldout_seeds"}
-    for name in ("history.csv", "evaluation.csv", "convergence.png", "checkpoint.json",
-                 "export/tuned_policy.yaml", "export/vllm_args.json"):
+    for name in (
+        "history.csv",
+        "evaluation.csv",
+        "convergence.png",
+        "checkpoint.json",
+        "export/tuned_policy.yaml",
+        "export/vllm_args.json",
+    ):
         assert (straight.out_dir / name).exists(), name
 
 
@@ -106,17 +134,22 @@ def test_interrupted_run_resumes_to_the_same_result(straight, tmp_path):
     resumed = tune(SMALL + ["tune.iterations=3"], out_dir=tmp_path, log=lines.append)
     assert any("resuming" in line for line in lines)
     # the first line says what the run simulates and about how long it takes here (estimate.py)
-    assert lines[0].startswith("tuning max_num_seqs, max_num_batched_tokens, watermark, "
-                               "queue_cap: 3 iteration(s) x 5 policies x 1 scenario(s) = 15 "
-                               "simulations of ")
+    assert lines[0].startswith(
+        "tuning max_num_seqs, max_num_batched_tokens, watermark, "
+        "queue_cap: 3 iteration(s) x 5 policies x 1 scenario(s) = 15 "
+        "simulations of "
+    )
     assert "on this machine" in lines[0]
     pd.testing.assert_frame_equal(resumed.history, straight.history)
     assert resumed.best == straight.best
 
 
 def test_resuming_under_a_different_problem_is_refused(straight):
-    with pytest.raises(CheckpointError, match=r"checkpoint.json: written by a run with a "
-                       r"different scenario or tune settings \(tune.sigma: 1.5 -> 0.1\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"checkpoint.json: written by a run with a "
+        r"different scenario or tune settings \(tune.sigma: 1.5 -> 0.1\)",
+    ):
         tune(SMALL + ["tune.iterations=3", "tune.sigma=0.1"], out_dir=straight.out_dir)
     # another optimizer's state does not fit this one's: named, not a pytree error
     with pytest.raises(CheckpointError, match=r'tune.optimizer: "adam" -> "sgd"'):
@@ -124,24 +157,35 @@ def test_resuming_under_a_different_problem_is_refused(straight):
 
 
 def test_tuning_over_several_workloads_aggregates_them(tmp_path):
-    two = ["tune.workloads=[[],['workload.rate=20']]", "tune.objective.aggregate=cvar",
-           "tune.objective.cvar_alpha=0.5", "tune.iterations=1", "tune.eval.seeds=0"]
+    two = [
+        "tune.workloads=[[],['workload.rate=20']]",
+        "tune.objective.aggregate=cvar",
+        "tune.objective.cvar_alpha=0.5",
+        "tune.iterations=1",
+        "tune.eval.seeds=0",
+    ]
     res = tune(SMALL + two, out_dir=tmp_path, log=lambda _: None)
     assert res.scenarios_simulated == 2 * 5  # each policy on both workloads
     ev = res.evaluation.set_index(["policy", "split"])
     assert {"train[0]", "train[1]"} <= set(ev.index.get_level_values("split"))
     # CVaR at alpha 0.5 over two workloads is the worse one: the heavier load scores lower
-    worst = min(ev.loc[("tuned", "train[0]"), "objective"], ev.loc[("tuned", "train[1]"), "objective"])
-    assert res.best_summary["objective"] <= max(ev.loc[("tuned", "train[0]"), "objective"],
-                                                ev.loc[("tuned", "train[1]"), "objective"])
+    worst = min(
+        ev.loc[("tuned", "train[0]"), "objective"], ev.loc[("tuned", "train[1]"), "objective"]
+    )
+    assert res.best_summary["objective"] <= max(
+        ev.loc[("tuned", "train[0]"), "objective"], ev.loc[("tuned", "train[1]"), "objective"]
+    )
     assert math.isclose(res.best_summary["objective"], worst, rel_tol=1e-12)
 
 
 def test_the_tuner_searches_only_settings_vllm_accepts(tmp_path):
     # a token-budget range below most of the sequence range: vLLM's budget >= sequences check
     # binds at almost every point, and the search projects onto it
-    low_budget = ["tune.space.max_num_batched_tokens={low: 8, high: 64, scale: log}",
-                  "tune.iterations=1", "tune.eval.seeds=0"]
+    low_budget = [
+        "tune.space.max_num_batched_tokens={low: 8, high: 64, scale: log}",
+        "tune.iterations=1",
+        "tune.eval.seeds=0",
+    ]
     res = tune(SMALL + low_budget, out_dir=tmp_path, log=lambda _: None)
     h = res.history
     assert (h["policy.max_num_batched_tokens"] >= h["policy.max_num_seqs"]).all()
@@ -151,8 +195,10 @@ def test_the_tuner_searches_only_settings_vllm_accepts(tmp_path):
     assert doc["args"]["max_num_batched_tokens"] >= doc["args"]["max_num_seqs"]
     # the budget vLLM needs lies above the configured range: exported, and said (issue 41)
     (warning,) = doc["warnings"]
-    assert warning.startswith(f"max_num_batched_tokens = {doc['args']['max_num_batched_tokens']}"
-                              f" is outside its tuned range [8, 64]")
+    assert warning.startswith(
+        f"max_num_batched_tokens = {doc['args']['max_num_batched_tokens']}"
+        f" is outside its tuned range [8, 64]"
+    )
     assert "vLLM's startup check" in warning
 
 
@@ -170,6 +216,7 @@ def test_bad_tune_settings_name_the_key(tmp_path):
 
 def _strict_json(path):
     """The JSON document in `path`, parsed strictly: a bare NaN or Infinity fails the test."""
+
     def refuse(name):
         pytest.fail(f"{path}: bare {name} (not strict JSON)")
 
@@ -178,13 +225,30 @@ def _strict_json(path):
 
 def test_cli_tune_writes_exports(tmp_path):
     # two held-out workloads: another rate, and another group's workload (gamma arrivals)
-    holdout = ("tune.eval.holdout=[['workload.rate=20'],['workload=gamma','workload.rate=35',"
-               "'workload.duration_s=20']]")
-    args = [sys.executable, "-m", "servetune.cli.main", "tune", *SMALL, "tune.iterations=1",
-            "tune.eval.seeds=0", holdout, "tune.export_on_regression=true",
-            f"hydra.run.dir={tmp_path}"]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False,
-                          env={**os.environ, "COLUMNS": "160"})
+    holdout = (
+        "tune.eval.holdout=[['workload.rate=20'],['workload=gamma','workload.rate=35',"
+        "'workload.duration_s=20']]"
+    )
+    args = [
+        sys.executable,
+        "-m",
+        "servetune.cli.main",
+        "tune",
+        *SMALL,
+        "tune.iterations=1",
+        "tune.eval.seeds=0",
+        holdout,
+        "tune.export_on_regression=true",
+        f"hydra.run.dir={tmp_path}",
+    ]
+    proc = subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "COLUMNS": "160"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "start vs tuned" in proc.stdout and "holdout_workload[1]" in proc.stdout
     assert (tmp_path / "export" / "sglang_args.json").exists()
@@ -193,7 +257,10 @@ def test_cli_tune_writes_exports(tmp_path):
     # train and held-out figures side by side in the summary and the export
     summary = _strict_json(tmp_path / "tune_summary.json")["evaluation"]
     assert [(r["split"], r["held_out"]) for r in summary] == [
-        ("train", False), ("holdout_workload[0]", True), ("holdout_workload[1]", True)]
+        ("train", False),
+        ("holdout_workload[0]", True),
+        ("holdout_workload[1]", True),
+    ]
     for record in summary:
         assert set(record["slo_attainment"]) == {"start", "tuned", "tuned_interval"}
     extra = _strict_json(tmp_path / "export" / "vllm_args.json")["extra"]
@@ -203,9 +270,17 @@ def test_cli_tune_writes_exports(tmp_path):
     assert ("regression: the tuned policy is worse" in proc.stdout) == bool(regressed)
 
 
-FREE = ["workload=poisson", "workload.rate=35", "workload.duration_s=5", "window.drain_s=0.01",
-        "output.progress=false", "tune.eval.seeds=1", "tune.pairs=1",
-        "tune.space.max_num_seqs.high=64", "hardware.price_per_gpu_hour=0"]
+FREE = [
+    "workload=poisson",
+    "workload.rate=35",
+    "workload.duration_s=5",
+    "window.drain_s=0.01",
+    "output.progress=false",
+    "tune.eval.seeds=1",
+    "tune.pairs=1",
+    "tune.space.max_num_seqs.high=64",
+    "hardware.price_per_gpu_hour=0",
+]
 
 
 def test_a_free_gpu_tune_writes_strict_json_and_resumes(tmp_path):
@@ -230,8 +305,10 @@ def test_sigkilled_run_resumes_to_the_same_result(straight, tmp_path):
     import signal
     import time
 
-    code = ("import sys; from servetune.tuning import tune; "
-            f"tune({SMALL + ['tune.iterations=3']!r}, out_dir=sys.argv[1], log=lambda _: None)")
+    code = (
+        "import sys; from servetune.tuning import tune; "
+        f"tune({SMALL + ['tune.iterations=3']!r}, out_dir=sys.argv[1], log=lambda _: None)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)])
     ckpt = tmp_path / "checkpoint.json"
     deadline = time.time() + 240
@@ -253,34 +330,61 @@ def test_sigkilled_run_resumes_to_the_same_result(straight, tmp_path):
 def _evaluation(rows):
     """An evaluate_policies-shaped table from (policy, split, objective, attainment, meets)."""
     nan = math.nan
-    return pd.DataFrame([{"policy": p, "split": s, "scenarios": 1, "objective": o,
-                          "violation": max(0.0, 0.99 - a),
-                          "slo_attainment": a, "meets_target": m,
-                          "useful_tokens_per_dollar": math.exp(o), "goodput_rps": 1.0,
-                          "distinct_scenarios": 1, "ttft_p99_s": 1.0, "tpot_p99_s": 0.1,
-                          **{f"{k}_{e}": nan for k in ("slo_attainment", "goodput_rps",
-                                                       "useful_tokens_per_dollar")
-                             for e in ("low", "high")}}
-                         for p, s, o, a, m in rows])
+    return pd.DataFrame(
+        [
+            {
+                "policy": p,
+                "split": s,
+                "scenarios": 1,
+                "objective": o,
+                "violation": max(0.0, 0.99 - a),
+                "slo_attainment": a,
+                "meets_target": m,
+                "useful_tokens_per_dollar": math.exp(o),
+                "goodput_rps": 1.0,
+                "distinct_scenarios": 1,
+                "ttft_p99_s": 1.0,
+                "tpot_p99_s": 0.1,
+                **{
+                    f"{k}_{e}": nan
+                    for k in ("slo_attainment", "goodput_rps", "useful_tokens_per_dollar")
+                    for e in ("low", "high")
+                },
+            }
+            for p, s, o, a, m in rows
+        ]
+    )
 
 
 def test_regressions_follow_the_tuners_order():
     from servetune.tuning.evaluation import regressions
-    table = _evaluation([
-        ("start", "train", 10.0, 0.95, False), ("tuned", "train", 12.0, 0.99, True),
-        # both meet the target: the objective decides
-        ("start", "heldout_seeds", 11.0, 0.99, True), ("tuned", "heldout_seeds", 10.5, 1.0, True),
-        # meeting the target beats a higher objective
-        ("start", "holdout_workload", 9.0, 0.995, True),
-        ("tuned", "holdout_workload", 13.0, 0.90, False)])
+
+    table = _evaluation(
+        [
+            ("start", "train", 10.0, 0.95, False),
+            ("tuned", "train", 12.0, 0.99, True),
+            # both meet the target: the objective decides
+            ("start", "heldout_seeds", 11.0, 0.99, True),
+            ("tuned", "heldout_seeds", 10.5, 1.0, True),
+            # meeting the target beats a higher objective
+            ("start", "holdout_workload", 9.0, 0.995, True),
+            ("tuned", "holdout_workload", 13.0, 0.90, False),
+        ]
+    )
     assert regressions(table) == ["heldout_seeds", "holdout_workload"]
     better = table.copy()
     better.loc[(better.policy == "tuned") & (better.split == "heldout_seeds"), "objective"] = 11.0
-    better.loc[(better.policy == "tuned") & (better.split == "holdout_workload"),
-               ["meets_target", "slo_attainment"]] = [True, 0.995]
+    better.loc[
+        (better.policy == "tuned") & (better.split == "holdout_workload"),
+        ["meets_target", "slo_attainment"],
+    ] = [True, 0.995]
     assert regressions(better) == []  # equal is no regression; the training split never counts
-    both_miss = _evaluation([("start", "heldout_seeds", 9.0, 0.90, False),
-                             ("tuned", "heldout_seeds", 12.0, 0.85, False)])
+    both_miss = _evaluation(
+        [
+            ("start", "heldout_seeds", 9.0, 0.90, False),
+            ("tuned", "heldout_seeds", 12.0, 0.85, False),
+        ]
+    )
     assert regressions(both_miss) == ["heldout_seeds"]  # missing both: the shortfall decides
 
 
@@ -288,8 +392,10 @@ def test_a_regressed_run_says_so_and_exports_only_when_asked(tmp_path, monkeypat
     import json
 
     from servetune.tuning import runner
-    regressed = _evaluation([("start", "heldout_seeds", 11.0, 0.99, True),
-                             ("tuned", "heldout_seeds", 10.0, 0.99, True)])
+
+    regressed = _evaluation(
+        [("start", "heldout_seeds", 11.0, 0.99, True), ("tuned", "heldout_seeds", 10.0, 0.99, True)]
+    )
     monkeypatch.setattr(runner, "evaluate_policies", lambda *a, **k: regressed.copy())
     lines = []
     res = tune(SMALL + ["tune.iterations=1"], out_dir=tmp_path / "a", log=lines.append)
@@ -298,8 +404,11 @@ def test_a_regressed_run_says_so_and_exports_only_when_asked(tmp_path, monkeypat
     assert json.loads((tmp_path / "a" / "tune_summary.json").read_text())["regression"] is True
     assert pd.read_csv(tmp_path / "a" / "evaluation.csv")["regression"].all()
     assert not (tmp_path / "a" / "export").exists()
-    res = tune(SMALL + ["tune.iterations=1", "tune.export_on_regression=true"],
-               out_dir=tmp_path / "b", log=lambda _: None)
+    res = tune(
+        SMALL + ["tune.iterations=1", "tune.export_on_regression=true"],
+        out_dir=tmp_path / "b",
+        log=lambda _: None,
+    )
     extra = json.loads((tmp_path / "b" / "export" / "vllm_args.json").read_text())["extra"]
     assert extra["regression"] is True and extra["regressed_splits"] == ["heldout_seeds"]
 
@@ -313,16 +422,27 @@ def test_resuming_after_the_trace_file_changed_is_refused(tmp_path):
 
     trace = tmp_path / "trace.csv"
     rows = [(0.25 * k, 200 + 7 * k, 50 + k) for k in range(60)]
-    write = lambda rs: trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(
-        f"{a},{p},{o}\n" for a, p, o in rs))
+    write = lambda rs: trace.write_text(
+        "arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{a},{p},{o}\n" for a, p, o in rs)
+    )
     write(rows)
-    args = ["workload=file", f"workload.path={trace}", "output.progress=false", "tune.pairs=1",
-            "tune.eval.seeds=0", "tune.eval.sensitivity=false", "tune.space.max_num_seqs.high=64"]
+    args = [
+        "workload=file",
+        f"workload.path={trace}",
+        "output.progress=false",
+        "tune.pairs=1",
+        "tune.eval.seeds=0",
+        "tune.eval.sensitivity=false",
+        "tune.space.max_num_seqs.high=64",
+    ]
     out = tmp_path / "run"
     tune(args + ["tune.iterations=1"], out_dir=out, log=lambda _: None)
     write(rows[:-1] + [(rows[-1][0], rows[-1][1], 99)])  # one output length edited
-    with pytest.raises(CheckpointError, match=r"data.traces: .* -> .*; the requests it trained "
-                                              r"on differ \(the trace file changed since\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"data.traces: .* -> .*; the requests it trained "
+        r"on differ \(the trace file changed since\)",
+    ):
         tune(args + ["tune.iterations=2"], out_dir=out, log=lambda _: None)
     # a checkpoint written before the data was recorded: resumed on its config alone
     path = out / "checkpoint.json"
@@ -335,8 +455,7 @@ def test_resuming_after_the_trace_file_changed_is_refused(tmp_path):
     assert any(line.startswith("resuming") for line in lines)
 
 
-def test_a_run_stopped_while_writing_its_files_leaves_no_summary_to_export(tmp_path,
-                                                                             monkeypatch):
+def test_a_run_stopped_while_writing_its_files_leaves_no_summary_to_export(tmp_path, monkeypatch):
     """Issue 41: tune_summary.json is written last and an earlier run's is removed first, so a
     resumed run that stops while writing its files never pairs its history with the earlier
     run's summary; export then refuses the folder instead of mixing the two."""
@@ -365,11 +484,23 @@ def test_a_rerun_leaves_no_file_of_the_earlier_finish_it_did_not_write(tmp_path)
     leaves the earlier run's beside its own tune_summary.json."""
     from servetune.tuning import runner
 
-    tune(SMALL + ["tune.eval.seeds=0", "tune.eval.sensitivity=true", "tune.iterations=1"],
-         out_dir=tmp_path, log=lambda _: None)
+    tune(
+        SMALL + ["tune.eval.seeds=0", "tune.eval.sensitivity=true", "tune.iterations=1"],
+        out_dir=tmp_path,
+        log=lambda _: None,
+    )
     assert (tmp_path / "sensitivity.csv").is_file() and (tmp_path / "export").is_dir()
-    tune(SMALL + ["tune.eval.seeds=0", "tune.eval.sensitivity=false", "tune.export=false",
-                  "tune.iterations=2"], out_dir=tmp_path, log=lambda _: None)
+    tune(
+        SMALL
+        + [
+            "tune.eval.seeds=0",
+            "tune.eval.sensitivity=false",
+            "tune.export=false",
+            "tune.iterations=2",
+        ],
+        out_dir=tmp_path,
+        log=lambda _: None,
+    )
     assert (tmp_path / runner.SUMMARY).is_file() and (tmp_path / "evaluation.csv").is_file()
     for stale in ("sensitivity.csv", "sensitivity.png", "tuning.html", "export"):
         assert not (tmp_path / stale).exists(), stale

@@ -39,7 +39,9 @@ def test_holdout_lists_take_one_workload_or_several():
     assert holdout_lists([]) == [] and holdout_lists(None) == []
     assert holdout_lists(["workload.start_s=1200"]) == [["workload.start_s=1200"]]
     assert holdout_lists([["workload.start_s=1200"], ["workload=azure_code"]]) == [
-        ["workload.start_s=1200"], ["workload=azure_code"]]
+        ["workload.start_s=1200"],
+        ["workload=azure_code"],
+    ]
     with pytest.raises(ConfigError, match=r"^tune.eval.holdout\[1\]: got 'x'; expected a list"):
         holdout_lists([["workload.start_s=1200"], "x"])
 
@@ -50,11 +52,15 @@ def test_a_group_choice_replaces_the_section_as_hydra_would():
         ours = with_overrides(base, choice, "tune.eval.holdout")
         hydras = compose(choice)
         assert OmegaConf.to_container(ours.workload, resolve=True) == OmegaConf.to_container(
-            hydras.workload, resolve=True)
+            hydras.workload, resolve=True
+        )
         assert ours.policy == base.policy and ours.engine == base.engine
     assert base.workload.name == "poisson"  # the run's own config is left as it was
-    with pytest.raises(ConfigError, match=r"^tune.workloads: 'model=llama3_70b': these splits "
-                                          r"choose among the groups \['workload'\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^tune.workloads: 'model=llama3_70b': these splits "
+        r"choose among the groups \['workload'\]",
+    ):
         with_overrides(base, ["model=llama3_70b"], "tune.workloads", ("workload",))
 
 
@@ -64,24 +70,41 @@ def _table(rows):
     out = []
     for policy, split, objective, att, meets, ci in rows:
         low, high = ci or (math.nan, math.nan)
-        out.append({"policy": policy, "split": split, "scenarios": 4, "objective": objective,
-                    "violation": max(0.0, 0.99 - att),
-                    "meets_target": meets, "slo_attainment": att, "slo_attainment_low": low,
-                    "slo_attainment_high": high, "distinct_scenarios": 4 if ci else 1,
-                    **{f"{k}{s}": v for k in ("useful_tokens_per_dollar", "goodput_rps")
-                       for s, v in (("", math.exp(objective)), ("_low", math.nan),
-                                    ("_high", math.nan))},
-                    "ttft_p99_s": 1.0, "tpot_p99_s": 0.1})
+        out.append(
+            {
+                "policy": policy,
+                "split": split,
+                "scenarios": 4,
+                "objective": objective,
+                "violation": max(0.0, 0.99 - att),
+                "meets_target": meets,
+                "slo_attainment": att,
+                "slo_attainment_low": low,
+                "slo_attainment_high": high,
+                "distinct_scenarios": 4 if ci else 1,
+                **{
+                    f"{k}{s}": v
+                    for k in ("useful_tokens_per_dollar", "goodput_rps")
+                    for s, v in (("", math.exp(objective)), ("_low", math.nan), ("_high", math.nan))
+                },
+                "ttft_p99_s": 1.0,
+                "tpot_p99_s": 0.1,
+            }
+        )
     return pd.DataFrame(out)
 
 
 def test_each_held_out_workload_is_judged_and_reported_side_by_side():
-    table = _table([
-        ("start", "train", 10.0, 0.99, True, None), ("tuned", "train", 12.0, 0.995, True, None),
-        ("start", "holdout_workload[0]", 11.0, 0.99, True, None),
-        ("tuned", "holdout_workload[0]", 11.5, 0.99, True, (0.98, 1.0)),
-        ("start", "holdout_workload[1]", 11.0, 0.995, True, None),
-        ("tuned", "holdout_workload[1]", 13.0, 0.90, False, (0.85, 0.95))])
+    table = _table(
+        [
+            ("start", "train", 10.0, 0.99, True, None),
+            ("tuned", "train", 12.0, 0.995, True, None),
+            ("start", "holdout_workload[0]", 11.0, 0.99, True, None),
+            ("tuned", "holdout_workload[0]", 11.5, 0.99, True, (0.98, 1.0)),
+            ("start", "holdout_workload[1]", 11.0, 0.995, True, None),
+            ("tuned", "holdout_workload[1]", 13.0, 0.90, False, (0.85, 0.95)),
+        ]
+    )
     assert regressions(table) == ["holdout_workload[1]"]
     records = {r["split"]: r for r in side_by_side(table)}
     assert list(records) == ["train", "holdout_workload[0]", "holdout_workload[1]"]
@@ -96,8 +119,12 @@ def test_where_both_miss_the_target_the_shortfall_decides_as_in_the_tuner():
     # start: attainments [1.0, 0.8] per scenario (mean 0.9, mean shortfall below 0.99: 0.095);
     # tuned: [0.985, 0.81] (mean 0.8975, lower; shortfall 0.0925, smaller): the tuner's order
     # (runner._better) prefers the tuned one, so it is no regression
-    table = _table([("start", "heldout_seeds", 11.0, 0.9, False, None),
-                    ("tuned", "heldout_seeds", 11.0, 0.8975, False, None)])
+    table = _table(
+        [
+            ("start", "heldout_seeds", 11.0, 0.9, False, None),
+            ("tuned", "heldout_seeds", 11.0, 0.8975, False, None),
+        ]
+    )
     table["violation"] = [0.095, 0.0925]
     assert regressions(table) == []
     table["violation"] = [0.095, 0.0975]
@@ -108,8 +135,12 @@ def test_float_noise_is_a_tie_not_a_regression():
     """Issue 40 item 2: identical attainment and 3 parts per million fewer useful tokens per
     dollar, no interval (the scenarios all alike): worse by the tuner's order, but a tie."""
     start, tuned = math.log(1_938_353.86), math.log(1_938_348.70)
-    table = _table([("start", "heldout_seeds", start, 0.9975, True, None),
-                    ("tuned", "heldout_seeds", tuned, 0.9975, True, None)])
+    table = _table(
+        [
+            ("start", "heldout_seeds", start, 0.9975, True, None),
+            ("tuned", "heldout_seeds", tuned, 0.9975, True, None),
+        ]
+    )
     verdict = verdicts(table)["heldout_seeds"]
     assert not verdict.regression and regressions(table) == []
     assert "within the tolerance 0.1% (tune.eval.regression_tolerance): a tie" in verdict.why
@@ -126,10 +157,17 @@ def test_float_noise_is_a_tie_not_a_regression():
 def test_a_paired_interval_decides_where_the_scenarios_give_one(low, high, regressed):
     """A 3% loss of useful tokens per dollar is a regression when its 95% interval over the
     paired scenarios lies above 0, and a tie when it includes 0."""
-    table = _table([("start", "heldout_seeds", 11.0, 0.995, True, None),
-                    ("tuned", "heldout_seeds", 10.97, 0.995, True, None)])
+    table = _table(
+        [
+            ("start", "heldout_seeds", 11.0, 0.995, True, None),
+            ("tuned", "heldout_seeds", 10.97, 0.995, True, None),
+        ]
+    )
     table.loc[1, ["objective_loss", "objective_loss_low", "objective_loss_high"]] = [
-        0.03, low, high]
+        0.03,
+        low,
+        high,
+    ]
     verdict = verdicts(table)["heldout_seeds"]
     assert verdict.regression == regressed
     assert ("above 0: a regression" if regressed else "includes 0: a tie") in verdict.why
@@ -144,8 +182,10 @@ def test_paired_losses_are_per_scenario_differences():
 
     objective = Objective(slo_target=0.9, aggregate="mean", cvar_alpha=0.1)
     start = [{"useful_tokens": u, "cost_usd": 1.0, "slo_attainment": 0.95} for u in (100, 200, 400)]
-    tuned = [{"useful_tokens": u, "cost_usd": 1.0, "slo_attainment": a}
-             for u, a in ((90, 0.95), (190, 0.85), (360, 0.86))]
+    tuned = [
+        {"useful_tokens": u, "cost_usd": 1.0, "slo_attainment": a}
+        for u, a in ((90, 0.95), (190, 0.85), (360, 0.86))
+    ]
     loss = np.log([100 / 90, 200 / 190, 400 / 360])
     out = _paired_losses(start, tuned, objective)
     half = stats.t.ppf(0.975, 2) * loss.std(ddof=1) / math.sqrt(3)

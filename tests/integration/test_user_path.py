@@ -16,8 +16,14 @@ pytestmark = pytest.mark.slow  # about 3 minutes of subprocesses on 2 cores
 
 
 def _servetune(*args, cwd, ok=True):
-    proc = subprocess.run([sys.executable, "-m", "servetune.cli.main", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=900, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "servetune.cli.main", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     if ok:
         assert proc.returncode == 0, (args, proc.stdout[-3000:], proc.stderr[-3000:])
     return proc
@@ -28,17 +34,26 @@ def home(tmp_path_factory):
     """A folder holding my_trace.csv: 150 requests over 60 s, in the plain CSV format."""
     home = tmp_path_factory.mktemp("user")
     rng = np.random.default_rng(7)
-    pd.DataFrame({"arrival_s": np.sort(rng.uniform(0, 60, 150)).round(3),
-                  "prompt_tokens": rng.integers(50, 3000, 150),
-                  "output_tokens": rng.integers(10, 400, 150)}).to_csv(home / "my_trace.csv",
-                                                                         index=False)
+    pd.DataFrame(
+        {
+            "arrival_s": np.sort(rng.uniform(0, 60, 150)).round(3),
+            "prompt_tokens": rng.integers(50, 3000, 150),
+            "output_tokens": rng.integers(10, 400, 150),
+        }
+    ).to_csv(home / "my_trace.csv", index=False)
     return home
 
 
 FILE = ["workload=file", "workload.path=my_trace.csv", "output.progress=false"]
-TUNE = [*FILE, "workload.duration_s=30", "tune.iterations=2", "tune.pairs=1", "tune.eval.seeds=1",
-        "tune.space.max_num_queued_reqs={low: 64, high: 4096, scale: log}",
-        'tune.eval.holdout=["workload.start_s=30"]']
+TUNE = [
+    *FILE,
+    "workload.duration_s=30",
+    "tune.iterations=2",
+    "tune.pairs=1",
+    "tune.eval.seeds=1",
+    "tune.space.max_num_queued_reqs={low: 64, high: 4096, scale: log}",
+    'tune.eval.holdout=["workload.start_s=30"]',
+]
 
 
 def test_simulate_my_file_then_replay_its_bench_file(home):
@@ -50,8 +65,14 @@ def test_simulate_my_file_then_replay_its_bench_file(home):
     _servetune("observe", "--import-bench", "sim/vllm_bench.json", "--out", "imported", cwd=home)
     trace = pd.read_csv(home / "imported/trace.csv")
     assert len(trace) == bench["completed"]
-    _servetune("simulate", "workload=file", "workload.path=imported/trace.csv",
-               "output.progress=false", "hydra.run.dir=replayed", cwd=home)
+    _servetune(
+        "simulate",
+        "workload=file",
+        "workload.path=imported/trace.csv",
+        "output.progress=false",
+        "hydra.run.dir=replayed",
+        cwd=home,
+    )
     again = json.loads((home / "replayed/metrics.json").read_text())
     assert again["n_requests"] == bench["completed"]
 
@@ -65,16 +86,22 @@ def test_tune_export_and_resume(home):
     flags = json.loads((home / "deploy/vllm_args.json").read_text())["flags"]
     assert "--max-num-seqs" in flags and "--max-num-queued-reqs" in flags, proc.stdout
     # started again in its folder with more iterations, the run resumes from its checkpoint
-    proc = _servetune("tune", *[o for o in TUNE if not o.startswith("tune.iterations")],
-                      "tune.iterations=3", "hydra.run.dir=tuned", cwd=home)
+    proc = _servetune(
+        "tune",
+        *[o for o in TUNE if not o.startswith("tune.iterations")],
+        "tune.iterations=3",
+        "hydra.run.dir=tuned",
+        cwd=home,
+    )
     assert "resum" in (proc.stdout + proc.stderr).lower()
     history = pd.read_csv(home / "tuned/history.csv")
     assert list(history["iteration"]) == [0, 1, 2]
 
 
 def test_sweep_report_and_export_from_the_sweep(home):
-    _servetune("simulate", "-m", *FILE, "policy.max_num_seqs=4,64", "hydra.sweep.dir=sweep",
-               cwd=home)
+    _servetune(
+        "simulate", "-m", *FILE, "policy.max_num_seqs=4,64", "hydra.sweep.dir=sweep", cwd=home
+    )
     _servetune("report", "sweep", cwd=home)
     best = pd.read_csv(home / "sweep/report/best.csv")
     assert len(best) == 1 and (home / "sweep/report/report.html").stat().st_size > 0

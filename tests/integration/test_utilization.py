@@ -7,18 +7,24 @@ import pytest
 from servetune.config import hardware
 from servetune.run import api
 
-P, O = 100, 20  # prompt and output tokens of the one request
-ONE = ["workload=poisson", "workload.n_requests=1", "workload.duration_s=null",
-       f"workload.prompt.min={P}", f"workload.prompt.max={P}",  # clipped: exactly P and O
-       f"workload.output.min={O}", f"workload.output.max={O}"]
+P, OUT = 100, 20  # prompt and output tokens of the one request
+ONE = [
+    "workload=poisson",
+    "workload.n_requests=1",
+    "workload.duration_s=null",
+    f"workload.prompt.min={P}",
+    f"workload.prompt.max={P}",  # clipped: exactly P and OUT
+    f"workload.output.min={OUT}",
+    f"workload.output.max={OUT}",
+]
 
 # by hand: the prefill iteration computes P tokens reading no context (attention work
-# P (P + 1) / 2); decode k = 1..O-1 computes one token reading P + k - 1 context tokens
+# P (P + 1) / 2); decode k = 1..OUT-1 computes one token reading P + k - 1 context tokens
 # (attention work P + k)
-ITERATIONS = O
-TOKENS = P + O - 1
-CTX_READ = (O - 1) * P + (O - 1) * (O - 2) // 2
-ATTN_WORK = P * (P + 1) / 2 + (O - 1) * P + (O - 1) * O / 2
+ITERATIONS = OUT
+TOKENS = P + OUT - 1
+CTX_READ = (OUT - 1) * P + (OUT - 1) * (OUT - 2) // 2
+ATTN_WORK = P * (P + 1) / 2 + (OUT - 1) * P + (OUT - 1) * OUT / 2
 
 
 @pytest.fixture(scope="module", params=[0, 64], ids=["stepped", "skipped"])
@@ -38,8 +44,7 @@ def test_the_work_counters_add_up_to_the_hand_worked_sums(one):
     assert m["model_flops"] == pytest.approx(flops, rel=1e-12)
     assert m["model_bytes"] == pytest.approx(moved, rel=1e-12)
     assert m["mfu"] == pytest.approx(flops / (gpu.peak_flops * m["sim_duration_s"]), rel=1e-12)
-    assert m["mbu"] == pytest.approx(moved / (gpu.hbm_bytes_per_s * m["sim_duration_s"]),
-                                     rel=1e-12)
+    assert m["mbu"] == pytest.approx(moved / (gpu.hbm_bytes_per_s * m["sim_duration_s"]), rel=1e-12)
 
 
 def test_a_lone_decode_stream_is_memory_bound():
@@ -51,10 +56,18 @@ def test_a_lone_decode_stream_is_memory_bound():
 
 
 def test_the_wasted_tokens_split_into_recomputation_and_misses():
-    m = api.simulate(["workload=poisson", "workload.duration_s=20", "workload.rate=12",
-                      "policy.max_num_seqs=64", "engine.gpu_memory_utilization=0.25",
-                      "slo.ttft_s=0.5"]).metrics[0]
+    m = api.simulate(
+        [
+            "workload=poisson",
+            "workload.duration_s=20",
+            "workload.rate=12",
+            "policy.max_num_seqs=64",
+            "engine.gpu_memory_utilization=0.25",
+            "slo.ttft_s=0.5",
+        ]
+    ).metrics[0]
     assert m["preemptions"] > 0 and m["wasted_missed_tokens"] > 0
     total = m["prefill_tokens"] + m["decode_tokens"]
     assert (m["wasted_recomputed_tokens"] + m["wasted_missed_tokens"]) / total == pytest.approx(
-        m["wasted_token_ratio"], rel=1e-9)
+        m["wasted_token_ratio"], rel=1e-9
+    )

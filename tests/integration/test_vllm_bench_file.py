@@ -26,8 +26,16 @@ VLLM = json.loads((FIXTURES / "vllm_0.32.json").read_text())
 # what differs by construction: the run's date and wall clock (vLLM's fake client answered at
 # once, so its duration, rates and client queue times are of that), and the rate the client
 # was told (inf: send all at once; the simulated requests carry their own send times)
-CLOCK = {"date", "duration", "request_throughput", "request_goodput", "output_throughput",
-         "total_token_throughput", "queue_times", "request_rate"}
+CLOCK = {
+    "date",
+    "duration",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
+    "queue_times",
+    "request_rate",
+}
 # servetune's ITL statistics come from every simulated token gap (metrics._bench_itl); the
 # per-request `itls` hold each request's mean gap, from which vLLM computes its own
 ITL_STATS = {k for k in VLLM if k.endswith("_itl_ms")}
@@ -35,8 +43,13 @@ ITL_STATS = {k for k in VLLM if k.endswith("_itl_ms")}
 
 def _json_type(value) -> str:
     if isinstance(value, list):
-        return "list of " + ("lists" if value and isinstance(value[0], list) else
-                             type(value[0]).__name__ if value else "nothing")
+        return "list of " + (
+            "lists"
+            if value and isinstance(value[0], list)
+            else type(value[0]).__name__
+            if value
+            else "nothing"
+        )
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     return "number" if number or value == "inf" else type(value).__name__  # vLLM's "inf" rate
 
@@ -77,17 +90,22 @@ def test_the_arrays_agree_with_the_request_table(simulated_run):
     np.testing.assert_allclose(doc["start_times"], counted["arrival_s"])
     np.testing.assert_allclose(np.asarray(doc["ttfts"])[done], counted["ttft_s"][done])
     # a request's ITLs sum to its latency less its TTFT, one per token after the first
-    for itls, lat, ttft, n in zip(doc["itls"], doc["latencies"], doc["ttfts"],
-                                  doc["output_lens"]):
+    for itls, lat, ttft, n in zip(
+        doc["itls"], doc["latencies"], doc["ttfts"], doc["output_lens"], strict=True
+    ):
         assert len(itls) == max(n - 1, 0)
         assert sum(itls) == pytest.approx(lat - ttft if n > 1 else 0.0, abs=1e-9)
 
 
 def test_peaks_by_hand():
     # two requests from t = 10: 3 tokens at 10.5, 11.0, 11.5 and 2 at 10.2, 12.2
-    tokens, requests = bench_file.peaks(np.array([10.0, 10.0]), np.array([0.5, 0.2]),
-                                        np.array([0.5, 2.0]), np.array([3, 2]),
-                                        np.array([1.5, 2.2]))
+    tokens, requests = bench_file.peaks(
+        np.array([10.0, 10.0]),
+        np.array([0.5, 0.2]),
+        np.array([0.5, 2.0]),
+        np.array([3, 2]),
+        np.array([1.5, 2.2]),
+    )
     assert (tokens, requests) == (2.0, 2)  # seconds 0 and 1 hold 2 tokens each; both active
 
 
@@ -100,23 +118,31 @@ def test_arrival_shape_reads_poisson_and_regular_traffic():
 
 
 def test_long_runs_leave_out_the_arrays_vllm_drops_without_save_detailed():
-    cols = {"counted": np.ones(3, bool), "end_state": np.array(["completed"] * 3, object),
-            "arrival_s": np.arange(3.0), "prompt_tokens": np.full(3, 10),
-            "output_tokens_delivered": np.full(3, 100_000), "ttft_s": np.full(3, 0.1),
-            "tpot_s": np.full(3, 0.01), "e2e_s": np.full(3, 1000.1)}
+    cols = {
+        "counted": np.ones(3, bool),
+        "end_state": np.array(["completed"] * 3, object),
+        "arrival_s": np.arange(3.0),
+        "prompt_tokens": np.full(3, 10),
+        "output_tokens_delivered": np.full(3, 100_000),
+        "ttft_s": np.full(3, 0.1),
+        "tpot_s": np.full(3, 0.01),
+        "e2e_s": np.full(3, 1000.1),
+    }
     agg = {k: 0 for k in bench_file._HEAD}
     doc = bench_file.bench_result(cols, agg, {}, None)  # 300,000 ITLs: over the default limit
     assert not set(bench_file.DETAILED_ONLY) & set(doc)
     assert len(doc["latencies"]) == 3 and len(doc["queue_times"]) == 3  # kept, as vLLM does
     assert "itls" in bench_file.bench_result(cols, agg, {}, True)
-    assert "itls" not in bench_file.bench_result(dict(cols, output_tokens_delivered=np.ones(3)),
-                                                 agg, {}, False)
+    assert "itls" not in bench_file.bench_result(
+        dict(cols, output_tokens_delivered=np.ones(3)), agg, {}, False
+    )
 
 
 def test_a_bad_save_detailed_is_refused_by_key():
     from omegaconf import OmegaConf
 
     from servetune.cli.commands import save_detailed
+
     with pytest.raises(ConfigError, match=r"output.save_detailed: got 'yes'; expected true"):
         save_detailed(OmegaConf.create({"output": {"save_detailed": "yes"}}))
 
@@ -127,14 +153,25 @@ def simulated_run(tmp_path_factory):
     import pandas as pd
 
     out = tmp_path_factory.mktemp("bench")
-    cmd = [sys.executable, "-m", "servetune.cli.main", "simulate", "workload=vllm_random",
-           "workload.vllm_bench.num_prompts=24", "workload.vllm_bench.random_range_ratio=0.5",
-           "workload.vllm_bench.random_output_len=32", "engine.max_model_len=1400",
-           "output.progress=false", f"hydra.run.dir={out}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "servetune.cli.main",
+        "simulate",
+        "workload=vllm_random",
+        "workload.vllm_bench.num_prompts=24",
+        "workload.vllm_bench.random_range_ratio=0.5",
+        "workload.vllm_bench.random_output_len=32",
+        "engine.max_model_len=1400",
+        "output.progress=false",
+        f"hydra.run.dir={out}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr
-    return (json.loads((out / "vllm_bench.json").read_text()),
-            pd.read_parquet(out / "requests.parquet"))
+    return (
+        json.loads((out / "vllm_bench.json").read_text()),
+        pd.read_parquet(out / "requests.parquet"),
+    )
 
 
 @pytest.fixture(scope="module")

@@ -15,27 +15,37 @@ from servetune.run.metrics import bench_metrics
 
 # the keys vllm bench serve (vLLM 0.32) writes for these quantities, with its default
 # percentile (99); servetune adds the median's twin p50 and p90
-VLLM_KEYS = ["completed", "duration", "total_input_tokens", "total_output_tokens",
-             "request_throughput", "request_goodput", "output_throughput",
-             "total_token_throughput"] + [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
-                                          for s in ("mean", "median", "std", "p99")]
+VLLM_KEYS = [
+    "completed",
+    "duration",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
+] + [
+    f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "std", "p99")
+]
 
 
 def _table():
     """Four counted requests: three completed (one missing its TTFT SLO), one rejected; and one
     warm-up request that is not counted."""
-    return pd.DataFrame({
-        "counted": [False, True, True, True, True],
-        "end_state": ["completed", "completed", "completed", "completed", "rejected"],
-        "arrival_s": [0.0, 1.0, 2.0, 3.0, 3.5],
-        "finish_s": [0.5, 3.0, 5.0, 9.0, 3.5],
-        "prompt_tokens": [7, 100, 200, 300, 50],
-        "output_tokens_delivered": [3, 10, 20, 30, 0],
-        "ttft_s": [0.1, 0.2, 0.4, 0.6, np.nan],
-        "tpot_s": [0.01, 0.02, 0.03, 0.04, np.nan],
-        "e2e_s": [0.5, 2.0, 3.0, 6.0, np.nan],
-        "slo_ok": [True, True, True, False, False],
-    })
+    return pd.DataFrame(
+        {
+            "counted": [False, True, True, True, True],
+            "end_state": ["completed", "completed", "completed", "completed", "rejected"],
+            "arrival_s": [0.0, 1.0, 2.0, 3.0, 3.5],
+            "finish_s": [0.5, 3.0, 5.0, 9.0, 3.5],
+            "prompt_tokens": [7, 100, 200, 300, 50],
+            "output_tokens_delivered": [3, 10, 20, 30, 0],
+            "ttft_s": [0.1, 0.2, 0.4, 0.6, np.nan],
+            "tpot_s": [0.01, 0.02, 0.03, 0.04, np.nan],
+            "e2e_s": [0.5, 2.0, 3.0, 6.0, np.nan],
+            "slo_ok": [True, True, True, False, False],
+        }
+    )
 
 
 def _result(gaps):

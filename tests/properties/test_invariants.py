@@ -14,9 +14,13 @@ from servetune.engine.loop import step_trace
 
 # without chunked prefill with -m slow (the default suite's 10-minute budget); test_properties
 # draws chunking on and off
-@pytest.fixture(scope="module", params=[
-    pytest.param(name, marks=[pytest.mark.slow] if name == "continuous-no-chunking" else [])
-    for name in CONFIGS])
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(name, marks=[pytest.mark.slow] if name == "continuous-no-chunking" else [])
+        for name in CONFIGS
+    ],
+)
 def batch(request):
     cfg = CONFIGS[request.param]
     rng = np.random.default_rng(abs(hash(request.param)) % 2**32)
@@ -28,7 +32,7 @@ def batch(request):
 def test_every_request_ends_once_with_its_tokens(batch):
     _cfg, traces, _params, results = batch
     for s, tr in enumerate(traces):
-        for p, res in enumerate(results[s]):
+        for res in results[s]:
             assert not res.stats["stalled"]
             assert set(np.unique(res.end_state)) <= {COMPLETED, REJECTED}, "lost or outstanding"
             assert int(res.stats["ended"]) == len(tr)
@@ -42,8 +46,9 @@ def test_every_request_ends_once_with_its_tokens(batch):
             clean = done & (res.n_preempt == 0)
             np.testing.assert_array_equal(res.tokens_computed[clean], minimal[clean])
             # loop totals agree with per-request records
-            assert (int(res.stats["prefill_tokens"]) + int(res.stats["decode_tokens"])
-                    == int(res.tokens_computed.sum()))
+            assert int(res.stats["prefill_tokens"]) + int(res.stats["decode_tokens"]) == int(
+                res.tokens_computed.sum()
+            )
             assert np.all(res.first_token[done] > tr.arrival[done])
             assert np.all(res.finish[done] >= res.first_token[done])
 
@@ -56,7 +61,9 @@ def test_kv_within_capacity_and_clocks_monotone(batch):
             assert not res.stats["kv_overflow"].any()
             assert not res.stats["clock_regress"].any()
             assert res.stats["kv_peak_blocks"].max() <= kv[p]
-            assert res.stats["max_running"].max() <= np.floor(np.asarray(params.policy.max_num_seqs)[p])
+            assert res.stats["max_running"].max() <= np.floor(
+                np.asarray(params.policy.max_num_seqs)[p]
+            )
 
 
 def test_littles_law_exact(batch):
@@ -72,8 +79,11 @@ def _never_fits(tr, cfg, params, p):
     sequence (cut at max_model_len) the whole KV cache cannot hold."""
     output = np.minimum(tr.output, np.maximum(cfg.max_model_len - tr.prompt, 1))
     kv = np.asarray(params.cost.kv_blocks)[p]
-    whole = (np.full(len(tr), cfg.max_blocks_per_request) if cfg.kv_layout == "contiguous"
-             else np.ceil((tr.prompt + output - 1) / cfg.block_size))
+    whole = (
+        np.full(len(tr), cfg.max_blocks_per_request)
+        if cfg.kv_layout == "contiguous"
+        else np.ceil((tr.prompt + output - 1) / cfg.block_size)
+    )
     return (tr.prompt >= cfg.max_model_len) | (whole > kv)
 
 
@@ -118,7 +128,7 @@ def test_skipping_the_sort_when_order_cannot_matter_is_exact(name):
     rng = np.random.default_rng(11)
     tr = random_traces(rng, 1, 150)[0]
     for p in range(3):  # one scenario at a time: the unbatched path where the sort is skipped
-        params = jax.tree.map(lambda x, p=p: x[p:p + 1], random_params(rng, 3, cfg))
+        params = jax.tree.map(lambda x, p=p: x[p : p + 1], random_params(rng, 3, cfg))
         lazy = run(tr, params, cfg)[0][0]
         eager = run(tr, params, EngineConfig(**{**cfg.__dict__, "lazy_order": False}))[0][0]
         for f in ("end_state", "first_token", "finish", "generated", "n_preempt"):

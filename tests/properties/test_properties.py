@@ -30,8 +30,14 @@ from hypothesis import strategies as st
 from servetune.core.types import COMPLETED, OUTSTANDING, REJECTED, EngineConfig
 from servetune.run.metrics import ALWAYS_FINITE, compute_metrics, request_table
 
-BASE = {"max_slots": 16, "queue_window": 16, "block_size": 4, "max_model_len": 256,
-        "cost_form": "linear", "outbox": 64}
+BASE = {
+    "max_slots": 16,
+    "queue_window": 16,
+    "block_size": 4,
+    "max_model_len": 256,
+    "cost_form": "linear",
+    "outbox": 64,
+}
 # Each config compiles once (~10 s on a 2-core CPU). The CI set covers every mechanism value at
 # least once: continuous and static batching, paged and contiguous KV, chunked prefill on and
 # off, event skipping on (leap_max=64) and off (0). The first three equal test_invariants' (a
@@ -39,20 +45,26 @@ BASE = {"max_slots": 16, "queue_window": 16, "block_size": 4, "max_model_len": 2
 # requests in its active set, so bursts overflow the queue window (and wait outside it).
 ENGINES = {
     "continuous-paged-chunked-leap": EngineConfig(**BASE),
-    "static-contiguous": EngineConfig(**{**BASE, "batching": "static", "kv_layout": "contiguous",
-                                         "chunked_prefill": False}),
+    "static-contiguous": EngineConfig(
+        **{**BASE, "batching": "static", "kv_layout": "contiguous", "chunked_prefill": False}
+    ),
     "continuous-paged-unchunked-leap": EngineConfig(**{**BASE, "chunked_prefill": False}),
     "continuous-contiguous-chunked-noleap-small": EngineConfig(
-        **{**BASE, "kv_layout": "contiguous", "leap_max": 0, "max_slots": 8, "queue_window": 4}),
+        **{**BASE, "kv_layout": "contiguous", "leap_max": 0, "max_slots": 8, "queue_window": 4}
+    ),
 }
 if os.environ.get("HYPOTHESIS_PROFILE") == "slow":
-    ENGINES.update({
-        "continuous-paged-chunked-noleap": EngineConfig(**{**BASE, "leap_max": 0}),
-        "static-paged-noleap": EngineConfig(**{**BASE, "batching": "static", "leap_max": 0,
-                                               "chunked_prefill": False}),
-        "continuous-contiguous-unchunked-leap": EngineConfig(
-            **{**BASE, "kv_layout": "contiguous", "chunked_prefill": False}),
-    })
+    ENGINES.update(
+        {
+            "continuous-paged-chunked-noleap": EngineConfig(**{**BASE, "leap_max": 0}),
+            "static-paged-noleap": EngineConfig(
+                **{**BASE, "batching": "static", "leap_max": 0, "chunked_prefill": False}
+            ),
+            "continuous-contiguous-unchunked-leap": EngineConfig(
+                **{**BASE, "kv_layout": "contiguous", "chunked_prefill": False}
+            ),
+        }
+    )
 
 MAX_REQUESTS = 32  # pads to 64 rows: one array shape for every example
 
@@ -72,10 +84,20 @@ def workloads(draw):
     start = draw(st.one_of(st.just(0.0), st.floats(0.0, 50.0, **finite)))
     arrival = start + np.cumsum(draw(st.lists(gap, min_size=n, max_size=n)))
     # mostly requests that fit max_model_len = 256, some that do not (rejected on arrival)
-    prompt = draw(st.lists(st.sampled_from([120, 120, 120, 300]).flatmap(
-        lambda hi: st.integers(1, hi)), min_size=n, max_size=n))
-    output = draw(st.lists(st.sampled_from([60, 60, 60, 160]).flatmap(
-        lambda hi: st.integers(1, hi)), min_size=n, max_size=n))
+    prompt = draw(
+        st.lists(
+            st.sampled_from([120, 120, 120, 300]).flatmap(lambda hi: st.integers(1, hi)),
+            min_size=n,
+            max_size=n,
+        )
+    )
+    output = draw(
+        st.lists(
+            st.sampled_from([60, 60, 60, 160]).flatmap(lambda hi: st.integers(1, hi)),
+            min_size=n,
+            max_size=n,
+        )
+    )
     return trace_of(np.stack([arrival, prompt, output], 1))
 
 
@@ -85,13 +107,18 @@ def policies(draw, cfg: EngineConfig):
     return {
         "policy": {
             "max_num_seqs": draw(st.floats(1.0, cfg.max_slots + 4.0, **finite)),
-            "max_num_batched_tokens": draw(st.sampled_from([8.0, 16.0, 64.0, 256.0, 1024.0,
-                                                            math.inf])
-                                           | st.floats(1.0, 2048.0, **finite)),
-            "watermark": draw(st.just(0.0) | st.floats(0.0, 0.05, **finite)
-                              | st.floats(0.0, 0.5, **finite)),
-            "queue_cap": draw(st.sampled_from([math.inf, math.inf, math.inf, None]).flatmap(
-                lambda c: st.just(c) if c else st.integers(0, 20).map(float))),
+            "max_num_batched_tokens": draw(
+                st.sampled_from([8.0, 16.0, 64.0, 256.0, 1024.0, math.inf])
+                | st.floats(1.0, 2048.0, **finite)
+            ),
+            "watermark": draw(
+                st.just(0.0) | st.floats(0.0, 0.05, **finite) | st.floats(0.0, 0.5, **finite)
+            ),
+            "queue_cap": draw(
+                st.sampled_from([math.inf, math.inf, math.inf, None]).flatmap(
+                    lambda c: st.just(c) if c else st.integers(0, 20).map(float)
+                )
+            ),
             "w_age": draw(st.floats(-1, 1, **finite)),
             "w_prompt": draw(st.floats(-1, 1, **finite)),
             "w_pred": draw(st.floats(-1, 1, **finite)),
@@ -107,8 +134,10 @@ def policies(draw, cfg: EngineConfig):
         # from one lone max_model_len request's worth (tight: preemptions) to 4x that
         "kv_blocks": draw(st.integers(need, 2 * need) | st.integers(need, 4 * need)),
         "drain_s": draw(st.just(1e6) | st.floats(0.01, 5.0, **finite)),
-        "slo": {k: draw(st.none() | st.floats(0.01, 20.0, **finite))
-                for k in ("slo_ttft_s", "slo_tpot_s", "slo_e2e_s")},
+        "slo": {
+            k: draw(st.none() | st.floats(0.01, 20.0, **finite))
+            for k in ("slo_ttft_s", "slo_tpot_s", "slo_e2e_s")
+        },
         "price": draw(st.sampled_from([0.0, 2.5])),
     }
 
@@ -121,16 +150,19 @@ def scenarios(draw):
 
 
 def simulate(cfg, trace, draw):
-    params = linear_params(draw["policy"], order="parametric", kv_blocks=draw["kv_blocks"],
-                           **draw["cost"])
+    params = linear_params(
+        draw["policy"], order="parametric", kv_blocks=draw["kv_blocks"], **draw["cost"]
+    )
     return run(trace, params, cfg, drain_s=draw["drain_s"])[0][0]
 
 
 @given(scenarios())
 def test_simulator_properties(scenario):
     name, cfg, tr, d = scenario
-    note(f"engine={name} n={len(tr)} arrivals={tr.arrival.tolist()} prompt={tr.prompt.tolist()} "
-         f"output={tr.output.tolist()} draw={d}")
+    note(
+        f"engine={name} n={len(tr)} arrivals={tr.arrival.tolist()} prompt={tr.prompt.tolist()} "
+        f"output={tr.output.tolist()} draw={d}"
+    )
     res = simulate(cfg, tr, d)
     event(f"engine {name}")
     event(f"preempted: {bool(res.n_preempt.any())}")
@@ -147,13 +179,29 @@ def test_subnormal_arrival_times_are_zero():
     name = "continuous-contiguous-chunked-noleap-small"
     tr = trace_of([(2.2250738585e-313, 1, 1)] * 12)
     assert np.all(tr.arrival == 0)
-    d = {"policy": {"max_num_seqs": 1.0, "max_num_batched_tokens": 8.0, "watermark": 0.0,
-                    "queue_cap": 0.0, "w_age": 0.0, "w_prompt": 0.0, "w_pred": 0.0,
-                    "w_slack": 0.0, "ttft_target_s": 0.0},
-         "cost": {"base_s": 0.03125, "per_prefill_token_s": 0.0, "per_decode_seq_s": 0.0,
-                  "per_ctx_token_s": 0.0},
-         "kv_blocks": 64, "drain_s": 1e6, "price": 0.0,
-         "slo": {"slo_ttft_s": None, "slo_tpot_s": None, "slo_e2e_s": None}}
+    d = {
+        "policy": {
+            "max_num_seqs": 1.0,
+            "max_num_batched_tokens": 8.0,
+            "watermark": 0.0,
+            "queue_cap": 0.0,
+            "w_age": 0.0,
+            "w_prompt": 0.0,
+            "w_pred": 0.0,
+            "w_slack": 0.0,
+            "ttft_target_s": 0.0,
+        },
+        "cost": {
+            "base_s": 0.03125,
+            "per_prefill_token_s": 0.0,
+            "per_decode_seq_s": 0.0,
+            "per_ctx_token_s": 0.0,
+        },
+        "kv_blocks": 64,
+        "drain_s": 1e6,
+        "price": 0.0,
+        "slo": {"slo_ttft_s": None, "slo_tpot_s": None, "slo_e2e_s": None},
+    }
     check(ENGINES[name], tr, d, simulate(ENGINES[name], tr, d))
 
 
@@ -177,8 +225,9 @@ def check(cfg, tr, d, res):
 
     # KV and running set within capacity
     assert int(np.max(st_["kv_peak_blocks"])) <= d["kv_blocks"]
-    assert int(np.max(st_["max_running"])) <= min(math.floor(d["policy"]["max_num_seqs"]),
-                                                  cfg.max_slots)
+    assert int(np.max(st_["max_running"])) <= min(
+        math.floor(d["policy"]["max_num_seqs"]), cfg.max_slots
+    )
 
     # monotone clocks: arrival < first token <= finish <= end of the run
     assert np.all(res.first_token[done] > tr.arrival[done])
@@ -227,12 +276,18 @@ def _check_documented_nan(m: dict, tr, res, done) -> None:
     """Each float metric is finite unless compute_metrics documents why it may not be."""
     multi = done & (tr.output > 1)
     allowed = {  # metric prefix -> the condition under which it is undefined
-        "ttft_": not done.any(), "e2e_": not done.any(), "tpot_": not multi.any(),
+        "ttft_": not done.any(),
+        "e2e_": not done.any(),
+        "tpot_": not multi.any(),
         "itl_": True,  # any gap at all (also from unfinished requests) makes it finite
-        "busy_fraction": res.clock_s == 0, "mean_in_system": res.clock_s == 0,
-        "mfu": res.clock_s == 0, "mbu": res.clock_s == 0, "model_": res.clock_s == 0,
+        "busy_fraction": res.clock_s == 0,
+        "mean_in_system": res.clock_s == 0,
+        "mfu": res.clock_s == 0,
+        "mbu": res.clock_s == 0,
+        "model_": res.clock_s == 0,
         "useful_tokens_per_dollar": m["cost_usd"] == 0,
-        "slo_attainment": m["n_requests"] == 0, "quality_failure_rate": not done.any(),
+        "slo_attainment": m["n_requests"] == 0,
+        "quality_failure_rate": not done.any(),
         # speculation metrics: undefined without a draft pass
         "spec_acceptance_rate": m["spec_draft_tokens"] == 0,
         "spec_tokens_per_pass": m["spec_draft_tokens"] == 0,
@@ -251,6 +306,7 @@ def _check_documented_nan(m: dict, tr, res, done) -> None:
 
 def test_profile_is_registered():
     from hypothesis import settings
+
     profile = os.environ.get("HYPOTHESIS_PROFILE", "ci")
     assert settings.get_profile(profile).deadline is None
     assert settings.default.max_examples >= (500 if profile == "slow" else 25)
@@ -262,29 +318,47 @@ def test_kv_blocks_dtype_fixed():
     assert p.cost.kv_blocks.dtype == jnp.int32 and p.policy.max_num_seqs.dtype == jnp.float64
 
 
-# The fast machinery against the plainest run, on the same draws: every iteration stepped
-# through the full step at the full width (the reference), and event skipping across
-# completions and arrivals, a start at 4 entries that widens (servetune/engine/width.py) and the simple
-# step (servetune/engine/simple_step.py). One engine by default (each width compiles once), all of
-# them with the slow profile.
-FAST_ENGINES = (sorted(ENGINES) if os.environ.get("HYPOTHESIS_PROFILE") == "slow"
-                else ["continuous-paged-chunked-leap"])
+# The fast machinery against the plainest run, on the same draws: every iteration stepped through
+# the full step at the full width (the reference), and event skipping across completions and
+# arrivals, a start at 4 entries that widens (servetune/engine/width.py) and the simple step
+# (servetune/engine/simple_step.py). One engine by default (each width compiles once), all of them
+# with the slow profile.
+FAST_ENGINES = (
+    sorted(ENGINES)
+    if os.environ.get("HYPOTHESIS_PROFILE") == "slow"
+    else ["continuous-paged-chunked-leap"]
+)
 COUNTS = ("end_state", "generated", "n_preempt", "tokens_computed", "reject_reason")
 TIMES = ("first_token", "finish", "scheduled_at")
-COUNT_STATS = ("steps", "preemptions", "prefill_tokens", "decode_tokens", "kv_peak_blocks",
-               "max_running", "ended", "slot_bound", "window_overflow", "requests_taken")
+COUNT_STATS = (
+    "steps",
+    "preemptions",
+    "prefill_tokens",
+    "decode_tokens",
+    "kv_peak_blocks",
+    "max_running",
+    "ended",
+    "slot_bound",
+    "window_overflow",
+    "requests_taken",
+)
 
 
-@given(st.sampled_from(FAST_ENGINES).flatmap(
-    lambda name: st.tuples(st.just(name), workloads(), policies(ENGINES[name]))))
+@given(
+    st.sampled_from(FAST_ENGINES).flatmap(
+        lambda name: st.tuples(st.just(name), workloads(), policies(ENGINES[name]))
+    )
+)
 def test_skipping_narrow_widths_and_the_simple_step_change_no_record(scenario):
     import dataclasses
 
     from servetune.engine import width
 
     name, tr, d = scenario
-    note(f"engine={name} arrivals={tr.arrival.tolist()} prompt={tr.prompt.tolist()} "
-         f"output={tr.output.tolist()} draw={d}")
+    note(
+        f"engine={name} arrivals={tr.arrival.tolist()} prompt={tr.prompt.tolist()} "
+        f"output={tr.output.tolist()} draw={d}"
+    )
     cfg = ENGINES[name]
     ref = simulate(dataclasses.replace(cfg, leap_max=0, fast_path=False), tr, d)
     fast = simulate(dataclasses.replace(width.start(cfg, 4), leap_max=64, fast_path=True), tr, d)

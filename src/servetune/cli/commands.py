@@ -47,12 +47,16 @@ def simulate_job(cfg: DictConfig):
     first = scenario.traces[0]
     span = float(first.arrival.max()) if len(first) else 0.0
     instances = scenario.engine.n_instances
-    console.print(estimate.plan_line(n, len(first), span, instances=instances) + " ...",
-                  highlight=False)
+    console.print(
+        estimate.plan_line(n, len(first), span, instances=instances) + " ...", highlight=False
+    )
     with simulation_progress(bool(cfg.output.progress), console=console) as progress:
         result = simulate_batch(scenario, progress)
-    estimate.record(sum(len(t) for t in scenario.traces) * len(scenario.grid_points),
-                    result.wall_s, kind=estimate.simulate_kind(instances))
+    estimate.record(
+        sum(len(t) for t in scenario.traces) * len(scenario.grid_points),
+        result.wall_s,
+        kind=estimate.simulate_kind(instances),
+    )
     failure = None
     with run_folder.outputs_as_a_set(out, "servetune simulate") as stage:
         _write_outputs(stage, cfg, scenario, result)
@@ -61,9 +65,14 @@ def simulate_job(cfg: DictConfig):
         except ServetuneError as err:
             failure = err
         else:
-            write_json(stage / "objective.json",
-                       {"objective": objective, "scenarios": n,
-                        "sweep.objective": OmegaConf.select(cfg, "sweep.objective")})
+            write_json(
+                stage / "objective.json",
+                {
+                    "objective": objective,
+                    "scenarios": n,
+                    "sweep.objective": OmegaConf.select(cfg, "sweep.objective"),
+                },
+            )
     if failure is not None:
         raise failure
     con = progress_console()
@@ -71,12 +80,15 @@ def simulate_job(cfg: DictConfig):
         summary(result.metrics[0], scenario.labels, console=con)
     else:
         grid_summary(result.table, console=con)
-    con.print(f"objective ({OmegaConf.select(cfg, 'sweep.objective')}): {objective:.6g}",
-              highlight=False)
-    con.print(f"wrote {out}/metrics.json, metrics.csv, objective.json, vllm_bench.json"
-              + (", requests.parquet" if cfg.output.request_table else "")
-              + (", timeline.parquet" if result.timelines else "")
-              + f"  ({result.wall_s:.1f} s wall)")
+    con.print(
+        f"objective ({OmegaConf.select(cfg, 'sweep.objective')}): {objective:.6g}", highlight=False
+    )
+    con.print(
+        f"wrote {out}/metrics.json, metrics.csv, objective.json, vllm_bench.json"
+        + (", requests.parquet" if cfg.output.request_table else "")
+        + (", timeline.parquet" if result.timelines else "")
+        + f"  ({result.wall_s:.1f} s wall)"
+    )
     return result, objective
 
 
@@ -88,21 +100,34 @@ def _write_outputs(stage: Path, cfg: DictConfig, scenario, result) -> None:
 
     n = len(result.metrics)
     write_text(stage / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    doc = result.metrics[0] if n == 1 else {"scenarios": [
-        {"seed": row["seed"], "grid": pt, "metrics": m}
-        for row, pt, m in zip(result.table.to_dict("records"),
-                              scenario.grid_points * len(scenario.seeds), result.metrics)]}
+    doc = (
+        result.metrics[0]
+        if n == 1
+        else {
+            "scenarios": [
+                {"seed": row["seed"], "grid": pt, "metrics": m}
+                for row, pt, m in zip(
+                    result.table.to_dict("records"),
+                    scenario.grid_points * len(scenario.seeds),
+                    result.metrics,
+                    strict=True,
+                )
+            ]
+        }
+    )
     write_json(stage / "metrics.json", dict(doc, wall_s=result.wall_s))
     bench = bench_documents(cfg, result)  # vllm bench serve --save-result's file, to diff
     write_json(stage / "vllm_bench.json", bench[0] if n == 1 else bench)
     write_whole(stage / "metrics.csv", lambda tmp: result.table.to_csv(tmp, index=False))
     if cfg.output.request_table:
-        requests = pd.concat([table.assign(scenario=k) for k, table in enumerate(result.requests)],
-                             ignore_index=True)
+        requests = pd.concat(
+            [table.assign(scenario=k) for k, table in enumerate(result.requests)], ignore_index=True
+        )
         write_whole(stage / "requests.parquet", lambda tmp: requests.to_parquet(tmp, index=False))
     if result.timelines:  # output.timeline
-        table = pd.concat([t.assign(scenario=k) for k, t in enumerate(result.timelines)],
-                          ignore_index=True)
+        table = pd.concat(
+            [t.assign(scenario=k) for k, t in enumerate(result.timelines)], ignore_index=True
+        )
         write_whole(stage / "timeline.parquet", lambda tmp: table.to_parquet(tmp, index=False))
 
 
@@ -110,8 +135,10 @@ def save_detailed(cfg: DictConfig) -> bool | None:
     """output.save_detailed: None (by size), True or False; ConfigError naming it otherwise."""
     value = OmegaConf.select(cfg, "output.save_detailed")
     if value is not None and not isinstance(value, bool):
-        raise ConfigError(f"output.save_detailed: got {value!r}; expected true, false or null "
-                          f"(null: the per-request arrays only while they are small)")
+        raise ConfigError(
+            f"output.save_detailed: got {value!r}; expected true, false or null "
+            f"(null: the per-request arrays only while they are small)"
+        )
     return value
 
 
@@ -145,21 +172,29 @@ def run_tune(cfg: DictConfig):
     console = Console()
     out = Path(HydraConfig.get().runtime.output_dir)
     write_text(out / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    result = tune(cfg, out_dir=out,
-                  log=lambda line: console.print(line, highlight=False, markup=False))
+    result = tune(
+        cfg, out_dir=out, log=lambda line: console.print(line, highlight=False, markup=False)
+    )
     console.print(_start_vs_tuned(result, Table))
-    shown = lambda k, v: (f"{k}=[{len(v)} weights, export/score_net.json]" if k == "score_net"
-                          else f"{k}={fmt(v)}")
-    console.print("tuned policy (as exported: integer limits floored): "
-                  + ", ".join(shown(k, v) for k, v in as_deployed(result.best).items()))
+    shown = lambda k, v: (
+        f"{k}=[{len(v)} weights, export/score_net.json]" if k == "score_net" else f"{k}={fmt(v)}"
+    )
+    console.print(
+        "tuned policy (as exported: integer limits floored): "
+        + ", ".join(shown(k, v) for k, v in as_deployed(result.best).items())
+    )
     if result.regression:
-        console.print("[bold red]regression:[/] the tuned policy is worse than the start on "
-                      "held-out data beyond chance; see the regression_verdict column of "
-                      "evaluation.csv")
+        console.print(
+            "[bold red]regression:[/] the tuned policy is worse than the start on "
+            "held-out data beyond chance; see the regression_verdict column of "
+            "evaluation.csv"
+        )
     exported = (out / "export").is_dir()
     views = ", tuning.html (history and sensitivity)" if (out / "tuning.html").is_file() else ""
-    console.print(f"wrote {out}/history.csv, evaluation.csv, convergence.png{views}"
-                  + (", export/" if exported else " (no export/)"))
+    console.print(
+        f"wrote {out}/history.csv, evaluation.csv, convergence.png{views}"
+        + (", export/" if exported else " (no export/)")
+    )
     return result
 
 
@@ -167,21 +202,43 @@ def _start_vs_tuned(result, table_class):
     """The evaluation as a rich table, three rows per split (training, then held out): each
     metric's start and tuned value and the tuned one's 95% interval over the split's scenarios
     ("no information" where they all came out the same)."""
-    table = table_class(title=f"start vs tuned ({result.scenarios_simulated} scenarios "
-                              f"simulated, {result.wall_s:.0f} s)")
+    table = table_class(
+        title=f"start vs tuned ({result.scenarios_simulated} scenarios "
+        f"simulated, {result.wall_s:.0f} s)"
+    )
     for head in ("split", "metric", "start", "tuned", "tuned: 95% interval", "regression"):
         table.add_column(head, justify="left" if head in ("split", "metric") else "right")
-    heads = {"slo_attainment": "SLO attainment", "useful_tokens_per_dollar": "useful tok/$",
-             "goodput_rps": "goodput req/s"}
+    heads = {
+        "slo_attainment": "SLO attainment",
+        "useful_tokens_per_dollar": "useful tok/$",
+        "goodput_rps": "goodput req/s",
+    }
     for rec in side_by_side(result.evaluation):
         for k, (key, head) in enumerate(heads.items()):
             m = rec[key]
-            ci = (f"{fmt(m['tuned_interval'][0])} - {fmt(m['tuned_interval'][1])}"
-                  if m["tuned_interval"] else "no information")
+            ci = (
+                f"{fmt(m['tuned_interval'][0])} - {fmt(m['tuned_interval'][1])}"
+                if m["tuned_interval"]
+                else "no information"
+            )
             first = k == 0
-            regression = ("yes" if rec["regression"] else "trained on" if not rec["held_out"]
-                          else "tie" if rec["tie"] else "no")
+            regression = (
+                "yes"
+                if rec["regression"]
+                else "trained on"
+                if not rec["held_out"]
+                else "tie"
+                if rec["tie"]
+                else "no"
+            )
             split = f"{rec['split']}" if first else f"({rec['scenarios']} scenarios)" * (k == 1)
-            table.add_row(split, head, fmt(m["start"]), fmt(m["tuned"]), ci,
-                          regression if first else "", end_section=k == len(heads) - 1)
+            table.add_row(
+                split,
+                head,
+                fmt(m["start"]),
+                fmt(m["tuned"]),
+                ci,
+                regression if first else "",
+                end_section=k == len(heads) - 1,
+            )
     return table

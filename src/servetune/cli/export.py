@@ -17,12 +17,18 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="servetune export",
         description="Export the policy of a run, or of one point of a grid, sweep or tuning "
-                    "run, to vLLM and SGLang engine arguments and a policy= config file.")
+        "run, to vLLM and SGLang engine arguments and a policy= config file.",
+    )
     p.add_argument("dir", help="a simulate run or multirun folder, or a tune run folder")
-    p.add_argument("--point", action="append", default=[], metavar="KEY=VALUE",
-                   help="keep the points whose KEY has VALUE (repeatable), e.g. "
-                        "policy.max_num_seqs=64 or workload.rate=5; of the settings left, the "
-                        "best by the tuner's order is exported")
+    p.add_argument(
+        "--point",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="keep the points whose KEY has VALUE (repeatable), e.g. "
+        "policy.max_num_seqs=64 or workload.rate=5; of the settings left, the "
+        "best by the tuner's order is exported",
+    )
     p.add_argument("--out", default=None, help="output folder (default: DIR/export)")
     return p
 
@@ -38,19 +44,26 @@ def main(argv: list[str] | None = None) -> int:
     try:
         chosen, paths = export_point(args.dir, args.point, args.out)
     except (ServetuneError, ConfigError) as err:
-        Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(
+            f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True
+        )
         return 2
     for message in chosen.skipped:  # damaged run folders, as servetune report warns of them
-        Console(stderr=True).print(f"[yellow]warning:[/yellow] left out {message}",
-                                   highlight=False, soft_wrap=True)
+        Console(stderr=True).print(
+            f"[yellow]warning:[/yellow] left out {message}", highlight=False, soft_wrap=True
+        )
     flags = json.loads(paths["vllm_args.json"].read_text())["flags"]
     folder = paths["tuned_policy.yaml"].parent
     console.print(f"exported {chosen.label} of {chosen.run_dir}: {chosen.why}", markup=False)
     console.print(f"vllm serve {flags}", markup=False)
     for warning in json.loads(paths["vllm_args.json"].read_text())["warnings"]:
-        Console(stderr=True).print(f"[yellow]warning:[/yellow] {escape(warning)} "
-                                   f"(vllm_args.json)", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(
+            f"[yellow]warning:[/yellow] {escape(warning)} (vllm_args.json)",
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(f"wrote {folder}/" + ", ".join(sorted(paths)), markup=False)
-    console.print(export.config_group_hint(paths["tuned_policy.yaml"], "policy",
-                                           "tuned_policy"), markup=False)
+    console.print(
+        export.config_group_hint(paths["tuned_policy.yaml"], "policy", "tuned_policy"), markup=False
+    )
     return 0

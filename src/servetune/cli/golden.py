@@ -17,16 +17,30 @@ from servetune.validate import golden
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="servetune golden", description=(
-        "Run the golden cases through vLLM's own V1 scheduler (the servetune[vllm] extra) and "
-        "write one fixture per case, or with --check replay the fixtures through servetune's "
-        "engine and list every difference."))
-    p.add_argument("--out", type=Path, default=Path("tests/golden/fixtures"),
-                   help="fixture directory (default: tests/golden/fixtures)")
-    p.add_argument("--cases", default=",".join(golden.CASES),
-                   help=f"comma-separated case names (default: all: {', '.join(golden.CASES)})")
-    p.add_argument("--check", action="store_true",
-                   help="compare servetune with the fixtures in --out instead of writing them")
+    p = argparse.ArgumentParser(
+        prog="servetune golden",
+        description=(
+            "Run the golden cases through vLLM's own V1 scheduler (the servetune[vllm] extra) and "
+            "write one fixture per case, or with --check replay the fixtures through servetune's "
+            "engine and list every difference."
+        ),
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("tests/golden/fixtures"),
+        help="fixture directory (default: tests/golden/fixtures)",
+    )
+    p.add_argument(
+        "--cases",
+        default=",".join(golden.CASES),
+        help=f"comma-separated case names (default: all: {', '.join(golden.CASES)})",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="compare servetune with the fixtures in --out instead of writing them",
+    )
     return p
 
 
@@ -37,9 +51,11 @@ def _write(names: list[str], out: Path) -> int:
         path = out / f"{name}.json.gz"
         golden.write_fixture(fixture, path)
         n_pre = sum(len(s["preempted"]) for s in fixture["steps"])
-        print(f"{path}: {len(fixture['requests']['arrival'])} requests, "
-              f"{len(fixture['steps'])} iterations, {n_pre} preemptions, vLLM "
-              f"{fixture['vllm_version']} ({time.perf_counter() - start:.1f} s)")
+        print(
+            f"{path}: {len(fixture['requests']['arrival'])} requests, "
+            f"{len(fixture['steps'])} iterations, {n_pre} preemptions, vLLM "
+            f"{fixture['vllm_version']} ({time.perf_counter() - start:.1f} s)"
+        )
     return 0
 
 
@@ -63,8 +79,9 @@ def main(argv: list[str]) -> int:
     unknown = [n for n in names if n not in golden.CASES]
     try:
         if unknown:
-            raise golden.GoldenError(f"--cases: unknown case(s) {unknown}; expected some of "
-                                     f"{sorted(golden.CASES)}")
+            raise golden.GoldenError(
+                f"--cases: unknown case(s) {unknown}; expected some of {sorted(golden.CASES)}"
+            )
         return _check(names, args.out) if args.check else _write(names, args.out)
     except (ServetuneError, ImportError) as err:  # GoldenError, a fixture's bad config
         print(f"error: {err}", file=sys.stderr)

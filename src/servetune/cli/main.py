@@ -28,12 +28,15 @@ COMMANDS = {  # command -> what it does (servetune --help)
 
 
 HYDRA_APPS = {  # command -> "module:app" (a @hydra.main function)
-    "simulate": "servetune.cli.hydra_apps:simulate_app", "tune": "servetune.cli.hydra_apps:tune_app",
+    "simulate": "servetune.cli.hydra_apps:simulate_app",
+    "tune": "servetune.cli.hydra_apps:tune_app",
     "calibrate": "servetune.cli.hydra_apps:calibrate_app",
 }
 ARGPARSE_APPS = {  # command -> "module:function" taking the arguments, returning the exit status
-    "report": "servetune.cli.report:main", "golden": "servetune.cli.golden:main",
-    "observe": "servetune.validate.observe:main", "validate": "servetune.validate.predict:main",
+    "report": "servetune.cli.report:main",
+    "golden": "servetune.cli.golden:main",
+    "observe": "servetune.validate.observe:main",
+    "validate": "servetune.validate.predict:main",
     "export": "servetune.cli.export:main",
 }
 
@@ -43,8 +46,11 @@ def usage() -> str:
     width = max(len(c) for c in COMMANDS)
     lines = ["usage: servetune COMMAND [arguments]", "", "commands:"]
     lines += [f"  {c:<{width}}  {what}" for c, what in COMMANDS.items()]
-    lines += ["", "servetune COMMAND --help says what a command does and takes.",
-              "example: servetune simulate workload=azure_conv policy.max_num_seqs=128"]
+    lines += [
+        "",
+        "servetune COMMAND --help says what a command does and takes.",
+        "example: servetune simulate workload=azure_conv policy.max_num_seqs=128",
+    ]
     return "\n".join(lines)
 
 
@@ -76,8 +82,10 @@ def output_dir_problem(overrides: list[str]) -> str | None:
         except RuntimeError:
             return f"{key}: got {value!r}; cannot expand its ~user (no such user)"
         if symlink_loop(path) is not None:
-            return (f"{key}: got {value!r}; it runs into a loop of symbolic links; expected "
-                    f"a folder to write in")
+            return (
+                f"{key}: got {value!r}; it runs into a loop of symbolic links; expected "
+                f"a folder to write in"
+            )
         parent = path
         while not parent.exists() and parent != parent.parent:
             parent = parent.parent
@@ -85,8 +93,10 @@ def output_dir_problem(overrides: list[str]) -> str | None:
             return f"{key}: got {value!r}; {parent} is a file, expected a folder to write in"
         reason = _cannot_create_in(parent)
         if reason:
-            return (f"{key}: got {value!r}; no folder can be created in {parent} ({reason}); "
-                    f"expected a writable folder")
+            return (
+                f"{key}: got {value!r}; no folder can be created in {parent} ({reason}); "
+                f"expected a writable folder"
+            )
     return None
 
 
@@ -104,15 +114,19 @@ def main() -> None:
         module, name = ARGPARSE_APPS[command].split(":")
         sys.exit(getattr(importlib.import_module(module), name)(sys.argv[1:]))
     problem = output_dir_problem(sys.argv[1:])
-    if (not problem and command in ("simulate", "tune")  # the apps of conf/config.yaml
-            and not any(a in ("-h", "--help") for a in sys.argv[1:])):
+    if (
+        not problem
+        and command in ("simulate", "tune")  # the apps of conf/config.yaml
+        and not any(a in ("-h", "--help") for a in sys.argv[1:])
+    ):
         problem = check_overrides(sys.argv[1:])
     if problem:
         from rich.console import Console
         from rich.markup import escape
 
-        Console(stderr=True).print(f"[red]error:[/red] {escape(problem)}", highlight=False,
-                                   soft_wrap=True)
+        Console(stderr=True).print(
+            f"[red]error:[/red] {escape(problem)}", highlight=False, soft_wrap=True
+        )
         sys.exit(2)
     # Hydra apps: their --help is the command's own page (conf/hydra/help/COMMAND.yaml).
     # Appended, not inserted: argparse stops reading overrides at a flag such as -m that

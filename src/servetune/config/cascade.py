@@ -83,17 +83,22 @@ class CascadeSpec:
     @property
     def price_per_gpu_hour(self) -> float:
         """The GPU-weighted mean price (USD per GPU-hour): n_gpus x it = the fleet's $/hour."""
-        usd_h = (self.small_instances * self.small_gpus * self.small_price
-                 + self.large_instances * self.large_gpus * self.large_price)
+        usd_h = (
+            self.small_instances * self.small_gpus * self.small_price
+            + self.large_instances * self.large_gpus * self.large_price
+        )
         return usd_h / self.n_gpus
 
     def kv_blocks(self) -> np.ndarray:
         """[I] KV blocks of each instance (small pool first)."""
-        return np.asarray([self.small_kv_blocks] * self.small_instances
-                          + [self.large_kv_blocks] * self.large_instances)
+        return np.asarray(
+            [self.small_kv_blocks] * self.small_instances
+            + [self.large_kv_blocks] * self.large_instances
+        )
 
 
 # --------------------------------------------------------------------------- draws
+
 
 def predicted_difficulty(difficulty, sigma: float, seed: int) -> np.ndarray:
     """[N] the router's difficulty estimates in (0, 1): sigmoid(logit(d) + sigma z), z standard
@@ -115,26 +120,38 @@ def with_draws(trace, quality: QualitySpec, spec: CascadeSpec, seed: int):
     """The trace with its cascade draws: predicted difficulty and small-answer failures
     (needs the trace's difficulty and quality_u, set by scenario.build)."""
     return dataclasses.replace(
-        trace, cascade_pred=predicted_difficulty(trace.difficulty, spec.noise, seed),
-        cascade_fail=fails(quality, trace.difficulty, trace.quality_u, "small"))
+        trace,
+        cascade_pred=predicted_difficulty(trace.difficulty, spec.noise, seed),
+        cascade_fail=fails(quality, trace.difficulty, trace.quality_u, "small"),
+    )
 
 
 # --------------------------------------------------------------------------- config
+
 
 def _bins(cfg) -> tuple[tuple, tuple]:
     raw = settings.get(cfg, "cascade.difficulty_bins")
     if raw is None:
         return DEFAULT_BINS, ("easy", "medium", "hard")
     edges = list(raw) if not isinstance(raw, (str, int, float)) else None
-    if (not edges or len(edges) < 2 or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in edges)
-            or edges[0] != 0 or edges[-1] != 1
-            or any(b <= a for a, b in itertools.pairwise(edges))):
-        raise ConfigError(f"cascade.difficulty_bins: got {raw!r}; expected ascending edges from "
-                          f"0 to 1, e.g. [0, 0.333, 0.667, 1] (easy, medium, hard)")
+    if (
+        not edges
+        or len(edges) < 2
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in edges)
+        or edges[0] != 0
+        or edges[-1] != 1
+        or any(b <= a for a, b in itertools.pairwise(edges))
+    ):
+        raise ConfigError(
+            f"cascade.difficulty_bins: got {raw!r}; expected ascending edges from "
+            f"0 to 1, e.g. [0, 0.333, 0.667, 1] (easy, medium, hard)"
+        )
     edges = tuple(float(v) for v in edges)
-    names = (("easy", "medium", "hard") if len(edges) == 4 else
-             tuple(f"d{a:g}-{b:g}" for a, b in itertools.pairwise(edges)))
+    names = (
+        ("easy", "medium", "hard")
+        if len(edges) == 4
+        else tuple(f"d{a:g}-{b:g}" for a, b in itertools.pairwise(edges))
+    )
     return edges, names
 
 
@@ -142,25 +159,44 @@ def tier_quality(quality: QualitySpec | None) -> QualitySpec:
     """The quality spec with a `tier` component (DEFAULT_TIER unless quality.components.tier
     is given). ConfigError when the quality model is off: the cascade needs it."""
     if quality is None:
-        raise ConfigError("quality.enabled: false, but engine.cascade_small_instances > 0 needs "
-                          "the quality model (the small tier's answers are checked); enable it")
+        raise ConfigError(
+            "quality.enabled: false, but engine.cascade_small_instances > 0 needs "
+            "the quality model (the small tier's answers are checked); enable it"
+        )
     comps = {c: dict(t) for c, t in quality.model.components.items()}
     tier = comps.setdefault("tier", dict(DEFAULT_TIER))
     if set(tier) != {"large", "small"}:
-        raise ConfigError(f"quality.components.tier: got levels {sorted(tier)}; expected "
-                          f"exactly large and small")
+        raise ConfigError(
+            f"quality.components.tier: got levels {sorted(tier)}; expected exactly large and small"
+        )
     if tier["small"] < tier["large"]:
-        raise ConfigError(f"quality.components.tier.small: got {tier['small']}, below "
-                          f"tier.large = {tier['large']}; expected the small model to fail at "
-                          f"least as often")
-    model = QualityModel(components=comps, base_fail=quality.model.base_fail,
-                         difficulty_exponent=quality.model.difficulty_exponent)
+        raise ConfigError(
+            f"quality.components.tier.small: got {tier['small']}, below "
+            f"tier.large = {tier['large']}; expected the small model to fail at "
+            f"least as often"
+        )
+    model = QualityModel(
+        components=comps,
+        base_fail=quality.model.base_fail,
+        difficulty_exponent=quality.model.difficulty_exponent,
+    )
     return dataclasses.replace(quality, model=model)
 
 
-def from_config(cfg, *, n_instances: int, large_gpu, large_model, large_tp: int,
-                large_price: float, large_cost: CostParams, large_kv_blocks: int,
-                kv_args: dict, gpu_figures: dict | None, incompatible: dict):
+def from_config(
+    cfg,
+    *,
+    n_instances: int,
+    large_gpu,
+    large_model,
+    large_tp: int,
+    large_price: float,
+    large_cost: CostParams,
+    large_kv_blocks: int,
+    kv_args: dict,
+    gpu_figures: dict | None,
+    incompatible: dict,
+):
     """(CascadeSpec, cost params with leaves [I], small instances S) from the config, or
     (None, large_cost, 0) when engine.cascade_small_instances is 0.
 
@@ -169,66 +205,108 @@ def from_config(cfg, *, n_instances: int, large_gpu, large_model, large_tp: int,
     efficiencies and overheads (None with cost.form=linear, which the cascade refuses);
     incompatible: {config key: whether it is on} of mechanisms the cascade does not combine
     with. Every problem raises ConfigError naming its key."""
-    small_n = settings.number(cfg, "engine.cascade_small_instances", lo=0, hi=n_instances,
-                              integer=True, default=0)
+    small_n = settings.number(
+        cfg, "engine.cascade_small_instances", lo=0, hi=n_instances, integer=True, default=0
+    )
     if small_n == 0:
         return None, large_cost, 0
     if small_n >= n_instances:
-        raise ConfigError(f"engine.cascade_small_instances: got {small_n} of engine.n_instances"
-                          f" = {n_instances}; expected fewer, so that the large pool has at "
-                          f"least one instance")
+        raise ConfigError(
+            f"engine.cascade_small_instances: got {small_n} of engine.n_instances"
+            f" = {n_instances}; expected fewer, so that the large pool has at "
+            f"least one instance"
+        )
     for key, on in incompatible.items():
         if on:
-            raise ConfigError(f"{key}: not supported together with "
-                              f"engine.cascade_small_instances > 0 (a model cascade); turn one "
-                              f"of them off")
+            raise ConfigError(
+                f"{key}: not supported together with "
+                f"engine.cascade_small_instances > 0 (a model cascade); turn one "
+                f"of them off"
+            )
     if gpu_figures is None:
-        raise ConfigError("cost.form: the model cascade needs cost.form=roofline (each pool's "
-                          "step time comes from its own model and GPU)")
+        raise ConfigError(
+            "cost.form: the model cascade needs cost.form=roofline (each pool's "
+            "step time comes from its own model and GPU)"
+        )
     sel = lambda k, d=None: settings.get(cfg, k, d)
-    small_model = hardware.lookup(hardware.MODELS, sel("cascade.small_model", "llama3_8b"),
-                                  "cascade.small_model")
+    small_model = hardware.lookup(
+        hardware.MODELS, sel("cascade.small_model", "llama3_8b"), "cascade.small_model"
+    )
     if small_model.params >= large_model.params:
-        raise ConfigError(f"cascade.small_model: {small_model.name} is not smaller than the "
-                          f"large pool's model.name {large_model.name}")
+        raise ConfigError(
+            f"cascade.small_model: {small_model.name} is not smaller than the "
+            f"large pool's model.name {large_model.name}"
+        )
     gpu_name = sel("cascade.small_gpu")
-    small_gpu = large_gpu if gpu_name is None else hardware.lookup(
-        hardware.GPUS, gpu_name, "cascade.small_gpu")
+    small_gpu = (
+        large_gpu
+        if gpu_name is None
+        else hardware.lookup(hardware.GPUS, gpu_name, "cascade.small_gpu")
+    )
     small_tp = settings.number(cfg, "cascade.small_tp", lo=1, hi=1024, integer=True, default=1)
     price = settings.number(cfg, "cascade.small_price_per_gpu_hour", lo=0, hi=1e6, allow_none=True)
     small_price = small_gpu.price_per_gpu_hour if price is None else price
     hardware.check_price(small_price, "cascade.small_price_per_gpu_hour")
     try:
-        small_kv = hardware.kv_capacity_blocks(small_gpu, small_model, **{**kv_args,
-                                                                          "tp": small_tp})
+        small_kv = hardware.kv_capacity_blocks(
+            small_gpu, small_model, **{**kv_args, "tp": small_tp}
+        )
     except ConfigError as err:  # name the cascade's keys, not the large pool's
-        raise ConfigError(f"cascade.small_tp: the small pool ({small_model.name} on "
-                          f"{small_tp} x {small_gpu.name}): {err}") from None
+        raise ConfigError(
+            f"cascade.small_tp: the small pool ({small_model.name} on "
+            f"{small_tp} x {small_gpu.name}): {err}"
+        ) from None
     small_cost = hardware.roofline_cost_params(
-        small_gpu, small_model, tp=small_tp, weight_bits=kv_args["weight_bits"],
-        kv_bits=kv_args["kv_bits"], kv_blocks=small_kv, **gpu_figures)
+        small_gpu,
+        small_model,
+        tp=small_tp,
+        weight_bits=kv_args["weight_bits"],
+        kv_bits=kv_args["kv_bits"],
+        kv_blocks=small_kv,
+        **gpu_figures,
+    )
     check_s = settings.number(cfg, "cascade.check_latency_s", lo=0, hi=1e9, default=0.0)
     noise = settings.number(cfg, "cascade.difficulty_noise", lo=0, hi=100, default=0.5)
     bins, names = _bins(cfg)
     large_n = n_instances - small_n
     spec = CascadeSpec(
-        small_instances=small_n, large_instances=large_n, small_gpus=small_tp,
-        large_gpus=large_tp, small_price=float(small_price), large_price=float(large_price),
-        small_kv_blocks=int(small_kv), large_kv_blocks=int(large_kv_blocks),
-        small_model=small_model.name, large_model=large_model.name, noise=noise,
-        check_latency_s=check_s, bins=bins, class_names=names,
-        small_work=hardware.model_work(small_gpu, small_model, tp=small_tp,
-                                       weight_bits=kv_args["weight_bits"],
-                                       kv_bits=kv_args["kv_bits"]))
+        small_instances=small_n,
+        large_instances=large_n,
+        small_gpus=small_tp,
+        large_gpus=large_tp,
+        small_price=float(small_price),
+        large_price=float(large_price),
+        small_kv_blocks=int(small_kv),
+        large_kv_blocks=int(large_kv_blocks),
+        small_model=small_model.name,
+        large_model=large_model.name,
+        noise=noise,
+        check_latency_s=check_s,
+        bins=bins,
+        class_names=names,
+        small_work=hardware.model_work(
+            small_gpu,
+            small_model,
+            tp=small_tp,
+            weight_bits=kv_args["weight_bits"],
+            kv_bits=kv_args["kv_bits"],
+        ),
+    )
     stacked = jax.tree.map(
-        lambda s, lg: jnp.concatenate([jnp.broadcast_to(jnp.asarray(s), (small_n,)),
-                                       jnp.broadcast_to(jnp.asarray(lg), (large_n,))]),
+        lambda s, lg: jnp.concatenate(
+            [
+                jnp.broadcast_to(jnp.asarray(s), (small_n,)),
+                jnp.broadcast_to(jnp.asarray(lg), (large_n,)),
+            ]
+        ),
         small_cost.replace(check_latency_s=jnp.asarray(check_s, jnp.float64)),
-        large_cost.replace(check_latency_s=jnp.asarray(check_s, jnp.float64)))
+        large_cost.replace(check_latency_s=jnp.asarray(check_s, jnp.float64)),
+    )
     return spec, stacked, small_n
 
 
 # --------------------------------------------------------------------------- metrics
+
 
 def request_columns(trace, tier: np.ndarray, quality: QualitySpec) -> dict:
     """Per-request cascade columns ([N] each) for the request table: the tier it was routed to
@@ -240,11 +318,16 @@ def request_columns(trace, tier: np.ndarray, quality: QualitySpec) -> dict:
     small_ok = ~np.asarray(trace.cascade_fail)
     large_ok = ~fails(quality, d, u, "large")
     final_small = tier == TIER_SMALL
-    routed = np.where(tier < 0, "none", np.where((tier == TIER_SMALL) | (tier == TIER_RETRIED),
-                                                 "small", "large"))
-    return {"routed": routed.astype(object), "retried": tier == TIER_RETRIED,
-            "small_fails": ~small_ok, "predicted_difficulty": trace.cascade_pred,
-            "quality_ok": np.where(final_small, small_ok, large_ok)}
+    routed = np.where(
+        tier < 0, "none", np.where((tier == TIER_SMALL) | (tier == TIER_RETRIED), "small", "large")
+    )
+    return {
+        "routed": routed.astype(object),
+        "retried": tier == TIER_RETRIED,
+        "small_fails": ~small_ok,
+        "predicted_difficulty": trace.cascade_pred,
+        "quality_ok": np.where(final_small, small_ok, large_ok),
+    }
 
 
 def _router(c: pd.DataFrame) -> dict:
@@ -252,17 +335,22 @@ def _router(c: pd.DataFrame) -> dict:
     small = (routed["routed"] == "small").to_numpy()
     bad = routed["small_fails"].to_numpy()
     n = len(routed)
-    counts = {"small_passed": int((small & ~bad).sum()), "small_failed": int((small & bad).sum()),
-              "large_needed": int((~small & bad).sum()),
-              "large_unneeded": int((~small & ~bad).sum())}
+    counts = {
+        "small_passed": int((small & ~bad).sum()),
+        "small_failed": int((small & bad).sum()),
+        "large_needed": int((~small & bad).sum()),
+        "large_unneeded": int((~small & ~bad).sum()),
+    }
     correct = counts["small_passed"] + counts["large_needed"]
-    return {"router_accuracy": correct / n if n else float("nan"), "confusion": counts,
-            "small_share": float(small.mean()) if n else float("nan"),
-            "retry_rate": counts["small_failed"] / n if n else float("nan")}
+    return {
+        "router_accuracy": correct / n if n else float("nan"),
+        "confusion": counts,
+        "small_share": float(small.mean()) if n else float("nan"),
+        "retry_rate": counts["small_failed"] / n if n else float("nan"),
+    }
 
 
-def metrics(table: pd.DataFrame, window_s: float, spec: CascadeSpec, busy_s, sim_s: float
-            ) -> dict:
+def metrics(table: pd.DataFrame, window_s: float, spec: CascadeSpec, busy_s, sim_s: float) -> dict:
     """Cascade metrics over the counted requests of a request table (with request_columns):
 
     cascade_router_accuracy: fraction of routed requests sent to the tier that was right for
@@ -280,16 +368,19 @@ def metrics(table: pd.DataFrame, window_s: float, spec: CascadeSpec, busy_s, sim
     done = c["end_state"].to_numpy() == "completed"
     out = {f"cascade_{k}": v for k, v in _router(c).items()}
     out["cascade_retries"] = int(table["retried"].sum())
-    out["cascade_quality_pass_rate"] = (float(c["quality_ok"].to_numpy()[done].mean())
-                                        if done.any() else float("nan"))
+    out["cascade_quality_pass_rate"] = (
+        float(c["quality_ok"].to_numpy()[done].mean()) if done.any() else float("nan")
+    )
     busy = np.asarray(busy_s, np.float64)  # [I] seconds each instance spent in iterations
     s = spec.small_instances
     for name, part in (("small", busy[:s]), ("large", busy[s:])):
-        out[f"cascade_utilization_{name}"] = (float(part.sum() / (sim_s * len(part)))
-                                              if sim_s > 0 else float("nan"))
+        out[f"cascade_utilization_{name}"] = (
+            float(part.sum() / (sim_s * len(part))) if sim_s > 0 else float("nan")
+        )
     d = c["difficulty"].to_numpy()
-    klass = np.clip(np.searchsorted(np.asarray(spec.bins), d, side="right") - 1, 0,
-                    len(spec.class_names) - 1)
+    klass = np.clip(
+        np.searchsorted(np.asarray(spec.bins), d, side="right") - 1, 0, len(spec.class_names) - 1
+    )
     by = {}
     for k, name in enumerate(spec.class_names):
         sub = c[klass == k]
@@ -302,10 +393,13 @@ def metrics(table: pd.DataFrame, window_s: float, spec: CascadeSpec, busy_s, sim
             "goodput_rps": float(q.sum()) / window_s,
             "slo_attainment": float(q.mean()) if len(sub) else float("nan"),
             "useful_tokens": float(sub["output_tokens"].to_numpy()[q].sum()),
-            "quality_pass_rate": (float(sub["quality_ok"].to_numpy()[fin].mean())
-                                  if fin.any() else float("nan")),
-            "retry_rate": r["retry_rate"], "small_share": r["small_share"],
-            "router_accuracy": r["router_accuracy"]}
+            "quality_pass_rate": (
+                float(sub["quality_ok"].to_numpy()[fin].mean()) if fin.any() else float("nan")
+            ),
+            "retry_rate": r["retry_rate"],
+            "small_share": r["small_share"],
+            "router_accuracy": r["router_accuracy"],
+        }
     out["by_difficulty"] = by
     return out
 

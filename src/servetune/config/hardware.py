@@ -65,21 +65,25 @@ GPUS: dict[str, GPUSpec] = {
 MODELS: dict[str, ModelSpec] = {
     # meta-llama/Meta-Llama-3-8B config.json: 32 layers, hidden 4096, 32 heads, 8 KV heads,
     # max_position_embeddings 8192; 8.03e9 parameters (model card).
-    "llama3_8b": ModelSpec("Llama-3-8B", 8.03e9, 32, 4096, 32, 8, 128, 8192,
-                           "meta-llama/Meta-Llama-3-8B"),
+    "llama3_8b": ModelSpec(
+        "Llama-3-8B", 8.03e9, 32, 4096, 32, 8, 128, 8192, "meta-llama/Meta-Llama-3-8B"
+    ),
     # meta-llama/Meta-Llama-3-70B config.json: 80 layers, hidden 8192, 64 heads, 8 KV heads,
     # max_position_embeddings 8192; 70.6e9 parameters (model card).
-    "llama3_70b": ModelSpec("Llama-3-70B", 70.6e9, 80, 8192, 64, 8, 128, 8192,
-                            "meta-llama/Meta-Llama-3-70B"),
+    "llama3_70b": ModelSpec(
+        "Llama-3-70B", 70.6e9, 80, 8192, 64, 8, 128, 8192, "meta-llama/Meta-Llama-3-70B"
+    ),
     # Qwen/Qwen2.5-7B-Instruct config.json: 28 layers, hidden 3584, 28 heads, 4 KV heads,
     # max_position_embeddings 32768; 7.61e9 parameters (model card).
-    "qwen2_5_7b": ModelSpec("Qwen2.5-7B", 7.61e9, 28, 3584, 28, 4, 128, 32768,
-                            "Qwen/Qwen2.5-7B-Instruct"),
+    "qwen2_5_7b": ModelSpec(
+        "Qwen2.5-7B", 7.61e9, 28, 3584, 28, 4, 128, 32768, "Qwen/Qwen2.5-7B-Instruct"
+    ),
     # meta-llama/Llama-3.2-1B config.json: 16 layers, hidden 2048, 32 heads, 8 KV heads,
     # head_dim 64, max_position_embeddings 131072; 1.24e9 parameters (model card: 1.23B).
     # Shares Llama 3's tokenizer, so it can draft for Llama-3-8B/70B.
-    "llama3_2_1b": ModelSpec("Llama-3.2-1B", 1.24e9, 16, 2048, 32, 8, 64, 131072,
-                             "meta-llama/Llama-3.2-1B"),
+    "llama3_2_1b": ModelSpec(
+        "Llama-3.2-1B", 1.24e9, 16, 2048, 32, 8, 64, 131072, "meta-llama/Llama-3.2-1B"
+    ),
 }
 
 _BITS = (4, 8, 16)
@@ -93,8 +97,10 @@ def check_price(price: float, key: str) -> None:
     at which tokens per dollar would overflow to inf; 0 means free (tokens per dollar
     undefined, NaN)."""
     if 0 < price < MIN_PRICE:
-        raise ConfigError(f"{key}: got {price!r}; expected 0 (free: tokens per dollar "
-                          f"undefined) or at least {MIN_PRICE:g} USD per GPU-hour")
+        raise ConfigError(
+            f"{key}: got {price!r}; expected 0 (free: tokens per dollar "
+            f"undefined) or at least {MIN_PRICE:g} USD per GPU-hour"
+        )
 
 
 def lookup(catalog: dict, name: str, key: str):
@@ -128,14 +134,18 @@ class ModelWork:
     peak_bytes_per_s: float  # HBM bytes/s of the instance (tp x the GPU's)
 
 
-def model_work(gpu: GPUSpec, model: ModelSpec, *, tp: int, weight_bits: int,
-               kv_bits: int) -> ModelWork:
+def model_work(
+    gpu: GPUSpec, model: ModelSpec, *, tp: int, weight_bits: int, kv_bits: int
+) -> ModelWork:
     """ModelWork of `model` at these precisions on an instance of `tp` x `gpu`."""
-    return ModelWork(flops_per_token=2.0 * model.params,
-                     attn_flops_per_work=4.0 * model.layers * model.heads * model.head_dim,
-                     weight_bytes=weight_bytes(model, weight_bits),
-                     kv_bytes_per_token=kv_bytes_per_token(model, kv_bits),
-                     peak_flops=tp * gpu.peak_flops, peak_bytes_per_s=tp * gpu.hbm_bytes_per_s)
+    return ModelWork(
+        flops_per_token=2.0 * model.params,
+        attn_flops_per_work=4.0 * model.layers * model.heads * model.head_dim,
+        weight_bytes=weight_bytes(model, weight_bits),
+        kv_bytes_per_token=kv_bytes_per_token(model, kv_bits),
+        peak_flops=tp * gpu.peak_flops,
+        peak_bytes_per_s=tp * gpu.hbm_bytes_per_s,
+    )
 
 
 # KV blocks of one instance: block counts are int32 on device, and sums of a few of them (the
@@ -237,8 +247,9 @@ def roofline_cost_params(
     comm_fixed = 0.0
     if tp > 1:
         ring = 2.0 * (tp - 1) / tp
-        comm_per_token = (2 * model.layers * ring * model.hidden * activation_bits / 8
-                          / gpu.link_bytes_per_s)
+        comm_per_token = (
+            2 * model.layers * ring * model.hidden * activation_bits / 8 / gpu.link_bytes_per_s
+        )
         comm_fixed = 2 * model.layers * allreduce_latency_s
     f = lambda x: jnp.asarray(x, jnp.float64)
     return CostParams(
@@ -261,25 +272,42 @@ def roofline_cost_params(
 
 
 def linear_cost_params(
-    *, base_s: float, per_prefill_token_s: float, per_decode_seq_s: float,
-    per_ctx_token_s: float, kv_blocks: int, per_attn_work_s: float = 0.0,
+    *,
+    base_s: float,
+    per_prefill_token_s: float,
+    per_decode_seq_s: float,
+    per_ctx_token_s: float,
+    kv_blocks: int,
+    per_attn_work_s: float = 0.0,
 ) -> CostParams:
     """CostParams of the linear step-time model (roofline fields zero); seconds per
     iteration, per prefill token, per decoding sequence, per context token read and per unit
     of attention work (a new token x a context token)."""
-    for key, v in (("cost.base_s", base_s), ("cost.per_prefill_token_s", per_prefill_token_s),
-                   ("cost.per_decode_seq_s", per_decode_seq_s),
-                   ("cost.per_ctx_token_s", per_ctx_token_s),
-                   ("cost.per_attn_work_s", per_attn_work_s)):
+    for key, v in (
+        ("cost.base_s", base_s),
+        ("cost.per_prefill_token_s", per_prefill_token_s),
+        ("cost.per_decode_seq_s", per_decode_seq_s),
+        ("cost.per_ctx_token_s", per_ctx_token_s),
+        ("cost.per_attn_work_s", per_attn_work_s),
+    ):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ConfigError(f"{key}: got {v!r}; expected a finite number >= 0 (seconds)")
     f = lambda x: jnp.asarray(x, jnp.float64)
     z = f(0.0)
     return CostParams(
-        flops_per_token=z, attn_flops_per_token_ctx=z, weight_bytes=z, kv_bytes_per_token=z,
-        flops_rate=f(1.0), byte_rate=f(1.0), overhead_s=z, comm_s_per_token=z, comm_fixed_s=z,
-        base_s=f(base_s), per_prefill_token_s=f(per_prefill_token_s),
-        per_decode_seq_s=f(per_decode_seq_s), per_ctx_token_s=f(per_ctx_token_s),
+        flops_per_token=z,
+        attn_flops_per_token_ctx=z,
+        weight_bytes=z,
+        kv_bytes_per_token=z,
+        flops_rate=f(1.0),
+        byte_rate=f(1.0),
+        overhead_s=z,
+        comm_s_per_token=z,
+        comm_fixed_s=z,
+        base_s=f(base_s),
+        per_prefill_token_s=f(per_prefill_token_s),
+        per_decode_seq_s=f(per_decode_seq_s),
+        per_ctx_token_s=f(per_ctx_token_s),
         per_attn_work_s=f(per_attn_work_s),
         kv_blocks=jnp.asarray(kv_blocks, jnp.int32),
     )

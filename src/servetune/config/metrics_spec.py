@@ -16,8 +16,8 @@ class MetricsSpec:
 
     slo_*: targets in seconds (None = not checked). warmup_s: arrivals before it are not counted.
     price_per_gpu_hour: USD; n_gpus: GPUs provisioned; kv_blocks: KV capacity of the instance.
-    quality: the quality model and the scenario's precision (servetune.config.quality), or None (every
-    completed request passes its task check).
+    quality: the quality model and the scenario's precision (servetune.config.quality), or None
+    (every completed request passes its task check).
     """
 
     slo_ttft_s: float | None

@@ -25,18 +25,24 @@ def load(value) -> np.ndarray:
         except ValueError as err:
             raise ConfigError(f"policy.score_net: cannot read {path}: {err}") from None
         if not isinstance(doc, dict):
-            raise ConfigError(f"policy.score_net: {path} holds a JSON {type(doc).__name__}; "
-                              f"expected the object `servetune tune` exports")
+            raise ConfigError(
+                f"policy.score_net: {path} holds a JSON {type(doc).__name__}; "
+                f"expected the object `servetune tune` exports"
+            )
         if list(doc.get("features", {}).get("names", [])) != list(FEATURE_NAMES):
-            raise ConfigError(f"policy.score_net: {path} has features "
-                              f"{doc.get('features', {}).get('names')}; this servetune "
-                              f"computes {list(FEATURE_NAMES)}")
+            raise ConfigError(
+                f"policy.score_net: {path} has features "
+                f"{doc.get('features', {}).get('names')}; this servetune "
+                f"computes {list(FEATURE_NAMES)}"
+            )
         value = doc.get("flat")
     try:
         w = np.asarray(value, np.float64)
     except (TypeError, ValueError):
-        raise ConfigError(f"policy.score_net: got {value!r}; expected a list of numbers or "
-                          f"the path of a score_net.json") from None
+        raise ConfigError(
+            f"policy.score_net: got {value!r}; expected a list of numbers or "
+            f"the path of a score_net.json"
+        ) from None
     if w.ndim < 1 or not np.isfinite(w).all():
         raise ConfigError(f"policy.score_net: expected finite numbers, got shape {w.shape}")
     hidden_of(w.shape[-1])

@@ -50,10 +50,14 @@ def value_text(key: str, value) -> str:
     if isinstance(value, list | tuple):
         return "[" + ",".join(value_text(key, v) for v in value) + "]"
     if isinstance(value, Mapping):
-        return "{" + ",".join(f"{_key_text(key, k)}:{value_text(key, v)}"
-                              for k, v in value.items()) + "}"
-    raise ConfigError(f"{key}: got a {type(value).__name__}; expected a number, string, bool, "
-                      f"None, list or dict")
+        return (
+            "{"
+            + ",".join(f"{_key_text(key, k)}:{value_text(key, v)}" for k, v in value.items())
+            + "}"
+        )
+    raise ConfigError(
+        f"{key}: got a {type(value).__name__}; expected a number, string, bool, None, list or dict"
+    )
 
 
 def _string_text(key: str, text: str) -> str:
@@ -65,8 +69,10 @@ def _string_text(key: str, text: str) -> str:
     for quote in ("'", '"'):
         if quote not in text and not text.endswith("\\"):
             return f"{quote}{text}{quote}"
-    raise ConfigError(f"{key}: the string {text!r} has both quote kinds or ends in a backslash; "
-                      f"expected a string Hydra can quote")
+    raise ConfigError(
+        f"{key}: the string {text!r} has both quote kinds or ends in a backslash; "
+        f"expected a string Hydra can quote"
+    )
 
 
 def _numeric(text: str) -> bool:
@@ -110,5 +116,7 @@ def _check_group_value(key: str, value) -> None:
     if "." in key or isinstance(value, (str, Mapping, PurePath)) or not group_options(key):
         return
     options = ", ".join(group_options(key))
-    raise ConfigError(f"{key}: got {value!r}; expected the name of a {key} option ({options}) "
-                      f"or a dict of {key}.* fields")
+    raise ConfigError(
+        f"{key}: got {value!r}; expected the name of a {key} option ({options}) "
+        f"or a dict of {key}.* fields"
+    )

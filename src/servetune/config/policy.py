@@ -73,8 +73,9 @@ ORDERS: dict[str, dict[str, float]] = {
 }
 
 
-def make_policy(values: Mapping[str, object] | None = None, order: str = "fcfs",
-                key_prefix: str = "policy") -> PolicyParams:
+def make_policy(
+    values: Mapping[str, object] | None = None, order: str = "fcfs", key_prefix: str = "policy"
+) -> PolicyParams:
     """Build PolicyParams from a mapping of field -> number or list of numbers (a grid axis).
 
     Values are broadcast against each other; lists give a leading batch axis. `order` picks the
@@ -88,9 +89,14 @@ def make_policy(values: Mapping[str, object] | None = None, order: str = "fcfs",
     values = dict(values or {})
     net = values.pop("score_net", None)
     if (net is None) != (order != "neural"):
-        raise ConfigError(f"{key_prefix}.score_net: " + (
-            "required with order neural (a list of weights or a score_net.json path)"
-            if net is None else f"given with order {order!r}; set {key_prefix}.order=neural"))
+        raise ConfigError(
+            f"{key_prefix}.score_net: "
+            + (
+                "required with order neural (a list of weights or a score_net.json path)"
+                if net is None
+                else f"given with order {order!r}; set {key_prefix}.order=neural"
+            )
+        )
     merged = dict(DEFAULTS)
     merged.update(ORDERS[order])
     for key, value in values.items():
@@ -112,8 +118,9 @@ def make_policy(values: Mapping[str, object] | None = None, order: str = "fcfs",
             raise ConfigError(f"{key_prefix}.{key}: got NaN; expected a number")
         lo, hi = BOUNDS.get(key, (-math.inf, math.inf))
         if (arr < lo).any() or (arr > hi).any() or (np.isinf(arr).any() and key not in UNLIMITED):
-            raise ConfigError(f"{key_prefix}.{key}: got {settings.shown(value)}; expected within "
-                              f"[{lo}, {hi}]")
+            raise ConfigError(
+                f"{key_prefix}.{key}: got {settings.shown(value)}; expected within [{lo}, {hi}]"
+            )
         arrays[key] = arr
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     fields = {k: jnp.asarray(np.broadcast_to(a, shape)) for k, a in arrays.items()}

@@ -92,7 +92,8 @@ class QualityModel:
     """
 
     components: Mapping[str, Mapping[str, float]] = dataclasses.field(
-        default_factory=lambda: {c: dict(t) for c, t in DEFAULT_COMPONENTS.items()})
+        default_factory=lambda: {c: dict(t) for c, t in DEFAULT_COMPONENTS.items()}
+    )
     base_fail: float = 0.0
     difficulty_exponent: float = 1.0
 
@@ -108,14 +109,20 @@ class QualityModel:
                 continue
             lam = {str(k): -math.log1p(-float(v)) for k, v in table.items()}
             levels = np.asarray(level)
-            keys = np.vectorize(_level_key, otypes=[object])(levels) if levels.ndim else \
-                _level_key(levels.item())
+            keys = (
+                np.vectorize(_level_key, otypes=[object])(levels)
+                if levels.ndim
+                else _level_key(levels.item())
+            )
             missing = set(np.atleast_1d(keys).tolist()) - set(lam)
             if missing:
-                raise ConfigError(f"quality.{comp}: no delta for level(s) {sorted(missing)}; "
-                                  f"expected one of {sorted(lam)}")
-            total = total + (np.vectorize(lam.__getitem__, otypes=[float])(keys)
-                             if levels.ndim else lam[keys])
+                raise ConfigError(
+                    f"quality.{comp}: no delta for level(s) {sorted(missing)}; "
+                    f"expected one of {sorted(lam)}"
+                )
+            total = total + (
+                np.vectorize(lam.__getitem__, otypes=[float])(keys) if levels.ndim else lam[keys]
+            )
         return total
 
     def weight(self, difficulty) -> np.ndarray:
@@ -130,8 +137,9 @@ class QualityModel:
         lam = -math.log1p(-self.base_fail) + self.hazard(setting) + np.asarray(extra_hazard)
         return -np.expm1(-self.weight(difficulty) * lam)
 
-    def mean_failure(self, setting: Mapping[str, object], dist: DifficultySpec | None = None,
-                     n: int = 200_001) -> float:
+    def mean_failure(
+        self, setting: Mapping[str, object], dist: DifficultySpec | None = None, n: int = 200_001
+    ) -> float:
         """Mean P(fail) over a difficulty distribution (a midpoint grid for uniform and
         constant, n seeded draws for beta)."""
         dist = dist or DifficultySpec()
@@ -188,16 +196,19 @@ class QualitySpec:
         return self.model.failure_prob(difficulty, self.setting, extra_hazard)
 
 
-def draws(n: int, seed: int, spec: DifficultySpec, trace_difficulty=None, name: str = "trace"
-          ) -> tuple[np.ndarray, np.ndarray]:
+def draws(
+    n: int, seed: int, spec: DifficultySpec, trace_difficulty=None, name: str = "trace"
+) -> tuple[np.ndarray, np.ndarray]:
     """(difficulty [N], u [N]) of one seed: the trace's difficulty (per spec.source) or drawn,
     and the uniform of each request's quality check (common random numbers: fixed by the seed
     alone). Seed s gives the same u whatever the precision, policy or difficulty source."""
     u = streams.rng(seed, streams.QUALITY_U).random(n)
     has = trace_difficulty is not None
     if spec.source == "trace" and not has:
-        raise ConfigError(f"quality.difficulty.source: 'trace' but {name} has no difficulty "
-                          f"column; use auto or draw, or add a difficulty column in [0, 1]")
+        raise ConfigError(
+            f"quality.difficulty.source: 'trace' but {name} has no difficulty "
+            f"column; use auto or draw, or add a difficulty column in [0, 1]"
+        )
     if has and spec.source != "draw":
         return np.asarray(trace_difficulty, np.float64), u
     return spec.draw(n, seed), u
@@ -205,12 +216,20 @@ def draws(n: int, seed: int, spec: DifficultySpec, trace_difficulty=None, name: 
 
 # --------------------------------------------------------------------------- config
 
+
 def _num(value, key: str, lo: float, hi: float, *, hi_open: bool = False) -> float:
     return settings.check_number(value, key, lo=lo, hi=hi, hi_open=hi_open)
 
 
-_KEYS = {"enabled", "base_fail", "difficulty_exponent", "difficulty", "weight_bits", "kv_bits",
-         "components"}
+_KEYS = {
+    "enabled",
+    "base_fail",
+    "difficulty_exponent",
+    "difficulty",
+    "weight_bits",
+    "kv_bits",
+    "components",
+}
 _DIFF_KEYS = {"source", "dist", "a", "b", "value"}
 
 
@@ -230,20 +249,24 @@ def from_config(section, setting: Mapping[str, object]) -> QualitySpec | None:
     if not enabled:
         return None
     base = _num(section.get("base_fail", 0.0), "quality.base_fail", 0.0, 1.0, hi_open=True)
-    gamma = _num(section.get("difficulty_exponent", 1.0), "quality.difficulty_exponent", 0.0,
-                 100.0)
+    gamma = _num(section.get("difficulty_exponent", 1.0), "quality.difficulty_exponent", 0.0, 100.0)
     comps: dict[str, dict[str, float]] = {}
     extra = section.get("components") or {}
     if not isinstance(extra, Mapping):
-        raise ConfigError(f"quality.components: got {extra!r}; expected a mapping "
-                          f"{{component: {{level: delta}}}}")
-    named = {"weight_bits": section.get("weight_bits", DEFAULT_COMPONENTS["weight_bits"]),
-             "kv_bits": section.get("kv_bits", DEFAULT_COMPONENTS["kv_bits"])}
+        raise ConfigError(
+            f"quality.components: got {extra!r}; expected a mapping {{component: {{level: delta}}}}"
+        )
+    named = {
+        "weight_bits": section.get("weight_bits", DEFAULT_COMPONENTS["weight_bits"]),
+        "kv_bits": section.get("kv_bits", DEFAULT_COMPONENTS["kv_bits"]),
+    }
     for comp, table in list(named.items()) + [(f"components.{c}", t) for c, t in extra.items()]:
         key = f"quality.{comp}"
         if not isinstance(table, Mapping) or not table:
-            raise ConfigError(f"{key}: got {table!r}; expected a mapping {{level: extra failure "
-                              f"probability in [0, 1)}}")
+            raise ConfigError(
+                f"{key}: got {table!r}; expected a mapping {{level: extra failure "
+                f"probability in [0, 1)}}"
+            )
         out: dict[str, float] = {}
         for level, delta in table.items():
             lk = _level_key(level)
@@ -255,36 +278,46 @@ def from_config(section, setting: Mapping[str, object]) -> QualitySpec | None:
         if order:
             missing = [lv for lv in order if lv not in out]
             if missing:
-                raise ConfigError(f"{key}: no delta for level(s) {missing}; expected one for "
-                                  f"each of {list(order)}")
+                raise ConfigError(
+                    f"{key}: no delta for level(s) {missing}; expected one for "
+                    f"each of {list(order)}"
+                )
             for hi_lv, lo_lv in itertools.pairwise(order):
                 if out[lo_lv] < out[hi_lv]:
                     raise ConfigError(
                         f"{key}.{lo_lv}: got {out[lo_lv]}, below {key}.{hi_lv} = {out[hi_lv]}; "
                         f"expected deltas that do not fall as precision falls (a request that "
-                        f"fails at {hi_lv} bits must also fail at {lo_lv})")
+                        f"fails at {hi_lv} bits must also fail at {lo_lv})"
+                    )
         comps[name] = out
     dsec = section.get("difficulty") or {}
     if not isinstance(dsec, Mapping):
-        raise ConfigError(f"quality.difficulty: got {dsec!r}; expected a mapping like "
-                          f"{{source: auto, dist: uniform}}")
+        raise ConfigError(
+            f"quality.difficulty: got {dsec!r}; expected a mapping like "
+            f"{{source: auto, dist: uniform}}"
+        )
     for k in dsec:
         if k not in _DIFF_KEYS:
-            raise ConfigError(f"quality.difficulty.{k}: unknown key; expected one of "
-                              f"{sorted(_DIFF_KEYS)}")
+            raise ConfigError(
+                f"quality.difficulty.{k}: unknown key; expected one of {sorted(_DIFF_KEYS)}"
+            )
     source = dsec.get("source", "auto")
     if source not in _SOURCES:
-        raise ConfigError(f"quality.difficulty.source: got {source!r}; expected one of "
-                          f"{list(_SOURCES)}")
+        raise ConfigError(
+            f"quality.difficulty.source: got {source!r}; expected one of {list(_SOURCES)}"
+        )
     dist = dsec.get("dist", "uniform")
     if dist not in DIFFICULTY_DISTS:
-        raise ConfigError(f"quality.difficulty.dist: got {dist!r}; expected one of "
-                          f"{list(DIFFICULTY_DISTS)}")
+        raise ConfigError(
+            f"quality.difficulty.dist: got {dist!r}; expected one of {list(DIFFICULTY_DISTS)}"
+        )
     diff = DifficultySpec(
-        source=source, dist=dist,
+        source=source,
+        dist=dist,
         a=_num(dsec.get("a", 1.0), "quality.difficulty.a", 1e-3, 1e3),
         b=_num(dsec.get("b", 1.0), "quality.difficulty.b", 1e-3, 1e3),
-        value=_num(dsec.get("value", 0.5), "quality.difficulty.value", 0.0, 1.0))
+        value=_num(dsec.get("value", 0.5), "quality.difficulty.value", 0.0, 1.0),
+    )
     model = QualityModel(components=comps, base_fail=base, difficulty_exponent=gamma)
     model.hazard(setting)  # every level of the setting has a delta
     return QualitySpec(model=model, setting=dict(setting), difficulty=diff)

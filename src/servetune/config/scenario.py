@@ -58,10 +58,22 @@ KV_BLOCK_MULTIPLE = 16
 TIMELINE_SAMPLES = 2048  # periods of output.timeline (engine/timeline.py)
 
 # Config sections build() reads: required ones must be present; all must be mappings.
-_SECTIONS = {"workload": True, "hardware": True, "model": True, "policy": True, "engine": True,
-             "window": True, "cost": False, "slo": False, "classes": False, "grid": False,
-             "paths": False, "speculation": False, "quality": False,
-             "cascade": False}
+_SECTIONS = {
+    "workload": True,
+    "hardware": True,
+    "model": True,
+    "policy": True,
+    "engine": True,
+    "window": True,
+    "cost": False,
+    "slo": False,
+    "classes": False,
+    "grid": False,
+    "paths": False,
+    "speculation": False,
+    "quality": False,
+    "cascade": False,
+}
 
 
 def _check_sections(cfg: DictConfig) -> None:
@@ -70,8 +82,10 @@ def _check_sections(cfg: DictConfig) -> None:
         node = settings.get(cfg, section)
         if node is None:
             if required:
-                raise ConfigError(f"{section}: missing; expected the {section}.* section "
-                                  f"(choose one with {section}=<name>)")
+                raise ConfigError(
+                    f"{section}: missing; expected the {section}.* section "
+                    f"(choose one with {section}=<name>)"
+                )
             continue
         if not isinstance(node, DictConfig):
             raise ConfigError(f"{section}: got {node!r}; expected a mapping of {section}.* keys")
@@ -91,8 +105,10 @@ def _trace_path(cfg: DictConfig) -> Path:
     if path is None:
         bundled = settings.get(cfg, "workload.bundled")
         if bundled is None:
-            raise ConfigError("workload.path: not set; expected the trace file to replay, e.g. "
-                              "workload=file workload.path=my_trace.csv")
+            raise ConfigError(
+                "workload.path: not set; expected the trace file to replay, e.g. "
+                "workload=file workload.path=my_trace.csv"
+            )
         return workload.bundled_path(bundled)
     path = inputs.expand(path, "workload.path")
     if not path.is_absolute():
@@ -115,26 +131,31 @@ class TraceSlice:
 def trace_slice(cfg: DictConfig) -> TraceSlice:
     """Read the trace file of `workload.*` once, keeping what any seed's slice can need."""
     start = settings.number(cfg, "workload.start_s", lo=0, hi=MAX_SECONDS, default=0.0)
-    duration = settings.number(cfg, "workload.duration_s", lo=0, hi=MAX_SECONDS,
-                               allow_none=True)
+    duration = settings.number(cfg, "workload.duration_s", lo=0, hi=MAX_SECONDS, allow_none=True)
     rate_scale = settings.number(cfg, "workload.rate_scale", lo=1e-9, hi=1e9, default=1.0)
-    max_requests = settings.number(cfg, "workload.max_requests", lo=1, integer=True,
-                                   allow_none=True)
+    max_requests = settings.number(
+        cfg, "workload.max_requests", lo=1, integer=True, allow_none=True
+    )
     end = math.inf if duration is None else start + replica_spec(cfg).shift_s + duration
     columns = settings.get(cfg, "workload.columns")
     if columns is not None and not isinstance(columns, DictConfig):
-        raise ConfigError(f"workload.columns: got {columns!r}; expected a mapping like "
-                          f"{{arrival: timestamp, prompt: input_tokens, output: output_tokens}}")
+        raise ConfigError(
+            f"workload.columns: got {columns!r}; expected a mapping like "
+            f"{{arrival: timestamp, prompt: input_tokens, output: output_tokens}}"
+        )
     options = trace_file.ReadOptions(
         columns={} if columns is None else OmegaConf.to_container(columns),
         time_unit=settings.get(cfg, "workload.time_unit"),
-        invalid_rows=settings.get(cfg, "workload.invalid_rows", "error"), window=(start, end))
+        invalid_rows=settings.get(cfg, "workload.invalid_rows", "error"),
+        window=(start, end),
+    )
     source = trace_file.read_trace(_trace_path(cfg), _workload_name(cfg), options)
     return TraceSlice(source, start, duration, rate_scale, max_requests)
 
 
-def load_workload(cfg: DictConfig, seed: int,
-                  replay: TraceSlice | None = None) -> workload.RequestTrace:
+def load_workload(
+    cfg: DictConfig, seed: int, replay: TraceSlice | None = None
+) -> workload.RequestTrace:
     """The request trace of `workload.*` for one seed (trace replay or synthetic); `replay`
     is the trace file's window already read (trace_slice), read here when not given."""
     kind = settings.get(cfg, "workload.kind")
@@ -145,9 +166,13 @@ def load_workload(cfg: DictConfig, seed: int,
         start = replay.start_s + shift
         try:
             trace = workload.slice_trace(
-                replay.source.trace, start_s=start, duration_s=replay.duration_s,
-                rate_scale=replay.rate_scale, max_requests=replay.max_requests,
-                span_s=replay.source.span_s)
+                replay.source.trace,
+                start_s=start,
+                duration_s=replay.duration_s,
+                rate_scale=replay.rate_scale,
+                max_requests=replay.max_requests,
+                span_s=replay.source.span_s,
+            )
         except ConfigError:
             if not shift:
                 raise
@@ -155,7 +180,8 @@ def load_workload(cfg: DictConfig, seed: int,
                 f"workload.replicas.shift_s: seed {seed}'s replica starts its window {shift:.1f}"
                 f" s later, at {start:.1f} s, where {replay.source.trace.name} holds no requests "
                 f"for workload.duration_s = {replay.duration_s} s; lower shift_s or raise "
-                f"duration_s") from None
+                f"duration_s"
+            ) from None
     elif kind == "synthetic":
         trace = _synthetic(cfg, seed)
     else:
@@ -164,8 +190,9 @@ def load_workload(cfg: DictConfig, seed: int,
     if split is not None:
         trace = workload.classify_by_prompt(trace, split)
     if kind == "trace" and spec.resamples(seed):
-        trace = _replica(trace, spec, seed, replay.source.span_s, start, replay.duration_s,
-                         replay.rate_scale)
+        trace = _replica(
+            trace, spec, seed, replay.source.span_s, start, replay.duration_s, replay.rate_scale
+        )
     return trace
 
 
@@ -176,11 +203,14 @@ def _synthetic(cfg: DictConfig, seed: int) -> workload.RequestTrace:
     if "vllm_bench" in cfg.workload:
         vllm = settings.get(cfg, "workload.vllm_bench")
         if not isinstance(vllm, DictConfig):
-            raise ConfigError(f"workload.vllm_bench: got {vllm!r}; expected a mapping of vllm "
-                              f"bench serve flags ({', '.join(workload.VLLM_BENCH_KEYS)})")
+            raise ConfigError(
+                f"workload.vllm_bench: got {vllm!r}; expected a mapping of vllm "
+                f"bench serve flags ({', '.join(workload.VLLM_BENCH_KEYS)})"
+            )
         args = workload.vllm_random(OmegaConf.to_container(vllm))
-        args["duration_s"] = settings.number(cfg, "workload.duration_s", lo=0,
-                                             hi=workload.MAX_SPAN_S, allow_none=True)
+        args["duration_s"] = settings.number(
+            cfg, "workload.duration_s", lo=0, hi=workload.MAX_SPAN_S, allow_none=True
+        )
     else:
         args = _synthetic_args(cfg)
     trace = workload.synthetic(**args, seed=seed, name=name or "synthetic")
@@ -195,20 +225,29 @@ def _synthetic_args(cfg: DictConfig) -> dict:
     for part in ("prompt", "output"):
         node = settings.get(cfg, f"workload.{part}")
         if not isinstance(node, DictConfig):
-            raise ConfigError(f"workload.{part}: got {node!r}; "
-                              f"expected a mapping like {{dist: lognormal, mean: 1000, "
-                              f"cv: 1.0, min: 1, max: 6000}}")
+            raise ConfigError(
+                f"workload.{part}: got {node!r}; "
+                f"expected a mapping like {{dist: lognormal, mean: 1000, "
+                f"cv: 1.0, min: 1, max: 6000}}"
+            )
     return {
         "rate": settings.number(cfg, "workload.rate", lo=0, hi=workload.MAX_RATE),
-        "n_requests": settings.number(cfg, "workload.n_requests", lo=1,
-                                   hi=workload.MAX_SYNTHETIC_REQUESTS, integer=True,
-                                   allow_none=True),
-        "duration_s": settings.number(cfg, "workload.duration_s", lo=0, hi=workload.MAX_SPAN_S,
-                                   allow_none=True),
+        "n_requests": settings.number(
+            cfg,
+            "workload.n_requests",
+            lo=1,
+            hi=workload.MAX_SYNTHETIC_REQUESTS,
+            integer=True,
+            allow_none=True,
+        ),
+        "duration_s": settings.number(
+            cfg, "workload.duration_s", lo=0, hi=workload.MAX_SPAN_S, allow_none=True
+        ),
         "arrival": str(settings.get(cfg, "workload.arrival", "poisson")),
         "cv": settings.number(cfg, "workload.cv", lo=0, default=1.0),
         "prompt": OmegaConf.to_container(cfg.workload.prompt),
-        "output": OmegaConf.to_container(cfg.workload.output)}
+        "output": OmegaConf.to_container(cfg.workload.output),
+    }
 
 
 def replica_spec(cfg: DictConfig) -> replicas_lib.ReplicaSpec:
@@ -217,24 +256,34 @@ def replica_spec(cfg: DictConfig) -> replicas_lib.ReplicaSpec:
     if node is None:
         return replicas_lib.ReplicaSpec()
     if not isinstance(node, DictConfig):
-        raise ConfigError(f"workload.replicas: got {node!r}; expected a mapping like "
-                          f"{{block_s: 60, shift_s: 0, rate: 1, lengths: false}}")
+        raise ConfigError(
+            f"workload.replicas: got {node!r}; expected a mapping like "
+            f"{{block_s: 60, shift_s: 0, rate: 1, lengths: false}}"
+        )
     return replicas_lib.ReplicaSpec(
-        block_s=settings.number(cfg, "workload.replicas.block_s", lo=1e-3, hi=MAX_SECONDS,
-                        allow_none=True),
-        shift_s=settings.number(cfg, "workload.replicas.shift_s", lo=0, hi=MAX_SECONDS,
-                                default=0.0),
+        block_s=settings.number(
+            cfg, "workload.replicas.block_s", lo=1e-3, hi=MAX_SECONDS, allow_none=True
+        ),
+        shift_s=settings.number(
+            cfg, "workload.replicas.shift_s", lo=0, hi=MAX_SECONDS, default=0.0
+        ),
         rate=settings.number(cfg, "workload.replicas.rate", lo=1e-6, hi=1e3, default=1.0),
         lengths=settings.flag(cfg, "workload.replicas.lengths", False),
-        recorded_seed=_recorded_seed(cfg))
+        recorded_seed=_recorded_seed(cfg),
+    )
 
 
 def _recorded_seed(cfg: DictConfig) -> int | None:
     """`workload.replicas.recorded_seed`: 0 where absent, None (every seed a replica) where
     null."""
     value = settings.get(cfg, "workload.replicas.recorded_seed", 0)
-    return None if value is None else settings.check_number(
-        value, "workload.replicas.recorded_seed", lo=0, hi=2**63 - 1, integer=True)
+    return (
+        None
+        if value is None
+        else settings.check_number(
+            value, "workload.replicas.recorded_seed", lo=0, hi=2**63 - 1, integer=True
+        )
+    )
 
 
 def _replica(trace, spec, seed: int, span_s: float, start: float, duration, rate_scale: float):
@@ -246,12 +295,16 @@ def _replica(trace, spec, seed: int, span_s: float, start: float, duration, rate
     else:
         span = float(trace.arrival[-1]) * (len(trace) + 1) / len(trace) or 1.0
     if spec.block_s is not None and span / spec.block_s > replicas_lib.MAX_BLOCKS:
-        raise ConfigError(f"workload.replicas.block_s: got {spec.block_s}; the slice's "
-                          f"{span:.6g} s would need more than {replicas_lib.MAX_BLOCKS} blocks")
+        raise ConfigError(
+            f"workload.replicas.block_s: got {spec.block_s}; the slice's "
+            f"{span:.6g} s would need more than {replicas_lib.MAX_BLOCKS} blocks"
+        )
     out = replicas_lib.replica(trace, span, spec, seed)
     if len(out) == 0:
-        raise ConfigError(f"workload.replicas.rate: got {spec.rate}; seed {seed}'s replica of "
-                          f"{trace.name} holds no requests (the slice has {len(trace)})")
+        raise ConfigError(
+            f"workload.replicas.rate: got {spec.rate}; seed {seed}'s replica of "
+            f"{trace.name} holds no requests (the slice has {len(trace)})"
+        )
     return out
 
 
@@ -271,37 +324,50 @@ def _speculation(cfg: DictConfig, model: hardware.ModelSpec, form: str) -> _Spec
         return None
     draft = hardware.lookup(hardware.MODELS, name, "speculation.draft")
     if form != "roofline":
-        raise ConfigError("speculation.draft: speculative decoding needs cost.form=roofline "
-                          "(the draft's step time comes from its size on the GPU)")
+        raise ConfigError(
+            "speculation.draft: speculative decoding needs cost.form=roofline "
+            "(the draft's step time comes from its size on the GPU)"
+        )
     if draft.params >= model.params:
-        raise ConfigError(f"speculation.draft: {draft.name} is not smaller than the target "
-                          f"{model.name}; expected a smaller draft model")
+        raise ConfigError(
+            f"speculation.draft: {draft.name} is not smaller than the target "
+            f"{model.name}; expected a smaller draft model"
+        )
     acc = settings.get(cfg, "speculation.acceptance", 0.7)
     values = list(acc) if not isinstance(acc, (int, float)) or isinstance(acc, bool) else [acc]
     if not values or not all(_is_real(v) and 0.0 <= float(v) <= 1.0 for v in values):
-        raise ConfigError(f"speculation.acceptance: got {acc!r}; expected a per-token acceptance "
-                          f"rate in [0, 1], or a list of them, one per request class")
+        raise ConfigError(
+            f"speculation.acceptance: got {acc!r}; expected a per-token acceptance "
+            f"rate in [0, 1], or a list of them, one per request class"
+        )
     return _Speculation(
         draft=draft,
         weight_bits=settings.number(cfg, "speculation.draft_weight_bits", integer=True, default=16),
         kv_bits=settings.number(cfg, "speculation.draft_kv_bits", integer=True, default=16),
-        overhead_s=settings.number(cfg, "speculation.draft_overhead_s", lo=0, hi=MAX_SECONDS,
-                           default=0.0003),
-        acceptance=tuple(float(v) for v in values))
+        overhead_s=settings.number(
+            cfg, "speculation.draft_overhead_s", lo=0, hi=MAX_SECONDS, default=0.0003
+        ),
+        acceptance=tuple(float(v) for v in values),
+    )
 
 
 def _with_abandonment(cfg: DictConfig, trace: workload.RequestTrace, seed: int):
     """`workload.patience` (client cancellation) and `workload.deadline_s` applied to a trace."""
     patience = settings.get(cfg, "workload.patience")
     if patience is not None and not isinstance(patience, DictConfig):
-        raise ConfigError(f"workload.patience: got {patience!r}; expected a mapping like "
-                          f"{{dist: exponential, mean_s: 30, fraction: 1.0}} or null")
+        raise ConfigError(
+            f"workload.patience: got {patience!r}; expected a mapping like "
+            f"{{dist: exponential, mean_s: 30, fraction: 1.0}} or null"
+        )
     deadline = settings.get(cfg, "workload.deadline_s")
     if patience is None and deadline is None:
         return trace
     return workload.with_abandonment(
-        trace, patience=None if patience is None else OmegaConf.to_container(patience),
-        deadline_s=deadline, seed=seed)
+        trace,
+        patience=None if patience is None else OmegaConf.to_container(patience),
+        deadline_s=deadline,
+        seed=seed,
+    )
 
 
 def _prefix_engine(cfg, block: int, layout: str, kv_blocks: int, auto: bool = False) -> dict:
@@ -317,20 +383,27 @@ def _prefix_engine(cfg, block: int, layout: str, kv_blocks: int, auto: bool = Fa
         return {}
     if layout != "paged":
         raise ConfigError(f"engine.prefix_cache: needs engine.kv_layout=paged (got {layout})")
-    tokens = settings.number(cfg, "engine.prefix_block_tokens", lo=1, hi=MAX_CAPACITY, integer=True,
-                     default=512)
+    tokens = settings.number(
+        cfg, "engine.prefix_block_tokens", lo=1, hi=MAX_CAPACITY, integer=True, default=512
+    )
     if tokens % block:
-        raise ConfigError(f"engine.prefix_block_tokens: got {tokens}; expected a multiple of "
-                          f"engine.block_size = {block}")
+        raise ConfigError(
+            f"engine.prefix_block_tokens: got {tokens}; expected a multiple of "
+            f"engine.block_size = {block}"
+        )
     ways = prefix_lib.WAYS
-    entries = settings.number(cfg, "engine.prefix_cache_entries", lo=ways, hi=MAX_CAPACITY,
-                      integer=True, allow_none=True)
+    entries = settings.number(
+        cfg, "engine.prefix_cache_entries", lo=ways, hi=MAX_CAPACITY, integer=True, allow_none=True
+    )
     if entries is None:
-        entries = min(MAX_CAPACITY, 1 << max(ways - 1, 2 * kv_blocks * block // tokens - 1)
-                      .bit_length())
+        entries = min(
+            MAX_CAPACITY, 1 << max(ways - 1, 2 * kv_blocks * block // tokens - 1).bit_length()
+        )
     if entries % ways:
-        raise ConfigError(f"engine.prefix_cache_entries: got {entries}; expected a multiple of "
-                          f"{ways} (slots per set)")
+        raise ConfigError(
+            f"engine.prefix_cache_entries: got {entries}; expected a multiple of "
+            f"{ways} (slots per set)"
+        )
     return {"prefix_cache": True, "prefix_block_tokens": tokens, "prefix_cache_entries": entries}
 
 
@@ -342,12 +415,19 @@ def _prefix_by_default(cfg, engine: EngineConfig, traces, speculation: bool) -> 
     if settings.get(cfg, "engine.prefix_cache") is not None:
         return False
     tokens = settings.get(cfg, "engine.prefix_block_tokens", 512)
-    return (all(tr.hash_ids is not None for tr in traces) and engine.n_instances == 1
-            and engine.batching == "continuous"
-            and engine.kv_layout == "paged" and engine.kv_pressure == "preempt"
-            and engine.scheduling_policy == "fcfs" and engine.cascade_small_instances == 0
-            and not speculation and isinstance(tokens, int) and tokens > 0
-            and tokens % engine.block_size == 0)
+    return (
+        all(tr.hash_ids is not None for tr in traces)
+        and engine.n_instances == 1
+        and engine.batching == "continuous"
+        and engine.kv_layout == "paged"
+        and engine.kv_pressure == "preempt"
+        and engine.scheduling_policy == "fcfs"
+        and engine.cascade_small_instances == 0
+        and not speculation
+        and isinstance(tokens, int)
+        and tokens > 0
+        and tokens % engine.block_size == 0
+    )
 
 
 def _pad(n: int) -> int:
@@ -357,21 +437,32 @@ def _pad(n: int) -> int:
 def _priority_engine(engine: EngineConfig, cascade: bool) -> EngineConfig:
     """`engine` under vLLM's priority scheduling (policy.order=priority, engine/priority.py);
     ConfigError names a mechanism it is not combined with yet."""
-    for key, combined in (("engine.batching", engine.batching == "static"),
-                          ("engine.kv_pressure", engine.kv_pressure != "preempt"),
-                          ("engine.prefix_cache", engine.prefix_cache),
-                          ("engine.prefill_instances", engine.prefill_instances > 0),
-                          ("cascade", cascade)):
+    for key, combined in (
+        ("engine.batching", engine.batching == "static"),
+        ("engine.kv_pressure", engine.kv_pressure != "preempt"),
+        ("engine.prefix_cache", engine.prefix_cache),
+        ("engine.prefill_instances", engine.prefill_instances > 0),
+        ("cascade", cascade),
+    ):
         if combined:
-            raise ConfigError(f"{key}: not supported with policy.order=priority (vLLM's "
-                              f"priority scheduling) yet; expected continuous batching, "
-                              f"kv_pressure=preempt, no prefix cache, no disaggregation and no "
-                              f"cascade")
+            raise ConfigError(
+                f"{key}: not supported with policy.order=priority (vLLM's "
+                f"priority scheduling) yet; expected continuous batching, "
+                f"kv_pressure=preempt, no prefix cache, no disaggregation and no "
+                f"cascade"
+            )
     return dataclasses.replace(engine, scheduling_policy="priority")
 
 
-def stack_workloads(traces, predicted, drain_s: float, engine: EngineConfig | None = None, *,
-                    spec_alpha=None, seeds=None) -> Workload:
+def stack_workloads(
+    traces,
+    predicted,
+    drain_s: float,
+    engine: EngineConfig | None = None,
+    *,
+    spec_alpha=None,
+    seeds=None,
+) -> Workload:
     """Pad traces to a common power-of-two length N and stack them: leaves [S, N]. With
     `engine.prefix_cache`, also the prefix block ids [S, N, Hp] (engine/prefix.py).
 
@@ -382,33 +473,45 @@ def stack_workloads(traces, predicted, drain_s: float, engine: EngineConfig | No
     rows = []
     seeds = range(len(traces)) if seeds is None else seeds
     alpha_of_class = np.asarray([0.0] if spec_alpha is None else spec_alpha, np.float64)
-    for trace, pred, seed in zip(traces, predicted, seeds):
+    for trace, pred, seed in zip(traces, predicted, seeds, strict=True):
         k = len(trace)
         pad = n - k
-        rows.append({
-            "arrival": np.concatenate([trace.arrival, np.full(pad, np.inf)]),
-            "arrival_cumsum": np.concatenate([np.cumsum(trace.arrival), np.full(pad, np.inf)]),
-            "prompt": np.concatenate([trace.prompt, np.ones(pad, np.int32)]).astype(np.int32),
-            "output": np.concatenate([trace.output, np.ones(pad, np.int32)]).astype(np.int32),
-            "predicted": np.concatenate([pred, np.ones(pad)]),
-            "klass": np.concatenate([trace.klass, np.zeros(pad, np.int32)]).astype(np.int32),
-            "n": np.int32(k), "t_stop": np.float64(trace.arrival[-1] + drain_s),
-            "give_up_at": np.concatenate([
-                trace.arrival + np.minimum(trace.cancel_after, trace.deadline),
-                np.full(pad, np.inf)]),
-            "give_up_state": np.concatenate([
-                np.where(trace.cancel_after <= trace.deadline, CANCELLED, EXPIRED),
-                np.full(pad, -1)]).astype(np.int32),
-            "spec_alpha": np.concatenate([
-                alpha_of_class[np.minimum(trace.klass, len(alpha_of_class) - 1)],
-                np.zeros(pad)]),
-            "salt": np.uint32(seed % (1 << 32))})
+        rows.append(
+            {
+                "arrival": np.concatenate([trace.arrival, np.full(pad, np.inf)]),
+                "arrival_cumsum": np.concatenate([np.cumsum(trace.arrival), np.full(pad, np.inf)]),
+                "prompt": np.concatenate([trace.prompt, np.ones(pad, np.int32)]).astype(np.int32),
+                "output": np.concatenate([trace.output, np.ones(pad, np.int32)]).astype(np.int32),
+                "predicted": np.concatenate([pred, np.ones(pad)]),
+                "klass": np.concatenate([trace.klass, np.zeros(pad, np.int32)]).astype(np.int32),
+                "n": np.int32(k),
+                "t_stop": np.float64(trace.arrival[-1] + drain_s),
+                "give_up_at": np.concatenate(
+                    [
+                        trace.arrival + np.minimum(trace.cancel_after, trace.deadline),
+                        np.full(pad, np.inf),
+                    ]
+                ),
+                "give_up_state": np.concatenate(
+                    [
+                        np.where(trace.cancel_after <= trace.deadline, CANCELLED, EXPIRED),
+                        np.full(pad, -1),
+                    ]
+                ).astype(np.int32),
+                "spec_alpha": np.concatenate(
+                    [
+                        alpha_of_class[np.minimum(trace.klass, len(alpha_of_class) - 1)],
+                        np.zeros(pad),
+                    ]
+                ),
+                "salt": np.uint32(seed % (1 << 32)),
+            }
+        )
         if engine is not None and engine.prefix_cache:
             rows[-1]["prefix_ids"] = prefix_lib.workload_ids(trace, trace.prompt, engine, n)
         if engine is not None and engine.scheduling_policy == "priority":  # engine/priority.py
             given = np.zeros(k, np.int32) if trace.priority is None else trace.priority
-            rows[-1]["priority"] = np.concatenate([given, np.zeros(pad, np.int32)]).astype(
-                np.int32)
+            rows[-1]["priority"] = np.concatenate([given, np.zeros(pad, np.int32)]).astype(np.int32)
         if engine is not None and engine.cascade_small_instances > 0:  # servetune.config.cascade
             rows[-1]["cascade_pred"] = np.concatenate([trace.cascade_pred, np.ones(pad)])
             rows[-1]["cascade_fail"] = np.concatenate([trace.cascade_fail, np.zeros(pad, bool)])
@@ -437,16 +540,19 @@ def grid_points(cfg: DictConfig) -> list[dict]:
     """The cartesian product of `grid.<policy key>: [values]` as a list of dicts ([{}] if none)."""
     grid = settings.get(cfg, "grid") or {}
     if not isinstance(grid, (DictConfig, dict)):
-        raise ConfigError(f"grid: got {grid!r}; expected a mapping of policy key -> list of "
-                          f"values, e.g. grid.max_num_seqs=[64,128]")
+        raise ConfigError(
+            f"grid: got {grid!r}; expected a mapping of policy key -> list of "
+            f"values, e.g. grid.max_num_seqs=[64,128]"
+        )
     grid = OmegaConf.to_container(grid) if isinstance(grid, DictConfig) else dict(grid)
     grid = {k: v for k, v in grid.items() if v is not None}
     keys = list(grid)
     for k in keys:
-        if not isinstance(grid[k], list) or not grid[k] or not all(
-                _is_real(v) for v in grid[k]):
+        if not isinstance(grid[k], list) or not grid[k] or not all(_is_real(v) for v in grid[k]):
             raise ConfigError(f"grid.{k}: got {grid[k]!r}; expected a non-empty list of numbers")
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+    return [
+        dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))
+    ]
 
 
 def _check_vllm_limits(pol, max_len: int) -> None:
@@ -454,12 +560,16 @@ def _check_vllm_limits(pol, max_len: int) -> None:
     max_num_active_seqs above max_num_seqs, long_prefill_token_threshold above max_model_len."""
     active, seqs = np.asarray(pol.max_num_active_seqs), np.asarray(pol.max_num_seqs)
     if np.any(np.isfinite(active) & (active > seqs)):
-        raise ConfigError(f"policy.max_num_active_seqs: got {np.max(active):g}; expected at most "
-                          f"policy.max_num_seqs = {np.min(seqs):g} (vLLM refuses more)")
+        raise ConfigError(
+            f"policy.max_num_active_seqs: got {np.max(active):g}; expected at most "
+            f"policy.max_num_seqs = {np.min(seqs):g} (vLLM refuses more)"
+        )
     threshold = np.asarray(pol.long_prefill_token_threshold)
     if np.any(threshold > max_len):
-        raise ConfigError(f"policy.long_prefill_token_threshold: got {np.max(threshold):g}; "
-                          f"expected at most engine.max_model_len = {max_len} (0 = off)")
+        raise ConfigError(
+            f"policy.long_prefill_token_threshold: got {np.max(threshold):g}; "
+            f"expected at most engine.max_model_len = {max_len} (0 = off)"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -493,33 +603,47 @@ def _hardware_section(cfg: DictConfig) -> _Hardware:
         raise ConfigError(
             f"engine.block_size: got {block}; expected a multiple of {KV_BLOCK_MULTIPLE} (vLLM "
             f"0.32 on NVIDIA GPUs has no attention backend for other sizes and refuses to "
-            f"start: FlashAttention and Triton take multiples of {KV_BLOCK_MULTIPLE})")
-    max_len = settings.number(cfg, "engine.max_model_len", lo=1, hi=MAX_INT32, integer=True,
-                              allow_none=True)
+            f"start: FlashAttention and Triton take multiples of {KV_BLOCK_MULTIPLE})"
+        )
+    max_len = settings.number(
+        cfg, "engine.max_model_len", lo=1, hi=MAX_INT32, integer=True, allow_none=True
+    )
     max_len = model.max_context if max_len is None else max_len
     if max_len > model.max_context:
-        raise ConfigError(f"engine.max_model_len: got {max_len}; {model.name} supports at most "
-                          f"{model.max_context} tokens")
+        raise ConfigError(
+            f"engine.max_model_len: got {max_len}; {model.name} supports at most "
+            f"{model.max_context} tokens"
+        )
     form = settings.get(cfg, "cost.form", "roofline")
     draft = _speculation(cfg, model, form)
     if draft is not None:
-        for key, bits in (("speculation.draft_weight_bits", draft.weight_bits),
-                          ("speculation.draft_kv_bits", draft.kv_bits)):
+        for key, bits in (
+            ("speculation.draft_weight_bits", draft.weight_bits),
+            ("speculation.draft_kv_bits", draft.kv_bits),
+        ):
             if bits not in (4, 8, 16):
                 raise ConfigError(f"{key}: got {bits}; expected one of (4, 8, 16)")
-    extra = {} if draft is None else {
-        "extra_weight_bytes": hardware.weight_bytes(draft.draft, draft.weight_bits),
-        "extra_kv_bytes_per_token": hardware.kv_bytes_per_token(draft.draft, draft.kv_bits)}
+    extra = (
+        {}
+        if draft is None
+        else {
+            "extra_weight_bytes": hardware.weight_bytes(draft.draft, draft.weight_bits),
+            "extra_kv_bytes_per_token": hardware.kv_bytes_per_token(draft.draft, draft.kv_bits),
+        }
+    )
     kv_args = {
-        "tp": tp, "weight_bits": wbits, "kv_bits": kvbits, "block_size": block,
-        "gpu_memory_utilization": settings.number(cfg, "engine.gpu_memory_utilization", lo=0,
-                                                  hi=1),
-        "activation_reserve_gib": settings.number(cfg, "engine.activation_reserve_gib", lo=0,
-                                                  hi=1e4),
-        "max_model_len": max_len}
+        "tp": tp,
+        "weight_bits": wbits,
+        "kv_bits": kvbits,
+        "block_size": block,
+        "gpu_memory_utilization": settings.number(cfg, "engine.gpu_memory_utilization", lo=0, hi=1),
+        "activation_reserve_gib": settings.number(
+            cfg, "engine.activation_reserve_gib", lo=0, hi=1e4
+        ),
+        "max_model_len": max_len,
+    }
     kv_blocks = hardware.kv_capacity_blocks(gpu, model, **kv_args, **extra)
-    return _Hardware(gpu, model, tp, wbits, kvbits, block, max_len, form, draft, kv_args,
-                     kv_blocks)
+    return _Hardware(gpu, model, tp, wbits, kvbits, block, max_len, form, draft, kv_args, kv_blocks)
 
 
 def _cost_section(cfg: DictConfig, hw: _Hardware):
@@ -530,19 +654,33 @@ def _cost_section(cfg: DictConfig, hw: _Hardware):
     if hw.form == "roofline":
         gpu_figures = {
             "flops_efficiency": settings.number(cfg, "hardware.flops_efficiency", lo=1e-6, hi=1),
-            "bandwidth_efficiency": settings.number(cfg, "hardware.bandwidth_efficiency",
-                                                    lo=1e-6, hi=1),
+            "bandwidth_efficiency": settings.number(
+                cfg, "hardware.bandwidth_efficiency", lo=1e-6, hi=1
+            ),
             "overhead_s": settings.number(cfg, "hardware.overhead_s", lo=0, hi=MAX_SECONDS),
-            "allreduce_latency_s": settings.number(cfg, "hardware.allreduce_latency_s", lo=0,
-                                                   hi=MAX_SECONDS, default=0.0)}
+            "allreduce_latency_s": settings.number(
+                cfg, "hardware.allreduce_latency_s", lo=0, hi=MAX_SECONDS, default=0.0
+            ),
+        }
         cost = hardware.roofline_cost_params(
-            hw.gpu, hw.model, tp=hw.tp, weight_bits=hw.weight_bits, kv_bits=hw.kv_bits,
-            kv_blocks=kv_blocks, **gpu_figures)
+            hw.gpu,
+            hw.model,
+            tp=hw.tp,
+            weight_bits=hw.weight_bits,
+            kv_bits=hw.kv_bits,
+            kv_blocks=kv_blocks,
+            **gpu_figures,
+        )
         if hw.draft is not None:  # the draft runs on the same GPUs, as tensor parallel
             draft_cost = hardware.roofline_cost_params(
-                hw.gpu, hw.draft.draft, tp=hw.tp, weight_bits=hw.draft.weight_bits,
-                kv_bits=hw.draft.kv_bits, kv_blocks=kv_blocks,
-                **{**gpu_figures, "overhead_s": hw.draft.overhead_s})
+                hw.gpu,
+                hw.draft.draft,
+                tp=hw.tp,
+                weight_bits=hw.draft.weight_bits,
+                kv_bits=hw.draft.kv_bits,
+                kv_blocks=kv_blocks,
+                **{**gpu_figures, "overhead_s": hw.draft.overhead_s},
+            )
     elif hw.form == "linear":
         seconds = lambda key: settings.number(cfg, key, lo=0, hi=MAX_SECONDS)
         cost = hardware.linear_cost_params(
@@ -550,10 +688,18 @@ def _cost_section(cfg: DictConfig, hw: _Hardware):
             per_prefill_token_s=seconds("cost.per_prefill_token_s"),
             per_decode_seq_s=seconds("cost.per_decode_seq_s"),
             per_ctx_token_s=seconds("cost.per_ctx_token_s"),
-            per_attn_work_s=settings.number(cfg, "cost.per_attn_work_s", lo=0, hi=MAX_SECONDS,
-                                            default=0.0),
-            kv_blocks=settings.number(cfg, "cost.kv_blocks", lo=1, hi=hardware.MAX_KV_BLOCKS,
-                                      integer=True, default=kv_blocks))
+            per_attn_work_s=settings.number(
+                cfg, "cost.per_attn_work_s", lo=0, hi=MAX_SECONDS, default=0.0
+            ),
+            kv_blocks=settings.number(
+                cfg,
+                "cost.kv_blocks",
+                lo=1,
+                hi=hardware.MAX_KV_BLOCKS,
+                integer=True,
+                default=kv_blocks,
+            ),
+        )
         # (a null cost.kv_blocks means: from hardware and model memory)
         kv_blocks = int(cost.kv_blocks)
     else:
@@ -567,13 +713,16 @@ def _policy_values(cfg: DictConfig) -> tuple[dict, str, object]:
     policy_cfg = OmegaConf.to_container(cfg.policy)
     order = policy_cfg.pop("order", "fcfs")
     if not isinstance(order, str):
-        raise ConfigError(f"policy.order: got {order!r}; expected one of fcfs, sjf, parametric, "
-                          f"neural, priority")
+        raise ConfigError(
+            f"policy.order: got {order!r}; expected one of fcfs, sjf, parametric, neural, priority"
+        )
     score_net = policy_cfg.pop("score_net", None)  # order neural: weights or a JSON path
     for k, v in policy_cfg.items():
         if isinstance(v, list):
-            raise ConfigError(f"policy.{k}: got a list {v}; a policy value is one number -- to "
-                              f"simulate several values in one call use grid.{k}={v}")
+            raise ConfigError(
+                f"policy.{k}: got a list {v}; a policy value is one number -- to "
+                f"simulate several values in one call use grid.{k}={v}"
+            )
         if k not in DEFAULTS or (v is None and k in UNLIMITED):
             continue  # unknown keys: make_policy names them
         if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -581,11 +730,15 @@ def _policy_values(cfg: DictConfig) -> tuple[dict, str, object]:
         try:
             v = float(v)
         except OverflowError:  # an integer beyond float range
-            raise ConfigError(f"policy.{k}: got an integer of {len(str(v))} digits; expected a "
-                              f"number within float range") from None
+            raise ConfigError(
+                f"policy.{k}: got an integer of {len(str(v))} digits; expected a "
+                f"number within float range"
+            ) from None
         if math.isinf(v) and k not in UNLIMITED:
-            raise ConfigError(f"policy.{k}: got {v!r}; expected a finite number (only "
-                              f"{', '.join(UNLIMITED)} may be unlimited)")
+            raise ConfigError(
+                f"policy.{k}: got {v!r}; expected a finite number (only "
+                f"{', '.join(UNLIMITED)} may be unlimited)"
+            )
     return {k: (math.inf if v is None else v) for k, v in policy_cfg.items()}, order, score_net
 
 
@@ -594,7 +747,7 @@ def _policy_section(cfg: DictConfig):
     `grid.*` lists."""
     values, order, score_net = _policy_values(cfg)
     points = grid_points(cfg)
-    for key in (points[0] if points else {}):
+    for key in points[0] if points else {}:
         if key not in DEFAULTS:
             raise ConfigError(f"grid.{key}: not a policy parameter")
     columns = {k: [pt[k] for pt in points] for k in points[0]} if points[0] else {}
@@ -609,13 +762,16 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
     """The engine's static configuration from `engine.*` (capacities, batching, KV layout and
     pressure, instances and routing, prefix caching), checked against vLLM's own limits."""
     max_seqs = float(np.max(np.asarray(pol.max_num_seqs)))
-    slots = settings.number(cfg, "engine.max_slots", lo=1, hi=MAX_CAPACITY, integer=True,
-                            allow_none=True)
+    slots = settings.number(
+        cfg, "engine.max_slots", lo=1, hi=MAX_CAPACITY, integer=True, allow_none=True
+    )
     if slots is None:  # exact: room for every sequence the policy may run
         if max_seqs > MAX_CAPACITY:
-            raise ConfigError(f"engine.max_slots: null sizes the slots to policy.max_num_seqs = "
-                              f"{max_seqs:g}, expected at most {MAX_CAPACITY}; set "
-                              f"engine.max_slots (admissions it holds back are counted)")
+            raise ConfigError(
+                f"engine.max_slots: null sizes the slots to policy.max_num_seqs = "
+                f"{max_seqs:g}, expected at most {MAX_CAPACITY}; set "
+                f"engine.max_slots (admissions it holds back are counted)"
+            )
         slots = math.ceil(max_seqs)
     routing = settings.choice(cfg, "engine.routing", ROUTERS, "round_robin")
     kv_pressure = settings.choice(cfg, "engine.kv_pressure", POLICIES, "preempt")
@@ -624,12 +780,18 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
         raise ConfigError("engine.kv_pressure: compress needs engine.kv_layout=paged")
     batching = settings.choice(cfg, "engine.batching", ("continuous", "static"), "continuous")
     layout = settings.choice(cfg, "engine.kv_layout", ("paged", "contiguous"), "paged")
-    count = lambda key, hi, default, lo=1: settings.number(cfg, key, lo=lo, hi=hi, integer=True,
-                                                           default=default)
+    count = lambda key, hi, default, lo=1: settings.number(
+        cfg, key, lo=lo, hi=hi, integer=True, default=default
+    )
     engine = EngineConfig(
-        max_slots=slots, queue_window=count("engine.queue_window", MAX_CAPACITY, None),
-        block_size=hw.block, max_model_len=hw.max_len, batching=batching, kv_layout=layout,
-        chunked_prefill=settings.flag(cfg, "engine.chunked_prefill", True), cost_form=hw.form,
+        max_slots=slots,
+        queue_window=count("engine.queue_window", MAX_CAPACITY, None),
+        block_size=hw.block,
+        max_model_len=hw.max_len,
+        batching=batching,
+        kv_layout=layout,
+        chunked_prefill=settings.flag(cfg, "engine.chunked_prefill", True),
+        cost_form=hw.form,
         outbox=count("engine.outbox", MAX_CAPACITY, 2048),
         max_steps_per_chunk=count("engine.max_steps_per_chunk", MAX_INT32, 200_000),
         chunk_length=count("engine.chunk_length", MAX_CHUNK_LENGTH, 0, lo=0),
@@ -642,9 +804,11 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
         prefill_instances=count("engine.prefill_instances", MAX_INSTANCES, 0, lo=0),
         scheduler_reserve_full_isl=settings.flag(cfg, "engine.scheduler_reserve_full_isl", True),
         long_prefill_token_threshold_adaptive=settings.flag(
-            cfg, "engine.long_prefill_token_threshold_adaptive", False),
+            cfg, "engine.long_prefill_token_threshold_adaptive", False
+        ),
         timeline_samples=TIMELINE_SAMPLES if settings.flag(cfg, "output.timeline", False) else 0,
-        **_prefix_engine(cfg, hw.block, layout, kv_blocks))
+        **_prefix_engine(cfg, hw.block, layout, kv_blocks),
+    )
     _check_engine_limits(engine, pol, kv_blocks)
     return width.start(engine, _start_width(cfg))
 
@@ -655,8 +819,7 @@ def _start_width(cfg: DictConfig) -> int | None:
     value = settings.get(cfg, "engine.start_width", DEFAULT_START_WIDTH)
     if value is None:
         return None
-    return settings.check_number(value, "engine.start_width", lo=1, hi=MAX_CAPACITY,
-                                 integer=True)
+    return settings.check_number(value, "engine.start_width", lo=1, hi=MAX_CAPACITY, integer=True)
 
 
 def _check_engine_limits(engine: EngineConfig, pol, kv_blocks: int) -> None:
@@ -670,30 +833,45 @@ def _check_engine_limits(engine: EngineConfig, pol, kv_blocks: int) -> None:
         raise ConfigError(
             f"policy.max_num_batched_tokens: {budget:g} is below engine.max_model_len = {max_len} "
             f"with engine.chunked_prefill=false, so long prompts could never be scheduled (vLLM "
-            f"refuses this too); raise it, lower engine.max_model_len or enable chunked prefill")
+            f"refuses this too); raise it, lower engine.max_model_len or enable chunked prefill"
+        )
     if engine.max_blocks_per_request > kv_blocks:  # vLLM refuses to start then (the watermark
         # does not apply to an admission into an empty engine)
         raise ConfigError(
             f"cost.kv_blocks: {kv_blocks} blocks of {block} tokens cannot hold one "
             f"max_model_len = {max_len} sequence ({engine.max_blocks_per_request} blocks); "
-            f"raise it or lower engine.max_model_len")
+            f"raise it or lower engine.max_model_len"
+        )
     if engine.prefill_instances and engine.prefill_instances >= engine.n_instances:
-        raise ConfigError(f"engine.prefill_instances: got {engine.prefill_instances} of "
-                          f"engine.n_instances = {engine.n_instances}; expected fewer, so that "
-                          f"at least one instance decodes (0 = colocated)")
+        raise ConfigError(
+            f"engine.prefill_instances: got {engine.prefill_instances} of "
+            f"engine.n_instances = {engine.n_instances}; expected fewer, so that "
+            f"at least one instance decodes (0 = colocated)"
+        )
 
 
-def _cascade_section(cfg: DictConfig, engine: EngineConfig, hw: _Hardware, cost, kv_blocks,
-                     gpu_figures, price, qspec):
+def _cascade_section(
+    cfg: DictConfig, engine: EngineConfig, hw: _Hardware, cost, kv_blocks, gpu_figures, price, qspec
+):
     """The model cascade (servetune.config.cascade) when configured: (engine, cost params with
     an instance axis, CascadeSpec or None, the quality spec with its tier component)."""
     casc, cost, small_n = cascade_lib.from_config(
-        cfg, n_instances=engine.n_instances, large_gpu=hw.gpu, large_model=hw.model,
-        large_tp=hw.tp, large_price=price, large_cost=cost, large_kv_blocks=kv_blocks,
-        kv_args=hw.kv_args, gpu_figures=gpu_figures, incompatible={
+        cfg,
+        n_instances=engine.n_instances,
+        large_gpu=hw.gpu,
+        large_model=hw.model,
+        large_tp=hw.tp,
+        large_price=price,
+        large_cost=cost,
+        large_kv_blocks=kv_blocks,
+        kv_args=hw.kv_args,
+        gpu_figures=gpu_figures,
+        incompatible={
             "engine.prefill_instances": engine.prefill_instances > 0,
             "engine.prefix_cache": engine.prefix_cache,
-            "speculation.draft": hw.draft is not None})
+            "speculation.draft": hw.draft is not None,
+        },
+    )
     if casc is None:
         return engine, cost, None, qspec
     engine = dataclasses.replace(engine, cascade_small_instances=small_n)
@@ -704,7 +882,8 @@ def _cascade_section(cfg: DictConfig, engine: EngineConfig, hw: _Hardware, cost,
             raise ConfigError(
                 f"engine.max_model_len: the {pool} pool's {blocks} KV blocks cannot hold one "
                 f"engine.max_model_len = {engine.max_model_len} sequence ({lone_blocks} "
-                f"blocks); lower it")
+                f"blocks); lower it"
+            )
     return engine, cost, casc, qspec
 
 
@@ -712,10 +891,15 @@ def _with_links(cfg: DictConfig, cost, n_params: int):
     """Cost params with the KV transfer link (`hardware.kv_link_*`, bytes/s and seconds),
     every leaf broadcast over the P policy points."""
     cost = cost.replace(
-        link_bytes_per_s=jnp.asarray(settings.number(cfg, "hardware.kv_link_bytes_per_s", lo=1,
-                                                     hi=1e15, default=25e9), jnp.float64),
-        link_latency_s=jnp.asarray(settings.number(cfg, "hardware.kv_link_latency_s", lo=0,
-                                                   hi=MAX_SECONDS, default=1e-4), jnp.float64))
+        link_bytes_per_s=jnp.asarray(
+            settings.number(cfg, "hardware.kv_link_bytes_per_s", lo=1, hi=1e15, default=25e9),
+            jnp.float64,
+        ),
+        link_latency_s=jnp.asarray(
+            settings.number(cfg, "hardware.kv_link_latency_s", lo=0, hi=MAX_SECONDS, default=1e-4),
+            jnp.float64,
+        ),
+    )
     return _widen(cost, n_params)
 
 
@@ -747,14 +931,25 @@ def _traces_section(cfg: DictConfig, engine: EngineConfig, qspec, casc):
         traces.append(tr)
         preds.append(workload.predict_output(tr, sigma=sigma, bias=bias, seed=s))
     if engine.kv_pressure == "compress":  # the compression quality check's draw
-        traces = [dataclasses.replace(tr, compress_u=streams.rng(s, streams.KV_COMPRESS).random(
-            len(tr))) for tr, s in zip(traces, seeds)]
+        traces = [
+            dataclasses.replace(tr, compress_u=streams.rng(s, streams.KV_COMPRESS).random(len(tr)))
+            for tr, s in zip(traces, seeds, strict=True)
+        ]
     if qspec is not None:  # difficulty and the quality check's uniform draw (CRN)
-        draws = lambda tr, s: dict(zip(("difficulty", "quality_u"), quality.draws(
-            len(tr), s, qspec.difficulty, tr.difficulty, tr.name)))
-        traces = [dataclasses.replace(tr, **draws(tr, s)) for tr, s in zip(traces, seeds)]
+        draws = lambda tr, s: dict(
+            zip(
+                ("difficulty", "quality_u"),
+                quality.draws(len(tr), s, qspec.difficulty, tr.difficulty, tr.name),
+                strict=True,
+            )
+        )
+        traces = [
+            dataclasses.replace(tr, **draws(tr, s)) for tr, s in zip(traces, seeds, strict=True)
+        ]
     if casc is not None:  # the router's predicted difficulty, small-answer failures
-        traces = [cascade_lib.with_draws(tr, qspec, casc, s) for tr, s in zip(traces, seeds)]
+        traces = [
+            cascade_lib.with_draws(tr, qspec, casc, s) for tr, s in zip(traces, seeds, strict=True)
+        ]
     return seeds, traces, preds, _what_is_simulated(cfg, replay, traces[0], seeds)
 
 
@@ -763,24 +958,31 @@ def _what_is_simulated(cfg: DictConfig, replay: TraceSlice | None, first, seeds)
     'the first 600 s of 972 s, 1,226 of 2,000 requests (workload.duration_s)', and which of
     the `seeds` are replicas."""
     if replay is None:
-        kind = ("vllm bench serve's random dataset" if settings.get(cfg, "workload.vllm_bench")
-                is not None else f"{settings.get(cfg, 'workload.arrival', 'poisson')} arrivals")
+        kind = (
+            "vllm bench serve's random dataset"
+            if settings.get(cfg, "workload.vllm_bench") is not None
+            else f"{settings.get(cfg, 'workload.arrival', 'poisson')} arrivals"
+        )
         span = float(first.arrival[-1])
         rate = f" ({len(first) / span:.3g} req/s)" if span > 0 else ""
-        return (f"synthetic {kind}: {len(first):,} requests over {span:,.0f} s{rate} "
-                f"(seed {settings.get(cfg, 'seed', 0)})")
+        return (
+            f"synthetic {kind}: {len(first):,} requests over {span:,.0f} s{rate} "
+            f"(seed {settings.get(cfg, 'seed', 0)})"
+        )
     src, keys = replay.source, []
     start, duration, span = replay.start_s, replay.duration_s, src.span_s
     if duration is not None and start + duration < span:
-        part = (f"the first {duration:,g} s" if start == 0 else
-                f"{duration:,g} s from {start:,g} s")
+        part = f"the first {duration:,g} s" if start == 0 else f"{duration:,g} s from {start:,g} s"
         keys += ["workload.start_s"] * (start > 0) + ["workload.duration_s"]
     elif start > 0:
         part, keys = f"from {start:,g} s to the end", ["workload.start_s"]
     else:
         part = None
-    text = (f"{part} of {span:,.0f} s, {len(first):,} of {src.n_requests:,} requests" if part
-            else f"all {len(first):,} requests, {span:,.0f} s")
+    text = (
+        f"{part} of {span:,.0f} s, {len(first):,} of {src.n_requests:,} requests"
+        if part
+        else f"all {len(first):,} requests, {span:,.0f} s"
+    )
     if replay.max_requests is not None and len(first) == replay.max_requests:
         keys.append("workload.max_requests")
     if replay.rate_scale != 1:
@@ -789,66 +991,88 @@ def _what_is_simulated(cfg: DictConfig, replay: TraceSlice | None, first, seeds)
     spec = replica_spec(cfg)
     resampled = [s for s in seeds if spec.resamples(s)]
     if resampled:
-        text += (", each seed a replica" if len(resampled) == len(seeds) else
-                 f", seed {spec.recorded_seed} as recorded and the others replicas")
+        text += (
+            ", each seed a replica"
+            if len(resampled) == len(seeds)
+            else f", seed {spec.recorded_seed} as recorded and the others replicas"
+        )
         keys.append("workload.replicas")
     text += f" ({', '.join(keys)})" if keys else ""
     text += f"; {src.format} format"
     if src.skipped:
-        reasons = ", ".join(f"{reason}: {count:,} (first at line {line})"
-                            for reason, (count, line) in src.skipped.items())
+        reasons = ", ".join(
+            f"{reason}: {count:,} (first at line {line})"
+            for reason, (count, line) in src.skipped.items()
+        )
         text += f"; {src.n_skipped:,} invalid rows left out ({reasons})"
     return text
 
 
-def _with_prefix_cache(cfg: DictConfig, engine: EngineConfig, traces, kv_blocks: int,
-                       speculation: bool) -> EngineConfig:
+def _with_prefix_cache(
+    cfg: DictConfig, engine: EngineConfig, traces, kv_blocks: int, speculation: bool
+) -> EngineConfig:
     """The engine with prefix caching on by default where the traces carry block ids, and
     refused with the mechanisms whose block accounting does not track shared references."""
     if _prefix_by_default(cfg, engine, traces, speculation):
-        engine = dataclasses.replace(engine, **_prefix_engine(cfg, engine.block_size,
-                                                              engine.kv_layout, kv_blocks,
-                                                              auto=True))
+        engine = dataclasses.replace(
+            engine, **_prefix_engine(cfg, engine.block_size, engine.kv_layout, kv_blocks, auto=True)
+        )
     if not engine.prefix_cache:
         return engine
-    for key, combined in (("engine.n_instances", engine.n_instances > 1),
-                          ("engine.kv_pressure", engine.kv_pressure != "preempt"),
-                          ("speculation.draft", speculation)):
+    for key, combined in (
+        ("engine.n_instances", engine.n_instances > 1),
+        ("engine.kv_pressure", engine.kv_pressure != "preempt"),
+        ("speculation.draft", speculation),
+    ):
         if combined:
-            raise ConfigError(f"{key}: not supported together with engine.prefix_cache "
-                              f"yet; turn one of them off")
+            raise ConfigError(
+                f"{key}: not supported together with engine.prefix_cache yet; turn one of them off"
+            )
     if any(tr.hash_ids is None for tr in traces):
-        raise ConfigError(f"engine.prefix_cache: the workload {traces[0].name} has no prefix "
-                          f"block ids (a Mooncake trace's hash_ids); expected a trace with them")
+        raise ConfigError(
+            f"engine.prefix_cache: the workload {traces[0].name} has no prefix "
+            f"block ids (a Mooncake trace's hash_ids); expected a trace with them"
+        )
     return engine
 
 
-def _metrics_section(cfg: DictConfig, traces, hw: _Hardware, engine: EngineConfig, price,
-                     kv_blocks, qspec, casc) -> tuple[MetricsSpec, float]:
+def _metrics_section(
+    cfg: DictConfig, traces, hw: _Hardware, engine: EngineConfig, price, kv_blocks, qspec, casc
+) -> tuple[MetricsSpec, float]:
     """(MetricsSpec from `slo.*`, `window.*` and the price, drain limit in seconds)."""
     drain = settings.number(cfg, "window.drain_s", lo=0, hi=MAX_SECONDS)  # bounds the run
     warmup = settings.number(cfg, "window.warmup_s", lo=0, hi=MAX_SECONDS, default=0.0)
     for tr in traces:
         if warmup > 0 and warmup >= tr.arrival[-1]:
-            raise ConfigError(f"window.warmup_s: {warmup} s is past the last arrival "
-                              f"({tr.arrival[-1]:.1f} s) of {tr.name}; nothing would be counted")
+            raise ConfigError(
+                f"window.warmup_s: {warmup} s is past the last arrival "
+                f"({tr.arrival[-1]:.1f} s) of {tr.name}; nothing would be counted"
+            )
     slo = lambda k: settings.number(cfg, f"slo.{k}", lo=0, allow_none=True)
     spec = MetricsSpec(
-        slo_ttft_s=slo("ttft_s"), slo_tpot_s=slo("tpot_s"), slo_e2e_s=slo("e2e_s"),
+        slo_ttft_s=slo("ttft_s"),
+        slo_tpot_s=slo("tpot_s"),
+        slo_e2e_s=slo("e2e_s"),
         warmup_s=warmup,
-        kv_compress_fail_prob=settings.number(cfg, "engine.kv_compress_fail_prob", lo=0, hi=1,
-                                              default=0.0),
+        kv_compress_fail_prob=settings.number(
+            cfg, "engine.kv_compress_fail_prob", lo=0, hi=1, default=0.0
+        ),
         price_per_gpu_hour=price if casc is None else casc.price_per_gpu_hour,
         n_gpus=hw.tp * engine.n_instances if casc is None else casc.n_gpus,
-        kv_blocks=kv_blocks, quality=qspec, cascade=casc, work=_instance_work(hw, engine, casc))
+        kv_blocks=kv_blocks,
+        quality=qspec,
+        cascade=casc,
+        work=_instance_work(hw, engine, casc),
+    )
     return spec, drain
 
 
 def _instance_work(hw: _Hardware, engine: EngineConfig, casc) -> tuple:
     """[I] hardware.ModelWork per instance: the model on hardware.*, the cascade's small pool
     first when there is one."""
-    main = hardware.model_work(hw.gpu, hw.model, tp=hw.tp, weight_bits=hw.weight_bits,
-                               kv_bits=hw.kv_bits)
+    main = hardware.model_work(
+        hw.gpu, hw.model, tp=hw.tp, weight_bits=hw.weight_bits, kv_bits=hw.kv_bits
+    )
     if casc is None:
         return (main,) * engine.n_instances
     return (casc.small_work,) * casc.small_instances + (main,) * casc.large_instances
@@ -862,12 +1086,20 @@ def _check_cache_dir(cfg: DictConfig) -> None:
         return
     path = inputs.expand(raw, "compilation_cache.dir")
     if path.exists() and not path.is_dir():
-        raise ConfigError(f"compilation_cache.dir: got {raw!r}; it is a file, expected a folder "
-                          f"(or null: no persistent cache)")
+        raise ConfigError(
+            f"compilation_cache.dir: got {raw!r}; it is a file, expected a folder "
+            f"(or null: no persistent cache)"
+        )
 
 
-HEADLINE_POLICY = ("max_num_seqs", "max_num_batched_tokens", "watermark", "queue_cap",
-                   "max_num_queued_reqs", "long_prefill_token_threshold")
+HEADLINE_POLICY = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "watermark",
+    "queue_cap",
+    "max_num_queued_reqs",
+    "long_prefill_token_threshold",
+)
 
 
 def _headline_policy(pol) -> dict:
@@ -888,16 +1120,17 @@ def build(cfg: DictConfig) -> Scenario:
     qsection = settings.get(cfg, "quality")
     qspec = quality.from_config(  # None when quality.enabled is false
         None if qsection is None else OmegaConf.to_container(qsection),
-        {"weight_bits": hw.weight_bits, "kv_bits": hw.kv_bits})
+        {"weight_bits": hw.weight_bits, "kv_bits": hw.kv_bits},
+    )
     cost, draft_cost, gpu_figures, kv_blocks = _cost_section(cfg, hw)
     pol, points, order = _policy_section(cfg)
     engine = _engine_section(cfg, pol, hw, kv_blocks)
-    price = settings.number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE,
-                            allow_none=True)
+    price = settings.number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE, allow_none=True)
     price = hw.gpu.price_per_gpu_hour if price is None else price
     hardware.check_price(price, "hardware.price_per_gpu_hour")
-    engine, cost, casc, qspec = _cascade_section(cfg, engine, hw, cost, kv_blocks, gpu_figures,
-                                                 price, qspec)
+    engine, cost, casc, qspec = _cascade_section(
+        cfg, engine, hw, cost, kv_blocks, gpu_figures, price, qspec
+    )
     if order == "priority":
         engine = _priority_engine(engine, casc is not None)
     cost = _with_links(cfg, cost, len(points))
@@ -910,21 +1143,40 @@ def build(cfg: DictConfig) -> Scenario:
     if hw.draft is not None:
         n_classes = len(traces[0].class_names)
         if len(hw.draft.acceptance) not in (1, n_classes):
-            raise ConfigError(f"speculation.acceptance: got {len(hw.draft.acceptance)} rates; "
-                              f"expected one, or one per request class {traces[0].class_names}")
+            raise ConfigError(
+                f"speculation.acceptance: got {len(hw.draft.acceptance)} rates; "
+                f"expected one, or one per request class {traces[0].class_names}"
+            )
         engine = dataclasses.replace(engine, speculation=True)
     return Scenario(
-        traces=traces, seeds=seeds,
-        workloads=stack_workloads(traces, preds, drain, engine, seeds=seeds,
-                                  spec_alpha=None if hw.draft is None else hw.draft.acceptance),
+        traces=traces,
+        seeds=seeds,
+        workloads=stack_workloads(
+            traces,
+            preds,
+            drain,
+            engine,
+            seeds=seeds,
+            spec_alpha=None if hw.draft is None else hw.draft.acceptance,
+        ),
         params=Params(policy=pol, cost=cost, draft=_widen(draft_cost, len(points))),
-        grid_points=points, engine=engine, metrics=spec,
-        labels={"gpu": hw.gpu.name, "model": hw.model.name, "tp": hw.tp,
-                "instances": engine.n_instances, "prefill_instances": engine.prefill_instances,
-                "workload": traces[0].name, "simulated": simulated, "kv_blocks": kv_blocks,
-                "order": order,
-                "draft": None if hw.draft is None else hw.draft.draft.name,
-                "cascade_small_model": None if casc is None else casc.small_model,
-                "policy": _headline_policy(pol), "price_per_gpu_hour": price,
-                "slo": {"ttft_s": spec.slo_ttft_s, "tpot_s": spec.slo_tpot_s,
-                        "e2e_s": spec.slo_e2e_s}})
+        grid_points=points,
+        engine=engine,
+        metrics=spec,
+        labels={
+            "gpu": hw.gpu.name,
+            "model": hw.model.name,
+            "tp": hw.tp,
+            "instances": engine.n_instances,
+            "prefill_instances": engine.prefill_instances,
+            "workload": traces[0].name,
+            "simulated": simulated,
+            "kv_blocks": kv_blocks,
+            "order": order,
+            "draft": None if hw.draft is None else hw.draft.draft.name,
+            "cascade_small_model": None if casc is None else casc.small_model,
+            "policy": _headline_policy(pol),
+            "price_per_gpu_hour": price,
+            "slo": {"ttft_s": spec.slo_ttft_s, "tpot_s": spec.slo_tpot_s, "e2e_s": spec.slo_e2e_s},
+        },
+    )

@@ -24,7 +24,7 @@ _SHOWN_ITEMS = 6  # an array longer than this is shown by its first items and it
 
 def _plain_number(x):
     """A number from an array as a user would write it: an integral float as an int."""
-    if isinstance(x, float) and x.is_integer() and abs(x) < 2 ** 53:
+    if isinstance(x, float) and x.is_integer() and abs(x) < 2**53:
         return int(x)
     return x
 
@@ -44,8 +44,9 @@ def shown(value) -> str:
     return repr(items)
 
 
-def check_number(value, key: str, *, lo=-math.inf, hi=math.inf, integer=False,
-                 allow_inf=False, hi_open=False):
+def check_number(
+    value, key: str, *, lo=-math.inf, hi=math.inf, integer=False, allow_inf=False, hi_open=False
+):
     """`value` as an int (`integer`) or a float after checking that it is a number (not a
     bool), finite (unless `allow_inf`), integral (if `integer`) and within [lo, hi] ([lo, hi)
     with `hi_open`); otherwise a ConfigError naming `key`."""
@@ -54,20 +55,32 @@ def check_number(value, key: str, *, lo=-math.inf, hi=math.inf, integer=False,
     try:
         as_float = float(value)
     except OverflowError:  # an integer beyond float range
-        raise ConfigError(f"{key}: got {str(value)[:30]}... ({len(str(value))} digits); expected "
-                          f"within [{lo}, {hi}]") from None
+        raise ConfigError(
+            f"{key}: got {str(value)[:30]}... ({len(str(value))} digits); expected "
+            f"within [{lo}, {hi}]"
+        ) from None
     if math.isnan(as_float) or (not allow_inf and not math.isfinite(as_float)):
         raise ConfigError(f"{key}: got {shown(value)}; expected a finite number")
     if integer and value != int(value):
         raise ConfigError(f"{key}: got {shown(value)}; expected an integer")
     if not (lo <= value <= hi) or (hi_open and value >= hi):
-        raise ConfigError(f"{key}: got {shown(value)}; expected within [{lo}, {hi}"
-                          f"{')' if hi_open else ']'}")
+        raise ConfigError(
+            f"{key}: got {shown(value)}; expected within [{lo}, {hi}{')' if hi_open else ']'}"
+        )
     return int(value) if integer else as_float
 
 
-def number(cfg, key: str, *, lo=-math.inf, hi=math.inf, integer=False, default=None,
-           allow_none=False, where: str | None = None):
+def number(
+    cfg,
+    key: str,
+    *,
+    lo=-math.inf,
+    hi=math.inf,
+    integer=False,
+    default=None,
+    allow_none=False,
+    where: str | None = None,
+):
     """The number at `key` of `cfg`, checked as `check_number` does. Absent or null (YAML
     `null`: "use the default"), it is `default` when one is given, else None with
     `allow_none`, else an error. `where`: the key's name in messages when `cfg` is a
@@ -103,7 +116,6 @@ def choice(cfg, key: str, options, default=None, where: str | None = None):
     value = get(cfg, key, default)
     if value not in options:
         options = list(options)
-        expected = (f"{options[0]} or {options[1]}" if len(options) == 2 else
-                    f"one of {options}")
+        expected = f"{options[0]} or {options[1]}" if len(options) == 2 else f"one of {options}"
         raise ConfigError(f"{where or key}: got {value!r}; expected {expected}")
     return value

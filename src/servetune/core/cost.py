@@ -19,12 +19,20 @@ def step_time(cost: CostParams, form: str, prefill_tokens, decode_seqs, ctx_read
     """
     tokens = prefill_tokens + decode_seqs
     if form == "linear":
-        t = (cost.base_s + cost.per_prefill_token_s * prefill_tokens
-             + cost.per_decode_seq_s * decode_seqs + cost.per_ctx_token_s * ctx_read
-             + cost.per_attn_work_s * attn_work)
+        t = (
+            cost.base_s
+            + cost.per_prefill_token_s * prefill_tokens
+            + cost.per_decode_seq_s * decode_seqs
+            + cost.per_ctx_token_s * ctx_read
+            + cost.per_attn_work_s * attn_work
+        )
     else:
         flops = cost.flops_per_token * tokens + cost.attn_flops_per_token_ctx * attn_work
         bytes_moved = cost.weight_bytes + cost.kv_bytes_per_token * (ctx_read + tokens)
-        t = (jnp.maximum(flops / cost.flops_rate, bytes_moved / cost.byte_rate)
-             + cost.overhead_s + cost.comm_fixed_s + cost.comm_s_per_token * tokens)
+        t = (
+            jnp.maximum(flops / cost.flops_rate, bytes_moved / cost.byte_rate)
+            + cost.overhead_s
+            + cost.comm_fixed_s
+            + cost.comm_s_per_token * tokens
+        )
     return jnp.where(tokens > 0, t, 0.0)

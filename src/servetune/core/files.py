@@ -37,8 +37,9 @@ def write_whole(path: Path, write: Callable[[Path], object]) -> Path:
     except OSError as err:
         _discard(tmp)
         reason = err.strerror or str(err)
-        raise OutputError(f"{path}: could not write it ({reason}); nothing was written "
-                          f"there") from err
+        raise OutputError(
+            f"{path}: could not write it ({reason}); nothing was written there"
+        ) from err
     except BaseException:
         _discard(tmp)
         raise
@@ -95,7 +96,7 @@ def json_number(value) -> float | int | None:
         return value
     if isinstance(value, str) and value in NON_FINITE_TEXT:
         return NON_FINITE_TEXT[value]
-    raise ValueError(f"{str(value)[:40]!r} is not a number (or \"inf\", \"-inf\", null)")
+    raise ValueError(f'{str(value)[:40]!r} is not a number (or "inf", "-inf", null)')
 
 
 def from_jsonable(obj, null=None):

@@ -14,9 +14,13 @@ from pathlib import Path
 
 from servetune.core.errors import ConfigError, ServetuneError, TraceError
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISDIR, "a directory"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 
 def expand(path: str | Path, key: str, error: type[ServetuneError] = ConfigError) -> Path:
@@ -25,12 +29,16 @@ def expand(path: str | Path, key: str, error: type[ServetuneError] = ConfigError
     try:
         expanded = Path(path).expanduser()
     except RuntimeError:
-        raise error(f"{key}: got {str(path)!r}; cannot expand {str(path).split('/')[0]!r} "
-                    f"(no such user or home folder)") from None
+        raise error(
+            f"{key}: got {str(path)!r}; cannot expand {str(path).split('/')[0]!r} "
+            f"(no such user or home folder)"
+        ) from None
     loop = symlink_loop(expanded)
     if loop is not None:
-        raise error(f"{key}: got {str(path)!r}; {loop} is a loop of symbolic links (each "
-                    f"points, in the end, back to itself); expected a folder or file path")
+        raise error(
+            f"{key}: got {str(path)!r}; {loop} is a loop of symbolic links (each "
+            f"points, in the end, back to itself); expected a folder or file path"
+        )
     return expanded
 
 
@@ -59,8 +67,9 @@ def check_regular(path: Path, what: str, error: type[ServetuneError] = TraceErro
     except FileNotFoundError:
         raise error(f"{path}: file not found") from None
     except OSError as err:
-        raise error(f"{path}: cannot be read ({err.strerror or err}); expected a readable "
-                    f"{what}") from None
+        raise error(
+            f"{path}: cannot be read ({err.strerror or err}); expected a readable {what}"
+        ) from None
     for test, kind in _KINDS:
         if test(st.st_mode):
             raise error(f"{path}: is {kind}; expected a {what} (a regular file)")
@@ -75,5 +84,6 @@ def read_bytes(path: Path, what: str, error: type[ServetuneError] = TraceError) 
     try:
         return path.read_bytes()
     except OSError as err:
-        raise error(f"{path}: cannot be read ({err.strerror or err}); expected a readable "
-                    f"{what}") from None
+        raise error(
+            f"{path}: cannot be read ({err.strerror or err}); expected a readable {what}"
+        ) from None

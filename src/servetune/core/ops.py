@@ -141,14 +141,14 @@ def count_at_most(sorted_x, t, lo, window: int | None = SEARCH_WINDOW):
     n = sorted_x.shape[-1]
 
     def search():
-        return jnp.searchsorted(sorted_x, t, side="right", method="scan_unrolled").astype(
-            jnp.int32)
+        return jnp.searchsorted(sorted_x, t, side="right", method="scan_unrolled").astype(jnp.int32)
 
     if window is None or n < window:
         return search()
     start = jnp.clip(lo, 0, n - window).astype(jnp.int32)
     # entries before `start` are <= t: they come before `lo` or are <= sorted_x[lo - 1]
-    near = start + jnp.sum(jax.lax.dynamic_slice(sorted_x, (start,), (window,)) <= t,
-                           dtype=jnp.int32)
+    near = start + jnp.sum(
+        jax.lax.dynamic_slice(sorted_x, (start,), (window,)) <= t, dtype=jnp.int32
+    )
     inside = (near < start + window) | (start + window >= n)
     return jax.lax.cond(inside, lambda: near, search)

@@ -79,5 +79,5 @@ def weight(exact, eligible, margins, scales, mode: str, tau: float):
 def perturbation(w, exact):
     """w - exact: the part of a decision's weight that differs from the exact decision, with
     its derivative: 0 in value under st (derivative of the sigmoid), the fluid excess under
-    soft. It is what shifts a request's admission time (servetune/tuning/estimators/pathwise_gradient.py)."""
+    soft. It is what shifts a request's admission time (tuning/estimators/pathwise_gradient.py)."""
     return w - exact.astype(jnp.float64)

@@ -1,4 +1,4 @@
-""""Did you mean": the one place that turns an unknown config key or group choice into a message
+""" "Did you mean": the one place that turns an unknown config key or group choice into a message
 naming what exists, for the command line (servetune.cli.main, before Hydra starts) and for Python
 keywords (servetune.run.api.compose), where Hydra's own advice ("To append to your config use
 +policy.max_num_seq=64") would add a key the simulator never reads."""
@@ -29,11 +29,13 @@ def unknown_key(key: str, cfg: DictConfig) -> str | None:
             return None
         if part not in node:
             siblings = [str(k) for k in node]
-            close = [".".join([*path, c, *parts[i + 1:]]) for c in _close(part, siblings)]
+            close = [".".join([*path, c, *parts[i + 1 :]]) for c in _close(part, siblings)]
             if close:
                 return f"{key}: no such key; {_phrase(close)}"
-            return (f"{key}: no such key; {'.'.join(path) or 'the config'} has "
-                    f"{', '.join(sorted(siblings))}")
+            return (
+                f"{key}: no such key; {'.'.join(path) or 'the config'} has "
+                f"{', '.join(sorted(siblings))}"
+            )
         node = node[part]
         path.append(part)
     return None
@@ -56,15 +58,24 @@ def unknown_choice(group: str, choice: str) -> str | None:
     if not options or choice in options:
         return None
     close = _close(choice, options)
-    return (f"{group}={choice}: no such {group}; "
-            + (_phrase([f"{group}={c}" for c in close]) if close else
-               f"expected one of {', '.join(options)}"))
+    return f"{group}={choice}: no such {group}; " + (
+        _phrase([f"{group}={c}" for c in close])
+        if close
+        else f"expected one of {', '.join(options)}"
+    )
 
 
 # sections whose entries the user names (a knob's search range, a file's column names) or
 # whose keys depend on a choice inside them (a length distribution's parameters)
-OPEN_SECTIONS = ("tune.space", "tune.workloads", "workload.columns", "workload.vllm_bench",
-                 "workload.prompt", "workload.output", "workload.patience")
+OPEN_SECTIONS = (
+    "tune.space",
+    "tune.workloads",
+    "workload.columns",
+    "workload.vllm_bench",
+    "workload.prompt",
+    "workload.output",
+    "workload.patience",
+)
 
 
 def group_keys(group: str) -> set[str]:
@@ -103,8 +114,9 @@ def unknown_addition(key: str) -> str | None:
     if key in known:
         return None
     close = _close(key, known)
-    return (f"+{key}: no such key under any {group} option, so nothing would read it; "
-            + (_phrase(close) if close else "a + adds only a key servetune reads"))
+    return f"+{key}: no such key under any {group} option, so nothing would read it; " + (
+        _phrase(close) if close else "a + adds only a key servetune reads"
+    )
 
 
 def addition_problem(overrides: list[str]) -> str | None:
@@ -148,8 +160,14 @@ def group_choices(overrides: list[str]) -> list[str]:
     for override in overrides:
         key, eq, value = override.partition("=")
         group = key.lstrip("+")
-        if (eq and "." not in key and not key.startswith(("~", "hydra", "-")) and "," not in value
-                and group_options(group) and not unknown_choice(group, value)):
+        if (
+            eq
+            and "." not in key
+            and not key.startswith(("~", "hydra", "-"))
+            and "," not in value
+            and group_options(group)
+            and not unknown_choice(group, value)
+        ):
             out.append(override)
     return out
 
@@ -167,9 +185,11 @@ def check_overrides(overrides: list[str]) -> str | None:
         key, eq, value = override.partition("=")
         group = key.lstrip("+")
         if eq and "." not in group and value[:1] in "[{" and value and group_options(group):
-            return (f"{group}: got {value}; expected the name of a {group} option "
-                    f"({', '.join(group_options(group))}), or {group}.KEY=VALUE to "
-                    f"set one of its fields")
+            return (
+                f"{group}: got {value}; expected the name of a {group} option "
+                f"({', '.join(group_options(group))}), or {group}.KEY=VALUE to "
+                f"set one of its fields"
+            )
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 

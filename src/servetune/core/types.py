@@ -6,7 +6,8 @@ Shapes use these letters:
   I  instances (replicas, P/D pools, cascade tiers)
   R  outbox capacity (finished-request records awaiting collection by the host)
   H  bins of the inter-token-latency histogram
-  m  order-swap partners recorded per admission (SWAP_PARTNERS; relaxed order, engine/relaxed/swap.py)
+  m  order-swap partners recorded per admission (SWAP_PARTNERS; relaxed order,
+     engine/relaxed/swap.py)
 Times are float64 seconds; token counts are int32.
 """
 
@@ -35,10 +36,22 @@ END_STATE_NAMES = ("completed", "rejected", "cancelled", "expired", "outstanding
 # request that could never fit the KV cache, the gateway's queue_cap, vLLM's API-server caps
 # max_num_queued_reqs and max_num_queued_tokens (HTTP 503); at admission, a predicted KV
 # footprint that does not fit (engine.kv_pressure=reject).
-(REJECT_TOO_LONG, REJECT_KV_CAPACITY, REJECT_QUEUE_CAP, REJECT_QUEUED_REQS, REJECT_QUEUED_TOKENS,
- REJECT_KV_RESERVE) = range(6)
-REJECT_REASON_NAMES = ("too_long", "kv_capacity", "queue_cap", "max_num_queued_reqs",
-                       "max_num_queued_tokens", "kv_reserve")
+(
+    REJECT_TOO_LONG,
+    REJECT_KV_CAPACITY,
+    REJECT_QUEUE_CAP,
+    REJECT_QUEUED_REQS,
+    REJECT_QUEUED_TOKENS,
+    REJECT_KV_RESERVE,
+) = range(6)
+REJECT_REASON_NAMES = (
+    "too_long",
+    "kv_capacity",
+    "queue_cap",
+    "max_num_queued_reqs",
+    "max_num_queued_tokens",
+    "kv_reserve",
+)
 
 # The columns of Stats.work, what the roofline step time is computed from (cost.step_time):
 # summed over an instance's iterations, they give its model FLOPs and bytes (metrics.py).
@@ -68,8 +81,8 @@ class EngineConfig:
       queue_window: capacity for waiting requests visible to the scheduler. Arrivals beyond it
         wait, in trace order, outside the window (counted as `window_overflow`), never dropped.
       width: entries per instance this program holds, when fewer than max_slots +
-        queue_window (servetune/engine/width.py: a narrow program stops a scenario before a loop body
-        that could need more, and the host widens it); 0 = all of them (the full width).
+        queue_window (servetune/engine/width.py: a narrow program stops a scenario before a loop
+        body that could need more, and the host widens it); 0 = all of them (the full width).
       block_size: tokens per KV-cache block.
       max_model_len: longest sequence (prompt + output tokens) the engine accepts.
       batching: "continuous" (iteration-level) or "static" (batch held until all finish).
@@ -114,10 +127,10 @@ class EngineConfig:
       prefix_block_tokens: tokens per prefix block, the granularity of the trace's prefix ids
         (Mooncake: 512); a multiple of block_size.
       relax: how tunable decisions weigh in the times the engine computes (servetune/core/relax.py):
-        "hard" (exact, what every report uses), "st" (exact forward pass, straight-through
-        sigmoid derivative) or "soft" (fluid weights); the last two only for pathwise gradients
-        (servetune/tuning/estimators/pathwise_gradient.py), with the preempt policy, no prefix cache and no
-        prefill/decode disaggregation.
+        "hard" (exact, what every report uses), "st" (exact forward pass, straight-through sigmoid
+        derivative) or "soft" (fluid weights); the last two only for pathwise gradients
+        (servetune/tuning/estimators/pathwise_gradient.py), with the preempt policy, no prefix cache
+        and no prefill/decode disaggregation.
       relax_temperature: tau of the st/soft sigmoids, in units of each gate's scale.
       relax_order: also relax the priority order among waiting requests (pair swaps at the
         admission boundary, engine/relaxed/swap.py, O(queue_window^2) per iteration): for gradients
@@ -244,7 +257,7 @@ class PolicyParams:
     cascade_threshold: jnp.ndarray  # [] model cascade: predicted difficulty (in [0, 1]) at or
     #                                 below which a request goes to the small model's pool
     score_net: jnp.ndarray | None = None  # [W] flat weights of the neural priority score
-    #                                        (servetune.engine.neural; None = the linear score alone)
+    #                                     (engine/neural.py; None = the linear score alone)
 
 
 @struct.dataclass
@@ -350,7 +363,9 @@ class RelaxTape:
     #                    prefilling (engine/relaxed/batch.py)
     ahead: jnp.ndarray  # [A] f64 prompt tokens a relaxed budget computed for it beyond the
     #                     exact ones in its current prefill (engine/relaxed/pace.py)
-    pre_s: jnp.ndarray  # [A] f64 its share of the seconds of its current prefill (engine/relaxed/pace.py)
+    pre_s: (
+        jnp.ndarray
+    )  # [A] f64 its share of the seconds of its current prefill (engine/relaxed/pace.py)
     pre_tok: jnp.ndarray  # [A] f64 prompt tokens computed in its current prefill
 
 
@@ -410,8 +425,12 @@ class Entries:
     # one sub-state per mechanism, None when the mechanism is off; each is set up on arrival
     # and reset beside its mechanism:
     prefix: PrefixRefs | None = None  # prefix caching (engine/prefix.py)
-    relaxed: RelaxTape | None = None  # engine.relax st/soft (engine/relaxed/shift.py, engine/relaxed/pace.py)
-    swap: SwapTape | None = None  # engine.relax_order, a relaxed priority order (engine/relaxed/swap.py)
+    relaxed: RelaxTape | None = (
+        None  # engine.relax st/soft (engine/relaxed/shift.py, engine/relaxed/pace.py)
+    )
+    swap: SwapTape | None = (
+        None  # engine.relax_order, a relaxed priority order (engine/relaxed/swap.py)
+    )
     cascade: CascadeEntries | None = None  # a model cascade (engine/cascade.py)
     # engine.scheduling_policy priority only (engine/priority.py), else None:
     priority: jnp.ndarray | None = None  # [A] i32 the request's fixed priority (lower first)
@@ -435,7 +454,8 @@ class Outbox:
     tier: jnp.ndarray | None = None  # [R] i32 cascade tier (model cascade only, else None)
     shift: jnp.ndarray | None = None  # [R] f64 seconds its events moved by (relaxed engines only:
     #                                   engine/relaxed/shift.py), else None
-    # relaxed priority order only (engine/relaxed/swap.py), else None: its latest admission and preemption
+    # relaxed priority order only (engine/relaxed/swap.py), else None: its latest admission and
+    # preemption
     admitted_at: jnp.ndarray | None = None  # [R] f64 time of its latest admission (s; nan none)
     swap_req: jnp.ndarray | None = None  # [R, m] i32 requests that admission passed over (-1)
     swap_p: jnp.ndarray | None = None  # [R, m] f64 their pair perturbations

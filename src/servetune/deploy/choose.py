@@ -41,8 +41,8 @@ RESOLVED = "config_resolved.yaml"
 @dataclasses.dataclass(frozen=True)
 class Chosen:
     """The point to export: its run folder and resolved config, its policy values (policy keys
-    of servetune.config.policy.DEFAULTS, plus score_net for a neural order) and order, in words which
-    point it is and why it was chosen, the damaged run folders left out of the choice, and
+    of servetune.config.policy.DEFAULTS, plus score_net for a neural order) and order, in words
+    which point it is and why it was chosen, the damaged run folders left out of the choice, and
     for a tuning run its search space (tune.space: key -> (low, high), in the key's units)."""
 
     run_dir: Path
@@ -81,8 +81,11 @@ def _tune_summary(path: Path) -> tuple[dict, bool]:
     and what is wrong with it."""
     expected = "expected the tune_summary.json servetune tune writes"
     try:
-        summary = json.loads(inputs.read_bytes(path, "tuning summary", ServetuneError),
-                             object_pairs_hook=unique_keys, parse_constant=_refuse_constant)
+        summary = json.loads(
+            inputs.read_bytes(path, "tuning summary", ServetuneError),
+            object_pairs_hook=unique_keys,
+            parse_constant=_refuse_constant,
+        )
     except DuplicateKeyError as err:
         raise ServetuneError(f"{path}: key {err.key!r} given twice; {expected}") from None
     except (ValueError, RecursionError) as err:
@@ -93,10 +96,11 @@ def _tune_summary(path: Path) -> tuple[dict, bool]:
     read = {}
     for key, value in best.items():
         try:
-            read[key] = (_weights(value) if key == export.NET_KEY else json_number(value))
+            read[key] = _weights(value) if key == export.NET_KEY else json_number(value)
         except ValueError as err:
-            raise ServetuneError(f"{path}: best.{key} = {str(value)[:40]!r}; expected a "
-                                 f"number ({err})") from None
+            raise ServetuneError(
+                f"{path}: best.{key} = {str(value)[:40]!r}; expected a number ({err})"
+            ) from None
     regression = summary.get("regression", False)
     if not isinstance(regression, bool):
         raise ServetuneError(f"{path}: regression = {regression!r}; expected true or false")
@@ -123,9 +127,15 @@ def choose_tuned(run_dir: Path) -> Chosen:
     except ConfigError as err:
         raise ServetuneError(f"{path}: {err}") from None
     regressed = " (it regressed on held-out data: see evaluation.csv)" if regression else ""
-    return Chosen(run_dir, cfg, values, order, "the tuned policy",
-                  f"the best policy servetune tune found{regressed}",
-                  ranges=tuned_ranges(cfg, run_dir / RESOLVED))
+    return Chosen(
+        run_dir,
+        cfg,
+        values,
+        order,
+        "the tuned policy",
+        f"the best policy servetune tune found{regressed}",
+        ranges=tuned_ranges(cfg, run_dir / RESOLVED),
+    )
 
 
 def tuned_ranges(cfg: DictConfig, path: Path) -> dict[str, tuple[float, float]]:
@@ -141,9 +151,10 @@ def tuned_ranges(cfg: DictConfig, path: Path) -> dict[str, tuple[float, float]]:
         try:
             out[key] = (float(dim["low"]), float(dim["high"]))
         except (TypeError, KeyError, ValueError):
-            raise ServetuneError(f"{path}: tune.space.{key} = {dim!r}; expected {{low: ..., "
-                                 f"high: ..., scale: log|linear}} as servetune tune read it"
-                                 ) from None
+            raise ServetuneError(
+                f"{path}: tune.space.{key} = {dim!r}; expected {{low: ..., "
+                f"high: ..., scale: log|linear}} as servetune tune read it"
+            ) from None
     return out
 
 
@@ -159,8 +170,10 @@ def _column(runs: pd.DataFrame, key: str) -> str:
         if name in runs.columns:
             return name
     shown = [c for c in runs.columns if "." in c and not c.endswith(("_s", "_rps"))][:12]
-    raise ServetuneError(f"--point {key}: no such key in the runs; expected a swept or grid "
-                         f"key, e.g. {', '.join(shown)}")
+    raise ServetuneError(
+        f"--point {key}: no such key in the runs; expected a swept or grid "
+        f"key, e.g. {', '.join(shown)}"
+    )
 
 
 def _matches(column: pd.Series, value: str) -> pd.Series:
@@ -182,14 +195,16 @@ def filter_runs(runs: pd.DataFrame, points: list[str]) -> pd.DataFrame:
     for item in points:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ServetuneError(f"--point {item!r}: expected KEY=VALUE, e.g. "
-                                 f"policy.max_num_seqs=64")
+            raise ServetuneError(
+                f"--point {item!r}: expected KEY=VALUE, e.g. policy.max_num_seqs=64"
+            )
         column = _column(runs, key)
         kept = runs[_matches(runs[column], value)]
         if kept.empty:
             values = sorted({fmt(v) if isinstance(v, float) else str(v) for v in runs[column]})
-            raise ServetuneError(f"--point {item}: no run has {column}={value}; it has "
-                                 f"{', '.join(values[:20])}")
+            raise ServetuneError(
+                f"--point {item}: no run has {column}={value}; it has {', '.join(values[:20])}"
+            )
         runs = kept
     return runs
 
@@ -204,30 +219,46 @@ def choose_point(root: Path, points: list[str]) -> Chosen:
     groups = condition_groups(table, conditions)
     if len(groups) > 1:
         names = "; ".join(label for label, _ in groups[:6])
-        raise ServetuneError(f"{root}: the points left are under {len(groups)} conditions "
-                             f"({names}); pick one with --point, e.g. --point "
-                             f"{conditions[0]}={fmt(groups[0][1].iloc[0][conditions[0]])}")
+        raise ServetuneError(
+            f"{root}: the points left are under {len(groups)} conditions "
+            f"({names}); pick one with --point, e.g. --point "
+            f"{conditions[0]}={fmt(groups[0][1].iloc[0][conditions[0]])}"
+        )
     g = groups[0][1].reset_index(drop=True)
     order = rank(g)
     best = g.iloc[order[0]]
     label = setting_label(best, settings, col.keys)
-    why = "the only point left" if len(g) == 1 else (
-        f"the best of {len(g)} settings by the tuner's order (SLO attainment "
-        f"{_pct(best.get('slo_attainment_mean'))}, useful tokens per $ "
-        f"{fmt(best.get('useful_tokens_per_dollar_mean'))}); runner-up "
-        f"{setting_label(g.iloc[order[1]], settings, col.keys)}; --point picks another")
+    why = (
+        "the only point left"
+        if len(g) == 1
+        else (
+            f"the best of {len(g)} settings by the tuner's order (SLO attainment "
+            f"{_pct(best.get('slo_attainment_mean'))}, useful tokens per $ "
+            f"{fmt(best.get('useful_tokens_per_dollar_mean'))}); runner-up "
+            f"{setting_label(g.iloc[order[1]], settings, col.keys)}; --point picks another"
+        )
+    )
     same = col.runs
     for k in col.keys:
         same = same[same[k].astype(str) == str(best[k])]
     row = same.iloc[0]
     run_dir = col.run_dirs[row["run"]]
-    grid = {c.removeprefix("policy."): row[c] for c in col.runs.columns
-            if c.startswith("policy.") and c.removeprefix("policy.") in DEFAULTS
-            and pd.notna(row[c])}
+    grid = {
+        c.removeprefix("policy."): row[c]
+        for c in col.runs.columns
+        if c.startswith("policy.") and c.removeprefix("policy.") in DEFAULTS and pd.notna(row[c])
+    }
     values, order_name = _policy(_resolved(run_dir), grid)
     name = "the run" if row["run"] == "." else f"run {row['run']}"
-    return Chosen(run_dir, _resolved(run_dir), values, order_name,
-                  label if label != "all" else name, why, tuple(col.skipped))
+    return Chosen(
+        run_dir,
+        _resolved(run_dir),
+        values,
+        order_name,
+        label if label != "all" else name,
+        why,
+        tuple(col.skipped),
+    )
 
 
 def _pct(value) -> str:
@@ -238,31 +269,44 @@ def _pct(value) -> str:
     return f"{100 * v:.3g}%" if math.isfinite(v) else "-"
 
 
-def export_point(directory: str | Path, points: list[str] | None = None,
-                 out: str | Path | None = None) -> tuple[Chosen, dict]:
+def export_point(
+    directory: str | Path, points: list[str] | None = None, out: str | Path | None = None
+) -> tuple[Chosen, dict]:
     """Write the engine files of the point of `directory` that `points` choose into `out`
     (default DIR/export). Returns (the point, {file name: path})."""
     if not str(directory).strip() or (out is not None and not str(out).strip()):
-        raise ServetuneError(f"{'DIR' if not str(directory).strip() else '--out'}: got an empty "
-                             f"path; expected a folder")
+        raise ServetuneError(
+            f"{'DIR' if not str(directory).strip() else '--out'}: got an empty "
+            f"path; expected a folder"
+        )
     root = inputs.expand(directory, "DIR", ServetuneError).resolve()
     if not root.is_dir():
-        raise ServetuneError(f"{directory}: not a folder; expected a servetune run, multirun or "
-                             f"tuning folder")
+        raise ServetuneError(
+            f"{directory}: not a folder; expected a servetune run, multirun or tuning folder"
+        )
     tuned = (root / TUNE_SUMMARY).is_file()
     if tuned and points:
-        raise ServetuneError(f"--point: {root} is a tuning run with one policy, its best; "
-                             f"--point chooses among the points of simulate runs")
+        raise ServetuneError(
+            f"--point: {root} is a tuning run with one policy, its best; "
+            f"--point chooses among the points of simulate runs"
+        )
     chosen = choose_tuned(root) if tuned else choose_point(root, list(points or []))
     target = root / "export" if out is None else inputs.expand(out, "--out", ServetuneError)
     try:
         scenario = build(chosen.cfg)
     except ServetuneError as err:
-        raise ServetuneError(f"{chosen.run_dir / RESOLVED}: cannot rebuild the run to read its "
-                             f"engine ({err})") from None
+        raise ServetuneError(
+            f"{chosen.run_dir / RESOLVED}: cannot rebuild the run to read its engine ({err})"
+        ) from None
     engine = OmegaConf.to_container(chosen.cfg.engine, resolve=True)
     extra = {"source": str(chosen.run_dir), "point": chosen.label, "chosen": chosen.why}
-    paths = export.write_export(target, chosen.values, chosen.order, engine, extra=extra,
-                                deploy=export.deployment(chosen.cfg, scenario),
-                                ranges=chosen.ranges)
+    paths = export.write_export(
+        target,
+        chosen.values,
+        chosen.order,
+        engine,
+        extra=extra,
+        deploy=export.deployment(chosen.cfg, scenario),
+        ranges=chosen.ranges,
+    )
     return chosen, paths

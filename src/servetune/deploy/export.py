@@ -48,8 +48,11 @@ def _number(key: str, value) -> float:
     """One validated float for policy key `key` (inf allowed only for the unlimited keys)."""
     lo, hi = EXTRA_KEYS.get(key) or BOUNDS.get(key, (-math.inf, math.inf))
     allow_inf = key in CAPS
-    expect = (f"expected a number within [{lo}, {hi}] (inf or null = unbounded)" if allow_inf
-              else f"expected a finite number within [{lo}, {hi}]")
+    expect = (
+        f"expected a number within [{lo}, {hi}] (inf or null = unbounded)"
+        if allow_inf
+        else f"expected a finite number within [{lo}, {hi}]"
+    )
     if value is None and allow_inf:
         return math.inf
     try:
@@ -72,8 +75,10 @@ def _effective(values: Mapping[str, object], order: str) -> dict[str, float]:
     values = {k: v for k, v in values.items() if k != NET_KEY}  # see write_export
     for key in values:
         if key not in DEFAULTS and key not in EXTRA_KEYS:
-            raise ConfigError(f"policy.{key}: unknown policy parameter; expected one of "
-                              f"{sorted(DEFAULTS) + sorted(EXTRA_KEYS)}")
+            raise ConfigError(
+                f"policy.{key}: unknown policy parameter; expected one of "
+                f"{sorted(DEFAULTS) + sorted(EXTRA_KEYS)}"
+            )
     merged = {**DEFAULTS, **ORDERS[order], **values}
     out = {key: _number(key, value) for key, value in merged.items()}
     for key in FLOORED:
@@ -91,11 +96,15 @@ def _engine_dict(engine) -> dict:
     if isinstance(engine, DictConfig):
         engine = OmegaConf.to_container(engine, resolve=True)
     engine = dict(engine or {})
-    if engine.get("batching", "continuous") != "continuous" or \
-            engine.get("kv_layout", "paged") != "paged":
-        raise ConfigError(f"engine: batching={engine.get('batching')!r}, kv_layout="
-                          f"{engine.get('kv_layout')!r}; vLLM and SGLang export needs continuous "
-                          f"batching with a paged KV cache")
+    if (
+        engine.get("batching", "continuous") != "continuous"
+        or engine.get("kv_layout", "paged") != "paged"
+    ):
+        raise ConfigError(
+            f"engine: batching={engine.get('batching')!r}, kv_layout="
+            f"{engine.get('kv_layout')!r}; vLLM and SGLang export needs continuous "
+            f"batching with a paged KV cache"
+        )
     return engine
 
 
@@ -133,8 +142,9 @@ def snap_watermark(watermark: float, num_gpu_blocks: int | None) -> float:
     return watermark
 
 
-def policy_to_config(values: Mapping[str, object], order: str, engine: Mapping | None = None
-                     ) -> dict:
+def policy_to_config(
+    values: Mapping[str, object], order: str, engine: Mapping | None = None
+) -> dict:
     """The tuned policy as a `policy=` config-group dict (keys as conf/policy/vllm_default.yaml,
     plus the priority weights), standalone (no defaults list) so it loads with or without Hydra.
 
@@ -161,8 +171,10 @@ def model_id(cfg: DictConfig) -> str:
     own = OmegaConf.select(cfg, "model.hf_id")
     if own is not None:
         if not isinstance(own, str) or not own.strip():
-            raise ConfigError(f"model.hf_id: got {own!r}; expected the model's name as vLLM "
-                              f"loads it (a Hugging Face id or a path), or null")
+            raise ConfigError(
+                f"model.hf_id: got {own!r}; expected the model's name as vLLM "
+                f"loads it (a Hugging Face id or a path), or null"
+            )
         return own
     return hardware.lookup(hardware.MODELS, OmegaConf.select(cfg, "model.name"), "model.name").hf_id
 
@@ -175,18 +187,26 @@ def deployment(cfg: DictConfig, scenario) -> dict:
     draft = OmegaConf.select(cfg, "speculation.draft")
     kv = np.asarray(scenario.params.cost.kv_blocks)
     kv = kv.reshape(kv.shape[0], -1)[0, -1] if kv.ndim else kv  # last instance: the model's
-    return {"model": model_id(cfg), "tensor_parallel_size": int(OmegaConf.select(cfg, "hardware.tp")
-                                                               or 1),
-            "num_gpu_blocks": int(kv), "max_model_len": int(scenario.engine.max_model_len),
-            "weight_bits": int(OmegaConf.select(cfg, "model.weight_bits") or 16),
-            "kv_bits": int(OmegaConf.select(cfg, "model.kv_bits") or 16),
-            "prefix_cache": bool(scenario.engine.prefix_cache),
-            "draft_model": (hardware.lookup(hardware.MODELS, draft, "speculation.draft").hf_id
-                            if draft else None)}
+    return {
+        "model": model_id(cfg),
+        "tensor_parallel_size": int(OmegaConf.select(cfg, "hardware.tp") or 1),
+        "num_gpu_blocks": int(kv),
+        "max_model_len": int(scenario.engine.max_model_len),
+        "weight_bits": int(OmegaConf.select(cfg, "model.weight_bits") or 16),
+        "kv_bits": int(OmegaConf.select(cfg, "model.kv_bits") or 16),
+        "prefix_cache": bool(scenario.engine.prefix_cache),
+        "draft_model": (
+            hardware.lookup(hardware.MODELS, draft, "speculation.draft").hf_id if draft else None
+        ),
+    }
 
 
-def vllm_args(values: Mapping[str, object], engine: Mapping, order: str | None = None,
-              deploy: Mapping | None = None) -> dict:
+def vllm_args(
+    values: Mapping[str, object],
+    engine: Mapping,
+    order: str | None = None,
+    deploy: Mapping | None = None,
+) -> dict:
     """vLLM 0.32 engine arguments (EngineArgs field names) for the tuned policy on `engine`.
 
     Scheduler: max_num_seqs (sequences) and max_num_batched_tokens (tokens per iteration)
@@ -210,12 +230,14 @@ def vllm_args(values: Mapping[str, object], engine: Mapping, order: str | None =
     args: dict = {}
     if deploy.get("model"):
         args["model"] = deploy["model"]
-    args.update({
-        "max_num_seqs": eff["max_num_seqs"],
-        "max_num_batched_tokens": eff["max_num_batched_tokens"],
-        "enable_chunked_prefill": bool(eng.get("chunked_prefill", True)),
-        "block_size": int(eng.get("block_size", 16)),
-    })
+    args.update(
+        {
+            "max_num_seqs": eff["max_num_seqs"],
+            "max_num_batched_tokens": eff["max_num_batched_tokens"],
+            "enable_chunked_prefill": bool(eng.get("chunked_prefill", True)),
+            "block_size": int(eng.get("block_size", 16)),
+        }
+    )
     max_len = deploy.get("max_model_len", eng.get("max_model_len"))
     if max_len is not None:
         args["max_model_len"] = int(max_len)
@@ -226,7 +248,8 @@ def vllm_args(values: Mapping[str, object], engine: Mapping, order: str | None =
     if eff["long_prefill_token_threshold"] > 0:
         args["long_prefill_token_threshold"] = eff["long_prefill_token_threshold"]
         args["long_prefill_token_threshold_adaptive"] = bool(
-            eng.get("long_prefill_token_threshold_adaptive", False))
+            eng.get("long_prefill_token_threshold_adaptive", False)
+        )
     for key in ("max_num_active_seqs", "max_num_queued_reqs", "max_num_queued_tokens"):
         if math.isfinite(eff[key]):
             args[key] = eff[key]
@@ -257,8 +280,12 @@ def _vllm_deployment(deploy: Mapping) -> dict:
     return args
 
 
-def sglang_args(values: Mapping[str, object], engine: Mapping, order: str | None = None,
-                deploy: Mapping | None = None) -> dict:
+def sglang_args(
+    values: Mapping[str, object],
+    engine: Mapping,
+    order: str | None = None,
+    deploy: Mapping | None = None,
+) -> dict:
     """SGLang server arguments (ServerArgs field names) for the tuned policy on `engine`.
 
     max_running_requests = max_num_seqs; chunked_prefill_size = the token budget (-1 when
@@ -279,12 +306,14 @@ def sglang_args(values: Mapping[str, object], engine: Mapping, order: str | None
     chunked = bool(eng.get("chunked_prefill", True))
     block = int(eng.get("block_size", 16))
     args: dict = {"model_path": deploy["model"]} if deploy.get("model") else {}
-    args.update({
-        "max_running_requests": eff["max_num_seqs"],
-        "chunked_prefill_size": eff["max_num_batched_tokens"] if chunked else -1,
-        "enable_mixed_chunk": chunked,
-        "page_size": block,
-    })
+    args.update(
+        {
+            "max_running_requests": eff["max_num_seqs"],
+            "chunked_prefill_size": eff["max_num_batched_tokens"] if chunked else -1,
+            "enable_mixed_chunk": chunked,
+            "page_size": block,
+        }
+    )
     max_len = deploy.get("max_model_len", eng.get("max_model_len"))
     if max_len is not None:
         args["context_length"] = int(max_len)
@@ -336,15 +365,23 @@ def sglang_flags(args: Mapping[str, object]) -> list[str]:
     return _flags(args, negatable=False)
 
 
-def unmapped_knobs(values: Mapping[str, object], order: str, engine: Mapping | None = None,
-                   deploy: Mapping | None = None) -> list[dict]:
+def unmapped_knobs(
+    values: Mapping[str, object],
+    order: str,
+    engine: Mapping | None = None,
+    deploy: Mapping | None = None,
+) -> list[dict]:
     """Tuned knobs with no (faithful) engine flag: dicts of name, value, engines (those lacking
     it) and a one-line note on how to apply it. Priority orders become a per-request integer
     `priority` a gateway computes (lower first in both engines, with the flags exported).
     `deploy` (`deployment`): 4-bit weights or KV, which no flag turns on, are listed too."""
     eff = _effective(values, order)
-    return (_deploy_knobs(dict(deploy or {})) + _limit_knobs(eff) + _order_knobs(eff, order)
-            + _serving_knobs(eff, _engine_dict(engine) if engine is not None else {}))
+    return (
+        _deploy_knobs(dict(deploy or {}))
+        + _limit_knobs(eff)
+        + _order_knobs(eff, order)
+        + _serving_knobs(eff, _engine_dict(engine) if engine is not None else {})
+    )
 
 
 _BOTH = ("vllm", "sglang")  # each knob gets its own list (list(_BOTH)): callers may edit one
@@ -354,13 +391,25 @@ def _deploy_knobs(deploy: dict) -> list[dict]:
     """4-bit weights or KV, which no flag turns on."""
     both, out = _BOTH, []
     if deploy.get("weight_bits") == 4:
-        out.append({"name": "weight_bits", "value": 4, "engines": list(both),
-                    "note": "serve a 4-bit (AWQ or GPTQ) checkpoint of the model; its method "
-                            "is read from the checkpoint"})
+        out.append(
+            {
+                "name": "weight_bits",
+                "value": 4,
+                "engines": list(both),
+                "note": "serve a 4-bit (AWQ or GPTQ) checkpoint of the model; its method "
+                "is read from the checkpoint",
+            }
+        )
     if deploy.get("kv_bits") == 4:
-        out.append({"name": "kv_bits", "value": 4, "engines": list(both),
-                    "note": "no 4-bit KV-cache dtype in vLLM or SGLang; fp8 (8 bits) is the "
-                            "smallest, so re-simulate with model.kv_bits=8"})
+        out.append(
+            {
+                "name": "kv_bits",
+                "value": 4,
+                "engines": list(both),
+                "note": "no 4-bit KV-cache dtype in vLLM or SGLang; fp8 (8 bits) is the "
+                "smallest, so re-simulate with model.kv_bits=8",
+            }
+        )
     return out
 
 
@@ -369,22 +418,47 @@ def _limit_knobs(eff: dict) -> list[dict]:
     cap, vLLM 0.32's caps and long-prefill threshold (SGLang)."""
     out = []
     if eff["watermark"] > 0:
-        out.append({"name": "watermark", "value": eff["watermark"], "engines": ["sglang"],
-                    "note": "vLLM: --watermark; SGLang has no admission watermark (the "
-                            "simulated scheduler kept this fraction of KV blocks free when "
-                            "admitting while requests run); re-simulate with watermark=0 to "
-                            "see what dropping it costs"})
+        out.append(
+            {
+                "name": "watermark",
+                "value": eff["watermark"],
+                "engines": ["sglang"],
+                "note": "vLLM: --watermark; SGLang has no admission watermark (the "
+                "simulated scheduler kept this fraction of KV blocks free when "
+                "admitting while requests run); re-simulate with watermark=0 to "
+                "see what dropping it costs",
+            }
+        )
     if math.isfinite(eff["queue_cap"]):
-        out.append({"name": "queue_cap", "value": eff["queue_cap"], "engines": ["vllm"],
-                    "note": "vLLM's --max-num-queued-reqs counts running requests too: a "
-                            "gateway rejects (429/503) an arrival that finds this many requests "
-                            "waiting (vllm:num_requests_waiting); SGLang: --max-queued-requests"})
-    sglang_lacks = [k for k in ("long_prefill_token_threshold", "max_num_active_seqs",
-                                "max_num_queued_reqs", "max_num_queued_tokens")
-                    if math.isfinite(eff[k]) and eff[k] > 0]
+        out.append(
+            {
+                "name": "queue_cap",
+                "value": eff["queue_cap"],
+                "engines": ["vllm"],
+                "note": "vLLM's --max-num-queued-reqs counts running requests too: a "
+                "gateway rejects (429/503) an arrival that finds this many requests "
+                "waiting (vllm:num_requests_waiting); SGLang: --max-queued-requests",
+            }
+        )
+    sglang_lacks = [
+        k
+        for k in (
+            "long_prefill_token_threshold",
+            "max_num_active_seqs",
+            "max_num_queued_reqs",
+            "max_num_queued_tokens",
+        )
+        if math.isfinite(eff[k]) and eff[k] > 0
+    ]
     for key in sglang_lacks:
-        out.append({"name": key, "value": eff[key], "engines": ["sglang"],
-                    "note": f"vLLM: --{key.replace('_', '-')}; no SGLang equivalent"})
+        out.append(
+            {
+                "name": key,
+                "value": eff[key],
+                "engines": ["sglang"],
+                "note": f"vLLM: --{key.replace('_', '-')}; no SGLang equivalent",
+            }
+        )
     return out
 
 
@@ -393,40 +467,72 @@ def _order_knobs(eff: dict, order: str) -> list[dict]:
     both, out = _BOTH, []
     w = {k: eff[k] for k in WEIGHTS}
     if order == "neural":
-        out.append({"name": "order", "value": order, "engines": list(both),
-                    "note": "a gateway sets each request's priority with priority.py's "
-                            "priority(request, engine) (weights in score_net.json: the linear "
-                            "w_* terms plus a small network over request and engine features), "
-                            "lower first; it scores once at submission, the simulator every "
-                            "iteration"})
+        out.append(
+            {
+                "name": "order",
+                "value": order,
+                "engines": list(both),
+                "note": "a gateway sets each request's priority with priority.py's "
+                "priority(request, engine) (weights in score_net.json: the linear "
+                "w_* terms plus a small network over request and engine features), "
+                "lower first; it scores once at submission, the simulator every "
+                "iteration",
+            }
+        )
     elif order == "priority":
-        out.append({"name": "order", "value": order, "engines": list(both),
-                    "note": "each request's own priority (the trace's priority column, lower "
-                            "first) goes in its request's `priority` field (vLLM's OpenAI "
-                            "server; SGLang's with --enable-priority-scheduling), set by the "
-                            "client or a gateway"})
+        out.append(
+            {
+                "name": "order",
+                "value": order,
+                "engines": list(both),
+                "note": "each request's own priority (the trace's priority column, lower "
+                "first) goes in its request's `priority` field (vLLM's OpenAI "
+                "server; SGLang's with --enable-priority-scheduling), set by the "
+                "client or a gateway",
+            }
+        )
     elif order != "fcfs":
-        key = (f"{w['w_age'] + w['w_slack']:g} * arrival_s + {w['w_prompt']:g} * prompt_tokens"
-               f" / 1000 + {w['w_pred']:g} * predicted_output_tokens / 1000")
-        out.append({"name": "order", "value": order, "engines": list(both),
-                    "note": f"gateway sets each request's priority = round({PRIORITY_SCALE} * "
-                            f"({key})), lower first; SGLang's schedule policies (lpm, dfs-weight, "
-                            f"lof, random, shortest-prefill-first) are not this order"})
-        terms = {"w_age": "per second since arrival (older first)",
-                 "w_prompt": "per 1000 prompt tokens (shorter first)",
-                 "w_pred": "per 1000 predicted output tokens (shorter first; the gateway needs "
-                           "an output-length predictor)",
-                 "w_slack": "per second of TTFT slack; for a request without a first token it "
-                            "adds to the arrival weight (exact while waiting; the simulator "
-                            "drops it once a token is out, a static priority cannot)"}
+        key = (
+            f"{w['w_age'] + w['w_slack']:g} * arrival_s + {w['w_prompt']:g} * prompt_tokens"
+            f" / 1000 + {w['w_pred']:g} * predicted_output_tokens / 1000"
+        )
+        out.append(
+            {
+                "name": "order",
+                "value": order,
+                "engines": list(both),
+                "note": f"gateway sets each request's priority = round({PRIORITY_SCALE} * "
+                f"({key})), lower first; SGLang's schedule policies (lpm, dfs-weight, "
+                f"lof, random, shortest-prefill-first) are not this order",
+            }
+        )
+        terms = {
+            "w_age": "per second since arrival (older first)",
+            "w_prompt": "per 1000 prompt tokens (shorter first)",
+            "w_pred": "per 1000 predicted output tokens (shorter first; the gateway needs "
+            "an output-length predictor)",
+            "w_slack": "per second of TTFT slack; for a request without a first token it "
+            "adds to the arrival weight (exact while waiting; the simulator "
+            "drops it once a token is out, a static priority cannot)",
+        }
         for k in WEIGHTS:
-            out.append({"name": k, "value": w[k], "engines": list(both),
-                        "note": f"term of the gateway priority, {terms[k]}"})
+            out.append(
+                {
+                    "name": k,
+                    "value": w[k],
+                    "engines": list(both),
+                    "note": f"term of the gateway priority, {terms[k]}",
+                }
+            )
         if w["w_slack"] != 0:
-            out.append({"name": "ttft_target_s", "value": eff["ttft_target_s"],
-                        "engines": list(both),
-                        "note": "only shifts every waiting request's priority equally; "
-                                "nothing to set"})
+            out.append(
+                {
+                    "name": "ttft_target_s",
+                    "value": eff["ttft_target_s"],
+                    "engines": list(both),
+                    "note": "only shifts every waiting request's priority equally; nothing to set",
+                }
+            )
     return out
 
 
@@ -434,52 +540,86 @@ def _serving_knobs(eff: dict, eng: dict) -> list[dict]:
     """The token budget and speculation as SGLang reads them, and the engine's mechanisms no
     flag sets: KV pressure, routing, the cascade, SGLang's memory fraction."""
     both, out = _BOTH, []
-    out.append({"name": "max_num_batched_tokens", "value": eff["max_num_batched_tokens"],
-                "engines": ["sglang"],
-                "note": "approximate: SGLang budgets prefill tokens (--chunked-prefill-size, "
-                        "--max-prefill-tokens); vLLM's budget also counts decode tokens"})
+    out.append(
+        {
+            "name": "max_num_batched_tokens",
+            "value": eff["max_num_batched_tokens"],
+            "engines": ["sglang"],
+            "note": "approximate: SGLang budgets prefill tokens (--chunked-prefill-size, "
+            "--max-prefill-tokens); vLLM's budget also counts decode tokens",
+        }
+    )
     if eff.get("spec_k", 0) > 0:
         k = eff["spec_k"]
-        out.append({"name": "spec_k", "value": k, "engines": ["sglang"],
-                    "note": f"SGLang needs --speculative-algorithm and a draft model; with EAGLE: "
-                            f"--speculative-num-steps {k} --speculative-eagle-topk 1 "
-                            f"--speculative-num-draft-tokens {k + 1} (vLLM: add method and "
-                            f"model to --speculative-config)"})
+        out.append(
+            {
+                "name": "spec_k",
+                "value": k,
+                "engines": ["sglang"],
+                "note": f"SGLang needs --speculative-algorithm and a draft model; with EAGLE: "
+                f"--speculative-num-steps {k} --speculative-eagle-topk 1 "
+                f"--speculative-num-draft-tokens {k + 1} (vLLM: add method and "
+                f"model to --speculative-config)",
+            }
+        )
     pressure = eng.get("kv_pressure", "preempt")
     if pressure != "preempt":
-        out.append({"name": "kv_pressure", "value": pressure, "engines": list(both),
-                    "note": {"evict": "no engine flag: both preempt and recompute; a gateway "
-                                      "can abort the lowest-priority request instead",
-                             "reject": "no engine flag: a gateway admits a request only if "
-                                       "its predicted KV footprint fits (else 429/503)",
-                             "compress": f"no engine flag: KV compression of single requests "
-                                         f"(ratio {eff['kv_compress_ratio']:g}) needs a "
-                                         f"compressed-KV kernel; --kv-cache-dtype fp8 "
-                                         f"compresses every request 2x"}.get(pressure, "")})
+        out.append(
+            {
+                "name": "kv_pressure",
+                "value": pressure,
+                "engines": list(both),
+                "note": {
+                    "evict": "no engine flag: both preempt and recompute; a gateway "
+                    "can abort the lowest-priority request instead",
+                    "reject": "no engine flag: a gateway admits a request only if "
+                    "its predicted KV footprint fits (else 429/503)",
+                    "compress": f"no engine flag: KV compression of single requests "
+                    f"(ratio {eff['kv_compress_ratio']:g}) needs a "
+                    f"compressed-KV kernel; --kv-cache-dtype fp8 "
+                    f"compresses every request 2x",
+                }.get(pressure, ""),
+            }
+        )
     if int(eng.get("n_instances") or 1) > 1:
-        out.append({"name": "routing", "value": eng.get("routing", "round_robin"),
-                    "engines": list(both),
-                    "note": f"a router in front of the replicas (e.g. the vLLM production "
-                            f"stack's or SGLang's router); score weights: queue "
-                            f"{eff['route_w_queue']:g}, KV {eff['route_w_kv']:g}, work "
-                            f"{eff['route_w_work']:g}"})
+        out.append(
+            {
+                "name": "routing",
+                "value": eng.get("routing", "round_robin"),
+                "engines": list(both),
+                "note": f"a router in front of the replicas (e.g. the vLLM production "
+                f"stack's or SGLang's router); score weights: queue "
+                f"{eff['route_w_queue']:g}, KV {eff['route_w_kv']:g}, work "
+                f"{eff['route_w_work']:g}",
+            }
+        )
     if int(eng.get("cascade_small_instances") or 0) > 0:
-        out.append({"name": "cascade_threshold", "value": eff["cascade_threshold"],
-                    "engines": list(both),
-                    "note": "no engine flag: a gateway in front of the two pools sends a request "
-                            "to the small model when its predicted difficulty is at most this, "
-                            "and retries it on the large model when the answer fails its check"})
+        out.append(
+            {
+                "name": "cascade_threshold",
+                "value": eff["cascade_threshold"],
+                "engines": list(both),
+                "note": "no engine flag: a gateway in front of the two pools sends a request "
+                "to the small model when its predicted difficulty is at most this, "
+                "and retries it on the large model when the answer fails its check",
+            }
+        )
     if eng.get("gpu_memory_utilization") is not None:
-        out.append({"name": "gpu_memory_utilization",
-                    "value": float(eng["gpu_memory_utilization"]),
-                    "engines": ["sglang"],
-                    "note": "SGLang's --mem-fraction-static covers weights + KV only (not "
-                            "activations); set it so the KV pool matches the simulated one"})
+        out.append(
+            {
+                "name": "gpu_memory_utilization",
+                "value": float(eng["gpu_memory_utilization"]),
+                "engines": ["sglang"],
+                "note": "SGLang's --mem-fraction-static covers weights + KV only (not "
+                "activations); set it so the KV pool matches the simulated one",
+            }
+        )
     return out
 
 
-def vllm_warnings(args: Mapping[str, object],
-                  ranges: Mapping[str, tuple[float, float]] | None = None) -> list[str]:
+def vllm_warnings(
+    args: Mapping[str, object], ranges: Mapping[str, tuple[float, float]] | None = None
+) -> list[str]:
     """Settings vLLM would refuse at startup, then (with `ranges`, the tuning run's
     tune.space: key -> (low, high)) tuned values exported outside their range, as messages
     (empty when there are none).
@@ -489,19 +629,26 @@ def vllm_warnings(args: Mapping[str, object],
     """
     out = []
     if args["max_num_batched_tokens"] < args["max_num_seqs"]:
-        out.append(f"max_num_batched_tokens ({args['max_num_batched_tokens']}) < max_num_seqs "
-                   f"({args['max_num_seqs']}): vLLM refuses this at startup; raise the token "
-                   f"budget to at least max_num_seqs, or lower max_num_seqs, and re-simulate")
+        out.append(
+            f"max_num_batched_tokens ({args['max_num_batched_tokens']}) < max_num_seqs "
+            f"({args['max_num_seqs']}): vLLM refuses this at startup; raise the token "
+            f"budget to at least max_num_seqs, or lower max_num_seqs, and re-simulate"
+        )
     return out + range_warnings(args, ranges or {})
 
 
 # the keys vLLM's startup checks move (tuning.space.Constraints projects tuned points onto them)
-MOVED = ("max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs",
-         "long_prefill_token_threshold")
+MOVED = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_num_active_seqs",
+    "long_prefill_token_threshold",
+)
 
 
-def range_warnings(args: Mapping[str, object],
-                   ranges: Mapping[str, tuple[float, float]]) -> list[str]:
+def range_warnings(
+    args: Mapping[str, object], ranges: Mapping[str, tuple[float, float]]
+) -> list[str]:
     """vllm_args() values outside their tuned range (`ranges`: key -> (low, high) as in
     tune.space, in the key's units), as messages naming the knob, the value, the range and the
     vLLM startup check that moved it there (the tuner projects each point onto what vLLM
@@ -516,10 +663,16 @@ def range_warnings(args: Mapping[str, object],
         if math.floor(low) <= args[key] <= math.floor(high):
             continue
         rule = vllm_rule(key, args)
-        why = (f"vLLM's startup check {rule} moved it there, and vLLM needs it to start, so it "
-               f"is exported as is" if rule else "no vLLM startup check moved it there")
-        out.append(f"{key} = {args[key]} is outside its tuned range [{low:g}, {high:g}] "
-                   f"(tune.space.{key}): {why}; widen tune.space.{key} to tune it there")
+        why = (
+            f"vLLM's startup check {rule} moved it there, and vLLM needs it to start, so it "
+            f"is exported as is"
+            if rule
+            else "no vLLM startup check moved it there"
+        )
+        out.append(
+            f"{key} = {args[key]} is outside its tuned range [{low:g}, {high:g}] "
+            f"(tune.space.{key}): {why}; widen tune.space.{key} to tune it there"
+        )
     return out
 
 
@@ -530,18 +683,20 @@ def vllm_rule(key: str, args: Mapping[str, object]) -> str | None:
     max_num_seqs (1536)"; None when none binds there."""
     length = args.get("max_model_len")
     checks = {
-        "max_num_batched_tokens": [("max_num_batched_tokens >= max_num_seqs",
-                                    args.get("max_num_seqs"))],
-        "max_num_seqs": [("max_num_seqs >= max_num_active_seqs", args.get("max_num_active_seqs")),
-                         ("max_num_batched_tokens >= max_num_seqs",
-                          args.get("max_num_batched_tokens"))],
-        "max_num_active_seqs": [("max_num_active_seqs <= max_num_seqs",
-                                 args.get("max_num_seqs"))],
-        "long_prefill_token_threshold": [("long_prefill_token_threshold <= max_model_len",
-                                          length)]}
+        "max_num_batched_tokens": [
+            ("max_num_batched_tokens >= max_num_seqs", args.get("max_num_seqs"))
+        ],
+        "max_num_seqs": [
+            ("max_num_seqs >= max_num_active_seqs", args.get("max_num_active_seqs")),
+            ("max_num_batched_tokens >= max_num_seqs", args.get("max_num_batched_tokens")),
+        ],
+        "max_num_active_seqs": [("max_num_active_seqs <= max_num_seqs", args.get("max_num_seqs"))],
+        "long_prefill_token_threshold": [("long_prefill_token_threshold <= max_model_len", length)],
+    }
     if not args.get("enable_chunked_prefill", True):
         checks["max_num_batched_tokens"].append(
-            ("max_num_batched_tokens >= max_model_len with chunked prefill off", length))
+            ("max_num_batched_tokens >= max_model_len with chunked prefill off", length)
+        )
     for text, bound in checks.get(key, ()):
         if bound is not None and args.get(key) == bound:
             return f"{text} ({bound})"
@@ -551,14 +706,22 @@ def vllm_rule(key: str, args: Mapping[str, object]) -> str | None:
 def config_group_hint(path: Path, group: str, name: str) -> str:
     """How to select the config file `path` as `group=name` from any folder, an installed
     servetune included: a Hydra search path names a folder holding `group/name.yaml`."""
-    return (f"to use {path.name}: copy it to <dir>/{group}/{name}.yaml and pass "
-            f"hydra.searchpath=[file://<dir>] {group}={name} (<dir> an absolute path; in a "
-            f"clone of servetune, conf/ works as <dir> without the search path)")
+    return (
+        f"to use {path.name}: copy it to <dir>/{group}/{name}.yaml and pass "
+        f"hydra.searchpath=[file://<dir>] {group}={name} (<dir> an absolute path; in a "
+        f"clone of servetune, conf/ works as <dir> without the search path)"
+    )
 
 
-def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine: Mapping,
-                 extra: dict | None = None, deploy: Mapping | None = None,
-                 ranges: Mapping[str, tuple[float, float]] | None = None) -> dict[str, Path]:
+def write_export(
+    out_dir: Path,
+    values: Mapping[str, object],
+    order: str,
+    engine: Mapping,
+    extra: dict | None = None,
+    deploy: Mapping | None = None,
+    ranges: Mapping[str, tuple[float, float]] | None = None,
+) -> dict[str, Path]:
     """Write tuned_policy.yaml, vllm_args.json, sglang_args.json (args plus the "flags" command
     line) and unmapped_knobs.json into `out_dir` (created; files there are replaced); with a
     neural score (values["score_net"]) also score_net.json (weights, feature names, units and
@@ -570,24 +733,40 @@ def write_export(out_dir: Path, values: Mapping[str, object], order: str, engine
     Returns {name: path}. Every value is checked before anything is written, so a
     bad one (ConfigError naming its key) leaves no folder or file behind."""
     out_dir = Path(out_dir)
-    paths = {name: out_dir / name for name in
-             ("tuned_policy.yaml", "vllm_args.json", "sglang_args.json", "unmapped_knobs.json")}
-    header = [f"# servetune tuned policy (order {order}).",
-              f"# {config_group_hint(paths['tuned_policy.yaml'], 'policy', 'tuned_policy')}"]
+    paths = {
+        name: out_dir / name
+        for name in (
+            "tuned_policy.yaml",
+            "vllm_args.json",
+            "sglang_args.json",
+            "unmapped_knobs.json",
+        )
+    }
+    header = [
+        f"# servetune tuned policy (order {order}).",
+        f"# {config_group_hint(paths['tuned_policy.yaml'], 'policy', 'tuned_policy')}",
+    ]
     header += [f"# {k}: {json.dumps(v, default=str)}" for k, v in (extra or {}).items()]
     yaml = OmegaConf.to_yaml(OmegaConf.create(policy_to_config(values, order, engine)))
     v_args = vllm_args(values, engine, order, deploy)
     s_args = sglang_args(values, engine, order, deploy)
-    payloads = {"vllm_args.json": {"args": v_args, "flags": shlex.join(vllm_flags(v_args)),
-                                   "warnings": vllm_warnings(v_args, ranges)},
-                "sglang_args.json": {"args": s_args, "flags": shlex.join(sglang_flags(s_args))},
-                "unmapped_knobs.json": {"unmapped": unmapped_knobs(values, order, engine,
-                                                                   deploy)}}
+    payloads = {
+        "vllm_args.json": {
+            "args": v_args,
+            "flags": shlex.join(vllm_flags(v_args)),
+            "warnings": vllm_warnings(v_args, ranges),
+        },
+        "sglang_args.json": {"args": s_args, "flags": shlex.join(sglang_flags(s_args))},
+        "unmapped_knobs.json": {"unmapped": unmapped_knobs(values, order, engine, deploy)},
+    }
     ensure_dir(out_dir)
     if values.get(NET_KEY) is not None:  # order neural: score_net.json and priority.py too
         eff = _effective(values, order)
-        paths.update(neural_export.export_score_net(out_dir, values[NET_KEY],
-                                             {k: eff[k] for k in WEIGHTS}, eff["ttft_target_s"]))
+        paths.update(
+            neural_export.export_score_net(
+                out_dir, values[NET_KEY], {k: eff[k] for k in WEIGHTS}, eff["ttft_target_s"]
+            )
+        )
     write_text(paths["tuned_policy.yaml"], "\n".join(header) + "\n" + yaml)
     for name, payload in payloads.items():
         write_json(paths[name], {**payload, "extra": extra} if extra else payload)

@@ -21,17 +21,24 @@ def spec(w: Sequence[float], linear: dict, ttft_target_s: float) -> dict:
     return {
         "format": "servetune.score_net/1",
         "score": "linear + w2 . tanh(W1^T (x / scale) + b1) + b2; higher is served first",
-        "linear": {"w_age": linear["w_age"], "w_prompt": linear["w_prompt"],
-                   "w_pred": linear["w_pred"], "w_slack": linear["w_slack"],
-                   "formula": "w_age*age_s - w_prompt*prompt_ktok - w_pred*pred_ktok - "
-                              "w_slack*ttft_slack_s"},
+        "linear": {
+            "w_age": linear["w_age"],
+            "w_prompt": linear["w_prompt"],
+            "w_pred": linear["w_pred"],
+            "w_slack": linear["w_slack"],
+            "formula": "w_age*age_s - w_prompt*prompt_ktok - w_pred*pred_ktok - "
+            "w_slack*ttft_slack_s",
+        },
         "ttft_target_s": ttft_target_s,
-        "features": {"names": list(FEATURE_NAMES), "units": [u for _, u, _ in FEATURES],
-                     "scale": SCALES.tolist()},
+        "features": {
+            "names": list(FEATURE_NAMES),
+            "units": [u for _, u, _ in FEATURES],
+            "scale": SCALES.tolist(),
+        },
         "hidden": h,
-        "W1": w[:f * h].reshape(f, h).tolist(),
-        "b1": w[f * h:f * h + h].tolist(),
-        "w2": w[f * h + h:f * h + 2 * h].tolist(),
+        "W1": w[: f * h].reshape(f, h).tolist(),
+        "b1": w[f * h : f * h + h].tolist(),
+        "w2": w[f * h + h : f * h + 2 * h].tolist(),
         "b2": float(w[-1]),
         "flat": w.tolist(),
     }
@@ -102,11 +109,16 @@ def priority(request, engine):
 
 def gateway_source(doc: dict) -> str:
     """priority.py: the dependency-free Python function of score_net.json's content `doc`."""
-    return _TEMPLATE.format(ttft=float(doc["ttft_target_s"]),
-                            linear={k: float(doc["linear"][k]) for k in
-                                    ("w_age", "w_prompt", "w_pred", "w_slack")},
-                            scale=list(doc["features"]["scale"]), W1=doc["W1"], b1=doc["b1"],
-                            w2=doc["w2"], b2=doc["b2"], pscale=PRIORITY_SCALE)
+    return _TEMPLATE.format(
+        ttft=float(doc["ttft_target_s"]),
+        linear={k: float(doc["linear"][k]) for k in ("w_age", "w_prompt", "w_pred", "w_slack")},
+        scale=list(doc["features"]["scale"]),
+        W1=doc["W1"],
+        b1=doc["b1"],
+        w2=doc["w2"],
+        b2=doc["b2"],
+        pscale=PRIORITY_SCALE,
+    )
 
 
 def export_score_net(out_dir: Path, w, linear: dict, ttft_target_s: float) -> dict[str, Path]:

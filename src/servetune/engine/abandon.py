@@ -26,8 +26,12 @@ def abandon(e: Entries, t):
 
     Returns (entries, number of requests that ended)."""
     gone = live(e) & (e.give_up_at <= t)
-    e = retire(e.replace(preempted=jnp.where(gone, False, e.preempted)), gone, e.give_up_state,
-               e.give_up_at)
+    e = retire(
+        e.replace(preempted=jnp.where(gone, False, e.preempted)),
+        gone,
+        e.give_up_state,
+        e.give_up_at,
+    )
     return e, jnp.sum(gone, dtype=jnp.int32)
 
 

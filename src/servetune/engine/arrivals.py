@@ -29,8 +29,15 @@ def pending_arrivals(next_req, t, wl: Workload, cfg: EngineConfig, search_window
     return pending if cfg.n_instances == 1 else jnp.minimum(pending, cfg.route_window)
 
 
-def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: EngineConfig,
-                  search_window: int | None = ops.SEARCH_WINDOW):
+def take_arrivals(
+    e: Entries,
+    t,
+    next_req,
+    wl: Workload,
+    params: Params,
+    cfg: EngineConfig,
+    search_window: int | None = ops.SEARCH_WINDOW,
+):
     """Requests with arrival <= t join the queue in trace order, into free entries.
 
     Rejected on arrival (vLLM 0.32): a prompt of max_model_len tokens or more (the input
@@ -44,8 +51,9 @@ def take_arrivals(e: Entries, t, next_req, wl: Workload, params: Params, cfg: En
     Returns (entries, next_req, arrived requests left outside the window, requests arrived by t,
     requests rejected). `search_window`: see ops.count_at_most (None under vmap).
     """
-    n_arrived = jnp.minimum(ops.count_at_most(wl.arrival, t, next_req, search_window),
-                            wl.n).astype(jnp.int32)
+    n_arrived = jnp.minimum(ops.count_at_most(wl.arrival, t, next_req, search_window), wl.n).astype(
+        jnp.int32
+    )
     pending = n_arrived - next_req
     empty = e.status == EMPTY
     slot_rank = ops.cumsum(empty, dtype=jnp.int32) - 1
@@ -79,9 +87,11 @@ def _within_caps(e: Entries, ok, ok_rank, prompt, pol):
     prefilling = (e.status != EMPTY) & (e.status != DONE) & (e.generated == 0)
     queued_tokens = jnp.sum(jnp.where(prefilling, e.prompt, 0))
     tokens_before = queued_tokens + ops.cumsum(jnp.where(ok, prompt, 0)) - prompt
-    return (relax.below(n_waiting + ok_rank, relax.integer_limit(pol.queue_cap)),
-            unfinished + ok_rank + 1 <= relax.integer_limit(pol.max_num_queued_reqs),
-            tokens_before < relax.integer_limit(pol.max_num_queued_tokens))
+    return (
+        relax.below(n_waiting + ok_rank, relax.integer_limit(pol.queue_cap)),
+        unfinished + ok_rank + 1 <= relax.integer_limit(pol.max_num_queued_reqs),
+        tokens_before < relax.integer_limit(pol.max_num_queued_tokens),
+    )
 
 
 def _reject_reason(checks):
@@ -93,8 +103,17 @@ def _reject_reason(checks):
     return reason
 
 
-def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: EngineConfig,
-         extra: dict | None = None):
+def fill(
+    e: Entries,
+    t,
+    take,
+    idx,
+    read,
+    wl: Workload,
+    params: Params,
+    cfg: EngineConfig,
+    extra: dict | None = None,
+):
     """Put arriving requests into the entries where `take` [A] holds: entry k gets request
     idx[k], whose fields `read(wl.field)` gives ([A]). Applies the arrival checks (too long,
     never fits, queue caps: rejected). `extra`: the sub-states of mechanisms set up by the
@@ -134,18 +153,26 @@ def fill(e: Entries, t, take, idx, read, wl: Workload, params: Params, cfg: Engi
         # mechanism fields are read only where their mechanism is on (each read is a slice
         # of the trace per iteration); otherwise they keep their initial values
         give_up_at=sel(read(wl.give_up_at), e.give_up_at) if cfg.abandonment else e.give_up_at,
-        give_up_state=(sel(read(wl.give_up_state), e.give_up_state) if cfg.abandonment
-                       else e.give_up_state),
+        give_up_state=(
+            sel(read(wl.give_up_state), e.give_up_state) if cfg.abandonment else e.give_up_state
+        ),
         spec_alpha=sel(read(wl.spec_alpha), e.spec_alpha) if cfg.speculation else e.spec_alpha,
-        kv_ratio=(sel(jnp.ones_like(e.kv_ratio), e.kv_ratio) if cfg.kv_pressure == "compress"
-                  else e.kv_ratio),
+        kv_ratio=(
+            sel(jnp.ones_like(e.kv_ratio), e.kv_ratio)
+            if cfg.kv_pressure == "compress"
+            else e.kv_ratio
+        ),
         ready_at=e.ready_at,
         qkey=sel(zero, e.qkey),
         scheduled_at=sel(nan, e.scheduled_at),
-        reject_reason=sel(jnp.where(reject, _reject_reason((short, fits, *caps)), -1),
-                          e.reject_reason),
-        priority=(sel(read(wl.priority), e.priority) if cfg.scheduling_policy == "priority"
-                  else e.priority),
+        reject_reason=sel(
+            jnp.where(reject, _reject_reason((short, fits, *caps)), -1), e.reject_reason
+        ),
+        priority=(
+            sel(read(wl.priority), e.priority)
+            if cfg.scheduling_policy == "priority"
+            else e.priority
+        ),
         relaxed=shift.reset_tape(e.relaxed, take) if cfg.relax != "hard" else None,
         swap=swap.reset_tape(e.swap, take) if cfg.relax_order else None,
         # the prefix and cascade sub-states: what the caller sets up (`extra`)

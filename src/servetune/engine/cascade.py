@@ -76,8 +76,7 @@ def pool_mask(small, cfg: EngineConfig):
     """[I] instances a request may be routed to: the small pool where `small` ([] bool), else
     the large pool."""
     idx = jnp.arange(cfg.n_instances)
-    return jnp.where(small, idx < cfg.cascade_small_instances,
-                     idx >= cfg.cascade_small_instances)
+    return jnp.where(small, idx < cfg.cascade_small_instances, idx >= cfg.cascade_small_instances)
 
 
 def init_entries(shape, like) -> CascadeEntries:
@@ -93,23 +92,32 @@ def arrival_fields(e: Entries, take, read, wl, j, cfg: EngineConfig) -> dict:
     large)."""
     tier = jnp.where(is_small(j, cfg), TIER_SMALL, TIER_LARGE).astype(jnp.int32)
     c = e.cascade
-    return {"cascade": CascadeEntries(fail=jnp.where(take, read(wl.cascade_fail), c.fail),
-                                      tier=jnp.where(take, tier, c.tier))}
+    return {
+        "cascade": CascadeEntries(
+            fail=jnp.where(take, read(wl.cascade_fail), c.fail), tier=jnp.where(take, tier, c.tier)
+        )
+    }
 
 
 def to_retry(e: Entries, i, cfg: EngineConfig):
     """On a small instance, completed requests whose answer fails its check become RETRY
     (not delivered; the large pool will serve them). Returns (entries, how many)."""
-    failed = ((e.status == DONE) & (e.end_state == COMPLETED) & e.cascade.fail
-              & (e.cascade.tier == TIER_SMALL) & is_small(i, cfg))
+    failed = (
+        (e.status == DONE)
+        & (e.end_state == COMPLETED)
+        & e.cascade.fail
+        & (e.cascade.tier == TIER_SMALL)
+        & is_small(i, cfg)
+    )
     e = e.replace(status=jnp.where(failed, RETRY, e.status))
     return e, jnp.sum(failed, dtype=jnp.int32)
 
 
 def land(e: Entries, t):
     """Retried requests whose check verdict is in by t (seconds) join the queue: WAITING."""
-    return e.replace(status=jnp.where((e.status == INFLIGHT) & (e.ready_at <= t), WAITING,
-                                      e.status))
+    return e.replace(
+        status=jnp.where((e.status == INFLIGHT) & (e.ready_at <= t), WAITING, e.status)
+    )
 
 
 def retry_horizon(entries: Entries, clock, cost, cfg: EngineConfig):
@@ -122,15 +130,17 @@ def retry_horizon(entries: Entries, clock, cost, cfg: EngineConfig):
     small = jax.tree.map(lambda x: x[:s_n], entries)
     clk = clock[:s_n, None]
     costs = jax.tree.map(lambda x: jnp.broadcast_to(x, (cfg.n_instances,))[:s_n], cost)
-    shortest = jax.vmap(lambda c: jnp.minimum(step_time(c, cfg.cost_form, 1, 0, 0, 0),
-                                              step_time(c, cfg.cost_form, 0, 1, 0, 0)))(costs)
+    shortest = jax.vmap(
+        lambda c: jnp.minimum(
+            step_time(c, cfg.cost_form, 1, 0, 0, 0), step_time(c, cfg.cost_form, 0, 1, 0, 0)
+        )
+    )(costs)
     check_s = costs.check_latency_s[:, None]
     live = (small.status == WAITING) | (small.status == RUNNING)
     will_fail = live & small.cascade.fail & (small.cascade.tier == TIER_SMALL)
     left = jnp.maximum(small.output - small.generated, 1)
     soonest = jnp.where(will_fail, clk + left * shortest[:, None] + check_s, jnp.inf)
-    pending = jnp.where(small.status == RETRY, jnp.maximum(clk, small.finish + check_s),
-                        jnp.inf)
+    pending = jnp.where(small.status == RETRY, jnp.maximum(clk, small.finish + check_s), jnp.inf)
     return jnp.minimum(jnp.min(soonest), jnp.min(pending))
 
 
@@ -152,9 +162,18 @@ def fall_back(entries: Entries, i, t, cost, cfg: EngineConfig):
         return jnp.where(large & room, load.astype(jnp.float64), jnp.inf)
 
     def arrival_fields(entries, k):  # a new attempt: nothing computed, nothing emitted
-        return {"ready_at": jnp.maximum(t, entries.finish[i, k] + check_s), "computed": 0,
-                "generated": 0, "blocks": 0, "preempted": False, "first_token": jnp.nan,
-                "last_emit": jnp.nan, "finish": jnp.nan, "end_state": -1, "kv_ratio": 1.0,
-                "cascade.tier": TIER_RETRIED}
+        return {
+            "ready_at": jnp.maximum(t, entries.finish[i, k] + check_s),
+            "computed": 0,
+            "generated": 0,
+            "blocks": 0,
+            "preempted": False,
+            "first_token": jnp.nan,
+            "last_emit": jnp.nan,
+            "finish": jnp.nan,
+            "end_state": -1,
+            "kv_ratio": 1.0,
+            "cascade.tier": TIER_RETRIED,
+        }
 
     return transfer.move_out(entries, i, pending, destination, arrival_fields)

@@ -40,8 +40,9 @@ def to_handoff(e: Entries, i, cfg: EngineConfig):
 
 def land(e: Entries, t):
     """INFLIGHT requests whose KV has arrived by t (seconds) run from this iteration on."""
-    return e.replace(status=jnp.where((e.status == INFLIGHT) & (e.ready_at <= t), RUNNING,
-                                      e.status))
+    return e.replace(
+        status=jnp.where((e.status == INFLIGHT) & (e.ready_at <= t), RUNNING, e.status)
+    )
 
 
 def next_landing(e: Entries):
@@ -58,9 +59,9 @@ def handoff_horizon(entries: Entries, clock, cfg: EngineConfig):
     would (a decode instance iterates only while its clock is the earliest). inf when no
     prefill instance has work (a new arrival is bounded by the next arrival time). `entries`
     [I, A], `clock` [I]."""
-    s = entries.status[:cfg.prefill_instances]
+    s = entries.status[: cfg.prefill_instances]
     busy = jnp.any((s == WAITING) | (s == RUNNING) | (s == HANDOFF), axis=1)
-    return jnp.min(jnp.where(busy, clock[:cfg.prefill_instances], jnp.inf))
+    return jnp.min(jnp.where(busy, clock[: cfg.prefill_instances], jnp.inf))
 
 
 def hand_off(entries: Entries, i, t, cost, cfg: EngineConfig):
@@ -86,7 +87,9 @@ def hand_off(entries: Entries, i, t, cost, cfg: EngineConfig):
 
     def arrival_fields(entries, k):  # its blocks reserved at once; its KV lands after the link
         tokens = entries.computed[i, k]
-        return {"ready_at": t + link_lat + tokens * kv_bytes / link_bw,
-                "blocks": blocks_for(tokens, cfg)}
+        return {
+            "ready_at": t + link_lat + tokens * kv_bytes / link_bw,
+            "blocks": blocks_for(tokens, cfg),
+        }
 
     return transfer.move_out(entries, i, pending, destination, arrival_fields)

@@ -45,8 +45,9 @@ from servetune.engine.scheduler import (
 )
 
 
-def _admission_blocked(e: Entries, n_running, budget, free, params: Params, cfg: EngineConfig,
-                       prefix: bool = False):
+def _admission_blocked(
+    e: Entries, n_running, budget, free, params: Params, cfg: EngineConfig, prefix: bool = False
+):
     """True when no waiting request can be admitted in any iteration of the run: the sequence
     cap binds (it cannot loosen without a completion), or static batching holds the batch, or
     none fits as the first admission (no budget left, or too few KV blocks above the watermark
@@ -61,12 +62,16 @@ def _admission_blocked(e: Entries, n_running, budget, free, params: Params, cfg:
     pol = params.policy
     seq_cap = ~relax.below(0, admission_cap(pol) - n_running)
     budget_left = budget - n_running
-    need_w = jnp.minimum(e.prompt + e.generated,
-                         prefill_cap(pol, budget, n_running + jnp.sum(waiting), cfg))
+    need_w = jnp.minimum(
+        e.prompt + e.generated, prefill_cap(pol, budget, n_running + jnp.sum(waiting), cfg)
+    )
     if prefix:  # a cache hit can leave as little as 1 token to compute: assume it does
         need_w = jnp.minimum(need_w, 1)
-    chunk = (jnp.minimum(need_w, budget_left) if cfg.chunked_prefill
-             else jnp.where(need_w <= budget_left, need_w, 0))
+    chunk = (
+        jnp.minimum(need_w, budget_left)
+        if cfg.chunked_prefill
+        else jnp.where(need_w <= budget_left, need_w, 0)
+    )
     want = blocks_for(jnp.maximum(chunk, 0), cfg)
     if cfg.scheduler_reserve_full_isl and not prefix:
         want = jnp.maximum(want, full_sequence_blocks(e, cfg))
@@ -116,11 +121,14 @@ def next_arrival_of(wl: Workload, next_req, at, t_limit, cfg: EngineConfig) -> N
     idx = jnp.clip(next_req, 0, wl.arrival.shape[0] - 1)
     prompt = wl.prompt[idx]
     return NextArrival(
-        req=next_req, at=at, prompt=prompt,
+        req=next_req,
+        at=at,
+        prompt=prompt,
         output=jnp.minimum(wl.output[idx], jnp.maximum(cfg.max_model_len - prompt, 1)),
         predicted=wl.predicted[idx],
         priority=wl.priority[idx] if cfg.scheduling_policy == "priority" else None,
-        t_limit=t_limit)
+        t_limit=t_limit,
+    )
 
 
 def admit(e: Entries, slot, arrival: NextArrival, **fields) -> Entries:
@@ -128,9 +136,17 @@ def admit(e: Entries, slot, arrival: NextArrival, **fields) -> Entries:
     admitted request: its trace fields, never preempted or rejected, and `fields` (entry
     field -> value) for where it stands now (status, tokens, times, queue key, blocks)."""
     put = lambda new, old: jnp.where(slot, new, old)
-    written = dict(req=arrival.req, arrival=arrival.at, prompt=arrival.prompt,
-                   output=arrival.output, predicted=arrival.predicted, preempted=False,
-                   n_preempt=0, reject_reason=-1, **fields)
+    written = dict(
+        req=arrival.req,
+        arrival=arrival.at,
+        prompt=arrival.prompt,
+        output=arrival.output,
+        predicted=arrival.predicted,
+        preempted=False,
+        n_preempt=0,
+        reject_reason=-1,
+        **fields,
+    )
     if arrival.priority is not None:
         written["priority"] = arrival.priority
     return e.replace(**{k: put(v, getattr(e, k)) for k, v in written.items()})
@@ -140,17 +156,27 @@ def crosses_completions(cfg: EngineConfig) -> bool:
     """Whether a run may go on past a completion when nobody waits (static): one instance and
     no mechanism that reacts to a completion inside the run (a prefix cache's release, a
     cascade's retry, a router's or a hand-off's view of the instance)."""
-    return (cfg.n_instances == 1 and not cfg.prefix_cache and cfg.cascade_small_instances == 0
-            and cfg.prefill_instances == 0)
+    return (
+        cfg.n_instances == 1
+        and not cfg.prefix_cache
+        and cfg.cascade_small_instances == 0
+        and cfg.prefill_instances == 0
+    )
 
 
 def takes_arrivals(cfg: EngineConfig) -> bool:
     """Whether a run may take in the next arrival (static): where it crosses completions, with
     continuous batching, preemption as the KV policy and no mechanism acting on an arrival or
     inside an iteration (speculation, abandonment, a relaxed engine, a timeline)."""
-    return (crosses_completions(cfg) and cfg.batching == "continuous"
-            and cfg.kv_pressure == "preempt" and not cfg.speculation and not cfg.abandonment
-            and cfg.relax == "hard" and cfg.timeline_samples == 0)
+    return (
+        crosses_completions(cfg)
+        and cfg.batching == "continuous"
+        and cfg.kv_pressure == "preempt"
+        and not cfg.speculation
+        and not cfg.abandonment
+        and cfg.relax == "hard"
+        and cfg.timeline_samples == 0
+    )
 
 
 class _Pass(NamedTuple):
@@ -181,19 +207,24 @@ def _profile(e: Entries, running, left, ratio, cfg: EngineConfig):
     if ratio is not None:
         part = running[:, None] & (j[None, :] < left[:, None])  # [A, L] decodes in j
         n_j = jnp.sum(part, axis=0, dtype=jnp.int32)
-        ctx = jnp.sum(jnp.where(part, (e.computed[:, None] + j).astype(jnp.float64), 0.0),
-                      axis=0)
-        held = jnp.sum(jnp.where(part, blocks_for(e.computed[:, None] + j + 1, cfg,
-                                                  ratio[:, None]), 0), axis=0, dtype=jnp.int32)
+        ctx = jnp.sum(jnp.where(part, (e.computed[:, None] + j).astype(jnp.float64), 0.0), axis=0)
+        held = jnp.sum(
+            jnp.where(part, blocks_for(e.computed[:, None] + j + 1, cfg, ratio[:, None]), 0),
+            axis=0,
+            dtype=jnp.int32,
+        )
         return n_j, ctx, held + other
     computed = jnp.where(running, e.computed, 0)
     end = jnp.where(running, jnp.minimum(left, L), L)  # [A] the first iteration it is done by
     # at its end: a decode, its context and its blocks (as of its last iteration) leave
-    leaving = jnp.stack([jnp.ones_like(computed), computed,
-                         -blocks_for(computed + end, cfg)]).astype(jnp.float64)
-    bins = jnp.zeros((3, L + 1), jnp.float64).at[
-        jnp.arange(3)[:, None], jnp.broadcast_to(end, leaving.shape)].add(
-        jnp.where(running, leaving, 0.0))
+    leaving = jnp.stack(
+        [jnp.ones_like(computed), computed, -blocks_for(computed + end, cfg)]
+    ).astype(jnp.float64)
+    bins = (
+        jnp.zeros((3, L + 1), jnp.float64)
+        .at[jnp.arange(3)[:, None], jnp.broadcast_to(end, leaving.shape)]
+        .add(jnp.where(running, leaving, 0.0))
+    )
     if cfg.kv_layout == "paged":  # a block more at each boundary its context reaches
         first = bs - computed % bs  # [A] first j > 0 with (computed + j) % bs == 0
         at = first[:, None] + bs * jnp.arange(L // bs + 1)  # [A, M]
@@ -202,8 +233,7 @@ def _profile(e: Entries, running, left, ratio, cfg: EngineConfig):
     cum = ops.float_cumsum(bins[:, :L])  # [3, L] the events of iterations 0..j
     n_j = jnp.sum(running, dtype=jnp.int32) - cum[0].astype(jnp.int32)
     ctx = jnp.sum(computed).astype(jnp.float64) - cum[1] + j * n_j
-    start_blocks = jnp.sum(jnp.where(running, blocks_for(computed + 1, cfg), 0),
-                           dtype=jnp.int32)
+    start_blocks = jnp.sum(jnp.where(running, blocks_for(computed + 1, cfg), 0), dtype=jnp.int32)
     return n_j, ctx, start_blocks + cum[2].astype(jnp.int32) + other
 
 
@@ -230,19 +260,35 @@ def admits_whole(prompt, output, n_running, free, params: Params, cfg: EngineCon
     pol, kv_total = params.policy, params.cost.kv_blocks
     budget = token_budget(pol, cfg)
     watermark = jnp.where(n_running > 0, watermark_blocks(pol, kv_total), 0)
-    accepted = ((prompt > 0) & (prompt < cfg.max_model_len)
-                & (blocks_for(jnp.maximum(prompt + output - 1, 1), cfg) <= kv_total)
-                & relax.below(0, relax.integer_limit(pol.queue_cap))
-                & (n_running + 1 <= relax.integer_limit(pol.max_num_queued_reqs))
-                & (0 < relax.integer_limit(pol.max_num_queued_tokens)))
-    return (accepted & (prompt <= prefill_cap(pol, budget, n_running + 1, cfg))
-            & (prompt <= budget - n_running) & relax.below(0, admission_cap(pol) - n_running)
-            & (n_running < cfg.max_slots)
-            & relax.at_most(blocks_for(prompt, cfg), free - watermark))
+    accepted = (
+        (prompt > 0)
+        & (prompt < cfg.max_model_len)
+        & (blocks_for(jnp.maximum(prompt + output - 1, 1), cfg) <= kv_total)
+        & relax.below(0, relax.integer_limit(pol.queue_cap))
+        & (n_running + 1 <= relax.integer_limit(pol.max_num_queued_reqs))
+        & (0 < relax.integer_limit(pol.max_num_queued_tokens))
+    )
+    return (
+        accepted
+        & (prompt <= prefill_cap(pol, budget, n_running + 1, cfg))
+        & (prompt <= budget - n_running)
+        & relax.below(0, admission_cap(pol) - n_running)
+        & (n_running < cfg.max_slots)
+        & relax.at_most(blocks_for(prompt, cfg), free - watermark)
+    )
 
 
-def _take_arrival(e: Entries, run: _Pass, held, t, arrival: NextArrival, k_other, free,
-                  params: Params, cfg: EngineConfig):
+def _take_arrival(
+    e: Entries,
+    run: _Pass,
+    held,
+    t,
+    arrival: NextArrival,
+    k_other,
+    free,
+    params: Params,
+    cfg: EngineConfig,
+):
     """Whether the run takes `arrival` in, in which iteration (j2), and the run with it.
 
     It is taken in where the full step would admit it whole at the start of iteration j2 (the
@@ -255,8 +301,12 @@ def _take_arrival(e: Entries, run: _Pass, held, t, arrival: NextArrival, k_other
     at = jnp.minimum(j2, L - 1)
     n2 = run.n_j[at]  # requests decoding in iteration j2
     p, o = arrival.prompt, arrival.output
-    admitted = ((j2 < k_other) & (n2 > 0) & jnp.any(e.status == EMPTY)
-                & admits_whole(p, o, n2, kv_total - held[at], params, cfg))
+    admitted = (
+        (j2 < k_other)
+        & (n2 > 0)
+        & jnp.any(e.status == EMPTY)
+        & admits_whole(p, o, n2, kv_total - held[at], params, cfg)
+    )
     decodes = (j > j2) & (j < j2 + o)  # its decodes after its prefill iteration
     n_j = run.n_j + decodes
     ctx = run.ctx + jnp.where(decodes, (p - j2 - 1 + j).astype(jnp.float64), 0.0)
@@ -264,10 +314,14 @@ def _take_arrival(e: Entries, run: _Pass, held, t, arrival: NextArrival, k_other
     attn = jnp.where(j == j2, p * (p + 1) / 2.0, 0.0)
     dur, ends = _durations(n_j, ctx, prefill, attn, params, cfg)
     # its KV: the prompt's blocks, then one more token per decode (completions only free)
-    k_kv = (L if cfg.kv_layout == "contiguous"
-            else cfg.block_size * ((free - blocks_for(p, cfg)) // jnp.maximum(n2 + 1, 1)))
-    k = jnp.minimum(jnp.minimum(_count_before(t, ends, dur, arrival.t_limit), k_other),
-                    jnp.minimum(k_kv, L)).astype(jnp.int32)
+    k_kv = (
+        L
+        if cfg.kv_layout == "contiguous"
+        else cfg.block_size * ((free - blocks_for(p, cfg)) // jnp.maximum(n2 + 1, 1))
+    )
+    k = jnp.minimum(
+        jnp.minimum(_count_before(t, ends, dur, arrival.t_limit), k_other), jnp.minimum(k_kv, L)
+    ).astype(jnp.int32)
     return admitted, j2, _Pass(n_j, ctx, prefill, dur, ends, k), attn
 
 
@@ -282,9 +336,12 @@ def _bounds(e: Entries, running, left, params: Params, cfg: EngineConfig, kv_off
     free = params.cost.kv_blocks - jnp.sum(e.blocks)
     if kv_offset is not None:
         free = free - kv_offset
-    uniform = (jnp.all(~running | ((pending_tokens(e) == 1) & (e.generated > 0)))
-               & (n > 0) & (n <= budget)
-               & _admission_blocked(e, n, budget, free, params, cfg, kv_offset is not None))
+    uniform = (
+        jnp.all(~running | ((pending_tokens(e) == 1) & (e.generated > 0)))
+        & (n > 0)
+        & (n <= budget)
+        & _admission_blocked(e, n, budget, free, params, cfg, kv_offset is not None)
+    )
     first_done = jnp.min(jnp.where(running, left, L))
     nobody_waits = ~jnp.any(e.status == WAITING)
     if crosses_completions(cfg):
@@ -293,8 +350,7 @@ def _bounds(e: Entries, running, left, params: Params, cfg: EngineConfig, kv_off
         k_done = first_done
     # paged KV: a request crosses at most ceil(K / block_size) block boundaries in K tokens
     # (completions only free blocks)
-    k_kv = (L if cfg.kv_layout == "contiguous"
-            else cfg.block_size * (free // jnp.maximum(n, 1)))
+    k_kv = L if cfg.kv_layout == "contiguous" else cfg.block_size * (free // jnp.maximum(n, 1))
     return free, nobody_waits, k_done, jnp.where(uniform, jnp.minimum(k_kv, L), 0)
 
 
@@ -316,8 +372,15 @@ def _advance(e: Entries, run: _Pass, grow, left, ratio, t, t_end, cfg: EngineCon
     return retire(e, complete, COMPLETED, finish), complete, jnp.sum(steps, dtype=jnp.int32)
 
 
-def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=None,
-         arrival: NextArrival | None = None) -> Run:
+def leap(
+    e: Entries,
+    t,
+    t_limit,
+    params: Params,
+    cfg: EngineConfig,
+    kv_offset=None,
+    arrival: NextArrival | None = None,
+) -> Run:
     """Apply the longest run of uniform decode iterations starting at t (seconds) whose
     iterations all start before t_limit (the next arrival or the stop time).
 
@@ -343,15 +406,20 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
     take, j2 = jnp.asarray(False), jnp.zeros((), jnp.int32)
     if arrival is not None:
         k_with = jnp.where(nobody_waits, k_other, 0)
-        take, j2, with_it, attn_with = _take_arrival(e, run, held, t, arrival, k_with, free,
-                                                     params, cfg)
-        with_it = with_it._replace(k=jnp.minimum(with_it.k, jnp.maximum(
-            k_done, j2 + arrival.output)))
+        take, j2, with_it, attn_with = _take_arrival(
+            e, run, held, t, arrival, k_with, free, params, cfg
+        )
+        with_it = with_it._replace(
+            k=jnp.minimum(with_it.k, jnp.maximum(k_done, j2 + arrival.output))
+        )
         take = take & (with_it.k > j2)  # its prefill iteration is in the run
         run = jax.tree.map(lambda a, b: jnp.where(take, a, b), with_it, run)
         attn = jnp.where(take, attn_with, attn)
-        held = held + jnp.where(take & (j >= j2) & (j < j2 + arrival.output),
-                                blocks_for(arrival.prompt + j - j2, cfg), 0)
+        held = held + jnp.where(
+            take & (j >= j2) & (j < j2 + arrival.output),
+            blocks_for(arrival.prompt + j - j2, cfg),
+            0,
+        )
         # its place in vLLM's running list: after every request still running in iteration j2
         queue = jnp.max(jnp.where(running & (left > j2), e.qkey, 0))
     k = run.k
@@ -367,22 +435,30 @@ def leap(e: Entries, t, t_limit, params: Params, cfg: EngineConfig, kv_offset=No
     weights = jnp.concatenate([jnp.ones_like(first_gap), run.n_j.astype(jnp.float64)])
     e, complete, tokens = _advance(e, run, grow, left, ratio, t, t_end, cfg)
     if arrival is not None:
-        e, complete, decoded = _admit_taken(e, complete, take, j2, k, t, run, arrival, queue,
-                                            cfg)
+        e, complete, decoded = _admit_taken(e, complete, take, j2, k, t, run, arrival, queue, cfg)
         tokens = tokens + decoded
     ctx_read = jnp.sum(jnp.where(in_run, run.ctx, 0.0))
     return Run(
-        e=e, t_end=t_end, k=k, dur=jnp.where(in_run, run.dur, 0.0), gaps=(gaps, weights),
-        kv_peak=kv_peak, completed=complete, ctx_read=ctx_read, tokens=tokens,
+        e=e,
+        t_end=t_end,
+        k=k,
+        dur=jnp.where(in_run, run.dur, 0.0),
+        gaps=(gaps, weights),
+        kv_peak=kv_peak,
+        completed=complete,
+        ctx_read=ctx_read,
+        tokens=tokens,
         early_s=jnp.sum(jnp.where(complete, t_end - e.finish, 0.0)),
         taken=take.astype(jnp.int32),
         prefill_tokens=jnp.sum(jnp.where(in_run, run.prefill, 0), dtype=jnp.int32),
         attn_work=ctx_read + tokens + jnp.sum(jnp.where(in_run, attn, 0.0)),
-        max_running=jnp.max(jnp.where(in_run, run.n_j + (take & (j == j2)), 0)))
+        max_running=jnp.max(jnp.where(in_run, run.n_j + (take & (j == j2)), 0)),
+    )
 
 
-def _admit_taken(e: Entries, complete, take, j2, k, t, run: _Pass, arrival: NextArrival,
-                 queue, cfg: EngineConfig):
+def _admit_taken(
+    e: Entries, complete, take, j2, k, t, run: _Pass, arrival: NextArrival, queue, cfg: EngineConfig
+):
     """Entries with the arrival a run took in (`take`) written into the first empty entry: as
     the full step admits it at the start of iteration j2 (at the end of vLLM's running list,
     after `queue`), prefilled in j2 and decoding to the run's end or its completion.
@@ -396,11 +472,22 @@ def _admit_taken(e: Entries, complete, take, j2, k, t, run: _Pass, arrival: Next
     last = t + run.ends[jnp.clip(j2 + steps - 1, 0, L - 1)]
     start = jnp.where(j2 > 0, t + run.ends[jnp.clip(j2 - 1, 0, L - 1)], t)
     computed = p + steps - 1
-    e = admit(e, slot, arrival, status=jnp.where(done, DONE, RUNNING), computed=computed,
-              generated=steps, blocks=jnp.where(done, 0, blocks_for(computed, cfg)),
-              tokens_computed=computed, first_token=first, last_emit=last,
-              finish=jnp.where(done, last, jnp.nan), end_state=jnp.where(done, COMPLETED, -1),
-              qkey=jnp.maximum(queue, 0) + 1, scheduled_at=start)
+    e = admit(
+        e,
+        slot,
+        arrival,
+        status=jnp.where(done, DONE, RUNNING),
+        computed=computed,
+        generated=steps,
+        blocks=jnp.where(done, 0, blocks_for(computed, cfg)),
+        tokens_computed=computed,
+        first_token=first,
+        last_emit=last,
+        finish=jnp.where(done, last, jnp.nan),
+        end_state=jnp.where(done, COMPLETED, -1),
+        qkey=jnp.maximum(queue, 0) + 1,
+        scheduled_at=start,
+    )
     return e, complete | (slot & done), jnp.where(take, steps - 1, 0)
 
 

@@ -41,16 +41,29 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     shape = (cfg.n_instances, cfg.n_entries)
     full = lambda v, dtype: jnp.full(shape, v, dtype) + jnp.zeros_like(zi, dtype)
     entries = Entries(
-        req=full(-1, jnp.int32), status=full(EMPTY, jnp.int32), arrival=full(jnp.nan, jnp.float64),
-        prompt=full(0, jnp.int32), output=full(0, jnp.int32), predicted=full(0.0, jnp.float64),
-        computed=full(0, jnp.int32), generated=full(0, jnp.int32), blocks=full(0, jnp.int32),
-        preempted=full(0, jnp.int32) > 0, n_preempt=full(0, jnp.int32),
-        tokens_computed=full(0, jnp.int64), first_token=full(jnp.nan, jnp.float64),
-        last_emit=full(jnp.nan, jnp.float64), finish=full(jnp.nan, jnp.float64),
-        end_state=full(-1, jnp.int32), give_up_at=full(jnp.inf, jnp.float64),
-        give_up_state=full(-1, jnp.int32), spec_alpha=full(0.0, jnp.float64),
-        kv_ratio=full(1.0, jnp.float64), ready_at=full(-jnp.inf, jnp.float64),
-        qkey=full(0, jnp.int32), scheduled_at=full(jnp.nan, jnp.float64),
+        req=full(-1, jnp.int32),
+        status=full(EMPTY, jnp.int32),
+        arrival=full(jnp.nan, jnp.float64),
+        prompt=full(0, jnp.int32),
+        output=full(0, jnp.int32),
+        predicted=full(0.0, jnp.float64),
+        computed=full(0, jnp.int32),
+        generated=full(0, jnp.int32),
+        blocks=full(0, jnp.int32),
+        preempted=full(0, jnp.int32) > 0,
+        n_preempt=full(0, jnp.int32),
+        tokens_computed=full(0, jnp.int64),
+        first_token=full(jnp.nan, jnp.float64),
+        last_emit=full(jnp.nan, jnp.float64),
+        finish=full(jnp.nan, jnp.float64),
+        end_state=full(-1, jnp.int32),
+        give_up_at=full(jnp.inf, jnp.float64),
+        give_up_state=full(-1, jnp.int32),
+        spec_alpha=full(0.0, jnp.float64),
+        kv_ratio=full(1.0, jnp.float64),
+        ready_at=full(-jnp.inf, jnp.float64),
+        qkey=full(0, jnp.int32),
+        scheduled_at=full(jnp.nan, jnp.float64),
         reject_reason=full(-1, jnp.int32),
         prefix=prefix_lib.init_refs(shape, zi, cfg) if cfg.prefix_cache else None,
         relaxed=shift.init_tape(shape, zi) if cfg.relax != "hard" else None,
@@ -60,29 +73,55 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
     stats = Stats(
-        steps=zi, leaped=zi, simple=zi, busy_s=per_inst + zf, kv_peak_blocks=per_inst,
+        steps=zi,
+        leaped=zi,
+        simple=zi,
+        busy_s=per_inst + zf,
+        kv_peak_blocks=per_inst,
         kv_overflow=per_inst > 0,
-        clock_regress=per_inst > 0, preemptions=zi, prefill_tokens=zi.astype(jnp.int64),
-        decode_tokens=zi.astype(jnp.int64), window_overflow=zi, max_running=per_inst,
-        occupancy_s=zf, ended=zi, slot_bound=zi,
-        stalled=zi > 0, itl_hist=jnp.zeros((histogram.BINS,), jnp.float64) + zf,
-        spec_passes=zi.astype(jnp.int64), spec_proposed=zi.astype(jnp.int64),
-        spec_accepted=zi.astype(jnp.int64), spec_emitted=zi.astype(jnp.int64),
+        clock_regress=per_inst > 0,
+        preemptions=zi,
+        prefill_tokens=zi.astype(jnp.int64),
+        decode_tokens=zi.astype(jnp.int64),
+        window_overflow=zi,
+        max_running=per_inst,
+        occupancy_s=zf,
+        ended=zi,
+        slot_bound=zi,
+        stalled=zi > 0,
+        itl_hist=jnp.zeros((histogram.BINS,), jnp.float64) + zf,
+        spec_passes=zi.astype(jnp.int64),
+        spec_proposed=zi.astype(jnp.int64),
+        spec_accepted=zi.astype(jnp.int64),
+        spec_emitted=zi.astype(jnp.int64),
         work=jnp.zeros((cfg.n_instances, len(WORK_COLUMNS)), jnp.float64) + zf,
     )
-    return SimState(clock=per_inst + zf, entries=entries, next_req=zi,
-                    outbox=empty_outbox(outbox_capacity(cfg), zi, cfg.cascade_small_instances > 0,
-                                       cfg.relax != "hard", cfg.relax_order),
-                    stats=stats, done=wl.n <= 0,
-                    mid_ended=per_inst, mid_blocks=per_inst, stuck=per_inst > 0, need=zi,
-                    prefix=prefix_lib.init_cache(cfg, zi) if cfg.prefix_cache else None,
-                    timeline=timeline.empty(cfg, zf) if cfg.timeline_samples > 0 else None)
+    return SimState(
+        clock=per_inst + zf,
+        entries=entries,
+        next_req=zi,
+        outbox=empty_outbox(
+            outbox_capacity(cfg),
+            zi,
+            cfg.cascade_small_instances > 0,
+            cfg.relax != "hard",
+            cfg.relax_order,
+        ),
+        stats=stats,
+        done=wl.n <= 0,
+        mid_ended=per_inst,
+        mid_blocks=per_inst,
+        stuck=per_inst > 0,
+        need=zi,
+        prefix=prefix_lib.init_cache(cfg, zi) if cfg.prefix_cache else None,
+        timeline=timeline.empty(cfg, zf) if cfg.timeline_samples > 0 else None,
+    )
 
 
 def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     """Iterate one scenario until it is done, its outbox is nearly full, the chunk's step
-    limit is reached, or (a narrow program) its next loop body could need more entries than
-    the program holds (`SimState.need`, servetune/engine/width.py). The outbox starts empty (the host
+    limit is reached, or (a narrow program) its next loop body could need more entries than the
+    program holds (`SimState.need`, servetune/engine/width.py). The outbox starts empty (the host
     has collected it)."""
     cap = outbox_capacity(cfg)
     state = state.replace(outbox=state.outbox.replace(count=state.outbox.count * 0))
@@ -90,8 +129,12 @@ def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) 
     def cond(carry):
         s, k = carry
         room = s.outbox.count + cfg.drain_per_step <= cap
-        return ((~s.done) & room & (k < cfg.max_steps_per_chunk)
-                & width.fits(s, wl, cfg, ops.SEARCH_WINDOW))
+        return (
+            (~s.done)
+            & room
+            & (k < cfg.max_steps_per_chunk)
+            & width.fits(s, wl, cfg, ops.SEARCH_WINDOW)
+        )
 
     def body(carry):
         s, k = carry
@@ -108,8 +151,9 @@ def run_chunk(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) 
     return state.replace(need=width.shortfall(state, wl, cfg, ops.SEARCH_WINDOW))
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "n_steps"),
-                   compiler_options=ops.COMPILER_OPTIONS)
+@functools.partial(
+    jax.jit, static_argnames=("cfg", "n_steps"), compiler_options=ops.COMPILER_OPTIONS
+)
 def step_trace(wl: Workload, params: Params, cfg: EngineConfig, n_steps: int):
     """Run one scenario (unbatched wl and params) for `n_steps` iterations, recording each.
 
@@ -149,8 +193,9 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     fits = ops.over_grid(lambda s, w: width.fits(s, w, cfg), "gs")
 
     def active(s, k):
-        return ((~s.done) & (s.outbox.count + per <= cap) & (k < cfg.max_steps_per_chunk)
-                & fits(s, wl))
+        return (
+            (~s.done) & (s.outbox.count + per <= cap) & (k < cfg.max_steps_per_chunk) & fits(s, wl)
+        )
 
     def write(old, rec, at, on):  # one scenario: records [per, ...] at the fill mark, if active
         start = (at,) + (jnp.zeros_like(at),) * (old.ndim - 1)
@@ -163,12 +208,13 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
         s, k, on = carry
         new = iterate_grid(s.replace(outbox=scratch), wl, params, cfg, on)
         box, rec = s.outbox, new.outbox
-        fields = {f: write_all(getattr(box, f), getattr(rec, f), box.count, on)
-                  for f in rec_fields}
+        fields = {f: write_all(getattr(box, f), getattr(rec, f), box.count, on) for f in rec_fields}
         box = box.replace(**fields, count=box.count + jnp.where(on, rec.count, 0))
-        rest = jax.tree.map(lambda a, b: jnp.where(on.reshape(on.shape + (1,) * (a.ndim - 2)),
-                                                   a, b),
-                            new.replace(outbox=None), s.replace(outbox=None))
+        rest = jax.tree.map(
+            lambda a, b: jnp.where(on.reshape(on.shape + (1,) * (a.ndim - 2)), a, b),
+            new.replace(outbox=None),
+            s.replace(outbox=None),
+        )
         s, k = rest.replace(outbox=box), k + on.astype(k.dtype)
         return s, k, active(s, k)
 
@@ -181,8 +227,9 @@ def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
         state, _, _ = jax.lax.fori_loop(0, cfg.chunk_length, lambda _, c: body(c), start)
     else:
         state, _, _ = jax.lax.while_loop(cond, body, start)
-    return state.replace(need=ops.over_grid(lambda s, w: width.shortfall(s, w, cfg), "gs")(
-        state, wl))
+    return state.replace(
+        need=ops.over_grid(lambda s, w: width.shortfall(s, w, cfg), "gs")(state, wl)
+    )
 
 
 def batched(fn, cfg):
@@ -196,8 +243,12 @@ def batched(fn, cfg):
 
     def call(state, wl, params):
         if state.done.shape == (1, 1):
-            out = fn(jax.tree.map(lambda x: x[0, 0], state), jax.tree.map(lambda x: x[0], wl),
-                     jax.tree.map(lambda x: x[0], params), cfg=cfg)
+            out = fn(
+                jax.tree.map(lambda x: x[0, 0], state),
+                jax.tree.map(lambda x: x[0], wl),
+                jax.tree.map(lambda x: x[0], params),
+                cfg=cfg,
+            )
             return jax.tree.map(lambda x: x[None, None], out)
         return outer(state, wl, params)
 
@@ -212,8 +263,9 @@ def init_grid(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
 init_batch = jax.jit(init_grid, static_argnames=("cfg",), compiler_options=ops.COMPILER_OPTIONS)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnums=(0,),
-                   compiler_options=ops.COMPILER_OPTIONS)
+@functools.partial(
+    jax.jit, static_argnames=("cfg",), donate_argnums=(0,), compiler_options=ops.COMPILER_OPTIONS
+)
 def run_chunk_batch(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     """run_chunk over state [S, P], workloads [S], params [P] in one compiled call."""
     return batched(run_chunk, cfg)(state, wl, params)
@@ -226,6 +278,7 @@ def widen_batch(state: SimState, wl: Workload, params: Params, cfg: EngineConfig
     else is unchanged and `need` is cleared."""
     fresh = init_grid(wl, params, cfg)
     held = state.entries.req.shape[3]  # entries leaves are [S, P, I, A, ...]
-    entries = jax.tree.map(lambda new, old: new.at[:, :, :, :held].set(old), fresh.entries,
-                           state.entries)
+    entries = jax.tree.map(
+        lambda new, old: new.at[:, :, :, :held].set(old), fresh.entries, state.entries
+    )
     return state.replace(entries=entries, need=jnp.zeros_like(state.need))

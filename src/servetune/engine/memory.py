@@ -88,8 +88,7 @@ def temporary_bytes(state: int, lanes: int, cfg: EngineConfig) -> int:
     """Bytes a compiled loop body of `lanes` scenarios (workloads x policy points) holds
     besides its state of `state` bytes: TEMPORARIES_PER_STATE x the state, each scenario's
     leap, and the leap's shared triangle once."""
-    return (TEMPORARIES_PER_STATE * state + lanes * leap_bytes(cfg)
-            + shared_leap_bytes(cfg))
+    return TEMPORARIES_PER_STATE * state + lanes * leap_bytes(cfg) + shared_leap_bytes(cfg)
 
 
 def available_bytes(device=None) -> int | None:
@@ -119,8 +118,13 @@ def rollout_bytes(wl: Workload, params: Params, cfg: EngineConfig) -> int:
     return STATE_COPIES * state + temporary_bytes(state, lanes, cfg) + tree_bytes(wl)
 
 
-def check_fits(wl: Workload, params: Params, cfg: EngineConfig, n_devices: int = 1,
-               available: int | None = None) -> int:
+def check_fits(
+    wl: Workload,
+    params: Params,
+    cfg: EngineConfig,
+    n_devices: int = 1,
+    available: int | None = None,
+) -> int:
     """The estimated bytes of a rollout (per device when sharded over `n_devices`
     accelerators; CPU devices share the host's memory); ConfigError naming the settings that
     size it when that exceeds USABLE of `available` (default: available_bytes())."""
@@ -134,17 +138,24 @@ def check_fits(wl: Workload, params: Params, cfg: EngineConfig, n_devices: int =
         need = -(-need // max(n_devices, 1))
     if available is None or need <= USABLE * available:
         return need
-    held = (f", {cfg.n_entries} of them held as the live requests need"
-            if cfg.n_entries < cfg.full_width else "")
-    leaps = (f"; event skipping's tables {leap / GIB:.1f} GiB of it (engine.leap_max = "
-             f"{cfg.leap_max})" if leap > need / 4 else "")
+    held = (
+        f", {cfg.n_entries} of them held as the live requests need"
+        if cfg.n_entries < cfg.full_width
+        else ""
+    )
+    leaps = (
+        f"; event skipping's tables {leap / GIB:.1f} GiB of it (engine.leap_max = {cfg.leap_max})"
+        if leap > need / 4
+        else ""
+    )
     raise ConfigError(
         f"engine.max_slots / engine.queue_window / engine.n_instances / engine.leap_max / seeds "
         f"/ grid: the simulator would need ~{need / GIB:.1f} GiB ({n_s} workload(s) x {n_p} "
         f"policy point(s), each with {cfg.max_slots} slots + {cfg.queue_window} queued entries"
         f"{held} x {cfg.n_instances} instance(s){leaps}), more than {USABLE:.0%} of the "
         f"{available / GIB:.1f} GiB available; lower engine.queue_window, engine.max_slots, "
-        f"engine.n_instances or engine.leap_max, or run fewer seeds or grid points per call")
+        f"engine.n_instances or engine.leap_max, or run fewer seeds or grid points per call"
+    )
 
 
 # bytes of one request's entries in the Workload arrays (times, lengths, draws): 5 f64 and
@@ -159,8 +170,9 @@ def workload_bytes(n_workloads: int, n_padded: int, cfg: EngineConfig) -> int:
     return n_workloads * n_padded * per_request
 
 
-def check_workload_fits(n_workloads: int, n_padded: int, cfg: EngineConfig,
-                        available: int | None = None) -> int:
+def check_workload_fits(
+    n_workloads: int, n_padded: int, cfg: EngineConfig, available: int | None = None
+) -> int:
     """The estimated bytes of the workload arrays (before they are built); ConfigError naming
     the settings that size them when that exceeds USABLE of `available` (default:
     available_bytes())."""
@@ -168,13 +180,13 @@ def check_workload_fits(n_workloads: int, n_padded: int, cfg: EngineConfig,
     need = workload_bytes(n_workloads, n_padded, cfg)
     if available is None or need <= USABLE * available:
         return need
-    prefix = (f", each with {cfg.prefix_width} prefix block ids" if cfg.prefix_cache else "")
-    coarser = (", or coarser prefix blocks (engine.prefix_block_tokens)" if cfg.prefix_cache
-               else "")
+    prefix = f", each with {cfg.prefix_width} prefix block ids" if cfg.prefix_cache else ""
+    coarser = ", or coarser prefix blocks (engine.prefix_block_tokens)" if cfg.prefix_cache else ""
     raise ConfigError(
         f"workload.duration_s / workload.max_requests / seeds"
         f"{' / engine.prefix_block_tokens' if cfg.prefix_cache else ''}: the workload would "
         f"need ~{need / GIB:.1f} GiB ({n_workloads} workload(s) x {n_padded} requests"
         f"{prefix}), more than {USABLE:.0%} of the {available / GIB:.1f} GiB available; "
         f"simulate a shorter slice (workload.duration_s, workload.max_requests) or fewer "
-        f"seeds{coarser}")
+        f"seeds{coarser}"
+    )

@@ -57,8 +57,10 @@ def hidden_of(n: int, n_features: int = N_FEATURES) -> int:
     """Hidden width H of a flat weight vector of length n (ConfigError if none fits)."""
     h, rem = divmod(n - 1, n_features + 2)
     if n < 1 or rem or h < 1:
-        raise ConfigError(f"policy.score_net: {n} weights; expected H x {n_features + 2} + 1 for "
-                          f"a hidden width H >= 1 ({n_features} features)")
+        raise ConfigError(
+            f"policy.score_net: {n} weights; expected H x {n_features + 2} + 1 for "
+            f"a hidden width H >= 1 ({n_features} features)"
+        )
     return h
 
 
@@ -77,9 +79,12 @@ def unflatten(w, n_features: int = N_FEATURES) -> dict:
     """The flax parameter tree of flat weights w [W]."""
     hidden = hidden_of(w.shape[-1], n_features)
     f, h = n_features, hidden
-    return {"params": {
-        "hidden": {"kernel": w[:f * h].reshape(f, h), "bias": w[f * h:f * h + h]},
-        "out": {"kernel": w[f * h + h:f * h + 2 * h].reshape(h, 1), "bias": w[-1:]}}}
+    return {
+        "params": {
+            "hidden": {"kernel": w[: f * h].reshape(f, h), "bias": w[f * h : f * h + h]},
+            "out": {"kernel": w[f * h + h : f * h + 2 * h].reshape(h, 1), "bias": w[-1:]},
+        }
+    }
 
 
 def init_weights(hidden: int, seed: int = 0, out_scale: float = 0.0) -> np.ndarray:
@@ -88,8 +93,9 @@ def init_weights(hidden: int, seed: int = 0, out_scale: float = 0.0) -> np.ndarr
     p = ScoreMLP(hidden).init(jax.random.PRNGKey(seed), jnp.zeros((1, N_FEATURES)))["params"]
     p = jax.tree.map(lambda x: np.asarray(x, np.float64), p)
     out = p["out"]["kernel"].reshape(-1) * out_scale
-    return np.concatenate([p["hidden"]["kernel"].reshape(-1), p["hidden"]["bias"].reshape(-1),
-                           out, np.zeros(1)])
+    return np.concatenate(
+        [p["hidden"]["kernel"].reshape(-1), p["hidden"]["bias"].reshape(-1), out, np.zeros(1)]
+    )
 
 
 def features(e: Entries, t, pol: PolicyParams, kv_used=None):
@@ -103,11 +109,20 @@ def features(e: Entries, t, pol: PolicyParams, kv_used=None):
     n_waiting = jnp.sum(e.status == WAITING)
     n_running = jnp.sum(e.status == RUNNING)
     kv_used = jnp.sum(e.blocks) if kv_used is None else kv_used
-    cols = [age, e.prompt / 1000.0, pred / 1000.0, slack, started.astype(age.dtype),
-            e.generated / jnp.maximum(pred, 1.0), e.computed / 1000.0,
-            (e.status == RUNNING).astype(age.dtype)]
-    cols += [jnp.broadcast_to(x / s, age.shape).astype(age.dtype)
-             for x, s in ((n_waiting, 1.0), (n_running, 1.0), (kv_used, 1000.0))]
+    cols = [
+        age,
+        e.prompt / 1000.0,
+        pred / 1000.0,
+        slack,
+        started.astype(age.dtype),
+        e.generated / jnp.maximum(pred, 1.0),
+        e.computed / 1000.0,
+        (e.status == RUNNING).astype(age.dtype),
+    ]
+    cols += [
+        jnp.broadcast_to(x / s, age.shape).astype(age.dtype)
+        for x, s in ((n_waiting, 1.0), (n_running, 1.0), (kv_used, 1000.0))
+    ]
     x = jnp.stack(cols, axis=-1)
     return jnp.where(jnp.isfinite(x), x, 0.0)  # empty entries (arrival inf) score 0
 

@@ -18,8 +18,12 @@ def priority_score(e: Entries, t, pol: PolicyParams):
     """
     age = t - e.arrival
     slack = jnp.where(e.generated > 0, 0.0, pol.ttft_target_s - age)
-    score = (pol.w_age * age - pol.w_prompt * e.prompt / 1000.0
-             - pol.w_pred * e.predicted / 1000.0 - pol.w_slack * slack)
+    score = (
+        pol.w_age * age
+        - pol.w_prompt * e.prompt / 1000.0
+        - pol.w_pred * e.predicted / 1000.0
+        - pol.w_slack * slack
+    )
     return jnp.where(jnp.isfinite(score), score, 0.0)
 
 

@@ -67,14 +67,17 @@ def record_fields(box: Outbox) -> tuple[str, ...]:
 def unset_records(n: int, names, like) -> dict:
     """{name: [n] or [n, width] array at the field's `unset` value}: the records of n requests
     of which none has ended; `like` is any traced scalar (keeps carries sharded)."""
+
     def full(f):
         shape = (n,) if f.width is None else (n, f.width)
         return jnp.full(shape, f.unset, f.dtype) + jnp.zeros_like(like, f.dtype)
+
     return {name: full(RECORD[name]) for name in names}
 
 
-def empty_outbox(capacity: int, like, cascade: bool = False, relaxed: bool = False,
-                 swap: bool = False) -> Outbox:
+def empty_outbox(
+    capacity: int, like, cascade: bool = False, relaxed: bool = False, swap: bool = False
+) -> Outbox:
     """An empty outbox of `capacity` records, each field at its `unset` value; `like` is any
     traced scalar (keeps carries sharded); `cascade`: records also carry the cascade tier
     (model cascade on); `relaxed`: the time shift of a relaxed engine (engine.relax st or
@@ -89,10 +92,12 @@ def retire(e: Entries, which, end_state, t) -> Entries:
     `end_state` (an end-state constant or [A]): DONE, holding no KV blocks, until `drain`
     moves them to the outbox. Completion, event skipping's completions and abandonment end a
     request here."""
-    return e.replace(status=jnp.where(which, DONE, e.status),
-                     end_state=jnp.where(which, end_state, e.end_state),
-                     finish=jnp.where(which, t, e.finish),
-                     blocks=jnp.where(which, 0, e.blocks))
+    return e.replace(
+        status=jnp.where(which, DONE, e.status),
+        end_state=jnp.where(which, end_state, e.end_state),
+        finish=jnp.where(which, t, e.finish),
+        blocks=jnp.where(which, 0, e.blocks),
+    )
 
 
 def entry_value(e: Entries, name: str):
@@ -112,8 +117,13 @@ def drain(e: Entries, box: Outbox, per_step: int):
     """Move up to `per_step` DONE entries (the first in entry order) into the outbox; their
     entries become EMPTY. The caller guarantees room: box.count + per_step <= capacity. With
     nothing finished (most iterations) nothing runs but the test."""
-    return jax.lax.cond(jnp.any(e.status == DONE), lambda e, box: _drain(e, box, per_step),
-                        lambda e, box: (e, box), e, box)
+    return jax.lax.cond(
+        jnp.any(e.status == DONE),
+        lambda e, box: _drain(e, box, per_step),
+        lambda e, box: (e, box),
+        e,
+        box,
+    )
 
 
 def _drain(e: Entries, box: Outbox, per_step: int):
@@ -125,8 +135,9 @@ def _drain(e: Entries, box: Outbox, per_step: int):
     n_moved = jnp.minimum(rank[-1], per_step)
     src = jnp.minimum(pos, e.req.shape[0] - 1)
     # records past n_moved are junk beyond the fill mark: the next write starts over them
-    updates = {f: _write_at(getattr(box, f), entry_value(e, f)[src], box.count)
-               for f in record_fields(box)}
+    updates = {
+        f: _write_at(getattr(box, f), entry_value(e, f)[src], box.count) for f in record_fields(box)
+    }
     box = Outbox(**updates, count=box.count + n_moved)
     moved = finished & (rank <= per_step)
     e = e.replace(status=jnp.where(moved, EMPTY, e.status), req=jnp.where(moved, -1, e.req))

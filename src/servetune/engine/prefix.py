@@ -89,10 +89,12 @@ def workload_ids(trace, prompt: np.ndarray, cfg: EngineConfig, n: int) -> np.nda
     out[:rows] = ids.dense(width)
     base = int(max(ids.ids.max(initial=-1), -1)) + 1
     if base + rows * width > np.iinfo(np.int32).max:
-        raise TraceError(f"trace {getattr(trace, 'name', '?')!r}: {rows} requests x {width} "
-                         f"prefix blocks do not fit int32 block ids above its largest hash id "
-                         f"{base - 1}; use fewer requests or a larger "
-                         f"engine.prefix_block_tokens")
+        raise TraceError(
+            f"trace {getattr(trace, 'name', '?')!r}: {rows} requests x {width} "
+            f"prefix blocks do not fit int32 block ids above its largest hash id "
+            f"{base - 1}; use fewer requests or a larger "
+            f"engine.prefix_block_tokens"
+        )
     own = base + np.arange(rows, dtype=np.int64)[:, None] * width + np.arange(width)[None, :]
     full = (np.asarray(prompt) // cfg.prefix_block_tokens)[:, None]
     out[:rows] = np.where(np.arange(width)[None, :] < full, out[:rows], own)
@@ -102,8 +104,7 @@ def workload_ids(trace, prompt: np.ndarray, cfg: EngineConfig, n: int) -> np.nda
 def init_refs(shape, like, cfg: EngineConfig) -> PrefixRefs:
     """The entries' prefix sub-state, all empty, for entries of `shape` ([I, A])."""
     z = jnp.zeros(shape, jnp.int32) + jnp.zeros_like(like, jnp.int32)
-    wide = jnp.zeros(shape + (cfg.prefix_width,), jnp.int32) - 1 + jnp.zeros_like(like,
-                                                                                   jnp.int32)
+    wide = jnp.zeros(shape + (cfg.prefix_width,), jnp.int32) - 1 + jnp.zeros_like(like, jnp.int32)
     return PrefixRefs(ids=wide, slot=wide, n=z, next=z)
 
 
@@ -112,9 +113,16 @@ def init_cache(cfg: EngineConfig, like) -> PrefixCache:
     shape = (cfg.n_instances, cfg.prefix_cache_entries)
     zi = jnp.zeros(shape, jnp.int32) + jnp.zeros_like(like, jnp.int32)
     zs = jnp.zeros_like(like, jnp.int32)
-    return PrefixCache(ids=zi - 1, ref=zi, last=zi.astype(jnp.float64), depth=zi,
-                       lookups=jnp.zeros((2, 3), jnp.int64) + zs.astype(jnp.int64),
-                       evictions=zs, insert_failed=zs, insert_deferred=zs)
+    return PrefixCache(
+        ids=zi - 1,
+        ref=zi,
+        last=zi.astype(jnp.float64),
+        depth=zi,
+        lookups=jnp.zeros((2, 3), jnp.int64) + zs.astype(jnp.int64),
+        evictions=zs,
+        insert_failed=zs,
+        insert_deferred=zs,
+    )
 
 
 def instance(cache: PrefixCache, i) -> PrefixCache:
@@ -124,10 +132,14 @@ def instance(cache: PrefixCache, i) -> PrefixCache:
 
 def store(cache: PrefixCache, pc: PrefixCache, cfg: EngineConfig, i) -> PrefixCache:
     """`cache` with instance i's table replaced by `pc`."""
-    put = ((lambda all_, one: one[None]) if cfg.n_instances == 1 else
-           (lambda all_, one: all_.at[i].set(one)))
-    return pc.replace(**{f: put(getattr(cache, f), getattr(pc, f))
-                         for f in ("ids", "ref", "last", "depth")})
+    put = (
+        (lambda all_, one: one[None])
+        if cfg.n_instances == 1
+        else (lambda all_, one: all_.at[i].set(one))
+    )
+    return pc.replace(
+        **{f: put(getattr(cache, f), getattr(pc, f)) for f in ("ids", "ref", "last", "depth")}
+    )
 
 
 def arrive(e: Entries, take, idx, next_req, wl) -> PrefixRefs:
@@ -144,8 +156,12 @@ def arrive(e: Entries, take, idx, next_req, wl) -> PrefixRefs:
         rows = ids[idx]
     t2 = take[:, None]
     r = e.prefix
-    return PrefixRefs(ids=jnp.where(t2, rows, r.ids), slot=jnp.where(t2, -1, r.slot),
-                      n=jnp.where(take, 0, r.n), next=jnp.where(take, 0, r.next))
+    return PrefixRefs(
+        ids=jnp.where(t2, rows, r.ids),
+        slot=jnp.where(t2, -1, r.slot),
+        n=jnp.where(take, 0, r.n),
+        next=jnp.where(take, 0, r.next),
+    )
 
 
 def _set_of(ids, n_sets: int):
@@ -160,8 +176,9 @@ def lookup(table_ids, ids):
     first_way = _set_of(jnp.maximum(ids, 0), n_sets)[..., None] * WAYS
     ways = first_way + jnp.arange(WAYS, dtype=jnp.int32)
     match = (table_ids[ways] == ids[..., None]) & (ids[..., None] >= 0)
-    return jnp.where(jnp.any(match, -1), jnp.sum(jnp.where(match, ways, 0), -1, dtype=jnp.int32),
-                     -1)
+    return jnp.where(
+        jnp.any(match, -1), jnp.sum(jnp.where(match, ways, 0), -1, dtype=jnp.int32), -1
+    )
 
 
 class Hits(NamedTuple):
@@ -185,8 +202,9 @@ def kv_offset(e: Entries, pc: PrefixCache, cfg: EngineConfig):
     """Referenced cached blocks minus the requests' referenced blocks, in KV blocks: the
     scheduler's blocks in use are sum(e.blocks) + this."""
     b = blocks_per_prefix(cfg)
-    return (b * jnp.sum(pc.ref > 0, dtype=jnp.int32)
-            - b * jnp.sum(jnp.where(e.status == RUNNING, e.prefix.n, 0), dtype=jnp.int32))
+    return b * jnp.sum(pc.ref > 0, dtype=jnp.int32) - b * jnp.sum(
+        jnp.where(e.status == RUNNING, e.prefix.n, 0), dtype=jnp.int32
+    )
 
 
 def hits(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig) -> Hits:
@@ -218,10 +236,17 @@ def hits(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig) -> Hits:
         return jnp.where(running, b * jnp.sum(only, axis=1, dtype=jnp.int32), 0)
 
     return Hits(
-        waiting=waiting, slots=slots, n_hit=n_hit, cached=n_hit * t_blk, claim=claim,
-        n_table=n_hit, evictable=evictable,
+        waiting=waiting,
+        slots=slots,
+        n_hit=n_hit,
+        cached=n_hit * t_blk,
+        claim=claim,
+        n_table=n_hit,
+        evictable=evictable,
         exclusive=jax.lax.cond(tight, exclusive, lambda: jnp.zeros_like(e.prefix.n)),
-        shared=jnp.where(running, b * e.prefix.n, 0), kv_offset=offset)
+        shared=jnp.where(running, b * e.prefix.n, 0),
+        kv_offset=offset,
+    )
 
 
 def _leads(e: Entries, waiting, slots, found, evictable, cfg: EngineConfig):
@@ -243,8 +268,7 @@ def _leads(e: Entries, waiting, slots, found, evictable, cfg: EngineConfig):
 def _full_prompt_blocks(e: Entries, tokens, cfg: EngineConfig):
     """[A] full prompt blocks (the ones other requests may share) among the first `tokens` [A]
     of each request."""
-    return jnp.minimum(jnp.minimum(tokens, e.prompt) // cfg.prefix_block_tokens,
-                       cfg.prefix_width)
+    return jnp.minimum(jnp.minimum(tokens, e.prompt) // cfg.prefix_block_tokens, cfg.prefix_width)
 
 
 _NOBODY = np.iinfo(np.int32).max  # rank (and id) of an unused pending row
@@ -299,8 +323,7 @@ def settle(e: Entries, h: Hits, keep, alloc, rank, admission, cfg: EngineConfig)
             return _leads(e, h.waiting, h.slots, (h.slots >= 0) | pending, h.evictable, cfg)
 
         computing = jnp.any(h.waiting) & jnp.any(end > start)
-        n_hit, n_table, claim = jax.lax.cond(computing, look,
-                                             lambda: (h.n_hit, h.n_table, h.claim))
+        n_hit, n_table, claim = jax.lax.cond(computing, look, lambda: (h.n_hit, h.n_table, h.claim))
         return h._replace(n_hit=n_hit, cached=n_hit * t_blk, claim=claim, n_table=n_table)
 
     def step(carry):
@@ -311,11 +334,13 @@ def settle(e: Entries, h: Hits, keep, alloc, rank, admission, cfg: EngineConfig)
 
     nobody = jnp.zeros_like(h.waiting)
     first = with_pending(h, nobody, jnp.zeros_like(h.n_hit))
-    blank = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype),
-                         jax.eval_shape(admission, h.cached, h.claim))
+    blank = jax.tree.map(
+        lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(admission, h.cached, h.claim)
+    )
     limit = h.waiting.shape[0] + 1  # (the induction above bounds the passes by this)
-    hits, adm, _, _ = jax.lax.while_loop(lambda c: c[2] & (c[3] < limit), step,
-                                         (first, blank, jnp.asarray(True), jnp.asarray(0)))
+    hits, adm, _, _ = jax.lax.while_loop(
+        lambda c: c[2] & (c[3] < limit), step, (first, blank, jnp.asarray(True), jnp.asarray(0))
+    )
     return hits, adm
 
 
@@ -323,20 +348,27 @@ def _release(pc: PrefixCache, slots, mask, t):
     """Drop the references `mask` [A, Hp] at `slots` [A, Hp], released at time t."""
     c = pc.ids.shape[0]
     idx = jnp.where(mask, slots, c)
-    return pc.replace(ref=pc.ref.at[idx].add(-1, mode="drop"),
-                      last=pc.last.at[idx].set(t, mode="drop"))
+    return pc.replace(
+        ref=pc.ref.at[idx].add(-1, mode="drop"), last=pc.last.at[idx].set(t, mode="drop")
+    )
 
 
 def release(e: Entries, pc: PrefixCache, which, t):
     """Requests `which` [A] (completed or preempted) release their cached blocks at time t."""
+
     def do(e, pc):
         mask = which[:, None] & (e.prefix.slot >= 0)
         pc = _release(pc, e.prefix.slot, mask, t)
         r = e.prefix
-        e = e.replace(prefix=r.replace(slot=jnp.where(which[:, None], -1, r.slot),
-                                       n=jnp.where(which, 0, r.n),
-                                       next=jnp.where(which, 0, r.next)))
+        e = e.replace(
+            prefix=r.replace(
+                slot=jnp.where(which[:, None], -1, r.slot),
+                n=jnp.where(which, 0, r.n),
+                next=jnp.where(which, 0, r.next),
+            )
+        )
         return e, pc
+
     return jax.lax.cond(jnp.any(which), do, lambda e, pc: (e, pc), e, pc)
 
 
@@ -348,8 +380,9 @@ def _evict_lru(pc: PrefixCache, n):
     order = jnp.lexsort((-pc.depth, key))
     rank = jnp.zeros((c,), jnp.int32).at[order].set(jnp.arange(c, dtype=jnp.int32))
     out = evictable & (rank < n)
-    return pc.replace(ids=jnp.where(out, -1, pc.ids),
-                      evictions=pc.evictions + jnp.sum(out, dtype=jnp.int32))
+    return pc.replace(
+        ids=jnp.where(out, -1, pc.ids), evictions=pc.evictions + jnp.sum(out, dtype=jnp.int32)
+    )
 
 
 def blocks_in_use(e: Entries, pc: PrefixCache, cfg: EngineConfig, blocks_sum=None):
@@ -357,8 +390,9 @@ def blocks_in_use(e: Entries, pc: PrefixCache, cfg: EngineConfig, blocks_sum=Non
     `blocks_sum`: sum(e.blocks) when it is known (e.g. a leap's peak)."""
     b = blocks_per_prefix(cfg)
     total = jnp.sum(e.blocks, dtype=jnp.int32) if blocks_sum is None else blocks_sum
-    return (total - b * jnp.sum(e.prefix.n, dtype=jnp.int32)
-            + b * jnp.sum(pc.ids >= 0, dtype=jnp.int32))
+    return (
+        total - b * jnp.sum(e.prefix.n, dtype=jnp.int32) + b * jnp.sum(pc.ids >= 0, dtype=jnp.int32)
+    )
 
 
 def make_room(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig, blocks_sum=None):
@@ -372,8 +406,9 @@ def make_room(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig, blocks_s
     return pc, used - b * (pc.evictions - before)
 
 
-def _keep_output_blocks(e: Entries, pc: PrefixCache, preempted, computed_before, t,
-                        cfg: EngineConfig):
+def _keep_output_blocks(
+    e: Entries, pc: PrefixCache, preempted, computed_before, t, cfg: EngineConfig
+):
     """Preempted requests [A] leave the full blocks past their prompt's full blocks (prompt
     tail and output, `computed_before` [A] tokens computed before the preemption) in the
     cache, as vLLM does with every full block it frees: re-admitted, the request finds them.
@@ -381,12 +416,14 @@ def _keep_output_blocks(e: Entries, pc: PrefixCache, preempted, computed_before,
     others, so they enter the cache only when they can be found.) Returns (entries, cache)."""
     full = jnp.minimum(computed_before // cfg.prefix_block_tokens, cfg.prefix_width)
     due = preempted & (full > e.prefix.next)
-    return jax.lax.cond(jnp.any(due), lambda e, pc: _insert(e, pc, due, full, t)[:2],
-                        lambda e, pc: (e, pc), e, pc)
+    return jax.lax.cond(
+        jnp.any(due), lambda e, pc: _insert(e, pc, due, full, t)[:2], lambda e, pc: (e, pc), e, pc
+    )
 
 
-def after_schedule(e: Entries, batch, h: Hits, pc: PrefixCache, t, kv_total, cfg: EngineConfig,
-                   computed_before):
+def after_schedule(
+    e: Entries, batch, h: Hits, pc: PrefixCache, t, kv_total, cfg: EngineConfig, computed_before
+):
     """Admissions reference their hits; preempted requests release theirs (`computed_before`
     [A]: tokens computed before this iteration's preemptions); then LRU eviction makes room
     for what was allocated. Returns (entries, cache, KV blocks in use)."""
@@ -397,17 +434,24 @@ def after_schedule(e: Entries, batch, h: Hits, pc: PrefixCache, t, kv_total, cfg
     # iteration) are referenced when the iteration's blocks enter the cache (after_advance)
     in_hit = admitted[:, None] & (jnp.arange(h.slots.shape[1])[None, :] < h.n_table[:, None])
     c = pc.ids.shape[0]
-    ref = jax.lax.cond(jnp.any(admitted & (h.n_hit > 0)),  # an [A, Hp] scatter: only if needed
-                       lambda: pc.ref.at[jnp.where(in_hit, h.slots, c)].add(1, mode="drop"),
-                       lambda: pc.ref)
+    ref = jax.lax.cond(
+        jnp.any(admitted & (h.n_hit > 0)),  # an [A, Hp] scatter: only if needed
+        lambda: pc.ref.at[jnp.where(in_hit, h.slots, c)].add(1, mode="drop"),
+        lambda: pc.ref,
+    )
     pc = pc.replace(ref=ref, lookups=pc.lookups + lookup_counts(e, admitted, h.cached))
     r = e.prefix
-    e = e.replace(prefix=r.replace(
-        slot=jnp.where(admitted[:, None], jnp.where(in_hit, h.slots, -1), r.slot),
-        n=jnp.where(admitted, h.n_table, r.n), next=jnp.where(admitted, h.n_table, r.next)))
+    e = e.replace(
+        prefix=r.replace(
+            slot=jnp.where(admitted[:, None], jnp.where(in_hit, h.slots, -1), r.slot),
+            n=jnp.where(admitted, h.n_table, r.n),
+            next=jnp.where(admitted, h.n_table, r.next),
+        )
+    )
     # until then such a block counts in two requests' blocks: once is in use
-    twice = blocks_per_prefix(cfg) * jnp.sum(jnp.where(admitted, h.n_hit - h.n_table, 0),
-                                             dtype=jnp.int32)
+    twice = blocks_per_prefix(cfg) * jnp.sum(
+        jnp.where(admitted, h.n_hit - h.n_table, 0), dtype=jnp.int32
+    )
     pc, used = make_room(e, pc, kv_total, cfg, jnp.sum(e.blocks, dtype=jnp.int32) - twice)
     return e, pc, used
 
@@ -420,8 +464,12 @@ def lookup_counts(e: Entries, admitted, cached):
     resumed = e.n_preempt > 0
     cols = jnp.stack([jnp.ones_like(e.prompt), e.prompt + e.generated, cached], axis=-1)
     cols = jnp.where(admitted[:, None], cols, 0).astype(jnp.int64)
-    return jnp.stack([jnp.sum(jnp.where(resumed[:, None], 0, cols), axis=0),
-                      jnp.sum(jnp.where(resumed[:, None], cols, 0), axis=0)])
+    return jnp.stack(
+        [
+            jnp.sum(jnp.where(resumed[:, None], 0, cols), axis=0),
+            jnp.sum(jnp.where(resumed[:, None], cols, 0), axis=0),
+        ]
+    )
 
 
 def _insert(e: Entries, pc: PrefixCache, active, full, t):
@@ -470,12 +518,18 @@ def _insert(e: Entries, pc: PrefixCache, active, full, t):
         ref=pc.ref.at[jnp.where(ok, slot, c)].add(1, mode="drop"),
         evictions=pc.evictions + jnp.sum(victims, dtype=jnp.int32),
         insert_failed=pc.insert_failed + jnp.sum(valid & ~ok & ~has_first, dtype=jnp.int32),
-        insert_deferred=pc.insert_deferred + (total > MAX_INSERTS).astype(jnp.int32))
+        insert_deferred=pc.insert_deferred + (total > MAX_INSERTS).astype(jnp.int32),
+    )
     tried = jnp.clip(MAX_INSERTS - start, 0, pend)
     a_ok = jnp.where(ok, a, a_n)
     r = e.prefix
-    e = e.replace(prefix=r.replace(slot=r.slot.at[a_ok, j].set(slot, mode="drop"),
-                                   n=r.n.at[a_ok].add(1, mode="drop"), next=r.next + tried))
+    e = e.replace(
+        prefix=r.replace(
+            slot=r.slot.at[a_ok, j].set(slot, mode="drop"),
+            n=r.n.at[a_ok].add(1, mode="drop"),
+            next=r.next + tried,
+        )
+    )
     return e, pc, total > MAX_INSERTS
 
 
@@ -486,14 +540,17 @@ def after_advance(e: Entries, completed, pc: PrefixCache, t_end, cfg: EngineConf
     full = _full_prompt_blocks(e, e.computed, cfg)
     due = active & (full > e.prefix.next)
     e, pc, deferred = jax.lax.cond(
-        jnp.any(due), lambda e, pc: _insert(e, pc, active, full, t_end),
-        lambda e, pc: (e, pc, jnp.asarray(False)), e, pc)
+        jnp.any(due),
+        lambda e, pc: _insert(e, pc, active, full, t_end),
+        lambda e, pc: (e, pc, jnp.asarray(False)),
+        e,
+        pc,
+    )
     e, pc = release(e, pc, completed, t_end)
     return e, pc, deferred
 
 
-def after_leap(e: Entries, done, leap_blocks, pc: PrefixCache, t_end, kv_total,
-               cfg: EngineConfig):
+def after_leap(e: Entries, done, leap_blocks, pc: PrefixCache, t_end, kv_total, cfg: EngineConfig):
     """After a run of decode iterations (engine/leap.py): evict what its growth needs (nothing
     else touched the cache during it, so the LRU choice is the one stepping makes), then the
     requests it completed release their blocks. Returns (entries, cache, peak KV blocks)."""

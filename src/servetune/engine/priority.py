@@ -30,8 +30,7 @@ def _victim(alive, priority, arrival):
     return jnp.argmax(tied & (arrival == latest))
 
 
-def schedule_running(es: Entries, running, need, granted, grow, budget, free,
-                     cfg: EngineConfig):
+def schedule_running(es: Entries, running, need, granted, grow, budget, free, cfg: EngineConfig):
     """The running requests' part of an iteration under the priority policy.
 
     `es` [A] in scheduling order (running first, in admission order); `running` [A] bool;
@@ -65,13 +64,31 @@ def schedule_running(es: Entries, running, need, granted, grow, budget, free,
         tokens = jnp.where(grant & at_i, ask, jnp.where(at_v, 0, tokens))
         new = jnp.where(grant & at_i, g, jnp.where(at_v, 0, new))
         moved = skip | grant
-        return (i + moved.astype(i.dtype), alive & ~at_v, tokens, new, left, room,
-                jnp.where(moved, -1, ask), evict & (v == i))
+        return (
+            i + moved.astype(i.dtype),
+            alive & ~at_v,
+            tokens,
+            new,
+            left,
+            room,
+            jnp.where(moved, -1, ask),
+            evict & (v == i),
+        )
 
     zero = jnp.zeros_like(granted, jnp.int32)
-    init = (jnp.zeros_like(end), running, zero, zero, jnp.asarray(budget, jnp.float64),
-            jnp.asarray(free, jnp.float64), jnp.asarray(-1, jnp.int32), jnp.asarray(False))
+    init = (
+        jnp.zeros_like(end),
+        running,
+        zero,
+        zero,
+        jnp.asarray(budget, jnp.float64),
+        jnp.asarray(free, jnp.float64),
+        jnp.asarray(-1, jnp.int32),
+        jnp.asarray(False),
+    )
     _, alive, tokens, new, _, _, _, _ = jax.lax.while_loop(cond, body, init)
-    return (jnp.where(contended, alive, running),
-            jnp.where(contended, tokens, granted).astype(jnp.int32),
-            jnp.where(contended, new, grow).astype(jnp.int32))
+    return (
+        jnp.where(contended, alive, running),
+        jnp.where(contended, tokens, granted).astype(jnp.int32),
+        jnp.where(contended, new, grow).astype(jnp.int32),
+    )

@@ -49,17 +49,25 @@ def _loads(state: SimState, cfg: EngineConfig):
     """Per instance [I]: requests in it, KV blocks held, predicted work (tokens), free entries."""
     e = state.entries
     live = (e.status == WAITING) | (e.status == RUNNING)
-    work = jnp.where(live, jnp.maximum(e.prompt - e.computed, 0)
-                     + jnp.maximum(e.predicted - e.generated, 0.0), 0.0)
-    return (jnp.sum(live, axis=1, dtype=jnp.int32), jnp.sum(e.blocks, axis=1, dtype=jnp.int32),
-            jnp.sum(work, axis=1), jnp.sum(e.status == EMPTY, axis=1, dtype=jnp.int32))
+    work = jnp.where(
+        live,
+        jnp.maximum(e.prompt - e.computed, 0) + jnp.maximum(e.predicted - e.generated, 0.0),
+        0.0,
+    )
+    return (
+        jnp.sum(live, axis=1, dtype=jnp.int32),
+        jnp.sum(e.blocks, axis=1, dtype=jnp.int32),
+        jnp.sum(work, axis=1),
+        jnp.sum(e.status == EMPTY, axis=1, dtype=jnp.int32),
+    )
 
 
 def _tie_rank(cost, n: int):
     """[I] rank of each instance for tie-breaking: faster first, then listing order."""
     per = lambda x: jnp.broadcast_to(x, (n,)).astype(jnp.float64)
-    order = jnp.lexsort((jnp.arange(n), -per(cost.kv_blocks), -per(cost.flops_rate),
-                         -per(cost.byte_rate)))
+    order = jnp.lexsort(
+        (jnp.arange(n), -per(cost.kv_blocks), -per(cost.flops_rate), -per(cost.byte_rate))
+    )
     return jnp.zeros((n,), jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32))
 
 
@@ -83,19 +91,22 @@ def _router_value(cfg: EngineConfig, req, queue, kv, kv_total, work, pol, salt):
         c2 = jnp.mod(c1 + 1 + jnp.floor(u2 * (n_inst - 1)).astype(jnp.int32), n_inst)
         pair = (jnp.arange(n_inst) == c1) | (jnp.arange(n_inst) == c2)
         return jnp.where(pair, queue.astype(jnp.float64), jnp.inf)
-    return (pol.route_w_queue * queue + pol.route_w_kv * kv / kv_total
-            + pol.route_w_work * work / 1000.0)
+    return (
+        pol.route_w_queue * queue
+        + pol.route_w_kv * kv / kv_total
+        + pol.route_w_work * work / 1000.0
+    )
 
 
-def route(state: SimState, t, wl: Workload, params: Params, cfg: EngineConfig,
-          search_window=None):
+def route(state: SimState, t, wl: Workload, params: Params, cfg: EngineConfig, search_window=None):
     """Route every request that arrived by t (at most engine.route_window per call) and put it
     into its instance's entries. Returns (entries [I, A], next_req, arrived requests left
     unrouted, requests arrived by t, requests rejected on arrival)."""
     n_inst, window = cfg.n_instances, cfg.route_window
     n = wl.arrival.shape[0]
-    n_arrived = jnp.minimum(ops.count_at_most(wl.arrival, t, state.next_req, search_window),
-                            wl.n).astype(jnp.int32)
+    n_arrived = jnp.minimum(
+        ops.count_at_most(wl.arrival, t, state.next_req, search_window), wl.n
+    ).astype(jnp.int32)
     pending = jnp.minimum(n_arrived - state.next_req, window)
     start = jnp.minimum(state.next_req, max(n - window, 0))
     offset = state.next_req - start
@@ -136,14 +147,26 @@ def route(state: SimState, t, wl: Workload, params: Params, cfg: EngineConfig,
         j = offset + k
         one = (jnp.arange(n_inst) == pick) & ok
         # count the blocks its prompt will take, so a burst does not herd to one instance
-        return (k + ok.astype(k.dtype), add_q + one,
-                add_blocks + jnp.where(one, blocks_for(prompt[j], cfg), 0),
-                add_work + jnp.where(one, prompt[j] + predicted[j], 0.0), room - one,
-                dest.at[j].set(jnp.where(ok, pick, -1)), ok)
+        return (
+            k + ok.astype(k.dtype),
+            add_q + one,
+            add_blocks + jnp.where(one, blocks_for(prompt[j], cfg), 0),
+            add_work + jnp.where(one, prompt[j] + predicted[j], 0.0),
+            room - one,
+            dest.at[j].set(jnp.where(ok, pick, -1)),
+            ok,
+        )
 
     zi = jnp.zeros((n_inst,), jnp.int32)
-    carry = (jnp.zeros_like(state.next_req), zi, zi, jnp.zeros((n_inst,)), room,
-             jnp.full((w,), -1, jnp.int32), jnp.asarray(True))
+    carry = (
+        jnp.zeros_like(state.next_req),
+        zi,
+        zi,
+        jnp.zeros((n_inst,)),
+        room,
+        jnp.full((w,), -1, jnp.int32),
+        jnp.asarray(True),
+    )
     routed, *_, dest, _ = jax.lax.while_loop(cond, body, carry)
 
     def insert(e, j, cost_j):
@@ -156,10 +179,14 @@ def route(state: SimState, t, wl: Workload, params: Params, cfg: EngineConfig,
         pos = jnp.sum(csel[None, :] <= slot_rank[:, None], axis=1, dtype=jnp.int32)  # [A]
         local = jnp.clip(pos, 0, w - 1)
         read = lambda x: win(x)[local]
-        extra = (cascade.arrival_fields(e, take, read, wl, j, cfg)
-                 if cfg.cascade_small_instances > 0 else None)
-        e, n_rej = fill(e, t, take, start + local, read, wl, params.replace(cost=cost_j), cfg,
-                        extra)
+        extra = (
+            cascade.arrival_fields(e, take, read, wl, j, cfg)
+            if cfg.cascade_small_instances > 0
+            else None
+        )
+        e, n_rej = fill(
+            e, t, take, start + local, read, wl, params.replace(cost=cost_j), cfg, extra
+        )
         return e, n_rej
 
     costs = jax.tree.map(lambda x: jnp.broadcast_to(x, (n_inst,)), cost)

@@ -87,8 +87,11 @@ def token_budget(pol, cfg: EngineConfig, relaxed: bool = False):
     startup) the budget is at least max_model_len."""
     if cfg.batching == "static":
         return jnp.asarray(_NO_BUDGET, jnp.float64)
-    budget = (relax.relaxed_limit(pol.max_num_batched_tokens, cfg.relax) if relaxed else
-              relax.integer_limit(pol.max_num_batched_tokens))
+    budget = (
+        relax.relaxed_limit(pol.max_num_batched_tokens, cfg.relax)
+        if relaxed
+        else relax.integer_limit(pol.max_num_batched_tokens)
+    )
     if not cfg.chunked_prefill:
         budget = jnp.maximum(budget, cfg.max_model_len)
     return budget
@@ -121,8 +124,9 @@ def prefill_cap(pol, budget, n_eligible, cfg: EngineConfig):
 def full_sequence_blocks(e: Entries, cfg: EngineConfig):
     """[A] blocks a waiting request's whole sequence so far (prompt + tokens generated before a
     preemption, at most max_model_len) takes: what engine.scheduler_reserve_full_isl checks."""
-    return blocks_for(jnp.minimum(e.prompt + e.generated, cfg.max_model_len), cfg,
-                      pressure.ratio(e, cfg))
+    return blocks_for(
+        jnp.minimum(e.prompt + e.generated, cfg.max_model_len), cfg, pressure.ratio(e, cfg)
+    )
 
 
 def pending_tokens(e: Entries):
@@ -186,11 +190,13 @@ def _schedule_running(es: Entries, params: Params, cfg: EngineConfig, budget, hi
         free = free - hits.kv_offset
     kv_ratio = es.kv_ratio
     if cfg.kv_pressure == "compress":
-        compress, grow = pressure.compress_tail(es, running, alloc, grow, held, free,
-                                                pol.kv_compress_ratio, cfg)
+        compress, grow = pressure.compress_tail(
+            es, running, alloc, grow, held, free, pol.kv_compress_ratio, cfg
+        )
     if cfg.scheduling_policy == "priority":  # the victim by fixed priority, sequentially
-        keep, alloc, grow = priority_policy.schedule_running(es, running, need, alloc, grow,
-                                                             budget, free, cfg)
+        keep, alloc, grow = priority_policy.schedule_running(
+            es, running, need, alloc, grow, budget, free, cfg
+        )
     else:
         keep = pressure.keep_prefix(running, grow, held, free)
     if cfg.kv_pressure == "compress":
@@ -225,10 +231,21 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     if cfg.batching == "static":
         gate = gate & (n_running == 0)
     admission = functools.partial(
-        _admission, es, pol, kv_total, cfg, free_after=free_after,
-        budget_left=budget - jnp.sum(alloc), per_request=run.per_request, n_running=n_running,
-        rank=rank, gate=gate, footprint_left=jnp.sum(jnp.where(
-            keep, jnp.maximum(pressure.footprint(es, cfg) - run.blocks, 0), 0)))
+        _admission,
+        es,
+        pol,
+        kv_total,
+        cfg,
+        free_after=free_after,
+        budget_left=budget - jnp.sum(alloc),
+        per_request=run.per_request,
+        n_running=n_running,
+        rank=rank,
+        gate=gate,
+        footprint_left=jnp.sum(
+            jnp.where(keep, jnp.maximum(pressure.footprint(es, cfg) - run.blocks, 0), 0)
+        ),
+    )
     if hits is None:
         adm = admission()
     else:  # blocks scheduled earlier in this iteration are found as well (vLLM caches them)
@@ -241,25 +258,48 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     decode = ((alloc > 0) & run.decoding) | (admit & (adm.need_w == 1) & (es.generated > 0))
     relaxed = {}
     if cfg.relax != "hard":
-        relaxed = relaxed_batch(es, tokens, run, adm, token_budget(pol, cfg, relaxed=True),
-                                rank, n_running, pol, cfg, scores)
+        relaxed = relaxed_batch(
+            es,
+            tokens,
+            run,
+            adm,
+            token_budget(pol, cfg, relaxed=True),
+            rank,
+            n_running,
+            pol,
+            cfg,
+            scores,
+        )
     requeue = run.preempt & ~ended
     es = _scheduled_entries(es, run, adm, ended, requeue, hits, cfg)
-    return es, Batch(tokens=tokens, decode=decode, preempted=requeue,
-                     slot_bound=adm.slot_bound, ended=ended, **relaxed), hits
+    return (
+        es,
+        Batch(
+            tokens=tokens,
+            decode=decode,
+            preempted=requeue,
+            slot_bound=adm.slot_bound,
+            ended=ended,
+            **relaxed,
+        ),
+        hits,
+    )
 
 
-def _scheduled_entries(es: Entries, run: _Running, adm, ended, requeue, hits,
-                       cfg: EngineConfig) -> Entries:
+def _scheduled_entries(
+    es: Entries, run: _Running, adm, ended, requeue, hits, cfg: EngineConfig
+) -> Entries:
     """The entries after scheduling: admitted ones run with their first chunk's blocks (and
     their cache hits as computed), ended ones are done, preempted ones wait to recompute."""
     admit = adm.admit
     es = es.replace(
         qkey=queue_keys(es, run.keep, admit, requeue),
-        status=jnp.where(admit, RUNNING,
-                         jnp.where(ended, DONE, jnp.where(requeue, WAITING, es.status))),
-        end_state=jnp.where(ended, EVICTED if cfg.kv_pressure == "evict" else REJECTED,
-                            es.end_state),
+        status=jnp.where(
+            admit, RUNNING, jnp.where(ended, DONE, jnp.where(requeue, WAITING, es.status))
+        ),
+        end_state=jnp.where(
+            ended, EVICTED if cfg.kv_pressure == "evict" else REJECTED, es.end_state
+        ),
         blocks=jnp.where(admit, adm.first_blocks, jnp.where(ended, 0, run.blocks)),
         computed=jnp.where(requeue, 0, es.computed),
         preempted=jnp.where(requeue, True, jnp.where(admit, False, es.preempted)),
@@ -267,9 +307,10 @@ def _scheduled_entries(es: Entries, run: _Running, adm, ended, requeue, hits,
         kv_ratio=run.kv_ratio,
     )
     if hits is not None:  # hit tokens count as computed; their blocks are the request's too
-        es = es.replace(computed=jnp.where(admit, hits.cached, es.computed),
-                        blocks=jnp.where(admit, es.blocks + hits.cached // cfg.block_size,
-                                         es.blocks))
+        es = es.replace(
+            computed=jnp.where(admit, hits.cached, es.computed),
+            blocks=jnp.where(admit, es.blocks + hits.cached // cfg.block_size, es.blocks),
+        )
     return es
 
 
@@ -288,8 +329,22 @@ class _Admission:
     slot_bound: jnp.ndarray  # [] bool the static slot capacity, not the policy, stopped one
 
 
-def _admission(es: Entries, pol, kv_total, cfg: EngineConfig, cached=None, claim=None, *,
-               free_after, budget_left, per_request, n_running, rank, gate, footprint_left):
+def _admission(
+    es: Entries,
+    pol,
+    kv_total,
+    cfg: EngineConfig,
+    cached=None,
+    claim=None,
+    *,
+    free_after,
+    budget_left,
+    per_request,
+    n_running,
+    rank,
+    gate,
+    footprint_left,
+):
     """Admit waiting requests in queue order while the admission cap, the token budget and the
     KV blocks allow (step 2 of `schedule`). `cached` [A] / `claim` [A]: with prefix caching,
     each waiting request's hit tokens and the KV blocks its hits take from the evictable
@@ -316,8 +371,9 @@ def _admission(es: Entries, pol, kv_total, cfg: EngineConfig, cached=None, claim
         room = free_after - footprint_left
         # a preempted request resumes on its first chunk's blocks, as without reservations
         # (its footprint, once overrun, could exceed the whole cache)
-        want = jnp.where(waiting, jnp.where(resumed, first_blocks, pressure.footprint(es, cfg))
-                         + claimed, 0)
+        want = jnp.where(
+            waiting, jnp.where(resumed, first_blocks, pressure.footprint(es, cfg)) + claimed, 0
+        )
         taken = ops.exclusive_cumsum(want)
     else:
         room = free_after
@@ -331,9 +387,11 @@ def _admission(es: Entries, pol, kv_total, cfg: EngineConfig, cached=None, claim
         taken = ops.exclusive_cumsum(first_blocks + claimed)
     kv_margin = room - wm - taken - want  # >= 0 where the blocks fit
     candidate = waiting & gate & (chunk > 0)  # the exact conditions no policy number sets
-    fits = (candidate
-            & relax.below(rank, admission_cap(pol) - n_running)
-            & relax.at_most(taken + want, room - wm))
+    fits = (
+        candidate
+        & relax.below(rank, admission_cap(pol) - n_running)
+        & relax.at_most(taken + want, room - wm)
+    )
     # vLLM stops at the first waiting request it cannot admit
     admissible = fits & (ops.cumsum(waiting & ~fits) == 0)
     admit = admissible & (rank < cfg.max_slots - n_running)
@@ -341,9 +399,17 @@ def _admission(es: Entries, pol, kv_total, cfg: EngineConfig, cached=None, claim
     if cfg.kv_pressure == "reject":  # new work that does not fit is turned away at once
         room_left = room - watermark_blocks(pol, kv_total) - jnp.sum(jnp.where(admit, want, 0))
         ended = waiting & ~admit & ~resumed & (want > room_left)
-    return _Admission(admit=admit, chunk=chunk, need_w=need_w, first_blocks=first_blocks,
-                      want=want, kv_margin=kv_margin, candidate=candidate, ended=ended,
-                      slot_bound=jnp.any(admissible & ~admit))
+    return _Admission(
+        admit=admit,
+        chunk=chunk,
+        need_w=need_w,
+        first_blocks=first_blocks,
+        want=want,
+        kv_margin=kv_margin,
+        candidate=candidate,
+        ended=ended,
+        slot_bound=jnp.any(admissible & ~admit),
+    )
 
 
 def queue_keys(es: Entries, keep, admit, requeue):
@@ -351,10 +417,10 @@ def queue_keys(es: Entries, keep, admit, requeue):
     list in admission order; preempted ones go to the front of the queue, the earliest
     admitted of them first (vLLM pops the running list's tail and prepends each victim)."""
     last = jnp.maximum(jnp.max(jnp.where(keep, es.qkey, 0)), 0)
-    front = jnp.minimum(jnp.min(jnp.where((es.status == WAITING) & es.preempted, es.qkey, 0)),
-                        0)
+    front = jnp.minimum(jnp.min(jnp.where((es.status == WAITING) & es.preempted, es.qkey, 0)), 0)
     n_requeue = jnp.sum(requeue, dtype=jnp.int32)
-    return jnp.where(admit, last + ops.cumsum(admit, dtype=jnp.int32),
-                     jnp.where(requeue, front - n_requeue - 1 + ops.cumsum(requeue,
-                                                                          dtype=jnp.int32),
-                               es.qkey))
+    return jnp.where(
+        admit,
+        last + ops.cumsum(admit, dtype=jnp.int32),
+        jnp.where(requeue, front - n_requeue - 1 + ops.cumsum(requeue, dtype=jnp.int32), es.qkey),
+    )

@@ -1,15 +1,15 @@
 """The simple step: one iteration where nothing but decodes and at most one arrival, admitted
 at once with its whole prompt, can happen, computed without the scheduler's machinery.
 
-Most loop bodies of a real trace are such iterations (benchmarks/README.md: about 98% of the
-Azure conversation hour's): every running request is decoding, nobody waits, and the arrival
-(if any) passes its checks and fits the sequence cap, the token budget, its prefill cap and the
-KV blocks above the watermark. The full step (servetune/engine/step.py) then sorts nothing, preempts
-nothing, and admits that arrival as its only waiting request; the simple step writes the same
-outcome directly (no prefix sums, no sort, no admission pass) and hands it to the same
-`step.conclude` (the run of decode iterations that follows, the drain, the statistics), compiled
-once for both. Where any condition fails, the full iteration runs. `tests/properties/test_equivalence.py` holds the two
-to identical records.
+Most loop bodies of a real trace are such iterations (benchmarks/README.md: about 98% of the Azure
+conversation hour's): every running request is decoding, nobody waits, and the arrival (if any)
+passes its checks and fits the sequence cap, the token budget, its prefill cap and the KV blocks
+above the watermark. The full step (servetune/engine/step.py) then sorts nothing, preempts nothing,
+and admits that arrival as its only waiting request; the simple step writes the same outcome
+directly (no prefix sums, no sort, no admission pass) and hands it to the same `step.conclude` (the
+run of decode iterations that follows, the drain, the statistics), compiled once for both. Where any
+condition fails, the full iteration runs. `tests/properties/test_equivalence.py` holds the two to
+identical records.
 
 One scenario takes one branch of a `lax.cond`. A batch (`iterate_grid`) takes the simple
 iteration for all its scenarios when every one that is active qualifies, else the full one for
@@ -71,8 +71,13 @@ class Plan(NamedTuple):
     arrival: NextArrival  # the next request of the trace (taken in where `take`)
 
 
-def plan(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
-         search_window: int | None = ops.SEARCH_WINDOW) -> Plan:
+def plan(
+    state: SimState,
+    wl: Workload,
+    params: Params,
+    cfg: EngineConfig,
+    search_window: int | None = ops.SEARCH_WINDOW,
+) -> Plan:
     """Whether the next iteration of one scenario (unbatched) is simple, and its arrival: the
     conditions under which the full step's arrival checks accept it and its scheduler keeps
     every running request and admits it whole (engine/arrivals.py, engine/scheduler.py).
@@ -87,13 +92,24 @@ def plan(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
     grow = jnp.where(running, jnp.maximum(blocks_for(e.computed + 1, cfg) - e.blocks, 0), 0)
     free_after = params.cost.kv_blocks - jnp.sum(e.blocks) - jnp.sum(grow)
     decoding = jnp.all(~running | ((pending_tokens(e) == 1) & (e.generated > 0)))
-    ok = (decoding & ~jnp.any(e.status == WAITING) & (pending <= 1) & (n <= budget)
-          & (free_after >= 0))
-    arrival = next_arrival_of(wl, r, wl.arrival[jnp.clip(r, 0, wl.arrival.shape[0] - 1)],
-                              wl.t_stop, cfg)
+    ok = (
+        decoding
+        & ~jnp.any(e.status == WAITING)
+        & (pending <= 1)
+        & (n <= budget)
+        & (free_after >= 0)
+    )
+    arrival = next_arrival_of(
+        wl, r, wl.arrival[jnp.clip(r, 0, wl.arrival.shape[0] - 1)], wl.t_stop, cfg
+    )
     empty = e.status == EMPTY
-    ok = ok & (~take | (admits_whole(arrival.prompt, arrival.output, n, free_after, params, cfg)
-                        & jnp.any(empty)))
+    ok = ok & (
+        ~take
+        | (
+            admits_whole(arrival.prompt, arrival.output, n, free_after, params, cfg)
+            & jnp.any(empty)
+        )
+    )
     return Plan(ok, take, jnp.argmax(empty).astype(jnp.int32), grow, arrival)
 
 
@@ -103,14 +119,27 @@ def _arrival(e: Entries, pl: Plan, t, cfg: EngineConfig) -> Entries:
     vLLM's running list."""
     at = (jnp.arange(e.req.shape[0]) == pl.slot) & pl.take
     last = jnp.maximum(jnp.max(jnp.where(e.status == RUNNING, e.qkey, 0)), 0)
-    return admit(e, at, pl.arrival, status=RUNNING, computed=0, generated=0,
-                 tokens_computed=0, first_token=jnp.nan, last_emit=jnp.nan, finish=jnp.nan,
-                 end_state=-1, qkey=last + 1, scheduled_at=t,
-                 blocks=blocks_for(pl.arrival.prompt, cfg))
+    return admit(
+        e,
+        at,
+        pl.arrival,
+        status=RUNNING,
+        computed=0,
+        generated=0,
+        tokens_computed=0,
+        first_token=jnp.nan,
+        last_emit=jnp.nan,
+        finish=jnp.nan,
+        end_state=-1,
+        qkey=last + 1,
+        scheduled_at=t,
+        blocks=blocks_for(pl.arrival.prompt, cfg),
+    )
 
 
-def simple_iteration(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
-                     pl: Plan) -> Iteration:
+def simple_iteration(
+    state: SimState, wl: Workload, params: Params, cfg: EngineConfig, pl: Plan
+) -> Iteration:
     """The first iteration of a step of one scenario whose next iteration is simple
     (`pl.ok`), as the full step computes it (`step.iteration`), written directly."""
     e = jax.tree.map(lambda x: x[0], state.entries)
@@ -120,16 +149,31 @@ def simple_iteration(state: SimState, wl: Workload, params: Params, cfg: EngineC
     e = _arrival(e, pl, t, cfg)
     new = (e.status == RUNNING) & ~running  # the arrival, admitted
     tokens = jnp.where(running, 1, jnp.where(new, e.prompt, 0))
-    batch = Batch(tokens=tokens, decode=running, preempted=jnp.zeros_like(running),
-                  slot_bound=jnp.asarray(False), ended=jnp.zeros_like(running))
+    batch = Batch(
+        tokens=tokens,
+        decode=running,
+        preempted=jnp.zeros_like(running),
+        slot_bound=jnp.asarray(False),
+        ended=jnp.zeros_like(running),
+    )
     totals = batch_totals(e, batch)
     dur = batch_cost(e, batch, params, cfg, totals)
     after, gaps, complete = advance(e, batch, dur + t)
     take = pl.take.astype(jnp.int32)
     zero = jnp.zeros_like(take)
     n = jnp.sum(running, dtype=jnp.int32)
-    adv = Advanced(after, gaps, complete, zero, None, jnp.sum(e.blocks, dtype=jnp.int32),
-                   jnp.asarray(False), None, None, n + take)
+    adv = Advanced(
+        after,
+        gaps,
+        complete,
+        zero,
+        None,
+        jnp.sum(e.blocks, dtype=jnp.int32),
+        jnp.asarray(False),
+        None,
+        None,
+        n + take,
+    )
     arrived = state.next_req + take
     a = Arrived(t, None, arrived, zero, arrived, zero, jnp.asarray(False), zero)
     return Iteration(a, batch, totals, dur, adv)
@@ -138,8 +182,9 @@ def simple_iteration(state: SimState, wl: Workload, params: Params, cfg: EngineC
 def _lean(it: Iteration) -> Iteration:
     """`it` without what `step.conclude` does not read (so a branch does not pass it on): the
     entries after arrivals, the batch's request ids and the tokens generated before it."""
-    return it._replace(a=it.a._replace(e=None),
-                       adv=it.adv._replace(batch_req=None, generated0=None))
+    return it._replace(
+        a=it.a._replace(e=None), adv=it.adv._replace(batch_req=None, generated0=None)
+    )
 
 
 def iterate(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
@@ -148,15 +193,22 @@ def iterate(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) ->
     if not applies(cfg):
         return step(state, wl, params, cfg)
     pl = plan(state, wl, params, cfg)
-    it = jax.lax.cond(pl.ok, lambda s: simple_iteration(s, wl, params, cfg, pl),
-                      lambda s: _lean(iteration(s, wl, params, cfg)), state)
+    it = jax.lax.cond(
+        pl.ok,
+        lambda s: simple_iteration(s, wl, params, cfg, pl),
+        lambda s: _lean(iteration(s, wl, params, cfg)),
+        state,
+    )
     return _counted(conclude(state, wl, params, cfg, it, ops.SEARCH_WINDOW), pl.ok)
 
 
 def _counted(state: SimState, simple) -> SimState:
     """`state` with a loop body counted in Stats.simple where `simple` [] holds."""
-    return state.replace(stats=state.stats.replace(
-        simple=state.stats.simple + simple.astype(state.stats.simple.dtype)))
+    return state.replace(
+        stats=state.stats.replace(
+            simple=state.stats.simple + simple.astype(state.stats.simple.dtype)
+        )
+    )
 
 
 def iterate_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, active):
@@ -167,7 +219,10 @@ def iterate_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfi
         pl = ops.over_grid(lambda s, w, p: plan(s, w, p, cfg, None), "gsp")(state, wl, params)
         simple = ops.over_grid(lambda s, w, p, q: simple_iteration(s, w, p, cfg, q), "gspg")
         all_simple = jnp.all(pl.ok | ~active)
-        it = jax.lax.cond(all_simple, lambda: simple(state, wl, params, pl),
-                          lambda: _lean(iteration_grid(state, wl, params, cfg, active)))
+        it = jax.lax.cond(
+            all_simple,
+            lambda: simple(state, wl, params, pl),
+            lambda: _lean(iteration_grid(state, wl, params, cfg, active)),
+        )
         return _counted(conclude_grid(state, wl, params, cfg, it), all_simple)
     return conclude_grid(state, wl, params, cfg, iteration_grid(state, wl, params, cfg, active))

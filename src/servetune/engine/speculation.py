@@ -36,8 +36,10 @@ def uniform(req, generated, salt):
     """[A] uniform in (0, 1), a fixed function of (request id, tokens generated, salt)."""
     r = jnp.asarray(req).astype(jnp.uint32)
     g = jnp.asarray(generated).astype(jnp.uint32)
-    x = _mix(r * jnp.uint32(0x9E3779B1) ^ _mix(g + jnp.uint32(0x7F4A7C15)
-                                                ^ jnp.asarray(salt).astype(jnp.uint32)))
+    x = _mix(
+        r * jnp.uint32(0x9E3779B1)
+        ^ _mix(g + jnp.uint32(0x7F4A7C15) ^ jnp.asarray(salt).astype(jnp.uint32))
+    )
     return ((x >> 8).astype(jnp.float64) + 0.5) / float(1 << 24)
 
 

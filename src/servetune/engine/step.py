@@ -69,11 +69,19 @@ def batch_totals(es, batch):
         # tens of seconds per unit of log budget on a busy replica).
         exact = batch.tokens.astype(jnp.float64)
         exact_attn = jnp.where(batch.decode, 0.0, exact * (es.computed + (exact + 1) / 2.0))
-        context = jnp.sum(exact_attn) / jnp.maximum(jnp.sum(jnp.where(batch.decode, 0.0,
-                                                                        exact)), 1.0)
+        context = jnp.sum(exact_attn) / jnp.maximum(
+            jnp.sum(jnp.where(batch.decode, 0.0, exact)), 1.0
+        )
         attn = jnp.where(batch.decode, attn, exact_attn + (toks - exact) * context)
-    per_request = jnp.stack([jnp.where(batch.decode, toks - 1, toks), batch.decode,
-                             jnp.where(batch.tokens > 0, es.computed, 0), attn], axis=-1)
+    per_request = jnp.stack(
+        [
+            jnp.where(batch.decode, toks - 1, toks),
+            batch.decode,
+            jnp.where(batch.tokens > 0, es.computed, 0),
+            attn,
+        ],
+        axis=-1,
+    )
     prefill, decode, ctx_read, attn_work = jnp.sum(per_request.astype(jnp.float64), axis=0)
     return prefill, decode, ctx_read, attn_work
 
@@ -91,6 +99,7 @@ def _in_scheduling_order(cfg: EngineConfig):
 
     def permute(e, t, pol):
         return ops.take(e, scheduling_order(e, t, pol, by_priority))
+
     return permute
 
 
@@ -102,12 +111,14 @@ def order_matters(e, params: Params, cfg: EngineConfig):
     need, _ = wanted_tokens(e, params, cfg)
     free = params.cost.kv_blocks - jnp.sum(e.blocks)
     over_budget = jnp.sum(need) > token_budget(params.policy, cfg)
-    return ((jnp.sum(e.status == WAITING) > 1) | over_budget
-            | (jnp.sum(new_blocks(e, need, cfg)) > free))
+    return (
+        (jnp.sum(e.status == WAITING) > 1)
+        | over_budget
+        | (jnp.sum(new_blocks(e, need, cfg)) > free)
+    )
 
 
-def _occupancy(wl: Workload, t, t_next, n_arrived, ended_by_t,
-               search_window=ops.SEARCH_WINDOW):
+def _occupancy(wl: Workload, t, t_next, n_arrived, ended_by_t, search_window=ops.SEARCH_WINDOW):
     """Integral over [t, t_next) of the requests in the system (arrived, not ended), in
     request-seconds: those present at t for the whole interval, plus each arrival inside it
     from its arrival time on. Requests end only at iteration boundaries."""
@@ -142,8 +153,11 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     follows the first one (engine/leap.py); `info` then describes the first iteration only."""
     it = iteration(state, wl, params, cfg)
     new = conclude(state, wl, params, cfg, it, ops.SEARCH_WINDOW)
-    info = {"t": it.a.t, "dur": jnp.where(state.done, 0.0, it.dur),
-            "tokens": jnp.where(state.done, 0, it.batch.tokens)}
+    info = {
+        "t": it.a.t,
+        "dur": jnp.where(state.done, 0.0, it.dur),
+        "tokens": jnp.where(state.done, 0, it.batch.tokens),
+    }
     info["req"] = jnp.where(info["tokens"] > 0, it.adv.batch_req, -1)
     info["preempted"] = jnp.where(it.batch.preempted & ~state.done, it.adv.batch_req, -1)
     return new, info
@@ -167,8 +181,9 @@ def iteration(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) 
     scheduling order (sorted only where it can matter), the schedule, its cost, the advance."""
     a = _arrive(state, wl, params, cfg, ops.SEARCH_WINDOW)
     # the permutation (16 gathers) runs only with the sort; under vmap both branches run
-    e = jax.lax.cond(a.sort, _in_scheduling_order(cfg), lambda e, t, pol: e, a.e, a.t,
-                     params.policy)
+    e = jax.lax.cond(
+        a.sort, _in_scheduling_order(cfg), lambda e, t, pol: e, a.e, a.t, params.policy
+    )
     return _scheduled_iteration(state, wl, params, cfg, a, e)
 
 
@@ -206,18 +221,21 @@ def _at_instance(params: Params, i, cfg: EngineConfig) -> Params:
     return params.replace(cost=routing.instance_cost(params.cost, i))
 
 
-def _arrive(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
-            search_window) -> Arrived:
+def _arrive(
+    state: SimState, wl: Workload, params: Params, cfg: EngineConfig, search_window
+) -> Arrived:
     i = next_instance(state, cfg)
     t = state.clock[i]
     entries_all = None
     if cfg.n_instances == 1:
         e = jax.tree.map(lambda x: x[i], state.entries)
         e, next_req, outside, n_arrived, n_rejected = take_arrivals(
-            e, t, state.next_req, wl, params, cfg, search_window)
+            e, t, state.next_req, wl, params, cfg, search_window
+        )
     else:  # every arrival by t goes to an instance first, then instance i iterates
         entries_all, next_req, outside, n_arrived, n_rejected = routing.route(
-            state, t, wl, params, cfg, search_window)
+            state, t, wl, params, cfg, search_window
+        )
         if cfg.prefill_instances > 0:  # prefilled requests move to decode instances
             entries_all = disagg.hand_off(entries_all, i, t, params.cost, cfg)
         if cfg.cascade_small_instances > 0:  # failed small answers move to the large pool
@@ -232,12 +250,12 @@ def _arrive(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
     if cfg.abandonment:  # cancelled and expired requests leave before scheduling
         e, n_abandoned = abandon(e, t)
     sort = order_matters(e, params, cfg) if cfg.lazy_order else jnp.ones_like(t, jnp.bool_)
-    return Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort, n_abandoned,
-                    entries_all)
+    return Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort, n_abandoned, entries_all)
 
 
-def iteration_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
-                   active) -> Iteration:
+def iteration_grid(
+    state: SimState, wl: Workload, params: Params, cfg: EngineConfig, active
+) -> Iteration:
     """`iteration` over state [S, P], workloads [S], params [P] (scenarios where `active`
     [S, P] is False step too; the caller discards their result).
 
@@ -264,8 +282,9 @@ def iteration_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
 
     def every():
         out = permute(e, t, pol)
-        return jax.tree.map(lambda x, y: jnp.where(need.reshape((n,) + (1,) * (x.ndim - 1)), y, x),
-                            e, out)
+        return jax.tree.map(
+            lambda x, y: jnp.where(need.reshape((n,) + (1,) * (x.ndim - 1)), y, x), e, out
+        )
 
     count = jnp.sum(need, dtype=jnp.int32)
     which = jnp.where(count == 0, 0, jnp.where(count <= block, 1, 2))
@@ -275,8 +294,9 @@ def iteration_grid(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     return ops.over_grid(proceed, "gspgg")(state, wl, params, a, e)
 
 
-def conclude_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
-                  it: Iteration) -> SimState:
+def conclude_grid(
+    state: SimState, wl: Workload, params: Params, cfg: EngineConfig, it: Iteration
+) -> SimState:
     """`conclude` over state [S, P], workloads [S], params [P] and iterations [S, P]."""
     finish = lambda s, w, p, it: conclude(s, w, p, cfg, it, None)
     return ops.over_grid(finish, "gspg")(state, wl, params, it)
@@ -345,8 +365,9 @@ class _Skipped(NamedTuple):
     max_running: jnp.ndarray  # most requests running in one of the run's iterations
 
 
-def _scheduled_iteration(state: SimState, wl: Workload, params: Params, cfg: EngineConfig,
-                         a: Arrived, e: Entries) -> Iteration:
+def _scheduled_iteration(
+    state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a: Arrived, e: Entries
+) -> Iteration:
     """The iteration after its arrivals, on entries `e` in scheduling order: schedule, cost,
     advance."""
     i = next_instance(state, cfg)
@@ -357,8 +378,9 @@ def _scheduled_iteration(state: SimState, wl: Workload, params: Params, cfg: Eng
     return Iteration(a, sched.batch, totals, dur, adv)
 
 
-def conclude(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, it: Iteration,
-             search_window) -> SimState:
+def conclude(
+    state: SimState, wl: Workload, params: Params, cfg: EngineConfig, it: Iteration, search_window
+) -> SimState:
     """The end of a step after its first iteration `it`: the next boundary, the run of uniform
     decode iterations that follows, the outbox drain, the statistics and the new state. The
     full step and the simple one (servetune/engine/simple_step.py) share it."""
@@ -372,20 +394,38 @@ def conclude(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, i
     t_next = jnp.where(busy, t + dur, _wake_time(adv.e, state, t, next_arrival, cfg, i))
     when = _Boundary(t, dur, t_next, busy, _stalled(adv.e, busy, cfg))
     limit = _skip_limit(adv, t_next, next_arrival, wl, remote, cfg, i)
-    arrival = (next_arrival_of(wl, a.next_req, next_arrival,
-                               jnp.minimum(_next_arrival(wl, a.next_req + 1), wl.t_stop), cfg)
-               if takes_arrivals(cfg) else None)
+    arrival = (
+        next_arrival_of(
+            wl,
+            a.next_req,
+            next_arrival,
+            jnp.minimum(_next_arrival(wl, a.next_req + 1), wl.t_stop),
+            cfg,
+        )
+        if takes_arrivals(cfg)
+        else None
+    )
     run = _skip_phase(adv, t_next, limit, params, cfg, i, arrival)
     e, box = outbox_lib.drain(run.e, state.outbox, cfg.drain_per_step)
-    stats = _account(state, wl, a, batch, adv, run, when, params.cost.kv_blocks, search_window,
-                     i, cfg, totals)
+    stats = _account(
+        state, wl, a, batch, adv, run, when, params.cost.kv_blocks, search_window, i, cfg, totals
+    )
     new = _commit(state, wl, a, e, box, stats, run, when, i, cfg)
     if cfg.prefix_cache:
         new = new.replace(prefix=prefix_lib.store(state.prefix, run.pc, cfg, i))
     if cfg.timeline_samples > 0:  # engine/timeline.py: off, it costs nothing
-        new = new.replace(timeline=timeline.record(state.timeline, wl.timeline_dt, t, i, e,
-                                                   batch.tokens, run.kv_used,
-                                                   stats.preemptions))
+        new = new.replace(
+            timeline=timeline.record(
+                state.timeline,
+                wl.timeline_dt,
+                t,
+                i,
+                e,
+                batch.tokens,
+                run.kv_used,
+                stats.preemptions,
+            )
+        )
     return new
 
 
@@ -397,13 +437,15 @@ def _remote_horizon(a: Arrived, state: SimState, params: Params, cfg: EngineConf
     if cfg.prefill_instances > 0:
         horizon = jnp.minimum(horizon, disagg.handoff_horizon(a.entries_all, state.clock, cfg))
     if cfg.cascade_small_instances > 0:  # (needs every instance's cost params)
-        horizon = jnp.minimum(horizon, cascade.retry_horizon(a.entries_all, state.clock,
-                                                             params.cost, cfg))
+        horizon = jnp.minimum(
+            horizon, cascade.retry_horizon(a.entries_all, state.clock, params.cost, cfg)
+        )
     return horizon
 
 
-def _schedule_phase(e: Entries, state: SimState, wl: Workload, params: Params,
-                    cfg: EngineConfig, t, i) -> _Scheduled:
+def _schedule_phase(
+    e: Entries, state: SimState, wl: Workload, params: Params, cfg: EngineConfig, t, i
+) -> _Scheduled:
     """Prefix-cache lookups, the scheduler (engine/scheduler.py), the cache's references and
     evictions, the finish time of requests the scheduler ended, speculative verification."""
     pc = None
@@ -414,8 +456,9 @@ def _schedule_phase(e: Entries, state: SimState, wl: Workload, params: Params,
         hits = prefix_lib.hits(e, pc, params.cost.kv_blocks, cfg)
         computed_before = e.computed
         e, batch, hits = schedule(e, params, cfg, hits)
-        e, pc, kv_used = prefix_lib.after_schedule(e, batch, hits, pc, t, params.cost.kv_blocks,
-                                                   cfg, computed_before)
+        e, pc, kv_used = prefix_lib.after_schedule(
+            e, batch, hits, pc, t, params.cost.kv_blocks, cfg, computed_before
+        )
     else:
         scores = priority(e, t, params.policy) if cfg.relax_order else None
         e, batch, _ = schedule(e, params, cfg, scores=scores)
@@ -425,8 +468,9 @@ def _schedule_phase(e: Entries, state: SimState, wl: Workload, params: Params,
     if cfg.kv_pressure == "reject":
         e = e.replace(reject_reason=jnp.where(batch.ended, REJECT_KV_RESERVE, e.reject_reason))
     # first admission: running now and never scheduled before (vLLM's scheduled timestamp)
-    e = e.replace(scheduled_at=jnp.where((e.status == RUNNING) & jnp.isnan(e.scheduled_at), t,
-                                         e.scheduled_at))
+    e = e.replace(
+        scheduled_at=jnp.where((e.status == RUNNING) & jnp.isnan(e.scheduled_at), t, e.scheduled_at)
+    )
     if cfg.speculation:
         batch = _verify(e, batch, wl)
     return _Scheduled(e, batch, pc, kv_used)
@@ -440,8 +484,9 @@ def _iteration_seconds(e: Entries, batch, params: Params, cfg: EngineConfig):
     return jnp.where(only_preempted, 0.0, batch_cost(e, batch, params, cfg, totals)), totals
 
 
-def _advance_phase(sched: _Scheduled, totals, dur, t, params: Params, cfg: EngineConfig,
-                   i) -> Advanced:
+def _advance_phase(
+    sched: _Scheduled, totals, dur, t, params: Params, cfg: EngineConfig, i
+) -> Advanced:
     """Tokens computed and emitted (engine/advance.py); under a relaxed engine the progress
     and admission shifts that carry the derivative (grad/); then what leaves the instance: a
     prefill instance's prefilled requests, a small model's failed answers; then prefix-cache
@@ -455,8 +500,9 @@ def _advance_phase(sched: _Scheduled, totals, dur, t, params: Params, cfg: Engin
         spec_s = pace.speculation_gain_s(e, batch.decode, batch.tokens, params, cfg, dur)
     e, gaps, completed = advance(e, batch, t + dur)
     if cfg.relax != "hard":  # progress and admission time shifts, and the events they move
-        e = pace.progress_shift(e, batch.gain, batch.tokens, phase, batch.preempted, generated0,
-                                share_s, spec_s)
+        e = pace.progress_shift(
+            e, batch.gain, batch.tokens, phase, batch.preempted, generated0, share_s, spec_s
+        )
         e = admission_shift(e, batch, generated0, completed, t, dur)
         if cfg.relax_order:  # the pairs this iteration's admissions and preemption passed over
             e = swap.record(e, batch.admitted, batch.swap_req, batch.swap_p, t)
@@ -469,8 +515,18 @@ def _advance_phase(sched: _Scheduled, totals, dur, t, params: Params, cfg: Engin
     insertions_due = jnp.asarray(False)
     if cfg.prefix_cache:  # blocks computed enter the cache; completed requests release theirs
         e, pc, insertions_due = prefix_lib.after_advance(e, completed, pc, t + dur, cfg)
-    return Advanced(e, gaps, completed, n_retry, pc, sched.kv_used, insertions_due,
-                     sched.e.req, generated0, n_running)
+    return Advanced(
+        e,
+        gaps,
+        completed,
+        n_retry,
+        pc,
+        sched.kv_used,
+        insertions_due,
+        sched.e.req,
+        generated0,
+        n_running,
+    )
 
 
 def _next_arrival(wl: Workload, next_req):
@@ -504,8 +560,7 @@ def _stalled(e: Entries, busy, cfg: EngineConfig):
     return stalled
 
 
-def _skip_limit(adv: Advanced, t_next, next_arrival, wl: Workload, remote, cfg: EngineConfig,
-                i):
+def _skip_limit(adv: Advanced, t_next, next_arrival, wl: Workload, remote, cfg: EngineConfig, i):
     """[] seconds before which a run of uniform decode iterations starting at t_next must
     start each of its iterations: the next arrival and the stop time, and each mechanism's
     next event (a give-up, a landing, a hand-off or retry from another instance, a retry
@@ -527,8 +582,15 @@ def _skip_limit(adv: Advanced, t_next, next_arrival, wl: Workload, remote, cfg: 
     return limit
 
 
-def _skip_phase(adv: Advanced, t_next, t_limit, params: Params, cfg: EngineConfig, i,
-                arrival: NextArrival | None) -> _Skipped:
+def _skip_phase(
+    adv: Advanced,
+    t_next,
+    t_limit,
+    params: Params,
+    cfg: EngineConfig,
+    i,
+    arrival: NextArrival | None,
+) -> _Skipped:
     """The run of uniform decode iterations that follows the iteration, in closed form
     (engine/leap.py; taking in `arrival` on its way where it can), then what the cascade
     retries from it."""
@@ -540,22 +602,55 @@ def _skip_phase(adv: Advanced, t_next, t_limit, params: Params, cfg: EngineConfi
         run = leap(e, t_next, t_limit, params, cfg, kv_offset, arrival)
         e, t_end, n_leap, leap_blocks = run.e, run.t_end, run.k, run.kv_peak
         if cfg.prefix_cache:
-            e, pc, leap_blocks = prefix_lib.after_leap(e, run.completed, leap_blocks, pc, t_end,
-                                                       params.cost.kv_blocks, cfg)
+            e, pc, leap_blocks = prefix_lib.after_leap(
+                e, run.completed, leap_blocks, pc, t_end, params.cost.kv_blocks, cfg
+            )
         kv_used = jnp.where(n_leap > 0, jnp.maximum(kv_used, leap_blocks), kv_used)
-        gaps = (jnp.concatenate([adv.gaps, run.gaps[0]]),
-                jnp.concatenate([jnp.ones_like(adv.gaps), run.gaps[1]]))
+        gaps = (
+            jnp.concatenate([adv.gaps, run.gaps[0]]),
+            jnp.concatenate([jnp.ones_like(adv.gaps), run.gaps[1]]),
+        )
         n_completed = n_completed + jnp.sum(run.completed, dtype=jnp.int32)
-        skipped = _Skipped(e, pc, t_end, n_leap, jnp.sum(run.dur), run.tokens, n_completed,
-                           kv_used, gaps, run.ctx_read, run.early_s, run.taken,
-                           run.prefill_tokens, run.attn_work, run.max_running)
+        skipped = _Skipped(
+            e,
+            pc,
+            t_end,
+            n_leap,
+            jnp.sum(run.dur),
+            run.tokens,
+            n_completed,
+            kv_used,
+            gaps,
+            run.ctx_read,
+            run.early_s,
+            run.taken,
+            run.prefill_tokens,
+            run.attn_work,
+            run.max_running,
+        )
     else:
-        skipped = _Skipped(e, pc, t_next, zero, 0.0, zero, n_completed, kv_used,
-                           (adv.gaps, 1.0), 0.0, 0.0, zero, zero, 0.0, zero)
+        skipped = _Skipped(
+            e,
+            pc,
+            t_next,
+            zero,
+            0.0,
+            zero,
+            n_completed,
+            kv_used,
+            (adv.gaps, 1.0),
+            0.0,
+            0.0,
+            zero,
+            zero,
+            0.0,
+            zero,
+        )
     if cfg.cascade_small_instances > 0:  # retries have not ended: the large pool serves them
         e, n_leap_retry = cascade.to_retry(skipped.e, i, cfg)
-        skipped = skipped._replace(e=e, n_completed=skipped.n_completed - adv.n_retry
-                                   - n_leap_retry)
+        skipped = skipped._replace(
+            e=e, n_completed=skipped.n_completed - adv.n_retry - n_leap_retry
+        )
     return skipped
 
 
@@ -565,22 +660,40 @@ def _work(totals, when: _Boundary, run: _Skipped):
     prefill, decode, ctx_read, attn_work = totals
     computed = prefill + decode > 0
     f = lambda x: jnp.asarray(x, jnp.float64)
-    return jnp.stack([f(computed) + run.n_leap,
-                      f(prefill + decode) + run.tokens + run.prefill_tokens,
-                      f(ctx_read) + run.ctx_read,
-                      f(attn_work) + run.attn_work])
+    return jnp.stack(
+        [
+            f(computed) + run.n_leap,
+            f(prefill + decode) + run.tokens + run.prefill_tokens,
+            f(ctx_read) + run.ctx_read,
+            f(attn_work) + run.attn_work,
+        ]
+    )
 
 
-def _account(state: SimState, wl: Workload, a: Arrived, batch, adv: Advanced,
-             run: _Skipped, when: _Boundary, kv_blocks, search_window, i, cfg: EngineConfig,
-             totals):
+def _account(
+    state: SimState,
+    wl: Workload,
+    a: Arrived,
+    batch,
+    adv: Advanced,
+    run: _Skipped,
+    when: _Boundary,
+    kv_blocks,
+    search_window,
+    i,
+    cfg: EngineConfig,
+    totals,
+):
     """The scenario's statistics after the step (types.Stats); `kv_blocks`: the instance's
     KV capacity (blocks); `totals`: the iteration's batch_totals."""
     st, t, t_next = state.stats, when.t, when.t_next
     ended_by_t = st.ended + a.n_rejected + a.n_abandoned + jnp.sum(batch.ended, dtype=jnp.int32)
     if cfg.n_instances == 1:  # requests completed by the first iteration leave at t_next
-        occupancy = (_occupancy(wl, t, run.t_end, a.n_arrived, ended_by_t, search_window)
-                     - jnp.sum(adv.completed) * (run.t_end - t_next) - run.early_s)
+        occupancy = (
+            _occupancy(wl, t, run.t_end, a.n_arrived, ended_by_t, search_window)
+            - jnp.sum(adv.completed) * (run.t_end - t_next)
+            - run.early_s
+        )
     else:  # instances' iterations overlap in time: the host integrates it (metrics.py)
         occupancy = 0.0
     stats = st.replace(
@@ -591,10 +704,14 @@ def _account(state: SimState, wl: Workload, a: Arrived, batch, adv: Advanced,
         kv_overflow=st.kv_overflow.at[i].max(run.kv_used > kv_blocks),
         clock_regress=st.clock_regress.at[i].max((t_next < t) | (run.t_end < t_next)),
         preemptions=st.preemptions + jnp.sum(batch.preempted, dtype=jnp.int32),
-        prefill_tokens=(st.prefill_tokens + jnp.sum(jnp.where(batch.decode, 0, batch.tokens))
-                        + run.prefill_tokens),
-        decode_tokens=(st.decode_tokens + jnp.sum(jnp.where(batch.decode, batch.tokens, 0))
-                       + run.tokens),
+        prefill_tokens=(
+            st.prefill_tokens
+            + jnp.sum(jnp.where(batch.decode, 0, batch.tokens))
+            + run.prefill_tokens
+        ),
+        decode_tokens=(
+            st.decode_tokens + jnp.sum(jnp.where(batch.decode, batch.tokens, 0)) + run.tokens
+        ),
         window_overflow=jnp.maximum(st.window_overflow, a.outside),
         max_running=st.max_running.at[i].max(jnp.maximum(adv.n_running, run.max_running)),
         occupancy_s=st.occupancy_s + occupancy,
@@ -602,8 +719,11 @@ def _account(state: SimState, wl: Workload, a: Arrived, batch, adv: Advanced,
         slot_bound=st.slot_bound + batch.slot_bound.astype(jnp.int32),
         stalled=st.stalled | when.stalled,
         itl_hist=histogram.add(st.itl_hist, *run.gaps),
-        work=(st.work + _work(totals, when, run) if cfg.n_instances == 1
-              else st.work.at[i].add(_work(totals, when, run))),
+        work=(
+            st.work + _work(totals, when, run)
+            if cfg.n_instances == 1
+            else st.work.at[i].add(_work(totals, when, run))
+        ),
     )
     if cfg.speculation:
         drafted = batch.decode & (batch.tokens > 1)
@@ -612,12 +732,23 @@ def _account(state: SimState, wl: Workload, a: Arrived, batch, adv: Advanced,
             spec_passes=st.spec_passes + jnp.sum(drafted),
             spec_proposed=st.spec_proposed + jnp.sum(jnp.where(drafted, batch.tokens - 1, 0)),
             spec_accepted=st.spec_accepted + jnp.sum(jnp.where(drafted, batch.accepted, 0)),
-            spec_emitted=st.spec_emitted + jnp.sum(emitted))
+            spec_emitted=st.spec_emitted + jnp.sum(emitted),
+        )
     return stats
 
 
-def _commit(state: SimState, wl: Workload, a: Arrived, e: Entries, box, stats, run: _Skipped,
-            when: _Boundary, i, cfg: EngineConfig) -> SimState:
+def _commit(
+    state: SimState,
+    wl: Workload,
+    a: Arrived,
+    e: Entries,
+    box,
+    stats,
+    run: _Skipped,
+    when: _Boundary,
+    i,
+    cfg: EngineConfig,
+) -> SimState:
     """The new state: instance i's entries and clock written back, done when every request
     has ended, the scenario stalled or the clock passed the stop time."""
     clock = state.clock.at[i].set(run.t_end)

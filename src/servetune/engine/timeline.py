@@ -28,9 +28,14 @@ def record(tl: Timeline, dt, t, i, e, batch_tokens, kv_blocks, preemptions) -> T
     iteration's tokens `batch_tokens` [A], KV blocks in use and preemptions so far."""
     periods = tl.samples.shape[0]
     slot = jnp.clip(jnp.floor(t / dt), 0, periods - 1).astype(jnp.int32)
-    row = jnp.stack([jnp.asarray(t, jnp.float64),
-                     jnp.sum(e.status == WAITING).astype(jnp.float64),
-                     jnp.sum(e.status == RUNNING).astype(jnp.float64),
-                     jnp.sum(batch_tokens).astype(jnp.float64),
-                     jnp.asarray(kv_blocks, jnp.float64), jnp.asarray(preemptions, jnp.float64)])
+    row = jnp.stack(
+        [
+            jnp.asarray(t, jnp.float64),
+            jnp.sum(e.status == WAITING).astype(jnp.float64),
+            jnp.sum(e.status == RUNNING).astype(jnp.float64),
+            jnp.sum(batch_tokens).astype(jnp.float64),
+            jnp.asarray(kv_blocks, jnp.float64),
+            jnp.asarray(preemptions, jnp.float64),
+        ]
+    )
     return tl.replace(samples=tl.samples.at[slot, i].set(row))

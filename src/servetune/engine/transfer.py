@@ -26,8 +26,9 @@ def _set(entries: Entries, name: str, at, value) -> Entries:
     return entries.replace(**{sub: holder}) if sub else holder
 
 
-def move_out(entries: Entries, i, pending: Callable, destination: Callable,
-             arrival_fields: Callable) -> Entries:
+def move_out(
+    entries: Entries, i, pending: Callable, destination: Callable, arrival_fields: Callable
+) -> Entries:
     """Entries [I, A] after moving instance i's pending requests, as the module doc says.
 
     pending(entries) -> [A] bool: i's entries waiting to move.
@@ -36,6 +37,7 @@ def move_out(entries: Entries, i, pending: Callable, destination: Callable,
     arrival_fields(entries, k) -> {field: value}: what the moved entry's fields become on the
       destination (besides status INFLIGHT), e.g. its ready_at in seconds; a field of a
       mechanism's sub-state as "sub.field" (e.g. "cascade.tier")."""
+
     def cond(c):
         entries, go = c
         return go & jnp.any(pending(entries))
@@ -53,9 +55,11 @@ def move_out(entries: Entries, i, pending: Callable, destination: Callable,
             moved = jax.tree.map(lambda x: x.at[j, slot].set(x[i, k]), entries)
             for name, v in arriving.items():
                 moved = _set(moved, name, (j, slot), v)
-            return moved.replace(status=moved.status.at[i, k].set(EMPTY),
-                                 req=moved.req.at[i, k].set(-1),
-                                 blocks=moved.blocks.at[i, k].set(0))
+            return moved.replace(
+                status=moved.status.at[i, k].set(EMPTY),
+                req=moved.req.at[i, k].set(-1),
+                blocks=moved.blocks.at[i, k].set(0),
+            )
 
         return jax.lax.cond(go, move, lambda x: x, entries), go
 

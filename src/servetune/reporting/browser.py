@@ -23,11 +23,20 @@ from pathlib import Path
 
 NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 VIRTUAL_TIME_MS = 30_000  # scripts run until idle or this much virtual time has passed
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--enable-logging=stderr", "--v=0",
-         "--host-resolver-rules=MAP * ~NOTFOUND",  # offline: no name resolves
-         f"--virtual-time-budget={VIRTUAL_TIME_MS}")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--host-resolver-rules=MAP * ~NOTFOUND",  # offline: no name resolves
+    f"--virtual-time-budget={VIRTUAL_TIME_MS}",
+)
 
 
 def find_chromium() -> str | None:
@@ -77,8 +86,10 @@ def read_dom(dom: str, stderr: str = "") -> BrowserCheck:
     tag = re.search(r"<div[^>]*id=\"servetune-rendered\"[^>]*>", dom)
     expected = len(re.findall(r"class=\"servetune-figure", dom))
     if tag is None:
-        problems.append("the figures were not all drawn: #servetune-rendered never appeared "
-                        "(a script failed, or drawing took longer than the time budget)")
+        problems.append(
+            "the figures were not all drawn: #servetune-rendered never appeared "
+            "(a script failed, or drawing took longer than the time budget)"
+        )
         return BrowserCheck(expected, 0, [], errors, False, problems, dom, stderr)
     drawn = int(_attr(tag.group(0), "data-figures") or 0)
     expected = int(_attr(tag.group(0), "data-expected") or expected)
@@ -91,8 +102,12 @@ def read_dom(dom: str, stderr: str = "") -> BrowserCheck:
     return BrowserCheck(expected, drawn, empty, errors, True, problems, dom, stderr)
 
 
-def check_page(path: Path | str, chromium: str | None = None, timeout: float = 180.0,
-               screenshot: Path | str | None = None) -> BrowserCheck:
+def check_page(
+    path: Path | str,
+    chromium: str | None = None,
+    timeout: float = 180.0,
+    screenshot: Path | str | None = None,
+) -> BrowserCheck:
     """Load the page at `path` in headless Chromium (`chromium`, default find_chromium()) and
     judge it (read_dom); with `screenshot`, also write a PNG of the page's top there.
     FileNotFoundError when no Chromium is found; subprocess.TimeoutExpired past `timeout`
@@ -103,15 +118,21 @@ def check_page(path: Path | str, chromium: str | None = None, timeout: float = 1
     url = Path(path).resolve().as_uri()
     with tempfile.TemporaryDirectory(prefix="servetune-chromium-") as profile:
         cmd = [exe, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", url]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         result = read_dom(proc.stdout, proc.stderr)
         if proc.returncode != 0:
-            result.problems.insert(0, f"chromium exited {proc.returncode}: "
-                                      f"{proc.stderr.strip()[-500:]}")
+            result.problems.insert(
+                0, f"chromium exited {proc.returncode}: {proc.stderr.strip()[-500:]}"
+            )
         if screenshot is not None:
-            shot = [exe, *FLAGS, f"--user-data-dir={profile}", "--hide-scrollbars",
-                    "--window-size=1400,2400", f"--screenshot={Path(screenshot).resolve()}",
-                    url]
+            shot = [
+                exe,
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                "--hide-scrollbars",
+                "--window-size=1400,2400",
+                f"--screenshot={Path(screenshot).resolve()}",
+                url,
+            ]
             subprocess.run(shot, capture_output=True, text=True, timeout=timeout, check=False)
     return result

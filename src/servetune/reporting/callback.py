@@ -9,7 +9,7 @@ a multirun.
   executables the simulator's jitted functions hold in this process so far (one per distinct
   static config and shape; Hydra's basic launcher runs every job in one process, so a sweep over
   traced policy values keeps run_chunk_batch at 1).
-- on_multirun_start / on_multirun_end: a progress bar over the sweep's jobs (servetune/run/progress.py:
+- on_multirun_start / on_multirun_end: a progress bar over the sweep's jobs (run/progress.py:
   job k of n, elapsed, ETA; plain lines at most every `progress_every_s` when not a terminal),
   then the sweep's points (overrides -> goodput, SLO attainment, P99 TTFT; seeds averaged), how
   often the simulator compiled, and the report command.
@@ -35,8 +35,11 @@ from servetune.run import run_folder
 from servetune.run.entry import JOB_ERROR_FILE
 
 # (module, function) of the jitted simulator entry points whose compilations are counted
-JITTED = (("servetune.engine.loop", "run_chunk_batch"), ("servetune.engine.loop", "init_batch"),
-          ("servetune.run.shard", "run_chunk"))
+JITTED = (
+    ("servetune.engine.loop", "run_chunk_batch"),
+    ("servetune.engine.loop", "init_batch"),
+    ("servetune.run.shard", "run_chunk"),
+)
 STATS_FILE = "jit_cache.json"
 
 
@@ -109,8 +112,12 @@ def count_jobs(config: DictConfig) -> int | None:
     args += list(OmegaConf.select(config, "hydra.overrides.task", default=None) or [])
     try:
         parsed = OverridesParser.create().parse_overrides(args)
-        counts = {o.get_key_element(): (len(list(o.sweep_string_iterator()))
-                                        if o.is_sweep_override() else 1) for o in parsed}
+        counts = {
+            o.get_key_element(): (
+                len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1
+            )
+            for o in parsed
+        }
     except Exception:  # noqa: BLE001 -- the sweeper reports bad overrides itself
         return None
     total = 1
@@ -127,11 +134,16 @@ def _claim(folder, command: str, supersede: bool) -> None:
     try:
         moved = run_folder.claim(Path(str(folder)), str(command), supersede)
     except (ServetuneError, OSError) as err:
-        Console(stderr=True).print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(
+            f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True
+        )
         sys.exit(2)
     if moved is not None:
-        Console(stderr=True).print(f"note: {folder} held an earlier run's outputs; moved them "
-                                   f"to {moved}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(
+            f"note: {folder} held an earlier run's outputs; moved them to {moved}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 class ServetuneCallback(Callback):
@@ -139,8 +151,13 @@ class ServetuneCallback(Callback):
     `progress`: show the sweep's progress (a live bar on a terminal, else a plain line at most
     every `progress_every_s` seconds and one at the end)."""
 
-    def __init__(self, summary: bool = True, max_rows: int = 20, progress: bool = True,
-                 progress_every_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        summary: bool = True,
+        max_rows: int = 20,
+        progress: bool = True,
+        progress_every_s: float = 30.0,
+    ) -> None:
         self.summary = summary
         self.max_rows = max_rows
         self.progress = progress
@@ -161,8 +178,11 @@ class ServetuneCallback(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         command = OmegaConf.select(config, "hydra.help.app_name", default="servetune")
         # a tuning folder resumes; any other run moves a finished run's outputs aside
-        _claim(OmegaConf.select(config, "hydra.run.dir"), command,
-               supersede=not str(command).endswith("tune"))
+        _claim(
+            OmegaConf.select(config, "hydra.run.dir"),
+            command,
+            supersede=not str(command).endswith("tune"),
+        )
         self._cache(config)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -173,8 +193,9 @@ class ServetuneCallback(Callback):
             from servetune.run.progress import SweepProgress
 
             root = Path(str(OmegaConf.select(config, "hydra.sweep.dir")))
-            self._bar = SweepProgress(root, count_jobs(config), STATS_FILE,
-                                      every_s=float(self.progress_every_s)).start()
+            self._bar = SweepProgress(
+                root, count_jobs(config), STATS_FILE, every_s=float(self.progress_every_s)
+            ).start()
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._cache(config)  # launchers may run jobs in other processes
@@ -185,8 +206,11 @@ class ServetuneCallback(Callback):
         if out is None:
             return
         try:
-            doc = {"pid": os.getpid(), "job": OmegaConf.select(config, "hydra.job.num"),
-                   "jit_cache": jit_cache_sizes()}
+            doc = {
+                "pid": os.getpid(),
+                "job": OmegaConf.select(config, "hydra.job.num"),
+                "jit_cache": jit_cache_sizes(),
+            }
             write_json(Path(out) / STATS_FILE, doc, indent=None)
         except ServetuneError:
             pass
@@ -210,17 +234,23 @@ class ServetuneCallback(Callback):
             err = Console(stderr=True)
             err.print(f"[red]{len(failed)} job(s) failed:[/red]", highlight=False)
             for doc in failed:
-                err.print(f"  #{doc.get('job')} ({' '.join(doc.get('overrides') or [])}): "
-                          f"{doc.get('error')}", highlight=False, soft_wrap=True)
+                err.print(
+                    f"  #{doc.get('job')} ({' '.join(doc.get('overrides') or [])}): "
+                    f"{doc.get('error')}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
             sys.exit(2)
 
     def _print_summary(self, root: Path) -> None:
         try:
             print_sweep_summary(root, self.max_rows)
         except Exception as err:  # noqa: BLE001 -- a summary must never fail the sweep
-            Console(stderr=True).print(f"[yellow]sweep summary unavailable:[/yellow] "
-                                       f"{escape(str(err))}",
-                                       highlight=False, soft_wrap=True)
+            Console(stderr=True).print(
+                f"[yellow]sweep summary unavailable:[/yellow] {escape(str(err))}",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def failed_jobs(root: Path) -> list[dict]:
@@ -251,15 +281,25 @@ def print_sweep_summary(root: Path, max_rows: int = 20, console=None) -> bool:
     points = aggregate(col)
     failed = len(failed_jobs(root))
     jobs = f"{col.runs['run'].nunique()} job(s)" + (f" ({failed} more failed)" if failed else "")
-    console.print(points_table(points, col.keys, f"sweep: {jobs}, "
-                               f"{len(points)} point(s), mean ±std over seeds", max_rows,
-                               columns=COLUMNS, ci=False))  # the report's, tokens per $ too
+    console.print(
+        points_table(
+            points,
+            col.keys,
+            f"sweep: {jobs}, {len(points)} point(s), mean ±std over seeds",
+            max_rows,
+            columns=COLUMNS,
+            ci=False,
+        )
+    )  # the report's, tokens per $ too
     comp = compile_summary(root)
     if comp is not None and comp["compilations"]:
         counts = ", ".join(f"{name} {n}x" for name, n in comp["compilations"].items() if n)
-        console.print(f"simulator compilations: {counts or 'none'} in {comp['processes']} "
-                      f"process(es) across {comp['jobs']} job(s)",
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"simulator compilations: {counts or 'none'} in {comp['processes']} "
+            f"process(es) across {comp['jobs']} job(s)",
+            highlight=False,
+            soft_wrap=True,
+        )
     for message in col.skipped:
         console.print(f"warning: left out {message}", highlight=False, soft_wrap=True)
     console.print(f"report: servetune report {root}", highlight=False, soft_wrap=True)

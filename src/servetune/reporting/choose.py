@@ -50,8 +50,7 @@ def condition_groups(points: pd.DataFrame, conditions: list) -> list[tuple[str, 
     "all points" when there are no condition keys."""
     if not conditions:
         return [("all points", points)]
-    groups = points.groupby([points[k].astype(str) for k in conditions], sort=False,
-                            dropna=False)
+    groups = points.groupby([points[k].astype(str) for k in conditions], sort=False, dropna=False)
     return [(condition_label(g.iloc[0], conditions), g) for _, g in groups]
 
 
@@ -140,16 +139,20 @@ def _best_row(condition: str, g: pd.DataFrame, settings: list, keys: list) -> di
     if meets[b]:
         why = f"meets the SLO target ({_pct(att[b])} attainment >= {_pct(target)})"
         if meets.sum() > 1:
-            why += (f" with the most {name} ({fmt(value)}) of the {int(meets.sum())} of "
-                    f"{len(g)} settings that do")
+            why += (
+                f" with the most {name} ({fmt(value)}) of the {int(meets.sum())} of "
+                f"{len(g)} settings that do"
+            )
         elif len(g) > 1:
             why += f", the only one of the {len(g)} settings that does ({name} {fmt(value)})"
         else:
             why += f" ({name} {fmt(value)}; the only setting)"
         judged = metric
     else:
-        why = (f"no setting meets the SLO target ({_pct(target)}); this one comes closest "
-               f"({_pct(att[b])} attainment, {name} {fmt(value)})")
+        why = (
+            f"no setting meets the SLO target ({_pct(target)}); this one comes closest "
+            f"({_pct(att[b])} attainment, {name} {fmt(value)})"
+        )
         judged = "slo_attainment"
     runner = order[1] if len(order) > 1 else None
     if runner is not None:
@@ -158,20 +161,43 @@ def _best_row(condition: str, g: pd.DataFrame, settings: list, keys: list) -> di
             shown, what = _pct(att[runner]), "slo_attainment"
         else:
             shown, what = fmt(_col(g, f"{judged}_mean")[runner]), judged
-        why += (f"; runner-up {setting_label(other, settings, keys)} ({shown}"
-                f"{' attainment' if what == 'slo_attainment' else ''}): "
-                f"{_versus(g, b, runner, what)}")
-    return {"condition": condition, "setting": setting_label(best, settings, keys),
-            "point": best["point"], "run": best.get("run"), "meets_target": bool(meets[b]),
-            "slo_target": target, "slo_attainment": att[b], "objective": metric,
-            "objective_value": float(value), "n_settings": len(g),
-            "n_meeting": int(meets.sum()), "runner_up": None if runner is None else
-            setting_label(g.iloc[runner], settings, keys), "why": why}
+        why += (
+            f"; runner-up {setting_label(other, settings, keys)} ({shown}"
+            f"{' attainment' if what == 'slo_attainment' else ''}): "
+            f"{_versus(g, b, runner, what)}"
+        )
+    return {
+        "condition": condition,
+        "setting": setting_label(best, settings, keys),
+        "point": best["point"],
+        "run": best.get("run"),
+        "meets_target": bool(meets[b]),
+        "slo_target": target,
+        "slo_attainment": att[b],
+        "objective": metric,
+        "objective_value": float(value),
+        "n_settings": len(g),
+        "n_meeting": int(meets.sum()),
+        "runner_up": None if runner is None else setting_label(g.iloc[runner], settings, keys),
+        "why": why,
+    }
 
 
-BEST_COLUMNS = ["condition", "setting", "point", "run", "meets_target", "slo_target",
-                "slo_attainment", "objective", "objective_value", "n_settings", "n_meeting",
-                "runner_up", "why"]
+BEST_COLUMNS = [
+    "condition",
+    "setting",
+    "point",
+    "run",
+    "meets_target",
+    "slo_target",
+    "slo_attainment",
+    "objective",
+    "objective_value",
+    "n_settings",
+    "n_meeting",
+    "runner_up",
+    "why",
+]
 
 
 def best_settings(points: pd.DataFrame, conditions: list, settings: list) -> pd.DataFrame:
@@ -183,8 +209,10 @@ def best_settings(points: pd.DataFrame, conditions: list, settings: list) -> pd.
     the target), runner_up and why (a sentence: the target, the value, the runner-up and
     whether the two can be told apart on the ranked metric)."""
     keys = list(conditions) + list(settings)
-    rows = [_best_row(label, g.reset_index(drop=True), settings, keys)
-            for label, g in condition_groups(points, conditions)]
+    rows = [
+        _best_row(label, g.reset_index(drop=True), settings, keys)
+        for label, g in condition_groups(points, conditions)
+    ]
     return pd.DataFrame(rows, columns=BEST_COLUMNS)
 
 
@@ -205,9 +233,12 @@ def pareto(x, y) -> np.ndarray:
     return front
 
 
-FRONT_PANELS = (("ttft_p99_s", "useful_tokens_per_dollar"), ("tpot_p99_s",
-                                                              "useful_tokens_per_dollar"),
-                ("ttft_p99_s", "goodput_rps"), ("tpot_p99_s", "goodput_rps"))
+FRONT_PANELS = (
+    ("ttft_p99_s", "useful_tokens_per_dollar"),
+    ("tpot_p99_s", "useful_tokens_per_dollar"),
+    ("ttft_p99_s", "goodput_rps"),
+    ("tpot_p99_s", "goodput_rps"),
+)
 
 
 def fronts(points: pd.DataFrame, conditions: list) -> dict:
@@ -231,4 +262,3 @@ def targets_s(points: pd.DataFrame, key: str) -> list[float]:
         return []
     vals = [_number(v, math.nan) for v in points[key]]
     return list(dict.fromkeys(v for v in vals if math.isfinite(v) and v > 0))
-

@@ -31,8 +31,13 @@ from servetune.workload.traces import strict_float
 CONTEXT_KEYS = ("workload.name", "model.name", "hardware.gpu", "policy.order")
 # Resolved config values the report judges the runs by: the SLO targets (seconds), the SLO
 # attainment the tuner requires and the number a sweeper maximizes (reporting/choose.py).
-TARGET_KEYS = ("slo.ttft_s", "slo.tpot_s", "slo.e2e_s", "tune.objective.slo_target",
-               "sweep.objective")
+TARGET_KEYS = (
+    "slo.ttft_s",
+    "slo.tpot_s",
+    "slo.e2e_s",
+    "tune.objective.slo_target",
+    "sweep.objective",
+)
 RESOLVED_KEYS = CONTEXT_KEYS + TARGET_KEYS
 # Overrides that change what a run writes or how fast, never what it simulates: never point
 # keys (a run simulated again with output.timeline=true is still a seed of its point).
@@ -76,8 +81,11 @@ class Collection:
 
 def is_numeric(col: pd.Series) -> bool:
     """Whether a column holds only numbers (not flags, no gaps): a numeric axis."""
-    return (pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
-            and bool(col.notna().all()))
+    return (
+        pd.api.types.is_numeric_dtype(col)
+        and not pd.api.types.is_bool_dtype(col)
+        and bool(col.notna().all())
+    )
 
 
 def _natural(path: Path):
@@ -96,8 +104,7 @@ def find_runs(root: Path, exclude: Path | None = None) -> list[Path]:
         if exclude is not None and (d == exclude or exclude in d.parents):
             continue
         inside = d.relative_to(root).parts
-        if run_folder.SUPERSEDED in inside or any(p.startswith(run_folder.STAGING)
-                                                  for p in inside):
+        if run_folder.SUPERSEDED in inside or any(p.startswith(run_folder.STAGING) for p in inside):
             continue
         found.append(d)
     return sorted(found, key=_natural)
@@ -153,8 +160,9 @@ def _read_overrides(path: Path) -> dict:
     """{key: value} of a run's .hydra/overrides.yaml (a list of Hydra override strings)."""
     doc = _read_yaml(path) or []
     if not isinstance(doc, list):
-        raise ReportError(f"{path}: cannot read (a {type(doc).__name__}; expected a list of "
-                          f"Hydra overrides)")
+        raise ReportError(
+            f"{path}: cannot read (a {type(doc).__name__}; expected a list of Hydra overrides)"
+        )
     try:
         return parse_overrides(doc)[0]
     except OverrideParseException as err:
@@ -170,15 +178,22 @@ def _read_metrics(path: Path) -> pd.DataFrame:
         text = inputs.read_bytes(path, "metrics.csv", ReportError).decode("utf-8")
         lines = _row_lines(path, text)
         table = pd.read_csv(io.StringIO(text))
-    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError,
-            pd.errors.EmptyDataError) as err:
+    except (
+        OSError,
+        UnicodeDecodeError,
+        ValueError,
+        pd.errors.ParserError,
+        pd.errors.EmptyDataError,
+    ) as err:
         raise ReportError(f"{path}: cannot read ({_first_line(err)})") from None
     if table.empty:
         raise ReportError(f"{path}: cannot read (a header and no rows)")
     missing = [c for c in REQUIRED_METRICS if c not in table.columns]
     if missing:
-        raise ReportError(f"{path}: cannot read (no column {missing[0]!r}; expected the "
-                          f"metrics.csv servetune simulate writes)")
+        raise ReportError(
+            f"{path}: cannot read (no column {missing[0]!r}; expected the "
+            f"metrics.csv servetune simulate writes)"
+        )
     for column in table.columns:
         if "." not in str(column):
             _check_numbers(table[column], path, lines)
@@ -188,8 +203,17 @@ def _read_metrics(path: Path) -> pd.DataFrame:
 
 # columns every metrics.csv of `servetune simulate` has, and the ranges metrics can take
 REQUIRED_METRICS = ("seed",)
-FRACTIONS = ("slo_attainment", "busy_fraction", "kv_peak_occupancy", "wasted_token_ratio",
-             "quality_failure_rate", "mfu", "mbu", "prefix_hit_rate", "spec_acceptance_rate")
+FRACTIONS = (
+    "slo_attainment",
+    "busy_fraction",
+    "kv_peak_occupancy",
+    "wasted_token_ratio",
+    "quality_failure_rate",
+    "mfu",
+    "mbu",
+    "prefix_hit_rate",
+    "spec_acceptance_rate",
+)
 UNBOUNDED = ("cost_per_qualifying_request_usd",)  # inf when nothing qualified (before 12-05)
 
 
@@ -198,23 +222,27 @@ def _check_range(col: pd.Series, path: Path, lines: list[int]) -> None:
     have: a fraction outside [0, 1], a negative count, rate, time or cost, an infinity (but
     the cost per qualifying request with none), a seed that is not a whole number. Empty cells
     (undefined metrics) and true/false pass."""
-    values = pd.to_numeric(col.replace({"True": 1, "False": 0, True: 1, False: 0}),
-                           errors="coerce").to_numpy(np.float64)
+    values = pd.to_numeric(
+        col.replace({"True": 1, "False": 0, True: 1, False: 0}), errors="coerce"
+    ).to_numpy(np.float64)
     name = str(col.name)
     # (a fraction of time summed in floating point may pass 1 by rounding: 1.0000000000000004)
     lo, hi = (0.0, 1.0 + 1e-9) if name in FRACTIONS else (0.0, np.inf)
     if name.startswith("objective"):  # a sweep objective: log(tokens per $) may be negative
         lo = -np.inf
-    bad = ~np.isnan(values) & ((values < lo) | (values > hi)
-                               | (np.isinf(values) & (name not in UNBOUNDED)))
+    bad = ~np.isnan(values) & (
+        (values < lo) | (values > hi) | (np.isinf(values) & (name not in UNBOUNDED))
+    )
     if name == "seed":
         bad |= ~np.isnan(values) & (values != np.round(values))
     if bad.any():
         k = int(np.argmax(bad))
         line = f":{lines[k]}" if len(lines) == len(col) else ""
         expect = "within [0, 1]" if name in FRACTIONS else "a finite number >= 0"
-        raise ReportError(f"{path}{line}: cannot read (column {name!r} = "
-                          f"{fmt(col.iloc[k], digits=12)}; expected {expect})")
+        raise ReportError(
+            f"{path}{line}: cannot read (column {name!r} = "
+            f"{fmt(col.iloc[k], digits=12)}; expected {expect})"
+        )
 
 
 def _row_lines(path: Path, text: str) -> list[int]:
@@ -229,12 +257,15 @@ def _row_lines(path: Path, text: str) -> list[int]:
             if not row:
                 continue
             if len(row) != len(header):
-                raise ReportError(f"{path}:{reader.line_num}: cannot read ({len(row)} fields; "
-                                  f"the header has {len(header)}: {', '.join(header)})")
+                raise ReportError(
+                    f"{path}:{reader.line_num}: cannot read ({len(row)} fields; "
+                    f"the header has {len(header)}: {', '.join(header)})"
+                )
             lines.append(reader.line_num)
     except csv.Error as err:
-        raise ReportError(f"{path}:{reader.line_num}: cannot read (unreadable CSV: {err})"
-                          ) from None
+        raise ReportError(
+            f"{path}:{reader.line_num}: cannot read (unreadable CSV: {err})"
+        ) from None
     return lines
 
 
@@ -260,8 +291,10 @@ def _check_numbers(col: pd.Series, path: Path, lines: list[int]) -> None:
     for k, cell in enumerate(col):
         if not _is_number(cell):
             line = f":{lines[k]}" if len(lines) == len(col) else ""
-            raise ReportError(f"{path}{line}: cannot read (column {col.name!r} = "
-                              f"{str(cell)[:40]!r}; expected a number)")
+            raise ReportError(
+                f"{path}{line}: cannot read (column {col.name!r} = "
+                f"{str(cell)[:40]!r}; expected a number)"
+            )
 
 
 def sweep_order(root: Path, skipped: list | None = None) -> list[str]:
@@ -315,11 +348,14 @@ def _tidy(col: pd.Series) -> pd.Series:
     values = [v for v in col if v is not None and not (isinstance(v, float) and math.isnan(v))]
     if all(isinstance(v, bool) for v in values):
         return col
-    if all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-           for v in values):
+    if all(
+        isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+        for v in values
+    ):
         return pd.to_numeric(col)
-    return col.map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v))
-                   else str(v)).astype(object)
+    return col.map(
+        lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+    ).astype(object)
 
 
 def collect(root: Path | str, exclude: Path | None = None) -> Collection:
@@ -329,8 +365,10 @@ def collect(root: Path | str, exclude: Path | None = None) -> Collection:
         raise ReportError(f"{root}: not a directory")
     dirs = find_runs(root, exclude.resolve() if exclude is not None else None)
     if not dirs:
-        raise ReportError(f"{root}: no runs found (no metrics.csv under it; is this the output "
-                          f"directory of `servetune simulate`?)")
+        raise ReportError(
+            f"{root}: no runs found (no metrics.csv under it; is this the output "
+            f"directory of `servetune simulate`?)"
+        )
     frames, order, run_dirs, skipped = [], [], {}, []
     for d in dirs:
         why = run_folder.incomplete(d)
@@ -352,25 +390,40 @@ def collect(root: Path | str, exclude: Path | None = None) -> Collection:
             rows[key] = [value] * len(rows)
         frames.append(rows)
     if not frames:
-        raise ReportError(f"{root}: no readable runs; every run folder is damaged:\n  " +
-                          "\n  ".join(skipped))
+        raise ReportError(
+            f"{root}: no readable runs; every run folder is damaged:\n  " + "\n  ".join(skipped)
+        )
     runs = pd.concat(frames, ignore_index=True)
     for c in runs.columns:
         if runs[c].dtype == object:
             runs[c] = _tidy(runs[c])
-    grid_cols = [c for c in runs.columns if c.startswith("policy.") and c not in CONTEXT_KEYS
-                 and c not in order]
+    grid_cols = [
+        c
+        for c in runs.columns
+        if c.startswith("policy.") and c not in CONTEXT_KEYS and c not in order
+    ]
     candidates = sweep_order(root, skipped)
     candidates += [k for k in order + grid_cols if k not in candidates]
-    keys = [k for k in candidates if k in runs.columns and k != "seed"
-            and not k.lstrip("+").startswith(NOT_KEYS)
-            and runs[k].astype(str).nunique(dropna=False) > 1]
-    front = ["run", "scenario"] + [k for k in order if k != "seed"] + ["seed"] + \
-        [c for c in grid_cols if c not in order] + list(CONTEXT_KEYS)
+    keys = [
+        k
+        for k in candidates
+        if k in runs.columns
+        and k != "seed"
+        and not k.lstrip("+").startswith(NOT_KEYS)
+        and runs[k].astype(str).nunique(dropna=False) > 1
+    ]
+    front = (
+        ["run", "scenario"]
+        + [k for k in order if k != "seed"]
+        + ["seed"]
+        + [c for c in grid_cols if c not in order]
+        + list(CONTEXT_KEYS)
+    )
     front = [c for c in dict.fromkeys(front) if c in runs.columns]
     runs = runs[front + [c for c in runs.columns if c not in front]]
-    return Collection(root=root, runs=runs, keys=keys, overrides=order, run_dirs=run_dirs,
-                      skipped=skipped)
+    return Collection(
+        root=root, runs=runs, keys=keys, overrides=order, run_dirs=run_dirs, skipped=skipped
+    )
 
 
 def short_names(keys: list) -> dict:
@@ -379,7 +432,7 @@ def short_names(keys: list) -> dict:
     common = 0
     while parts and all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
         common += 1
-    return {k: ".".join(p[common:]) for k, p in zip(keys, parts)}
+    return {k: ".".join(p[common:]) for k, p in zip(keys, parts, strict=True)}
 
 
 def point_label(row: dict | pd.Series, keys: list) -> str:

@@ -17,10 +17,13 @@ from servetune.reporting.stats import NO_INFO_SEEDS, NO_INFO_WIDTH, intervals
 from servetune.reporting.units import scale
 
 # (metric, header, factor from the stored unit to the shown one)
-COLUMNS = (("goodput_rps", "goodput rps", 1.0), ("slo_attainment", "SLO att.", 1.0),
-           ("ttft_p99_s", "P99 TTFT ms", scale("ttft_p99_s")),
-           ("tpot_p99_s", "P99 TPOT ms", scale("tpot_p99_s")),
-           ("useful_tokens_per_dollar", "useful tok/$", 1.0))
+COLUMNS = (
+    ("goodput_rps", "goodput rps", 1.0),
+    ("slo_attainment", "SLO att.", 1.0),
+    ("ttft_p99_s", "P99 TTFT ms", scale("ttft_p99_s")),
+    ("tpot_p99_s", "P99 TPOT ms", scale("tpot_p99_s")),
+    ("useful_tokens_per_dollar", "useful tok/$", 1.0),
+)
 SHORT_NOTES = {NO_INFO_SEEDS: "no info: all seeds equal", NO_INFO_WIDTH: "no info: zero width"}
 
 
@@ -52,8 +55,14 @@ def cell(row: pd.Series, metric: str, ci: bool, factor: float = 1.0, note: str =
     return text + (f" ({short})" if short else "")
 
 
-def points_table(points: pd.DataFrame, keys: list, title: str, max_rows: int = 20,
-                 columns=COLUMNS, ci: bool = True) -> Table:
+def points_table(
+    points: pd.DataFrame,
+    keys: list,
+    title: str,
+    max_rows: int = 20,
+    columns=COLUMNS,
+    ci: bool = True,
+) -> Table:
     """One row per point: its key values, seeds, and mean ±std of each column (entries
     (metric, header) or (metric, header, factor): factor 1000 shows seconds as ms), with the
     bootstrap interval [lo, hi] of P99 TTFT when `ci`; a point whose seeds all gave the same
@@ -67,12 +76,16 @@ def points_table(points: pd.DataFrame, keys: list, title: str, max_rows: int = 2
     columns = [(c[0], c[1], c[2] if len(c) > 2 else 1.0) for c in columns]
     for _, label, _ in columns:
         t.add_column(label, justify="right", overflow="fold")
-    notes = {m: intervals(points, m)[2] if f"{m}_mean" in points else [""] * len(points)
-             for m, _, _ in columns}
+    notes = {
+        m: intervals(points, m)[2] if f"{m}_mean" in points else [""] * len(points)
+        for m, _, _ in columns
+    }
     for i, (_, row) in enumerate(points.head(max_rows).iterrows()):
-        t.add_row(*[fmt(row[k]) for k in shown], str(int(row["n"])),
-                  *[cell(row, m, ci and m == "ttft_p99_s", f, notes[m][i])
-                    for m, _, f in columns])
+        t.add_row(
+            *[fmt(row[k]) for k in shown],
+            str(int(row["n"])),
+            *[cell(row, m, ci and m == "ttft_p99_s", f, notes[m][i]) for m, _, f in columns],
+        )
     if len(points) > max_rows:
         t.caption = f"... and {len(points) - max_rows} more points"
     return t
@@ -80,14 +93,25 @@ def points_table(points: pd.DataFrame, keys: list, title: str, max_rows: int = 2
 
 def best_table(best: pd.DataFrame) -> Table:
     """One row per condition: the best setting by the tuner's order and why."""
-    t = Table(title="best setting per condition (meets the SLO target, then most useful "
-                    "tokens per $)", show_header=True, header_style="bold")
-    for name, opts in (("condition", {"no_wrap": True}), ("best setting", {"no_wrap": True}),
-                       ("meets", {}), ("why", {"overflow": "fold"})):
+    t = Table(
+        title="best setting per condition (meets the SLO target, then most useful tokens per $)",
+        show_header=True,
+        header_style="bold",
+    )
+    for name, opts in (
+        ("condition", {"no_wrap": True}),
+        ("best setting", {"no_wrap": True}),
+        ("meets", {}),
+        ("why", {"overflow": "fold"}),
+    ):
         t.add_column(name, **opts)
     for row in best.itertuples(index=False):
-        t.add_row(*(Text(str(v)) for v in (row.condition, row.setting,
-                                            "yes" if row.meets_target else "no", row.why)))
+        t.add_row(
+            *(
+                Text(str(v))
+                for v in (row.condition, row.setting, "yes" if row.meets_target else "no", row.why)
+            )
+        )
     return t
 
 
@@ -95,17 +119,28 @@ def print_report(rep, console: Console | None = None) -> None:
     """The points table, the best setting per condition, the verdicts, the timeline and the
     files written."""
     console = console or Console()
-    console.print(points_table(rep.points, rep.keys,
-                               f"{len(rep.runs)} scenarios in {rep.runs['run'].nunique()} run(s), "
-                               f"{len(rep.points)} point(s): mean ±std [95% CI]"))
+    console.print(
+        points_table(
+            rep.points,
+            rep.keys,
+            f"{len(rep.runs)} scenarios in {rep.runs['run'].nunique()} run(s), "
+            f"{len(rep.points)} point(s): mean ±std [95% CI]",
+        )
+    )
     if len(rep.best):
         console.print(best_table(rep.best))
     for line in rep.verdicts:
         console.print(f"- {line}", highlight=False, soft_wrap=True, markup=False)
     tl = rep.timeline
     if tl is not None:
-        text = (f"timeline: run {tl.run} ({tl.why}) in fig_timeline.png and report.html"
-                if tl.table is not None else f"timeline: {tl.note}")
+        text = (
+            f"timeline: run {tl.run} ({tl.why}) in fig_timeline.png and report.html"
+            if tl.table is not None
+            else f"timeline: {tl.note}"
+        )
         console.print(text, highlight=False, soft_wrap=True, markup=False)
-    console.print(f"wrote {rep.out_dir}/: " + ", ".join(p.name for p in rep.files),
-                  highlight=False, soft_wrap=True)
+    console.print(
+        f"wrote {rep.out_dir}/: " + ", ".join(p.name for p in rep.files),
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -38,14 +38,20 @@ def convergence_figure(history: pd.DataFrame, target: float) -> Figure:
     fig = Figure(figsize=(7, 6), layout="constrained")
     ax1, ax2 = fig.subplots(2, 1, sharex=True)
     x = history["scenarios_simulated"]
-    for ax, what, name in ((ax1, "objective", "log(useful tokens / USD)"),
-                           (ax2, "slo_attainment", "SLO attainment")):
+    for ax, what, name in (
+        (ax1, "objective", "log(useful tokens / USD)"),
+        (ax2, "slo_attainment", "SLO attainment"),
+    ):
         cols = [f"center_{what}", f"best_{what}"]
         ax.plot(x, history[cols[0]], "o-", label="current policy")
         ax.plot(x, history[cols[1]], "s--", label="best so far")
         shown = [history[c] for c in cols] + ([[target]] if what != "objective" else [])
-        ax.set_ylim(*y_range(np.concatenate([np.asarray(s, np.float64) for s in shown]),
-                             MIN_SPAN["objective" if what == "objective" else "attainment"]))
+        ax.set_ylim(
+            *y_range(
+                np.concatenate([np.asarray(s, np.float64) for s in shown]),
+                MIN_SPAN["objective" if what == "objective" else "attainment"],
+            )
+        )
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
     ax2.axhline(target, color="gray", lw=1, ls=":", label="target")

@@ -28,9 +28,17 @@ from servetune.reporting.ticks import no_offsets, set_log
 from servetune.reporting.timeline import binned
 from servetune.reporting.units import log_scale, scale, title
 
-PANELS = tuple((m, title(m)) for m in ("goodput_rps", "slo_attainment",
-                                       "useful_tokens_per_dollar", "ttft_p99_s", "tpot_p99_s",
-                                       "e2e_p99_s"))
+PANELS = tuple(
+    (m, title(m))
+    for m in (
+        "goodput_rps",
+        "slo_attainment",
+        "useful_tokens_per_dollar",
+        "ttft_p99_s",
+        "tpot_p99_s",
+        "e2e_p99_s",
+    )
+)
 
 
 def _safe(name: str) -> str:
@@ -55,8 +63,11 @@ def x_axis(points: pd.DataFrame, x: str) -> tuple[bool, list]:
     """(numeric, categories): whether `x` is plotted on a numeric axis, and for a categorical
     axis its values' labels (`category`) in order of first appearance."""
     col = points[x]
-    numeric = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col) \
+    numeric = (
+        pd.api.types.is_numeric_dtype(col)
+        and not pd.api.types.is_bool_dtype(col)
         and bool(col.notna().all())
+    )
     return numeric, ([] if numeric else list(dict.fromkeys(category(v) for v in col)))
 
 
@@ -69,14 +80,24 @@ def _y_log(points: pd.DataFrame, metric: str) -> bool:
     return log_scale(points[cols].to_numpy(np.float64)) if cols else False
 
 
-def _panel(ax, g: pd.DataFrame, xv: np.ndarray, metric: str, color: str, numeric: bool,
-           label: str) -> None:
+def _panel(
+    ax, g: pd.DataFrame, xv: np.ndarray, metric: str, color: str, numeric: bool, label: str
+) -> None:
     """One line of one panel: means with +- std bars and the bootstrap band, in shown units."""
     k = scale(metric)
     y = g[f"{metric}_mean"].to_numpy(np.float64) * k
     err = np.nan_to_num(g[f"{metric}_std"].to_numpy(np.float64)) * k
-    ax.errorbar(xv, y, yerr=err, color=color, marker="o", ms=4, capsize=3,
-                ls="-" if numeric else "none", label=label or None)
+    ax.errorbar(
+        xv,
+        y,
+        yerr=err,
+        color=color,
+        marker="o",
+        ms=4,
+        capsize=3,
+        ls="-" if numeric else "none",
+        label=label or None,
+    )
     if f"{metric}_ci_lo" in g:
         lo = g[f"{metric}_ci_lo"].to_numpy(np.float64) * k
         hi = g[f"{metric}_ci_hi"].to_numpy(np.float64) * k
@@ -123,10 +144,10 @@ def draw(points: pd.DataFrame, keys: list, out_dir: Path) -> list[Path]:
             else:
                 offset = (k - (len(lines) - 1) / 2) * 0.08
                 xv = np.array([cats.index(category(v)) for v in g[x]], np.float64) + offset
-            for ax, (metric, _) in zip(axes, PANELS):
+            for ax, (metric, _) in zip(axes, PANELS, strict=True):
                 if f"{metric}_mean" in g:
                     _panel(ax, g, xv, metric, f"C{k % 10}", numeric, label)
-        for ax, (metric, name) in zip(axes, PANELS):
+        for ax, (metric, name) in zip(axes, PANELS, strict=True):
             ax.set_title(name, fontsize=10)
             ax.grid(alpha=0.3)
             _x_ticks(ax, points, x, numeric, cats)
@@ -138,8 +159,11 @@ def draw(points: pd.DataFrame, keys: list, out_dir: Path) -> list[Path]:
             axes[0].legend(fontsize=7, loc="best")
         n = sorted(set(points["n"])) if "n" in points else [1]
         seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
-        fig.suptitle(f"{x}: mean over {seeds} seed(s) per point; bars +- std, shaded "
-                     f"{LEVEL:.0%} bootstrap CI", fontsize=11)
+        fig.suptitle(
+            f"{x}: mean over {seeds} seed(s) per point; bars +- std, shaded "
+            f"{LEVEL:.0%} bootstrap CI",
+            fontsize=11,
+        )
         paths.append(_save(fig, out_dir / f"fig_{_safe(x)}.png"))
     return paths
 
@@ -148,8 +172,16 @@ def _target_line(ax, target_ms: list, label: str) -> None:
     """Dashed vertical lines at the SLO targets (ms), the axis widened to show them."""
     for t in target_ms:
         ax.axvline(t, ls="--", color="crimson", lw=1)
-        ax.annotate(f"{label} SLO {fmt(t)} ms", (t, 1.0), xycoords=("data", "axes fraction"),
-                    rotation=90, va="top", ha="right", fontsize=7, color="crimson")
+        ax.annotate(
+            f"{label} SLO {fmt(t)} ms",
+            (t, 1.0),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize=7,
+            color="crimson",
+        )
     if target_ms:
         lo, hi = ax.get_xlim()
         ax.set_xlim(min(lo, min(target_ms) / 1.15), max(hi, max(target_ms) * 1.15))
@@ -173,21 +205,37 @@ def annotate_apart(ax, labels: list, renderer) -> list:
         probe.remove()
     at = ax.transData.transform([(x, y) for x, y, _, _ in labels])
     px = ax.figure.dpi / 72.0  # pixels per point
-    spots = place(at[:, 0], at[:, 1], sizes, LABEL_GAP_PT * px, stack=True,
-                  bounds=tuple(ax.get_window_extent(renderer).extents))
+    spots = place(
+        at[:, 0],
+        at[:, 1],
+        sizes,
+        LABEL_GAP_PT * px,
+        stack=True,
+        bounds=tuple(ax.get_window_extent(renderer).extents),
+    )
     anns = []
-    for (x, y, text, color), ((sx, sy), lift) in zip(labels, spots):
+    for (x, y, text, color), ((sx, sy), lift) in zip(labels, spots, strict=True):
         line = {"arrowstyle": "-", "lw": 0.5, "color": color, "alpha": 0.6} if lift else None
-        anns.append(ax.annotate(
-            text, (x, y), xytext=(sx * LABEL_GAP_PT, sy * LABEL_GAP_PT + lift / px),
-            textcoords="offset points", fontsize=7, color=color, arrowprops=line,
-            ha="left" if sx > 0 else "right", va={1: "bottom", -1: "top", 0: "center"}[sy]))
+        anns.append(
+            ax.annotate(
+                text,
+                (x, y),
+                xytext=(sx * LABEL_GAP_PT, sy * LABEL_GAP_PT + lift / px),
+                textcoords="offset points",
+                fontsize=7,
+                color=color,
+                arrowprops=line,
+                ha="left" if sx > 0 else "right",
+                va={1: "bottom", -1: "top", 0: "center"}[sy],
+            )
+        )
         anns[-1].set_in_layout(False)
     return anns
 
 
-def _pareto_points(ax, points: pd.DataFrame, panel: tuple, best: pd.DataFrame,
-                   fronts_of: tuple) -> list:
+def _pareto_points(
+    ax, points: pd.DataFrame, panel: tuple, best: pd.DataFrame, fronts_of: tuple
+) -> list:
     """One panel's points per condition, each front as a staircase and the best settings
     starred; returns the front labels to place [(x ms, y, text, colour)]."""
     (lat, val), (groups, masks, label_keys) = panel, fronts_of
@@ -203,8 +251,16 @@ def _pareto_points(ax, points: pd.DataFrame, panel: tuple, best: pd.DataFrame,
         ax.step(x[on][order], y[on][order], where="post", color=color, lw=1.2)
         labels += [(x[i], y[i], text, color) for i, text in front_labels(g, x, y, on, label_keys)]
         star = g["point"].isin(set(best["point"])).to_numpy()
-        ax.scatter(x[star], y[star], marker="*", s=220, facecolors="none",
-                   edgecolors="black", lw=1.2, zorder=5)
+        ax.scatter(
+            x[star],
+            y[star],
+            marker="*",
+            s=220,
+            facecolors="none",
+            edgecolors="black",
+            lw=1.2,
+            zorder=5,
+        )
     return labels
 
 
@@ -224,33 +280,41 @@ def _pareto_axes(ax, points: pd.DataFrame, lat: str, val: str, legend: bool) -> 
         ax.legend(fontsize=7, loc="best", title="condition", title_fontsize=7)
 
 
-def pareto_png(points: pd.DataFrame, conditions: list, settings: list,
-               best: pd.DataFrame) -> Figure | None:
+def pareto_png(
+    points: pd.DataFrame, conditions: list, settings: list, best: pd.DataFrame
+) -> Figure | None:
     """The Figure of fig_pareto.png (see draw_pareto); None when the metrics are missing.
     Settings whose points coincide share one label, and no label overprints another."""
     if any(f"{m}_mean" not in points for pair in FRONT_PANELS for m in pair):
         return None
     points = points.reset_index(drop=True)
     groups = condition_groups(points, conditions)
-    fronts_of = (groups, fronts(points, conditions), list(settings) or
-                 list(conditions) + list(settings))
+    fronts_of = (
+        groups,
+        fronts(points, conditions),
+        list(settings) or list(conditions) + list(settings),
+    )
     fig = Figure(figsize=(13, 9), layout="constrained")
     FigureCanvasAgg(fig)  # a renderer to measure the labels with
     placed = []
-    for ax, panel in zip(fig.subplots(2, 2).ravel(), FRONT_PANELS):
+    for ax, panel in zip(fig.subplots(2, 2).ravel(), FRONT_PANELS, strict=True):
         placed.append((ax, _pareto_points(ax, points, panel, best, fronts_of)))
         _pareto_axes(ax, points, *panel, legend=len(groups) > 1)
-    fig.suptitle("Pareto front per condition (lower P99 latency, more value): labelled points "
-                 "are non-dominated;\n* the best setting (meets the SLO target, then most "
-                 "useful tokens per $); dashed: the SLO targets", fontsize=10)
+    fig.suptitle(
+        "Pareto front per condition (lower P99 latency, more value): labelled points "
+        "are non-dominated;\n* the best setting (meets the SLO target, then most "
+        "useful tokens per $); dashed: the SLO targets",
+        fontsize=10,
+    )
     fig.draw_without_rendering()  # the layout and limits the labels are placed in
     for ax, labels in placed:
         annotate_apart(ax, labels, fig.canvas.get_renderer())
     return fig
 
 
-def draw_pareto(points: pd.DataFrame, conditions: list, settings: list, best: pd.DataFrame,
-                out_dir: Path) -> Path | None:
+def draw_pareto(
+    points: pd.DataFrame, conditions: list, settings: list, best: pd.DataFrame, out_dir: Path
+) -> Path | None:
     """fig_pareto.png: useful tokens per $ and goodput (req/s) against P99 TTFT and P99 TPOT
     (ms), one colour per condition; each condition's Pareto front (lower latency, higher value)
     drawn as a staircase with its points labelled by their setting, the best setting by the
@@ -267,8 +331,9 @@ def cdf_order(points: pd.DataFrame, best: pd.DataFrame, cdfs: dict, limit: int) 
     return (first + rest)[:limit]
 
 
-def draw_cdfs(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame, out_dir: Path,
-              limit: int = 12) -> Path | None:
+def draw_cdfs(
+    points: pd.DataFrame, cdfs: dict, best: pd.DataFrame, out_dir: Path, limit: int = 12
+) -> Path | None:
     """fig_latency_cdf.png: the empirical CDF of TTFT, TPOT and E2E (ms) over each point's
     requests (all seeds), one line per point (at most `limit`: the best settings first), the
     SLO targets dashed. None when no point has a readable requests.parquet."""
@@ -276,13 +341,14 @@ def draw_cdfs(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame, out_dir: Pat
     if not shown:
         return None
     fig = Figure(figsize=(14, 5.2 + 0.2 * ((len(shown) + 2) // 3)), layout="constrained")
-    for ax, lat in zip(fig.subplots(1, 3), LATENCIES):
+    for ax, lat in zip(fig.subplots(1, 3), LATENCIES, strict=True):
         values = [cdfs[p][lat].x_ms for p in shown if cdfs[p][lat].n]
         for k, p in enumerate(shown):
             c = cdfs[p][lat]
             if c.n:
-                ax.step(c.x_ms, c.p, where="post", color=f"C{k % 10}", lw=1.2,
-                        label=f"{p} (n={c.n})")
+                ax.step(
+                    c.x_ms, c.p, where="post", color=f"C{k % 10}", lw=1.2, label=f"{p} (n={c.n})"
+                )
         if values and log_scale(np.concatenate(values)):
             set_log(ax, "x")
         _target_line(ax, [t * 1000.0 for t in targets_s(points, f"slo.{lat}_s")], lat.upper())
@@ -290,17 +356,25 @@ def draw_cdfs(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame, out_dir: Pat
         ax.set_ylabel("fraction of requests at or below")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-    fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside lower center",
-               ncol=min(3, len(shown)), fontsize=8)
+    fig.legend(
+        *fig.axes[0].get_legend_handles_labels(),
+        loc="outside lower center",
+        ncol=min(3, len(shown)),
+        fontsize=8,
+    )
     more = f" ({len(shown)} of {len(cdfs)} points)" if len(cdfs) > len(shown) else ""
-    fig.suptitle(f"Latency CDFs over the counted, completed requests of all seeds{more}",
-                 fontsize=10)
+    fig.suptitle(
+        f"Latency CDFs over the counted, completed requests of all seeds{more}", fontsize=10
+    )
     return _save(fig, Path(out_dir) / "fig_latency_cdf.png")
 
 
-TIMELINE_PANELS = ((("queue_len", "waiting"), ("running", "running")),
-                   (("batch_tokens", "batch tokens"),), (("kv_blocks", "KV blocks in use"),),
-                   (("preemptions", "preemptions (cumulative)"),))
+TIMELINE_PANELS = (
+    (("queue_len", "waiting"), ("running", "running")),
+    (("batch_tokens", "batch tokens"),),
+    (("kv_blocks", "KV blocks in use"),),
+    (("preemptions", "preemptions (cumulative)"),),
+)
 # how a gauge's line is drawn where two share a panel: waiting dotted, the rest solid
 DASHES = {"queue_len": "dot"}
 MPL_DASHES = {"dot": ":", "solid": "-"}
@@ -315,19 +389,25 @@ def dash(col: str) -> str:
 def style_names() -> list[tuple[str, str]]:
     """[(legend entry, plotly dash)] of the line styles of the timeline's shared panel:
     "waiting (dotted)", "running (solid)"."""
-    return [(f"{name} ({'dotted' if dash(col) == 'dot' else 'solid'})", dash(col))
-            for col, name in TIMELINE_PANELS[0]]
+    return [
+        (f"{name} ({'dotted' if dash(col) == 'dot' else 'solid'})", dash(col))
+        for col, name in TIMELINE_PANELS[0]
+    ]
 
 
 def _timeline_legend(ax, instances: list) -> None:
     """The legend of the timeline: a colour per instance (the first LEGEND_INSTANCES), then
     the line style of each gauge of the first panel."""
-    handles = [Line2D([], [], color=f"C{k % 10}", lw=1.5, label=f"instance {inst}")
-               for k, inst in enumerate(instances[:LEGEND_INSTANCES])]
+    handles = [
+        Line2D([], [], color=f"C{k % 10}", lw=1.5, label=f"instance {inst}")
+        for k, inst in enumerate(instances[:LEGEND_INSTANCES])
+    ]
     if len(instances) > LEGEND_INSTANCES:
         handles.append(Line2D([], [], color="none", label=f"... {len(instances)} instances"))
-    handles += [Line2D([], [], color="0.25", lw=1.5, ls=MPL_DASHES[d], label=name)
-                for name, d in style_names()]
+    handles += [
+        Line2D([], [], color="0.25", lw=1.5, ls=MPL_DASHES[d], label=name)
+        for name, d in style_names()
+    ]
     ax.legend(handles=handles, fontsize=7, loc="upper right", ncol=2 if len(handles) > 6 else 1)
 
 
@@ -339,19 +419,25 @@ def timeline_png(tl) -> Figure | None:
     fig = Figure(figsize=(13, 9), layout="constrained")
     axes = fig.subplots(4, 1, sharex=True)
     instances = list(dict.fromkeys(data["instance"]))
-    for ax, panel in zip(axes, TIMELINE_PANELS):
+    for ax, panel in zip(axes, TIMELINE_PANELS, strict=True):
         for k, inst in enumerate(instances):
             g = data[data["instance"] == inst]
             for col, name in panel:
-                ax.step(g["t_s"], g[col], where="post", color=f"C{k % 10}",
-                        ls=MPL_DASHES[dash(col)], lw=1, label=f"instance {inst}: {name}")
+                ax.step(
+                    g["t_s"],
+                    g[col],
+                    where="post",
+                    color=f"C{k % 10}",
+                    ls=MPL_DASHES[dash(col)],
+                    lw=1,
+                    label=f"instance {inst}: {name}",
+                )
         ax.set_ylabel(" / ".join(name for _, name in panel), fontsize=8)
         ax.grid(alpha=0.3)
     _timeline_legend(axes[0], instances)
     axes[-1].set_xlabel("simulated time (s)")
     note = f"; maximum per {width:.3g} s bin" if width else ""
-    fig.suptitle(f"Timeline of run {tl.run} (scenario {tl.scenario}; {tl.why}){note}",
-                 fontsize=10)
+    fig.suptitle(f"Timeline of run {tl.run} (scenario {tl.scenario}; {tl.why}){note}", fontsize=10)
     return fig
 
 

@@ -49,7 +49,7 @@ def _main(g: pd.DataFrame, metric: str, xs: list) -> dict:
     lo, hi, n = _arr(g, f"{metric}_ci_lo") * k, _arr(g, f"{metric}_ci_hi") * k, _arr(g, "n")
     notes = intervals(g, metric)[2] if f"{metric}_mean" in g else [""] * len(g)
     text = []
-    for label, m, s, a, b, seeds, note in zip(g["point"], mean, std, lo, hi, n, notes):
+    for label, m, s, a, b, seeds, note in zip(g["point"], mean, std, lo, hi, n, notes, strict=True):
         line = f"<b>{html_lib.escape(str(label))}</b><br>{title(metric)}: {_num(m)}"
         if note == NO_INFO_SEEDS:
             line += f" (all {int(seeds)} seeds gave this value)"
@@ -62,9 +62,12 @@ def _main(g: pd.DataFrame, metric: str, xs: list) -> dict:
         if note.startswith("no information"):
             line += f"<br>{note}"
         text.append(line)
-    return {"x": xs, "y": _none(mean),
-            "error_y": {"type": "data", "array": _none(np.nan_to_num(std)), "visible": True},
-            "text": text}
+    return {
+        "x": xs,
+        "y": _none(mean),
+        "error_y": {"type": "data", "array": _none(np.nan_to_num(std)), "visible": True},
+        "text": text,
+    }
 
 
 def _band(g: pd.DataFrame, metric: str, xs: list, as_band: bool) -> dict:
@@ -72,18 +75,21 @@ def _band(g: pd.DataFrame, metric: str, xs: list, as_band: bool) -> dict:
     lo, hi = _arr(g, f"{metric}_ci_lo") * scale(metric), _arr(g, f"{metric}_ci_hi") * scale(metric)
     ok = np.isfinite(lo) & np.isfinite(hi)
     if as_band and ok.sum() > 1:
-        x = [v for v, k in zip(xs, ok) if k]
+        x = [v for v, k in zip(xs, ok, strict=True) if k]
         return {"x": x + x[::-1], "y": _none(hi[ok]) + _none(lo[ok][::-1])}
     x, y = [], []  # one vertical segment per point
-    for v, a, b, k in zip(xs, lo, hi, ok):
+    for v, a, b, k in zip(xs, lo, hi, ok, strict=True):
         if k:
             x += [v, v, None]
             y += [float(a), float(b), None]
     return {"x": x, "y": y}
 
 
-PANELS = [(m, 1, c + 1, None) for c, (m, _) in enumerate(TOP)] + \
-    [(f"{lat}_p99_s", 2, c + 1, lat) for c, (lat, _) in enumerate(LAT)]
+PANELS = [(m, 1, c + 1, None) for c, (m, _) in enumerate(TOP)] + [
+    (f"{lat}_p99_s", 2, c + 1, lat) for c, (lat, _) in enumerate(LAT)
+]
+
+
 def _add_lines(fig, points: pd.DataFrame, keys: list, x: str, numeric: bool) -> dict:
     """Add each line's band and mean traces to every panel; returns {stat: {idx, data}}: the
     latency traces and what the mean/P50/P90/P99 buttons restyle them with."""
@@ -95,16 +101,36 @@ def _add_lines(fig, points: pd.DataFrame, keys: list, x: str, numeric: bool) -> 
         color = PALETTE[k % len(PALETTE)]
         xs = [float(v) for v in g[x]] if numeric else [category(v) for v in g[x]]
         for p, (metric, row, colno, lat) in enumerate(PANELS):
-            fig.add_trace(go.Scatter(
-                **_band(g, metric, xs, numeric), mode="lines", legendgroup=name,
-                showlegend=False, hoverinfo="skip",
-                line={"width": 0 if numeric and len(g) > 1 else 8, "color": color},
-                fill="toself" if numeric and len(g) > 1 else None, opacity=0.25,
-                fillcolor=color, name=f"{name} CI"), row=row, col=colno)
-            fig.add_trace(go.Scatter(
-                **_main(g, metric, xs), mode="lines+markers" if numeric else "markers",
-                name=name, legendgroup=name, showlegend=p == 0, line={"color": color},
-                marker={"size": 7}, hovertemplate=HOVER), row=row, col=colno)
+            fig.add_trace(
+                go.Scatter(
+                    **_band(g, metric, xs, numeric),
+                    mode="lines",
+                    legendgroup=name,
+                    showlegend=False,
+                    hoverinfo="skip",
+                    line={"width": 0 if numeric and len(g) > 1 else 8, "color": color},
+                    fill="toself" if numeric and len(g) > 1 else None,
+                    opacity=0.25,
+                    fillcolor=color,
+                    name=f"{name} CI",
+                ),
+                row=row,
+                col=colno,
+            )
+            fig.add_trace(
+                go.Scatter(
+                    **_main(g, metric, xs),
+                    mode="lines+markers" if numeric else "markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=p == 0,
+                    line={"color": color},
+                    marker={"size": 7},
+                    hovertemplate=HOVER,
+                ),
+                row=row,
+                col=colno,
+            )
             if lat is not None:
                 n_traces = len(fig.data)
                 for s in STAT_NAMES:
@@ -123,10 +149,15 @@ def _menus(fig, lat_traces: dict, y_axes: list, x_axis: tuple | None) -> list:
         idx, data = lat_traces[s]["idx"], lat_traces[s]["data"]
         restyle = {k: [d.get(k) for d in data] for k in sorted({k for d in data for k in d})}
         annotations = [dict(a.to_plotly_json()) for a in fig.layout.annotations]
-        for a, (_, t) in zip(annotations[3:], LAT):
+        for a, (_, t) in zip(annotations[3:], LAT, strict=True):
             a["text"] = f"{label} {t} (ms)"
-        buttons.append({"label": label, "method": "update",
-                        "args": [restyle, {"annotations": annotations}, idx]})
+        buttons.append(
+            {
+                "label": label,
+                "method": "update",
+                "args": [restyle, {"annotations": annotations}, idx],
+            }
+        )
     names = [f"{'' if i == 1 else i}" for i in range(1, 7)]
 
     def relayout(kind: str, axes: list) -> dict:
@@ -135,22 +166,47 @@ def _menus(fig, lat_traces: dict, y_axes: list, x_axis: tuple | None) -> list:
             out.update(axis_type_args(a, kind, ticks, linear))
         return out
 
-    y_args = [(f"yaxis{n}", t, None) for n, (_, t) in zip(names, y_axes)]
+    y_args = [(f"yaxis{n}", t, None) for n, (_, t) in zip(names, y_axes, strict=True)]
     menus = [
-        {"buttons": buttons, "type": "buttons", "direction": "right", "active": 3,
-         "x": 0.0, "y": 1.13, "xanchor": "left", "showactive": True},
-        {"buttons": [{"label": f"y {t}", "method": "relayout", "args": [relayout(t, y_args)]}
-                     for t in ("linear", "log")],
-         "type": "buttons", "direction": "right",
-         "active": -1 if any(log for log, _ in y_axes) else 0,
-         "x": 0.42, "y": 1.13, "xanchor": "left"},
+        {
+            "buttons": buttons,
+            "type": "buttons",
+            "direction": "right",
+            "active": 3,
+            "x": 0.0,
+            "y": 1.13,
+            "xanchor": "left",
+            "showactive": True,
+        },
+        {
+            "buttons": [
+                {"label": f"y {t}", "method": "relayout", "args": [relayout(t, y_args)]}
+                for t in ("linear", "log")
+            ],
+            "type": "buttons",
+            "direction": "right",
+            "active": -1 if any(log for log, _ in y_axes) else 0,
+            "x": 0.42,
+            "y": 1.13,
+            "xanchor": "left",
+        },
     ]
     if x_axis is not None:
         x_args = [(f"xaxis{n}", *x_axis[1:]) for n in names]
-        menus.append({"buttons": [{"label": f"x {t}", "method": "relayout",
-                                   "args": [relayout(t, x_args)]} for t in ("linear", "log")],
-                      "type": "buttons", "direction": "right", "active": 1 if x_axis[0] else 0,
-                      "x": 0.66, "y": 1.13, "xanchor": "left"})
+        menus.append(
+            {
+                "buttons": [
+                    {"label": f"x {t}", "method": "relayout", "args": [relayout(t, x_args)]}
+                    for t in ("linear", "log")
+                ],
+                "type": "buttons",
+                "direction": "right",
+                "active": 1 if x_axis[0] else 0,
+                "x": 0.66,
+                "y": 1.13,
+                "xanchor": "left",
+            }
+        )
     return menus
 
 
@@ -170,31 +226,44 @@ def figure(points: pd.DataFrame, keys: list, x: str):
 
     numeric, cats = x_axis(points, x)
     titles = [t for _, t in TOP] + [f"P99 {t} (ms)" for _, t in LAT]
-    fig = make_subplots(rows=2, cols=3, subplot_titles=titles, horizontal_spacing=0.07,
-                        vertical_spacing=0.14)
+    fig = make_subplots(
+        rows=2, cols=3, subplot_titles=titles, horizontal_spacing=0.07, vertical_spacing=0.14
+    )
     lat_traces = _add_lines(fig, points, keys, x, numeric)
     values = [_panel_values(points, m, lat) for m, _, _, lat in PANELS]
-    y_axes = [(_y_log(points, m), plotly_log_ticks(v)) for (m, _, _, _), v in zip(PANELS, values)]
+    y_axes = [
+        (_y_log(points, m), plotly_log_ticks(v))
+        for (m, _, _, _), v in zip(PANELS, values, strict=True)
+    ]
     ticks = sorted({float(v) for v in points[x]}) if numeric else []
     few = numeric and len(ticks) <= 12  # the swept values themselves
     x_log = log_scale(points[x]) if numeric else None
     x_ticks = {"tickmode": "array", "tickvals": ticks} if few else plotly_log_ticks(ticks)
     x_menu = None if x_log is None else (x_log, x_ticks, x_ticks if few else None)
-    fig.update_layout(updatemenus=_menus(fig, lat_traces, y_axes, x_menu),
-                      height=720, template="plotly_white",
-                      legend={"groupclick": "togglegroup", "title": {"text": "series"}},
-                      margin={"t": 110, "l": 60, "r": 20, "b": 50})
+    fig.update_layout(
+        updatemenus=_menus(fig, lat_traces, y_axes, x_menu),
+        height=720,
+        template="plotly_white",
+        legend={"groupclick": "togglegroup", "title": {"text": "series"}},
+        margin={"t": 110, "l": 60, "r": 20, "b": 50},
+    )
     for i in range(1, 7):
         where = {"row": (i - 1) // 3 + 1, "col": (i - 1) % 3 + 1}
-        fig.update_xaxes(title_text=x if i > 3 else None, type="log" if x_log else None,
-                         tickmode="array" if few else None, tickvals=ticks if few else None,
-                         **(x_ticks if x_log and not few else {}),
-                         categoryorder="array" if not numeric else None,
-                         categoryarray=cats if not numeric else None,
-                         range=[-0.5, len(cats) - 0.5] if not numeric else None, **where)
+        fig.update_xaxes(
+            title_text=x if i > 3 else None,
+            type="log" if x_log else None,
+            tickmode="array" if few else None,
+            tickvals=ticks if few else None,
+            **(x_ticks if x_log and not few else {}),
+            categoryorder="array" if not numeric else None,
+            categoryarray=cats if not numeric else None,
+            range=[-0.5, len(cats) - 0.5] if not numeric else None,
+            **where,
+        )
         log = y_axes[i - 1][0]
-        fig.update_yaxes(**({"type": "log", **y_axes[i - 1][1]} if log else {}),
-                         exponentformat="none", **where)
+        fig.update_yaxes(
+            **({"type": "log", **y_axes[i - 1][1]} if log else {}), exponentformat="none", **where
+        )
     return fig
 
 
@@ -211,8 +280,14 @@ def _fmt(v, digits=4) -> str:
     return html_lib.escape(fmt(v, digits, missing="\u2013"))
 
 
-TABLE_METRICS = ("goodput_rps", "slo_attainment", "useful_tokens_per_dollar", "ttft_p99_s",
-                 "tpot_p99_s", "e2e_p99_s")
+TABLE_METRICS = (
+    "goodput_rps",
+    "slo_attainment",
+    "useful_tokens_per_dollar",
+    "ttft_p99_s",
+    "tpot_p99_s",
+    "e2e_p99_s",
+)
 
 
 def _points_table(points: pd.DataFrame, keys: list) -> str:
@@ -239,19 +314,34 @@ def _points_table(points: pd.DataFrame, keys: list) -> str:
 def _best_table(best: pd.DataFrame, points: pd.DataFrame) -> str:
     """One row per condition: its best setting, whether it meets the SLO target, its headline
     numbers (latencies in ms) and why it is the best."""
-    metrics = [m for m in ("slo_attainment", "useful_tokens_per_dollar", "goodput_rps",
-                           "ttft_p99_s", "tpot_p99_s") if f"{m}_mean" in points]
-    head = "<th>condition</th><th>best setting</th><th>meets SLO target</th>" + "".join(
-        f"<th>{html_lib.escape(title(m))}</th>" for m in metrics) + "<th>why</th>"
+    metrics = [
+        m
+        for m in (
+            "slo_attainment",
+            "useful_tokens_per_dollar",
+            "goodput_rps",
+            "ttft_p99_s",
+            "tpot_p99_s",
+        )
+        if f"{m}_mean" in points
+    ]
+    head = (
+        "<th>condition</th><th>best setting</th><th>meets SLO target</th>"
+        + "".join(f"<th>{html_lib.escape(title(m))}</th>" for m in metrics)
+        + "<th>why</th>"
+    )
     by_point = points.set_index("point", drop=False)
     rows = []
     for b in best.itertuples(index=False):
         r = by_point.loc[b.point]
         r = r.iloc[0] if isinstance(r, pd.DataFrame) else r
-        cells = (f"<td>{html_lib.escape(b.condition)}</td><td><b>{html_lib.escape(b.setting)}"
-                 f"</b></td><td>{'yes' if b.meets_target else 'no'} ({fmt(b.slo_target)})</td>")
-        cells += "".join(f"<td>{html_lib.escape(shown(r[f'{m}_mean'], m, 4))}</td>"
-                         for m in metrics)
+        cells = (
+            f"<td>{html_lib.escape(b.condition)}</td><td><b>{html_lib.escape(b.setting)}"
+            f"</b></td><td>{'yes' if b.meets_target else 'no'} ({fmt(b.slo_target)})</td>"
+        )
+        cells += "".join(
+            f"<td>{html_lib.escape(shown(r[f'{m}_mean'], m, 4))}</td>" for m in metrics
+        )
         cells += f"<td style='text-align:left'>{html_lib.escape(b.why)}</td>"
         rows.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
@@ -278,8 +368,10 @@ def embed(fig, fid: str) -> str:
     spec = json.loads(fig.to_json())
     if spec.get("layout", {}).get("template") == _template():
         del spec["layout"]["template"]
-    return (f"<div class='servetune-figure' id='{fid}'></div>"
-            f"<script type='application/json' id='{fid}-json'>{_script_json(spec)}</script>")
+    return (
+        f"<div class='servetune-figure' id='{fid}'></div>"
+        f"<script type='application/json' id='{fid}-json'>{_script_json(spec)}</script>"
+    )
 
 
 def _script_json(obj) -> str:
@@ -311,8 +403,9 @@ document.addEventListener('DOMContentLoaded',function(){
 var el=document.getElementById('servetune-js-errors');if(el){el.textContent=seen.join('\\n');}});
 })();</script>"""
 
-# After everything: draw each figure (with the shared template where its own is left out), then append #servetune-rendered, naming the figures
-# drawn and those with a subplot where nothing was drawn (an empty plot).
+# After everything: draw each figure (with the shared template where its own is left out), then
+# append #servetune-rendered, naming the figures drawn and those with a subplot where nothing was
+# drawn (an empty plot).
 RENDER = """<script>(function(){
 var divs=Array.prototype.slice.call(document.querySelectorAll('div.servetune-figure'));
 var tpl=document.getElementById('servetune-template');tpl=tpl?JSON.parse(tpl.textContent):null;
@@ -339,11 +432,13 @@ document.body.appendChild(m);},function(e){servetuneNote('drawing: '+(e&&e.messa
 def _head(meta: dict) -> str:
     from plotly.offline import get_plotlyjs
 
-    return (f"<!doctype html><html><head><meta charset='utf-8'>"
-            f"<title>servetune report: {html_lib.escape(meta.get('root', ''))}</title>"
-            f"<style>{CSS}</style>{CATCH}<script type='text/javascript'>{get_plotlyjs()}"
-            f"</script></head><body><pre id='servetune-js-errors'></pre>"
-            f"<h1>servetune report</h1>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>servetune report: {html_lib.escape(meta.get('root', ''))}</title>"
+        f"<style>{CSS}</style>{CATCH}<script type='text/javascript'>{get_plotlyjs()}"
+        f"</script></head><body><pre id='servetune-js-errors'></pre>"
+        f"<h1>servetune report</h1>"
+    )
 
 
 def _choice_section(points, best, conditions, settings, cdfs, timeline) -> list[str]:
@@ -361,39 +456,56 @@ def _choice_section(points, best, conditions, settings, cdfs, timeline) -> list[
         f"condition, and settings are only compared within one: here "
         f"{html_lib.escape(cond)}. Within a condition the tuner's order decides: a setting "
         f"whose mean SLO attainment meets the target beats one that does not; among those, the "
-        f"most useful tokens per dollar wins; if none meets it, the highest attainment.</p>")
+        f"most useful tokens per dollar wins; if none meets it, the highest attainment.</p>"
+    )
     if best is not None and len(best):
         parts.append(_best_table(best, points))
-    fig = pareto_figure(points, conditions, settings, best if best is not None else
-                        pd.DataFrame(columns=["point"]))
+    fig = pareto_figure(
+        points, conditions, settings, best if best is not None else pd.DataFrame(columns=["point"])
+    )
     if fig is not None:
-        parts.append("<h3>Pareto front: value against P99 latency</h3><p class='note'>Lower "
-                     "latency and more value are better; the labelled staircase joins the "
-                     "non-dominated settings of each condition, the star marks its best "
-                     "setting, the dashed lines the SLO targets. Settings whose points "
-                     "coincide share a label; a label with no room beside its point is left "
-                     "out: hover the point for its setting.</p>")
+        parts.append(
+            "<h3>Pareto front: value against P99 latency</h3><p class='note'>Lower "
+            "latency and more value are better; the labelled staircase joins the "
+            "non-dominated settings of each condition, the star marks its best "
+            "setting, the dashed lines the SLO targets. Settings whose points "
+            "coincide share a label; a label with no room beside its point is left "
+            "out: hover the point for its setting.</p>"
+        )
         parts.append(embed(fig, "fig-pareto"))
-    fig = cdf_figure(points, cdfs or {}, best if best is not None else
-                     pd.DataFrame(columns=["point"]))
+    fig = cdf_figure(
+        points, cdfs or {}, best if best is not None else pd.DataFrame(columns=["point"])
+    )
     if fig is not None:
-        parts.append("<h3>Latency distributions</h3><p class='note'>Empirical CDF over the "
-                     "counted, completed requests of every seed of a point; click a legend "
-                     "entry to hide a point.</p>")
+        parts.append(
+            "<h3>Latency distributions</h3><p class='note'>Empirical CDF over the "
+            "counted, completed requests of every seed of a point; click a legend "
+            "entry to hide a point.</p>"
+        )
         parts.append(embed(fig, "fig-cdf"))
     parts.append("<h3>Timeline</h3>")
     fig = timeline_figure(timeline)
     if fig is not None:
         parts.append(embed(fig, "fig-timeline"))
     elif timeline is not None:
-        parts.append(f"<p class='note' id='servetune-timeline-note'>"
-                     f"{html_lib.escape(timeline.note)}</p>")
+        parts.append(
+            f"<p class='note' id='servetune-timeline-note'>{html_lib.escape(timeline.note)}</p>"
+        )
     return parts
 
 
-def page(points: pd.DataFrame, runs: pd.DataFrame, keys: list, verdict_lines: list,
-         meta: dict, best: pd.DataFrame | None = None, conditions: list = (),
-         settings: list = (), cdfs: dict | None = None, timeline=None) -> str:
+def page(
+    points: pd.DataFrame,
+    runs: pd.DataFrame,
+    keys: list,
+    verdict_lines: list,
+    meta: dict,
+    best: pd.DataFrame | None = None,
+    conditions: list = (),
+    settings: list = (),
+    cdfs: dict | None = None,
+    timeline=None,
+) -> str:
     """The whole HTML document (plotly.js inlined; nothing is fetched from the network): the
     facts, which setting and why (best, Pareto front, CDFs, timeline), the verdicts, a figure
     per point key, the points table and the data."""
@@ -402,8 +514,9 @@ def page(points: pd.DataFrame, runs: pd.DataFrame, keys: list, verdict_lines: li
     parts.append("<p>" + "<br>".join(facts) + "</p>")
     parts += _choice_section(points, best, list(conditions), list(settings), cdfs, timeline)
     parts.append("<h2>Which points can be told apart</h2><ul>")
-    parts += [f"<li>{html_lib.escape(line)}</li>" for line in verdict_lines] or \
-        ["<li>one point: nothing to compare</li>"]
+    parts += [f"<li>{html_lib.escape(line)}</li>" for line in verdict_lines] or [
+        "<li>one point: nothing to compare</li>"
+    ]
     parts.append(
         f"</ul><p class='note'>Points are compared within their condition. Intervals: mean "
         f"&plusmn; std over seeds, widened to the {LEVEL:.0%} bootstrap interval (requests "
@@ -412,26 +525,32 @@ def page(points: pd.DataFrame, runs: pd.DataFrame, keys: list, verdict_lines: li
         f"the same value (a replayed trace without replicas) and intervals of zero width carry "
         f"no information: such points are told apart from none. The bootstrap treats "
         f"requests as independent; queueing correlates them, so its intervals are optimistic, "
-        f"and more seeds are the honest remedy.</p>")
-    parts.append("<h2>Each key</h2><p class='note'>Hover for values; click a legend entry to "
-                 "hide or show a series (double-click to isolate it); the buttons switch the "
-                 "latency panels between mean, P50, P90 and P99 and the axes between linear and "
-                 "log. Latencies in ms. Bars: &plusmn; std over seeds; shaded band or pale bar: "
-                 "bootstrap interval.</p>")
+        f"and more seeds are the honest remedy.</p>"
+    )
+    parts.append(
+        "<h2>Each key</h2><p class='note'>Hover for values; click a legend entry to "
+        "hide or show a series (double-click to isolate it); the buttons switch the "
+        "latency panels between mean, P50, P90 and P99 and the axes between linear and "
+        "log. Latencies in ms. Bars: &plusmn; std over seeds; shaded band or pale bar: "
+        "bootstrap interval.</p>"
+    )
     for i, x in enumerate(keys or ["point"]):
         parts.append(f"<h3>{html_lib.escape(x)}</h3>")
         parts.append(embed(figure(points, keys, x), f"fig-{i}"))
     parts.append("<h2>Points (mean over seeds)</h2>")
     parts.append(_points_table(points, keys))
-    parts.append("<h2>Data</h2><p class='note'>Every scenario (runs) and every point, as JSON in "
-                 "this page (elements <code>servetune-runs</code> and "
-                 "<code>servetune-points</code>), and as runs.csv / runs.parquet / points.csv "
-                 "beside it (latencies there in seconds, as the columns' _s says).</p>")
+    parts.append(
+        "<h2>Data</h2><p class='note'>Every scenario (runs) and every point, as JSON in "
+        "this page (elements <code>servetune-runs</code> and "
+        "<code>servetune-points</code>), and as runs.csv / runs.parquet / points.csv "
+        "beside it (latencies there in seconds, as the columns' _s says).</p>"
+    )
     parts.append(f"<script type='application/json' id='servetune-runs'>{_json(runs)}</script>")
-    parts.append(f"<script type='application/json' id='servetune-points'>{_json(points)}"
-                 f"</script>")
-    parts.append(f"<script type='application/json' id='servetune-template'>"
-                 f"{_script_json(_template())}</script>")
+    parts.append(f"<script type='application/json' id='servetune-points'>{_json(points)}</script>")
+    parts.append(
+        f"<script type='application/json' id='servetune-template'>"
+        f"{_script_json(_template())}</script>"
+    )
     parts.append(RENDER)
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -30,8 +30,7 @@ CHAR_PX, LINE_PX, GAP_PX = 6.0, 13.0, 6.0  # a label's width per character, its 
 
 
 def _axis_names(n: int) -> list[tuple[str, str]]:
-    return [(f"xaxis{'' if i == 1 else i}", f"yaxis{'' if i == 1 else i}")
-            for i in range(1, n + 1)]
+    return [(f"xaxis{'' if i == 1 else i}", f"yaxis{'' if i == 1 else i}") for i in range(1, n + 1)]
 
 
 def _type_buttons(axis: str, logs: list, ticks: list, x: float) -> dict:
@@ -42,15 +41,24 @@ def _type_buttons(axis: str, logs: list, ticks: list, x: float) -> dict:
 
     def args(kind: str) -> dict:
         out: dict = {}
-        for a, t in zip(names, ticks):
+        for a, t in zip(names, ticks, strict=True):
             out.update(axis_type_args(a, kind, t))
         return out
 
-    return {"buttons": [{"label": f"{axis} {t}", "method": "relayout", "args": [args(t)]}
-                        for t in ("linear", "log")],
-            "type": "buttons", "direction": "right",
-            "active": 1 if all(logs) else 0 if not any(logs) else -1,
-            "x": x, "y": 1.0, "yanchor": "bottom", "xanchor": "left", "pad": {"b": 30}}
+    return {
+        "buttons": [
+            {"label": f"{axis} {t}", "method": "relayout", "args": [args(t)]}
+            for t in ("linear", "log")
+        ],
+        "type": "buttons",
+        "direction": "right",
+        "active": 1 if all(logs) else 0 if not any(logs) else -1,
+        "x": x,
+        "y": 1.0,
+        "yanchor": "bottom",
+        "xanchor": "left",
+        "pad": {"b": 30},
+    }
 
 
 def axis_style(values, log: bool) -> dict:
@@ -66,21 +74,35 @@ def _target_trace(x_ms: float, y: list, name: str, show: bool):
     whatever their type, and the legend toggles it."""
     import plotly.graph_objects as go
 
-    return go.Scatter(x=[x_ms, x_ms], y=y, mode="lines", name="SLO targets",
-                      legendgroup="slo", showlegend=show, hovertemplate=f"{name} SLO "
-                      f"{fmt(x_ms)} ms<extra></extra>", line={"color": "crimson",
-                                                              "dash": "dash", "width": 1.5})
+    return go.Scatter(
+        x=[x_ms, x_ms],
+        y=y,
+        mode="lines",
+        name="SLO targets",
+        legendgroup="slo",
+        showlegend=show,
+        hovertemplate=f"{name} SLO {fmt(x_ms)} ms<extra></extra>",
+        line={"color": "crimson", "dash": "dash", "width": 1.5},
+    )
 
 
 def _hover(g: pd.DataFrame, lat: str, val: str) -> list[str]:
-    return [f"<b>{html_lib.escape(str(p))}</b><br>{title(lat)}: {fmt(a * 1000.0)}<br>"
-            f"{title(val)}: {fmt(b)}<br>SLO attainment: {fmt(c)}"
-            for p, a, b, c in zip(g["point"], g[f"{lat}_mean"], g[f"{val}_mean"],
-                                  g.get("slo_attainment_mean", pd.Series(np.nan, g.index)))]
+    return [
+        f"<b>{html_lib.escape(str(p))}</b><br>{title(lat)}: {fmt(a * 1000.0)}<br>"
+        f"{title(val)}: {fmt(b)}<br>SLO attainment: {fmt(c)}"
+        for p, a, b, c in zip(
+            g["point"],
+            g[f"{lat}_mean"],
+            g[f"{val}_mean"],
+            g.get("slo_attainment_mean", pd.Series(np.nan, g.index)),
+            strict=True,
+        )
+    ]
 
 
-def _pareto_condition(fig, g: pd.DataFrame, on: np.ndarray, star: np.ndarray, where: dict,
-                      style: dict) -> None:
+def _pareto_condition(
+    fig, g: pd.DataFrame, on: np.ndarray, star: np.ndarray, where: dict, style: dict
+) -> None:
     """One condition's points, front (staircase, labelled: style["labels"] maps a position
     in g to its label and text position) and best setting in one panel."""
     import plotly.graph_objects as go
@@ -90,25 +112,53 @@ def _pareto_condition(fig, g: pd.DataFrame, on: np.ndarray, star: np.ndarray, wh
     y = g[f"{val}_mean"].to_numpy(np.float64)
     text = _hover(g, lat, val)
     common = {"legendgroup": style["name"], "hovertemplate": "%{text}<extra></extra>"}
-    fig.add_trace(go.Scatter(x=x[~on].tolist(), y=y[~on].tolist(), mode="markers",
-                             name=style["name"], showlegend=False, opacity=0.5,
-                             text=[t for t, k in zip(text, on) if not k],
-                             marker={"color": style["color"], "size": 7}, **common), **where)
+    fig.add_trace(
+        go.Scatter(
+            x=x[~on].tolist(),
+            y=y[~on].tolist(),
+            mode="markers",
+            name=style["name"],
+            showlegend=False,
+            opacity=0.5,
+            text=[t for t, k in zip(text, on, strict=True) if not k],
+            marker={"color": style["color"], "size": 7},
+            **common,
+        ),
+        **where,
+    )
     front = np.flatnonzero(on)[np.argsort(x[on], kind="stable")]
-    fig.add_trace(go.Scatter(x=x[front].tolist(), y=y[front].tolist(),
-                             mode="lines+markers+text", line_shape="hv", name=style["name"],
-                             showlegend=style["show"], text=[text[i] for i in front],
-                             texttemplate=[labels.get(i, ("", ""))[0] for i in front],
-                             textposition=[labels.get(i, ("", "top right"))[1] for i in front],
-                             textfont={"size": LABEL_PX, "color": style["color"]},
-                             cliponaxis=False, marker={"color": style["color"], "size": 10},
-                             **common), **where)
+    fig.add_trace(
+        go.Scatter(
+            x=x[front].tolist(),
+            y=y[front].tolist(),
+            mode="lines+markers+text",
+            line_shape="hv",
+            name=style["name"],
+            showlegend=style["show"],
+            text=[text[i] for i in front],
+            texttemplate=[labels.get(i, ("", ""))[0] for i in front],
+            textposition=[labels.get(i, ("", "top right"))[1] for i in front],
+            textfont={"size": LABEL_PX, "color": style["color"]},
+            cliponaxis=False,
+            marker={"color": style["color"], "size": 10},
+            **common,
+        ),
+        **where,
+    )
     if star.any():
-        fig.add_trace(go.Scatter(x=x[star].tolist(), y=y[star].tolist(), mode="markers",
-                                 name="best setting", showlegend=False,
-                                 text=[t for t, k in zip(text, star) if k],
-                                 marker={"symbol": "star-open", "size": 18, "color": "black"},
-                                 **common), **where)
+        fig.add_trace(
+            go.Scatter(
+                x=x[star].tolist(),
+                y=y[star].tolist(),
+                mode="markers",
+                name="best setting",
+                showlegend=False,
+                text=[t for t, k in zip(text, star, strict=True) if k],
+                marker={"symbol": "star-open", "size": 18, "color": "black"},
+                **common,
+            ),
+            **where,
+        )
 
 
 def _pixels(v, values, log: bool, size: float) -> np.ndarray:
@@ -136,8 +186,10 @@ def front_places(found: list, axes_values: tuple, logs: tuple) -> list[dict]:
     room = (-20.0, -LINE_PX, PANEL_PX[0] + 40.0, PANEL_PX[1] + LINE_PX)  # margins too
     spots = iter(place(px, py, sizes, GAP_PX, bounds=room))
     placed = [[(i, text, next(spots)[0]) for i, text, _, _ in labels] for labels in found]
-    return [{i: (text, PLOTLY_POSITIONS[p]) for i, text, p in labels if p is not None}
-            for labels in placed]
+    return [
+        {i: (text, PLOTLY_POSITIONS[p]) for i, text, p in labels if p is not None}
+        for labels in placed
+    ]
 
 
 def _front_panel(fig, points: pd.DataFrame, p: int, best: pd.DataFrame, parts: tuple) -> list:
@@ -146,8 +198,10 @@ def _front_panel(fig, points: pd.DataFrame, p: int, best: pd.DataFrame, parts: t
     (lat, val), (groups, masks, label_keys) = FRONT_PANELS[p], parts
     where = {"row": p // 2 + 1, "col": p % 2 + 1}
     target = [t * 1000.0 for t in targets_s(points, f"slo.{lat.split('_')[0]}_s")]
-    axes = [np.concatenate([points[f"{lat}_mean"].to_numpy(np.float64) * 1000.0, target]),
-            points[f"{val}_mean"].to_numpy(np.float64)]
+    axes = [
+        np.concatenate([points[f"{lat}_mean"].to_numpy(np.float64) * 1000.0, target]),
+        points[f"{val}_mean"].to_numpy(np.float64),
+    ]
     logs = (log_scale(axes[0]), log_scale(axes[1]))
     found, ons = [], []
     for _, g in groups:
@@ -156,19 +210,29 @@ def _front_panel(fig, points: pd.DataFrame, p: int, best: pd.DataFrame, parts: t
         on = masks[(lat, val)][g.index.to_numpy()]
         found.append([(i, text, x[i], y[i]) for i, text in front_labels(g, x, y, on, label_keys)])
         ons.append(on)
-    for k, ((cond, g), labels) in enumerate(zip(groups, front_places(found, axes, logs))):
-        style = {"lat": lat, "val": val, "name": cond, "color": PALETTE[k % len(PALETTE)],
-                 "show": p == 0, "labels": labels}
-        _pareto_condition(fig, g, ons[k], g["point"].isin(set(best["point"])).to_numpy(),
-                          where, style)
+    for k, ((cond, g), labels) in enumerate(
+        zip(groups, front_places(found, axes, logs), strict=True)
+    ):
+        style = {
+            "lat": lat,
+            "val": val,
+            "name": cond,
+            "color": PALETTE[k % len(PALETTE)],
+            "show": p == 0,
+            "labels": labels,
+        }
+        _pareto_condition(
+            fig, g, ons[k], g["point"].isin(set(best["point"])).to_numpy(), where, style
+        )
     ys = axes[1][np.isfinite(axes[1])]
     span = [float(ys.min()), float(ys.max())] if len(ys) else [0.0, 1.0]
     for t in target:
-        fig.add_trace(_target_trace(t, span, lat.split("_")[0].upper(), p == 0 and
-                                    t == target[0]), **where)
+        fig.add_trace(
+            _target_trace(t, span, lat.split("_")[0].upper(), p == 0 and t == target[0]), **where
+        )
     fig.update_xaxes(title_text=title(lat), **axis_style(axes[0], logs[0]), **where)
     fig.update_yaxes(title_text=title(val), **axis_style(axes[1], logs[1]), **where)
-    return list(zip(axes, logs))
+    return list(zip(axes, logs, strict=True))
 
 
 def pareto_figure(points: pd.DataFrame, conditions: list, settings: list, best: pd.DataFrame):
@@ -181,17 +245,32 @@ def pareto_figure(points: pd.DataFrame, conditions: list, settings: list, best: 
     if any(f"{m}_mean" not in points for pair in FRONT_PANELS for m in pair):
         return None
     points = points.reset_index(drop=True)
-    parts = (condition_groups(points, conditions), fronts(points, conditions),
-             list(settings) or list(conditions))
-    fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.08, vertical_spacing=0.12,
-                        subplot_titles=[f"{title(v)} vs {title(lat)}" for lat, v in FRONT_PANELS])
+    parts = (
+        condition_groups(points, conditions),
+        fronts(points, conditions),
+        list(settings) or list(conditions),
+    )
+    fig = make_subplots(
+        rows=2,
+        cols=2,
+        horizontal_spacing=0.08,
+        vertical_spacing=0.12,
+        subplot_titles=[f"{title(v)} vs {title(lat)}" for lat, v in FRONT_PANELS],
+    )
     panels = [_front_panel(fig, points, p, best, parts) for p in range(len(FRONT_PANELS))]
-    menus = [_type_buttons(a, [pn[i][1] for pn in panels],
-                           [plotly_log_ticks(pn[i][0]) for pn in panels], x)
-             for i, (a, x) in enumerate((("x", 0.0), ("y", 0.25)))]
-    fig.update_layout(height=820, template="plotly_white", margin={"t": 100},
-                      legend={"groupclick": "togglegroup", "title": {"text": "condition"}},
-                      updatemenus=menus)
+    menus = [
+        _type_buttons(
+            a, [pn[i][1] for pn in panels], [plotly_log_ticks(pn[i][0]) for pn in panels], x
+        )
+        for i, (a, x) in enumerate((("x", 0.0), ("y", 0.25)))
+    ]
+    fig.update_layout(
+        height=820,
+        template="plotly_white",
+        margin={"t": 100},
+        legend={"groupclick": "togglegroup", "title": {"text": "condition"}},
+        updatemenus=menus,
+    )
     return fig
 
 
@@ -206,32 +285,52 @@ def cdf_figure(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame):
     shown = cdf_order(points, best, cdfs, CDF_LIMIT)
     if not shown:
         return None
-    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.06,
-                        subplot_titles=[f"{lat.upper()} (ms)" for lat in LATENCIES])
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        horizontal_spacing=0.06,
+        subplot_titles=[f"{lat.upper()} (ms)" for lat in LATENCIES],
+    )
     logs, ticks = [], []
     for c, lat in enumerate(LATENCIES, start=1):
         for k, p in enumerate(shown):
             cdf = thin(cdfs[p][lat], CDF_STEPS)
             if cdf.n:
-                fig.add_trace(go.Scatter(
-                    x=cdf.x_ms.astype(np.float32), y=cdf.p.astype(np.float32), mode="lines",
-                    line_shape="hv", name=p, legendgroup=p, showlegend=c == 1,
-                    line={"color": PALETTE[k % len(PALETTE)], "width": 1.5},
-                    hovertemplate=f"{html_lib.escape(p)}<br>%{{x:.4g}} ms: %{{y:.4f}} of "
-                                  f"{cdf.n} requests<extra></extra>"), row=1, col=c)
+                fig.add_trace(
+                    go.Scatter(
+                        x=cdf.x_ms.astype(np.float32),
+                        y=cdf.p.astype(np.float32),
+                        mode="lines",
+                        line_shape="hv",
+                        name=p,
+                        legendgroup=p,
+                        showlegend=c == 1,
+                        line={"color": PALETTE[k % len(PALETTE)], "width": 1.5},
+                        hovertemplate=f"{html_lib.escape(p)}<br>%{{x:.4g}} ms: %{{y:.4f}} of "
+                        f"{cdf.n} requests<extra></extra>",
+                    ),
+                    row=1,
+                    col=c,
+                )
         target = [t * 1000.0 for t in targets_s(points, f"slo.{lat}_s")]
         for t in target:
             fig.add_trace(_target_trace(t, [0.0, 1.0], lat.upper(), False), row=1, col=c)
         values = np.concatenate([cdfs[p][lat].x_ms for p in shown] + [np.asarray(target)])
         logs.append(log_scale(values))
         ticks.append(plotly_log_ticks(values))
-        fig.update_xaxes(title_text=f"{lat.upper()} (ms)", **axis_style(values, logs[-1]),
-                         row=1, col=c)
-        fig.update_yaxes(range=[0, 1.02], title_text="fraction at or below" if c == 1 else None,
-                         row=1, col=c)
-    fig.update_layout(height=500, template="plotly_white", margin={"t": 110},
-                      legend={"title": {"text": "point"}},
-                      updatemenus=[_type_buttons("x", logs, ticks, 0.0)])
+        fig.update_xaxes(
+            title_text=f"{lat.upper()} (ms)", **axis_style(values, logs[-1]), row=1, col=c
+        )
+        fig.update_yaxes(
+            range=[0, 1.02], title_text="fraction at or below" if c == 1 else None, row=1, col=c
+        )
+    fig.update_layout(
+        height=500,
+        template="plotly_white",
+        margin={"t": 110},
+        legend={"title": {"text": "point"}},
+        updatemenus=[_type_buttons("x", logs, ticks, 0.0)],
+    )
     return fig
 
 
@@ -241,10 +340,20 @@ def _style_keys(fig) -> None:
     import plotly.graph_objects as go
 
     for name, d in style_names():
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=name,
-                                 legendgroup="line styles", legendgrouptitle_text="line style",
-                                 line={"color": "#555", "dash": d, "width": 1.5},
-                                 hoverinfo="skip"), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="lines",
+                name=name,
+                legendgroup="line styles",
+                legendgrouptitle_text="line style",
+                line={"color": "#555", "dash": d, "width": 1.5},
+                hoverinfo="skip",
+            ),
+            row=1,
+            col=1,
+        )
 
 
 def timeline_figure(tl):
@@ -259,24 +368,45 @@ def timeline_figure(tl):
     if tl is None or tl.table is None:
         return None
     data, width = binned(tl.table, HTML_BINS)
-    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        subplot_titles=[" / ".join(n for _, n in panel)
-                                        for panel in TIMELINE_PANELS])
+    fig = make_subplots(
+        rows=4,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.04,
+        subplot_titles=[" / ".join(n for _, n in panel) for panel in TIMELINE_PANELS],
+    )
     for r, panel in enumerate(TIMELINE_PANELS, start=1):
         for k, (inst, g) in enumerate(data.groupby("instance", sort=True)):
             for col, name in panel:  # the instance's legend entry: its solid line
                 t, v = steps(g["t_s"].to_numpy(np.float32), g[col].to_numpy())
-                fig.add_trace(go.Scatter(
-                    x=t, y=v, mode="lines", line_shape="hv", name=f"instance {inst}",
-                    legendgroup=f"instance {inst}", showlegend=r == 1 and dash(col) == "solid",
-                    line={"color": PALETTE[k % len(PALETTE)], "dash": dash(col), "width": 1.3},
-                    hovertemplate=f"instance {inst} {name}: %{{y}} at %{{x:.4g}} s"
-                                  f"<extra></extra>"), row=r, col=1)
+                fig.add_trace(
+                    go.Scatter(
+                        x=t,
+                        y=v,
+                        mode="lines",
+                        line_shape="hv",
+                        name=f"instance {inst}",
+                        legendgroup=f"instance {inst}",
+                        showlegend=r == 1 and dash(col) == "solid",
+                        line={"color": PALETTE[k % len(PALETTE)], "dash": dash(col), "width": 1.3},
+                        hovertemplate=f"instance {inst} {name}: %{{y}} at %{{x:.4g}} s"
+                        f"<extra></extra>",
+                    ),
+                    row=r,
+                    col=1,
+                )
     _style_keys(fig)
     fig.update_xaxes(title_text="simulated time (s)", row=4, col=1)
     note = f"; maximum per {width:.3g} s bin" if width else ""
-    fig.update_layout(height=900, template="plotly_white", margin={"t": 80},
-                      title={"text": f"run {html_lib.escape(tl.run)}, scenario {tl.scenario} "
-                                     f"({html_lib.escape(tl.why)}){note}", "font": {"size": 13}},
-                      legend={"groupclick": "togglegroup"})
+    fig.update_layout(
+        height=900,
+        template="plotly_white",
+        margin={"t": 80},
+        title={
+            "text": f"run {html_lib.escape(tl.run)}, scenario {tl.scenario} "
+            f"({html_lib.escape(tl.why)}){note}",
+            "font": {"size": 13},
+        },
+        legend={"groupclick": "togglegroup"},
+    )
     return fig

@@ -20,17 +20,28 @@ DIGITS = 3  # significant digits at which two points coincide
 # where a label goes, (side x, side y): its box starts right of the point (+1) or ends left of
 # it (-1), and sits above (+1), below (-1) or centred on (0) it; tried in this order
 PLACES = ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0))
-PLOTLY_POSITIONS = {(1, 1): "top right", (1, -1): "bottom right", (-1, 1): "top left",
-                    (-1, -1): "bottom left", (1, 0): "middle right", (-1, 0): "middle left"}
+PLOTLY_POSITIONS = {
+    (1, 1): "top right",
+    (1, -1): "bottom right",
+    (-1, 1): "top left",
+    (-1, -1): "bottom left",
+    (1, 0): "middle right",
+    (-1, 0): "middle left",
+}
 
 
 def tie_groups(x, y, digits: int = DIGITS) -> list[list[int]]:
     """The indices of the points grouped where x and y agree to `digits` significant digits
     (non-finite values never agree), groups and members in order of first appearance."""
     groups: dict = {}
-    for i, (a, b) in enumerate(zip(np.asarray(x, np.float64), np.asarray(y, np.float64))):
-        key = (f"{a:.{digits}g}", f"{b:.{digits}g}") if np.isfinite(a) and np.isfinite(b) \
+    for i, (a, b) in enumerate(
+        zip(np.asarray(x, np.float64), np.asarray(y, np.float64), strict=True)
+    ):
+        key = (
+            (f"{a:.{digits}g}", f"{b:.{digits}g}")
+            if np.isfinite(a) and np.isfinite(b)
             else ("nan", i)
+        )
         groups.setdefault(key, []).append(i)
     return list(groups.values())
 
@@ -48,8 +59,7 @@ def tied_label(rows: pd.DataFrame, keys: list) -> str:
         return "; ".join(labels)
     names, sep = short_names(keys), ", " if len(keys) == 1 else "/"
     values = {k: sep.join(dict.fromkeys(fmt(v) for v in rows[k])) for k in keys}
-    return ", ".join(f"{names[k]}={values[k] if k in vary else fmt(rows[k].iloc[0])}"
-                     for k in keys)
+    return ", ".join(f"{names[k]}={values[k] if k in vary else fmt(rows[k].iloc[0])}" for k in keys)
 
 
 def front_labels(g: pd.DataFrame, x, y, on, keys: list) -> list[tuple[int, str]]:
@@ -90,8 +100,9 @@ def _inside(b: tuple, bounds: tuple | None, vertical: bool = True) -> bool:
     return across and (not vertical or (bounds[1] <= b[1] and b[3] <= bounds[3]))
 
 
-def place(px, py, sizes: list, gap: float, stack: bool = False,
-          bounds: tuple | None = None) -> list[tuple]:
+def place(
+    px, py, sizes: list, gap: float, stack: bool = False, bounds: tuple | None = None
+) -> list[tuple]:
     """[(place, lift)] of labels at pixel points (px, py) of box `sizes` [(width, height)],
     in order: the first of PLACES whose box lies inside `bounds` (x0, y0, x1, y1; the plot
     area, None: anywhere) and overlaps no label placed before. Where none is free, with
@@ -100,15 +111,18 @@ def place(px, py, sizes: list, gap: float, stack: bool = False,
     can shift a label anywhere), else (None, 0): no place (a figure that can only put text at
     PLACES leaves that label out)."""
     boxes, out = [], []
-    for x, y, size in zip(px, py, sizes):
-        free = [p for p in PLACES if _inside(b := box(x, y, size, p, gap), bounds)
-                and not _cost(boxes, b)]
+    for x, y, size in zip(px, py, sizes, strict=True):
+        free = [
+            p
+            for p in PLACES
+            if _inside(b := box(x, y, size, p, gap), bounds) and not _cost(boxes, b)
+        ]
         p, lift = (free[0] if free else None), 0.0
         if p is None and stack:
-            p = next((q for q in PLACES if _inside(box(x, y, size, q, gap), bounds, False)),
-                     PLACES[0])
-            step = -size[1] if bounds is not None and y > (bounds[1] + bounds[3]) / 2 \
-                else size[1]
+            p = next(
+                (q for q in PLACES if _inside(box(x, y, size, q, gap), bounds, False)), PLACES[0]
+            )
+            step = -size[1] if bounds is not None and y > (bounds[1] + bounds[3]) / 2 else size[1]
             while _cost(boxes, box(x, y + lift, size, p, gap)):
                 lift += step
         if p is not None:

@@ -101,8 +101,9 @@ def point_cdfs(col: Collection, skipped: list | None = None) -> dict:
         table = _read(path, skipped) if path.exists() else None
         by_scenario = {}
         if table is not None:
-            by_scenario = dict(tuple(table.groupby("scenario"))) if "scenario" in table \
-                else {0: table}
+            by_scenario = (
+                dict(tuple(table.groupby("scenario"))) if "scenario" in table else {0: table}
+            )
         for idx in rows.index:
             label = labels[runs.index.get_loc(idx)]
             req = by_scenario.get(int(runs.at[idx, "scenario"]))
@@ -115,6 +116,8 @@ def point_cdfs(col: Collection, skipped: list | None = None) -> dict:
             if left[label] == 0:
                 parts = pooled.pop(label, {})
                 if label not in broken and parts:
-                    out[label] = {lat: Cdf(*ecdf(np.concatenate(v)), n=sum(map(len, v)))
-                                  for lat, v in parts.items()}
+                    out[label] = {
+                        lat: Cdf(*ecdf(np.concatenate(v)), n=sum(map(len, v)))
+                        for lat, v in parts.items()
+                    }
     return out

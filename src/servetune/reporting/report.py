@@ -75,16 +75,27 @@ def _check_out(out_dir: Path, html: bool) -> None:
     taken = [out_dir / n for n in names] + sorted(out_dir.glob("fig_*.png"))
     for path in taken:
         if os.path.isdir(path):
-            raise OutputError(f"--out {out_dir}: {path.name} is a folder; expected a file the "
-                              f"report replaces (move the folder away); nothing was written")
+            raise OutputError(
+                f"--out {out_dir}: {path.name} is a folder; expected a file the "
+                f"report replaces (move the folder away); nothing was written"
+            )
     if not os.access(base, os.W_OK | os.X_OK):
-        raise OutputError(f"--out {out_dir}: cannot be an output folder ({base} is read-only "
-                          f"for this user); nothing was written")
+        raise OutputError(
+            f"--out {out_dir}: cannot be an output folder ({base} is read-only "
+            f"for this user); nothing was written"
+        )
 
 
-def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, seed: int = 0,
-           figures: bool = True, html: bool = True, timeline: str | None = None,
-           settings: list | tuple = ()) -> Report:
+def report(
+    root: Path | str,
+    out: Path | str | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    figures: bool = True,
+    html: bool = True,
+    timeline: str | None = None,
+    settings: list | tuple = (),
+) -> Report:
     """Report on every run under `root` into `out` (default root/report).
 
     Writes runs.parquet, runs.csv, points.csv, comparisons.csv, best.csv (the best setting per
@@ -103,8 +114,10 @@ def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, 
     col = collect(root, exclude=out_dir)
     unknown = [k for k in settings if k not in col.keys]
     if unknown:  # a typo would silently leave the key a condition
-        raise ReportError(f"--setting {unknown[0]}: no run under {root} sets it; expected one "
-                          f"of the keys the runs differ in: {', '.join(col.keys) or '(none)'}")
+        raise ReportError(
+            f"--setting {unknown[0]}: no run under {root} sets it; expected one "
+            f"of the keys the runs differ in: {', '.join(col.keys) or '(none)'}"
+        )
     conditions, setting_keys = choose.split_keys(col.keys, tuple(settings))
     reps = stats.bootstrap(col, n_boot, seed)
     runs = stats.runs_ci(col, reps)
@@ -116,53 +129,96 @@ def report(root: Path | str, out: Path | str | None = None, n_boot: int = 1000, 
     cdfs = None
     if figures or html:
         from servetune.reporting.latency import point_cdfs
+
         cdfs = point_cdfs(col)
     ensure_dir(out_dir)
     # one report at a time; the tables, figures and page appear as one set, or none
     with run_folder.claimed_set(out_dir, "servetune report") as stage:
         files = [stage / name for name in TABLES]
         write_whole(files[0], lambda tmp: runs.to_parquet(tmp, index=False))
-        for path, table in zip(files[1:], (runs, points, comparisons, best)):
+        for path, table in zip(files[1:], (runs, points, comparisons, best), strict=True):
             write_whole(path, lambda tmp, table=table: table.to_csv(tmp, index=False))
         if figures:
             from servetune.reporting import figures as figs
+
             files += figs.draw(points, col.keys, stage)
-            files += [path for path in (
-                figs.draw_pareto(points, conditions, setting_keys, best, stage),
-                figs.draw_cdfs(points, cdfs, best, stage),
-                figs.draw_timeline(tl, stage)) if path is not None]
+            files += [
+                path
+                for path in (
+                    figs.draw_pareto(points, conditions, setting_keys, best, stage),
+                    figs.draw_cdfs(points, cdfs, best, stage),
+                    figs.draw_timeline(tl, stage),
+                )
+                if path is not None
+            ]
         if html:
             from servetune.reporting.html import page
+
             path = stage / "report.html"
-            write_text(path, page(points, runs, col.keys, verdicts,
-                                  _meta(col, runs, points, n_boot), best=best,
-                                  conditions=conditions, settings=setting_keys, cdfs=cdfs,
-                                  timeline=tl))
+            write_text(
+                path,
+                page(
+                    points,
+                    runs,
+                    col.keys,
+                    verdicts,
+                    _meta(col, runs, points, n_boot),
+                    best=best,
+                    conditions=conditions,
+                    settings=setting_keys,
+                    cdfs=cdfs,
+                    timeline=tl,
+                ),
+            )
             files.append(path)
     files = [out_dir / path.name for path in files]
-    return Report(out_dir=out_dir, runs=runs, points=points, comparisons=comparisons,
-                  verdicts=verdicts, keys=col.keys, files=files, skipped=col.skipped,
-                  conditions=conditions, settings=setting_keys, best=best, timeline=tl)
+    return Report(
+        out_dir=out_dir,
+        runs=runs,
+        points=points,
+        comparisons=comparisons,
+        verdicts=verdicts,
+        keys=col.keys,
+        files=files,
+        skipped=col.skipped,
+        conditions=conditions,
+        settings=setting_keys,
+        best=best,
+        timeline=tl,
+    )
 
 
 def _meta(col, runs: pd.DataFrame, points: pd.DataFrame, n_boot: int) -> dict:
     """The facts at the top of the page: where, how many, which keys and targets."""
-    meta = {"root": str(col.root), "runs": runs["run"].nunique(), "scenarios": len(runs),
-            "points": len(points), "point keys": ", ".join(col.keys) or "none (one point)",
-            "seeds per point": " / ".join(str(n) for n in sorted(set(points["n"]))),
-            "bootstrap resamples": n_boot}
+    meta = {
+        "root": str(col.root),
+        "runs": runs["run"].nunique(),
+        "scenarios": len(runs),
+        "points": len(points),
+        "point keys": ", ".join(col.keys) or "none (one point)",
+        "seeds per point": " / ".join(str(n) for n in sorted(set(points["n"]))),
+        "bootstrap resamples": n_boot,
+    }
     if col.skipped:
         meta["left out (damaged)"] = "; ".join(col.skipped)
     for k in CONTEXT_KEYS:
         if k in runs and runs[k].notna().any():
             meta[k] = ", ".join(str(v) for v in dict.fromkeys(runs[k].dropna()))
-    for k, name in (("slo.ttft_s", "SLO TTFT target"), ("slo.tpot_s", "SLO TPOT target"),
-                    ("slo.e2e_s", "SLO E2E target")):
+    for k, name in (
+        ("slo.ttft_s", "SLO TTFT target"),
+        ("slo.tpot_s", "SLO TPOT target"),
+        ("slo.e2e_s", "SLO E2E target"),
+    ):
         targets = choose.targets_s(runs, k)
         if targets:
             meta[name] = ", ".join(f"{fmt(t * 1000.0)} ms" for t in targets)
-    given = [float(v) for v in runs.get("tune.objective.slo_target", pd.Series(dtype=float))
-             if isinstance(v, (int, float)) and math.isfinite(v)]
-    meta["SLO attainment target"] = ", ".join(fmt(v) for v in dict.fromkeys(given)) or \
-        f"{fmt(choose.DEFAULT_SLO_TARGET)} (the default; the runs do not say)"
+    given = [
+        float(v)
+        for v in runs.get("tune.objective.slo_target", pd.Series(dtype=float))
+        if isinstance(v, (int, float)) and math.isfinite(v)
+    ]
+    meta["SLO attainment target"] = (
+        ", ".join(fmt(v) for v in dict.fromkeys(given))
+        or f"{fmt(choose.DEFAULT_SLO_TARGET)} (the default; the runs do not say)"
+    )
     return meta

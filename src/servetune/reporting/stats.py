@@ -27,11 +27,18 @@ LATENCIES = ("ttft", "tpot", "e2e")
 STATS = ("mean", "p50", "p90", "p99")
 QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 # Metrics with bootstrap intervals: every latency statistic, SLO attainment and goodput.
-CI_METRICS = tuple(f"{m}_{s}_s" for m in LATENCIES for s in STATS) + ("slo_attainment",
-                                                                        "goodput_rps")
+CI_METRICS = tuple(f"{m}_{s}_s" for m in LATENCIES for s in STATS) + (
+    "slo_attainment",
+    "goodput_rps",
+)
 # Headline metrics and which way is better (+1 higher, -1 lower).
-HEADLINE = {"goodput_rps": 1, "slo_attainment": 1, "useful_tokens_per_dollar": 1,
-            "ttft_p99_s": -1, "tpot_p99_s": -1}
+HEADLINE = {
+    "goodput_rps": 1,
+    "slo_attainment": 1,
+    "useful_tokens_per_dollar": 1,
+    "ttft_p99_s": -1,
+    "tpot_p99_s": -1,
+}
 LEVEL = 0.95
 TOL = 1e-9  # relative: a spread or an interval width below this is zero
 NO_INFO_SEEDS = "no information (every seed gave the same value)"
@@ -58,13 +65,14 @@ def _replicate_stats(values: np.ndarray, n_boot: int, rng: np.random.Generator) 
         sample = values[idx]
         out["mean"].append(sample.mean(axis=1))
         qs = np.percentile(sample, list(QUANTILES.values()), axis=1)
-        for name, q in zip(QUANTILES, qs):
+        for name, q in zip(QUANTILES, qs, strict=True):
             out[name].append(q)
     return {s: np.concatenate(v) for s, v in out.items()}
 
 
-def bootstrap_scenario(requests: pd.DataFrame, window_s: float, n_boot: int,
-                       rng: np.random.Generator) -> dict:
+def bootstrap_scenario(
+    requests: pd.DataFrame, window_s: float, n_boot: int, rng: np.random.Generator
+) -> dict:
     """Replicates [n_boot] of every CI_METRICS entry for one scenario's request table, over the
     same requests the metrics use (counted; latencies of completed requests)."""
     counted = requests[requests["counted"].to_numpy(bool)]
@@ -100,8 +108,9 @@ def _read_requests(path, skipped: list) -> pd.DataFrame | None:
         return None
     missing = [c for c in REQUEST_COLUMNS if c not in table.columns]
     if missing:
-        skipped.append(f"{path}: cannot read (no column {', '.join(missing)}); no intervals "
-                       f"for this run")
+        skipped.append(
+            f"{path}: cannot read (no column {', '.join(missing)}); no intervals for this run"
+        )
         return None
     return table
 
@@ -132,9 +141,15 @@ def bootstrap(col: Collection, n_boot: int = 1000, seed: int = 0) -> dict:
 def metric_columns(runs: pd.DataFrame, keys: list) -> list:
     """The numeric metric columns of a runs table (configuration columns excluded)."""
     skip = set(keys) | {"scenario", "seed"}
-    return [c for c in runs.columns if c not in skip and not c.startswith("policy.")
-            and "." not in c and pd.api.types.is_numeric_dtype(runs[c])
-            and not pd.api.types.is_bool_dtype(runs[c])]
+    return [
+        c
+        for c in runs.columns
+        if c not in skip
+        and not c.startswith("policy.")
+        and "." not in c
+        and pd.api.types.is_numeric_dtype(runs[c])
+        and not pd.api.types.is_bool_dtype(runs[c])
+    ]
 
 
 def aggregate(col: Collection, replicates: dict | None = None) -> pd.DataFrame:
@@ -255,12 +270,21 @@ def interval(points: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray]
     return lo, hi
 
 
-COMPARISON_COLUMNS = ["condition", "metric", "best", "other", "best_mean", "other_mean",
-                      "distinguishable", "note"]
+COMPARISON_COLUMNS = [
+    "condition",
+    "metric",
+    "best",
+    "other",
+    "best_mean",
+    "other_mean",
+    "distinguishable",
+    "note",
+]
 
 
-def compare(points: pd.DataFrame, metrics: dict = HEADLINE, conditions: list = (),
-            keys: list | None = None) -> pd.DataFrame:
+def compare(
+    points: pd.DataFrame, metrics: dict = HEADLINE, conditions: list = (), keys: list | None = None
+) -> pd.DataFrame:
     """For each condition (points that agree on the `conditions` keys: a workload, a
     hardware; "" when there are none) and headline metric, the best point against every other
     point of that condition: columns condition, metric, best, other (points named by their
@@ -274,8 +298,12 @@ def compare(points: pd.DataFrame, metrics: dict = HEADLINE, conditions: list = (
         rest = [k for k in keys if k not in conditions]
         points = points.assign(point=[point_label(r, rest) for _, r in points.iterrows()])
     if conditions:
-        groups = [g for _, g in points.groupby([points[k].astype(str) for k in conditions],
-                                               sort=False, dropna=False)]
+        groups = [
+            g
+            for _, g in points.groupby(
+                [points[k].astype(str) for k in conditions], sort=False, dropna=False
+            )
+        ]
     else:
         groups = [points]
     for g in groups:
@@ -303,10 +331,18 @@ def _compare_group(points: pd.DataFrame, metrics: dict, condition: str) -> list[
                 dist, note = bool(hi[j] < lo[best] or hi[best] < lo[j]), ""
             else:
                 dist, note = None, notes[best] or notes[j]
-            rows.append({"condition": condition, "metric": metric,
-                         "best": points["point"].iloc[best], "other": points["point"].iloc[j],
-                         "best_mean": mean[best], "other_mean": mean[j],
-                         "distinguishable": dist, "note": note})
+            rows.append(
+                {
+                    "condition": condition,
+                    "metric": metric,
+                    "best": points["point"].iloc[best],
+                    "other": points["point"].iloc[j],
+                    "best_mean": mean[best],
+                    "other_mean": mean[j],
+                    "distinguishable": dist,
+                    "note": note,
+                }
+            )
     return rows
 
 
@@ -320,11 +356,17 @@ def verdicts(comparisons: pd.DataFrame) -> list[str]:
     for (condition, metric), g in comparisons.groupby(["condition", "metric"], sort=False):
         best = g["best"].iloc[0]
         dist = list(g["distinguishable"])
-        same = [o for o, d in zip(g["other"], dist) if d is not None and not d]
-        blind = [o for o, d, note in zip(g["other"], dist, g["note"])
-                 if d is None and str(note).startswith("no information")]
-        unknown = [o for o, d, note in zip(g["other"], dist, g["note"])
-                   if d is None and not str(note).startswith("no information")]
+        same = [o for o, d in zip(g["other"], dist, strict=True) if d is not None and not d]
+        blind = [
+            o
+            for o, d, note in zip(g["other"], dist, g["note"], strict=True)
+            if d is None and str(note).startswith("no information")
+        ]
+        unknown = [
+            o
+            for o, d, note in zip(g["other"], dist, g["note"], strict=True)
+            if d is None and not str(note).startswith("no information")
+        ]
         where = f"[{condition}] " if condition else ""
         shown = f"{shown_value(g['best_mean'].iloc[0], metric, 4)} {unit(metric)}".strip()
         text = f"{where}{title(metric, False)}: best {best} ({shown})"
@@ -332,11 +374,16 @@ def verdicts(comparisons: pd.DataFrame) -> list[str]:
             text += f"; not distinguishable from any of the {len(g)} other point(s)"
         elif same:
             more = f" and {len(same) - 4} more" if len(same) > 4 else ""
-            text += (f"; not distinguishable from {len(same)} of {len(g)} other(s): "
-                     + "; ".join(same[:4]) + more)
+            text += (
+                f"; not distinguishable from {len(same)} of {len(g)} other(s): "
+                + "; ".join(same[:4])
+                + more
+            )
         if blind:
-            text += (f"; no information to tell it from {len(blind)} point(s) (identical seeds "
-                     f"or zero-width intervals)")
+            text += (
+                f"; no information to tell it from {len(blind)} point(s) (identical seeds "
+                f"or zero-width intervals)"
+            )
         if unknown:
             text += f"; no interval to compare with {len(unknown)} point(s) (one seed, no CI)"
         if not same and not unknown and not blind:
@@ -349,8 +396,11 @@ def series(points: pd.DataFrame, keys: list, x: str) -> list:
     """Split points into the lines of a figure over `x`: [(label, rows sorted by x)], one per
     combination of the other point keys (label '' when there are none)."""
     others = [k for k in keys if k != x]
-    numeric = x in points and pd.api.types.is_numeric_dtype(points[x]) \
+    numeric = (
+        x in points
+        and pd.api.types.is_numeric_dtype(points[x])
         and not pd.api.types.is_bool_dtype(points[x])
+    )
     if others:
         groups = points.groupby([points[k].astype(str) for k in others], sort=False)
         parts = [(point_label(g.iloc[0], others), g) for _, g in groups]
@@ -371,7 +421,7 @@ def format_mean_std(mean: float, std: float, scale: float = 1.0, fmt: str = "{:.
 
 
 def format_ci(point: pd.Series, metric: str, scale: float = 1.0, fmt: str = "{:.3g}") -> str:
-    """" [lo, hi]": the 95% bootstrap interval `aggregate` gives a P99 metric of one point
+    """ " [lo, hi]": the 95% bootstrap interval `aggregate` gives a P99 metric of one point
     (scaled and formatted); empty for other metrics or where there is none."""
     lo, hi = point.get(f"{metric}_ci_lo", np.nan), point.get(f"{metric}_ci_hi", np.nan)
     if "p99" not in metric or not np.isfinite([lo, hi]).all():

@@ -8,8 +8,9 @@ from rich.table import Table
 from servetune.reporting.numbers import fmt
 
 
-def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
-            console: Console | None = None) -> None:
+def summary(
+    metrics: dict, labels: dict, title: str = "servetune simulate", console: Console | None = None
+) -> None:
     """Print what was simulated (hardware, price, policy, SLOs: a header a pasted summary is
     understood by), then one scenario's key metrics and its per-class breakdown."""
     console = console or Console()
@@ -25,53 +26,80 @@ def summary(metrics: dict, labels: dict, title: str = "servetune simulate",
     t.add_column("value", justify="right")
     rows = [
         ("requests counted (offered rps)", f"{m['n_requests']} ({fmt(m['offered_rps'])}/s)"),
-        ("completed / rejected / outstanding",
-         f"{m['n_completed']} / {m['n_rejected']}{_reasons(m)} / {m['n_outstanding']}"),
-        ("TTFT mean / p50 / p99 (s)",
-         " / ".join(fmt(m[f"ttft_{q}_s"]) for q in ("mean", "p50", "p99"))),
-        ("TPOT mean / p50 / p99 (s)",
-         " / ".join(fmt(m[f"tpot_{q}_s"]) for q in ("mean", "p50", "p99"))),
+        (
+            "completed / rejected / outstanding",
+            f"{m['n_completed']} / {m['n_rejected']}{_reasons(m)} / {m['n_outstanding']}",
+        ),
+        (
+            "TTFT mean / p50 / p99 (s)",
+            " / ".join(fmt(m[f"ttft_{q}_s"]) for q in ("mean", "p50", "p99")),
+        ),
+        (
+            "TPOT mean / p50 / p99 (s)",
+            " / ".join(fmt(m[f"tpot_{q}_s"]) for q in ("mean", "p50", "p99")),
+        ),
         ("ITL p50 / p99 (s)", f"{fmt(m['itl_p50_s'])} / {fmt(m['itl_p99_s'])}"),
         ("E2E mean / p99 (s)", f"{fmt(m['e2e_mean_s'])} / {fmt(m['e2e_p99_s'])}"),
-        ("throughput (req/s, output tok/s)",
-         f"{fmt(m['throughput_rps'])}, {m['output_tokens_per_s']:,.0f}"),
+        (
+            "throughput (req/s, output tok/s)",
+            f"{fmt(m['throughput_rps'])}, {m['output_tokens_per_s']:,.0f}",
+        ),
         ("service rate in the window (req/s)", fmt(m["service_rate_rps"])),
-        ("goodput (req/s) / SLO attainment",
-         f"{fmt(m['goodput_rps'])} / {m['slo_attainment']:.1%}"),
+        (
+            "goodput (req/s) / SLO attainment",
+            f"{fmt(m['goodput_rps'])} / {m['slo_attainment']:.1%}",
+        ),
         ("useful tokens per dollar", f"{m['useful_tokens_per_dollar']:,.0f}"),
-        ("cost (USD) / per qualifying request",
-         f"{m['cost_usd']:.3f} / {fmt(m['cost_per_qualifying_request_usd'])}"),
-        ("busy fraction / KV peak occupancy",
-         f"{m['busy_fraction']:.1%} / {m['kv_peak_occupancy']:.1%}"),
+        (
+            "cost (USD) / per qualifying request",
+            f"{m['cost_usd']:.3f} / {fmt(m['cost_per_qualifying_request_usd'])}",
+        ),
+        (
+            "busy fraction / KV peak occupancy",
+            f"{m['busy_fraction']:.1%} / {m['kv_peak_occupancy']:.1%}",
+        ),
         ("preemptions / wasted token ratio", f"{m['preemptions']} / {m['wasted_token_ratio']:.2%}"),
         ("iterations / simulated time (s)", f"{m['iterations']:,} / {m['sim_duration_s']:.1f}"),
     ]
     if "prefix_hit_rate" in m:  # prefix caching
-        rows.append(("prefix hit rate / evictions",
-                     f"{m['prefix_hit_rate']:.1%} / {m['prefix_evictions']:,}"))
+        rows.append(
+            (
+                "prefix hit rate / evictions",
+                f"{m['prefix_hit_rate']:.1%} / {m['prefix_evictions']:,}",
+            )
+        )
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
     if m.get("by_class"):
         c = Table(title="by class", show_header=True, box=None, padding=(0, 1))
         c.add_column("class", justify="right", no_wrap=True, min_width=14)
-        for col in ("requests", "completed", "SLO att.", "TTFT p99 s", "TPOT p99 s",
-                    "E2E mean s"):
+        for col in ("requests", "completed", "SLO att.", "TTFT p99 s", "TPOT p99 s", "E2E mean s"):
             c.add_column(col, justify="right")
         for name, v in m["by_class"].items():
-            c.add_row(name, str(v["n_requests"]), str(v["n_completed"]),
-                      f"{v['slo_attainment']:.1%}", fmt(v["ttft_p99_s"]), fmt(v["tpot_p99_s"]),
-                      fmt(v["e2e_mean_s"]))
+            c.add_row(
+                name,
+                str(v["n_requests"]),
+                str(v["n_completed"]),
+                f"{v['slo_attainment']:.1%}",
+                fmt(v["ttft_p99_s"]),
+                fmt(v["tpot_p99_s"]),
+                fmt(v["e2e_mean_s"]),
+            )
         console.print(c)
     flags = []
     if m.get("queue_window_overflow"):
-        flags.append(f"queue window overflow: up to {m['queue_window_overflow']} arrivals waited "
-                     f"outside the scheduler's window (raise engine.queue_window)")
+        flags.append(
+            f"queue window overflow: up to {m['queue_window_overflow']} arrivals waited "
+            f"outside the scheduler's window (raise engine.queue_window)"
+        )
     if m.get("slot_bound_iterations"):
-        flags.append(f"capacity bound: in {m['slot_bound_iterations']} iterations "
-                     f"engine.max_slots, "
-                     f"not policy.max_num_seqs, held back admissions (raise engine.max_slots, or "
-                     f"null for exact results)")
+        flags.append(
+            f"capacity bound: in {m['slot_bound_iterations']} iterations "
+            f"engine.max_slots, "
+            f"not policy.max_num_seqs, held back admissions (raise engine.max_slots, or "
+            f"null for exact results)"
+        )
     if m.get("stalled"):
         flags.append("STALLED: waiting requests could never be scheduled")
     for f in flags:
@@ -92,8 +120,11 @@ REJECT_HINTS = {
 def _reasons(m: dict) -> str:
     """' (too_long 3: prompt >= engine.max_model_len; ...)' for metrics.rejected_by, or ''."""
     by = m.get("rejected_by") or {}
-    return (" (" + "; ".join(f"{k} {n}: {REJECT_HINTS.get(k, k)}" for k, n in by.items()) + ")"
-            if by else "")
+    return (
+        " (" + "; ".join(f"{k} {n}: {REJECT_HINTS.get(k, k)}" for k, n in by.items()) + ")"
+        if by
+        else ""
+    )
 
 
 def _hardware_line(labels: dict) -> str:
@@ -102,10 +133,13 @@ def _hardware_line(labels: dict) -> str:
     where = f"{labels.get('tp')} x {labels.get('gpu')}"
     if instances > 1:
         split = labels.get("prefill_instances") or 0
-        where = (f"{instances} instances of {where}"
-                 + (f" ({split} prefill, {instances - split} decode)" if split else ""))
-    line = (f"{labels.get('workload')} | {labels.get('model')} on {where} | "
-            f"{labels.get('kv_blocks')} KV blocks per instance")
+        where = f"{instances} instances of {where}" + (
+            f" ({split} prefill, {instances - split} decode)" if split else ""
+        )
+    line = (
+        f"{labels.get('workload')} | {labels.get('model')} on {where} | "
+        f"{labels.get('kv_blocks')} KV blocks per instance"
+    )
     price = labels.get("price_per_gpu_hour")
     return line + ("" if price is None else f" | ${fmt(price)}/GPU-hour")
 
@@ -132,14 +166,22 @@ def grid_summary(table, console: Console | None = None, max_rows: int = 20) -> N
     left out."""
     console = console or Console()
     cols = [c for c in table.columns if c == "seed" or c.startswith("policy.")]
-    cols += ["goodput_rps", "slo_attainment", "ttft_p99_s", "tpot_p99_s",
-             "useful_tokens_per_dollar", "preemptions"]
+    cols += [
+        "goodput_rps",
+        "slo_attainment",
+        "ttft_p99_s",
+        "tpot_p99_s",
+        "useful_tokens_per_dollar",
+        "preemptions",
+    ]
     t = Table(title=f"{len(table)} scenarios", show_header=True)
     for c in cols:
         t.add_column(c, justify="right", overflow="fold")
     for _, row in table.head(max_rows).iterrows():
         t.add_row(*(fmt(row[c]) for c in cols))
     if len(table) > max_rows:
-        t.caption = (f"first {max_rows} of {len(table)} scenarios; {len(table) - max_rows} left "
-                     f"out here, all in metrics.csv")
+        t.caption = (
+            f"first {max_rows} of {len(table)} scenarios; {len(table) - max_rows} left "
+            f"out here, all in metrics.csv"
+        )
     console.print(t)

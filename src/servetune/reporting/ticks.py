@@ -30,12 +30,12 @@ def steps_125(lo: float, hi: float, max_ticks: int = MAX_TICKS) -> list[float]:
     if not (math.isfinite(lo) and math.isfinite(hi) and lo > 0):
         return []
     decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-    ticks = _in([m * 10.0 ** e for e in decades for m in MANTISSAS], lo, hi)
+    ticks = _in([m * 10.0**e for e in decades for m in MANTISSAS], lo, hi)
     if len(ticks) > max_ticks:
-        ticks = _in([10.0 ** e for e in decades], lo, hi)
-        ticks = ticks[::math.ceil(len(ticks) / max_ticks)]
+        ticks = _in([10.0**e for e in decades], lo, hi)
+        ticks = ticks[:: math.ceil(len(ticks) / max_ticks)]
     if len(ticks) < 2:
-        ticks = _in([m * 10.0 ** e for e in decades for m in range(1, 10)], lo, hi)
+        ticks = _in([m * 10.0**e for e in decades for m in range(1, 10)], lo, hi)
     return ticks
 
 

@@ -22,8 +22,7 @@ from servetune.core.inputs import check_regular
 from servetune.reporting.collect import Collection, ReportError, point_label
 
 FILE = "timeline.parquet"
-COLUMNS = ("t_s", "instance", "queue_len", "running", "batch_tokens", "kv_blocks",
-           "preemptions")
+COLUMNS = ("t_s", "instance", "queue_len", "running", "batch_tokens", "kv_blocks", "preemptions")
 GAUGES = ("queue_len", "running", "batch_tokens", "kv_blocks", "preemptions")
 OPTION = "output.timeline=true"
 MAX_BINS = 2000  # samples per instance drawn; more are binned in time (max per bin)
@@ -59,8 +58,11 @@ def choose(col: Collection, best: pd.DataFrame, requested: str | None) -> tuple[
     pick = next((r for r in rows if (col.run_dirs[r.run] / FILE).exists()), rows[0])
     mine = runs[runs["run"] == pick.run]
     labels = [point_label(r, col.keys) for _, r in mine.iterrows()]
-    scenario = int(mine["scenario"].iloc[labels.index(pick.point)]) if pick.point in labels \
+    scenario = (
+        int(mine["scenario"].iloc[labels.index(pick.point)])
+        if pick.point in labels
         else int(mine["scenario"].iloc[0])
+    )
     where = f" under {pick.condition}" if len(rows) > 1 else ""
     return pick.run, scenario, f"the first run of the best setting{where} ({pick.setting})"
 
@@ -76,8 +78,9 @@ def _find(col: Collection, requested: str) -> str:
                 return run
     known = list(col.run_dirs)
     shown = ", ".join(known[:12]) + (f" ... ({len(known)} runs)" if len(known) > 12 else "")
-    raise ReportError(f"--timeline: got {requested!r}; no such run under {col.root} (runs: "
-                      f"{shown})")
+    raise ReportError(
+        f"--timeline: got {requested!r}; no such run under {col.root} (runs: {shown})"
+    )
 
 
 def how_to_get(run_dir: Path) -> str:
@@ -104,9 +107,11 @@ def read(col: Collection, run: str, scenario: int, why: str) -> Timeline:
     run_dir = Path(col.run_dirs[run])
     path = run_dir / FILE
     if not path.exists():
-        out.note = (f"run {run} has no {FILE}. To see its queue, batch and KV blocks over "
-                    f"time, simulate it again with {OPTION} (same results, plus the "
-                    f"timeline) and report again: {how_to_get(run_dir)}")
+        out.note = (
+            f"run {run} has no {FILE}. To see its queue, batch and KV blocks over "
+            f"time, simulate it again with {OPTION} (same results, plus the "
+            f"timeline) and report again: {how_to_get(run_dir)}"
+        )
         return out
     try:
         check_regular(path, "parquet file", ReportError)
@@ -114,8 +119,10 @@ def read(col: Collection, run: str, scenario: int, why: str) -> Timeline:
         out.table = _checked(table, scenario)
     except Exception as err:  # noqa: BLE001 -- pyarrow raises several kinds on a damaged file
         why_not = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        out.note = (f"{path}: cannot read ({why_not}); simulate the run again with {OPTION} "
-                    f"to write it anew: {how_to_get(run_dir)}")
+        out.note = (
+            f"{path}: cannot read ({why_not}); simulate the run again with {OPTION} "
+            f"to write it anew: {how_to_get(run_dir)}"
+        )
     return out
 
 
@@ -125,8 +132,11 @@ def _checked(table: pd.DataFrame, scenario: int) -> pd.DataFrame:
     missing = [c for c in COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"no column {', '.join(missing)}; expected {', '.join(COLUMNS)}")
-    text = [c for c in COLUMNS if not pd.api.types.is_numeric_dtype(table[c])
-            or pd.api.types.is_bool_dtype(table[c])]
+    text = [
+        c
+        for c in COLUMNS
+        if not pd.api.types.is_numeric_dtype(table[c]) or pd.api.types.is_bool_dtype(table[c])
+    ]
     if text:
         raise ValueError(f"column {', '.join(text)} is not numeric")
     if "scenario" in table.columns:
@@ -134,8 +144,9 @@ def _checked(table: pd.DataFrame, scenario: int) -> pd.DataFrame:
     table = table[np.isfinite(table["t_s"].to_numpy(np.float64))]
     if table.empty:
         raise ValueError(f"no samples (scenario {scenario})")
-    return table[list(COLUMNS)].sort_values(["instance", "t_s"], kind="stable") \
-        .reset_index(drop=True)
+    return (
+        table[list(COLUMNS)].sort_values(["instance", "t_s"], kind="stable").reset_index(drop=True)
+    )
 
 
 def binned(table: pd.DataFrame, max_bins: int = MAX_BINS) -> tuple[pd.DataFrame, float]:
@@ -147,8 +158,9 @@ def binned(table: pd.DataFrame, max_bins: int = MAX_BINS) -> tuple[pd.DataFrame,
         return table, 0.0
     t0, t1 = float(table["t_s"].min()), float(table["t_s"].max())
     width = (t1 - t0) / max_bins or 1.0
-    b = np.minimum(((table["t_s"].to_numpy(np.float64) - t0) / width).astype(np.int64),
-                   max_bins - 1)
+    b = np.minimum(
+        ((table["t_s"].to_numpy(np.float64) - t0) / width).astype(np.int64), max_bins - 1
+    )
     out = table.assign(bin=b).groupby(["instance", "bin"], sort=True)[list(GAUGES)].max()
     out = out.reset_index()
     out["t_s"] = t0 + out.pop("bin") * width

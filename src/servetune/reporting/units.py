@@ -12,13 +12,27 @@ from servetune.reporting.numbers import fmt
 
 LATENCY_PREFIXES = ("ttft", "tpot", "e2e", "itl")
 STAT_TITLES = {"mean": "mean", "p50": "P50", "p90": "P90", "p99": "P99"}
-TITLES = {"goodput_rps": "goodput", "slo_attainment": "SLO attainment",
-          "useful_tokens_per_dollar": "useful tokens per $", "throughput_rps": "throughput"}
+TITLES = {
+    "goodput_rps": "goodput",
+    "slo_attainment": "SLO attainment",
+    "useful_tokens_per_dollar": "useful tokens per $",
+    "throughput_rps": "throughput",
+}
 UNITS = {"goodput_rps": "req/s", "throughput_rps": "req/s"}
 LOG_DECADES = 1.5  # a positive quantity spanning more than this many decades is drawn on log axes
 # series colours of the page's figures (matplotlib's tab10, which the PNGs use)
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf"]
+PALETTE = [
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+]
 
 
 def is_latency(metric: str) -> bool:
@@ -55,7 +69,7 @@ def log_scale(values, decades: float = LOG_DECADES) -> bool:
     the largest more than 10**decades times the smallest (by default 1.5 decades, ~32x)."""
     v = np.asarray(values, np.float64).ravel()
     v = v[np.isfinite(v)]
-    return len(v) > 1 and bool(np.all(v > 0)) and v.max() / v.min() > 10.0 ** decades
+    return len(v) > 1 and bool(np.all(v > 0)) and v.max() / v.min() > 10.0**decades
 
 
 def shown(value, metric: str, digits: int = 3) -> str:

@@ -16,8 +16,13 @@ from servetune.core.suggest import addition_problem, override_problem
 from servetune.run import metrics as metrics_lib
 from servetune.run.driver import rollout
 
-REPR_METRICS = ("goodput_rps", "slo_attainment", "ttft_p99_s", "tpot_p99_s",
-                "useful_tokens_per_dollar")
+REPR_METRICS = (
+    "goodput_rps",
+    "slo_attainment",
+    "ttft_p99_s",
+    "tpot_p99_s",
+    "useful_tokens_per_dollar",
+)
 
 
 class RequestTables(Sequence):
@@ -65,10 +70,10 @@ class SimulationResult:
     def requests_table(self) -> pd.DataFrame:
         """Every scenario's requests in one table: `scenario` (the row of `table`), `seed` and
         the grid values (`policy.*`) first, then the per-request columns."""
-        keys = self.table[[c for c in self.table.columns
-                           if c == "seed" or c.startswith("policy.")]]
-        parts = [req.assign(scenario=k, **keys.iloc[k].to_dict())
-                 for k, req in enumerate(self.requests)]
+        keys = self.table[[c for c in self.table.columns if c == "seed" or c.startswith("policy.")]]
+        parts = [
+            req.assign(scenario=k, **keys.iloc[k].to_dict()) for k, req in enumerate(self.requests)
+        ]
         frame = pd.concat(parts, ignore_index=True)
         front = ["scenario", *keys.columns]
         return frame[front + [c for c in frame.columns if c not in front]]
@@ -76,32 +81,44 @@ class SimulationResult:
     def __repr__(self) -> str:
         n = len(self.metrics)
         grid = sorted({k for pt in self.scenario.grid_points for k in pt})
-        shape = (f"{len(self.scenario.seeds)} seed(s) x {len(self.scenario.grid_points)} grid "
-                 f"point(s)" + (f" over {', '.join(grid)}" if grid else ""))
+        shape = (
+            f"{len(self.scenario.seeds)} seed(s) x {len(self.scenario.grid_points)} grid "
+            f"point(s)" + (f" over {', '.join(grid)}" if grid else "")
+        )
         figures = []
         for name in REPR_METRICS:
             col = self.table[name]
-            figures.append(f"{name}={col.iloc[0]:.4g}" if n == 1 else
-                           f"{name} in [{col.min():.4g}, {col.max():.4g}]")
+            figures.append(
+                f"{name}={col.iloc[0]:.4g}"
+                if n == 1
+                else f"{name} in [{col.min():.4g}, {col.max():.4g}]"
+            )
         sizes = sorted({len(trace) for trace in self.scenario.traces})
         requests = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
-        return (f"SimulationResult({n} scenario(s): {shape}; workload "
-                f"{self.scenario.labels.get('workload')}, {requests} requests per scenario; "
-                f"{', '.join(figures)}; {self.wall_s:.1f} s wall)")
+        return (
+            f"SimulationResult({n} scenario(s): {shape}; workload "
+            f"{self.scenario.labels.get('workload')}, {requests} requests per scenario; "
+            f"{', '.join(figures)}; {self.wall_s:.1f} s wall)"
+        )
 
 
 def compose(overrides: Sequence[str] = (), **settings) -> DictConfig:
     """The servetune config with Hydra-style `overrides` applied (e.g. "policy.max_num_seqs=64"),
-    then keyword `settings` (e.g. `policy={"max_num_seqs": 64}, seeds=2`: servetune/config/overrides.py).
+    then keyword `settings` (e.g. `policy={"max_num_seqs": 64}, seeds=2`:
+    servetune/config/overrides.py).
     """
     if isinstance(overrides, str):
-        raise ConfigError(f"overrides: got the string {overrides!r}; expected a list of "
-                          f"overrides, e.g. [{overrides!r}]")
+        raise ConfigError(
+            f"overrides: got the string {overrides!r}; expected a list of "
+            f"overrides, e.g. [{overrides!r}]"
+        )
     if overrides is None:
         overrides = ()
     if not isinstance(overrides, Sequence) or not all(isinstance(o, str) for o in overrides):
-        raise ConfigError(f"overrides: got {overrides!r}; expected a list of strings such as "
-                          f"['policy.max_num_seqs=64']")
+        raise ConfigError(
+            f"overrides: got {overrides!r}; expected a list of strings such as "
+            f"['policy.max_num_seqs=64']"
+        )
     overrides = [*overrides, *to_overrides(settings)]
     added = addition_problem(overrides)  # a +key nothing reads: as on the command line
     if added:
@@ -125,7 +142,7 @@ def compose(overrides: Sequence[str] = (), **settings) -> DictConfig:
         culprit, hint = "overrides", None
         for k, ovr in enumerate(overrides):
             try:
-                attempt(overrides[:k + 1])
+                attempt(overrides[: k + 1])
             except (HydraException, ValueError):
                 culprit = ovr.split("=", 1)[0].lstrip("+~")
                 hint = override_problem([ovr], attempt(overrides[:k]))
@@ -143,15 +160,18 @@ def check_invariants(results) -> None:
     for s, row in enumerate(results):
         for p, res in enumerate(row):
             st = res.stats
-            for flag, what in (("kv_overflow", "KV blocks in use exceeded capacity"),
-                               ("clock_regress", "an instance clock went back"),
-                               ("stalled", "an idle engine could not admit waiting requests")):
+            for flag, what in (
+                ("kv_overflow", "KV blocks in use exceeded capacity"),
+                ("clock_regress", "an instance clock went back"),
+                ("stalled", "an idle engine could not admit waiting requests"),
+            ):
                 if bool(st[flag].any()):
                     raise SimulationError(f"scenario (seed #{s}, grid point #{p}): {what}")
 
 
-def simulate_batch(scenario: Scenario, progress: Callable[[int, int], None] | None = None
-                   ) -> SimulationResult:
+def simulate_batch(
+    scenario: Scenario, progress: Callable[[int, int], None] | None = None
+) -> SimulationResult:
     """Simulate every (seed, grid point) of `scenario` in one compiled rollout."""
     start = time.perf_counter()
     n_real = [len(t) for t in scenario.traces]
@@ -172,19 +192,23 @@ def simulate_batch(scenario: Scenario, progress: Callable[[int, int], None] | No
             row = {"seed": seed, **{f"policy.{k}": v for k, v in point.items()}}
             row.update({k: v for k, v in m.items() if not isinstance(v, dict)})
             rows.append(row)
-    return SimulationResult(scenario, all_metrics, RequestTables(tables), pd.DataFrame(rows),
-                            wall, timelines)
+    return SimulationResult(
+        scenario, all_metrics, RequestTables(tables), pd.DataFrame(rows), wall, timelines
+    )
 
 
-def simulate(overrides: Sequence[str] | DictConfig = (), progress=None, **settings
-             ) -> SimulationResult:
+def simulate(
+    overrides: Sequence[str] | DictConfig = (), progress=None, **settings
+) -> SimulationResult:
     """Compose the config from Hydra `overrides` and keyword `settings` (or take a composed
     DictConfig), build the scenarios and simulate them, e.g.
     `simulate(workload="poisson", policy={"max_num_seqs": 64}, seeds=2)`."""
     if isinstance(overrides, DictConfig):
         if settings:
-            raise ConfigError(f"{next(iter(settings))}: keyword settings apply to overrides, not "
-                              f"to a composed config; pass them to compose()")
+            raise ConfigError(
+                f"{next(iter(settings))}: keyword settings apply to overrides, not "
+                f"to a composed config; pass them to compose()"
+            )
         cfg = overrides
     else:
         cfg = compose(overrides, **settings)

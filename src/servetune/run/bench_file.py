@@ -30,11 +30,27 @@ BACKEND = "vllm"  # what vLLM 0.32's own server is named among `vllm bench serve
 DETAILED_VALUES = 200_000  # the most per-request numbers (ITLs included) written by default
 DATE_FORMAT = "%Y%m%d-%H%M%S"  # vLLM's `date`
 # vLLM 0.32's order of the aggregates before its per-request arrays
-_HEAD = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
-         "request_throughput", "request_goodput", "output_throughput", "total_token_throughput")
+_HEAD = (
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
+)
 METRIC_ORDER = ("ttft", "tpot", "itl", "e2el")
-DETAILED_ONLY = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts",
-                 "errors")  # the arrays vLLM drops without --save-detailed
+DETAILED_ONLY = (
+    "input_lens",
+    "output_lens",
+    "start_times",
+    "ttfts",
+    "itls",
+    "generated_texts",
+    "errors",
+)  # the arrays vLLM drops without --save-detailed
 _ERRORS = {  # an end state other than completed, as the benchmark client would report it
     "rejected": "rejected by the server ({reason})",
     "cancelled": "cancelled by the client (workload.patience)",
@@ -55,8 +71,9 @@ def arrival_shape(arrival_s: np.ndarray) -> tuple[float, float]:
     return len(gaps) / span, (1.0 / cv**2 if cv > 0 else math.inf)
 
 
-def about(model_id: str, arrival_s: np.ndarray, vllm_bench: dict | None,
-          when: datetime | None = None) -> dict:
+def about(
+    model_id: str, arrival_s: np.ndarray, vllm_bench: dict | None, when: datetime | None = None
+) -> dict:
     """The run metadata vLLM writes first: `vllm_bench` (workload.vllm_bench, vLLM's own flags)
     gives request_rate and burstiness when set, else the trace's arrivals do (`arrival_shape`);
     num_prompts is the number of `arrival_s` (the counted requests)."""
@@ -64,20 +81,39 @@ def about(model_id: str, arrival_s: np.ndarray, vllm_bench: dict | None,
     if vllm_bench:
         rate = float(vllm_bench.get("request_rate") or rate)
         burstiness = float(vllm_bench.get("burstiness") or 1.0)
-    return {"date": (when or datetime.now()).strftime(DATE_FORMAT), "endpoint_type": BACKEND,
-            "backend": BACKEND, "label": None, "model_id": model_id, "tokenizer_id": model_id,
-            "num_prompts": len(arrival_s),
-            "request_rate": rate if math.isfinite(rate) else "inf",
-            "burstiness": burstiness, "max_concurrency": None}
+    return {
+        "date": (when or datetime.now()).strftime(DATE_FORMAT),
+        "endpoint_type": BACKEND,
+        "backend": BACKEND,
+        "label": None,
+        "model_id": model_id,
+        "tokenizer_id": model_id,
+        "num_prompts": len(arrival_s),
+        "request_rate": rate if math.isfinite(rate) else "inf",
+        "burstiness": burstiness,
+        "max_concurrency": None,
+    }
 
 
 def _requests(cols: dict) -> dict:
     """The per-request arrays over the counted requests of the request table `cols`."""
     c = np.asarray(cols["counted"], dtype=bool)
     order = np.argsort(np.asarray(cols["arrival_s"])[c], kind="stable")
-    pick = {k: np.asarray(v)[c][order] for k, v in cols.items()
-            if k in ("end_state", "reject_reason", "arrival_s", "prompt_tokens",
-                     "output_tokens_delivered", "ttft_s", "tpot_s", "e2e_s")}
+    pick = {
+        k: np.asarray(v)[c][order]
+        for k, v in cols.items()
+        if k
+        in (
+            "end_state",
+            "reject_reason",
+            "arrival_s",
+            "prompt_tokens",
+            "output_tokens_delivered",
+            "ttft_s",
+            "tpot_s",
+            "e2e_s",
+        )
+    }
     done = pick["end_state"] == "completed"
     out_lens = np.where(done, pick["output_tokens_delivered"], 0).astype(np.int64)
     gap = np.where(done & (out_lens > 1), np.nan_to_num(pick["tpot_s"]), 0.0)
@@ -86,18 +122,23 @@ def _requests(cols: dict) -> dict:
         "input_lens": pick["prompt_tokens"].astype(np.int64).tolist(),
         "output_lens": out_lens.tolist(),
         "ttfts": np.where(done, pick["ttft_s"], 0.0).tolist(),
-        "itls": [[g] * int(max(n - 1, 0)) for g, n in zip(gap.tolist(), out_lens.tolist())],
+        "itls": [
+            [g] * int(max(n - 1, 0)) for g, n in zip(gap.tolist(), out_lens.tolist(), strict=True)
+        ],
         "latencies": np.where(done, pick["e2e_s"], 0.0).tolist(),
         "start_times": pick["arrival_s"].astype(np.float64).tolist(),
         "queue_times": [0.0] * len(done),
         "generated_texts": [""] * len(done),
-        "errors": ["" if state == "completed" else _ERRORS.get(state, state).format(reason=r)
-                   for state, r in zip(pick["end_state"].tolist(), reasons.tolist())],
+        "errors": [
+            "" if state == "completed" else _ERRORS.get(state, state).format(reason=r)
+            for state, r in zip(pick["end_state"].tolist(), reasons.tolist(), strict=True)
+        ],
     }
 
 
-def peaks(start: np.ndarray, ttft: np.ndarray, gap: np.ndarray, out_lens: np.ndarray,
-          latency: np.ndarray) -> tuple[float, int]:
+def peaks(
+    start: np.ndarray, ttft: np.ndarray, gap: np.ndarray, out_lens: np.ndarray, latency: np.ndarray
+) -> tuple[float, int]:
     """vLLM's max_output_tokens_per_s and max_concurrent_requests over completed requests (all
     arrays [N], seconds and tokens): tokens bucketed by the whole second since the first start
     at which each arrives (the first at start + TTFT, the rest one gap apart), and requests
@@ -128,8 +169,9 @@ def bench_result(cols: dict, aggregates: dict, meta: dict, detailed: bool | None
     rows = _requests(cols)
     done = np.asarray([e == "" for e in rows["errors"]], dtype=bool)
     lens = np.asarray(rows["output_lens"], dtype=np.int64)
-    start, ttft, latency = (np.asarray(rows[k], dtype=np.float64)[done]
-                            for k in ("start_times", "ttfts", "latencies"))
+    start, ttft, latency = (
+        np.asarray(rows[k], dtype=np.float64)[done] for k in ("start_times", "ttfts", "latencies")
+    )
     gap = np.asarray([g[0] if g else 0.0 for g in rows["itls"]], dtype=np.float64)[done]
     top_tokens, top_requests = peaks(start, ttft, gap, lens[done], latency)
     if detailed is None:
@@ -137,8 +179,13 @@ def bench_result(cols: dict, aggregates: dict, meta: dict, detailed: bool | None
     doc = dict(meta)
     doc.update({k: aggregates[k] for k in _HEAD})
     doc.update({k: v for k, v in rows.items() if detailed or k not in DETAILED_ONLY})
-    doc.update({"max_output_tokens_per_s": top_tokens, "max_concurrent_requests": top_requests,
-                "rtfx": 0.0})
+    doc.update(
+        {
+            "max_output_tokens_per_s": top_tokens,
+            "max_concurrent_requests": top_requests,
+            "rtfx": 0.0,
+        }
+    )
     for metric in METRIC_ORDER:  # vLLM prints and stores ttft, tpot, itl, e2el in turn
         doc.update({k: v for k, v in aggregates.items() if k.endswith(f"_{metric}_ms")})
     doc.update({k: v for k, v in aggregates.items() if k not in doc})

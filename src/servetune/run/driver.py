@@ -1,5 +1,5 @@
-"""Rollouts on the host: drives the compiled chunks of servetune/engine/loop.py (sharded over devices
-by servetune/run/shard.py) until every scenario is done, collecting the outbox of finished requests
+"""Rollouts on the host: drives the compiled chunks of engine/loop.py (sharded over devices
+by run/shard.py) until every scenario is done, collecting the outbox of finished requests
 after each chunk; per-request results are assembled once, at the end.
 """
 
@@ -47,16 +47,18 @@ def _collect(box, sink: list) -> None:
         sink.append((valid, {f: np.asarray(getattr(box, f)) for f in record_fields(box)}))
 
 
-def rollout(wl: Workload, params: Params, cfg: EngineConfig, n_real: list[int],
-            progress=None, devices=None) -> list[list[ScenarioResult]]:
+def rollout(
+    wl: Workload, params: Params, cfg: EngineConfig, n_real: list[int], progress=None, devices=None
+) -> list[list[ScenarioResult]]:
     """Run every scenario (workloads [S] x params [P]) to the end; results indexed [s][p].
 
-    `n_real[s]` is workload s's unpadded request count; `progress(done, total)` is called after
-    each compiled chunk. A narrow `cfg` (servetune/engine/width.py) is widened where the live requests
+    `n_real[s]` is workload s's unpadded request count; `progress(done, total)` is called after each
+    compiled chunk. A narrow `cfg` (servetune/engine/width.py) is widened where the live requests
     need it (every scenario of the batch together); each result's stats name the final width
     (`entry_width`, entries per instance) and how often it grew (`widenings`). With several
-    `devices` (default: all, every process's) the batch is sharded over them (servetune/run/shard.py); results do not depend on it. A batch whose state
-    would not fit in memory is a ConfigError before anything is allocated (servetune/engine/memory.py).
+    `devices` (default: all, every process's) the batch is sharded over them
+    (servetune/run/shard.py); results do not depend on it. A batch whose state would not fit in
+    memory is a ConfigError before anything is allocated (servetune/engine/memory.py).
     """
     n_p = int(jax.tree.leaves(params)[0].shape[0])
     lay = shard.layout(len(n_real), n_p, devices)
@@ -76,8 +78,7 @@ def rollout(wl: Workload, params: Params, cfg: EngineConfig, n_real: list[int],
     widenings = 0
     while True:
         state = chunk(state, cfg)
-        box, done, next_req, need = fetch((state.outbox, state.done, state.next_req,
-                                           state.need))
+        box, done, next_req, need = fetch((state.outbox, state.done, state.next_req, state.need))
         _collect(box, chunks)
         if progress is not None:
             progress(int(np.sum(next_req)), total)

@@ -33,8 +33,9 @@ def exit_on_user_error(run, cfg):
         except ServetuneError as err:
             job = _multirun_job()
             where = "" if job is None else f"job #{job['job']} ({' '.join(job['overrides'])}): "
-            Console(stderr=True).print(f"[red]error:[/red] {escape(where + str(err))}", highlight=False,
-                                       soft_wrap=True)
+            Console(stderr=True).print(
+                f"[red]error:[/red] {escape(where + str(err))}", highlight=False, soft_wrap=True
+            )
             if job is None:
                 sys.exit(2)
             write_json(Path(job.pop("output_dir")) / JOB_ERROR_FILE, dict(job, error=str(err)))
@@ -52,5 +53,8 @@ def _multirun_job() -> dict | None:
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return None
     hc = HydraConfig.get()
-    return {"job": hc.job.num, "overrides": list(hc.overrides.task),
-            "output_dir": hc.runtime.output_dir}
+    return {
+        "job": hc.job.num,
+        "overrides": list(hc.overrides.task),
+        "output_dir": hc.runtime.output_dir,
+    }

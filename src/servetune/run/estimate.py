@@ -52,8 +52,7 @@ def _rates(path: Path, kind: str = "simulate") -> list[float]:
     return [r for r in rates if math.isfinite(r) and r > 0]
 
 
-def record(requests: int, wall_s: float, path: Path | None = None, kind: str = "simulate"
-           ) -> None:
+def record(requests: int, wall_s: float, path: Path | None = None, kind: str = "simulate") -> None:
     """Add one finished `kind` run (`requests` simulated over all its scenarios in `wall_s`
     seconds) to the record, keeping the RECENT latest."""
     if requests <= 0 or not wall_s > 0:
@@ -68,8 +67,9 @@ def record(requests: int, wall_s: float, path: Path | None = None, kind: str = "
         pass
 
 
-def wall_estimate(requests: int, path: Path | None = None, kind: str = "simulate"
-                  ) -> tuple[float, int] | None:
+def wall_estimate(
+    requests: int, path: Path | None = None, kind: str = "simulate"
+) -> tuple[float, int] | None:
     """(estimated wall seconds for `requests` simulated requests, runs it is based on), from
     the geometric mean of the recorded `kind` rates; None before the first recorded run."""
     rates = _rates(path or pace_file(), kind)
@@ -88,29 +88,36 @@ def simulate_kind(instances: int) -> str:
     return "simulate" if instances == 1 else f"simulate, {instances} instances"
 
 
-def plan_line(scenarios: int, requests: int, simulated_s: float, path: Path | None = None,
-              instances: int = 1) -> str:
+def plan_line(
+    scenarios: int, requests: int, simulated_s: float, path: Path | None = None, instances: int = 1
+) -> str:
     """The first line of a run: scenarios, requests, simulated seconds and the wall-time
     estimate, e.g. "simulating 12 scenario(s) of 2,867 requests, 600 s of traffic each; about
     40 s on this machine (from 8 earlier runs)"."""
-    head = (f"simulating {scenarios} scenario(s) of {requests:,} requests, "
-            f"{simulated_s:,.0f} s of traffic each")
+    head = (
+        f"simulating {scenarios} scenario(s) of {requests:,} requests, "
+        f"{simulated_s:,.0f} s of traffic each"
+    )
     return head + "; " + guess_text(scenarios * requests, path, simulate_kind(instances))
 
 
 def guess_text(requests: int, path: Path | None = None, kind: str = "simulate") -> str:
-    """"about 40 s on this machine (from 8 earlier runs, compilation included)", or that there
+    """ "about 40 s on this machine (from 8 earlier runs, compilation included)", or that there
     is no estimate yet, for `requests` simulated requests of a `kind` run."""
     guess = wall_estimate(requests, path, kind)
     if guess is None and kind.startswith("simulate, "):
-        return (f"no estimate yet (the first run on {kind.split(', ')[1]} on this machine; "
-                f"time per request grows with the instances, about as their square when most "
-                f"are idle)")
+        return (
+            f"no estimate yet (the first run on {kind.split(', ')[1]} on this machine; "
+            f"time per request grows with the instances, about as their square when most "
+            f"are idle)"
+        )
     if guess is None:
         return f"no estimate yet (the first {kind} run on this machine; compiling first)"
     seconds, runs = guess
-    return (f"about {_duration(seconds)} on this machine (from {runs} earlier "
-            f"run{'s' if runs > 1 else ''}, compilation included)")
+    return (
+        f"about {_duration(seconds)} on this machine (from {runs} earlier "
+        f"run{'s' if runs > 1 else ''}, compilation included)"
+    )
 
 
 def _duration(seconds: float) -> str:

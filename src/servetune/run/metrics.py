@@ -25,8 +25,9 @@ from servetune.run.driver import ScenarioResult
 from servetune.workload.traces import RequestTrace
 
 
-def quality_outcome(trace: RequestTrace, spec: MetricsSpec, extra_hazard=0.0
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def quality_outcome(
+    trace: RequestTrace, spec: MetricsSpec, extra_hazard=0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """(difficulty [N], quality_ok [N]) of every request: ok iff its uniform draw u is at least
     P(fail) (common random numbers, see servetune.config.quality). Without a quality model every
     request passes; a trace without draws (one not built by scenario.build) gets seed 0's.
@@ -73,8 +74,11 @@ def request_columns(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec)
     # every policy (paired comparisons), independent of the precision model's draw
     compressed = res.kv_ratio > 1.0
     if spec.kv_compress_fail_prob > 0 and compressed.any():
-        u = (trace.compress_u if trace.compress_u is not None
-             else streams.rng(0, streams.KV_COMPRESS).random(len(trace)))
+        u = (
+            trace.compress_u
+            if trace.compress_u is not None
+            else streams.rng(0, streams.KV_COMPRESS).random(len(trace))
+        )
         quality_ok = quality_ok & ~(compressed & (u < spec.kv_compress_fail_prob))
     names = np.asarray(trace.class_names, dtype=object)
     extra = {}
@@ -93,8 +97,7 @@ def request_columns(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec)
         "finish_s": res.finish,
         "output_tokens_delivered": res.generated,
         "end_state": np.asarray(END_STATE_NAMES, dtype=object)[res.end_state],
-        "reject_reason": np.asarray(REJECT_REASON_NAMES + (None,), dtype=object)[
-            res.reject_reason],
+        "reject_reason": np.asarray(REJECT_REASON_NAMES + (None,), dtype=object)[res.reject_reason],
         "preemptions": res.n_preempt,
         "tokens_computed": res.tokens_computed,
         "kv_compressed": compressed,
@@ -146,10 +149,15 @@ def _bench_stats(name: str, seconds: np.ndarray) -> dict:
     if len(ms) == 0:
         out = {f"{k}_{name}_ms": float("nan") for k in ("mean", "median", "std")}
         return out | {f"p{p}_{name}_ms": float("nan") for p in BENCH_PERCENTILES}
-    out = {f"mean_{name}_ms": float(ms.mean()), f"median_{name}_ms": _median(ms),
-           f"std_{name}_ms": float(ms.std())}
-    return out | {f"p{p}_{name}_ms": v
-                  for p, v in zip(BENCH_PERCENTILES, percentiles(ms, BENCH_PERCENTILES))}
+    out = {
+        f"mean_{name}_ms": float(ms.mean()),
+        f"median_{name}_ms": _median(ms),
+        f"std_{name}_ms": float(ms.std()),
+    }
+    return out | {
+        f"p{p}_{name}_ms": v
+        for p, v in zip(BENCH_PERCENTILES, percentiles(ms, BENCH_PERCENTILES), strict=True)
+    }
 
 
 def _bench_itl(hist: np.ndarray) -> dict:
@@ -160,9 +168,12 @@ def _bench_itl(hist: np.ndarray) -> dict:
         return _bench_stats("itl", np.zeros(0))
     mean = float((hist * values).sum() / total)
     median, *tail = histogram.quantiles(hist, (0.5, *(p / 100 for p in BENCH_PERCENTILES)))
-    out = {"mean_itl_ms": mean, "median_itl_ms": median * 1000.0,
-           "std_itl_ms": float(np.sqrt((hist * (values - mean) ** 2).sum() / total))}
-    return out | {f"p{p}_itl_ms": v * 1000.0 for p, v in zip(BENCH_PERCENTILES, tail)}
+    out = {
+        "mean_itl_ms": mean,
+        "median_itl_ms": median * 1000.0,
+        "std_itl_ms": float(np.sqrt((hist * (values - mean) ** 2).sum() / total)),
+    }
+    return out | {f"p{p}_itl_ms": v * 1000.0 for p, v in zip(BENCH_PERCENTILES, tail, strict=True)}
 
 
 def bench_metrics(table: pd.DataFrame | dict, res: ScenarioResult) -> dict:
@@ -183,11 +194,17 @@ def bench_metrics(table: pd.DataFrame | dict, res: ScenarioResult) -> dict:
     n_input = int(cols["prompt_tokens"][done].sum())
     n_output = int(cols["output_tokens_delivered"][done].sum())
     n_done, good = int(done.sum()), int((done & cols["slo_ok"]).sum())
-    out = {"completed": n_done, "failed": int(c.sum()) - n_done, "duration": duration,
-           "total_input_tokens": n_input, "total_output_tokens": n_output,
-           "request_throughput": n_done / duration, "request_goodput": good / duration,
-           "output_throughput": n_output / duration,
-           "total_token_throughput": (n_input + n_output) / duration}
+    out = {
+        "completed": n_done,
+        "failed": int(c.sum()) - n_done,
+        "duration": duration,
+        "total_input_tokens": n_input,
+        "total_output_tokens": n_output,
+        "request_throughput": n_done / duration,
+        "request_goodput": good / duration,
+        "output_throughput": n_output / duration,
+        "total_token_throughput": (n_input + n_output) / duration,
+    }
     for name, column in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2el", "e2e_s")):
         out.update(_bench_stats(name, cols[column][done].astype(np.float64)))
     out.update(_bench_itl(np.asarray(res.stats["itl_hist"])))
@@ -196,11 +213,28 @@ def bench_metrics(table: pd.DataFrame | dict, res: ScenarioResult) -> dict:
 
 # the request table's columns the metrics read, as numpy arrays (pandas' per-call overhead was
 # most of a batch's cost: ~20 ms a scenario)
-_BENCH_COLUMNS = ("counted", "end_state", "arrival_s", "finish_s", "prompt_tokens",
-                  "output_tokens_delivered", "slo_ok", "ttft_s", "tpot_s", "e2e_s")
-_METRIC_COLUMNS = _BENCH_COLUMNS + ("reject_reason", "output_tokens", "class", "first_token_s",
-                                    "tokens_computed", "kv_compressed", "quality_ok",
-                                    "qualifies")
+_BENCH_COLUMNS = (
+    "counted",
+    "end_state",
+    "arrival_s",
+    "finish_s",
+    "prompt_tokens",
+    "output_tokens_delivered",
+    "slo_ok",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+)
+_METRIC_COLUMNS = _BENCH_COLUMNS + (
+    "reject_reason",
+    "output_tokens",
+    "class",
+    "first_token_s",
+    "tokens_computed",
+    "kv_compressed",
+    "quality_ok",
+    "qualifies",
+)
 _FLAGS = ("slo_ok", "quality_ok", "qualifies", "counted", "kv_compressed")
 
 
@@ -208,15 +242,21 @@ def _rejected_by(cols: dict, counted: np.ndarray) -> dict:
     """{reject reason (types.REJECT_REASON_NAMES): counted requests rejected for it}, the
     reasons that occurred only, in the order of precedence."""
     reasons = cols["reject_reason"][counted & (cols["end_state"] == END_STATE_NAMES[REJECTED])]
-    return {name: int((reasons == name).sum()) for name in REJECT_REASON_NAMES
-            if (reasons == name).any()}
+    return {
+        name: int((reasons == name).sum())
+        for name in REJECT_REASON_NAMES
+        if (reasons == name).any()
+    }
 
 
 def _columns(table: pd.DataFrame | dict, names=_METRIC_COLUMNS) -> dict:
     """{column: numpy array} of `names` of the request table (or of `request_columns`), plus
     `completed` (bool) from its end_state."""
-    get = (lambda name: np.asarray(table[name])) if isinstance(table, dict) else (
-        lambda name: table[name].to_numpy())
+    get = (
+        (lambda name: np.asarray(table[name]))
+        if isinstance(table, dict)
+        else (lambda name: table[name].to_numpy())
+    )
     cols = {name: get(name).astype(bool) if name in _FLAGS else get(name) for name in names}
     cols["completed"] = cols["end_state"] == END_STATE_NAMES[COMPLETED]
     return cols
@@ -241,8 +281,12 @@ def _stats(prefix: str, values: np.ndarray) -> dict:
     if len(v) == 0:
         return {f"{prefix}_{k}_s": float("nan") for k in ("mean", "p50", "p90", "p99")}
     p50, p90, p99 = percentiles(np.sort(v), (50, 90, 99))
-    return {f"{prefix}_mean_s": float(v.mean()), f"{prefix}_p50_s": p50,
-            f"{prefix}_p90_s": p90, f"{prefix}_p99_s": p99}
+    return {
+        f"{prefix}_mean_s": float(v.mean()),
+        f"{prefix}_p50_s": p50,
+        f"{prefix}_p90_s": p90,
+        f"{prefix}_p99_s": p99,
+    }
 
 
 def _core(cols: dict, rows, window_s: float, cost_usd: float, warmup_s: float) -> dict:
@@ -271,8 +315,9 @@ def _core(cols: dict, rows, window_s: float, cost_usd: float, warmup_s: float) -
         "n_rejected": count(REJECTED),
         "n_cancelled": count(CANCELLED),
         # of those, cancelled after their first token (the client aborted mid-stream)
-        "n_cancelled_mid_stream": int((c & (state == END_STATE_NAMES[CANCELLED])
-                                       & np.isfinite(cols["first_token_s"])).sum()),
+        "n_cancelled_mid_stream": int(
+            (c & (state == END_STATE_NAMES[CANCELLED]) & np.isfinite(cols["first_token_s"])).sum()
+        ),
         "n_expired": count(EXPIRED),
         "n_evicted": count(EVICTED),
         "n_outstanding": count(OUTSTANDING),
@@ -281,23 +326,25 @@ def _core(cols: dict, rows, window_s: float, cost_usd: float, warmup_s: float) -
     m.update(_stats("ttft", cols["ttft_s"][done]))
     m.update(_stats("tpot", cols["tpot_s"][done]))
     m.update(_stats("e2e", cols["e2e_s"][done]))
-    m.update({
-        # throughput and goodput count one population, the counted requests, over one window
-        # (as vllm bench serve's request_throughput and request_goodput): goodput <= throughput
-        "throughput_rps": n_done / window_s,
-        "output_tokens_per_s": float(delivered[done].sum()) / window_s,
-        "goodput_rps": n_q / window_s,
-        "service_rate_rps": float(in_window.sum()) / window_s,
-        "slo_attainment": n_q / n if n else float("nan"),
-        "useful_tokens": useful,
-        "useful_tokens_per_dollar": useful / cost_usd if cost_usd > 0 else float("nan"),
-        # undefined (NaN, written as null / empty) when nothing qualifies: no output holds inf
-        "cost_per_qualifying_request_usd": cost_usd / n_q if n_q else float("nan"),
-        "n_quality_failed": n_failed,
-        "quality_failure_rate": n_failed / n_done if n_done else float("nan"),
-        "goodput_lost_to_quality_rps": float(lost.sum()) / window_s,
-        "useful_tokens_lost_to_quality": float(delivered[lost].sum()),
-    })
+    m.update(
+        {
+            # throughput and goodput count one population, the counted requests, over one window
+            # (as vllm bench serve's request_throughput and request_goodput): goodput <= throughput
+            "throughput_rps": n_done / window_s,
+            "output_tokens_per_s": float(delivered[done].sum()) / window_s,
+            "goodput_rps": n_q / window_s,
+            "service_rate_rps": float(in_window.sum()) / window_s,
+            "slo_attainment": n_q / n if n else float("nan"),
+            "useful_tokens": useful,
+            "useful_tokens_per_dollar": useful / cost_usd if cost_usd > 0 else float("nan"),
+            # undefined (NaN, written as null / empty) when nothing qualifies: no output holds inf
+            "cost_per_qualifying_request_usd": cost_usd / n_q if n_q else float("nan"),
+            "n_quality_failed": n_failed,
+            "quality_failure_rate": n_failed / n_done if n_done else float("nan"),
+            "goodput_lost_to_quality_rps": float(lost.sum()) / window_s,
+            "useful_tokens_lost_to_quality": float(delivered[lost].sum()),
+        }
+    )
     return m
 
 
@@ -313,30 +360,34 @@ def _mean_in_system(trace: RequestTrace, res: ScenarioResult, st: dict, sim_s: f
     return float(np.sum(np.maximum(end - trace.arrival, 0.0))) / sim_s
 
 
-def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
-                    table: pd.DataFrame | dict | None = None) -> dict:
+def compute_metrics(
+    trace: RequestTrace,
+    res: ScenarioResult,
+    spec: MetricsSpec,
+    table: pd.DataFrame | dict | None = None,
+) -> dict:
     """Aggregate metrics over the measurement window (arrivals from warm-up to the last arrival).
 
     Rates are per second of the window. Throughput counts the counted requests that completed,
-    goodput those of them that qualify (so goodput <= throughput); output_tokens_per_s is the
-    output of the completed counted requests; service_rate_rps counts the completions that fall
-    inside the window whoever arrived when (what a backlogged engine sustains). Cost is the
-    GPUs provisioned from the warm-up's end until the simulation ends (the drain that finishes
-    counted requests is paid for): price x GPUs x hours. busy_fraction is the time an instance
-    spends in iterations over the simulated time (not model FLOPs utilization: a busy engine
-    can be memory-bound at a few percent of peak); mfu and mbu are the model's FLOPs and bytes
-    over the GPUs' peaks for the simulated time (`_utilization`). ITL pools every inter-token gap of the run
-    (warm-up included), from a histogram. wasted_token_ratio = tokens computed for requests
-    that did not qualify, plus recomputation of those that did, over all tokens computed.
+    goodput those of them that qualify (so goodput <= throughput); output_tokens_per_s is the output
+    of the completed counted requests; service_rate_rps counts the completions that fall inside the
+    window whoever arrived when (what a backlogged engine sustains). Cost is the GPUs provisioned
+    from the warm-up's end until the simulation ends (the drain that finishes counted requests is
+    paid for): price x GPUs x hours. busy_fraction is the time an instance spends in iterations over
+    the simulated time (not model FLOPs utilization: a busy engine can be memory-bound at a few
+    percent of peak); mfu and mbu are the model's FLOPs and bytes over the GPUs' peaks for the
+    simulated time (`_utilization`). ITL pools every inter-token gap of the run (warm-up included),
+    from a histogram. wasted_token_ratio = tokens computed for requests that did not qualify, plus
+    recomputation of those that did, over all tokens computed.
 
-    Not-a-number only where a metric is undefined (see ALWAYS_FINITE for the ones that never
-    are): TTFT/TPOT/E2E statistics with no completed counted request (TPOT also when every
-    completion has one output token), ITL statistics with no inter-token gap, busy_fraction,
-    mfu, mbu, model_flops, model_bytes and mean_in_system when no simulated time passed, useful_tokens_per_dollar when the cost is 0
-    (a price of 0), slo_attainment with no counted request, quality_failure_rate with no
-    completed counted request, spec_acceptance_rate and spec_tokens_per_pass without a draft
-    pass, cost_per_qualifying_request_usd when nothing qualifies.
-    Any other non-finite value raises ServetuneError.
+    Not-a-number only where a metric is undefined (see ALWAYS_FINITE for the ones that never are):
+    TTFT/TPOT/E2E statistics with no completed counted request (TPOT also when every completion has
+    one output token), ITL statistics with no inter-token gap, busy_fraction, mfu, mbu, model_flops,
+    model_bytes and mean_in_system when no simulated time passed, useful_tokens_per_dollar when the
+    cost is 0 (a price of 0), slo_attainment with no counted request, quality_failure_rate with no
+    completed counted request, spec_acceptance_rate and spec_tokens_per_pass without a draft pass,
+    cost_per_qualifying_request_usd when nothing qualifies. Any other non-finite value raises
+    ServetuneError.
 
     Quality (servetune.config.quality): n_quality_failed counts the completed counted requests that
     failed their task check, quality_failure_rate is their share of the completed ones, and
@@ -356,28 +407,40 @@ def compute_metrics(trace: RequestTrace, res: ScenarioResult, spec: MetricsSpec,
     st = res.stats
     hist = np.asarray(st["itl_hist"])
     itl_p50, itl_p90, itl_p99 = histogram.quantiles(hist, (0.5, 0.9, 0.99))
-    m.update({
-        "itl_mean_s": histogram.mean(hist), "itl_p50_s": itl_p50, "itl_p90_s": itl_p90,
-        "itl_p99_s": itl_p99,
-        "cost_usd": cost_usd,
-        # busy time over provisioned instance time (averaged over instances)
-        "busy_fraction": (float(np.sum(st["busy_s"])) / (sim_s * np.size(st["busy_s"]))
-                        if sim_s > 0 else float("nan")),
-        **_utilization(np.asarray(st["work"]), spec.work, sim_s),
-        **_wasted(cols, computed),
-        # useful output per unit of compute: useful tokens / tokens computed (all requests)
-        "useful_tokens_per_computed_token": (m["useful_tokens"] / computed.sum()
-                                             if computed.sum() > 0 else 0.0),
-        "n_kv_compressed": int(cols["kv_compressed"].sum()),
-        "kv_blocks": int(spec.kv_blocks),  # KV capacity (after weights, at kv_bits)
-        "kv_peak_occupancy": float(np.max(np.asarray(st["kv_peak_blocks"]) / (
-            spec.kv_blocks if spec.cascade is None else spec.cascade.kv_blocks()))),
-        "sim_duration_s": sim_s,
-        "provisioned_s": provisioned_s,
-        "mean_in_system": _mean_in_system(trace, res, st, sim_s),
-        "window_s": window_s,
-        **_engine_counts(st),
-    })
+    m.update(
+        {
+            "itl_mean_s": histogram.mean(hist),
+            "itl_p50_s": itl_p50,
+            "itl_p90_s": itl_p90,
+            "itl_p99_s": itl_p99,
+            "cost_usd": cost_usd,
+            # busy time over provisioned instance time (averaged over instances)
+            "busy_fraction": (
+                float(np.sum(st["busy_s"])) / (sim_s * np.size(st["busy_s"]))
+                if sim_s > 0
+                else float("nan")
+            ),
+            **_utilization(np.asarray(st["work"]), spec.work, sim_s),
+            **_wasted(cols, computed),
+            # useful output per unit of compute: useful tokens / tokens computed (all requests)
+            "useful_tokens_per_computed_token": (
+                m["useful_tokens"] / computed.sum() if computed.sum() > 0 else 0.0
+            ),
+            "n_kv_compressed": int(cols["kv_compressed"].sum()),
+            "kv_blocks": int(spec.kv_blocks),  # KV capacity (after weights, at kv_bits)
+            "kv_peak_occupancy": float(
+                np.max(
+                    np.asarray(st["kv_peak_blocks"])
+                    / (spec.kv_blocks if spec.cascade is None else spec.cascade.kv_blocks())
+                )
+            ),
+            "sim_duration_s": sim_s,
+            "provisioned_s": provisioned_s,
+            "mean_in_system": _mean_in_system(trace, res, st, sim_s),
+            "window_s": window_s,
+            **_engine_counts(st),
+        }
+    )
     m.update(_speculation_metrics(st))
     if "prefix_lookups" in st:  # prefix caching (engine/prefix.py), as vLLM 0.32 counts it
         m.update(_prefix_metrics(st))
@@ -403,7 +466,8 @@ def _engine_counts(st: dict) -> dict:
         "max_running": int(np.max(st["max_running"])),
         "queue_window_overflow": int(st["window_overflow"]),
         "slot_bound_iterations": int(st["slot_bound"]),
-        # entries per instance the run ended at, and how often it widened (servetune/engine/width.py)
+        # entries per instance the run ended at, and how often it widened
+        # (servetune/engine/width.py)
         "entry_width": int(st.get("entry_width", 0)),
         "widenings": int(st.get("widenings", 0)),
         "stalled": bool(st["stalled"]),
@@ -421,8 +485,11 @@ def _wasted(cols: dict, computed: np.ndarray) -> dict:
     recomputed = float(np.where(qual, np.maximum(computed - minimal, 0.0), 0.0).sum())
     missed = float(np.where(qual, 0.0, computed).sum())
     total = computed.sum()
-    return {"wasted_token_ratio": (recomputed + missed) / total if total > 0 else 0.0,
-            "wasted_recomputed_tokens": recomputed, "wasted_missed_tokens": missed}
+    return {
+        "wasted_token_ratio": (recomputed + missed) / total if total > 0 else 0.0,
+        "wasted_recomputed_tokens": recomputed,
+        "wasted_missed_tokens": missed,
+    }
 
 
 def _utilization(work: np.ndarray, models: tuple, sim_s: float) -> dict:
@@ -434,15 +501,22 @@ def _utilization(work: np.ndarray, models: tuple, sim_s: float) -> dict:
     if not models:  # a MetricsSpec built without the hardware: nothing to say
         return {}
     if sim_s <= 0:
-        return {"model_flops": float("nan"), "model_bytes": float("nan"), "mfu": float("nan"),
-                "mbu": float("nan")}
+        return {
+            "model_flops": float("nan"),
+            "model_bytes": float("nan"),
+            "mfu": float("nan"),
+            "mbu": float("nan"),
+        }
     get = lambda name: np.asarray([getattr(m, name) for m in models], np.float64)
     iterations, tokens, ctx_read, attn_work = work.T
     flops = get("flops_per_token") * tokens + get("attn_flops_per_work") * attn_work
     moved = get("weight_bytes") * iterations + get("kv_bytes_per_token") * (ctx_read + tokens)
-    return {"model_flops": float(flops.sum()), "model_bytes": float(moved.sum()),
-            "mfu": float(flops.sum() / (get("peak_flops").sum() * sim_s)),
-            "mbu": float(moved.sum() / (get("peak_bytes_per_s").sum() * sim_s))}
+    return {
+        "model_flops": float(flops.sum()),
+        "model_bytes": float(moved.sum()),
+        "mfu": float(flops.sum() / (get("peak_flops").sum() * sim_s)),
+        "mbu": float(moved.sum() / (get("peak_bytes_per_s").sum() * sim_s)),
+    }
 
 
 def _speculation_metrics(st: dict) -> dict:
@@ -450,8 +524,11 @@ def _speculation_metrics(st: dict) -> dict:
     passes) and draft tokens proposed."""
     passes = float(st["spec_passes"])
     return {
-        "spec_acceptance_rate": (float(st["spec_accepted"]) / float(st["spec_proposed"])
-                                 if st["spec_proposed"] > 0 else float("nan")),
+        "spec_acceptance_rate": (
+            float(st["spec_accepted"]) / float(st["spec_proposed"])
+            if st["spec_proposed"] > 0
+            else float("nan")
+        ),
         "spec_tokens_per_pass": float(st["spec_emitted"]) / passes if passes else float("nan"),
         "spec_draft_tokens": int(st["spec_proposed"]),
     }
@@ -461,11 +538,15 @@ def _prefix_metrics(st: dict) -> dict:
     """Prefix caching's counts as vLLM 0.32's PrefixCacheStats has them (new and re-admitted
     requests, queried and hit tokens), the hit rate, evictions and insertions."""
     (new_reqs, queries, hits), (re_reqs, re_queries, re_hits) = (
-        [int(v) for v in row] for row in np.asarray(st["prefix_lookups"]))
+        [int(v) for v in row] for row in np.asarray(st["prefix_lookups"])
+    )
     return {
         "prefix_hit_rate": hits / queries if queries else float("nan"),
-        "prefix_requests": new_reqs, "prefix_queries": queries, "prefix_hits": hits,
-        "prefix_preempted_requests": re_reqs, "prefix_preempted_queries": re_queries,
+        "prefix_requests": new_reqs,
+        "prefix_queries": queries,
+        "prefix_hits": hits,
+        "prefix_preempted_requests": re_reqs,
+        "prefix_preempted_queries": re_queries,
         "prefix_preempted_hits": re_hits,
         "prefix_evictions": int(st["prefix_evictions"]),
         "prefix_insert_failed": int(st["prefix_insert_failed"]),
@@ -473,32 +554,59 @@ def _prefix_metrics(st: dict) -> dict:
     }
 
 
-def _by_class(trace: RequestTrace, cols: dict, window_s: float, cost_usd: float,
-              warmup_s: float) -> dict:
+def _by_class(
+    trace: RequestTrace, cols: dict, window_s: float, cost_usd: float, warmup_s: float
+) -> dict:
     """{request class: its counts, goodput and latency percentiles} for the classes present."""
     out = {}
     for name in trace.class_names:
         rows = cols["class"] == name
         if rows.any():
             c = _core(cols, rows, window_s, cost_usd, warmup_s)
-            out[name] = {k: c[k] for k in (
-                "n_requests", "n_completed", "n_rejected", "n_outstanding", "goodput_rps",
-                "slo_attainment", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
-                "e2e_mean_s", "e2e_p99_s")}
+            out[name] = {
+                k: c[k]
+                for k in (
+                    "n_requests",
+                    "n_completed",
+                    "n_rejected",
+                    "n_outstanding",
+                    "goodput_rps",
+                    "slo_attainment",
+                    "ttft_p50_s",
+                    "ttft_p99_s",
+                    "tpot_p50_s",
+                    "tpot_p99_s",
+                    "e2e_mean_s",
+                    "e2e_p99_s",
+                )
+            }
     return out
 
 
 # Metrics that are finite in every run; a NaN or inf here means the simulation went wrong (e.g.
 # a clock that overflowed), and is raised rather than reported.
-ALWAYS_FINITE = ("offered_rps", "throughput_rps", "output_tokens_per_s", "goodput_rps",
-                 "service_rate_rps",
-                 "useful_tokens", "cost_usd", "wasted_token_ratio", "kv_peak_occupancy",
-                 "sim_duration_s", "provisioned_s", "window_s", "goodput_lost_to_quality_rps",
-                 "useful_tokens_lost_to_quality")
+ALWAYS_FINITE = (
+    "offered_rps",
+    "throughput_rps",
+    "output_tokens_per_s",
+    "goodput_rps",
+    "service_rate_rps",
+    "useful_tokens",
+    "cost_usd",
+    "wasted_token_ratio",
+    "kv_peak_occupancy",
+    "sim_duration_s",
+    "provisioned_s",
+    "window_s",
+    "goodput_lost_to_quality_rps",
+    "useful_tokens_lost_to_quality",
+)
 
 
 def _check_finite(m: dict) -> None:
     bad = {k: m[k] for k in ALWAYS_FINITE if not np.isfinite(m[k])}
     if bad:
-        raise ServetuneError(f"metrics: {bad} not finite; every input was validated, so this is "
-                             f"a simulator bug (or times beyond float range) -- please report it")
+        raise ServetuneError(
+            f"metrics: {bad} not finite; every input was validated, so this is "
+            f"a simulator bug (or times beyond float range) -- please report it"
+        )

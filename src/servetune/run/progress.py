@@ -36,13 +36,20 @@ from rich.progress import (
 )
 
 PID_ENV = "SERVETUNE_SWEEP_PID"  # the process that draws the sweep's display
-_LIVE: Progress | None = None     # the sweep's live display, when this process draws it
+_LIVE: Progress | None = None  # the sweep's live display, when this process draws it
 
 
 def _bar(console: Console, **kwargs) -> Progress:
-    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                    MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
-                    TimeRemainingColumn(), console=console, **kwargs)
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        **kwargs,
+    )
 
 
 def _fmt(seconds: float) -> str:
@@ -58,8 +65,15 @@ class SweepProgress:
     the least interval between two plain lines; console: where to draw (stderr by default).
     """
 
-    def __init__(self, root: Path, total: int | None, marker: str, every_s: float = 30.0,
-                 console: Console | None = None, poll_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        root: Path,
+        total: int | None,
+        marker: str,
+        every_s: float = 30.0,
+        console: Console | None = None,
+        poll_s: float = 0.5,
+    ) -> None:
         self.root, self.total, self.marker = Path(root), total, marker
         self.every_s, self.poll_s = float(every_s), float(poll_s)
         self.console = console or Console(stderr=True)
@@ -83,8 +97,9 @@ class SweepProgress:
             self._task = self._bar.add_task("sweep jobs", total=self.total)
             self._bar.start()
             _LIVE = self._bar
-        self._thread = threading.Thread(target=self._run, name="servetune-sweep-progress",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="servetune-sweep-progress", daemon=True
+        )
         self._thread.start()
         atexit.register(self.stop)
         return self
@@ -144,6 +159,7 @@ class SweepProgress:
             del os.environ[PID_ENV]
         atexit.unregister(self.stop)
 
+
 LOG_WIDTH = 160  # columns of a console writing to a file or a pipe
 
 
@@ -160,9 +176,9 @@ def console(stderr: bool = False) -> Console:
 
 
 @contextmanager
-def simulation_progress(enabled: bool = True, label: str = "requests taken",
-                        console: Console | None = None
-                        ) -> Iterator[Callable[[int, int], None] | None]:
+def simulation_progress(
+    enabled: bool = True, label: str = "requests taken", console: Console | None = None
+) -> Iterator[Callable[[int, int], None] | None]:
     """The progress callback for `api.simulate_batch` (None: no display), as a context."""
     if not enabled:
         yield None

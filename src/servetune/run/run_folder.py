@@ -98,8 +98,10 @@ def held_by_live_run(folder: Path) -> bool:
 def _holder(doc: dict | None) -> str:
     if not doc:
         return "another run"
-    return (f"{doc.get('command', 'a servetune run')} (pid {doc.get('pid', '?')} on "
-            f"{doc.get('host', '?')}, started {doc.get('started', '?')})")
+    return (
+        f"{doc.get('command', 'a servetune run')} (pid {doc.get('pid', '?')} on "
+        f"{doc.get('host', '?')}, started {doc.get('started', '?')})"
+    )
 
 
 def claim(folder: Path, command: str, supersede: bool) -> Path | None:
@@ -117,30 +119,55 @@ def claim(folder: Path, command: str, supersede: bool) -> Path | None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise FolderInUseError(f"{folder}: in use by {_holder(record(folder))}; wait for it "
-                               f"to finish or write elsewhere (hydra.run.dir=..., or "
-                               f"hydra.sweep.dir=... for a multirun)") from None
+        raise FolderInUseError(
+            f"{folder}: in use by {_holder(record(folder))}; wait for it "
+            f"to finish or write elsewhere (hydra.run.dir=..., or "
+            f"hydra.sweep.dir=... for a multirun)"
+        ) from None
     _HELD[key] = fd
     moved = _move_aside(folder) if supersede else None
-    _write_record(folder, {"command": command, "pid": os.getpid(), "host": socket.gethostname(),
-                           "started": datetime.now().isoformat(timespec="seconds"),
-                           "state": RUNNING})
+    _write_record(
+        folder,
+        {
+            "command": command,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": datetime.now().isoformat(timespec="seconds"),
+            "state": RUNNING,
+        },
+    )
     return moved
 
 
 # what a servetune run leaves in its folder (beside the files its record lists): Hydra's own
 # files, the log, the outputs of simulate, tune and report, a sweep's job folders
-RUN_ENTRIES = {".hydra", "cli.log", "config_resolved.yaml", "metrics.json", "metrics.csv",
-               "objective.json", "vllm_bench.json", "requests.parquet", "timeline.parquet",
-               "jit_cache.json", "error.json", "report", "multirun.yaml",
-               "optimization_results.yaml"}
+RUN_ENTRIES = {
+    ".hydra",
+    "cli.log",
+    "config_resolved.yaml",
+    "metrics.json",
+    "metrics.csv",
+    "objective.json",
+    "vllm_bench.json",
+    "requests.parquet",
+    "timeline.parquet",
+    "jit_cache.json",
+    "error.json",
+    "report",
+    "multirun.yaml",
+    "optimization_results.yaml",
+}
 
 
 def _is_run_entry(entry: Path, listed: set) -> bool:
     """Whether `entry` is a run's (RUN_ENTRIES, a file its record lists, a job folder with its
     .hydra/, a staging folder); anything else in the folder is the user's and stays."""
-    return (entry.name in RUN_ENTRIES or entry.name in listed or entry.name.startswith(STAGING)
-            or (entry.is_dir() and (entry / ".hydra").is_dir()))
+    return (
+        entry.name in RUN_ENTRIES
+        or entry.name in listed
+        or entry.name.startswith(STAGING)
+        or (entry.is_dir() and (entry / ".hydra").is_dir())
+    )
 
 
 def _move_aside(folder: Path) -> Path | None:
@@ -148,8 +175,9 @@ def _move_aside(folder: Path) -> Path | None:
     record goes along); None when there was none."""
     old = record(folder)
     listed = set((old or {}).get("files") or ())
-    entries = [p for p in folder.iterdir()
-               if p.name not in (LOCK, SUPERSEDED) and _is_run_entry(p, listed)]
+    entries = [
+        p for p in folder.iterdir() if p.name not in (LOCK, SUPERSEDED) and _is_run_entry(p, listed)
+    ]
     if not entries:
         return None
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
@@ -171,7 +199,7 @@ def staging(folder: Path) -> Path:
     over staging folders of runs that are gone are removed."""
     folder = Path(folder)
     for old in folder.glob(f"{STAGING}*"):
-        pid = old.name[len(STAGING):]
+        pid = old.name[len(STAGING) :]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
     path = folder / f"{STAGING}{os.getpid()}"
@@ -206,8 +234,9 @@ def publish(folder: Path, staged: Path, command: str) -> list[str]:
     for name in names:
         os.replace(staged / name, folder / name)
     staged.rmdir()
-    _write_record(folder, dict(doc, state=COMPLETE,
-                               finished=datetime.now().isoformat(timespec="seconds")))
+    _write_record(
+        folder, dict(doc, state=COMPLETE, finished=datetime.now().isoformat(timespec="seconds"))
+    )
     return names
 
 
@@ -249,8 +278,10 @@ def incomplete(folder: Path) -> str | None:
         return f"still being written by {_holder(doc)}"
     if doc.get("state") == RUNNING and not doc.get("files"):
         return None if not _has_outputs(folder) else "its run stopped before recording them"
-    return (f"incomplete: its run ({_holder(doc)}) stopped before all its outputs were "
-            f"written ({LOCK} says {doc.get('state')!r})")
+    return (
+        f"incomplete: its run ({_holder(doc)}) stopped before all its outputs were "
+        f"written ({LOCK} says {doc.get('state')!r})"
+    )
 
 
 def _has_outputs(folder: Path) -> bool:
@@ -262,8 +293,9 @@ def finish(folder: Path) -> None:
     complete once its command ended normally."""
     doc = record(folder)
     if doc is not None and doc.get("state") == RUNNING:
-        _write_record(folder, dict(doc, state=COMPLETE,
-                                   finished=datetime.now().isoformat(timespec="seconds")))
+        _write_record(
+            folder, dict(doc, state=COMPLETE, finished=datetime.now().isoformat(timespec="seconds"))
+        )
 
 
 def release(folder: Path) -> None:

@@ -26,14 +26,13 @@ from collections.abc import Sequence
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as PS
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from servetune.core import ops
 from servetune.core.types import EngineConfig, Params, SimState, Workload
 from servetune.engine import loop
 
-STATE, WORKLOAD, PARAMS = PS("s", "p"), PS("s"), PS("p")
+STATE, WORKLOAD, PARAMS = PartitionSpec("s", "p"), PartitionSpec("s"), PartitionSpec("p")
 
 
 def mesh_shape(n_s: int, n_p: int, n_devices: int) -> tuple[int, int]:
@@ -70,6 +69,7 @@ class Layout:
     def place(self, wl: Workload, params: Params) -> tuple[Workload, Params]:
         """Padded, sharded global copies of workloads [S] and params [P] (every process passes
         the same full arrays)."""
+
         def put(x, n, spec):
             host = _pad_rows(np.asarray(x), n)
             sharding = NamedSharding(self.mesh, spec)
@@ -83,6 +83,7 @@ class Layout:
         """Host (numpy) copy of a tree of [S', P', ...] arrays, padding dropped: [S, P, ...]."""
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
+
             tree = multihost_utils.process_allgather(tree, tiled=True)
         else:
             tree = jax.device_get(tree)
@@ -102,13 +103,27 @@ def layout(n_s: int, n_p: int, devices: Sequence | None = None) -> Layout | None
 
 @functools.lru_cache(maxsize=32)
 def _compiled(mesh: Mesh, cfg: EngineConfig):
-    init = jax.jit(jax.shard_map(functools.partial(loop.init_grid, cfg=cfg), mesh=mesh,
-                                 in_specs=(WORKLOAD, PARAMS), out_specs=STATE, check_vma=False),
-                   compiler_options=ops.COMPILER_OPTIONS)
-    chunk = jax.jit(jax.shard_map(loop.batched(loop.run_chunk, cfg), mesh=mesh,
-                                  in_specs=(STATE, WORKLOAD, PARAMS), out_specs=STATE,
-                                  check_vma=False), donate_argnums=(0,),
-                    compiler_options=ops.COMPILER_OPTIONS)
+    init = jax.jit(
+        jax.shard_map(
+            functools.partial(loop.init_grid, cfg=cfg),
+            mesh=mesh,
+            in_specs=(WORKLOAD, PARAMS),
+            out_specs=STATE,
+            check_vma=False,
+        ),
+        compiler_options=ops.COMPILER_OPTIONS,
+    )
+    chunk = jax.jit(
+        jax.shard_map(
+            loop.batched(loop.run_chunk, cfg),
+            mesh=mesh,
+            in_specs=(STATE, WORKLOAD, PARAMS),
+            out_specs=STATE,
+            check_vma=False,
+        ),
+        donate_argnums=(0,),
+        compiler_options=ops.COMPILER_OPTIONS,
+    )
     return init, chunk
 
 
@@ -117,7 +132,8 @@ def init(lay: Layout, wl: Workload, params: Params, cfg: EngineConfig) -> SimSta
     return _compiled(lay.mesh, cfg)[0](wl, params)
 
 
-def run_chunk(lay: Layout, state: SimState, wl: Workload, params: Params,
-              cfg: EngineConfig) -> SimState:
+def run_chunk(
+    lay: Layout, state: SimState, wl: Workload, params: Params, cfg: EngineConfig
+) -> SimState:
     """run_chunk_batch on a sharded state, each device running its own block's loop."""
     return _compiled(lay.mesh, cfg)[1](state, wl, params)

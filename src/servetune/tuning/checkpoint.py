@@ -1,11 +1,11 @@
 """Tuning checkpoints: one JSON file, written atomically (a crash leaves the previous one).
 
-Floats are written with Python's repr, which round-trips exactly, so a resumed run continues
-from bit-identical state. The file is strict JSON with every other file's convention
-(files.jsonable / files.from_jsonable): an infinite value (an unlimited queue cap, tokens per
-dollar at price 0) is the string "inf" or "-inf", a NaN is null (a history row's NaN reads back
-as NaN). Arrays must be finite. The optimizer state is stored as its flattened leaves and restored into the tree
-structure of a freshly initialized state.
+Floats are written with Python's repr, which round-trips exactly, so a resumed run continues from
+bit-identical state. The file is strict JSON with every other file's convention (files.jsonable /
+files.from_jsonable): an infinite value (an unlimited queue cap, tokens per dollar at price 0) is
+the string "inf" or "-inf", a NaN is null (a history row's NaN reads back as NaN). Arrays must be
+finite. The optimizer state is stored as its flattened leaves and restored into the tree structure
+of a freshly initialized state.
 """
 
 from __future__ import annotations
@@ -56,8 +56,9 @@ def _from_json(doc: dict) -> dict:
     too, and the finiteness check refuses them)."""
     doc = dict(doc)
     if isinstance(doc.get("history"), list):
-        doc["history"] = [from_jsonable(r, null=math.nan) if isinstance(r, dict) else r
-                          for r in doc["history"]]
+        doc["history"] = [
+            from_jsonable(r, null=math.nan) if isinstance(r, dict) else r for r in doc["history"]
+        ]
     if isinstance(doc.get("best"), dict):
         doc["best"] = from_jsonable(doc["best"], null=math.nan)
     doc["best_values"] = from_jsonable(doc.get("best_values"))
@@ -74,13 +75,25 @@ def save(out_dir: Path, state: dict, opt_state) -> Path:
     return write_json(out_dir / NAME, doc, indent=None)  # files.jsonable's spelling
 
 
-REQUIRED = ("iteration", "theta", "lambda", "fingerprint", "problem", "opt_state", "history",
-            "best", "best_values", "scenarios")
+REQUIRED = (
+    "iteration",
+    "theta",
+    "lambda",
+    "fingerprint",
+    "problem",
+    "opt_state",
+    "history",
+    "best",
+    "best_values",
+    "scenarios",
+)
 
 
 def _refuse(path: Path, what: str) -> CheckpointError:
-    return CheckpointError(f"{path}: {what}; resume in another folder, or pass "
-                           f"tune.resume=false to start over here (it overwrites the file)")
+    return CheckpointError(
+        f"{path}: {what}; resume in another folder, or pass "
+        f"tune.resume=false to start over here (it overwrites the file)"
+    )
 
 
 def _number(v) -> bool:
@@ -104,9 +117,13 @@ def _policy_value(v) -> bool:
 
 
 def _is_leaf(v) -> bool:
-    return (isinstance(v, dict) and isinstance(v.get("dtype"), str)
-            and isinstance(v.get("shape"), list) and all(_count(n) for n in v["shape"])
-            and isinstance(v.get("data"), list))
+    return (
+        isinstance(v, dict)
+        and isinstance(v.get("dtype"), str)
+        and isinstance(v.get("shape"), list)
+        and all(_count(n) for n in v["shape"])
+        and isinstance(v.get("data"), list)
+    )
 
 
 FIELDS = {  # key -> (check of its value, what is expected)
@@ -115,17 +132,26 @@ FIELDS = {  # key -> (check of its value, what is expected)
     "lambda": (lambda v: _finite(v) and v >= 0, "a finite number >= 0"),
     "fingerprint": (lambda v: isinstance(v, str), "a string"),
     "problem": (lambda v: isinstance(v, dict), "an object of settings"),
-    "history": (lambda v: isinstance(v, list) and all(isinstance(r, dict) for r in v),
-                "a list of objects, one row per iteration"),
-    "best": (lambda v: v is None or (isinstance(v, dict) and _finite(v.get("objective"))
-                                     and _finite(v.get("violation"))),
-             "null or an object with a finite objective and violation"),
-    "best_values": (lambda v: v is None or (isinstance(v, dict)
-                                            and all(_policy_value(x) for x in v.values())),
-                    "null or an object of policy values (numbers; score_net a list)"),
+    "history": (
+        lambda v: isinstance(v, list) and all(isinstance(r, dict) for r in v),
+        "a list of objects, one row per iteration",
+    ),
+    "best": (
+        lambda v: (
+            v is None
+            or (isinstance(v, dict) and _finite(v.get("objective")) and _finite(v.get("violation")))
+        ),
+        "null or an object with a finite objective and violation",
+    ),
+    "best_values": (
+        lambda v: v is None or (isinstance(v, dict) and all(_policy_value(x) for x in v.values())),
+        "null or an object of policy values (numbers; score_net a list)",
+    ),
     "theta": (_is_leaf, "an array {dtype, shape, data}"),
-    "opt_state": (lambda v: isinstance(v, list) and all(_is_leaf(x) for x in v),
-                  "a list of arrays {dtype, shape, data}"),
+    "opt_state": (
+        lambda v: isinstance(v, list) and all(_is_leaf(x) for x in v),
+        "a list of arrays {dtype, shape, data}",
+    ),
 }
 
 
@@ -146,12 +172,17 @@ def _check_fields(path: Path, doc: dict) -> None:
             raise _refuse(path, f"field {key!r} is {_shown(doc[key])}; expected {expected}")
     done, rows = doc["iteration"], len(doc["history"])
     if rows != done:
-        raise _refuse(path, f"field 'history' has {rows} row(s) after {done} iteration(s); "
-                            f"expected one per iteration")
+        raise _refuse(
+            path,
+            f"field 'history' has {rows} row(s) after {done} iteration(s); "
+            f"expected one per iteration",
+        )
     for key in ("best", "best_values"):
         if done and doc[key] is None:
-            raise _refuse(path, f"field {key!r} is null after {done} iteration(s); expected "
-                                f"the best policy found")
+            raise _refuse(
+                path,
+                f"field {key!r} is null after {done} iteration(s); expected the best policy found",
+            )
 
 
 def read(out_dir: Path) -> dict | None:
@@ -175,14 +206,18 @@ def read(out_dir: Path) -> dict | None:
     except UnicodeDecodeError as err:
         raise _refuse(path, f"is binary, not a JSON checkpoint (byte {err.start})") from None
     except json.JSONDecodeError as err:
-        raise _refuse(path, f"is truncated or corrupt JSON (line {err.lineno}, column "
-                            f"{err.colno}: {err.msg})") from None
+        raise _refuse(
+            path, f"is truncated or corrupt JSON (line {err.lineno}, column {err.colno}: {err.msg})"
+        ) from None
     if not isinstance(doc, dict):
         raise _refuse(path, f"holds a JSON {type(doc).__name__}; expected a checkpoint object")
     version = doc.get("format", 1)
     if version not in READS:
-        raise _refuse(path, f"has checkpoint format {version!r}; this servetune reads "
-                            f"formats {', '.join(map(str, READS))}")
+        raise _refuse(
+            path,
+            f"has checkpoint format {version!r}; this servetune reads "
+            f"formats {', '.join(map(str, READS))}",
+        )
     if version >= 4:
         doc = _from_json(doc)
     missing = [k for k in REQUIRED if k not in doc]
@@ -202,8 +237,11 @@ def _arrays(path: Path, doc: dict, shapes: dict[str, tuple]) -> dict[str, np.nda
         except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise _refuse(path, f"has a malformed array {key!r} ({err})") from None
         if a.shape != tuple(shape):
-            raise _refuse(path, f"field {key!r} has shape {list(a.shape)}; this run's search "
-                                f"space has {list(shape)}")
+            raise _refuse(
+                path,
+                f"field {key!r} has shape {list(a.shape)}; this run's search "
+                f"space has {list(shape)}",
+            )
         out[key] = a
     return out
 
@@ -211,8 +249,9 @@ def _arrays(path: Path, doc: dict, shapes: dict[str, tuple]) -> dict[str, np.nda
 def _finite_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
     for key, a in arrays.items():
         if not np.isfinite(a).all():
-            raise _refuse(path, f"field {key!r} holds NaN or infinite values; expected finite "
-                                f"numbers")
+            raise _refuse(
+                path, f"field {key!r} holds NaN or infinite values; expected finite numbers"
+            )
 
 
 def _check_values(path: Path, best: dict | None, value_keys) -> None:
@@ -220,12 +259,14 @@ def _check_values(path: Path, best: dict | None, value_keys) -> None:
     if best is None or value_keys is None or set(best) == set(value_keys):
         return
     differ = sorted(set(best) ^ set(value_keys))
-    raise _refuse(path, f"field 'best_values' has keys {sorted(best)}; this run's policy has "
-                        f"{sorted(value_keys)} (they differ in {', '.join(differ)})")
+    raise _refuse(
+        path,
+        f"field 'best_values' has keys {sorted(best)}; this run's policy has "
+        f"{sorted(value_keys)} (they differ in {', '.join(differ)})",
+    )
 
 
-def unpack(doc: dict, opt_state_like, out_dir: Path, shapes: dict[str, tuple],
-           value_keys=None):
+def unpack(doc: dict, opt_state_like, out_dir: Path, shapes: dict[str, tuple], value_keys=None):
     """(state, opt_state) from a checkpoint document (read): the arrays of `shapes` ({key:
     expected shape}, e.g. theta's) restored, the optimizer leaves put into opt_state_like's
     tree, every array finite; `value_keys` (if given) the keys best_values must have.
@@ -241,9 +282,12 @@ def unpack(doc: dict, opt_state_like, out_dir: Path, shapes: dict[str, tuple],
         raise _refuse(path, f"has a malformed array 'opt_state' ({err})") from None
     expected = [tuple(np.shape(x)) for x in like]
     if [x.shape for x in leaves] != expected:
-        raise _refuse(path, f"has optimizer state of {len(leaves)} arrays "
-                            f"{[x.shape for x in leaves]}; this run's optimizer has "
-                            f"{len(like)} {expected}")
+        raise _refuse(
+            path,
+            f"has optimizer state of {len(leaves)} arrays "
+            f"{[x.shape for x in leaves]}; this run's optimizer has "
+            f"{len(like)} {expected}",
+        )
     arrays = _arrays(path, doc, shapes)
     _finite_arrays(path, {**arrays, **{f"opt_state[{i}]": x for i, x in enumerate(leaves)}})
     _check_values(path, doc["best_values"], value_keys)

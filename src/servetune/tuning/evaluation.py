@@ -22,8 +22,11 @@ from servetune.tuning.split_overrides import TRAINING_GROUPS, with_overrides
 
 HELD_OUT = ("heldout_seeds", "holdout_workload")  # the splits tuning never saw (name prefixes)
 # per-scenario metrics given with an interval: (column, metrics key)
-INTERVAL_METRICS = {"slo_attainment": (0.0, 1.0), "useful_tokens_per_dollar": (0.0, math.inf),
-                    "goodput_rps": (0.0, math.inf)}  # metric: the range its values can take
+INTERVAL_METRICS = {
+    "slo_attainment": (0.0, 1.0),
+    "useful_tokens_per_dollar": (0.0, math.inf),
+    "goodput_rps": (0.0, math.inf),
+}  # metric: the range its values can take
 LEVEL = 0.95
 
 
@@ -39,8 +42,10 @@ def evaluation_splits(cfg: DictConfig, st) -> dict[str, DictConfig]:
     "holdout_workload[i]" when tune.eval.holdout lists several). `st`: runner.Settings."""
     splits = {"train": cfg}
     if st.workloads:
-        splits = {f"train[{i}]": with_overrides(cfg, w, "tune.workloads", TRAINING_GROUPS)
-                  for i, w in enumerate(st.workloads)}
+        splits = {
+            f"train[{i}]": with_overrides(cfg, w, "tune.workloads", TRAINING_GROUPS)
+            for i, w in enumerate(st.workloads)
+        }
     if st.eval_seeds > 0:
         held = copy.deepcopy(cfg)
         held.seed = int(cfg.seed) + st.eval_seed_offset
@@ -97,9 +102,15 @@ def interval(values, bounds=(-math.inf, math.inf)) -> tuple[float, float, float,
 def _row(name: str, split: str, column: list[dict], objective) -> dict:
     """One evaluation row: a policy's metrics over a split's scenarios (`column`)."""
     s = objective.summarize(column, 0.0)
-    row = {"policy": name, "split": split, "scenarios": len(column),
-           "objective": s["objective"], "violation": s["violation"],
-           "meets_target": s["violation"] <= 0, "slo_target": objective.slo_target}
+    row = {
+        "policy": name,
+        "split": split,
+        "scenarios": len(column),
+        "objective": s["objective"],
+        "violation": s["violation"],
+        "meets_target": s["violation"] <= 0,
+        "slo_target": objective.slo_target,
+    }
     for key, bounds in INTERVAL_METRICS.items():
         mean, low, high, distinct = interval([m[key] for m in column], bounds)
         row.update({key: mean, f"{key}_low": low, f"{key}_high": high})
@@ -126,26 +137,29 @@ def _paired_losses(start: list[dict], tuned: list[dict], objective) -> dict:
     v_tuned = np.array([objective.violation(m) for m in tuned])
     target = max(objective.slo_target, 1e-12)
     out = {}
-    for name, loss in (("objective_loss", f_start - f_tuned),
-                       ("shortfall_loss", (v_tuned - v_start) / target)):
+    for name, loss in (
+        ("objective_loss", f_start - f_tuned),
+        ("shortfall_loss", (v_tuned - v_start) / target),
+    ):
         mean, low, high, _ = interval(loss)
         out.update({name: mean, f"{name}_low": low, f"{name}_high": high})
     return out
 
 
-def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st, order: str
-                      ) -> pd.DataFrame:
+def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st, order: str) -> pd.DataFrame:
     """Each named policy (values dict) on each split of evaluation_splits: one row per
     (policy, split), with the split's scenario count and 95% intervals (`interval`); the
     "tuned" row also holds its paired losses against "start" (`_paired_losses`)."""
     splits = evaluation_splits(cfg, st)
     names = list(policies)
-    values = {k: np.stack([np.asarray(policies[n][k], np.float64) for n in names])
-              for k in policies[names[0]]}
+    values = {
+        k: np.stack([np.asarray(policies[n][k], np.float64) for n in names])
+        for k in policies[names[0]]
+    }
     rows = []
     for split, split_cfg in splits.items():
         ev = Evaluator(build(split_cfg), order, st.batch_mode)
-        columns = dict(zip(names, ev(values)))
+        columns = dict(zip(names, ev(values), strict=True))
         for name, column in columns.items():
             rows.append(_row(name, split, column, st.objective))
             if name == "tuned" and "start" in columns:
@@ -180,34 +194,44 @@ def _judge(start, tuned, tolerance: float) -> Verdict:
         worse, kind = tuned["violation"] > start["violation"] + 1e-9, "shortfall"
     if not worse:
         return Verdict(False, "not worse by the tuner's order")
-    what = ("useful tokens per USD" if kind == "objective"
-            else "shortfall below the SLO target")
+    what = "useful tokens per USD" if kind == "objective" else "shortfall below the SLO target"
     mean = float(tuned.get(f"{kind}_loss", math.nan))
     low = float(tuned.get(f"{kind}_loss_low", math.nan))
     high = float(tuned.get(f"{kind}_loss_high", math.nan))
     if math.isnan(mean):  # no paired losses: the summaries' difference
         target = max(float(start.get("slo_target", 1.0)), 1e-12)
-        mean = float(start["objective"] - tuned["objective"] if kind == "objective" else
-                     (tuned["violation"] - start["violation"]) / target)
+        mean = float(
+            start["objective"] - tuned["objective"]
+            if kind == "objective"
+            else (tuned["violation"] - start["violation"]) / target
+        )
     if math.isfinite(low) and math.isfinite(high):
         regression = low > 0
-        return Verdict(regression, f"{what} worse by {_pct(mean)}, 95% interval of the paired "
-                       f"difference [{_pct(low)}, {_pct(high)}] "
-                       + ("above 0: a regression" if regression else "includes 0: a tie"),
-                       tie=not regression)
+        return Verdict(
+            regression,
+            f"{what} worse by {_pct(mean)}, 95% interval of the paired "
+            f"difference [{_pct(low)}, {_pct(high)}] "
+            + ("above 0: a regression" if regression else "includes 0: a tie"),
+            tie=not regression,
+        )
     regression = mean > tolerance
-    return Verdict(regression, f"{what} worse by {_pct(mean)}, no interval (the scenarios "
-                   f"give none), {'beyond' if regression else 'within'} the tolerance "
-                   f"{_pct(tolerance)} (tune.eval.regression_tolerance)"
-                   + (": a regression" if regression else ": a tie"), tie=not regression)
+    return Verdict(
+        regression,
+        f"{what} worse by {_pct(mean)}, no interval (the scenarios "
+        f"give none), {'beyond' if regression else 'within'} the tolerance "
+        f"{_pct(tolerance)} (tune.eval.regression_tolerance)"
+        + (": a regression" if regression else ": a tie"),
+        tie=not regression,
+    )
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.3g}%"
 
 
-def verdicts(evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANCE
-             ) -> dict[str, Verdict]:
+def verdicts(
+    evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANCE
+) -> dict[str, Verdict]:
     """{held-out split: Verdict} of `evaluation` (evaluate_policies' table), for the splits
     that have both a start and a tuned row (`_judge`)."""
     out = {}
@@ -218,8 +242,7 @@ def verdicts(evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANCE
     return out
 
 
-def regressions(evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANCE
-                ) -> list[str]:
+def regressions(evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANCE) -> list[str]:
     """The held-out splits where the tuned policy regressed (`verdicts`)."""
     return [s for s, v in verdicts(evaluation, tolerance).items() if v.regression]
 
@@ -227,20 +250,26 @@ def regressions(evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANC
 def mark_verdicts(evaluation: pd.DataFrame, judged: dict[str, Verdict]) -> None:
     """Write `judged` into the evaluation table, in place: per row its split's `regression`,
     `regression_tie` and `regression_verdict` (empty for the splits tuning saw)."""
-    for column, field, empty in (("regression", "regression", False),
-                                 ("regression_tie", "tie", False),
-                                 ("regression_verdict", "why", "")):
+    for column, field, empty in (
+        ("regression", "regression", False),
+        ("regression_tie", "tie", False),
+        ("regression_verdict", "why", ""),
+    ):
         values = {split: getattr(v, field) for split, v in judged.items()}
         evaluation[column] = [values.get(split, empty) for split in evaluation["split"]]
 
 
 def _written_verdicts(evaluation: pd.DataFrame) -> dict[str, Verdict]:
     """The verdicts mark_verdicts wrote into an evaluation table."""
-    return {split: Verdict(bool(rows["regression"].iloc[0]),
-                           str(rows["regression_verdict"].iloc[0]),
-                           bool(rows["regression_tie"].iloc[0]))
-            for split, rows in evaluation.groupby("split", sort=False)
-            if held_out(split) and rows["regression_verdict"].iloc[0]}
+    return {
+        split: Verdict(
+            bool(rows["regression"].iloc[0]),
+            str(rows["regression_verdict"].iloc[0]),
+            bool(rows["regression_tie"].iloc[0]),
+        )
+        for split, rows in evaluation.groupby("split", sort=False)
+        if held_out(split) and rows["regression_verdict"].iloc[0]
+    }
 
 
 def side_by_side(evaluation: pd.DataFrame) -> list[dict]:
@@ -249,21 +278,30 @@ def side_by_side(evaluation: pd.DataFrame) -> list[dict]:
     interval ([low, high], None where the scenarios give none), `regression` and, on held-out
     splits, `verdict` (why: the table's regression_verdict column where the tuner wrote one,
     under its tune.eval.regression_tolerance, else `verdicts` at the default tolerance)."""
-    judged = (_written_verdicts(evaluation) if "regression_verdict" in evaluation.columns
-              else verdicts(evaluation))
+    judged = (
+        _written_verdicts(evaluation)
+        if "regression_verdict" in evaluation.columns
+        else verdicts(evaluation)
+    )
     out = []
     for split in dict.fromkeys(evaluation["split"]):
         rows = evaluation[evaluation["split"] == split].set_index("policy")
         if not {"start", "tuned"} <= set(rows.index):
             continue
         start, tuned = rows.loc["start"], rows.loc["tuned"]
-        record = {"split": split, "held_out": held_out(split),
-                  "scenarios": int(tuned["scenarios"]),
-                  "distinct_scenarios": int(tuned["distinct_scenarios"])}
+        record = {
+            "split": split,
+            "held_out": held_out(split),
+            "scenarios": int(tuned["scenarios"]),
+            "distinct_scenarios": int(tuned["distinct_scenarios"]),
+        }
         for key in INTERVAL_METRICS:
             low, high = float(tuned[f"{key}_low"]), float(tuned[f"{key}_high"])
-            record[key] = {"start": float(start[key]), "tuned": float(tuned[key]),
-                           "tuned_interval": None if math.isnan(low) else [low, high]}
+            record[key] = {
+                "start": float(start[key]),
+                "tuned": float(tuned[key]),
+                "tuned_interval": None if math.isnan(low) else [low, high],
+            }
         record["regression"] = split in judged and judged[split].regression
         record["tie"] = split in judged and judged[split].tie
         if split in judged:

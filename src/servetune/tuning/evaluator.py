@@ -20,8 +20,11 @@ from servetune.run.driver import rollout
 def _policy_values(scenario: Scenario) -> dict:
     """The scenario's (first) policy point as plain floats (score_net, if any, as an array)."""
     pol = scenario.params.policy
-    out = {k: float(np.asarray(getattr(pol, k)).reshape(-1)[0]) for k in pol.__dataclass_fields__
-           if k != "score_net"}
+    out = {
+        k: float(np.asarray(getattr(pol, k)).reshape(-1)[0])
+        for k in pol.__dataclass_fields__
+        if k != "score_net"
+    }
     if pol.score_net is not None:
         w = np.asarray(pol.score_net)
         out["score_net"] = w.reshape(-1, w.shape[-1])[0]
@@ -49,16 +52,22 @@ class Evaluator:
         """Params [P] of the base policy with `values` (arrays [P], score_net [P, W])
         substituted."""
         n = len(next(iter(values.values())))
-        merged = {k: (np.broadcast_to(v, (n,) + np.shape(v)) if k == "score_net"
-                      else np.full(n, v)) for k, v in self.base.items()}
+        merged = {
+            k: (np.broadcast_to(v, (n,) + np.shape(v)) if k == "score_net" else np.full(n, v))
+            for k, v in self.base.items()
+        }
         merged.update({k: np.asarray(v, np.float64) for k, v in values.items()})
         # the base values carry the order's score weights already: take them as given
         pol = make_policy(merged, order="neural" if "score_net" in merged else "parametric")
-        widen = lambda tree: jax.tree.map(lambda x: jnp.broadcast_to(x[0], (n,) + x.shape[1:]),
-                                          tree)
+        widen = lambda tree: jax.tree.map(
+            lambda x: jnp.broadcast_to(x[0], (n,) + x.shape[1:]), tree
+        )
         base = self.scenario.params
-        return Params(policy=pol, cost=widen(base.cost),
-                      draft=None if base.draft is None else widen(base.draft))
+        return Params(
+            policy=pol,
+            cost=widen(base.cost),
+            draft=None if base.draft is None else widen(base.draft),
+        )
 
     def __call__(self, values: Mapping[str, np.ndarray]) -> list[list[dict]]:
         """Metrics [P][S] of each policy (a column per policy) on every workload."""
@@ -71,15 +80,17 @@ class Evaluator:
         else:
             results = [[None] * n_pol for _ in sc.traces]
             for s in range(len(sc.traces)):
-                wl = jax.tree.map(lambda x, s=s: x[s:s + 1], sc.workloads)
+                wl = jax.tree.map(lambda x, s=s: x[s : s + 1], sc.workloads)
                 for p in range(n_pol):
-                    one = jax.tree.map(lambda x, p=p: x[p:p + 1], params)
-                    results[s][p] = rollout(wl, one, sc.engine, n_real[s:s + 1])[0][0]
+                    one = jax.tree.map(lambda x, p=p: x[p : p + 1], params)
+                    results[s][p] = rollout(wl, one, sc.engine, n_real[s : s + 1])[0][0]
         check_invariants(results)
         self.scenarios_simulated += n_pol * len(sc.traces)
         metric = functools.partial(metrics_lib.compute_metrics, spec=sc.metrics)
-        return [[metric(sc.traces[s], results[s][p]) for s in range(len(sc.traces))]
-                for p in range(n_pol)]
+        return [
+            [metric(sc.traces[s], results[s][p]) for s in range(len(sc.traces))]
+            for p in range(n_pol)
+        ]
 
 
 class MultiEvaluator:

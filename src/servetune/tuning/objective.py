@@ -55,8 +55,12 @@ class Objective:
         f = np.array([self.value(m) for m in column])
         v = np.array([self.violation(m) for m in column])
         lagr = f - multiplier * v
-        return {"objective": self.combine(f), "violation": float(v.mean()),
-                "lagrangian": self.combine(lagr),
-                "slo_attainment": float(np.mean([m["slo_attainment"] for m in column])),
-                "useful_tokens_per_dollar": float(np.mean([m["useful_tokens_per_dollar"]
-                                                           for m in column]))}
+        return {
+            "objective": self.combine(f),
+            "violation": float(v.mean()),
+            "lagrangian": self.combine(lagr),
+            "slo_attainment": float(np.mean([m["slo_attainment"] for m in column])),
+            "useful_tokens_per_dollar": float(
+                np.mean([m["useful_tokens_per_dollar"] for m in column])
+            ),
+        }

@@ -58,15 +58,23 @@ SUMMARY = "tune_summary.json"  # written last by a finished run (_finish)
 # what _finish writes, each only when due: an earlier finish's copies are removed first, so
 # the folder never pairs this run's summary with a file it did not write (a stale export/
 # after a regression that withholds it, sensitivity views after tune.eval.sensitivity=false)
-FINAL_OUTPUTS = (SUMMARY, "evaluation.csv", "convergence.png", "sensitivity.csv",
-                 "history.png", "sensitivity.png", "tuning.html", "export")
+FINAL_OUTPUTS = (
+    SUMMARY,
+    "evaluation.csv",
+    "convergence.png",
+    "sensitivity.csv",
+    "history.png",
+    "sensitivity.png",
+    "tuning.html",
+    "export",
+)
 # the Lagrange multiplier's ceiling (per unit of attainment shortfall, in log tokens per USD):
 # far above any useful weight, and finite, so history.csv and the checkpoint never hold inf
 MAX_LAMBDA = 1e9
 MAX_ITERATIONS = 100_000  # the checkpoint holds (and rewrites) one history row per iteration
 MAX_PAIRS = 4096  # 8193 policies per iteration
-MAX_SIMULATIONS = 10 ** 8  # scenarios simulated over a run (iterations x policies x scenarios)
-MAX_SEED = 2 ** 63 - 1  # the largest `seed` (servetune.config.scenario)
+MAX_SIMULATIONS = 10**8  # scenarios simulated over a run (iterations x policies x scenarios)
+MAX_SEED = 2**63 - 1  # the largest `seed` (servetune.config.scenario)
 RECORD_BYTES = 12 << 10  # host memory of one scenario's metrics (~60 numbers; measured 11 KiB)
 
 
@@ -122,8 +130,9 @@ def _flag(t, key, default: bool) -> bool:
 def _mapping(t, key) -> dict:
     value = OmegaConf.select(t, key)
     if not isinstance(value, DictConfig):
-        raise ConfigError(f"tune.{key}: got {value!r}; expected a mapping of policy key -> "
-                          f"{{low, high, scale}}")
+        raise ConfigError(
+            f"tune.{key}: got {value!r}; expected a mapping of policy key -> {{low, high, scale}}"
+        )
     return OmegaConf.to_container(value)
 
 
@@ -151,35 +160,45 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         resume=_flag(t, "resume", True),
         checkpoint_every=_num(t, "checkpoint_every", int, 1),
         batch_mode=_choice(t, "batch_mode", ("auto", "loop", "vmap")),
-        objective=Objective(slo_target=_num(t, "objective.slo_target", float, 0, 1),
-                            aggregate=_choice(t, "objective.aggregate", ("mean", "cvar")),
-                            cvar_alpha=_num(t, "objective.cvar_alpha", float, 1e-6, 1)),
+        objective=Objective(
+            slo_target=_num(t, "objective.slo_target", float, 0, 1),
+            aggregate=_choice(t, "objective.aggregate", ("mean", "cvar")),
+            cvar_alpha=_num(t, "objective.cvar_alpha", float, 1e-6, 1),
+        ),
         lambda_init=_num(t, "dual.lambda_init", float, 0, MAX_LAMBDA),
         lambda_learning_rate=_num(t, "dual.learning_rate", float, 0, MAX_LAMBDA),
-        space=space_from_config(_mapping(t, "space"),
-                                net_size=neural.n_weights(hidden) if neural_family else 0,
-                                net_scale=net_scale),
+        space=space_from_config(
+            _mapping(t, "space"),
+            net_size=neural.n_weights(hidden) if neural_family else 0,
+            net_scale=net_scale,
+        ),
         eval_seeds=_num(t, "eval.seeds", int, 0, MAX_SEEDS),
         eval_seed_offset=_num(t, "eval.seed_offset", int, 0, MAX_SEED),
         holdout=holdout_lists(OmegaConf.select(t, "eval.holdout")),
         workloads=workload_lists(OmegaConf.select(t, "workloads")),
         export=_flag(t, "export", True),
         export_on_regression=_flag(t, "export_on_regression", False),
-        regression_tolerance=(_num(t, "eval.regression_tolerance", float, 0, 1)
-                              if OmegaConf.select(t, "eval.regression_tolerance") is not None
-                              else REGRESSION_TOLERANCE),
+        regression_tolerance=(
+            _num(t, "eval.regression_tolerance", float, 0, 1)
+            if OmegaConf.select(t, "eval.regression_tolerance") is not None
+            else REGRESSION_TOLERANCE
+        ),
         sensitivity=_flag(t, "eval.sensitivity", True),
         policy_family=family,
         net_hidden=hidden,
         net_scale=net_scale,
         net_init_seed=_num(t, "net.init_seed", int, 0) if neural_family else 0,
-        net_init_out_scale=(_num(t, "net.init_out_scale", float, 0, 1e6) if neural_family
-                            else 0.0),
-        **({"relax": _choice(t, "relax", ("st", "soft")),
-            "temperature": _num(t, "temperature", float, 1e-6),
-            "slo_tau": _num(t, "slo_tau", float, 1e-6),
-            "difference_step": _num(t, "difference_step", float, 1e-6, 1.0)}
-           if pathwise_only else {}),
+        net_init_out_scale=(_num(t, "net.init_out_scale", float, 0, 1e6) if neural_family else 0.0),
+        **(
+            {
+                "relax": _choice(t, "relax", ("st", "soft")),
+                "temperature": _num(t, "temperature", float, 1e-6),
+                "slo_tau": _num(t, "slo_tau", float, 1e-6),
+                "difference_step": _num(t, "difference_step", float, 1e-6, 1.0),
+            }
+            if pathwise_only
+            else {}
+        ),
     )
 
 
@@ -213,20 +232,29 @@ def _check_keys_act(cfg: DictConfig, space: SearchSpace) -> None:
     kv_pressure=compress."""
     engine = cfg.engine
     for dim in space.dims:
-        if dim.key.startswith("route_w_") and not (engine.routing == "score"
-                                                    and engine.n_instances > 1):
-            raise ConfigError(f"tune.space.{dim.key}: the routing weights act only with "
-                              f"engine.routing=score and engine.n_instances > 1; got routing="
-                              f"{engine.routing}, n_instances={engine.n_instances}")
+        if dim.key.startswith("route_w_") and not (
+            engine.routing == "score" and engine.n_instances > 1
+        ):
+            raise ConfigError(
+                f"tune.space.{dim.key}: the routing weights act only with "
+                f"engine.routing=score and engine.n_instances > 1; got routing="
+                f"{engine.routing}, n_instances={engine.n_instances}"
+            )
         if dim.key == "cascade_threshold" and not engine.cascade_small_instances > 0:
-            raise ConfigError("tune.space.cascade_threshold: acts only with a model cascade "
-                              "(engine.cascade_small_instances > 0, e.g. +experiment=cascade)")
+            raise ConfigError(
+                "tune.space.cascade_threshold: acts only with a model cascade "
+                "(engine.cascade_small_instances > 0, e.g. +experiment=cascade)"
+            )
         if dim.key == "spec_k" and OmegaConf.select(cfg, "speculation.draft") is None:
-            raise ConfigError("tune.space.spec_k: the draft length acts only with a draft "
-                              "model (speculation=draft); got speculation.draft=null")
+            raise ConfigError(
+                "tune.space.spec_k: the draft length acts only with a draft "
+                "model (speculation=draft); got speculation.draft=null"
+            )
         if dim.key == "kv_compress_ratio" and engine.kv_pressure != "compress":
-            raise ConfigError(f"tune.space.kv_compress_ratio: acts only with "
-                              f"engine.kv_pressure=compress; got {engine.kv_pressure}")
+            raise ConfigError(
+                f"tune.space.kv_compress_ratio: acts only with "
+                f"engine.kv_pressure=compress; got {engine.kv_pressure}"
+            )
 
 
 SCORE_WEIGHTS = ("w_age", "w_prompt", "w_pred", "w_slack")  # the priority score's terms
@@ -246,9 +274,11 @@ def _acts(cfg: DictConfig, space: SearchSpace, key: str) -> bool:
     return key in space.keys or not isinstance(value, (int, float)) or value != 0
 
 
-_UNREAD_UNDER_PRIORITY = (": the priority score is not read under policy.order=priority "
-                          "(vLLM's priority scheduling orders the queue by each request's trace "
-                          "priority); use policy.order=parametric (or fcfs, sjf) to tune it")
+_UNREAD_UNDER_PRIORITY = (
+    ": the priority score is not read under policy.order=priority "
+    "(vLLM's priority scheduling orders the queue by each request's trace "
+    "priority); use policy.order=parametric (or fcfs, sjf) to tune it"
+)
 
 
 def _check_score_keys_act(cfg: DictConfig, st: Settings) -> None:
@@ -272,20 +302,27 @@ def _check_score_keys_act(cfg: DictConfig, st: Settings) -> None:
         if neural:
             continue
         if dim.key == "ttft_target_s" and not _acts(cfg, st.space, "w_slack"):
-            raise ConfigError(f"{where}: acts only through the slack term w_slack x "
-                              f"(ttft_target_s - age_s), and w_slack is 0 and not tuned; set "
-                              f"policy.w_slack non-zero or tune it (+tune.space.w_slack=...), "
-                              f"or use tune.policy_family=neural")
+            raise ConfigError(
+                f"{where}: acts only through the slack term w_slack x "
+                f"(ttft_target_s - age_s), and w_slack is 0 and not tuned; set "
+                f"policy.w_slack non-zero or tune it (+tune.space.w_slack=...), "
+                f"or use tune.policy_family=neural"
+            )
         others = [k for k in SCORE_WEIGHTS if k != dim.key]
         crosses_zero = dim.low < 0 < dim.high
-        if (dim.key in SCORE_WEIGHTS and not crosses_zero
-                and not any(_acts(cfg, st.space, k) for k in others)):
-            raise ConfigError(f"{where}: the score's only term ({', '.join(others)} are 0 "
-                              f"and not tuned), and any positive multiple of a score orders "
-                              f"the queue the same way, so every value in [{dim.low:g}, "
-                              f"{dim.high:g}] schedules alike; set or tune another weight "
-                              f"(e.g. policy.w_prompt=1), let the range cross 0, or use "
-                              f"tune.policy_family=neural")
+        if (
+            dim.key in SCORE_WEIGHTS
+            and not crosses_zero
+            and not any(_acts(cfg, st.space, k) for k in others)
+        ):
+            raise ConfigError(
+                f"{where}: the score's only term ({', '.join(others)} are 0 "
+                f"and not tuned), and any positive multiple of a score orders "
+                f"the queue the same way, so every value in [{dim.low:g}, "
+                f"{dim.high:g}] schedules alike; set or tune another weight "
+                f"(e.g. policy.w_prompt=1), let the range cross 0, or use "
+                f"tune.policy_family=neural"
+            )
 
 
 def _prepare(cfg: DictConfig, space: SearchSpace) -> DictConfig:
@@ -314,17 +351,21 @@ def _check_sizes(cfg: DictConfig, st: Settings) -> None:
     past the largest seed."""
     seed = settings.number(cfg, "seed", lo=0, hi=MAX_SEED, integer=True, default=0)
     if seed + st.eval_seed_offset > MAX_SEED:
-        raise ConfigError(f"tune.eval.seed_offset: got {st.eval_seed_offset}; the held-out "
-                          f"seeds would start at seed {seed} + it = {seed + st.eval_seed_offset}"
-                          f", past the largest seed {MAX_SEED}")
+        raise ConfigError(
+            f"tune.eval.seed_offset: got {st.eval_seed_offset}; the held-out "
+            f"seeds would start at seed {seed} + it = {seed + st.eval_seed_offset}"
+            f", past the largest seed {MAX_SEED}"
+        )
     seeds = settings.number(cfg, "seeds", lo=1, hi=MAX_SEEDS, integer=True, default=1)
     each = seeds * max(1, len(st.workloads))
     total = st.iterations * population(st) * each
     if total > MAX_SIMULATIONS:
-        raise ConfigError(f"tune.iterations x tune.pairs: {st.iterations} iteration(s) x "
-                          f"{population(st)} policies x {each} scenario(s) each = {total:.3g} "
-                          f"simulations; expected at most {MAX_SIMULATIONS:.0e}; lower "
-                          f"tune.iterations, tune.pairs or seeds")
+        raise ConfigError(
+            f"tune.iterations x tune.pairs: {st.iterations} iteration(s) x "
+            f"{population(st)} policies x {each} scenario(s) each = {total:.3g} "
+            f"simulations; expected at most {MAX_SIMULATIONS:.0e}; lower "
+            f"tune.iterations, tune.pairs or seeds"
+        )
 
 
 def checked_config(cfg: DictConfig) -> tuple[Settings, DictConfig]:
@@ -348,8 +389,15 @@ def _problem(cfg: DictConfig) -> dict[str, str]:
     c = OmegaConf.to_container(cfg, resolve=False)
     c.pop("hydra", None)
     c.pop("output", None)
-    for key in ("iterations", "eval", "export", "export_on_regression", "resume",
-                "checkpoint_every", "batch_mode"):
+    for key in (
+        "iterations",
+        "eval",
+        "export",
+        "export_on_regression",
+        "resume",
+        "checkpoint_every",
+        "batch_mode",
+    ):
         c.get("tune", {}).pop(key, None)
     flat: dict[str, str] = {}
 
@@ -413,8 +461,10 @@ def _better(a: dict | None, b: dict) -> bool:
 
 def _plain(values: dict) -> dict:
     """Policy values as JSON-able floats (the network's weights as a list of floats)."""
-    return {k: (np.asarray(v, np.float64).tolist() if k == "score_net" else float(np.asarray(v)))
-            for k, v in values.items()}
+    return {
+        k: (np.asarray(v, np.float64).tolist() if k == "score_net" else float(np.asarray(v)))
+        for k, v in values.items()
+    }
 
 
 def _evaluators(cfg: DictConfig, st: Settings, order: str):
@@ -422,23 +472,50 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str):
     simulator scoring policy points: one workload or several, the pathwise estimator or None
     for ES)."""
     if st.workloads:  # tune over several workloads at once
-        evaluator = MultiEvaluator([
-            Evaluator(build(with_overrides(cfg, w, "tune.workloads", TRAINING_GROUPS)), order, st.batch_mode)
-            for w in st.workloads])
+        evaluator = MultiEvaluator(
+            [
+                Evaluator(
+                    build(with_overrides(cfg, w, "tune.workloads", TRAINING_GROUPS)),
+                    order,
+                    st.batch_mode,
+                )
+                for w in st.workloads
+            ]
+        )
     else:
         evaluator = Evaluator(build(cfg), order, st.batch_mode)
     engine = _first_scenario(evaluator).engine
-    st = dataclasses.replace(st, space=dataclasses.replace(st.space, constraints=constraints_for(
-        evaluator.base, engine.max_model_len, engine.chunked_prefill)))
+    st = dataclasses.replace(
+        st,
+        space=dataclasses.replace(
+            st.space,
+            constraints=constraints_for(
+                evaluator.base, engine.max_model_len, engine.chunked_prefill
+            ),
+        ),
+    )
     if st.estimator != "pathwise":
         return st, evaluator, None
     if st.workloads:
-        raise ConfigError("tune.workloads: the pathwise estimator tunes on one workload; "
-                          "use tune=es to tune over several")
-    return st, evaluator, PathwiseEstimator(evaluator, st.space, st.relax, st.temperature,
-                                        st.objective.slo_target, st.slo_tau,
-                                        st.objective.aggregate, st.objective.cvar_alpha,
-                                        st.difference_step)
+        raise ConfigError(
+            "tune.workloads: the pathwise estimator tunes on one workload; "
+            "use tune=es to tune over several"
+        )
+    return (
+        st,
+        evaluator,
+        PathwiseEstimator(
+            evaluator,
+            st.space,
+            st.relax,
+            st.temperature,
+            st.objective.slo_target,
+            st.slo_tau,
+            st.objective.aggregate,
+            st.objective.cvar_alpha,
+            st.difference_step,
+        ),
+    )
 
 
 def _evaluator_list(evaluator) -> list[Evaluator]:
@@ -453,10 +530,12 @@ def _plan_line(st: Settings, evaluator) -> str:
     tuned = space.keys + (["score_net"] if space.net_size else [])
     per_scenario = _requests_per_scenario(evaluator)
     total = st.iterations * population(st) * per_policy
-    return (f"tuning {', '.join(tuned)}: {st.iterations} iteration(s) x {population(st)} "
-            f"policies x {per_policy} scenario(s) = {total} simulations of "
-            f"{per_scenario:,.0f} requests on average, then the evaluation; "
-            + estimate.guess_text(int(total * per_scenario), kind="tune"))
+    return (
+        f"tuning {', '.join(tuned)}: {st.iterations} iteration(s) x {population(st)} "
+        f"policies x {per_policy} scenario(s) = {total} simulations of "
+        f"{per_scenario:,.0f} requests on average, then the evaluation; "
+        + estimate.guess_text(int(total * per_scenario), kind="tune")
+    )
 
 
 def _requests_per_scenario(evaluator) -> float:
@@ -482,8 +561,10 @@ def _population_bytes(st: Settings, evaluator) -> tuple[int, int]:
     if evaluators[0].batch_mode != "vmap":
         return host, 0
     points = st.space.values(np.zeros((n, st.space.size)))
-    state = max(memory.rollout_bytes(ev.scenario.workloads, ev.params(points), ev.scenario.engine)
-                for ev in evaluators)
+    state = max(
+        memory.rollout_bytes(ev.scenario.workloads, ev.params(points), ev.scenario.engine)
+        for ev in evaluators
+    )
     return host, state
 
 
@@ -497,8 +578,10 @@ def _check_population_fits(st: Settings, evaluator) -> None:
     if jax.devices()[0].platform == "cpu":
         checks = [(host + state, host_free, "memory")]
     else:
-        checks = [(host, host_free, "host memory"),
-                  (state, memory.available_bytes(), "accelerator memory")]
+        checks = [
+            (host, host_free, "host memory"),
+            (state, memory.available_bytes(), "accelerator memory"),
+        ]
     gib = memory.GIB
     for need, free, where in checks:
         if free is None or need <= memory.USABLE * free:
@@ -509,7 +592,9 @@ def _check_population_fits(st: Settings, evaluator) -> None:
             f"{_scenario_count(evaluator)} scenario(s), would need ~{need / gib:.3g} GiB of "
             f"{where} ({host / gib:.3g} GiB of points and metrics{vmapped if state else ''}), more "
             f"than {memory.USABLE:.0%} of the {free / gib:.3g} GiB available; lower tune.pairs"
-            + (", use tune.batch_mode=loop" if state else "") + " or run fewer seeds")
+            + (", use tune.batch_mode=loop" if state else "")
+            + " or run fewer seeds"
+        )
 
 
 def _restore(out_dir: Path, st: Settings, state: dict, opt_state, log, value_keys):
@@ -530,9 +615,11 @@ def _restore(out_dir: Path, st: Settings, state: dict, opt_state, log, value_key
         raise CheckpointError(
             f"{out_dir / checkpoint.NAME}: written by a run with a different scenario or "
             f"tune settings{what}; resume with the same config, or use another output "
-            f"directory (or tune.resume=false to start over there)")
-    loaded = checkpoint.unpack(doc, opt_state, out_dir, {"theta": np.shape(state["theta"])},
-                               value_keys)
+            f"directory (or tune.resume=false to start over there)"
+        )
+    loaded = checkpoint.unpack(
+        doc, opt_state, out_dir, {"theta": np.shape(state["theta"])}, value_keys
+    )
     log(f"resuming from {out_dir / checkpoint.NAME} at iteration {loaded[0]['iteration']}")
     return loaded
 
@@ -544,11 +631,10 @@ def _estimate(st: Settings, evaluator, estimator, theta, lam: float, it: int):
     if estimator is None:  # ES: antithetic pairs around the center
         eps = es.perturbations(st.seed, it, st.pairs, space.size)
         points = es.population(theta, eps, st.sigma)
-        summaries = [st.objective.summarize(col, lam)
-                     for col in evaluator(space.values(points))]
+        summaries = [st.objective.summarize(col, lam) for col in evaluator(space.values(points))]
         lagr = np.array([s["lagrangian"] for s in summaries])
         m = st.pairs
-        return points, summaries, es.gradient(lagr[1:1 + m], lagr[1 + m:], eps, st.sigma), {}
+        return points, summaries, es.gradient(lagr[1 : 1 + m], lagr[1 + m :], eps, st.sigma), {}
     # pathwise: the exact simulator scores the point, the relaxed one gives the gradient
     points = theta[None]
     summaries = [st.objective.summarize(col, lam) for col in evaluator(space.values(points))]
@@ -556,22 +642,32 @@ def _estimate(st: Settings, evaluator, estimator, theta, lam: float, it: int):
     return points, summaries, grad, soft
 
 
-def _history_row(it: int, state: dict, evaluator, lam: float, grad, soft: dict, summaries,
-                 center: dict) -> dict:
+def _history_row(
+    it: int, state: dict, evaluator, lam: float, grad, soft: dict, summaries, center: dict
+) -> dict:
     """One row of history.csv: the iteration, the center's and the best point's summaries and
     the center's policy values (a network by its weights' norm)."""
     net = center.pop("score_net", None)
     if net is not None:
         center["score_net_norm"] = float(np.linalg.norm(net))
-    return {"iteration": it, "scenarios_simulated": evaluator.scenarios_simulated,
-            "lambda": lam, "grad_norm": float(np.linalg.norm(grad)), **soft,
-            **{f"center_{k}": v for k, v in summaries[0].items()},
-            **{f"best_{k}": v for k, v in state["best"].items()},
-            **{f"policy.{k}": v for k, v in center.items()}}
+    return {
+        "iteration": it,
+        "scenarios_simulated": evaluator.scenarios_simulated,
+        "lambda": lam,
+        "grad_norm": float(np.linalg.norm(grad)),
+        **soft,
+        **{f"center_{k}": v for k, v in summaries[0].items()},
+        **{f"best_{k}": v for k, v in state["best"].items()},
+        **{f"policy.{k}": v for k, v in center.items()},
+    }
 
 
-def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
-         log: Callable[[str], None] = print, stop_after: int | None = None) -> TuneResult:
+def tune(
+    cfg: DictConfig | Sequence[str],
+    out_dir: Path | str = "outputs/tune",
+    log: Callable[[str], None] = print,
+    stop_after: int | None = None,
+) -> TuneResult:
     """Tune the policy keys of `tune.space` for the configured scenario; see the module doc.
 
     cfg: a composed config (or Hydra overrides for api.compose). Results, checkpoints and
@@ -579,12 +675,15 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     stop_after: stop (as if killed) after that many iterations of this call, for tests.
     """
     if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir).strip():
-        raise ConfigError(f"out_dir: got {out_dir!r}; expected a folder path (a str or a "
-                          f"pathlib.Path)")
+        raise ConfigError(
+            f"out_dir: got {out_dir!r}; expected a folder path (a str or a pathlib.Path)"
+        )
     if not isinstance(cfg, DictConfig):
         if isinstance(cfg, str) or not isinstance(cfg, Sequence):
-            raise ConfigError(f"cfg: got {cfg!r}; expected a composed config or a list of "
-                              f"overrides such as ['workload=poisson']")
+            raise ConfigError(
+                f"cfg: got {cfg!r}; expected a composed config or a list of "
+                f"overrides such as ['workload=poisson']"
+            )
         cfg = compose(list(cfg))
     start_time = time.perf_counter()
     out_dir = Path(out_dir)
@@ -597,17 +696,24 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
     start_values = dict(evaluator.base)
     if space.net_size and "score_net" not in start_values:
         # the configured (linear) policy plus a network that adds nothing yet (out scale 0)
-        start_values["score_net"] = neural.init_weights(st.net_hidden, st.net_init_seed,
-                                                        st.net_init_out_scale)
+        start_values["score_net"] = neural.init_weights(
+            st.net_hidden, st.net_init_seed, st.net_init_out_scale
+        )
     theta = space.point(start_values)
     opt = OPTIMIZERS[st.optimizer](st.learning_rate)
     dual = optax.sgd(st.lambda_learning_rate)
-    state = {"iteration": 0, "theta": theta, "lambda": st.lambda_init, "history": [],
-             "best": None, "best_values": None, "scenarios": 0}
+    state = {
+        "iteration": 0,
+        "theta": theta,
+        "lambda": st.lambda_init,
+        "history": [],
+        "best": None,
+        "best_values": None,
+        "scenarios": 0,
+    }
     state["problem"] = dict(_problem(cfg), **{DATA_KEY: json.dumps(_data_digest(evaluator))})
     state["fingerprint"] = _fingerprint(state["problem"])
-    state, opt_state = _restore(out_dir, st, state, opt.init(jnp.asarray(theta)), log,
-                                start_values)
+    state, opt_state = _restore(out_dir, st, state, opt.init(jnp.asarray(theta)), log, start_values)
     evaluator.scenarios_simulated = state["scenarios"]
     resumed_at = state["scenarios"]  # this call's pace counts only what it simulates
 
@@ -629,28 +735,47 @@ def tune(cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune",
         center = _plain(space.values(theta))
         row = _history_row(it, state, evaluator, lam, grad, soft, summaries, center)
         state["history"].append(row)
-        log(f"iter {it:3d}  objective {row['center_objective']:.4f}  attainment "
+        log(
+            f"iter {it:3d}  objective {row['center_objective']:.4f}  attainment "
             f"{row['center_slo_attainment']:.4f}  lambda {lam:.2f}  "
             f"best {row['best_objective']:.4f}"
             f" (att {row['best_slo_attainment']:.4f})  scenarios {row['scenarios_simulated']}  "
-            + " ".join(f"{k}={center[k]:.4g}" for k in space.keys))
-        state.update(iteration=it + 1, theta=new_theta, **{"lambda": new_lam},
-                     scenarios=evaluator.scenarios_simulated)
+            + " ".join(f"{k}={center[k]:.4g}" for k in space.keys)
+        )
+        state.update(
+            iteration=it + 1,
+            theta=new_theta,
+            **{"lambda": new_lam},
+            scenarios=evaluator.scenarios_simulated,
+        )
         if (it + 1) % st.checkpoint_every == 0 or it + 1 == st.iterations:
             checkpoint.save(out_dir, state, opt_state)
         done_here += 1
         left = state["iteration"] < st.iterations
         if stop_after is not None and done_here >= stop_after and left:
             raise KeyboardInterrupt(f"stopped after {done_here} iterations (stop_after)")
-    result = _finish(cfg, st, state, _plain(start_values), order, evaluator, out_dir, log,
-                     start_time)
-    estimate.record(int((state["scenarios"] - resumed_at) * _requests_per_scenario(evaluator)),
-                    time.perf_counter() - start_time, kind="tune")
+    result = _finish(
+        cfg, st, state, _plain(start_values), order, evaluator, out_dir, log, start_time
+    )
+    estimate.record(
+        int((state["scenarios"] - resumed_at) * _requests_per_scenario(evaluator)),
+        time.perf_counter() - start_time,
+        kind="tune",
+    )
     return result
 
 
-def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, order: str,
-            evaluator, out_dir: Path, log, start_time: float) -> TuneResult:
+def _finish(
+    cfg: DictConfig,
+    st: Settings,
+    state: dict,
+    start_values: dict,
+    order: str,
+    evaluator,
+    out_dir: Path,
+    log,
+    start_time: float,
+) -> TuneResult:
     """After the last iteration: history.csv, the held-out evaluation of the start and the
     tuned policy (evaluation.csv, with regressions flagged; side by side per split in
     tune_summary.json and the export's "extra"), convergence.png, the export
@@ -678,41 +803,75 @@ def _finish(cfg: DictConfig, st: Settings, state: dict, start_values: dict, orde
     compared = side_by_side(evaluation)  # the verdicts just written
     _plot(history, out_dir / "convergence.png", st.objective.slo_target)
     if st.sensitivity:  # 2 x knobs more policies on the training scenarios, one batch
-        write_views(out_dir, history, measure(evaluator, st.space, best, st.objective),
-                    st.objective.slo_target, CAPTION)
+        write_views(
+            out_dir,
+            history,
+            measure(evaluator, st.space, best, st.objective),
+            st.objective.slo_target,
+            CAPTION,
+        )
     for split, verdict in judged.items():
         log(f"held-out {split}: {verdict.why}")
     if regressed:
-        log(f"regression: the tuned policy is worse than the start on held-out "
+        log(
+            f"regression: the tuned policy is worse than the start on held-out "
             f"{', '.join(regressed)} (evaluation.csv); "
-            + ("exporting it anyway (tune.export_on_regression=true)"
-               if st.export and st.export_on_regression else
-               "export/ not written (tune.export_on_regression=true writes it)"
-               if st.export else "tune.export is off"))
+            + (
+                "exporting it anyway (tune.export_on_regression=true)"
+                if st.export and st.export_on_regression
+                else "export/ not written (tune.export_on_regression=true writes it)"
+                if st.export
+                else "tune.export is off"
+            )
+        )
     if st.export and (st.export_on_regression or not regressed):
         engine = OmegaConf.to_container(cfg.engine, resolve=True)
-        export.write_export(out_dir / "export", {k: best[k] for k in best}, order, engine,
-                            extra={"scenarios_simulated": int(state["scenarios"]),
-                                   "regression": bool(regressed),
-                                   "regressed_splits": regressed,
-                                   "evaluation": compared},
-                            deploy=export.deployment(cfg, _first_scenario(evaluator)),
-                            ranges=st.space.ranges)
+        export.write_export(
+            out_dir / "export",
+            {k: best[k] for k in best},
+            order,
+            engine,
+            extra={
+                "scenarios_simulated": int(state["scenarios"]),
+                "regression": bool(regressed),
+                "regressed_splits": regressed,
+                "evaluation": compared,
+            },
+            deploy=export.deployment(cfg, _first_scenario(evaluator)),
+            ranges=st.space.ranges,
+        )
         # the file's own warnings: they know the deployment (max_model_len) and the ranges
-        for warning in json.loads((out_dir / "export" / "vllm_args.json").read_text())[
-                "warnings"]:
+        for warning in json.loads((out_dir / "export" / "vllm_args.json").read_text())["warnings"]:
             log(f"warning (export/vllm_args.json): {warning}")
-        log(export.config_group_hint(out_dir / "export" / "tuned_policy.yaml", "policy",
-                                     "tuned_policy"))
+        log(
+            export.config_group_hint(
+                out_dir / "export" / "tuned_policy.yaml", "policy", "tuned_policy"
+            )
+        )
     elapsed_s = time.perf_counter() - start_time
-    summary = {"start": start_values, "best": best, "best_summary": state["best"],
-               "regression": bool(regressed), "regressed_splits": regressed,
-               "regression_verdicts": {split: v.why for split, v in judged.items()},
-               "evaluation": compared,
-               "scenarios_simulated": int(state["scenarios"]), "wall_s": elapsed_s}
+    summary = {
+        "start": start_values,
+        "best": best,
+        "best_summary": state["best"],
+        "regression": bool(regressed),
+        "regressed_splits": regressed,
+        "regression_verdicts": {split: v.why for split, v in judged.items()},
+        "evaluation": compared,
+        "scenarios_simulated": int(state["scenarios"]),
+        "wall_s": elapsed_s,
+    }
     write_json(out_dir / SUMMARY, summary)  # last: the finished run's mark
-    return TuneResult(start_values, best, state["best"], history, evaluation,
-                      int(state["scenarios"]), elapsed_s, out_dir, bool(regressed))
+    return TuneResult(
+        start_values,
+        best,
+        state["best"],
+        history,
+        evaluation,
+        int(state["scenarios"]),
+        elapsed_s,
+        out_dir,
+        bool(regressed),
+    )
 
 
 def _first_scenario(evaluator):

@@ -32,8 +32,18 @@ LINEAR_STEP = 0.05  # fraction of a linear knob's range each side
 FLOORED = ("max_num_seqs", "max_num_batched_tokens")  # the engine floors them (relax.py)
 METRICS = ("d_log_tokens_per_usd", "d_attainment")  # the derivatives, in CSV column order
 NO_INFO = "no information"  # the scenarios give no interval
-COLUMNS = ["knob", "scale", "value", "minus", "plus", "step", "per",
-           *(f"{m}{end}" for m in METRICS for end in ("", "_low", "_high")), "scenarios", "note"]
+COLUMNS = [
+    "knob",
+    "scale",
+    "value",
+    "minus",
+    "plus",
+    "step",
+    "per",
+    *(f"{m}{end}" for m in METRICS for end in ("", "_low", "_high")),
+    "scenarios",
+    "note",
+]
 CAPTION = (
     f"Central finite differences of the exact simulator at the tuned point: each tuned knob "
     f"moved down and up, the others held; a log-scale knob by a factor e^&plusmn;{LOG_STEP:g} "
@@ -46,7 +56,8 @@ CAPTION = (
     f"scenario, or every scenario gave the same difference, e.g. a knob that changed "
     f"nothing). The pathwise relaxation is not used here: its derivative of the token budget "
     f"is wrong below about 2,048 tokens, and the watermark's relaxed gate adds a spurious "
-    f"positive budget derivative.")
+    f"positive budget derivative."
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,8 +134,9 @@ def probes(space: SearchSpace, values: Mapping[str, float]) -> list[Probe]:
     return out
 
 
-def probe_values(space: SearchSpace, values: Mapping[str, object], found: list[Probe]
-                 ) -> tuple[dict[str, np.ndarray], list[Probe]]:
+def probe_values(
+    space: SearchSpace, values: Mapping[str, object], found: list[Probe]
+) -> tuple[dict[str, np.ndarray], list[Probe]]:
     """(policy values of the 2 x knobs probes, knob k's minus at row 2k and plus at 2k + 1,
     projected onto vLLM's checks as the tuner's points are (space.constraints); the probes as
     simulated after that projection, noting where it moved the knob or another one). The
@@ -141,10 +153,14 @@ def probe_values(space: SearchSpace, values: Mapping[str, object], found: list[P
         lo, hi = (float(projected[p.key][2 * i + j]) for j in (0, 1))
         if p.key in FLOORED:  # what the engine reads of a value the projection raised
             lo, hi = float(math.floor(lo)), float(math.floor(hi))
-        moved = [k for k in keys if k != p.key
-                 and np.any(projected[k][2 * i:2 * i + 2] != cols[k][2 * i:2 * i + 2])]
-        notes = [p.note] + ([f"vLLM's checks moved it to {lo:g} / {hi:g}"]
-                            if (lo, hi) != (p.minus, p.plus) else [])
+        moved = [
+            k
+            for k in keys
+            if k != p.key and np.any(projected[k][2 * i : 2 * i + 2] != cols[k][2 * i : 2 * i + 2])
+        ]
+        notes = [p.note] + (
+            [f"vLLM's checks moved it to {lo:g} / {hi:g}"] if (lo, hi) != (p.minus, p.plus) else []
+        )
         notes += [f"vLLM's checks moved {', '.join(moved)} too"] if moved else []
         out.append(dataclasses.replace(p, minus=lo, plus=hi, note="; ".join(filter(None, notes))))
     if "score_net" in values:
@@ -159,7 +175,7 @@ def paired(minus, plus, width: float) -> tuple[float, float, float, int, str]:
     the mean with its 95% Student-t interval. Where the scenarios give no interval the note
     says so: all of them the same difference (a zero-width interval, [mean, mean]), or one
     scenario (NaN bounds); none finite (or width 0: the probes could not move) gives NaN."""
-    d = (np.asarray(plus, np.float64) - np.asarray(minus, np.float64))
+    d = np.asarray(plus, np.float64) - np.asarray(minus, np.float64)
     d = d[np.isfinite(d)]
     if not d.size or not width > 0:
         why = "the knob could not move" if not width > 0 else "no finite scenario"
@@ -182,8 +198,9 @@ def _per_scenario(column: list[dict], objective: Objective) -> tuple[np.ndarray,
     return f, att
 
 
-def derivatives(columns: list[list[dict]], found: list[Probe], objective: Objective
-                ) -> pd.DataFrame:
+def derivatives(
+    columns: list[list[dict]], found: list[Probe], objective: Objective
+) -> pd.DataFrame:
     """One row per probed knob from the evaluator's metrics `columns` [2K][S] (knob k's
     minus at 2k, plus at 2k + 1): the knob, its scale, value, the values simulated, the step
     each side and its unit, d log(useful tokens / USD) and d SLO attainment (a fraction) per
@@ -193,8 +210,15 @@ def derivatives(columns: list[list[dict]], found: list[Probe], objective: Object
     rows = []
     for k, p in enumerate(found):
         (f_lo, a_lo), (f_hi, a_hi) = (_per_scenario(columns[2 * k + j], objective) for j in (0, 1))
-        row = {"knob": p.key, "scale": p.scale, "value": p.value, "minus": p.minus,
-               "plus": p.plus, "step": p.step, "per": p.unit}
+        row = {
+            "knob": p.key,
+            "scale": p.scale,
+            "value": p.value,
+            "minus": p.minus,
+            "plus": p.plus,
+            "step": p.step,
+            "per": p.unit,
+        }
         notes = [p.note] if p.note else []
         for name, lo, hi in (("d_log_tokens_per_usd", f_lo, f_hi), ("d_attainment", a_lo, a_hi)):
             mean, low, high, n, note = paired(lo, hi, p.width)
@@ -206,8 +230,9 @@ def derivatives(columns: list[list[dict]], found: list[Probe], objective: Object
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def measure(evaluator, space: SearchSpace, values: Mapping[str, object],
-            objective: Objective) -> pd.DataFrame:
+def measure(
+    evaluator, space: SearchSpace, values: Mapping[str, object], objective: Objective
+) -> pd.DataFrame:
     """The sensitivity table (`derivatives`) of the tuned policy `values` (policy key ->
     value): the 2 x knobs probes simulated in one call of `evaluator` (the tuner's Evaluator
     or MultiEvaluator, on its training scenarios)."""
@@ -223,5 +248,20 @@ def simulations(space: SearchSpace, scenarios: int) -> int:
     return 2 * len(space.dims) * scenarios
 
 
-__all__ = ["CAPTION", "COLUMNS", "FLOORED", "LEVEL", "LINEAR_STEP", "LOG_STEP", "METRICS", "NO_INFO", "Probe",
-           "derivatives", "measure", "paired", "probe_values", "probes", "simulations"]
+__all__ = [
+    "CAPTION",
+    "COLUMNS",
+    "FLOORED",
+    "LEVEL",
+    "LINEAR_STEP",
+    "LOG_STEP",
+    "METRICS",
+    "NO_INFO",
+    "Probe",
+    "derivatives",
+    "measure",
+    "paired",
+    "probe_values",
+    "probes",
+    "simulations",
+]

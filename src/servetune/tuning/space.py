@@ -58,8 +58,9 @@ class Dimension:
         if value == _OFF.get(self.key):
             value = math.inf
         if self.scale == "log":
-            u = ((math.log(max(value, self.low)) - math.log(self.low))
-                 / (math.log(self.high) - math.log(self.low)))
+            u = (math.log(max(value, self.low)) - math.log(self.low)) / (
+                math.log(self.high) - math.log(self.low)
+            )
         else:
             u = (value - self.low) / (self.high - self.low)
         u = min(max(u, _EDGE), 1.0 - _EDGE)
@@ -104,16 +105,18 @@ class Constraints:
         if active in out and get(seqs) is not None:
             out[active] = xp.minimum(out[active], get(seqs))
         if "long_prefill_token_threshold" in out:
-            out["long_prefill_token_threshold"] = xp.minimum(out["long_prefill_token_threshold"],
-                                                             self.max_model_len)
+            out["long_prefill_token_threshold"] = xp.minimum(
+                out["long_prefill_token_threshold"], self.max_model_len
+            )
         return out
 
 
 _CONSTRAINED = ("max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs")
 
 
-def constraints_for(base: Mapping[str, object], max_model_len: int,
-                    chunked_prefill: bool) -> Constraints:
+def constraints_for(
+    base: Mapping[str, object], max_model_len: int, chunked_prefill: bool
+) -> Constraints:
     """The Constraints of a scenario: its policy `base` (key -> value; the untuned limits are
     read from it), its engine's max_model_len (tokens) and chunked prefill on or off."""
     fixed = tuple((k, float(base[k])) for k in _CONSTRAINED if k in base)
@@ -152,7 +155,7 @@ class SearchSpace:
         z = np.asarray(z, np.float64)
         out = self.constraints.apply({d.key: d.value(z[..., k]) for k, d in enumerate(self.dims)})
         if self.net_size:
-            out["score_net"] = self.net_scale * z[..., len(self.dims):]
+            out["score_net"] = self.net_scale * z[..., len(self.dims) :]
         return out
 
     def point(self, values: Mapping[str, float]) -> np.ndarray:
@@ -162,14 +165,19 @@ class SearchSpace:
         if self.net_size:
             w = np.asarray(values["score_net"], np.float64).reshape(-1)
             if w.shape != (self.net_size,):
-                raise ConfigError(f"policy.score_net: {w.size} weights; the tuned network has "
-                                  f"{self.net_size}")
+                raise ConfigError(
+                    f"policy.score_net: {w.size} weights; the tuned network has {self.net_size}"
+                )
             z = np.concatenate([z, w / self.net_scale])
         return np.asarray(z, np.float64)
 
 
-def space_from_config(spec: Mapping[str, Mapping], key_prefix: str = "tune.space",
-                      net_size: int = 0, net_scale: float = 1.0) -> SearchSpace:
+def space_from_config(
+    spec: Mapping[str, Mapping],
+    key_prefix: str = "tune.space",
+    net_size: int = 0,
+    net_scale: float = 1.0,
+) -> SearchSpace:
     """Build a SearchSpace from {key: {low, high, scale} or null (not tuned)} (plus net_size
     network weights); errors name `tune.space.<key>`."""
     dims = []
@@ -178,17 +186,20 @@ def space_from_config(spec: Mapping[str, Mapping], key_prefix: str = "tune.space
         if d is None:  # null: not tuned (lets an experiment drop a key the tune config lists)
             continue
         if key not in DEFAULTS:
-            raise ConfigError(f"{where}: not a policy parameter; expected one of "
-                              f"{sorted(DEFAULTS)}")
+            raise ConfigError(
+                f"{where}: not a policy parameter; expected one of {sorted(DEFAULTS)}"
+            )
         if not isinstance(d, Mapping) or not {"low", "high"} <= set(d):
-            raise ConfigError(f"{where}: got {d!r}; expected "
-                              f"{{low: ..., high: ..., scale: log|linear}}")
+            raise ConfigError(
+                f"{where}: got {d!r}; expected {{low: ..., high: ..., scale: log|linear}}"
+            )
         scale = d.get("scale", "linear")
         try:
             low, high = float(d["low"]), float(d["high"])
         except (TypeError, ValueError):
-            raise ConfigError(f"{where}: low/high must be numbers; got {d['low']!r}, "
-                              f"{d['high']!r}") from None
+            raise ConfigError(
+                f"{where}: low/high must be numbers; got {d['low']!r}, {d['high']!r}"
+            ) from None
         if scale not in ("log", "linear"):
             raise ConfigError(f"{where}.scale: got {scale!r}; expected log or linear")
         if not (math.isfinite(low) and math.isfinite(high) and low < high):
@@ -197,8 +208,10 @@ def space_from_config(spec: Mapping[str, Mapping], key_prefix: str = "tune.space
             raise ConfigError(f"{where}.low: got {low}; a log scale needs low > 0")
         valid_lo, valid_hi = BOUNDS[key]
         if low < valid_lo or high > valid_hi:
-            raise ConfigError(f"{where}: got [{low:g}, {high:g}]; policy.{key} is valid within "
-                              f"[{valid_lo:g}, {valid_hi:g}]")
+            raise ConfigError(
+                f"{where}: got [{low:g}, {high:g}]; policy.{key} is valid within "
+                f"[{valid_lo:g}, {valid_hi:g}]"
+            )
         dims.append(Dimension(key, low, high, scale))
     if not dims and not net_size:
         raise ConfigError(f"{key_prefix}: empty; name at least one policy key to tune")

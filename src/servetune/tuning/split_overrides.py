@@ -24,13 +24,15 @@ TRAINING_GROUPS = ("workload",)
 def override_list(value, key: str) -> list[str]:
     """One list of overrides (strings like 'workload.start_s=1200'); ConfigError naming `key`."""
     if isinstance(value, str) or not hasattr(value, "__iter__"):
-        raise ConfigError(f"{key}: got {value!r}; expected a list of overrides like "
-                          f"['workload.start_s=1200']")
+        raise ConfigError(
+            f"{key}: got {value!r}; expected a list of overrides like ['workload.start_s=1200']"
+        )
     items = list(value)
     for item in items:
         if not isinstance(item, str) or "=" not in item:
-            raise ConfigError(f"{key}: got {item!r}; expected overrides like "
-                              f"'workload.start_s=1200'")
+            raise ConfigError(
+                f"{key}: got {item!r}; expected overrides like 'workload.start_s=1200'"
+            )
     return items
 
 
@@ -41,8 +43,10 @@ def workload_lists(value, key: str = "tune.workloads") -> list[list[str]]:
     if value is None:
         return []
     if isinstance(value, str) or not isinstance(value, (list, ListConfig)):
-        raise ConfigError(f"{key}: got {value!r}; expected a list of override lists, e.g. "
-                          f"[[], ['workload.rate_scale=6']]")
+        raise ConfigError(
+            f"{key}: got {value!r}; expected a list of override lists, e.g. "
+            f"[[], ['workload.rate_scale=6']]"
+        )
     return [override_list(v, f"{key}[{i}]") for i, v in enumerate(value)]
 
 
@@ -52,7 +56,8 @@ def holdout_lists(value, key: str = "tune.eval.holdout") -> list[list[str]]:
     if value is None:
         return []
     if isinstance(value, (list, ListConfig)) and any(
-            isinstance(v, (list, ListConfig)) for v in value):
+        isinstance(v, (list, ListConfig)) for v in value
+    ):
         return [override_list(v, f"{key}[{i}]") for i, v in enumerate(value)]
     items = override_list(value, key)
     return [items] if items else []
@@ -61,14 +66,17 @@ def holdout_lists(value, key: str = "tune.eval.holdout") -> list[list[str]]:
 def _group_section(group: str, name: str, item: str, key: str, groups: tuple) -> DictConfig:
     """The config file `group/name.yaml` shipped with servetune, as a section."""
     if group not in groups:
-        raise ConfigError(f"{key}: {item!r}: these splits choose among the groups "
-                          f"{list(groups)}, not {group!r}")
+        raise ConfigError(
+            f"{key}: {item!r}: these splits choose among the groups {list(groups)}, not {group!r}"
+        )
     folder = resources.files("servetune.conf") / group
     options = sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
     if name not in options:
         near = difflib.get_close_matches(name, options, n=1)
-        raise ConfigError(f"{key}: {item!r}: no {group} config {name!r}; expected one of "
-                          f"{options}" + (f" (did you mean {near[0]}?)" if near else ""))
+        raise ConfigError(
+            f"{key}: {item!r}: no {group} config {name!r}; expected one of "
+            f"{options}" + (f" (did you mean {near[0]}?)" if near else "")
+        )
     return _load_option(folder, name, f"{key}: {item!r}: {group}/{name}.yaml")
 
 
@@ -80,11 +88,14 @@ def _load_option(folder, name: str, where: str, depth: int = 0) -> DictConfig:
     if defaults is None:
         return node
     if depth > 8 or not all(isinstance(d, str) for d in defaults):
-        raise ConfigError(f"{where}: its defaults list is not a plain list of options of its "
-                          f"own group; choose it on the command line instead")
+        raise ConfigError(
+            f"{where}: its defaults list is not a plain list of options of its "
+            f"own group; choose it on the command line instead"
+        )
     order = list(defaults) if "_self_" in defaults else [*defaults, "_self_"]
-    return OmegaConf.merge(*(node if d == "_self_" else _load_option(folder, d, where, depth + 1)
-                             for d in order))
+    return OmegaConf.merge(
+        *(node if d == "_self_" else _load_option(folder, d, where, depth + 1) for d in order)
+    )
 
 
 def _check_override(cfg: DictConfig, item: str, key: str) -> None:
@@ -93,8 +104,9 @@ def _check_override(cfg: DictConfig, item: str, key: str) -> None:
     the training workload)."""
     name = item.partition("=")[0].strip()
     if not name or name[0] in "+~":
-        raise ConfigError(f"{key}: {item!r}; expected a plain override like "
-                          f"'workload.start_s=1200' (no + or ~)")
+        raise ConfigError(
+            f"{key}: {item!r}; expected a plain override like 'workload.start_s=1200' (no + or ~)"
+        )
     node = OmegaConf.select(cfg, name, default=_ABSENT)
     if node is _ABSENT:
         parent, _, leaf = name.rpartition(".")
@@ -104,20 +116,24 @@ def _check_override(cfg: DictConfig, item: str, key: str) -> None:
         hint = f"; did you mean {parent + '.' if parent else ''}{near[0]}?" if near else ""
         raise ConfigError(f"{key}: {item!r}: the config has no key {name!r}{hint}")
     if isinstance(node, DictConfig):
-        raise ConfigError(f"{key}: {item!r}: {name!r} is a section, not a value; override its "
-                          f"keys instead, or choose one of the groups {list(SPLIT_GROUPS)} "
-                          f"(e.g. workload=azure_code)")
+        raise ConfigError(
+            f"{key}: {item!r}: {name!r} is a section, not a value; override its "
+            f"keys instead, or choose one of the groups {list(SPLIT_GROUPS)} "
+            f"(e.g. workload=azure_code)"
+        )
 
 
-def with_overrides(cfg: DictConfig, overrides: list[str], key: str,
-                   groups: tuple = SPLIT_GROUPS) -> DictConfig:
+def with_overrides(
+    cfg: DictConfig, overrides: list[str], key: str, groups: tuple = SPLIT_GROUPS
+) -> DictConfig:
     """A copy of cfg with `overrides` applied in order: choices of `groups` replace their
     section, dotted `key=value` items set keys it has; errors name `key`."""
     out = copy.deepcopy(cfg)
     for item in overrides:
         name, _, value = (part.strip() for part in item.partition("="))
         if name in groups or (
-                "." not in name and isinstance(OmegaConf.select(out, name), DictConfig)):
+            "." not in name and isinstance(OmegaConf.select(out, name), DictConfig)
+        ):
             section = _group_section(name, value, item, key, groups)
             OmegaConf.set_struct(out, False)
             out[name] = section

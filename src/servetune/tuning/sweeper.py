@@ -34,11 +34,16 @@ def check_config(cfg: DictConfig) -> tuple[str, float]:
     if name is None:
         name = DEFAULT
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"sweep.objective: got {name!r}; expected {DEFAULT!r} or the name of "
-                          f"a numeric metric")
+        raise ConfigError(
+            f"sweep.objective: got {name!r}; expected {DEFAULT!r} or the name of a numeric metric"
+        )
     penalty = OmegaConf.select(cfg, "sweep.penalty", default=100.0)
-    if (isinstance(penalty, bool) or not isinstance(penalty, (int, float))
-            or not math.isfinite(penalty) or penalty < 0):
+    if (
+        isinstance(penalty, bool)
+        or not isinstance(penalty, (int, float))
+        or not math.isfinite(penalty)
+        or penalty < 0
+    ):
         raise ConfigError(f"sweep.penalty: got {penalty!r}; expected a finite number >= 0")
     return name, float(penalty)
 
@@ -53,12 +58,15 @@ def sweep_objective(cfg: DictConfig, metrics: list[dict]) -> float:
         obj = Objective(
             slo_target=float(OmegaConf.select(cfg, "tune.objective.slo_target", default=0.99)),
             aggregate=str(OmegaConf.select(cfg, "tune.objective.aggregate", default="mean")),
-            cvar_alpha=float(OmegaConf.select(cfg, "tune.objective.cvar_alpha", default=0.25)))
+            cvar_alpha=float(OmegaConf.select(cfg, "tune.objective.cvar_alpha", default=0.25)),
+        )
         per = np.array([obj.value(m) - penalty * obj.violation(m) for m in metrics])
         return obj.combine(per)
     values = [m.get(name) for m in metrics]
     if any(isinstance(v, (dict, list, str, type(None))) for v in values):
         keys = sorted(k for k, v in metrics[0].items() if isinstance(v, (int, float)))
-        raise ConfigError(f"sweep.objective: got {name!r}; expected {DEFAULT!r} or a numeric "
-                          f"metric: {', '.join(keys)}")
+        raise ConfigError(
+            f"sweep.objective: got {name!r}; expected {DEFAULT!r} or a numeric "
+            f"metric: {', '.join(keys)}"
+        )
     return float(np.mean(np.asarray(values, np.float64)))

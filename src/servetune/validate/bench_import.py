@@ -44,33 +44,59 @@ from servetune.validate import record_checks
 from servetune.validate import record_columns as rc
 
 LISTS = ("start_times", "input_lens", "output_lens", "ttfts", "latencies", "errors")
-ABOUT = ("date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate",
-         "burstiness", "max_concurrency", "duration", "completed", "failed")
+ABOUT = (
+    "date",
+    "backend",
+    "model_id",
+    "tokenizer_id",
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "duration",
+    "completed",
+    "failed",
+)
 # RecordTimes role -> the key of the file holding it (record_checks.RecordNames)
-NAMES = {"start": "start_times", "ttft": "ttfts", "e2e": "latencies", "before": "queue_times",
-         "itl_sum": "itls", "window": "duration"}
+NAMES = {
+    "start": "start_times",
+    "ttft": "ttfts",
+    "e2e": "latencies",
+    "before": "queue_times",
+    "itl_sum": "itls",
+    "window": "duration",
+}
 
 
 def _load(path: Path) -> dict:
     """The file's JSON object, read strictly (rc.read_json), with every key of LISTS."""
     raw = inputs.read_bytes(path, "`vllm bench serve --save-result` JSON", TraceError)
     try:
-        data = rc.read_json(raw.decode("utf-8"), path, 1,
-                            "the JSON `vllm bench serve --save-result` writes")
+        data = rc.read_json(
+            raw.decode("utf-8"), path, 1, "the JSON `vllm bench serve --save-result` writes"
+        )
     except UnicodeDecodeError as err:
-        raise TraceError(f"{path}: not UTF-8 text (byte {err.start}); expected the JSON "
-                         f"`vllm bench serve --save-result` writes") from None
+        raise TraceError(
+            f"{path}: not UTF-8 text (byte {err.start}); expected the JSON "
+            f"`vllm bench serve --save-result` writes"
+        ) from None
     except json.JSONDecodeError as err:
-        raise TraceError(f"{path}:{err.lineno}: not JSON ({err.msg}); expected the file "
-                         f"`vllm bench serve --save-result` writes") from None
+        raise TraceError(
+            f"{path}:{err.lineno}: not JSON ({err.msg}); expected the file "
+            f"`vllm bench serve --save-result` writes"
+        ) from None
     if not isinstance(data, dict):
-        raise TraceError(f"{path}: a JSON {type(data).__name__}; expected one object, as "
-                         f"`vllm bench serve --save-result` writes")
+        raise TraceError(
+            f"{path}: a JSON {type(data).__name__}; expected one object, as "
+            f"`vllm bench serve --save-result` writes"
+        )
     missing = [k for k in LISTS if k not in data]
     if missing:
-        raise TraceError(f"{path}: no {', '.join(missing)}; expected a `vllm bench serve "
-                         f"--save-result --save-detailed` result (without --save-detailed "
-                         f"vLLM keeps only aggregates)")
+        raise TraceError(
+            f"{path}: no {', '.join(missing)}; expected a `vllm bench serve "
+            f"--save-result --save-detailed` result (without --save-detailed "
+            f"vLLM keeps only aggregates)"
+        )
     return data
 
 
@@ -80,8 +106,9 @@ def _column(data: dict, key: str, n: int, path: Path, kind: str) -> np.ndarray:
     values = data[key]
     if not isinstance(values, list) or len(values) != n:
         got = f"{len(values)} values" if isinstance(values, list) else type(values).__name__
-        raise TraceError(f"{path}: {key}: {got}; expected a list of {n} (one per request, as "
-                         f"start_times)")
+        raise TraceError(
+            f"{path}: {key}: {got}; expected a list of {n} (one per request, as start_times)"
+        )
     for i, v in enumerate(values):
         rc.check_value(v, str(path), f"{key}[{i}]", kind)
     return np.asarray(values, np.int64 if kind == "tokens" else np.float64)
@@ -90,8 +117,10 @@ def _column(data: dict, key: str, n: int, path: Path, kind: str) -> np.ndarray:
 def _itl_row(row, path: Path, i: int) -> float:
     """The sum (seconds) of itls[i], a list of seconds, each checked (rc.KINDS "seconds")."""
     if not isinstance(row, list):
-        raise TraceError(f"{path}: itls[{i}]: a JSON {type(row).__name__}; expected a list of "
-                         f"seconds (one per token after the first)")
+        raise TraceError(
+            f"{path}: itls[{i}]: a JSON {type(row).__name__}; expected a list of "
+            f"seconds (one per token after the first)"
+        )
     most = rc.KINDS["seconds"][0]
     try:  # fast path: plain numbers in range; any other value is named below
         plain = all(type(v) is float or type(v) is int for v in row)
@@ -111,8 +140,9 @@ def _itl_sums(data: dict, n: int, path: Path) -> np.ndarray | None:
         return None
     if not isinstance(itls, list) or len(itls) != n:
         got = f"{len(itls)} values" if isinstance(itls, list) else type(itls).__name__
-        raise TraceError(f"{path}: itls: {got}; expected a list of {n} lists (one per request, "
-                         f"as start_times)")
+        raise TraceError(
+            f"{path}: itls: {got}; expected a list of {n} lists (one per request, as start_times)"
+        )
     return np.array([_itl_row(row, path, i) for i, row in enumerate(itls)], np.float64)
 
 
@@ -128,19 +158,30 @@ def _times(data: dict, n: int, path: Path) -> record_checks.RecordTimes:
     """The file's per-request lists, each value checked alone (record_columns)."""
     sent = _column(data, "start_times", n, path, "time")
     rc.check_span(sent, lambda k: f"{path}: start_times[{k}]")
-    queued = (_column(data, "queue_times", n, path, "seconds")
-              if data.get("queue_times") is not None else np.zeros(n))
+    queued = (
+        _column(data, "queue_times", n, path, "seconds")
+        if data.get("queue_times") is not None
+        else np.zeros(n)
+    )
     prompt = _column(data, "input_lens", n, path, "tokens")
     output = _column(data, "output_lens", n, path, "tokens")
     ttft = _column(data, "ttfts", n, path, "seconds")
     latency = _column(data, "latencies", n, path, "seconds")
     errors = data["errors"]
     if not isinstance(errors, list) or len(errors) != n:
-        raise TraceError(f"{path}: errors: expected a list of {n} strings (\"\" = succeeded)")
+        raise TraceError(f'{path}: errors: expected a list of {n} strings ("" = succeeded)')
     ok = np.array([not e for e in errors])
-    return record_checks.RecordTimes(start=sent, ttft=ttft, e2e=latency, ok=ok, prompt=prompt,
-                                     output=output, before=queued,
-                                     itl_sum=_itl_sums(data, n, path), window=_window(data, path))
+    return record_checks.RecordTimes(
+        start=sent,
+        ttft=ttft,
+        e2e=latency,
+        ok=ok,
+        prompt=prompt,
+        output=output,
+        before=queued,
+        itl_sum=_itl_sums(data, n, path),
+        window=_window(data, path),
+    )
 
 
 def load_bench_result(path: str | Path) -> dict:
@@ -164,7 +205,8 @@ def load_bench_result(path: str | Path) -> dict:
     arrival_abs = record_checks.arrivals(t)
     t0 = float(arrival_abs.min())
     arrival, send = arrival_abs - t0, t.start - t0
-    requests, trace = rc.request_columns(arrival, t.prompt, t.output, send + t.ttft,
-                                         send + t.e2e, t.ok)
+    requests, trace = rc.request_columns(
+        arrival, t.prompt, t.output, send + t.ttft, send + t.e2e, t.ok
+    )
     about = {k: data[k] for k in ABOUT if k in data}
     return {"requests": requests, "trace": trace, "about": about, "order": order}

@@ -72,16 +72,26 @@ from servetune.workload.traces import csv_records, read_text, strict_float
 
 REQUIRED = ("prefill_tokens", "decode_seqs", "ctx_tokens", "seconds")
 FEATURES = ("prefill_tokens", "decode_seqs", "ctx_tokens", "attn_work")
-LINEAR_KEYS = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_ctx_token_s",
-               "per_attn_work_s")
+LINEAR_KEYS = (
+    "base_s",
+    "per_prefill_token_s",
+    "per_decode_seq_s",
+    "per_ctx_token_s",
+    "per_attn_work_s",
+)
 ROOFLINE_KEYS = ("flops_efficiency", "bandwidth_efficiency", "overhead_s")
 FORMS = ("linear", "roofline")
 OBJECTIVES = ("rel", "log")
 INITS = ("lstsq", "scale")
 STEPS, LEARNING_RATE = 5000, 0.1  # Adam's defaults (also in conf/calibrate.yaml)
 MAX_RMS_REL_ERROR = 0.5  # the command refuses to write a fit worse than this (fit.* key)
-_LINEAR_COLUMNS = (None, "prefill_tokens", "decode_seqs", "ctx_tokens",  # base_s: all ones
-                   "attn_work")
+_LINEAR_COLUMNS = (
+    None,
+    "prefill_tokens",
+    "decode_seqs",
+    "ctx_tokens",  # base_s: all ones
+    "attn_work",
+)
 # Roofline starting points (flops_efficiency, bandwidth_efficiency); the configured values join.
 _ROOFLINE_STARTS = tuple((f, b) for f in (0.3, 0.6, 0.9) for b in (0.4, 0.7, 0.95))
 
@@ -138,15 +148,22 @@ def _plain(v):
 # is in another unit (ns, or a timestamp) or corrupt, and a fit would write coefficients of
 # 1e-300 or 1e+300 s. Token counts are int32 on device; attention work is tokens^2.
 ITERATION_SECONDS = (1e-6, 3600.0)
-_COLUMN_MAX = {"prefill_tokens": 2**31 - 1, "decode_seqs": 2**31 - 1, "ctx_tokens": 2**31 - 1,
-               "attn_work": 2.0**62, "seconds": ITERATION_SECONDS[1]}
+_COLUMN_MAX = {
+    "prefill_tokens": 2**31 - 1,
+    "decode_seqs": 2**31 - 1,
+    "ctx_tokens": 2**31 - 1,
+    "attn_work": 2.0**62,
+    "seconds": ITERATION_SECONDS[1],
+}
 
 
 def _expected(column: str) -> str:
     if column == "seconds":
         lo, hi = ITERATION_SECONDS
-        return (f"seconds within [{lo:g}, {hi:g}] (one engine iteration; a value outside is in "
-                f"another unit or corrupt)")
+        return (
+            f"seconds within [{lo:g}, {hi:g}] (one engine iteration; a value outside is in "
+            f"another unit or corrupt)"
+        )
     return f"a number within [0, {_COLUMN_MAX[column]:.4g}] (tokens)"
 
 
@@ -161,11 +178,13 @@ def _cell(raw: str, path, line: int, column: str) -> float:
     try:
         value = strict_float(text)
     except ValueError:
-        raise TraceError(f"{path}:{line}: column {column!r} = {raw!r}; expected "
-                         f"{_expected(column)}") from None
+        raise TraceError(
+            f"{path}:{line}: column {column!r} = {raw!r}; expected {_expected(column)}"
+        ) from None
     if not _plausible(column, value):
-        raise TraceError(f"{path}:{line}: column {column!r} = {raw!r}; expected "
-                         f"{_expected(column)}")
+        raise TraceError(
+            f"{path}:{line}: column {column!r} = {raw!r}; expected {_expected(column)}"
+        )
     return value
 
 
@@ -174,8 +193,9 @@ def approximate_attn_work(prefill_tokens, decode_seqs, ctx_tokens):
     ctx_tokens + decode_seqs + prefill_tokens (prefill_tokens + 1) / 2, exact for decodes plus
     at most one prefill chunk that starts a fresh prompt (see the module docstring)."""
     p = np.asarray(prefill_tokens, np.float64)
-    return (np.asarray(ctx_tokens, np.float64) + np.asarray(decode_seqs, np.float64)
-            + p * (p + 1) / 2.0)
+    return (
+        np.asarray(ctx_tokens, np.float64) + np.asarray(decode_seqs, np.float64) + p * (p + 1) / 2.0
+    )
 
 
 def linear_seconds(coefficients: dict, table: pd.DataFrame) -> np.ndarray:
@@ -183,7 +203,7 @@ def linear_seconds(coefficients: dict, table: pd.DataFrame) -> np.ndarray:
     gives each row of a step table (prefill_tokens, decode_seqs, ctx_tokens and attn_work
     columns, as `load_measurements` returns)."""
     out = np.full(len(table), float(coefficients.get("base_s", 0.0)))
-    for key, column in zip(LINEAR_KEYS[1:], _LINEAR_COLUMNS[1:]):
+    for key, column in zip(LINEAR_KEYS[1:], _LINEAR_COLUMNS[1:], strict=True):
         out += float(coefficients.get(key, 0.0)) * table[column].to_numpy(np.float64)
     return out
 
@@ -201,13 +221,17 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
     records = csv_records(path, text)
     header = next(records, (1, None))[1]
     if header is None or not any(h.strip() for h in header):
-        raise TraceError(f"{path}: empty file; expected a header line with columns "
-                         f"{', '.join(REQUIRED)} (and optionally attn_work), then data rows")
+        raise TraceError(
+            f"{path}: empty file; expected a header line with columns "
+            f"{', '.join(REQUIRED)} (and optionally attn_work), then data rows"
+        )
     header = [h.strip() for h in header]
     missing = [c for c in REQUIRED if c not in header]
     if missing:
-        raise TraceError(f"{path}:1: header {header} lacks column(s) {missing}; expected "
-                         f"{', '.join(REQUIRED)} (and optionally attn_work)")
+        raise TraceError(
+            f"{path}:1: header {header} lacks column(s) {missing}; expected "
+            f"{', '.join(REQUIRED)} (and optionally attn_work)"
+        )
     columns = [c for c in FEATURES + ("seconds",) if c in header]
     index = {c: header.index(c) for c in columns}
     values = {c: [] for c in columns}
@@ -215,25 +239,35 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
     for line, row in records:
         if not row or all(not cell.strip() for cell in row):
             continue
-        if len(row) < len(header) or any(cell.strip() for cell in row[len(header):]):
-            raise TraceError(f"{path}:{line}: {len(row)} fields; expected {len(header)} "
-                             f"({', '.join(header)}); an unquoted comma would shift the "
-                             f"values into the wrong columns")
+        if len(row) < len(header) or any(cell.strip() for cell in row[len(header) :]):
+            raise TraceError(
+                f"{path}:{line}: {len(row)} fields; expected {len(header)} "
+                f"({', '.join(header)}); an unquoted comma would shift the "
+                f"values into the wrong columns"
+            )
         parsed = {c: _cell(row[index[c]], path, line, c) for c in columns}
         if parsed["prefill_tokens"] + parsed["decode_seqs"] <= 0:
-            raise TraceError(f"{path}:{line}: prefill_tokens = decode_seqs = 0 (an empty batch); "
-                             f"expected an iteration that computed at least one token")
+            raise TraceError(
+                f"{path}:{line}: prefill_tokens = decode_seqs = 0 (an empty batch); "
+                f"expected an iteration that computed at least one token"
+            )
         for c in columns:
             values[c].append(parsed[c])
         lines.append(line)
     if not lines:
         raise TraceError(f"{path}: no data rows; expected one row per measured iteration")
-    table = pd.DataFrame({c: np.asarray(values[c], np.float64) for c in columns},
-                         index=pd.Index(lines, name="line"))
+    table = pd.DataFrame(
+        {c: np.asarray(values[c], np.float64) for c in columns}, index=pd.Index(lines, name="line")
+    )
     approximated = "attn_work" not in table
     if approximated:
-        table.insert(3, "attn_work", approximate_attn_work(
-            table["prefill_tokens"], table["decode_seqs"], table["ctx_tokens"]))
+        table.insert(
+            3,
+            "attn_work",
+            approximate_attn_work(
+                table["prefill_tokens"], table["decode_seqs"], table["ctx_tokens"]
+            ),
+        )
     table.attrs["source"] = str(path)
     table.attrs["attn_work_approximated"] = approximated
     return table[list(FEATURES) + ["seconds"]]
@@ -246,48 +280,63 @@ def _check_table(table: pd.DataFrame) -> pd.DataFrame:
     where = table.attrs.get("source", "table")
     missing = [c for c in REQUIRED if c not in table]
     if missing:
-        raise TraceError(f"{where}: lacks column(s) {missing}; expected {', '.join(REQUIRED)} "
-                         f"(and optionally attn_work)")
+        raise TraceError(
+            f"{where}: lacks column(s) {missing}; expected {', '.join(REQUIRED)} "
+            f"(and optionally attn_work)"
+        )
     table = table.copy()
     if "attn_work" not in table:
         table.attrs["attn_work_approximated"] = True
         table["attn_work"] = approximate_attn_work(
-            table["prefill_tokens"], table["decode_seqs"], table["ctx_tokens"])
+            table["prefill_tokens"], table["decode_seqs"], table["ctx_tokens"]
+        )
     for c in FEATURES + ("seconds",):
         col = pd.to_numeric(table[c], errors="coerce").to_numpy(np.float64)
         bad = [k for k, v in enumerate(col) if not _plausible(c, float(v))]
         if bad:
             k = bad[0]
-            raise TraceError(f"{where}: row {table.index[k]}: column {c!r} = "
-                             f"{_plain(table[c].iloc[k])!r}; expected {_expected(c)}")
+            raise TraceError(
+                f"{where}: row {table.index[k]}: column {c!r} = "
+                f"{_plain(table[c].iloc[k])!r}; expected {_expected(c)}"
+            )
         table[c] = col
     empty = (table["prefill_tokens"] + table["decode_seqs"]).to_numpy() <= 0
     if empty.any():
         k = int(np.nonzero(empty)[0][0])
-        raise TraceError(f"{where}: row {table.index[k]}: prefill_tokens = decode_seqs = 0 (an "
-                         f"empty batch); expected an iteration that computed at least one token")
+        raise TraceError(
+            f"{where}: row {table.index[k]}: prefill_tokens = decode_seqs = 0 (an "
+            f"empty batch); expected an iteration that computed at least one token"
+        )
     return table
 
 
 # --------------------------------------------------------------------------- the fit
+
 
 def _coefficients(form: str, theta, scale, mask):
     """Unconstrained parameters -> coefficients in config order (see LINEAR_KEYS, ROOFLINE_KEYS):
     linear exp (masked, scaled); roofline sigmoid, sigmoid, scaled exp."""
     if form == "linear":
         return mask * scale * jnp.exp(theta)
-    return jnp.stack([jax.nn.sigmoid(theta[0]), jax.nn.sigmoid(theta[1]),
-                      scale[2] * jnp.exp(theta[2])])
+    return jnp.stack(
+        [jax.nn.sigmoid(theta[0]), jax.nn.sigmoid(theta[1]), scale[2] * jnp.exp(theta[2])]
+    )
 
 
 def _cost_of(form: str, base, c):
     """CostParams with coefficients c (config order) on top of `base`."""
     if form == "linear":
-        return base.replace(base_s=c[0], per_prefill_token_s=c[1], per_decode_seq_s=c[2],
-                            per_ctx_token_s=c[3], per_attn_work_s=c[4])
+        return base.replace(
+            base_s=c[0],
+            per_prefill_token_s=c[1],
+            per_decode_seq_s=c[2],
+            per_ctx_token_s=c[3],
+            per_attn_work_s=c[4],
+        )
     # roofline_cost_params' rates are tp x peak x efficiency: base holds them at efficiency 1.
-    return base.replace(flops_rate=base.flops_rate * c[0], byte_rate=base.byte_rate * c[1],
-                        overhead_s=c[2])
+    return base.replace(
+        flops_rate=base.flops_rate * c[0], byte_rate=base.byte_rate * c[1], overhead_s=c[2]
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("form", "steps", "objective"))
@@ -373,14 +422,18 @@ class _Start(NamedTuple):
 def _linear_start(table: pd.DataFrame, y_np: np.ndarray, median: float, init: str) -> _Start:
     """The linear form's start: weighted least squares (`init` lstsq) or equal shares of the
     median time (scale); columns that are 0 in every row are fixed at 0, with a warning."""
-    base = hardware.linear_cost_params(base_s=0.0, per_prefill_token_s=0.0,
-                                       per_decode_seq_s=0.0, per_ctx_token_s=0.0, kv_blocks=1)
-    x = np.stack([np.ones_like(y_np)] + [table[c].to_numpy(np.float64)
-                                         for c in _LINEAR_COLUMNS[1:]], axis=1)
+    base = hardware.linear_cost_params(
+        base_s=0.0, per_prefill_token_s=0.0, per_decode_seq_s=0.0, per_ctx_token_s=0.0, kv_blocks=1
+    )
+    x = np.stack(
+        [np.ones_like(y_np)] + [table[c].to_numpy(np.float64) for c in _LINEAR_COLUMNS[1:]], axis=1
+    )
     present = np.any(x > 0, axis=0)
-    warnings = [f"{key}: column {col!r} is 0 in every row, so the data cannot determine it; "
-                f"fixed at 0" for key, col, ok in zip(LINEAR_KEYS, _LINEAR_COLUMNS, present)
-                if not ok]
+    warnings = [
+        f"{key}: column {col!r} is 0 in every row, so the data cannot determine it; fixed at 0"
+        for key, col, ok in zip(LINEAR_KEYS, _LINEAR_COLUMNS, present, strict=True)
+        if not ok
+    ]
     unit = x / np.maximum(np.abs(x).max(axis=0), 1e-300)  # columns on one scale for the rank
     attn, rank = len(_LINEAR_COLUMNS) - 1, lambda cols: np.linalg.matrix_rank(unit[:, cols])
     others = present.copy()
@@ -388,43 +441,62 @@ def _linear_start(table: pd.DataFrame, y_np: np.ndarray, median: float, init: st
     if present[attn] and rank(present) == rank(others):
         # e.g. decode-only batches, whose attention work is exactly ctx_tokens + decode_seqs
         present[attn] = False
-        warnings.append("per_attn_work_s: column 'attn_work' is a combination of the other "
-                        "columns in these rows (no prefill chunks?), so the data cannot "
-                        "determine it; fixed at 0")
+        warnings.append(
+            "per_attn_work_s: column 'attn_work' is a combination of the other "
+            "columns in these rows (no prefill chunks?), so the data cannot "
+            "determine it; fixed at 0"
+        )
     # Natural scales: the coefficient at which its column alone explains the median time.
     scale = np.where(present, median / np.maximum(x.mean(axis=0), 1e-300), 1.0)
     if init == "lstsq":
         coef = np.zeros(len(LINEAR_KEYS))
         w = x[:, present] / y_np[:, None]  # relative-error weighting
         coef[present] = np.linalg.lstsq(w, np.ones_like(y_np), rcond=None)[0]
-        clipped = [k for k, c, ok in zip(LINEAR_KEYS, coef, present) if ok and c <= 0]
+        clipped = [k for k, c, ok in zip(LINEAR_KEYS, coef, present, strict=True) if ok and c <= 0]
         coef = np.where(coef > 0, coef, 1e-6 * scale)
         label = "lstsq" + (f" (clipped {', '.join(clipped)} to ~0)" if clipped else "")
     else:
         coef = scale / present.sum()
         label = "scale"
-    return _Start(base, present.astype(np.float64), scale, np.log(coef / scale)[None, :], label,
-                  {}, warnings)
+    return _Start(
+        base, present.astype(np.float64), scale, np.log(coef / scale)[None, :], label, {}, warnings
+    )
 
 
-def _roofline_start(gpu, model, tp, weight_bits, kv_bits, allreduce_latency_s, start,
-                    median: float) -> _Start:
+def _roofline_start(
+    gpu, model, tp, weight_bits, kv_bits, allreduce_latency_s, start, median: float
+) -> _Start:
     """The roofline form's start: a grid of efficiencies (plus the configured ones, `start`)
     and an overhead near a tenth of the median time; the catalog names checked."""
     gpu = _spec(hardware.GPUS, gpu, "hardware.gpu")
     model = _spec(hardware.MODELS, model, "model.name")
     if not (isinstance(tp, int) and tp >= 1 and model.heads % tp == 0):
-        raise ConfigError(f"hardware.tp: got {tp!r}; expected a positive divisor of "
-                          f"{model.name}'s {model.heads} attention heads")
+        raise ConfigError(
+            f"hardware.tp: got {tp!r}; expected a positive divisor of "
+            f"{model.name}'s {model.heads} attention heads"
+        )
     for key, bits in (("model.weight_bits", weight_bits), ("model.kv_bits", kv_bits)):
         if bits not in (4, 8, 16):
             raise ConfigError(f"{key}: got {bits!r}; expected one of (4, 8, 16)")
     base = hardware.roofline_cost_params(
-        gpu, model, tp=tp, weight_bits=weight_bits, kv_bits=kv_bits, kv_blocks=1,
-        flops_efficiency=1.0, bandwidth_efficiency=1.0, overhead_s=0.0,
-        allreduce_latency_s=allreduce_latency_s)
-    labels = {"gpu": gpu.name, "model": model.name, "tp": tp, "weight_bits": weight_bits,
-              "kv_bits": kv_bits}
+        gpu,
+        model,
+        tp=tp,
+        weight_bits=weight_bits,
+        kv_bits=kv_bits,
+        kv_blocks=1,
+        flops_efficiency=1.0,
+        bandwidth_efficiency=1.0,
+        overhead_s=0.0,
+        allreduce_latency_s=allreduce_latency_s,
+    )
+    labels = {
+        "gpu": gpu.name,
+        "model": model.name,
+        "tp": tp,
+        "weight_bits": weight_bits,
+        "kv_bits": kv_bits,
+    }
     starts = list(_ROOFLINE_STARTS)
     over0 = 0.1 * median
     if start:
@@ -435,8 +507,15 @@ def _roofline_start(gpu, model, tp, weight_bits, kv_bits, allreduce_latency_s, s
             over0 = float(start["overhead_s"])
     over0 = min(max(over0, 1e-4 * median), median)
     theta0 = np.array([[_logit(f), _logit(b), math.log(over0 / median)] for f, b in starts])
-    return _Start(base, np.ones(3), np.array([1.0, 1.0, median]), theta0,
-                  f"multi-start ({len(starts)} starting points, best kept)", labels, [])
+    return _Start(
+        base,
+        np.ones(3),
+        np.array([1.0, 1.0, median]),
+        theta0,
+        f"multi-start ({len(starts)} starting points, best kept)",
+        labels,
+        [],
+    )
 
 
 def _check_fit_settings(form, objective, init, steps, learning_rate) -> None:
@@ -455,20 +534,27 @@ def _check_fit_settings(form, objective, init, steps, learning_rate) -> None:
 def _roofline_warnings(cost, feats, pred, coefficients) -> tuple[int, list[str]]:
     """(rows that are compute-bound under the fit, warnings about efficiencies the data only
     bound from below or that sit at their bound of 1)."""
-    memory_only = np.asarray(cost_model.step_time(cost.replace(flops_rate=jnp.inf), "roofline",
-                                                *feats))
+    memory_only = np.asarray(
+        cost_model.step_time(cost.replace(flops_rate=jnp.inf), "roofline", *feats)
+    )
     compute_bound = int(np.sum(pred > memory_only * (1 + 1e-12)))
     warnings = []
     if compute_bound == 0:
-        warnings.append("flops_efficiency: no row is compute-bound under the fit, so the data "
-                        "only bound it from below; measure larger prefill batches")
+        warnings.append(
+            "flops_efficiency: no row is compute-bound under the fit, so the data "
+            "only bound it from below; measure larger prefill batches"
+        )
     if compute_bound == len(pred):
-        warnings.append("bandwidth_efficiency: no row is memory-bound under the fit, so the "
-                        "data only bound it from below; measure small decode batches")
+        warnings.append(
+            "bandwidth_efficiency: no row is memory-bound under the fit, so the "
+            "data only bound it from below; measure small decode batches"
+        )
     for key in ("flops_efficiency", "bandwidth_efficiency"):
         if coefficients[key] > 0.99:
-            warnings.append(f"{key}: fitted {coefficients[key]:.3f}, at the bound of 1; check "
-                            f"hardware.gpu, hardware.tp, model and its weight/KV bits")
+            warnings.append(
+                f"{key}: fitted {coefficients[key]:.3f}, at the bound of 1; check "
+                f"hardware.gpu, hardware.tp, model and its weight/KV bits"
+            )
     return compute_bound, warnings
 
 
@@ -480,12 +566,16 @@ def _determination_warnings(std_errors: dict, warned: list[str]) -> list[str]:
         if any(w.startswith(f"{key}:") for w in warned):
             continue
         if math.isinf(err):
-            out.append(f"{key}: the measurements do not determine it (nearly collinear "
-                       f"columns, or too few distinct batch compositions)")
+            out.append(
+                f"{key}: the measurements do not determine it (nearly collinear "
+                f"columns, or too few distinct batch compositions)"
+            )
         elif err > 0.1:
-            out.append(f"{key}: standard error {err:.0%} of its value; the measurements "
-                       f"barely determine it (too few or too similar batch compositions, "
-                       f"or nearly collinear columns)")
+            out.append(
+                f"{key}: standard error {err:.0%} of its value; the measurements "
+                f"barely determine it (too few or too similar batch compositions, "
+                f"or nearly collinear columns)"
+            )
     return out
 
 
@@ -498,8 +588,10 @@ def _fit_warnings(form, st, cost, feats, pred, coefficients, std_errors, table):
         warnings += more
     warnings += _determination_warnings(std_errors, warnings)
     if table.attrs.get("attn_work_approximated"):  # both forms charge attention work
-        warnings.append("attn_work: not measured; approximated from the other columns (see the "
-                        "servetune.validate.calibrate module docstring)")
+        warnings.append(
+            "attn_work: not measured; approximated from the other columns (see the "
+            "servetune.validate.calibrate module docstring)"
+        )
     return compute_bound, warnings
 
 
@@ -537,48 +629,80 @@ def fit_cost_model(
     n_params = len(LINEAR_KEYS) if form == "linear" else len(ROOFLINE_KEYS)
     where = table.attrs.get("source", "table")
     if len(table) < n_params:
-        raise TraceError(f"{where}: {len(table)} data row(s); expected at least {n_params} to fit "
-                         f"the {form} form's {n_params} coefficients (a few hundred, spread over "
-                         f"batch compositions, fit well)")
+        raise TraceError(
+            f"{where}: {len(table)} data row(s); expected at least {n_params} to fit "
+            f"the {form} form's {n_params} coefficients (a few hundred, spread over "
+            f"batch compositions, fit well)"
+        )
     feats = tuple(jnp.asarray(table[c].to_numpy(np.float64)) for c in FEATURES)
     y_np = table["seconds"].to_numpy(np.float64)
     y = jnp.asarray(y_np)
     median = float(np.median(y_np))
-    st = (_linear_start(table, y_np, median, init) if form == "linear" else
-          _roofline_start(gpu, model, tp, weight_bits, kv_bits, allreduce_latency_s, start,
-                          median))
-    args = (jnp.asarray(st.scale), jnp.asarray(st.mask), feats, y,
-            jnp.asarray(float(learning_rate)))
-    thetas, losses = _fit_loop(jnp.asarray(st.theta0), st.base, *args, form=form, steps=steps,
-                               objective=objective)
+    st = (
+        _linear_start(table, y_np, median, init)
+        if form == "linear"
+        else _roofline_start(
+            gpu, model, tp, weight_bits, kv_bits, allreduce_latency_s, start, median
+        )
+    )
+    args = (
+        jnp.asarray(st.scale),
+        jnp.asarray(st.mask),
+        feats,
+        y,
+        jnp.asarray(float(learning_rate)),
+    )
+    thetas, losses = _fit_loop(
+        jnp.asarray(st.theta0), st.base, *args, form=form, steps=steps, objective=objective
+    )
     losses_np = np.asarray(losses)
     if not np.isfinite(losses_np).any():
         raise CalibrationError(
             f"{where}: the {form} fit diverged (loss {losses_np.min()} after {steps} Adam "
             f"steps at fit.learning_rate={learning_rate:g}); lower fit.learning_rate "
-            f"(default {LEARNING_RATE:g}) or check the 'seconds' column's scale")
+            f"(default {LEARNING_RATE:g}) or check the 'seconds' column's scale"
+        )
     k = int(np.nanargmin(np.where(np.isfinite(losses_np), losses_np, np.nan)))
     c = _coefficients(form, thetas[k], args[0], args[1])
     cost = _cost_of(form, st.base, c)
     pred = np.asarray(cost_model.step_time(cost, form, *feats))
     rel = pred / y_np - 1.0
     if not np.isfinite(rel).all():
-        raise CalibrationError(f"{where}: the {form} fit predicts non-finite step times; "
-                               f"check the measurements' scale (seconds per iteration)")
+        raise CalibrationError(
+            f"{where}: the {form} fit predicts non-finite step times; "
+            f"check the measurements' scale (seconds per iteration)"
+        )
     keys = LINEAR_KEYS if form == "linear" else ROOFLINE_KEYS
-    coefficients = dict(zip(keys, map(float, np.asarray(c))))
-    std_errors = dict(zip(keys, map(float, _relative_std_errors(form, st.base, c, feats, y,
-                                                               st.mask, rel))))
-    compute_bound, warnings = _fit_warnings(form, st, cost, feats, pred, coefficients,
-                                            std_errors, table)
+    coefficients = dict(zip(keys, map(float, np.asarray(c)), strict=True))
+    std_errors = dict(
+        zip(
+            keys,
+            map(float, _relative_std_errors(form, st.base, c, feats, y, st.mask, rel)),
+            strict=True,
+        )
+    )
+    compute_bound, warnings = _fit_warnings(
+        form, st, cost, feats, pred, coefficients, std_errors, table
+    )
     worst = int(np.argmax(np.abs(rel)))
     return CalibrationResult(
-        form=form, coefficients=coefficients,
-        rms_rel_error=float(np.sqrt(np.mean(rel**2))), max_rel_error=float(np.abs(rel).max()),
-        std_errors=std_errors, worst_row=table.index[worst], n_rows=len(table), init=st.label,
-        objective=objective, steps=steps, learning_rate=float(learning_rate),
-        final_loss=float(losses[k]), predicted_s=pred, compute_bound_rows=compute_bound,
-        warnings=warnings, labels=st.labels)
+        form=form,
+        coefficients=coefficients,
+        rms_rel_error=float(np.sqrt(np.mean(rel**2))),
+        max_rel_error=float(np.abs(rel).max()),
+        std_errors=std_errors,
+        worst_row=table.index[worst],
+        n_rows=len(table),
+        init=st.label,
+        objective=objective,
+        steps=steps,
+        learning_rate=float(learning_rate),
+        final_loss=float(losses[k]),
+        predicted_s=pred,
+        compute_bound_rows=compute_bound,
+        warnings=warnings,
+        labels=st.labels,
+    )
 
 
 def calibrated_config(result: CalibrationResult, hardware_cfg: dict | None = None) -> dict:
@@ -596,14 +720,17 @@ def calibrated_config(result: CalibrationResult, hardware_cfg: dict | None = Non
 
 # --------------------------------------------------------------------------- the command
 
+
 def _print_result(result: CalibrationResult, start: dict, source: str, console) -> None:
     from rich.table import Table
 
     head = f"{source}: {result.n_rows} rows, {result.form} form"
     if result.labels:
         lb = result.labels
-        head += (f" | {lb['model']} ({lb['weight_bits']}-bit weights, {lb['kv_bits']}-bit KV) on "
-                 f"{lb['tp']} x {lb['gpu']}")
+        head += (
+            f" | {lb['model']} ({lb['weight_bits']}-bit weights, {lb['kv_bits']}-bit KV) on "
+            f"{lb['tp']} x {lb['gpu']}"
+        )
     t = Table(title=f"servetune calibrate\n{head}", box=None, padding=(0, 2))
     t.add_column("coefficient", style="bold")
     t.add_column("fitted", justify="right")
@@ -615,14 +742,21 @@ def _print_result(result: CalibrationResult, start: dict, source: str, console) 
         row = [k, f"{v:.6g}", "-" if not math.isfinite(err) else f"±{err:.2%}"]
         t.add_row(*row, *([f"{start[k]:.6g}"] if start else []))
     console.print(t)
-    console.print(f"fit error over {result.n_rows} rows: RMS relative "
-                  f"{result.rms_rel_error:.3%}, max relative {result.max_rel_error:.3%} "
-                  f"(at {source}:{result.worst_row})")
-    extra = ("" if result.compute_bound_rows is None else
-             f"; {result.compute_bound_rows} of {result.n_rows} rows compute-bound")
-    console.print(f"optimizer: adam, {result.steps} steps, lr {result.learning_rate:g} cosine-"
-                  f"decayed, {result.objective} loss {result.final_loss:.3g}, init "
-                  f"{result.init}{extra}")
+    console.print(
+        f"fit error over {result.n_rows} rows: RMS relative "
+        f"{result.rms_rel_error:.3%}, max relative {result.max_rel_error:.3%} "
+        f"(at {source}:{result.worst_row})"
+    )
+    extra = (
+        ""
+        if result.compute_bound_rows is None
+        else f"; {result.compute_bound_rows} of {result.n_rows} rows compute-bound"
+    )
+    console.print(
+        f"optimizer: adam, {result.steps} steps, lr {result.learning_rate:g} cosine-"
+        f"decayed, {result.objective} loss {result.final_loss:.3g}, init "
+        f"{result.init}{extra}"
+    )
     for w in result.warnings:
         console.print(f"[yellow]note:[/yellow] {w}")
 
@@ -635,8 +769,10 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
 
     raw = OmegaConf.select(cfg, "path")
     if raw is None or not str(raw).strip():
-        raise ConfigError("path: required; the CSV of measured iterations, e.g. "
-                          "servetune calibrate path=measurements.csv form=linear")
+        raise ConfigError(
+            "path: required; the CSV of measured iterations, e.g. "
+            "servetune calibrate path=measurements.csv form=linear"
+        )
     path = inputs.expand(str(raw), "path")
     if not path.is_absolute():
         path = Path(OmegaConf.select(cfg, "paths.root") or ".") / path
@@ -653,21 +789,31 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
             "tp": settings.number(cfg, "hardware.tp", lo=1, integer=True, default=1),
             "weight_bits": settings.number(cfg, "model.weight_bits", integer=True, default=16),
             "kv_bits": settings.number(cfg, "model.kv_bits", integer=True, default=16),
-            "allreduce_latency_s": settings.number(cfg, "hardware.allreduce_latency_s", lo=0,
-                                           default=0.0),
-            "start": {k: settings.number(cfg, f"hardware.{k}", lo=0, default=0.0)
-                      for k in ROOFLINE_KEYS}}
+            "allreduce_latency_s": settings.number(
+                cfg, "hardware.allreduce_latency_s", lo=0, default=0.0
+            ),
+            "start": {
+                k: settings.number(cfg, f"hardware.{k}", lo=0, default=0.0) for k in ROOFLINE_KEYS
+            },
+        }
     steps = settings.number(cfg, "fit.steps", lo=1, integer=True, default=STEPS)
-    max_rms = settings.number(cfg, "fit.max_rms_rel_error", lo=0, hi=1e6,
-                              default=MAX_RMS_REL_ERROR)
+    max_rms = settings.number(cfg, "fit.max_rms_rel_error", lo=0, hi=1e6, default=MAX_RMS_REL_ERROR)
     lr = settings.number(cfg, "fit.learning_rate", lo=1e-12, default=LEARNING_RATE)
     console = Console()
-    console.print(f"fitting the {form} step-time model to {len(table)} measured iterations "
-                  f"(compiling on first use) ...")
+    console.print(
+        f"fitting the {form} step-time model to {len(table)} measured iterations "
+        f"(compiling on first use) ..."
+    )
     t0 = time.perf_counter()
-    result = fit_cost_model(table, form, steps=steps, learning_rate=lr,
-                            objective=OmegaConf.select(cfg, "fit.objective") or "rel",
-                            init=OmegaConf.select(cfg, "fit.init") or "lstsq", **kwargs)
+    result = fit_cost_model(
+        table,
+        form,
+        steps=steps,
+        learning_rate=lr,
+        objective=OmegaConf.select(cfg, "fit.objective") or "rel",
+        init=OmegaConf.select(cfg, "fit.init") or "lstsq",
+        **kwargs,
+    )
     wall = time.perf_counter() - t0
     if not result.rms_rel_error <= max_rms:
         _print_result(result, kwargs.get("start", {}), path.name, console)
@@ -675,23 +821,34 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
             f"{path}: RMS relative fit error {result.rms_rel_error:.1%} exceeds "
             f"fit.max_rms_rel_error={max_rms:g}, so no calibrated.yaml was written. The "
             f"measurements may mix setups or come from a shared machine's wall clock; to use "
-            f"the fit anyway, raise fit.max_rms_rel_error")
+            f"the fit anyway, raise fit.max_rms_rel_error"
+        )
     out = Path(HydraConfig.get().runtime.output_dir)
     doc = calibrated_config(result, hw_cfg)
-    hint = config_group_hint(out / "calibrated.yaml",
-                             "hardware" if form == "roofline" else "cost", "calibrated")
-    comment = (f"# servetune calibrate: {result.form} form fitted to {result.n_rows} iterations "
-               f"of {path.name}\n# RMS relative error {result.rms_rel_error:.3%}, max "
-               f"{result.max_rel_error:.3%}.\n# {hint}\n")
+    hint = config_group_hint(
+        out / "calibrated.yaml", "hardware" if form == "roofline" else "cost", "calibrated"
+    )
+    comment = (
+        f"# servetune calibrate: {result.form} form fitted to {result.n_rows} iterations "
+        f"of {path.name}\n# RMS relative error {result.rms_rel_error:.3%}, max "
+        f"{result.max_rel_error:.3%}.\n# {hint}\n"
+    )
     if form == "roofline":
         lb = result.labels
-        comment += (f"# Fitted for {lb['model']} ({lb['weight_bits']}-bit weights, "
-                    f"{lb['kv_bits']}-bit KV) on {lb['tp']} x {lb['gpu']}.\n")
+        comment += (
+            f"# Fitted for {lb['model']} ({lb['weight_bits']}-bit weights, "
+            f"{lb['kv_bits']}-bit KV) on {lb['tp']} x {lb['gpu']}.\n"
+        )
     write_text(out / "calibrated.yaml", comment + OmegaConf.to_yaml(OmegaConf.create(doc)))
-    metrics = dict(result.metrics(), source=str(path), wall_s=wall,
-                   attn_work_approximated=bool(table.attrs.get("attn_work_approximated")))
+    metrics = dict(
+        result.metrics(),
+        source=str(path),
+        wall_s=wall,
+        attn_work_approximated=bool(table.attrs.get("attn_work_approximated")),
+    )
     write_json(out / "calibration.json", metrics)
     _print_result(result, kwargs.get("start", {}), path.name, console)
-    console.print(f"wrote {out}/calibrated.yaml, calibration.json  ({wall:.1f} s)\n{hint}",
-                  markup=False)
+    console.print(
+        f"wrote {out}/calibrated.yaml, calibration.json  ({wall:.1f} s)\n{hint}", markup=False
+    )
     return result

@@ -45,88 +45,158 @@ class GoldenError(ServetuneError):
 # vLLM settings of every case unless a case says otherwise (vLLM's names; num_gpu_blocks are
 # the usable blocks, vLLM adds its null block)
 ENGINE_DEFAULTS: dict = {
-    "block_size": 16, "num_gpu_blocks": 20_000, "max_model_len": 8192, "max_num_seqs": 256,
-    "max_num_batched_tokens": 2048, "enable_chunked_prefill": True,
-    "long_prefill_token_threshold": 0, "long_prefill_token_threshold_adaptive": False,
-    "watermark": 0.0, "scheduler_reserve_full_isl": True, "policy": "fcfs",
-    "enable_prefix_caching": False, "max_num_active_seqs": None, "max_num_queued_reqs": None,
+    "block_size": 16,
+    "num_gpu_blocks": 20_000,
+    "max_model_len": 8192,
+    "max_num_seqs": 256,
+    "max_num_batched_tokens": 2048,
+    "enable_chunked_prefill": True,
+    "long_prefill_token_threshold": 0,
+    "long_prefill_token_threshold_adaptive": False,
+    "watermark": 0.0,
+    "scheduler_reserve_full_isl": True,
+    "policy": "fcfs",
+    "enable_prefix_caching": False,
+    "max_num_active_seqs": None,
+    "max_num_queued_reqs": None,
     "max_num_queued_tokens": None,
 }
 # a linear step cost of the order of an 8B model on one GPU (seconds)
-COST = {"base_s": 0.005, "per_prefill_token_s": 5e-5, "per_decode_seq_s": 1e-4,
-        "per_ctx_token_s": 1e-7}
+COST = {
+    "base_s": 0.005,
+    "per_prefill_token_s": 5e-5,
+    "per_decode_seq_s": 1e-4,
+    "per_ctx_token_s": 1e-7,
+}
 
-_CONV = {"file": "azure_llm_2023_conv.csv", "start_s": 0.0, "duration_s": 60.0,
-         "rate_scale": 1.0, "max_requests": 300}
+_CONV = {
+    "file": "azure_llm_2023_conv.csv",
+    "start_s": 0.0,
+    "duration_s": 60.0,
+    "rate_scale": 1.0,
+    "max_requests": 300,
+}
 _CONV_4X = {**_CONV, "rate_scale": 4.0, "max_requests": 200}
-_CODE = {"file": "azure_llm_2023_code.csv", "start_s": 0.0, "duration_s": 300.0,
-         "rate_scale": 1.0, "max_requests": 200}
+_CODE = {
+    "file": "azure_llm_2023_code.csv",
+    "start_s": 0.0,
+    "duration_s": 300.0,
+    "rate_scale": 1.0,
+    "max_requests": 200,
+}
 _TIGHT = {"num_gpu_blocks": 600}  # 9,600 tokens of KV: a few long requests fill it
-_MOONCAKE = {"file": "mooncake_synthetic_300s.jsonl", "start_s": 0.0, "duration_s": 60.0,
-             "rate_scale": 1.0, "max_requests": 250}
+_MOONCAKE = {
+    "file": "mooncake_synthetic_300s.jsonl",
+    "start_s": 0.0,
+    "duration_s": 60.0,
+    "rate_scale": 1.0,
+    "max_requests": 250,
+}
 
 CASES: dict[str, dict] = {
-    "roomy_kv": {"description": "Azure conv, 1x: nothing binds but the token budget",
-                 "trace": _CONV, "engine": {}},
-    "tight_kv": {"description": "Azure conv, 4x, 600 blocks: preemptions; whole-prompt "
-                                "admission (scheduler_reserve_full_isl, vLLM 0.32's default)",
-                 "trace": _CONV_4X, "engine": _TIGHT},
-    "tight_kv_first_chunk": {"description": "tight_kv with the older rule: only the first "
-                                            "chunk's blocks must fit",
-                             "trace": _CONV_4X,
-                             "engine": {**_TIGHT, "scheduler_reserve_full_isl": False}},
-    "tight_kv_watermark": {"description": "tight_kv with watermark 0.1 (60 blocks kept free "
-                                          "by admissions while requests run)",
-                           "trace": _CONV_4X, "engine": {**_TIGHT, "watermark": 0.1}},
-    "max_num_seqs": {"description": "Azure conv, 4x: max_num_seqs 8 binds",
-                     "trace": _CONV_4X, "engine": {"max_num_seqs": 8}},
-    "max_num_active_seqs": {"description": "Azure conv, 4x: max_num_active_seqs 6 below "
-                                           "max_num_seqs 32",
-                            "trace": _CONV_4X,
-                            "engine": {"max_num_seqs": 32, "max_num_active_seqs": 6}},
-    "small_budget": {"description": "Azure conv, 4x: max_num_batched_tokens 256 (long prompts "
-                                    "prefill over many iterations)",
-                     "trace": _CONV_4X, "engine": {"max_num_batched_tokens": 256}},
-    "long_prefill": {"description": "Azure code: long_prefill_token_threshold 512",
-                     "trace": _CODE, "engine": {"long_prefill_token_threshold": 512}},
-    "long_prefill_adaptive": {"description": "Azure code: threshold 128, adaptive (floored at "
-                                             "budget // requests)",
-                              "trace": _CODE,
-                              "engine": {"long_prefill_token_threshold": 128,
-                                         "long_prefill_token_threshold_adaptive": True}},
-    "no_chunking": {"description": "Azure code: chunked prefill off (budget 8192 = "
-                                   "max_model_len)",
-                    "trace": _CODE, "engine": {"enable_chunked_prefill": False,
-                                               "max_num_batched_tokens": 8192}},
-    "max_model_len": {"description": "Azure code, max_model_len 2048: longer prompts rejected, "
-                                     "sequences stopped at the length cap",
-                      "trace": _CODE, "engine": {"max_model_len": 2048}},
-    "priority": {"description": "Azure conv, 4x, 600 blocks, policy priority: a gateway's "
-                                "fixed priorities by prompt length (0 below 512 tokens, 1 below "
-                                "2048, else 2); the priority heap and the victim by priority",
-                 "trace": {**_CONV_4X, "priority_tiers": [512, 2048]},
-                 "engine": {**_TIGHT, "policy": "priority"}},
-    "queued_caps": {"description": "Azure conv, 4x, 8 sequences: the API server's 503 caps, "
-                                   "max_num_queued_reqs 24 and max_num_queued_tokens 16000",
-                    "trace": _CONV_4X,
-                    "engine": {"max_num_seqs": 8, "max_num_queued_reqs": 24,
-                               "max_num_queued_tokens": 16_000}},
-    "prefix_cache": {"description": "Mooncake synthetic, 1 minute, prefix caching on with the "
-                                    "trace's hash_ids as block hashes (KV blocks of 512 tokens, "
-                                    "the trace's hash block), budget 8192; overloaded, so "
-                                    "queued requests find what earlier ones computed",
-                     "trace": _MOONCAKE,
-                     "engine": {"block_size": 512, "enable_prefix_caching": True,
-                                "max_model_len": 32768, "num_gpu_blocks": 20_000,
-                                "max_num_batched_tokens": 8192}},
-    "prefix_cache_tight_kv": {"description": "as prefix_cache, with 200 KV blocks and a budget "
-                                             "of 2048: cached blocks are evicted (LRU), and "
-                                             "preempted requests re-admit onto their own "
-                                             "cached prompt and output blocks",
-                              "trace": _MOONCAKE,
-                              "engine": {"block_size": 512, "enable_prefix_caching": True,
-                                         "max_model_len": 32768, "num_gpu_blocks": 200,
-                                         "max_num_batched_tokens": 2048}},
+    "roomy_kv": {
+        "description": "Azure conv, 1x: nothing binds but the token budget",
+        "trace": _CONV,
+        "engine": {},
+    },
+    "tight_kv": {
+        "description": "Azure conv, 4x, 600 blocks: preemptions; whole-prompt "
+        "admission (scheduler_reserve_full_isl, vLLM 0.32's default)",
+        "trace": _CONV_4X,
+        "engine": _TIGHT,
+    },
+    "tight_kv_first_chunk": {
+        "description": "tight_kv with the older rule: only the first chunk's blocks must fit",
+        "trace": _CONV_4X,
+        "engine": {**_TIGHT, "scheduler_reserve_full_isl": False},
+    },
+    "tight_kv_watermark": {
+        "description": "tight_kv with watermark 0.1 (60 blocks kept free "
+        "by admissions while requests run)",
+        "trace": _CONV_4X,
+        "engine": {**_TIGHT, "watermark": 0.1},
+    },
+    "max_num_seqs": {
+        "description": "Azure conv, 4x: max_num_seqs 8 binds",
+        "trace": _CONV_4X,
+        "engine": {"max_num_seqs": 8},
+    },
+    "max_num_active_seqs": {
+        "description": "Azure conv, 4x: max_num_active_seqs 6 below max_num_seqs 32",
+        "trace": _CONV_4X,
+        "engine": {"max_num_seqs": 32, "max_num_active_seqs": 6},
+    },
+    "small_budget": {
+        "description": "Azure conv, 4x: max_num_batched_tokens 256 (long prompts "
+        "prefill over many iterations)",
+        "trace": _CONV_4X,
+        "engine": {"max_num_batched_tokens": 256},
+    },
+    "long_prefill": {
+        "description": "Azure code: long_prefill_token_threshold 512",
+        "trace": _CODE,
+        "engine": {"long_prefill_token_threshold": 512},
+    },
+    "long_prefill_adaptive": {
+        "description": "Azure code: threshold 128, adaptive (floored at budget // requests)",
+        "trace": _CODE,
+        "engine": {
+            "long_prefill_token_threshold": 128,
+            "long_prefill_token_threshold_adaptive": True,
+        },
+    },
+    "no_chunking": {
+        "description": "Azure code: chunked prefill off (budget 8192 = max_model_len)",
+        "trace": _CODE,
+        "engine": {"enable_chunked_prefill": False, "max_num_batched_tokens": 8192},
+    },
+    "max_model_len": {
+        "description": "Azure code, max_model_len 2048: longer prompts rejected, "
+        "sequences stopped at the length cap",
+        "trace": _CODE,
+        "engine": {"max_model_len": 2048},
+    },
+    "priority": {
+        "description": "Azure conv, 4x, 600 blocks, policy priority: a gateway's "
+        "fixed priorities by prompt length (0 below 512 tokens, 1 below "
+        "2048, else 2); the priority heap and the victim by priority",
+        "trace": {**_CONV_4X, "priority_tiers": [512, 2048]},
+        "engine": {**_TIGHT, "policy": "priority"},
+    },
+    "queued_caps": {
+        "description": "Azure conv, 4x, 8 sequences: the API server's 503 caps, "
+        "max_num_queued_reqs 24 and max_num_queued_tokens 16000",
+        "trace": _CONV_4X,
+        "engine": {"max_num_seqs": 8, "max_num_queued_reqs": 24, "max_num_queued_tokens": 16_000},
+    },
+    "prefix_cache": {
+        "description": "Mooncake synthetic, 1 minute, prefix caching on with the "
+        "trace's hash_ids as block hashes (KV blocks of 512 tokens, "
+        "the trace's hash block), budget 8192; overloaded, so "
+        "queued requests find what earlier ones computed",
+        "trace": _MOONCAKE,
+        "engine": {
+            "block_size": 512,
+            "enable_prefix_caching": True,
+            "max_model_len": 32768,
+            "num_gpu_blocks": 20_000,
+            "max_num_batched_tokens": 8192,
+        },
+    },
+    "prefix_cache_tight_kv": {
+        "description": "as prefix_cache, with 200 KV blocks and a budget "
+        "of 2048: cached blocks are evicted (LRU), and "
+        "preempted requests re-admit onto their own "
+        "cached prompt and output blocks",
+        "trace": _MOONCAKE,
+        "engine": {
+            "block_size": 512,
+            "enable_prefix_caching": True,
+            "max_model_len": 32768,
+            "num_gpu_blocks": 200,
+            "max_num_batched_tokens": 2048,
+        },
+    },
 }
 
 
@@ -137,11 +207,18 @@ def case_requests(case: dict) -> dict:
 
     spec = case["trace"]
     trace = workload.load_trace(workload.bundled_path(spec["file"]))
-    trace = workload.slice_trace(trace, start_s=spec["start_s"], duration_s=spec["duration_s"],
-                                 rate_scale=spec["rate_scale"], max_requests=spec["max_requests"])
-    columns = {"arrival": [float(a) for a in trace.arrival],
-               "prompt": [int(p) for p in trace.prompt],
-               "output": [int(o) for o in trace.output]}
+    trace = workload.slice_trace(
+        trace,
+        start_s=spec["start_s"],
+        duration_s=spec["duration_s"],
+        rate_scale=spec["rate_scale"],
+        max_requests=spec["max_requests"],
+    )
+    columns = {
+        "arrival": [float(a) for a in trace.arrival],
+        "prompt": [int(p) for p in trace.prompt],
+        "output": [int(o) for o in trace.output],
+    }
     if "priority_tiers" in spec:
         tiers = np.asarray(spec["priority_tiers"])
         columns["priority"] = [int(np.sum(p >= tiers)) for p in trace.prompt]
@@ -163,17 +240,27 @@ def make_fixture(name: str) -> dict:
         out = oracle.simulate_vllm(requests, engine, COST)
     except ValueError as err:  # a setting the oracle cannot express
         raise GoldenError(f"golden case {name!r}: {err}") from None
-    return {"format": FORMAT, "vllm_version": out["vllm_version"], "case": name,
-            "description": case["description"], "trace": case["trace"], "engine": engine,
-            "cost": COST, "requests": requests, "steps": out["steps"],
-            "results": out["requests"], "prefix_cache": out.get("prefix_cache")}
+    return {
+        "format": FORMAT,
+        "vllm_version": out["vllm_version"],
+        "case": name,
+        "description": case["description"],
+        "trace": case["trace"],
+        "engine": engine,
+        "cost": COST,
+        "requests": requests,
+        "steps": out["steps"],
+        "results": out["requests"],
+        "prefix_cache": out.get("prefix_cache"),
+    }
 
 
 def write_fixture(fixture: dict, path: Path) -> None:
     """Write `fixture` as gzipped JSON at `path`, whole or not at all (temporary file, fsync,
     rename)."""
-    data = gzip.compress(json.dumps(fixture, separators=(",", ":"), allow_nan=False).encode(),
-                         mtime=0)
+    data = gzip.compress(
+        json.dumps(fixture, separators=(",", ":"), allow_nan=False).encode(), mtime=0
+    )
     write_whole(path, lambda tmp: tmp.write_bytes(data))
 
 
@@ -189,9 +276,11 @@ def load_fixture(path: Path) -> dict:
         got = fixture.get("format") if isinstance(fixture, dict) else type(fixture).__name__
         raise GoldenError(f"{path}: fixture format {got!r}; expected {FORMAT}")
     if fixture.get("vllm_version") != VLLM_VERSION:
-        raise GoldenError(f"{path}: written by vLLM {fixture.get('vllm_version')!r}; servetune's "
-                          f"scheduler matches vLLM {VLLM_VERSION} (rewrite the fixtures with "
-                          f"`servetune golden` under that version)")
+        raise GoldenError(
+            f"{path}: written by vLLM {fixture.get('vllm_version')!r}; servetune's "
+            f"scheduler matches vLLM {VLLM_VERSION} (rewrite the fixtures with "
+            f"`servetune golden` under that version)"
+        )
     _check_sections(path, fixture)
     return fixture
 
@@ -199,8 +288,17 @@ def load_fixture(path: Path) -> dict:
 # what a fixture's replay and comparison read: section -> (type, the keys it must hold)
 SECTIONS = {
     "case": (str, ()),
-    "engine": (dict, ("block_size", "num_gpu_blocks", "max_model_len", "max_num_seqs",
-                      "max_num_batched_tokens", "enable_chunked_prefill")),
+    "engine": (
+        dict,
+        (
+            "block_size",
+            "num_gpu_blocks",
+            "max_model_len",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "enable_chunked_prefill",
+        ),
+    ),
     "cost": (dict, ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_ctx_token_s")),
     "requests": (dict, ("arrival", "prompt", "output")),
     "steps": (list, ()),
@@ -213,12 +311,16 @@ def _check_sections(path: Path, fixture: dict) -> None:
     of another type, so a damaged fixture never reaches the replay as a KeyError."""
     for section, (kind, keys) in SECTIONS.items():
         if section not in fixture:
-            raise GoldenError(f"{path}: no {section!r} section; a fixture holds "
-                              f"{', '.join(SECTIONS)} (rewrite it with `servetune golden`)")
+            raise GoldenError(
+                f"{path}: no {section!r} section; a fixture holds "
+                f"{', '.join(SECTIONS)} (rewrite it with `servetune golden`)"
+            )
         value = fixture[section]
         if not isinstance(value, kind):
-            raise GoldenError(f"{path}: section {section!r} is a {type(value).__name__}; "
-                              f"expected a {kind.__name__}")
+            raise GoldenError(
+                f"{path}: section {section!r} is a {type(value).__name__}; "
+                f"expected a {kind.__name__}"
+            )
         missing = [k for k in keys if k not in value]
         if missing:
             raise GoldenError(f"{path}: section {section!r} lacks {', '.join(missing)}")
@@ -237,47 +339,68 @@ def _servetune_inputs(fixture: dict):
 
     eng, req = fixture["engine"], fixture["requests"]
     hash_tokens = eng.get("hash_block_tokens", eng["block_size"])
-    if eng["policy"] not in ("fcfs", "priority") or (eng["enable_prefix_caching"]
-                                                    and hash_tokens != eng["block_size"]):
-        raise GoldenError(f"golden case {fixture['case']!r}: servetune replays fcfs and "
-                          f"priority, with prefix caching only where vLLM's KV block is the "
-                          f"trace's hash block; policy={eng['policy']}, block_size="
-                          f"{eng['block_size']}, hash_block_tokens={hash_tokens}")
+    if eng["policy"] not in ("fcfs", "priority") or (
+        eng["enable_prefix_caching"] and hash_tokens != eng["block_size"]
+    ):
+        raise GoldenError(
+            f"golden case {fixture['case']!r}: servetune replays fcfs and "
+            f"priority, with prefix caching only where vLLM's KV block is the "
+            f"trace's hash block; policy={eng['policy']}, block_size="
+            f"{eng['block_size']}, hash_block_tokens={hash_tokens}"
+        )
     unlimited = lambda v: math.inf if v is None else float(v)
-    policy = make_policy({
-        "max_num_seqs": eng["max_num_seqs"],
-        "max_num_batched_tokens": eng["max_num_batched_tokens"],
-        "watermark": eng["watermark"],
-        "long_prefill_token_threshold": eng["long_prefill_token_threshold"],
-        "max_num_active_seqs": unlimited(eng["max_num_active_seqs"]),
-        "max_num_queued_reqs": unlimited(eng["max_num_queued_reqs"]),
-        "max_num_queued_tokens": unlimited(eng["max_num_queued_tokens"]),
-    }, order=eng["policy"])
+    policy = make_policy(
+        {
+            "max_num_seqs": eng["max_num_seqs"],
+            "max_num_batched_tokens": eng["max_num_batched_tokens"],
+            "watermark": eng["watermark"],
+            "long_prefill_token_threshold": eng["long_prefill_token_threshold"],
+            "max_num_active_seqs": unlimited(eng["max_num_active_seqs"]),
+            "max_num_queued_reqs": unlimited(eng["max_num_queued_reqs"]),
+            "max_num_queued_tokens": unlimited(eng["max_num_queued_tokens"]),
+        },
+        order=eng["policy"],
+    )
     cost = hardware.linear_cost_params(kv_blocks=eng["num_gpu_blocks"], **fixture["cost"])
     n = len(req["arrival"])
     if eng["max_num_seqs"] > _SLOTS or n > _WINDOW:
-        raise GoldenError(f"golden case {fixture['case']!r}: replays hold at most {_SLOTS} "
-                          f"running and {_WINDOW} waiting requests; got max_num_seqs "
-                          f"{eng['max_num_seqs']} and {n} requests")
+        raise GoldenError(
+            f"golden case {fixture['case']!r}: replays hold at most {_SLOTS} "
+            f"running and {_WINDOW} waiting requests; got max_num_seqs "
+            f"{eng['max_num_seqs']} and {n} requests"
+        )
     prefix, hash_ids = {}, None
     if eng["enable_prefix_caching"]:  # a table so roomy that no set ever overflows
         rows = req.get("block_hashes") or [[]] * n
         hash_ids = RaggedIds.from_rows(rows)
         slots = 1 << max(10, (4 * sum(map(len, rows))).bit_length())
-        prefix = {"prefix_cache": True, "prefix_block_tokens": hash_tokens,
-                  "prefix_cache_entries": max(slots, WAYS)}
+        prefix = {
+            "prefix_cache": True,
+            "prefix_block_tokens": hash_tokens,
+            "prefix_cache_entries": max(slots, WAYS),
+        }
     # one shape for every case, so cases that differ only in policy numbers share compilations
     cfg = EngineConfig(
-        max_slots=_SLOTS, queue_window=_WINDOW,
-        block_size=eng["block_size"], max_model_len=eng["max_model_len"],
-        chunked_prefill=eng["enable_chunked_prefill"], cost_form="linear", outbox=512,
+        max_slots=_SLOTS,
+        queue_window=_WINDOW,
+        block_size=eng["block_size"],
+        max_model_len=eng["max_model_len"],
+        chunked_prefill=eng["enable_chunked_prefill"],
+        cost_form="linear",
+        outbox=512,
         scheduler_reserve_full_isl=eng["scheduler_reserve_full_isl"],
         long_prefill_token_threshold_adaptive=eng["long_prefill_token_threshold_adaptive"],
-        scheduling_policy=eng["policy"], **prefix)
-    trace = RequestTrace(fixture["case"], np.asarray(req["arrival"], np.float64),
-                         np.asarray(req["prompt"], np.int32), np.asarray(req["output"], np.int32),
-                         priority=(np.asarray(req["priority"], np.int32) if "priority" in req
-                                   else None), hash_ids=hash_ids)
+        scheduling_policy=eng["policy"],
+        **prefix,
+    )
+    trace = RequestTrace(
+        fixture["case"],
+        np.asarray(req["arrival"], np.float64),
+        np.asarray(req["prompt"], np.int32),
+        np.asarray(req["output"], np.int32),
+        priority=(np.asarray(req["priority"], np.int32) if "priority" in req else None),
+        hash_ids=hash_ids,
+    )
     return trace, Params(policy=policy, cost=cost), cfg
 
 
@@ -294,22 +417,37 @@ def replay(fixture: dict, start_width: int | None = None) -> dict:
     info = jax.device_get(info)
     steps = []
     for k in range(n_steps):
-        tokens = [[int(r), int(n)] for r, n in zip(info["req"][k], info["tokens"][k]) if n > 0]
+        tokens = [
+            [int(r), int(n)]
+            for r, n in zip(info["req"][k], info["tokens"][k], strict=True)
+            if n > 0
+        ]
         preempted = sorted(int(r) for r in info["preempted"][k] if r >= 0)
         if tokens or preempted:
-            steps.append({"t": float(info["t"][k]), "dur": float(info["dur"][k]),
-                          "tokens": tokens, "preempted": preempted})
+            steps.append(
+                {
+                    "t": float(info["t"][k]),
+                    "dur": float(info["dur"][k]),
+                    "tokens": tokens,
+                    "preempted": preempted,
+                }
+            )
     batched = jax.tree.map(lambda x: jax.numpy.asarray(x)[None], params)
     res = rollout(wl, batched, width.start(cfg, start_width), [len(trace)])[0][0]
     nan_none = lambda a: [None if math.isnan(v) else float(v) for v in a]
-    out = {"steps": steps, "requests": {
-        "first_token": nan_none(res.first_token), "finish": nan_none(res.finish),
-        "end_state": [END_STATE_NAMES[s] for s in res.end_state],
-        "generated": [int(g) for g in res.generated],
-        "n_preempt": [int(p) for p in res.n_preempt]}}
+    out = {
+        "steps": steps,
+        "requests": {
+            "first_token": nan_none(res.first_token),
+            "finish": nan_none(res.finish),
+            "end_state": [END_STATE_NAMES[s] for s in res.end_state],
+            "generated": [int(g) for g in res.generated],
+            "n_preempt": [int(p) for p in res.n_preempt],
+        },
+    }
     if cfg.prefix_cache:  # rows new / re-admitted requests, columns as PREFIX_STAT_KEYS
         counts = np.asarray(res.stats["prefix_lookups"]).reshape(-1).tolist()
-        out["prefix_cache"] = dict(zip(PREFIX_STAT_KEYS, map(int, counts)))
+        out["prefix_cache"] = dict(zip(PREFIX_STAT_KEYS, map(int, counts), strict=True))
     return out
 
 
@@ -325,37 +463,47 @@ def compare(expected: dict, got: dict, rel: float = 1e-9, limit: int = 5) -> lis
     the first that differs, then every request (first token and finish to `rel`, end state,
     output tokens, preemptions). At most `limit` of each kind, empty when identical."""
     out = []
-    for k, (e, g) in enumerate(zip(expected["steps"], got["steps"])):
-        same = (_close(e["t"], g["t"], rel) and _close(e["dur"], g["dur"], rel)
-                and dict(map(tuple, e["tokens"])) == dict(map(tuple, g["tokens"]))
-                and sorted(e["preempted"]) == g["preempted"])
+    for k, (e, g) in enumerate(zip(expected["steps"], got["steps"], strict=True)):
+        same = (
+            _close(e["t"], g["t"], rel)
+            and _close(e["dur"], g["dur"], rel)
+            and dict(map(tuple, e["tokens"])) == dict(map(tuple, g["tokens"]))
+            and sorted(e["preempted"]) == g["preempted"]
+        )
         if not same:
             out.append(f"iteration {k}: vLLM {_show_step(e)}; servetune {_show_step(g)}")
             break
     if not out and len(expected["steps"]) != len(got["steps"]):
-        out.append(f"iterations: vLLM ran {len(expected['steps'])}, servetune "
-                   f"{len(got['steps'])}")
+        out.append(f"iterations: vLLM ran {len(expected['steps'])}, servetune {len(got['steps'])}")
     er, gr = expected["results"], got["requests"]
     bad = 0
     for i in range(len(er["finish"])):
-        fields = {f: (er[f][i], gr[f][i]) for f in ("first_token", "finish", "end_state",
-                                                     "generated", "n_preempt")}
-        if not (all(_close(*fields[f], rel) for f in ("first_token", "finish"))
-                and all(a == b for f, (a, b) in fields.items()
-                        if f not in ("first_token", "finish"))):
+        fields = {
+            f: (er[f][i], gr[f][i])
+            for f in ("first_token", "finish", "end_state", "generated", "n_preempt")
+        }
+        if not (
+            all(_close(*fields[f], rel) for f in ("first_token", "finish"))
+            and all(a == b for f, (a, b) in fields.items() if f not in ("first_token", "finish"))
+        ):
             bad += 1
             if bad <= limit:
-                out.append(f"request {i}: " + ", ".join(f"{f} {a} vs {b}"
-                                                         for f, (a, b) in fields.items()))
+                out.append(
+                    f"request {i}: " + ", ".join(f"{f} {a} vs {b}" for f, (a, b) in fields.items())
+                )
     if bad > limit:
         out.append(f"... {bad} requests differ in all")
     if "prefix_cache" in got and expected.get("prefix_cache") != got["prefix_cache"]:
-        out.append(f"prefix cache stats: vLLM {expected.get('prefix_cache')}; servetune "
-                   f"{got['prefix_cache']}")
+        out.append(
+            f"prefix cache stats: vLLM {expected.get('prefix_cache')}; servetune "
+            f"{got['prefix_cache']}"
+        )
     return out
 
 
 def _show_step(step: dict) -> str:
     tokens = dict(map(tuple, step["tokens"]))
-    return (f"t={step['t']:.9g} dur={step['dur']:.9g} tokens={dict(sorted(tokens.items()))} "
-            f"preempted={sorted(step['preempted'])}")
+    return (
+        f"t={step['t']:.9g} dur={step['dur']:.9g} tokens={dict(sorted(tokens.items()))} "
+        f"preempted={sorted(step['preempted'])}"
+    )

@@ -42,8 +42,13 @@ from servetune.validate.oracle import VllmNotInstalledError, import_vllm, step_w
 from servetune.workload import traces as workload
 
 MODEL_CONFIG = {  # the random-weight Llama: small, and shapes vLLM's CPU attention supports
-    "vocab_size": 1024, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
-    "num_attention_heads": 2, "num_key_value_heads": 2}
+    "vocab_size": 1024,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,12 +87,20 @@ def _engine(model: Path, es: EngineSettings) -> Any:
     from vllm.v1.engine.llm_engine import LLMEngine
 
     args = vllm.EngineArgs(
-        model=str(model), skip_tokenizer_init=True, enforce_eager=True, dtype="float32",
-        max_model_len=es.max_model_len, block_size=es.block_size,
-        num_gpu_blocks_override=es.num_gpu_blocks, max_num_seqs=es.max_num_seqs,
-        max_num_batched_tokens=es.max_num_batched_tokens, watermark=es.watermark,
-        enable_prefix_caching=es.enable_prefix_caching, seed=es.seed,
-        gpu_memory_utilization=0.1)  # on CPU: the fraction of host memory reserved
+        model=str(model),
+        skip_tokenizer_init=True,
+        enforce_eager=True,
+        dtype="float32",
+        max_model_len=es.max_model_len,
+        block_size=es.block_size,
+        num_gpu_blocks_override=es.num_gpu_blocks,
+        max_num_seqs=es.max_num_seqs,
+        max_num_batched_tokens=es.max_num_batched_tokens,
+        watermark=es.watermark,
+        enable_prefix_caching=es.enable_prefix_caching,
+        seed=es.seed,
+        gpu_memory_utilization=0.1,
+    )  # on CPU: the fraction of host memory reserved
     return LLMEngine.from_engine_args(args)
 
 
@@ -111,13 +124,17 @@ def observe(trace, es: EngineSettings, model_dir: Path, clock: str = "virtual") 
     if clock not in ("virtual", "wall"):
         raise ConfigError(f"--clock: got {clock!r}; expected virtual or wall")
     if not 0.0 <= es.watermark < 1.0:
-        raise ConfigError(f"--watermark: got {es.watermark:g}; expected the fraction of KV "
-                          f"blocks kept free, in [0, 1)")
+        raise ConfigError(
+            f"--watermark: got {es.watermark:g}; expected the fraction of KV "
+            f"blocks kept free, in [0, 1)"
+        )
     too_long = np.flatnonzero(trace.prompt + trace.output > es.max_model_len)
     if too_long.size:
-        raise ConfigError(f"--max-model-len: {es.max_model_len} tokens; request "
-                          f"{int(too_long[0])} needs {int(trace.prompt[too_long[0]])} + "
-                          f"{int(trace.output[too_long[0]])}")
+        raise ConfigError(
+            f"--max-model-len: {es.max_model_len} tokens; request "
+            f"{int(too_long[0])} needs {int(trace.prompt[too_long[0]])} + "
+            f"{int(trace.output[too_long[0]])}"
+        )
     vllm = import_vllm()
     from vllm import SamplingParams
 
@@ -138,8 +155,11 @@ def observe(trace, es: EngineSettings, model_dir: Path, clock: str = "virtual") 
             t = time.perf_counter() - origin
         while nxt < n and trace.arrival[nxt] <= t:
             tokens = rng.integers(1, MODEL_CONFIG["vocab_size"], int(trace.prompt[nxt])).tolist()
-            engine.add_request(str(nxt), {"prompt_token_ids": tokens},
-                               SamplingParams(max_tokens=int(trace.output[nxt]), ignore_eos=True))
+            engine.add_request(
+                str(nxt),
+                {"prompt_token_ids": tokens},
+                SamplingParams(max_tokens=int(trace.output[nxt]), ignore_eos=True),
+            )
             nxt += 1
         if not engine.has_unfinished_requests():
             wait = float(trace.arrival[nxt]) - t
@@ -165,12 +185,22 @@ def observe(trace, es: EngineSettings, model_dir: Path, clock: str = "virtual") 
                 finish[row] = t
         work, log["work"] = log["work"], None
         if work is not None and work.tokens:
-            steps.append({"t_s": t - dur, "prefill_tokens": work.prefill,
-                          "decode_seqs": work.decode, "ctx_tokens": work.context,
-                          "attn_work": work.attn_work, "seconds": dur,
-                          "scheduled": json.dumps({r.split("-")[0]: n for r, n in work.tokens})})
-    return {"requests": _request_columns(trace, first, finish, delivered, preempt),
-            "steps": steps, "vllm_version": vllm.__version__}
+            steps.append(
+                {
+                    "t_s": t - dur,
+                    "prefill_tokens": work.prefill,
+                    "decode_seqs": work.decode,
+                    "ctx_tokens": work.context,
+                    "attn_work": work.attn_work,
+                    "seconds": dur,
+                    "scheduled": json.dumps({r.split("-")[0]: n for r, n in work.tokens}),
+                }
+            )
+    return {
+        "requests": _request_columns(trace, first, finish, delivered, preempt),
+        "steps": steps,
+        "vllm_version": vllm.__version__,
+    }
 
 
 def _request_columns(trace, first, finish, delivered, preempt) -> dict:
@@ -179,21 +209,37 @@ def _request_columns(trace, first, finish, delivered, preempt) -> dict:
     out_tokens = trace.output.astype(np.int64)
     done = ~np.isnan(finish)
     tpot = np.where(out_tokens > 1, (finish - first) / np.maximum(out_tokens - 1, 1), np.nan)
-    return {"request": np.arange(len(trace)), "arrival_s": arrival,
-            "prompt_tokens": trace.prompt.astype(np.int64), "output_tokens": out_tokens,
-            "first_token_s": first, "finish_s": finish, "output_tokens_delivered": delivered,
-            "end_state": np.where(done, "completed", "outstanding"), "preemptions": preempt,
-            "ttft_s": first - arrival, "tpot_s": tpot, "e2e_s": finish - arrival}
+    return {
+        "request": np.arange(len(trace)),
+        "arrival_s": arrival,
+        "prompt_tokens": trace.prompt.astype(np.int64),
+        "output_tokens": out_tokens,
+        "first_token_s": first,
+        "finish_s": finish,
+        "output_tokens_delivered": delivered,
+        "end_state": np.where(done, "completed", "outstanding"),
+        "preemptions": preempt,
+        "ttft_s": first - arrival,
+        "tpot_s": tpot,
+        "e2e_s": finish - arrival,
+    }
 
 
 def _parser():
     import argparse
 
-    p = argparse.ArgumentParser(prog="servetune observe", description=(
-        "Replay a trace against a real vLLM engine (CPU, random-weight Llama) and write "
-        "requests.parquet, steps.csv (servetune calibrate's format) and observe.json."))
-    p.add_argument("--trace", default="azure_llm_2023_conv.csv",
-                   help="a trace file (CSV or Mooncake JSONL) or a bundled trace's file name")
+    p = argparse.ArgumentParser(
+        prog="servetune observe",
+        description=(
+            "Replay a trace against a real vLLM engine (CPU, random-weight Llama) and write "
+            "requests.parquet, steps.csv (servetune calibrate's format) and observe.json."
+        ),
+    )
+    p.add_argument(
+        "--trace",
+        default="azure_llm_2023_conv.csv",
+        help="a trace file (CSV or Mooncake JSONL) or a bundled trace's file name",
+    )
     p.add_argument("--start-s", type=float, default=0.0)
     p.add_argument("--duration-s", type=float, default=60.0)
     p.add_argument("--rate-scale", type=float, default=1.0)
@@ -208,18 +254,32 @@ def _parser():
             p.add_argument(flag, type=int, default=field.default)
     p.add_argument("--clock", choices=("virtual", "wall"), default="virtual")
     p.add_argument("--out", type=Path, default=Path("outputs/observe"))
-    p.add_argument("--model-dir", type=Path, default=None,
-                   help="where the random-weight model lives (default: OUT/model)")
+    p.add_argument(
+        "--model-dir",
+        type=Path,
+        default=None,
+        help="where the random-weight model lives (default: OUT/model)",
+    )
     record = p.add_mutually_exclusive_group()  # a production run's record instead of a run
-    record.add_argument("--import-bench", type=Path, default=None, metavar="RESULT.json",
-                        help="instead of running an engine, import a `vllm bench serve "
-                             "--save-result --save-detailed` file: OUT/requests.parquet, "
-                             "OUT/trace.csv, OUT/bench.json")
-    record.add_argument("--import-otel", type=Path, default=None, metavar="SPANS.json",
-                        help="instead of running an engine, import the llm_request spans a "
-                             "vLLM server exported with --otlp-traces-endpoint (OTLP JSON, as "
-                             "a Collector's file exporter writes it): OUT/requests.parquet, "
-                             "OUT/trace.csv, OUT/otel.json")
+    record.add_argument(
+        "--import-bench",
+        type=Path,
+        default=None,
+        metavar="RESULT.json",
+        help="instead of running an engine, import a `vllm bench serve "
+        "--save-result --save-detailed` file: OUT/requests.parquet, "
+        "OUT/trace.csv, OUT/bench.json",
+    )
+    record.add_argument(
+        "--import-otel",
+        type=Path,
+        default=None,
+        metavar="SPANS.json",
+        help="instead of running an engine, import the llm_request spans a "
+        "vLLM server exported with --otlp-traces-endpoint (OTLP JSON, as "
+        "a Collector's file exporter writes it): OUT/requests.parquet, "
+        "OUT/trace.csv, OUT/otel.json",
+    )
     return p
 
 
@@ -243,32 +303,46 @@ def main(argv: list[str]) -> int:
         path = Path(args.trace).expanduser()
         if not path.is_file():
             path = workload.bundled_path(args.trace)
-        trace = workload.slice_trace(workload.load_trace(path), start_s=args.start_s,
-                                     duration_s=args.duration_s, rate_scale=args.rate_scale,
-                                     max_requests=args.max_requests)
-        es = EngineSettings(**{f.name: getattr(args, f.name)
-                               for f in dataclasses.fields(EngineSettings)})
+        trace = workload.slice_trace(
+            workload.load_trace(path),
+            start_s=args.start_s,
+            duration_s=args.duration_s,
+            rate_scale=args.rate_scale,
+            max_requests=args.max_requests,
+        )
+        es = EngineSettings(
+            **{f.name: getattr(args, f.name) for f in dataclasses.fields(EngineSettings)}
+        )
         ensure_dir(args.out)
         result = observe(trace, es, args.model_dir or args.out / "model", args.clock)
     except (ServetuneError, VllmNotInstalledError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     requests = pd.DataFrame(result["requests"])
-    meta = {"vllm_version": result["vllm_version"], "clock": args.clock,
-            "trace": str(path), "start_s": args.start_s, "duration_s": args.duration_s,
-            "rate_scale": args.rate_scale, "max_requests": args.max_requests,
-            "engine": dataclasses.asdict(es),
-            "model": MODEL_CONFIG}
+    meta = {
+        "vllm_version": result["vllm_version"],
+        "clock": args.clock,
+        "trace": str(path),
+        "start_s": args.start_s,
+        "duration_s": args.duration_s,
+        "rate_scale": args.rate_scale,
+        "max_requests": args.max_requests,
+        "engine": dataclasses.asdict(es),
+        "model": MODEL_CONFIG,
+    }
     try:
         write_whole(args.out / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
-        write_whole(args.out / "steps.csv",
-                    lambda p: pd.DataFrame(result["steps"]).to_csv(p, index=False))
+        write_whole(
+            args.out / "steps.csv", lambda p: pd.DataFrame(result["steps"]).to_csv(p, index=False)
+        )
         write_json(args.out / "observe.json", meta)
     except ServetuneError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     done = int((requests["end_state"] == "completed").sum())
-    print(f"{args.out}: {len(requests)} requests ({done} completed), {len(result['steps'])} "
-          f"engine steps, vLLM {result['vllm_version']}, {args.clock} clock; mean TTFT "
-          f"{requests['ttft_s'].mean():.4g} s, mean E2E {requests['e2e_s'].mean():.4g} s")
+    print(
+        f"{args.out}: {len(requests)} requests ({done} completed), {len(result['steps'])} "
+        f"engine steps, vLLM {result['vllm_version']}, {args.clock} clock; mean TTFT "
+        f"{requests['ttft_s'].mean():.4g} s, mean E2E {requests['e2e_s'].mean():.4g} s"
+    )
     return 0

@@ -45,8 +45,13 @@ TTFT, E2E = "gen_ai.latency.time_to_first_token", "gen_ai.latency.e2e"
 QUEUE = "gen_ai.latency.time_in_queue"
 REQUIRED = (PROMPT, OUTPUT, TTFT, E2E)
 # attribute -> (row field, kind of value as record_columns.KINDS names it)
-FIELDS = {PROMPT: ("prompt", "tokens"), OUTPUT: ("output", "tokens"),
-          TTFT: ("ttft", "seconds"), E2E: ("e2e", "seconds"), QUEUE: ("queue", "seconds")}
+FIELDS = {
+    PROMPT: ("prompt", "tokens"),
+    OUTPUT: ("output", "tokens"),
+    TTFT: ("ttft", "seconds"),
+    E2E: ("e2e", "seconds"),
+    QUEUE: ("queue", "seconds"),
+}
 EXPECTED = "OTLP JSON, one object per line as a Collector's file exporter writes"
 # an OTLP JSON integer written as a string: ASCII decimal digits, at most a uint64's 20
 _INTEGER = re.compile(r"[+-]?[0-9]{1,20}", re.ASCII)
@@ -72,12 +77,13 @@ def _documents(path: Path) -> list[tuple[int, dict]]:
             try:
                 docs.append((k, rc.read_json(line, path, k, EXPECTED)))
             except json.JSONDecodeError as err:
-                raise TraceError(f"{path}:{k}: not JSON ({err.msg}); expected {EXPECTED}"
-                                 ) from None
+                raise TraceError(f"{path}:{k}: not JSON ({err.msg}); expected {EXPECTED}") from None
     for k, doc in docs:
         if not isinstance(doc, dict) or "resourceSpans" not in doc:
-            raise TraceError(f"{path}:{k}: no resourceSpans; expected OTLP JSON trace data "
-                             f"({{\"resourceSpans\": [...]}})")
+            raise TraceError(
+                f"{path}:{k}: no resourceSpans; expected OTLP JSON trace data "
+                f'({{"resourceSpans": [...]}})'
+            )
     return docs
 
 
@@ -142,8 +148,10 @@ def _spans(path: Path) -> list[tuple[str, dict]]:
                     if isinstance(span, dict) and span.get("name") == SPAN:
                         out.append((f"{where}.spans[{j}]", span))
     if not out:
-        raise TraceError(f"{path}: no '{SPAN}' spans; expected the spans vLLM exports with "
-                         f"--otlp-traces-endpoint")
+        raise TraceError(
+            f"{path}: no '{SPAN}' spans; expected the spans vLLM exports with "
+            f"--otlp-traces-endpoint"
+        )
     return out
 
 
@@ -155,8 +163,10 @@ def _attributes(where: str, span: dict) -> dict:
         if not isinstance(key, str) or key not in FIELDS:
             continue
         if key in attrs:
-            raise TraceError(f"{where}: attribute {key} appears twice; expected each once "
-                             f"(which one did the server mean?)")
+            raise TraceError(
+                f"{where}: attribute {key} appears twice; expected each once "
+                f"(which one did the server mean?)"
+            )
         attrs[key] = _value(a.get("value"))
     return attrs
 
@@ -166,8 +176,10 @@ def _start_nanos(where: str, span: dict) -> int:
     raw = span.get("startTimeUnixNano")
     nanos = _integer(raw)
     if isinstance(nanos, bool) or not isinstance(nanos, int) or not 0 <= nanos < NANOS_LIMIT:
-        raise TraceError(f"{where}: startTimeUnixNano: got {rc.show(raw)}; expected the arrival "
-                         f"time in nanoseconds since the epoch (decimal digits, below 2**64)")
+        raise TraceError(
+            f"{where}: startTimeUnixNano: got {rc.show(raw)}; expected the arrival "
+            f"time in nanoseconds since the epoch (decimal digits, below 2**64)"
+        )
     return nanos
 
 
@@ -176,8 +188,10 @@ def _request(where: str, span: dict) -> dict:
     attrs = _attributes(where, span)
     missing = [key for key in REQUIRED if attrs.get(key) is None]
     if missing:
-        raise TraceError(f"{where}: no {', '.join(missing)}; expected vLLM's usage and latency "
-                         f"attributes (an aborted request has none)")
+        raise TraceError(
+            f"{where}: no {', '.join(missing)}; expected vLLM's usage and latency "
+            f"attributes (an aborted request has none)"
+        )
     row = {"nanos": _start_nanos(where, span), "where": where, "queue": np.nan}
     for key, v in attrs.items():  # only the queue time is optional
         name, kind = FIELDS[key]
@@ -196,9 +210,14 @@ def _times(rows: list[dict]) -> record_checks.RecordTimes:
         return np.array([r[name] for r in rows], dtype)
 
     return record_checks.RecordTimes(
-        start=arrival, ttft=column("ttft"), e2e=column("e2e"), ok=np.ones(len(rows), bool),
-        prompt=column("prompt", np.int64), output=column("output", np.int64),
-        within=column("queue"))
+        start=arrival,
+        ttft=column("ttft"),
+        e2e=column("e2e"),
+        ok=np.ones(len(rows), bool),
+        prompt=column("prompt", np.int64),
+        output=column("output", np.int64),
+        within=column("queue"),
+    )
 
 
 def load_otel_spans(path: str | Path) -> dict:
@@ -215,11 +234,13 @@ def load_otel_spans(path: str | Path) -> dict:
     path = inputs.expand(path, "--import-otel", TraceError)
     rows = [_request(where, span) for where, span in _spans(path)]
     t = _times(rows)
-    names = record_checks.RecordNames(record=lambda i: rows[i]["where"], fields=NAMES,
-                                      indexed=False)
+    names = record_checks.RecordNames(
+        record=lambda i: rows[i]["where"], fields=NAMES, indexed=False
+    )
     order = record_checks.check_records(t, names)
     k = np.argsort([r["nanos"] for r in rows], kind="stable")  # arrival order, exactly
-    requests, trace = rc.request_columns(t.start[k], t.prompt[k], t.output[k],
-                                         t.start[k] + t.ttft[k], t.start[k] + t.e2e[k], t.ok[k])
+    requests, trace = rc.request_columns(
+        t.start[k], t.prompt[k], t.output[k], t.start[k] + t.ttft[k], t.start[k] + t.e2e[k], t.ok[k]
+    )
     requests["queue_s"] = t.within[k]
     return {"requests": requests, "trace": trace, "about": {"spans": len(rows)}, "order": order}

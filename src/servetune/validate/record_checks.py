@@ -137,8 +137,10 @@ def _check_nonnegative(t: RecordTimes, names: RecordNames) -> None:
         q = getattr(t, role)
         k = None if q is None else _first(q < 0)
         if k is not None:
-            raise TraceError(f"{names.record(k)}: {names.field(role, k)} = {_s(q[k])} s; "
-                             f"expected a queue time >= 0")
+            raise TraceError(
+                f"{names.record(k)}: {names.field(role, k)} = {_s(q[k])} s; "
+                f"expected a queue time >= 0"
+            )
 
 
 def _check_ttft_units(t: RecordTimes, names: RecordNames) -> None:
@@ -151,10 +153,12 @@ def _check_ttft_units(t: RecordTimes, names: RecordNames) -> None:
     with np.errstate(divide="ignore", invalid="ignore"):  # a TTFT of 0: no rate to doubt
         rate = float(np.nanmax(t.prompt[done] / t.ttft[done], initial=0.0))
     if t.ttft[k] >= MS_TTFT_S and rate < PREFILL_FLOOR:
-        raise TraceError(f"{names.record(k)}: {names.field('ttft', k)} = {_s(t.ttft[k])} s is "
-                         f"the quickest first token of the completed requests, and none "
-                         f"prefilled at {PREFILL_FLOOR:,.0f} tokens/s or faster (at most "
-                         f"{rate:.3g}); {MS}")
+        raise TraceError(
+            f"{names.record(k)}: {names.field('ttft', k)} = {_s(t.ttft[k])} s is "
+            f"the quickest first token of the completed requests, and none "
+            f"prefilled at {PREFILL_FLOOR:,.0f} tokens/s or faster (at most "
+            f"{rate:.3g}); {MS}"
+        )
 
 
 def _check_decode_units(t: RecordTimes, names: RecordNames) -> None:
@@ -167,19 +171,23 @@ def _check_decode_units(t: RecordTimes, names: RecordNames) -> None:
         rate = (t.output[many] - 1) / np.maximum(t.e2e[many] - t.ttft[many], 0.0)
     k = int(many[np.argmax(rate)])
     if rate.max() < DECODE_FLOOR:
-        raise TraceError(f"{names.record(k)}: {names.field('e2e', k)} = {_s(t.e2e[k])} s after "
-                         f"{names.field('ttft', k)} = {_s(t.ttft[k])} s for {t.output[k]} "
-                         f"output tokens is the fastest decode of the completed requests "
-                         f"({rate.max():.3g} tokens/s; none at {DECODE_FLOOR:g} or faster); {MS}")
+        raise TraceError(
+            f"{names.record(k)}: {names.field('e2e', k)} = {_s(t.e2e[k])} s after "
+            f"{names.field('ttft', k)} = {_s(t.ttft[k])} s for {t.output[k]} "
+            f"output tokens is the fastest decode of the completed requests "
+            f"({rate.max():.3g} tokens/s; none at {DECODE_FLOOR:g} or faster); {MS}"
+        )
 
 
 def _check_first_token(t: RecordTimes, names: RecordNames) -> None:
     """Each completed request's TTFT <= its E2E latency (first token <= finish)."""
     k = _first(t.ok & (t.ttft > t.e2e + SAME_CLOCK_S))
     if k is not None:
-        raise TraceError(f"{names.record(k)}: {names.field('ttft', k)} = {_s(t.ttft[k])} s is "
-                         f"after {names.field('e2e', k)} = {_s(t.e2e[k])} s (first token after "
-                         f"the finish); expected TTFT <= latency")
+        raise TraceError(
+            f"{names.record(k)}: {names.field('ttft', k)} = {_s(t.ttft[k])} s is "
+            f"after {names.field('e2e', k)} = {_s(t.e2e[k])} s (first token after "
+            f"the finish); expected TTFT <= latency"
+        )
 
 
 def _check_itls(t: RecordTimes, names: RecordNames) -> None:
@@ -189,10 +197,12 @@ def _check_itls(t: RecordTimes, names: RecordNames) -> None:
     gap = t.e2e - t.ttft
     k = _first(t.ok & (t.itl_sum > gap + SAME_CLOCK_S))  # nan (none recorded) compares False
     if k is not None:
-        raise TraceError(f"{names.record(k)}: sum({names.field('itl_sum', k)}) = "
-                         f"{_s(t.itl_sum[k])} s is longer than {names.field('e2e', k)} - "
-                         f"{names.field('ttft', k)} = {_s(gap[k])} s (tokens after the "
-                         f"finish); expected the ITLs within the time from first token to finish")
+        raise TraceError(
+            f"{names.record(k)}: sum({names.field('itl_sum', k)}) = "
+            f"{_s(t.itl_sum[k])} s is longer than {names.field('e2e', k)} - "
+            f"{names.field('ttft', k)} = {_s(gap[k])} s (tokens after the "
+            f"finish); expected the ITLs within the time from first token to finish"
+        )
 
 
 def _check_queue_within(t: RecordTimes, names: RecordNames) -> None:
@@ -202,10 +212,12 @@ def _check_queue_within(t: RecordTimes, names: RecordNames) -> None:
         return
     k = _first(t.ok & (t.within > t.ttft + JITTER_S))
     if k is not None:
-        raise TraceError(f"{names.record(k)}: {names.field('within', k)} = {_s(t.within[k])} s "
-                         f"is longer than {names.field('ttft', k)} = {_s(t.ttft[k])} s "
-                         f"(scheduled after its first token); expected the queue time within "
-                         f"the span, before the first token")
+        raise TraceError(
+            f"{names.record(k)}: {names.field('within', k)} = {_s(t.within[k])} s "
+            f"is longer than {names.field('ttft', k)} = {_s(t.ttft[k])} s "
+            f"(scheduled after its first token); expected the queue time within "
+            f"the span, before the first token"
+        )
 
 
 def _check_window(t: RecordTimes, names: RecordNames) -> None:
@@ -215,11 +227,13 @@ def _check_window(t: RecordTimes, names: RecordNames) -> None:
     end = t.start - t.start.min() + t.e2e
     k = _first(t.ok & (end > t.window + JITTER_S))
     if k is not None:
-        raise TraceError(f"{names.record(k)}: {names.field('start', k)} + "
-                         f"{names.field('e2e', k)} ends {_s(end[k])} s after the first start, "
-                         f"past {names.field('window', k)} = {_s(t.window)} s (the run's "
-                         f"length); expected every request to finish within the run, its "
-                         f"latency in seconds (milliseconds?)")
+        raise TraceError(
+            f"{names.record(k)}: {names.field('start', k)} + "
+            f"{names.field('e2e', k)} ends {_s(end[k])} s after the first start, "
+            f"past {names.field('window', k)} = {_s(t.window)} s (the run's "
+            f"length); expected every request to finish within the run, its "
+            f"latency in seconds (milliseconds?)"
+        )
 
 
 def _check_queue_before(t: RecordTimes, names: RecordNames) -> None:
@@ -231,12 +245,14 @@ def _check_queue_before(t: RecordTimes, names: RecordNames) -> None:
     since = t.start - t.start[j]
     k = _first(t.before > since + JITTER_S)
     if k is not None:
-        raise TraceError(f"{names.record(k)}: {names.field('before', k)} = {_s(t.before[k])} s "
-                         f"is longer than the {_s(since[k])} s from the first start "
-                         f"({names.field('start', j)} = {_s(t.start[j])}) to "
-                         f"{names.field('start', k)} = {_s(t.start[k])} (an arrival "
-                         f"{_s(t.before[k] - since[k])} s before the record begins); expected "
-                         f"a queue time within the time since the first start")
+        raise TraceError(
+            f"{names.record(k)}: {names.field('before', k)} = {_s(t.before[k])} s "
+            f"is longer than the {_s(since[k])} s from the first start "
+            f"({names.field('start', j)} = {_s(t.start[j])}) to "
+            f"{names.field('start', k)} = {_s(t.start[k])} (an arrival "
+            f"{_s(t.before[k] - since[k])} s before the record begins); expected "
+            f"a queue time within the time since the first start"
+        )
 
 
 def arrivals(t: RecordTimes) -> np.ndarray:
@@ -246,11 +262,13 @@ def arrivals(t: RecordTimes) -> np.ndarray:
 
 
 def arrival_order(t: RecordTimes, names: RecordNames) -> str:
-    """"arrival" when the records are listed by arrival (ties in any order), else a sentence
+    """ "arrival" when the records are listed by arrival (ties in any order), else a sentence
     naming the first record listed after one that arrived later, and by how many seconds."""
     a = arrivals(t)
     k = _first(np.diff(a) < 0)
     if k is None:
         return "arrival"
-    return (f"not arrival order: {names.record(k + 1)} arrived {_s(a[k] - a[k + 1])} s before "
-            f"the record listed above it (the import sorts by arrival)")
+    return (
+        f"not arrival order: {names.record(k + 1)} arrived {_s(a[k] - a[k + 1])} s before "
+        f"the record listed above it (the import sorts by arrival)"
+    )

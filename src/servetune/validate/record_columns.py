@@ -41,9 +41,11 @@ def in_range(v, most: float, whole: bool = False) -> bool:
 # kind of value -> (largest, whole, what is expected): a duration longer than the longest
 # trace servetune reads (MAX_SPAN_S) is a corrupt record, not a request; a point in time (a
 # clock reading) has no bound of its own, only the span of the record's times (check_span)
-KINDS = {"tokens": (MAX_TOKENS, True, f"a whole number of tokens in [0, {MAX_TOKENS}]"),
-         "seconds": (MAX_SPAN_S, False, f"seconds in [0, {MAX_SPAN_S:.0e}]"),
-         "time": (math.inf, False, "a finite time in seconds >= 0")}
+KINDS = {
+    "tokens": (MAX_TOKENS, True, f"a whole number of tokens in [0, {MAX_TOKENS}]"),
+    "seconds": (MAX_SPAN_S, False, f"seconds in [0, {MAX_SPAN_S:.0e}]"),
+    "time": (math.inf, False, "a finite time in seconds >= 0"),
+}
 
 
 def check_value(v, where: str, key: str, kind: str) -> None:
@@ -61,12 +63,14 @@ def check_span(times: np.ndarray, label) -> None:
     far = np.nonzero(times - times.min() > MAX_SPAN_S)[0]
     if len(far):
         k = int(far[0])
-        raise TraceError(f"{label(k)}: {times[k]:.6g} is {times[k] - times.min():.3g} s after "
-                         f"the earliest; expected a record spanning at most {MAX_SPAN_S:.0e} s "
-                         f"(a corrupt value or a wrong unit?)")
+        raise TraceError(
+            f"{label(k)}: {times[k]:.6g} is {times[k] - times.min():.3g} s after "
+            f"the earliest; expected a record spanning at most {MAX_SPAN_S:.0e} s "
+            f"(a corrupt value or a wrong unit?)"
+        )
 
 
-class _RepeatedKey(DuplicateKeyError):
+class _RepeatedKeyError(DuplicateKeyError):
     """A key given twice in one JSON object, with the line and column (from 1, in the text
     parsed) where its second value starts."""
 
@@ -77,7 +81,7 @@ class _RepeatedKey(DuplicateKeyError):
 
 def _locate_repeat(text: str) -> None:
     """Parse `text` again with the pure-Python scanner, recording where each value of each
-    object starts, and raise _RepeatedKey at the first key an object gives twice. Slow: only
+    object starts, and raise _RepeatedKeyError at the first key an object gives twice. Slow: only
     run once the fast parse has found a repeat."""
     decoder = json.JSONDecoder()
 
@@ -90,10 +94,11 @@ def _locate_repeat(text: str) -> None:
 
         def pairs(items):
             seen = set()
-            for (key, _), at in zip(items, starts):
+            for (key, _), at in zip(items, starts, strict=True):
                 if key in seen:
-                    raise _RepeatedKey(key, text.count("\n", 0, at) + 1,
-                                       at - text.rfind("\n", 0, at))
+                    raise _RepeatedKeyError(
+                        key, text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+                    )
                 seen.add(key)
             return dict(items)
 
@@ -117,18 +122,23 @@ def read_json(text: str, path: Path, line: int, expected: str):
     except json.JSONDecodeError:
         raise
     except (ValueError, RecursionError) as err:
-        raise TraceError(f"{path}:{line}: unreadable JSON ({str(err)[:80]}); expected "
-                         f"{expected}") from None
+        raise TraceError(
+            f"{path}:{line}: unreadable JSON ({str(err)[:80]}); expected {expected}"
+        ) from None
     try:
         _locate_repeat(text)
     except RecursionError:  # deeper than the pure-Python scanner goes: say it without a place
         pass
-    except _RepeatedKey as err:
-        raise TraceError(f"{path}:{line + err.line - 1}: key {err.key!r} appears twice in one "
-                         f"object (again at column {err.column}); expected each key once "
-                         f"(which one did the run mean?)") from None
-    raise TraceError(f"{path}:{line}: key {key!r} appears twice in one object; expected each "
-                     f"key once (which one did the run mean?)")
+    except _RepeatedKeyError as err:
+        raise TraceError(
+            f"{path}:{line + err.line - 1}: key {err.key!r} appears twice in one "
+            f"object (again at column {err.column}); expected each key once "
+            f"(which one did the run mean?)"
+        ) from None
+    raise TraceError(
+        f"{path}:{line}: key {key!r} appears twice in one object; expected each "
+        f"key once (which one did the run mean?)"
+    )
 
 
 def trace_rows(arrival, output, ok) -> np.ndarray:
@@ -149,12 +159,23 @@ def request_columns(arrival, prompt, output, first, finish, ok) -> tuple[dict, d
     # record_checks refuses more) is read as at the finish
     first, finish = np.where(ok, np.minimum(first, finish), np.nan), np.where(ok, finish, np.nan)
     tpot = np.where(ok & (output > 1), (finish - first) / np.maximum(output - 1, 1), np.nan)
-    requests = {"request": np.arange(len(arrival)), "arrival_s": arrival,
-                "prompt_tokens": prompt, "output_tokens": output, "first_token_s": first,
-                "finish_s": finish, "output_tokens_delivered": np.where(ok, output, 0),
-                "end_state": np.where(ok, "completed", "failed"), "ttft_s": first - arrival,
-                "tpot_s": tpot, "e2e_s": finish - arrival}
+    requests = {
+        "request": np.arange(len(arrival)),
+        "arrival_s": arrival,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "first_token_s": first,
+        "finish_s": finish,
+        "output_tokens_delivered": np.where(ok, output, 0),
+        "end_state": np.where(ok, "completed", "failed"),
+        "ttft_s": first - arrival,
+        "tpot_s": tpot,
+        "e2e_s": finish - arrival,
+    }
     keep = trace_rows(arrival, output, ok)
-    trace = {"arrival_s": arrival[keep], "prompt_tokens": prompt[keep],
-             "output_tokens": output[keep]}
+    trace = {
+        "arrival_s": arrival[keep],
+        "prompt_tokens": prompt[keep],
+        "output_tokens": output[keep],
+    }
     return requests, trace

@@ -15,10 +15,16 @@ from servetune.validate.bench_import import load_bench_result
 from servetune.validate.otel_import import load_otel_spans
 
 FORMATS = {  # --import-... format -> (reader, what the file is, the summary file written)
-    "bench": (load_bench_result, "vllm bench serve --save-result --save-detailed (vLLM 0.32)",
-              "bench.json"),
-    "otel": (load_otel_spans, "OTLP JSON of vLLM's llm_request spans (--otlp-traces-endpoint)",
-             "otel.json"),
+    "bench": (
+        load_bench_result,
+        "vllm bench serve --save-result --save-detailed (vLLM 0.32)",
+        "bench.json",
+    ),
+    "otel": (
+        load_otel_spans,
+        "OTLP JSON of vLLM's llm_request spans (--otlp-traces-endpoint)",
+        "otel.json",
+    ),
 }
 
 
@@ -33,14 +39,22 @@ def write_import(path: str | Path, out: Path, fmt: str = "bench") -> str:
     requests, trace = pd.DataFrame(result["requests"]), pd.DataFrame(result["trace"])
     ensure_dir(out)
     n_failed = int((requests["end_state"] == "failed").sum())
-    meta = {"source": str(Path(path).expanduser()), "format": described,
-            "requests": len(requests), "failed": n_failed, "in_trace": len(trace),
-            "order": result["order"], "about": result["about"]}
+    meta = {
+        "source": str(Path(path).expanduser()),
+        "format": described,
+        "requests": len(requests),
+        "failed": n_failed,
+        "in_trace": len(trace),
+        "order": result["order"],
+        "about": result["about"],
+    }
     for other in {s for _, _, s in FORMATS.values()} - {summary}:
         if (out / other).exists():  # an earlier import of the other format: not this one's
-            raise OutputError(f"{out}: holds {other}, an earlier import of another format; "
-                             f"expected an empty folder or one of an earlier --import-{fmt} "
-                             f"(import into another --out)")
+            raise OutputError(
+                f"{out}: holds {other}, an earlier import of another format; "
+                f"expected an empty folder or one of an earlier --import-{fmt} "
+                f"(import into another --out)"
+            )
     # the three files appear together, replacing an earlier import's whole
     with run_folder.claimed_set(out, f"servetune observe --import-{fmt}") as stage:
         write_whole(stage / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
@@ -48,7 +62,9 @@ def write_import(path: str | Path, out: Path, fmt: str = "bench") -> str:
         write_json(stage / summary, meta)
     done = requests["end_state"] == "completed"
     listed = "" if result["order"] == "arrival" else "; listed out of arrival order (sorted)"
-    return (f"{out}: {len(requests)} requests ({n_failed} failed), {len(trace)} in trace.csv "
-            f"over {trace['arrival_s'].max() if len(trace) else 0:.4g} s; mean TTFT "
-            f"{requests.loc[done, 'ttft_s'].mean():.4g} s, mean E2E "
-            f"{requests.loc[done, 'e2e_s'].mean():.4g} s{listed}")
+    return (
+        f"{out}: {len(requests)} requests ({n_failed} failed), {len(trace)} in trace.csv "
+        f"over {trace['arrival_s'].max() if len(trace) else 0:.4g} s; mean TTFT "
+        f"{requests.loc[done, 'ttft_s'].mean():.4g} s, mean E2E "
+        f"{requests.loc[done, 'e2e_s'].mean():.4g} s{listed}"
+    )

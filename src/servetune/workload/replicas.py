@@ -51,8 +51,7 @@ class ReplicaSpec:
     @property
     def active(self) -> bool:
         """Whether replicas differ from the slice."""
-        return (self.block_s is not None or self.shift_s > 0 or self.rate != 1.0
-                or self.lengths)
+        return self.block_s is not None or self.shift_s > 0 or self.rate != 1.0 or self.lengths
 
     def resamples(self, seed: int) -> bool:
         """Whether seed `seed`'s scenario is a replica (else the slice as recorded)."""
@@ -80,8 +79,9 @@ def _circular(trace: RequestTrace, offset: float, span: float):
     return np.mod(trace.arrival - offset, span)
 
 
-def block_bootstrap(trace: RequestTrace, span: float, block_s: float,
-                    rng: np.random.Generator) -> RequestTrace:
+def block_bootstrap(
+    trace: RequestTrace, span: float, block_s: float, rng: np.random.Generator
+) -> RequestTrace:
     """The circular block bootstrap of the slice's arrivals over [0, span) s."""
     n_blocks = math.ceil(span / block_s)
     offsets = rng.uniform(0.0, span, size=n_blocks)
@@ -97,8 +97,9 @@ def block_bootstrap(trace: RequestTrace, span: float, block_s: float,
     return _take(trace, pos % len(trace), arrival)
 
 
-def scale_rate(trace: RequestTrace, span: float, rate: float,
-               rng: np.random.Generator) -> RequestTrace:
+def scale_rate(
+    trace: RequestTrace, span: float, rate: float, rng: np.random.Generator
+) -> RequestTrace:
     """ceil(rate) circularly shifted copies (the first unshifted), each request kept with
     probability rate / ceil(rate)."""
     copies = max(1, math.ceil(rate))

@@ -33,8 +33,12 @@ def time_unit_problem(first_s: float, span_s: float, n: int, unit_s: float) -> s
         return "epoch"
     if span_s > MAX_SPAN_S:
         return "span"
-    if (first_s < EPOCH_RANGE_S[0] and n >= 2 and span_s > (n - 1) * MAX_MEAN_GAP_S
-            and span_s / unit_s >= LARGE_SPAN_UNITS):
+    if (
+        first_s < EPOCH_RANGE_S[0]
+        and n >= 2
+        and span_s > (n - 1) * MAX_MEAN_GAP_S
+        and span_s / unit_s >= LARGE_SPAN_UNITS
+    ):
         return "rate"
     return None
 
@@ -71,11 +75,11 @@ class RaggedIds:
         return len(self.offsets) - 1
 
     def __iter__(self):
-        return (self.ids[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:]))
+        return (self.ids[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True))
 
     def __getitem__(self, key):
         if isinstance(key, (int, np.integer)):
-            return self.ids[self.offsets[key]:self.offsets[key + 1]]
+            return self.ids[self.offsets[key] : self.offsets[key + 1]]
         index = np.arange(len(self))[key]
         return RaggedIds.from_rows([self[int(r)] for r in index])
 
@@ -144,23 +148,28 @@ class RequestTrace:
             self.deadline = np.full(n, np.inf)
         self.arrival = flush_subnormal(self.arrival)
         if isinstance(self.hash_ids, np.ndarray):  # [N, H], -1 padded: each row up to its -1
-            self.hash_ids = RaggedIds.from_rows(row[:np.argmax(np.append(row, -1) < 0)]
-                                                for row in np.asarray(self.hash_ids, np.int64))
+            self.hash_ids = RaggedIds.from_rows(
+                row[: np.argmax(np.append(row, -1) < 0)]
+                for row in np.asarray(self.hash_ids, np.int64)
+            )
 
     def __len__(self) -> int:
         return len(self.arrival)
 
     def subset(self, mask: np.ndarray) -> RequestTrace:
         """The requests where `mask` holds (a bool mask, or indices in the order wanted)."""
-        return dataclasses.replace(self, **{name: getattr(self, name)[mask]
-                                            for name in self.per_request_fields()})
+        return dataclasses.replace(
+            self, **{name: getattr(self, name)[mask] for name in self.per_request_fields()}
+        )
 
     def per_request_fields(self) -> list[str]:
         """Names of the fields holding one entry per request ([N] arrays, RaggedIds)."""
         n = len(self)
-        return [f.name for f in dataclasses.fields(self)
-                if isinstance(v := getattr(self, f.name), (np.ndarray, RaggedIds))
-                and len(v) == n]
+        return [
+            f.name
+            for f in dataclasses.fields(self)
+            if isinstance(v := getattr(self, f.name), (np.ndarray, RaggedIds)) and len(v) == n
+        ]
 
     @property
     def gives_up(self) -> bool:

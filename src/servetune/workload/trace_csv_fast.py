@@ -1,17 +1,17 @@
 """Clean CSV traces read vectorized (pyarrow's streaming CSV reader), about ten times faster
 than the line reader of servetune.workload.trace_file on large files, with the same result.
 
-It reads only files it can read exactly as the line reader would, and returns None for every
-other one, which the line reader then reads (and reports on, line by line). A file qualifies
-when its header is its first line with distinct names, it holds no quote, NUL byte, lone
-carriage return or line longer than the csv module's field limit, it is UTF-8, every row has the
-header's number of fields, and every cell of the three columns read is plain: a token count of
-ASCII digits in [1, MAX_TOKENS], and an arrival that is a non-negative decimal number or an ISO
-date-time of the forms the line reader takes, all of one kind, sorted, spanning at most
-MAX_SPAN_S, and numeric arrivals plausible in their unit (request_trace.time_unit_problem: the
-line reader then names the unit that fits). Numbers are parsed correctly rounded on both paths and date-times to the
-microsecond, so the arrays are equal bit for bit (tests/integration/test_trace_formats.py
-checks this on the fuzz corpus and on generated files).
+It reads only files it can read exactly as the line reader would, and returns None for every other
+one, which the line reader then reads (and reports on, line by line). A file qualifies when its
+header is its first line with distinct names, it holds no quote, NUL byte, lone carriage return or
+line longer than the csv module's field limit, it is UTF-8, every row has the header's number of
+fields, and every cell of the three columns read is plain: a token count of ASCII digits in [1,
+MAX_TOKENS], and an arrival that is a non-negative decimal number or an ISO date-time of the forms
+the line reader takes, all of one kind, sorted, spanning at most MAX_SPAN_S, and numeric arrivals
+plausible in their unit (request_trace.time_unit_problem: the line reader then names the unit that
+fits). Numbers are parsed correctly rounded on both paths and date-times to the microsecond, so the
+arrays are equal bit for bit (tests/integration/test_trace_formats.py checks this on the fuzz corpus
+and on generated files).
 """
 
 from __future__ import annotations
@@ -110,21 +110,34 @@ def _arrivals(column, unit_s: float) -> tuple[np.ndarray, str] | None:
 
 def _batches(path: Path, header: list[str], columns: tuple[str, str, str]):
     read = pa_csv.ReadOptions(column_names=header, skip_rows=1, block_size=trace_text.CHUNK_BYTES)
-    convert = pa_csv.ConvertOptions(column_types={c: pa.string() for c in columns},
-                                    include_columns=list(columns), strings_can_be_null=False,
-                                    quoted_strings_can_be_null=False)
+    convert = pa_csv.ConvertOptions(
+        column_types={c: pa.string() for c in columns},
+        include_columns=list(columns),
+        strings_can_be_null=False,
+        quoted_strings_can_be_null=False,
+    )
     return pa_csv.open_csv(path, read_options=read, convert_options=convert)
 
 
-def read(path: Path, header: list[str], header_line: int, columns: tuple[str, str, str],
-         unit_s: float, window: tuple[float, float]) -> FastRead | None:
+def read(
+    path: Path,
+    header: list[str],
+    header_line: int,
+    columns: tuple[str, str, str],
+    unit_s: float,
+    window: tuple[float, float],
+) -> FastRead | None:
     """The requests of `window` ([lo, hi) s after the first request) of the CSV trace `path`
     whose header (stripped names) is `header` on line `header_line`, reading `columns`
     (arrival, prompt, output) with numeric arrivals in units of `unit_s` seconds; None when
     the file does not qualify (see the module docstring; two roles read from one column
     qualify neither)."""
-    if (header_line != 1 or len(set(header)) != len(header) or len(set(columns)) != 3
-            or not _clean(path)):
+    if (
+        header_line != 1
+        or len(set(header)) != len(header)
+        or len(set(columns)) != 3
+        or not _clean(path)
+    ):
         return None
     try:
         return _read(path, header, columns, unit_s, window)
@@ -146,15 +159,21 @@ def _read(path, header, columns, unit_s, window) -> FastRead | None:
         kind = kind or batch_kind
         first = seconds[0] if first is None else first
         previous = seconds[0] if last is None else last
-        if (batch_kind != kind or not np.all(np.isfinite(seconds)) or seconds[0] < previous
-                or np.any(np.diff(seconds) < 0) or seconds[-1] - first > MAX_SPAN_S):
+        if (
+            batch_kind != kind
+            or not np.all(np.isfinite(seconds))
+            or seconds[0] < previous
+            or np.any(np.diff(seconds) < 0)
+            or seconds[-1] - first > MAX_SPAN_S
+        ):
             return None
         last, count = seconds[-1], count + batch.num_rows
         at = seconds - first
         inside = (at >= lo) & (at < hi)
         kept.append((at[inside], prompt[inside], output[inside]))
-    if count == 0 or (kind == "number"
-                      and time_unit_problem(first, last - first, count, unit_s) is not None):
+    if count == 0 or (
+        kind == "number" and time_unit_problem(first, last - first, count, unit_s) is not None
+    ):
         return None
     arrival, prompt, output = (np.concatenate([k[i] for k in kept]) for i in range(3))
     return FastRead(arrival, prompt, output, count, float(last - first))

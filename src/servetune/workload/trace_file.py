@@ -5,20 +5,23 @@ The format is recognized from a CSV header or from the keys of the first JSON li
 
 | format | file | arrival | prompt | output |
 |---|---|---|---|---|
-| azure | CSV, Azure LLM inference 2023 | TIMESTAMP (date-time or s) | ContextTokens | GeneratedTokens |
+| azure | CSV, Azure LLM inference 2023 | TIMESTAMP (date-time or s) | ContextTokens |
+GeneratedTokens |
 | plain | CSV | arrival_s (s) | prompt_tokens | output_tokens |
 | burstgpt | CSV, BurstGPT | Timestamp (s) | Request tokens | Response tokens |
 | mooncake | JSONL, Mooncake | timestamp (ms) | input_length | output_length |
 | openai | JSONL, chat completions | created (s) | usage.prompt_tokens | usage.completion_tokens |
-| openai_responses | JSONL, Responses API | created_at (s) | usage.input_tokens | usage.output_tokens |
-| openai_batch | JSONL, Batch API output | response.body.created | response.body.usage.prompt_tokens | ...completion_tokens |
+| openai_responses | JSONL, Responses API | created_at (s) | usage.input_tokens |
+usage.output_tokens |
+| openai_batch | JSONL, Batch API output | response.body.created | response.body.usage.prompt_tokens
+| ...completion_tokens |
 
-Any other file names its columns (`workload.columns.arrival/prompt/output`: CSV column names,
-or JSON keys with dots between nested ones) and the unit of a numeric arrival
-(`workload.time_unit`: s, ms, us or ns). An arrival may also be an ISO 8601 date-time (UTC
-unless it carries an offset), in any format; epoch numbers are plain numbers. Optional
-`difficulty` ([0, 1], servetune.config.quality), `priority` (integer, vLLM's priority scheduling) and,
-in JSON, `hash_ids` (prefix block ids) ride along.
+Any other file names its columns (`workload.columns.arrival/prompt/output`: CSV column names, or
+JSON keys with dots between nested ones) and the unit of a numeric arrival (`workload.time_unit`: s,
+ms, us or ns). An arrival may also be an ISO 8601 date-time (UTC unless it carries an offset), in
+any format; epoch numbers are plain numbers. Optional `difficulty` ([0, 1],
+servetune.config.quality), `priority` (integer, vLLM's priority scheduling) and, in JSON, `hash_ids`
+(prefix block ids) ride along.
 
 One rule recognizes formats (`_recognize`): a format matches a CSV header or first JSON record
 holding at least two of its three columns. A file matching several (a record with both `created`
@@ -112,20 +115,41 @@ class TraceFormat:
 
 
 CSV_FORMATS = (
-    TraceFormat("azure", "TIMESTAMP", "ContextTokens", "GeneratedTokens", "s",
-                "Azure LLM inference 2023"),
+    TraceFormat(
+        "azure", "TIMESTAMP", "ContextTokens", "GeneratedTokens", "s", "Azure LLM inference 2023"
+    ),
     TraceFormat("plain", "arrival_s", "prompt_tokens", "output_tokens", "s", "servetune"),
     TraceFormat("burstgpt", "Timestamp", "Request tokens", "Response tokens", "s", "BurstGPT"),
 )
 JSONL_FORMATS = (
     TraceFormat("mooncake", "timestamp", "input_length", "output_length", "ms", "Mooncake"),
-    TraceFormat("openai", "created", "usage.prompt_tokens", "usage.completion_tokens", "s",
-                "OpenAI chat completions", ("created", "usage")),
-    TraceFormat("openai_responses", "created_at", "usage.input_tokens", "usage.output_tokens",
-                "s", "OpenAI Responses API", ("created_at", "usage")),
-    TraceFormat("openai_batch", "response.body.created", "response.body.usage.prompt_tokens",
-                "response.body.usage.completion_tokens", "s", "OpenAI Batch API output",
-                ("custom_id", "response")),
+    TraceFormat(
+        "openai",
+        "created",
+        "usage.prompt_tokens",
+        "usage.completion_tokens",
+        "s",
+        "OpenAI chat completions",
+        ("created", "usage"),
+    ),
+    TraceFormat(
+        "openai_responses",
+        "created_at",
+        "usage.input_tokens",
+        "usage.output_tokens",
+        "s",
+        "OpenAI Responses API",
+        ("created_at", "usage"),
+    ),
+    TraceFormat(
+        "openai_batch",
+        "response.body.created",
+        "response.body.usage.prompt_tokens",
+        "response.body.usage.completion_tokens",
+        "s",
+        "OpenAI Batch API output",
+        ("custom_id", "response"),
+    ),
 )
 
 
@@ -147,28 +171,42 @@ class ReadOptions:
 
     def __post_init__(self):
         if not isinstance(self.columns, Mapping):
-            raise ConfigError(f"workload.columns: got {self.columns!r}; expected a mapping like "
-                              f"{{arrival: timestamp, prompt: input_tokens, output: "
-                              f"output_tokens}}")
+            raise ConfigError(
+                f"workload.columns: got {self.columns!r}; expected a mapping like "
+                f"{{arrival: timestamp, prompt: input_tokens, output: "
+                f"output_tokens}}"
+            )
         window = tuple(self.window) if isinstance(self.window, (tuple, list)) else ()
-        if (len(window) != 2 or not all(isinstance(v, (int, float)) for v in window)
-                or not 0 <= window[0] <= window[1]):
-            raise ConfigError(f"workload.start_s/duration_s: the window {self.window!r}; "
-                              f"expected (start, end) seconds with 0 <= start <= end")
+        if (
+            len(window) != 2
+            or not all(isinstance(v, (int, float)) for v in window)
+            or not 0 <= window[0] <= window[1]
+        ):
+            raise ConfigError(
+                f"workload.start_s/duration_s: the window {self.window!r}; "
+                f"expected (start, end) seconds with 0 <= start <= end"
+            )
         for role, column in self.columns.items():
             if role not in ROLES:
-                raise ConfigError(f"workload.columns.{role}: not a column role; expected "
-                                  f"{', '.join(ROLES)}")
+                raise ConfigError(
+                    f"workload.columns.{role}: not a column role; expected {', '.join(ROLES)}"
+                )
             if column is not None and (not isinstance(column, str) or not column.strip()):
-                raise ConfigError(f"workload.columns.{role}: got {column!r}; expected the name "
-                                  f"of a column (or a dotted JSON key), or null")
-        if self.time_unit is not None and (not isinstance(self.time_unit, str)
-                                           or self.time_unit not in UNITS):
-            raise ConfigError(f"workload.time_unit: got {self.time_unit!r}; expected one of "
-                              f"{', '.join(UNITS)} (or null: the format's own)")
+                raise ConfigError(
+                    f"workload.columns.{role}: got {column!r}; expected the name "
+                    f"of a column (or a dotted JSON key), or null"
+                )
+        if self.time_unit is not None and (
+            not isinstance(self.time_unit, str) or self.time_unit not in UNITS
+        ):
+            raise ConfigError(
+                f"workload.time_unit: got {self.time_unit!r}; expected one of "
+                f"{', '.join(UNITS)} (or null: the format's own)"
+            )
         if not isinstance(self.invalid_rows, str) or self.invalid_rows not in INVALID_ROWS:
-            raise ConfigError(f"workload.invalid_rows: got {self.invalid_rows!r}; expected "
-                              f"error or skip")
+            raise ConfigError(
+                f"workload.invalid_rows: got {self.invalid_rows!r}; expected error or skip"
+            )
 
 
 @dataclasses.dataclass
@@ -209,35 +247,50 @@ class RowError(TraceError):
 def _raiser(err: RowError) -> Callable:
     """A cell getter for a row that is invalid as a whole: reading any cell raises `err` (row
     sources yield these rather than raise, so that skipping a row does not end the source)."""
+
     def get(_key):
         raise err
+
     return get
 
 
 # --------------------------------------------------------------------------- cells
 
+
 def _tokens(raw, path, line: int, key: str, json_value: bool) -> int:
     """A token-count cell as an int in [1, MAX_TOKENS] (RowError otherwise)."""
     if json_value and (isinstance(raw, bool) or not isinstance(raw, (int, float, str))):
-        raise RowError(f"{path}:{line}: {key!r} = {show_cell(raw)}; expected an integer "
-                       f"token count >= 1", f"{key!r} not a number")
+        raise RowError(
+            f"{path}:{line}: {key!r} = {show_cell(raw)}; expected an integer token count >= 1",
+            f"{key!r} not a number",
+        )
     if json_value and isinstance(raw, int) and abs(raw) > MAX_TOKENS:
-        raise RowError(f"{path}:{line}: {key!r} = {str(raw)[:40]}; expected an integer token "
-                       f"count in [1, {MAX_TOKENS}]", f"{key!r} out of range")
+        raise RowError(
+            f"{path}:{line}: {key!r} = {str(raw)[:40]}; expected an integer token "
+            f"count in [1, {MAX_TOKENS}]",
+            f"{key!r} out of range",
+        )
     text = str(raw)
     if not text.strip():
-        raise RowError(f"{path}:{line}: column {key!r} is empty; expected an integer token "
-                       f"count >= 1", f"{key!r} empty")
+        raise RowError(
+            f"{path}:{line}: column {key!r} is empty; expected an integer token count >= 1",
+            f"{key!r} empty",
+        )
     try:
         value = strict_float(text)
     except (TypeError, ValueError, OverflowError):
-        raise RowError(f"{path}:{line}: column {key!r} = {show_cell(text)}; expected an "
-                       f"integer token count >= 1", f"{key!r} not a number") from None
+        raise RowError(
+            f"{path}:{line}: column {key!r} = {show_cell(text)}; expected an "
+            f"integer token count >= 1",
+            f"{key!r} not a number",
+        ) from None
     if not math.isfinite(value) or value != int(value) or not 1 <= value <= MAX_TOKENS:
         zero = math.isfinite(value) and value < 1
-        raise RowError(f"{path}:{line}: column {key!r} = {show_cell(text)}; expected an "
-                       f"integer token count in [1, {MAX_TOKENS}]",
-                       f"{key!r} < 1" if zero else f"{key!r} not a token count")
+        raise RowError(
+            f"{path}:{line}: column {key!r} = {show_cell(text)}; expected an "
+            f"integer token count in [1, {MAX_TOKENS}]",
+            f"{key!r} < 1" if zero else f"{key!r} not a token count",
+        )
     return int(value)
 
 
@@ -248,8 +301,10 @@ def _difficulty(raw, path, line: int) -> float:
     except (TypeError, ValueError, OverflowError):
         value = math.nan
     if not 0.0 <= value <= 1.0:
-        raise RowError(f"{path}:{line}: 'difficulty' = {show_cell(raw)}; expected a number in "
-                       f"[0, 1]", "'difficulty' invalid")
+        raise RowError(
+            f"{path}:{line}: 'difficulty' = {show_cell(raw)}; expected a number in [0, 1]",
+            "'difficulty' invalid",
+        )
     return value
 
 
@@ -260,9 +315,12 @@ def _priority(raw, path, line: int) -> int:
         value = strict_float(raw)
     except (TypeError, ValueError, OverflowError):
         value = math.nan
-    if not (math.isfinite(value) and value == int(value) and -2**31 <= value < 2**31):
-        raise RowError(f"{path}:{line}: 'priority' = {show_cell(raw)}; expected an integer in "
-                       f"[{-2**31}, {2**31 - 1}] (lower runs first)", "'priority' invalid")
+    if not (math.isfinite(value) and value == int(value) and -(2**31) <= value < 2**31):
+        raise RowError(
+            f"{path}:{line}: 'priority' = {show_cell(raw)}; expected an integer in "
+            f"[{-(2**31)}, {2**31 - 1}] (lower runs first)",
+            "'priority' invalid",
+        )
     return int(value)
 
 
@@ -271,17 +329,26 @@ def _hash_ids(value, path, line: int) -> list | None:
     if value is None:
         return None
     if not isinstance(value, list):
-        raise RowError(f"{path}:{line}: 'hash_ids' = {show_cell(value)}; expected a list of "
-                       f"integer prefix block ids", "'hash_ids' invalid")
+        raise RowError(
+            f"{path}:{line}: 'hash_ids' = {show_cell(value)}; expected a list of "
+            f"integer prefix block ids",
+            "'hash_ids' invalid",
+        )
     for v in value:
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_HASH_ID:
-            raise RowError(f"{path}:{line}: 'hash_ids' holds {show_cell(v)}; expected integer "
-                           f"prefix block ids in [0, {MAX_HASH_ID}]", "'hash_ids' invalid")
+            raise RowError(
+                f"{path}:{line}: 'hash_ids' holds {show_cell(v)}; expected integer "
+                f"prefix block ids in [0, {MAX_HASH_ID}]",
+                "'hash_ids' invalid",
+            )
     return value
 
 
-_KIND_NAMES = {"number": "a number of {unit}", "naive": "a date-time without UTC offset",
-               "aware": "a date-time with a UTC offset"}
+_KIND_NAMES = {
+    "number": "a number of {unit}",
+    "naive": "a date-time without UTC offset",
+    "aware": "a date-time with a UTC offset",
+}
 
 
 def _date_time(text: str) -> tuple[float, str] | None:
@@ -308,31 +375,40 @@ def _arrival(raw, path, line: int, key: str, unit: str, json_value: bool) -> tup
         except OverflowError:  # an integer beyond float range
             value = None
         if value is None or not math.isfinite(value) or value < 0:
-            raise RowError(f"{path}:{line}: {key!r} = {show_cell(raw)}; expected {word} >= 0",
-                           f"{key!r} not a time")
+            raise RowError(
+                f"{path}:{line}: {key!r} = {show_cell(raw)}; expected {word} >= 0",
+                f"{key!r} not a time",
+            )
         return value * UNITS[unit], "number"
     text = raw.strip()
     if not text:
-        raise RowError(f"{path}:{line}: column {key!r} is empty; expected a timestamp",
-                       f"{key!r} empty")
+        raise RowError(
+            f"{path}:{line}: column {key!r} is empty; expected a timestamp", f"{key!r} empty"
+        )
     if NUMBER.fullmatch(text) and not json_value:
         value = float(text)
         if not math.isfinite(value):
-            raise RowError(f"{path}:{line}: column {key!r} = {show_cell(raw)} is not finite; "
-                           f"expected a time", f"{key!r} not a time")
+            raise RowError(
+                f"{path}:{line}: column {key!r} = {show_cell(raw)} is not finite; expected a time",
+                f"{key!r} not a time",
+            )
         if value < 0:
-            raise RowError(f"{path}:{line}: column {key!r} = {show_cell(raw)}; expected "
-                           f"{expected}", f"{key!r} not a time")
+            raise RowError(
+                f"{path}:{line}: column {key!r} = {show_cell(raw)}; expected {expected}",
+                f"{key!r} not a time",
+            )
         return value * UNITS[unit], "number"
     stamp = _date_time(text)
     if stamp is None:
         what = f"{key!r}" if json_value else f"column {key!r}"
-        raise RowError(f"{path}:{line}: {what} = {show_cell(raw)}; expected {expected}",
-                       f"{key!r} not a time")
+        raise RowError(
+            f"{path}:{line}: {what} = {show_cell(raw)}; expected {expected}", f"{key!r} not a time"
+        )
     return stamp
 
 
 # --------------------------------------------------------------------------- rows
+
 
 @dataclasses.dataclass(frozen=True)
 class _Layout:
@@ -360,11 +436,16 @@ def _layout(fmt: TraceFormat | None, options: ReadOptions, json_file: bool) -> _
     unit = options.time_unit or (fmt.unit if fmt is not None else "s")
     name = fmt.name if fmt is not None else "columns"
     what = f"{cols['arrival']!r} (in seconds)" if json_file else f"column {cols['arrival']!r}"
-    source = (f"workload.time_unit={unit}" if options.time_unit else
-              f"the {name} format's unit, workload.time_unit unset" if fmt is not None else
-              "the default unit, workload.time_unit unset")
-    return _Layout(name, cols["arrival"], cols["prompt"], cols["output"], unit, json_file, what,
-                   source)
+    source = (
+        f"workload.time_unit={unit}"
+        if options.time_unit
+        else f"the {name} format's unit, workload.time_unit unset"
+        if fmt is not None
+        else "the default unit, workload.time_unit unset"
+    )
+    return _Layout(
+        name, cols["arrival"], cols["prompt"], cols["output"], unit, json_file, what, source
+    )
 
 
 def _format_list(formats) -> str:
@@ -379,8 +460,9 @@ def _closest(formats, present) -> TraceFormat | None:
     return best if score(best) >= max(1, len(best.identified_by()) - 1) else None
 
 
-def _recognize(formats, present, has: Callable, options: ReadOptions,
-               where: str) -> TraceFormat | None:
+def _recognize(
+    formats, present, has: Callable, options: ReadOptions, where: str
+) -> TraceFormat | None:
     """The format of a file whose header or first record is `where` (for messages), holds the
     top-level names `present` and the columns or key paths for which `has` is true.
 
@@ -407,38 +489,51 @@ def _ambiguous(where: str, matching, has: Callable) -> str:
     that picks the first."""
     shown = ", ".join(f"{f.name} ({', '.join(_columns(f))}; {f.source})" for f in matching)
     own = lambda role: getattr(matching[0], role)
-    role = next((r for r in ROLES if has(own(r))
-                 and all(getattr(f, r) != own(r) for f in matching[1:])), ROLES[0])
-    return (f"{where} matches {len(matching)} formats: {shown}; expected one -- name the "
-            f"columns to read with workload.columns.arrival/prompt/output "
-            f"(workload.columns.{role}={own(role)} reads {matching[0].name}'s)")
+    role = next(
+        (r for r in ROLES if has(own(r)) and all(getattr(f, r) != own(r) for f in matching[1:])),
+        ROLES[0],
+    )
+    return (
+        f"{where} matches {len(matching)} formats: {shown}; expected one -- name the "
+        f"columns to read with workload.columns.arrival/prompt/output "
+        f"(workload.columns.{role}={own(role)} reads {matching[0].name}'s)"
+    )
 
 
 def _csv_layout(path: Path, header: list[str], line: int, options: ReadOptions) -> _Layout:
     """The layout of a CSV file from its header (stripped names); TraceError naming what the
     header lacks."""
     shown = show_cell(header, 120)
-    fmt = _recognize(CSV_FORMATS, header, header.__contains__, options,
-                     f"{path}:{line}: the header {shown}")
+    fmt = _recognize(
+        CSV_FORMATS, header, header.__contains__, options, f"{path}:{line}: the header {shown}"
+    )
     if fmt is None and not all(options.columns.get(role) for role in ROLES):
-        raise TraceError(f"{path}:{line}: header {shown}; expected columns "
-                         f"{_format_list(CSV_FORMATS)}, or name yours with "
-                         f"workload.columns.arrival/prompt/output")
+        raise TraceError(
+            f"{path}:{line}: header {shown}; expected columns "
+            f"{_format_list(CSV_FORMATS)}, or name yours with "
+            f"workload.columns.arrival/prompt/output"
+        )
     layout = _layout(fmt, options, json_file=False)
     for role in ROLES:
         column = getattr(layout, role)
         if column in header:
             continue
         if options.columns.get(role):
-            raise TraceError(f"{path}:{line}: header {shown}; expected a column {column!r} "
-                             f"(workload.columns.{role})")
-        raise TraceError(f"{path}:{line}: header {shown}; expected columns "
-                         f"{_format_list([fmt])}: no {column!r} (or name the {role} column with "
-                         f"workload.columns.{role})")
+            raise TraceError(
+                f"{path}:{line}: header {shown}; expected a column {column!r} "
+                f"(workload.columns.{role})"
+            )
+        raise TraceError(
+            f"{path}:{line}: header {shown}; expected columns "
+            f"{_format_list([fmt])}: no {column!r} (or name the {role} column with "
+            f"workload.columns.{role})"
+        )
     for c in (layout.arrival, layout.prompt, layout.output, "difficulty", "priority"):
         if header.count(c) > 1:
-            raise TraceError(f"{path}:{line}: column {c!r} appears {header.count(c)} times in "
-                             f"the header; expected each column once")
+            raise TraceError(
+                f"{path}:{line}: column {c!r} appears {header.count(c)} times in "
+                f"the header; expected each column once"
+            )
     return layout
 
 
@@ -447,9 +542,9 @@ def _csv_rows(path: Path, options: ReadOptions):
     a getter raising RowError for a row with the wrong number of fields or a repeated header."""
     records = csv_records(path, lines(path))
     header, header_line = None, 1
-    for header_line, row in records:
+    for line, row in records:
         if any(cell.strip() for cell in row):
-            header = [h.strip() for h in row]
+            header, header_line = [h.strip() for h in row], line
             break
     if header is None:
         raise TraceError(f"{path}: empty file; expected a header line and data rows")
@@ -473,12 +568,16 @@ def _csv_rows(path: Path, options: ReadOptions):
 def _check_fields(row, header, path: Path, line: int) -> None:
     """RowError unless `row` has the header's fields (no repeated header, no extra ones)."""
     if [cell.strip() for cell in row] == header:
-        raise RowError(f"{path}:{line}: the header line again; expected data rows "
-                       f"(concatenated files?)", "the header again")
-    if len(row) < len(header) or any(cell.strip() for cell in row[len(header):]):
+        raise RowError(
+            f"{path}:{line}: the header line again; expected data rows (concatenated files?)",
+            "the header again",
+        )
+    if len(row) < len(header) or any(cell.strip() for cell in row[len(header) :]):
         hint = " -- an unquoted comma?" if len(row) > len(header) else ""
-        raise RowError(f"{path}:{line}: {len(row)} fields; expected {len(header)} "
-                       f"({', '.join(header)}){hint}", "wrong number of fields")
+        raise RowError(
+            f"{path}:{line}: {len(row)} fields; expected {len(header)} ({', '.join(header)}){hint}",
+            "wrong number of fields",
+        )
 
 
 _MISSING = object()
@@ -489,17 +588,25 @@ def _json_object(raw: str, path: Path, line: int) -> dict:
     try:
         obj = json.loads(raw, object_pairs_hook=unique_keys)
     except DuplicateKeyError as err:
-        raise RowError(f"{path}:{line}: key {err.key!r} appears more than once in the object; "
-                       f"expected each key once", "a key given twice") from None
+        raise RowError(
+            f"{path}:{line}: key {err.key!r} appears more than once in the object; "
+            f"expected each key once",
+            "a key given twice",
+        ) from None
     except json.JSONDecodeError as err:
-        raise RowError(f"{path}:{line}: not valid JSON ({err.msg}); expected one object per "
-                       f"line", "not valid JSON") from None
+        raise RowError(
+            f"{path}:{line}: not valid JSON ({err.msg}); expected one object per line",
+            "not valid JSON",
+        ) from None
     except (ValueError, RecursionError) as err:  # an integer of > 4300 digits, deep nesting
-        raise RowError(f"{path}:{line}: unreadable JSON ({str(err)[:80]}); expected one object "
-                       f"per line", "not valid JSON") from None
+        raise RowError(
+            f"{path}:{line}: unreadable JSON ({str(err)[:80]}); expected one object per line",
+            "not valid JSON",
+        ) from None
     if not isinstance(obj, dict):
-        raise RowError(f"{path}:{line}: got {type(obj).__name__}; expected a JSON object",
-                       "not a JSON object")
+        raise RowError(
+            f"{path}:{line}: got {type(obj).__name__}; expected a JSON object", "not a JSON object"
+        )
     return obj
 
 
@@ -532,16 +639,24 @@ def _jsonl_rows(path: Path, options: ReadOptions):
     else:
         if before:
             raise TraceError(_no_requests(path, _reasons(err for _, err in before)))
-        raise TraceError(f"{path}: empty file; expected JSON lines with timestamp, "
-                         f"input_length, output_length (Mooncake) or another format's keys")
+        raise TraceError(
+            f"{path}: empty file; expected JSON lines with timestamp, "
+            f"input_length, output_length (Mooncake) or another format's keys"
+        )
     obj = first[1]
-    fmt = _recognize(JSONL_FORMATS, obj, lambda key: _lookup(obj, key) is not _MISSING,
-                     options, f"{path}:{first[0]}: the first record (keys "
-                              f"{show_cell(sorted(obj), 120)})")
+    fmt = _recognize(
+        JSONL_FORMATS,
+        obj,
+        lambda key: _lookup(obj, key) is not _MISSING,
+        options,
+        f"{path}:{first[0]}: the first record (keys {show_cell(sorted(obj), 120)})",
+    )
     if fmt is None and not all(options.columns.get(role) for role in ROLES):
-        raise TraceError(f"{path}:{first[0]}: keys {show_cell(sorted(obj), 120)}; expected "
-                         f"{_format_list(JSONL_FORMATS)}, or name yours with "
-                         f"workload.columns.arrival/prompt/output")
+        raise TraceError(
+            f"{path}:{first[0]}: keys {show_cell(sorted(obj), 120)}; expected "
+            f"{_format_list(JSONL_FORMATS)}, or name yours with "
+            f"workload.columns.arrival/prompt/output"
+        )
     layout = _layout(fmt, options, json_file=True)
 
     def getter(line: int, obj):
@@ -568,13 +683,16 @@ def _json_getter(obj: dict, path: Path, line: int, layout: _Layout) -> Callable:
     """The value getter of one JSON object; RowError when it lacks a column."""
     for key in (layout.arrival, layout.prompt, layout.output):
         if _lookup(obj, key) is _MISSING:
-            raise RowError(f"{path}:{line}: missing key {key!r}; expected {layout.arrival} "
-                           f"({layout.unit}), {layout.prompt}, {layout.output}",
-                           f"missing {key!r}")
+            raise RowError(
+                f"{path}:{line}: missing key {key!r}; expected {layout.arrival} "
+                f"({layout.unit}), {layout.prompt}, {layout.output}",
+                f"missing {key!r}",
+            )
     return lambda key: _lookup(obj, key)
 
 
 # --------------------------------------------------------------------------- the reader
+
 
 class _Clock:
     """Arrival order across rows: times must not go back, must span at most MAX_SPAN_S, be of
@@ -595,20 +713,29 @@ class _Clock:
             if kind == "number" and value > EPOCH_RANGE_S[1]:
                 raise TraceError(_epoch_error(self.path, line, self.layout, value))
         elif kind != self.kind[0]:
-            raise TraceError(f"{self.path}:{line}: {self.column} is {self.kinds[kind]} but line "
-                             f"{self.kind[1]} is {self.kinds[self.kind[0]]}; expected one kind "
-                             f"of timestamp")
+            raise TraceError(
+                f"{self.path}:{line}: {self.column} is {self.kinds[kind]} but line "
+                f"{self.kind[1]} is {self.kinds[self.kind[0]]}; expected one kind "
+                f"of timestamp"
+            )
         if value < self.last:
-            raise TraceError(f"{self.path}:{line}: {self.what} goes back in time ({value:.6f} "
-                             f"after {self.last:.6f}); expected rows sorted by arrival")
+            raise TraceError(
+                f"{self.path}:{line}: {self.what} goes back in time ({value:.6f} "
+                f"after {self.last:.6f}); expected rows sorted by arrival"
+            )
         if value - self.first > MAX_SPAN_S:
-            hint = (f"; read in {UNIT_WORDS[self.layout.unit]} ({self.layout.unit_source}), "
-                    f"{_fits(self.layout.unit, self.first, value - self.first, self.count + 1)}"
-                    if kind == "number" else "")
-            raise TraceError(f"{self.path}:{line}: {self.what} = {value:.6g} is "
-                             f"{value - self.first:.3g} s after the first row; expected a trace "
-                             f"spanning at most {MAX_SPAN_S:.0e} s (wrong unit or a corrupt "
-                             f"row?){hint}")
+            hint = (
+                f"; read in {UNIT_WORDS[self.layout.unit]} ({self.layout.unit_source}), "
+                f"{_fits(self.layout.unit, self.first, value - self.first, self.count + 1)}"
+                if kind == "number"
+                else ""
+            )
+            raise TraceError(
+                f"{self.path}:{line}: {self.what} = {value:.6g} is "
+                f"{value - self.first:.3g} s after the first row; expected a trace "
+                f"spanning at most {MAX_SPAN_S:.0e} s (wrong unit or a corrupt "
+                f"row?){hint}"
+            )
         self.last, self.count = value, self.count + 1
         return value - self.first
 
@@ -617,8 +744,9 @@ class _Clock:
         "rate" rule of request_trace.time_unit_problem)."""
         unit_s, span = UNITS[self.layout.unit], self.last - self.first
         if self.kind[0] == "number" and time_unit_problem(self.first, span, n, unit_s):
-            raise TraceError(_rate_error(self.path, self.kind[1], self.layout,
-                                         (self.first, self.last), n))
+            raise TraceError(
+                _rate_error(self.path, self.kind[1], self.layout, (self.first, self.last), n)
+            )
 
 
 def _fits(unit: str, first_s: float, span_s: float, n: int) -> str:
@@ -627,8 +755,7 @@ def _fits(unit: str, first_s: float, span_s: float, n: int) -> str:
     fits = []
     for other, other_s in UNITS.items():
         scale = other_s / UNITS[unit]
-        if scale < 1 and time_unit_problem(first_s * scale, span_s * scale, n,
-                                           other_s) is None:
+        if scale < 1 and time_unit_problem(first_s * scale, span_s * scale, n, other_s) is None:
             fits.append(f"{other} ({duration_text(span_s * scale)})")
     if not fits:
         return "no smaller unit makes it a plausible trace"
@@ -640,12 +767,18 @@ def _epoch_error(path: Path, line: int, layout: _Layout, first_s: float) -> str:
     a date after 2100, with the unit that reads it as one in 1990-2100 if any."""
     raw = first_s / UNITS[layout.unit]
     fits = [u for u in UNITS if EPOCH_RANGE_S[0] <= raw * UNITS[u] <= EPOCH_RANGE_S[1]]
-    fit = (f"workload.time_unit={fits[0]} reads it as "
-           f"{dt.datetime.fromtimestamp(raw * UNITS[fits[0]], dt.timezone.utc):%Y-%m-%d %H:%M:%S} "
-           f"UTC" if fits else "no unit reads it as a date in 1990-2100 (a corrupt row?)")
-    return (f"{path}:{line}: {layout.read_in()}: {raw:.12g} is {first_s:.3g} s after 1970, "
-            f"past 2100; expected epoch times in 1990-2100 or times from the trace's start -- "
-            f"{fit}")
+    fit = (
+        f"workload.time_unit={fits[0]} reads it as "
+        f"{dt.datetime.fromtimestamp(raw * UNITS[fits[0]], dt.timezone.utc):%Y-%m-%d %H:%M:%S} "
+        f"UTC"
+        if fits
+        else "no unit reads it as a date in 1990-2100 (a corrupt row?)"
+    )
+    return (
+        f"{path}:{line}: {layout.read_in()}: {raw:.12g} is {first_s:.3g} s after 1970, "
+        f"past 2100; expected epoch times in 1990-2100 or times from the trace's start -- "
+        f"{fit}"
+    )
 
 
 def _rate_error(path: Path, line: int, layout: _Layout, times: tuple, n: int) -> str:
@@ -653,9 +786,11 @@ def _rate_error(path: Path, line: int, layout: _Layout, times: tuple, n: int) ->
     layout.unit) with fewer than one request a day, with the units that fit."""
     first, last = (t / UNITS[layout.unit] for t in times)
     span = times[1] - times[0]
-    return (f"{path}:{line}: {layout.read_in()}: {first:.12g} to {last:.12g} is {n} requests "
-            f"over {duration_text(span)}, fewer than one a day; expected a workload's rate -- "
-            f"{_fits(layout.unit, times[0], span, n)}")
+    return (
+        f"{path}:{line}: {layout.read_in()}: {first:.12g} to {last:.12g} is {n} requests "
+        f"over {duration_text(span)}, fewer than one a day; expected a workload's rate -- "
+        f"{_fits(layout.unit, times[0], span, n)}"
+    )
 
 
 @dataclasses.dataclass
@@ -683,19 +818,23 @@ class _Optional:
         if not present and self.without_line is None:
             self.without_line = line
         if self.with_line is not None and self.without_line is not None:
-            raise TraceError(f"{path}:{self.without_line}: no {self.name!r} where other rows "
-                             f"have one; expected it on every row or on none")
+            raise TraceError(
+                f"{path}:{self.without_line}: no {self.name!r} where other rows "
+                f"have one; expected it on every row or on none"
+            )
 
 
 def _row(get, path: Path, line: int, layout: _Layout):
     """(arrival seconds, kind, prompt, output, difficulty, priority, hash ids) of one row."""
-    arrival, kind = _arrival(get(layout.arrival), path, line, layout.arrival, layout.unit,
-                             layout.json)
+    arrival, kind = _arrival(
+        get(layout.arrival), path, line, layout.arrival, layout.unit, layout.json
+    )
     prompt = _tokens(get(layout.prompt), path, line, layout.prompt, layout.json)
     output = _tokens(get(layout.output), path, line, layout.output, layout.json)
     raw = get("difficulty")
-    difficulty = None if raw is _MISSING else _difficulty(
-        raw if layout.json else raw.strip(), path, line)
+    difficulty = (
+        None if raw is _MISSING else _difficulty(raw if layout.json else raw.strip(), path, line)
+    )
     raw = get("priority")
     priority = None if raw is _MISSING else _priority(raw, path, line)
     raw = get("hash_ids") if layout.json else _MISSING
@@ -712,8 +851,9 @@ def _rows_of(path: Path, options: ReadOptions):
     raise TraceError(f"{path}: unknown trace format {path.suffix!r}; expected .csv or .jsonl")
 
 
-def read_trace(path: str | Path, name: str | None = None,
-               options: ReadOptions | None = None) -> TraceFile:
+def read_trace(
+    path: str | Path, name: str | None = None, options: ReadOptions | None = None
+) -> TraceFile:
     """Read the trace file `path` (.csv or .jsonl, any format above), checking every line, and
     keep the requests of `options.window`. The trace is named `name` (default: the file's
     stem); its arrivals are seconds after the file's first request."""
@@ -722,19 +862,30 @@ def read_trace(path: str | Path, name: str | None = None,
     if isinstance(options, Mapping):
         options = ReadOptions(**options)
     if options is not None and not isinstance(options, ReadOptions):
-        raise ConfigError(f"read options: got {options!r}; expected a ReadOptions or a mapping "
-                          f"of its fields")
+        raise ConfigError(
+            f"read options: got {options!r}; expected a ReadOptions or a mapping of its fields"
+        )
     path, options = Path(path), options or ReadOptions()
     inputs.check_regular(path, "trace file", TraceError)  # a folder, FIFO or device: say so
     layout, rows, head = _rows_of(path, options)
     name = name or path.stem
     if head is not None and not {"difficulty", "priority"} & set(head[0]):
-        fast = trace_csv_fast.read(path, head[0], head[1], (layout.arrival, layout.prompt,
-                                                            layout.output),
-                                   UNITS[layout.unit], options.window)
+        fast = trace_csv_fast.read(
+            path,
+            head[0],
+            head[1],
+            (layout.arrival, layout.prompt, layout.output),
+            UNITS[layout.unit],
+            options.window,
+        )
         if fast is not None:
-            return TraceFile(RequestTrace(name, fast.arrival, fast.prompt, fast.output),
-                             layout.format, fast.n_requests, fast.span_s, {})
+            return TraceFile(
+                RequestTrace(name, fast.arrival, fast.prompt, fast.output),
+                layout.format,
+                fast.n_requests,
+                fast.span_s,
+                {},
+            )
     clock, kept, skipped = _Clock(path, layout), _Kept(), {}
     optional = {k: _Optional(k) for k in ("difficulty", "priority")}
     lo, hi = options.window
@@ -742,7 +893,8 @@ def read_trace(path: str | Path, name: str | None = None,
     for line, get in rows:
         try:
             arrival, kind, prompt, output, difficulty, priority, hashes = _row(
-                get, path, line, layout)
+                get, path, line, layout
+            )
         except RowError as err:
             if options.invalid_rows == "error":
                 raise err.as_error() from None
@@ -753,14 +905,18 @@ def read_trace(path: str | Path, name: str | None = None,
         for key, value in (("difficulty", difficulty), ("priority", priority)):
             optional[key].see(value is not None, line, path)
         if lo <= at < hi:
-            for field, value in zip(dataclasses.fields(kept), (at, prompt, output, difficulty,
-                                                                priority, hashes)):
+            for field, value in zip(
+                dataclasses.fields(kept),
+                (at, prompt, output, difficulty, priority, hashes),
+                strict=True,
+            ):
                 getattr(kept, field.name).append(value)
     if n_valid == 0:
         raise TraceError(_no_requests(path, skipped))
     clock.finish(n_valid)
-    return TraceFile(_as_trace(kept, name), layout.format, n_valid,
-                     clock.last - clock.first, skipped)
+    return TraceFile(
+        _as_trace(kept, name), layout.format, n_valid, clock.last - clock.first, skipped
+    )
 
 
 def _reasons(errors) -> dict:
@@ -774,23 +930,32 @@ def _reasons(errors) -> dict:
 def _no_requests(path: Path, skipped: dict) -> str:
     if not skipped:
         return f"{path}: no requests; expected at least one data row"
-    reasons = ", ".join(f"{reason}: {count} (first at line {line})"
-                        for reason, (count, line) in skipped.items())
-    return (f"{path}: no valid requests; every row was invalid ({reasons}); expected at least "
-            f"one valid row")
+    reasons = ", ".join(
+        f"{reason}: {count} (first at line {line})" for reason, (count, line) in skipped.items()
+    )
+    return (
+        f"{path}: no valid requests; every row was invalid ({reasons}); expected at least "
+        f"one valid row"
+    )
 
 
 def _as_trace(kept: _Kept, name: str) -> RequestTrace:
     """The kept requests as a RequestTrace (empty when the window holds none)."""
-    optional = lambda values, dtype: (np.asarray(values, dtype)
-                                      if values and values[0] is not None else None)
+    optional = lambda values, dtype: (
+        np.asarray(values, dtype) if values and values[0] is not None else None
+    )
     hashes = None
     if any(h is not None for h in kept.hash_ids):  # rows without hash_ids have no prefix blocks
         hashes = RaggedIds.from_rows(kept.hash_ids)
-    return RequestTrace(name, np.asarray(kept.arrival, np.float64),
-                        np.asarray(kept.prompt, np.int32), np.asarray(kept.output, np.int32),
-                        difficulty=optional(kept.difficulty, np.float64),
-                        priority=optional(kept.priority, np.int32), hash_ids=hashes)
+    return RequestTrace(
+        name,
+        np.asarray(kept.arrival, np.float64),
+        np.asarray(kept.prompt, np.int32),
+        np.asarray(kept.output, np.int32),
+        difficulty=optional(kept.difficulty, np.float64),
+        priority=optional(kept.priority, np.int32),
+        hash_ids=hashes,
+    )
 
 
 def load_trace(path: str | Path, name: str | None = None) -> RequestTrace:
@@ -811,10 +976,14 @@ OmegaConf.register_new_resolver("servetune.trace_name", trace_name, replace=True
 def bundled_path(filename: str) -> Path:
     """Path of a trace shipped inside the package (see servetune/workload/data/README.md)."""
     if not isinstance(filename, str) or not filename or Path(filename).name != filename:
-        raise ConfigError(f"workload.bundled: got {filename!r}; expected the file name of a "
-                          f"bundled trace (or set workload.path)")
+        raise ConfigError(
+            f"workload.bundled: got {filename!r}; expected the file name of a "
+            f"bundled trace (or set workload.path)"
+        )
     path = Path(str(resources.files("servetune.workload") / "data" / filename))
     if not path.exists():
-        raise ConfigError(f"workload.bundled: no bundled trace {filename!r}; expected one of "
-                          f"{sorted(p.name for p in path.parent.glob('*.*') if p.suffix != '.md')}")
+        raise ConfigError(
+            f"workload.bundled: no bundled trace {filename!r}; expected one of "
+            f"{sorted(p.name for p in path.parent.glob('*.*') if p.suffix != '.md')}"
+        )
     return path

@@ -24,8 +24,10 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _BYTE_BREAK = re.compile(rb"\r\n|\r|\n")
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 _UTF8_BOM = b"\xef\xbb\xbf"
-NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)",
-                    re.IGNORECASE | re.ASCII)
+NUMBER = re.compile(
+    r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)",
+    re.IGNORECASE | re.ASCII,
+)
 
 
 def strict_float(raw) -> float:
@@ -46,14 +48,16 @@ def strict_float(raw) -> float:
 def show_cell(raw, limit: int = 40) -> str:
     """repr of a cell for a message, shortened: a corrupt row can hold megabytes."""
     text = repr(raw)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _check_start(path: Path, data: bytes, what: str) -> int:
     """Bytes to skip at the start of a file (a UTF-8 byte-order mark); TraceError for UTF-16."""
     if data.startswith(_UTF16_BOMS):
-        raise TraceError(f"{path}: UTF-16 text (byte-order mark); expected a UTF-8 {what} "
-                         f"(re-encode it, e.g. iconv -f UTF-16 -t UTF-8)")
+        raise TraceError(
+            f"{path}: UTF-16 text (byte-order mark); expected a UTF-8 {what} "
+            f"(re-encode it, e.g. iconv -f UTF-16 -t UTF-8)"
+        )
     return len(_UTF8_BOM) if data.startswith(_UTF8_BOM) else 0
 
 
@@ -64,13 +68,17 @@ def _decode(path: Path, data: bytes, offset: int, lines_before: int, what: str) 
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = lines_before + len(_BYTE_BREAK.findall(data, 0, err.start)) + 1
-        raise TraceError(f"{path}:{line}: not UTF-8 text (byte {offset + err.start} = "
-                         f"0x{data[err.start]:02x}); expected a UTF-8 {what}") from None
+        raise TraceError(
+            f"{path}:{line}: not UTF-8 text (byte {offset + err.start} = "
+            f"0x{data[err.start]:02x}); expected a UTF-8 {what}"
+        ) from None
     if "\x00" in text:
         at = text.index("\x00")
         line = lines_before + len(_LINE_BREAK.findall(text, 0, at)) + 1
-        raise TraceError(f"{path}:{line}: NUL byte at offset {offset + len(text[:at].encode())} "
-                         f"(binary data); expected a UTF-8 {what}")
+        raise TraceError(
+            f"{path}:{line}: NUL byte at offset {offset + len(text[:at].encode())} "
+            f"(binary data); expected a UTF-8 {what}"
+        )
     return text
 
 
@@ -88,8 +96,9 @@ def _read_chunks(path: Path, handle, what: str) -> Iterator[bytes]:
         try:
             chunk = handle.read(CHUNK_BYTES)
         except OSError as err:
-            raise TraceError(f"{path}: cannot be read ({err.strerror or err}); expected a "
-                             f"readable {what}") from None
+            raise TraceError(
+                f"{path}: cannot be read ({err.strerror or err}); expected a readable {what}"
+            ) from None
         yield chunk
         if not chunk:
             return
@@ -105,8 +114,9 @@ def lines(path: str | Path, what: str = "trace file") -> Iterator[str]:
     try:
         handle = open(path, "rb")  # noqa: SIM115 -- closed by the with block below
     except OSError as err:
-        raise TraceError(f"{path}: cannot be read ({err.strerror or err}); expected a readable "
-                         f"{what}") from None
+        raise TraceError(
+            f"{path}: cannot be read ({err.strerror or err}); expected a readable {what}"
+        ) from None
     with handle:
         pending, offset, count, first = b"", 0, 0, True
         for chunk in _read_chunks(path, handle, what):
@@ -117,8 +127,10 @@ def lines(path: str | Path, what: str = "trace file") -> Iterator[str]:
             cut = len(data) if not chunk else _complete(data, at_end=False)
             pending = data[cut:]
             if len(pending) > MAX_LINE_BYTES:
-                raise TraceError(f"{path}:{count + 1}: a line over {MAX_LINE_BYTES >> 20} MiB; "
-                                 f"expected one request per line")
+                raise TraceError(
+                    f"{path}:{count + 1}: a line over {MAX_LINE_BYTES >> 20} MiB; "
+                    f"expected one request per line"
+                )
             if cut:
                 parts = _LINE_BREAK.split(_decode(path, data[:cut], offset, count, what))
                 if parts[-1] == "":  # the text ended with a line break
@@ -153,12 +165,15 @@ def csv_records(path: Path, source: str | Iterable[str]):
         except StopIteration:
             return
         except csv.Error as err:
-            raise TraceError(f"{path}:{reader.line_num}: unreadable CSV ({err}); expected "
-                             f"comma-separated fields") from None
+            raise TraceError(
+                f"{path}:{reader.line_num}: unreadable CSV ({err}); expected comma-separated fields"
+            ) from None
         if reader.line_num != start:
-            raise TraceError(f"{path}:{start}: a quoted cell runs over lines {start}-"
-                             f"{reader.line_num}; expected one request per line (an unclosed "
-                             f"quote?)")
+            raise TraceError(
+                f"{path}:{start}: a quoted cell runs over lines {start}-"
+                f"{reader.line_num}; expected one request per line (an unclosed "
+                f"quote?)"
+            )
         yield reader.line_num, row
 
 

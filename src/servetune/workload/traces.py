@@ -1,7 +1,8 @@
 """Workloads: synthetic generators, and slices of trace files -> arrival-sorted request arrays.
 
-Trace files are read by servetune.workload.trace_file (formats, checks, streaming); the request arrays are
-servetune.workload.request_trace's. Generators check every setting and raise ConfigError naming the key.
+Trace files are read by servetune.workload.trace_file (formats, checks, streaming); the request
+arrays are servetune.workload.request_trace's. Generators check every setting and raise ConfigError
+naming the key.
 """
 
 from __future__ import annotations
@@ -42,13 +43,19 @@ def load_csv(path, name: str | None = None) -> RequestTrace:
 
 
 def load_jsonl(path, name: str | None = None) -> RequestTrace:
-    """Every request of the JSONL trace `path` (any JSON format of servetune.workload.trace_file)."""
+    """Every request of the JSONL trace `path` (any JSON format of workload/trace_file.py)."""
     return load_trace(path, name)
 
 
-def slice_trace(trace: RequestTrace, *, start_s: float = 0.0, duration_s: float | None = None,
-                rate_scale: float = 1.0, max_requests: int | None = None,
-                span_s: float | None = None) -> RequestTrace:
+def slice_trace(
+    trace: RequestTrace,
+    *,
+    start_s: float = 0.0,
+    duration_s: float | None = None,
+    rate_scale: float = 1.0,
+    max_requests: int | None = None,
+    span_s: float | None = None,
+) -> RequestTrace:
     """Requests arriving in [start_s, start_s + duration_s) of the trace, re-based to time 0,
     with time compressed by `rate_scale` (2.0 doubles the rate), keeping at most `max_requests`.
     `span_s`: the seconds the whole trace file spans, for the message when the slice is empty
@@ -64,16 +71,21 @@ def slice_trace(trace: RequestTrace, *, start_s: float = 0.0, duration_s: float 
     if len(out) == 0:
         if span_s is None:
             span_s = float(trace.arrival[-1]) if len(trace) else 0.0
-        raise ConfigError(f"workload.start_s/duration_s: the slice [{start_s}, {end}) s of "
-                          f"{trace.name} holds no requests (trace spans {span_s:.1f} s)")
+        raise ConfigError(
+            f"workload.start_s/duration_s: the slice [{start_s}, {end}) s of "
+            f"{trace.name} holds no requests (trace spans {span_s:.1f} s)"
+        )
     out.arrival = flush_subnormal((out.arrival - start_s) / rate_scale)
     if not out.arrival[-1] <= MAX_SPAN_S:
-        raise ConfigError(f"workload.rate_scale: got {rate_scale}; the slice would span "
-                          f"{out.arrival[-1]:.3g} s, expected at most {MAX_SPAN_S:.0e} s")
+        raise ConfigError(
+            f"workload.rate_scale: got {rate_scale}; the slice would span "
+            f"{out.arrival[-1]:.3g} s, expected at most {MAX_SPAN_S:.0e} s"
+        )
     return out
 
 
 # --------------------------------------------------------------------------- synthetic
+
 
 def _as_float(value) -> float | None:
     """float(value) for a real number (not a bool); None for anything else or an int beyond
@@ -98,8 +110,10 @@ def _spec_number(spec: dict, name: str, key: str, lo: float, hi: float = math.in
 
 def _lengths(spec: dict, n: int, rng: np.random.Generator, key: str) -> np.ndarray:
     if not isinstance(spec, dict):
-        raise ConfigError(f"{key}: got {spec!r}; expected a mapping like {{dist: lognormal, "
-                          f"mean: 1000, cv: 1.0, min: 1, max: 6000}}")
+        raise ConfigError(
+            f"{key}: got {spec!r}; expected a mapping like {{dist: lognormal, "
+            f"mean: 1000, cv: 1.0, min: 1, max: 6000}}"
+        )
     dist = spec.get("dist", "fixed")
     lo = _spec_number({"min": 1, **spec}, "min", key, 1, MAX_TOKENS)
     hi = _spec_number({"max": 32768, **spec}, "max", key, lo, MAX_TOKENS)
@@ -123,13 +137,20 @@ def _lengths(spec: dict, n: int, rng: np.random.Generator, key: str) -> np.ndarr
         pool = trace.prompt if column == "prompt" else trace.output
         x = rng.choice(pool, n).astype(float)
     else:
-        raise ConfigError(f"{key}.dist: got {dist!r}; expected fixed, lognormal, uniform or "
-                          f"empirical")
+        raise ConfigError(
+            f"{key}.dist: got {dist!r}; expected fixed, lognormal, uniform or empirical"
+        )
     return np.clip(np.round(x), lo, hi).astype(np.int32)
 
 
-VLLM_BENCH_KEYS = ("random_input_len", "random_output_len", "random_range_ratio", "request_rate",
-                   "burstiness", "num_prompts")
+VLLM_BENCH_KEYS = (
+    "random_input_len",
+    "random_output_len",
+    "random_range_ratio",
+    "request_rate",
+    "burstiness",
+    "num_prompts",
+)
 
 
 def vllm_random(spec: dict, key: str = "workload.vllm_bench") -> dict:
@@ -141,20 +162,32 @@ def vllm_random(spec: dict, key: str = "workload.vllm_bench") -> dict:
     `request_rate` req/s (burstiness 1: Poisson; an infinite rate: all at once)."""
     unknown = sorted(set(spec) - set(VLLM_BENCH_KEYS))
     if unknown:
-        raise ConfigError(f"{key}.{unknown[0]}: not a vllm bench serve flag here; expected "
-                          f"{', '.join(VLLM_BENCH_KEYS)}")
-    defaults = {"random_input_len": 1024, "random_output_len": 128, "random_range_ratio": 0.0,
-                "request_rate": 5.0, "burstiness": 1.0, "num_prompts": 1000}
+        raise ConfigError(
+            f"{key}.{unknown[0]}: not a vllm bench serve flag here; expected "
+            f"{', '.join(VLLM_BENCH_KEYS)}"
+        )
+    defaults = {
+        "random_input_len": 1024,
+        "random_output_len": 128,
+        "random_range_ratio": 0.0,
+        "request_rate": 5.0,
+        "burstiness": 1.0,
+        "num_prompts": 1000,
+    }
 
     def get(name: str, lo: float, hi: float, integer: bool = False, bounds: str = "") -> float:
         raw = spec.get(name)
         value = defaults[name] if raw is None else _as_float(raw)
-        if (value is None or not lo <= value <= hi
-                or (integer and (not math.isfinite(value) or value != int(value)))):
+        if (
+            value is None
+            or not lo <= value <= hi
+            or (integer and (not math.isfinite(value) or value != int(value)))
+        ):
             what = "a whole number" if integer else "a number"
             shown = f"[{int(lo)}, {int(hi)}]" if integer else f"[{lo:g}, {hi:g}]"
-            raise ConfigError(f"{key}.{name}: got {raw!r}; expected {what} within "
-                              f"{bounds or shown}")
+            raise ConfigError(
+                f"{key}.{name}: got {raw!r}; expected {what} within {bounds or shown}"
+            )
         return value
 
     # vLLM's own check: a ratio of 1 or more could make a length 0
@@ -164,41 +197,63 @@ def vllm_random(spec: dict, key: str = "workload.vllm_bench") -> dict:
 
     def lengths(name: str) -> dict:
         length = get(name, 1, MAX_TOKENS, integer=True)
-        return {"dist": "uniform", "min": max(math.floor(length * (1 - ratio)), 1),
-                "max": max(math.ceil(length * (1 + ratio)), 1)}
+        return {
+            "dist": "uniform",
+            "min": max(math.floor(length * (1 - ratio)), 1),
+            "max": max(math.ceil(length * (1 + ratio)), 1),
+        }
 
-    return {"rate": min(rate, MAX_RATE), "n_requests": int(get("num_prompts", 1,
-                                                               MAX_SYNTHETIC_REQUESTS, True)),
-            "arrival": "poisson" if burstiness == 1.0 else "gamma",
-            "cv": 1.0 / math.sqrt(burstiness), "prompt": lengths("random_input_len"),
-            "output": lengths("random_output_len")}
+    return {
+        "rate": min(rate, MAX_RATE),
+        "n_requests": int(get("num_prompts", 1, MAX_SYNTHETIC_REQUESTS, True)),
+        "arrival": "poisson" if burstiness == 1.0 else "gamma",
+        "cv": 1.0 / math.sqrt(burstiness),
+        "prompt": lengths("random_input_len"),
+        "output": lengths("random_output_len"),
+    }
 
 
-def synthetic(*, rate: float, n_requests: int | None = None, duration_s: float | None = None,
-              arrival: str = "poisson", cv: float = 1.0, prompt: dict, output: dict,
-              seed: int = 0, name: str = "synthetic") -> RequestTrace:
+def synthetic(
+    *,
+    rate: float,
+    n_requests: int | None = None,
+    duration_s: float | None = None,
+    arrival: str = "poisson",
+    cv: float = 1.0,
+    prompt: dict,
+    output: dict,
+    seed: int = 0,
+    name: str = "synthetic",
+) -> RequestTrace:
     """Synthetic requests: Poisson or Gamma inter-arrivals (rate in req/s, burstiness `cv` =
     coefficient of variation of the gaps) and fixed / lognormal / empirical lengths."""
     if not 0 < rate <= MAX_RATE:
-        raise ConfigError(f"workload.rate: got {rate}; expected requests per second > 0 and "
-                          f"<= {MAX_RATE:.0e}")
+        raise ConfigError(
+            f"workload.rate: got {rate}; expected requests per second > 0 and <= {MAX_RATE:.0e}"
+        )
     if n_requests is None and duration_s is None:
         raise ConfigError("workload: set n_requests or duration_s")
     if arrival not in ("poisson", "gamma"):
         raise ConfigError(f"workload.arrival: got {arrival!r}; expected poisson or gamma")
     if arrival == "gamma" and not 1e-3 <= cv <= 1e3:
-        raise ConfigError(f"workload.cv: got {cv}; expected within [0.001, 1000] (the "
-                          f"coefficient of variation of the inter-arrival gaps)")
+        raise ConfigError(
+            f"workload.cv: got {cv}; expected within [0.001, 1000] (the "
+            f"coefficient of variation of the inter-arrival gaps)"
+        )
     if n_requests is not None and not 1 <= n_requests <= MAX_SYNTHETIC_REQUESTS:
-        raise ConfigError(f"workload.n_requests: got {n_requests}; expected within "
-                          f"[1, {MAX_SYNTHETIC_REQUESTS}]")
+        raise ConfigError(
+            f"workload.n_requests: got {n_requests}; expected within [1, {MAX_SYNTHETIC_REQUESTS}]"
+        )
     if duration_s is not None and not 0 < duration_s <= MAX_SPAN_S:
-        raise ConfigError(f"workload.duration_s: got {duration_s}; expected seconds within "
-                          f"(0, {MAX_SPAN_S:.0e}]")
+        raise ConfigError(
+            f"workload.duration_s: got {duration_s}; expected seconds within (0, {MAX_SPAN_S:.0e}]"
+        )
     if n_requests is None and rate * duration_s > MAX_SYNTHETIC_REQUESTS:
-        raise ConfigError(f"workload.rate: {rate} requests/s over workload.duration_s = "
-                          f"{duration_s} s is {rate * duration_s:.3g} requests; expected at most "
-                          f"{MAX_SYNTHETIC_REQUESTS} (lower the rate or the duration)")
+        raise ConfigError(
+            f"workload.rate: {rate} requests/s over workload.duration_s = "
+            f"{duration_s} s is {rate * duration_s:.3g} requests; expected at most "
+            f"{MAX_SYNTHETIC_REQUESTS} (lower the rate or the duration)"
+        )
     rng = np.random.default_rng(seed)
 
     def draw(k):
@@ -219,9 +274,11 @@ def synthetic(*, rate: float, n_requests: int | None = None, duration_s: float |
                 k = int(rate * duration_s) + 64
                 drawn += k
                 if drawn > 4 * MAX_SYNTHETIC_REQUESTS + 1024:
-                    raise ConfigError(f"workload.cv: got {cv}; gaps this bursty do not cover "
-                                      f"workload.duration_s = {duration_s} s within "
-                                      f"{drawn} draws; lower cv")
+                    raise ConfigError(
+                        f"workload.cv: got {cv}; gaps this bursty do not cover "
+                        f"workload.duration_s = {duration_s} s within "
+                        f"{drawn} draws; lower cv"
+                    )
                 g = draw(k)
                 chunks.append(g)
                 total += g.sum()
@@ -231,48 +288,67 @@ def synthetic(*, rate: float, n_requests: int | None = None, duration_s: float |
     if len(times) == 0:
         raise ConfigError("workload: the synthetic workload is empty; raise rate or duration_s")
     if not (np.all(np.isfinite(times)) and times[-1] <= MAX_SPAN_S):
-        raise ConfigError(f"workload.rate: got {rate}; {len(times)} arrivals would span "
-                          f"{times[-1]:.3g} s, expected at most {MAX_SPAN_S:.0e} s (raise the "
-                          f"rate or set workload.duration_s)")
+        raise ConfigError(
+            f"workload.rate: got {rate}; {len(times)} arrivals would span "
+            f"{times[-1]:.3g} s, expected at most {MAX_SPAN_S:.0e} s (raise the "
+            f"rate or set workload.duration_s)"
+        )
     n = len(times)
-    return RequestTrace(name, times.astype(np.float64), _lengths(prompt, n, rng, "workload.prompt"),
-                        _lengths(output, n, rng, "workload.output"))
+    return RequestTrace(
+        name,
+        times.astype(np.float64),
+        _lengths(prompt, n, rng, "workload.prompt"),
+        _lengths(output, n, rng, "workload.output"),
+    )
 
 
 # --------------------------------------------------------------------------- classes, predictor
 
+
 def classify_by_prompt(trace: RequestTrace, split_tokens: int) -> RequestTrace:
     """Class 0 'short' (prompt < split_tokens) and class 1 'long'."""
     klass = (trace.prompt >= split_tokens).astype(np.int32)
-    return dataclasses.replace(trace, klass=klass,
-                               class_names=(f"prompt<{split_tokens}", f"prompt>={split_tokens}"))
+    return dataclasses.replace(
+        trace, klass=klass, class_names=(f"prompt<{split_tokens}", f"prompt>={split_tokens}")
+    )
 
 
-def predict_output(trace: RequestTrace, *, sigma: float = 0.0, bias: float = 1.0,
-                   seed: int = 0) -> np.ndarray:
+def predict_output(
+    trace: RequestTrace, *, sigma: float = 0.0, bias: float = 1.0, seed: int = 0
+) -> np.ndarray:
     """Output lengths as a predictor sees them: true x bias x lognormal(0, sigma) noise.
 
     sigma = 0 and bias = 1 is an oracle. Returns [N] float64 tokens (>= 1).
     """
     if not (0 <= sigma < math.inf and 0 < bias < math.inf):
-        raise ConfigError(f"workload.predictor: got sigma={sigma}, bias={bias}; expected "
-                          f"finite sigma >= 0 and bias > 0")
+        raise ConfigError(
+            f"workload.predictor: got sigma={sigma}, bias={bias}; expected "
+            f"finite sigma >= 0 and bias > 0"
+        )
     rng = streams.rng(seed, streams.PREDICTOR)
     with np.errstate(over="ignore", invalid="ignore"):
         noise = np.exp(sigma * rng.standard_normal(len(trace))) if sigma > 0 else 1.0
         pred = np.maximum(trace.output * bias * noise, 1.0)
     if not np.all(np.isfinite(pred)):
-        raise ConfigError(f"workload.predictor: sigma={sigma}, bias={bias} overflow the "
-                          f"predicted output lengths to infinity; expected a noise scale that "
-                          f"keeps them finite (sigma of a few units, bias near 1)")
+        raise ConfigError(
+            f"workload.predictor: sigma={sigma}, bias={bias} overflow the "
+            f"predicted output lengths to infinity; expected a noise scale that "
+            f"keeps them finite (sigma of a few units, bias near 1)"
+        )
     return pred
 
 
 # --------------------------------------------------------------------------- client patience
 
-def with_abandonment(trace: RequestTrace, *, patience: dict | None = None,
-                     deadline_s: float | None = None, seed: int = 0,
-                     key: str = "workload") -> RequestTrace:
+
+def with_abandonment(
+    trace: RequestTrace,
+    *,
+    patience: dict | None = None,
+    deadline_s: float | None = None,
+    seed: int = 0,
+    key: str = "workload",
+) -> RequestTrace:
     """The trace with client patience and server deadlines set (seconds after arrival).
 
     patience: {dist: exponential | lognormal | fixed, mean_s, cv (lognormal), fraction}: each
@@ -300,8 +376,9 @@ def with_abandonment(trace: RequestTrace, *, patience: dict | None = None,
         elif dist == "fixed":
             draw = np.full(n, mean)
         else:
-            raise ConfigError(f"{pk}.dist: got {dist!r}; expected none, exponential, lognormal "
-                              f"or fixed")
+            raise ConfigError(
+                f"{pk}.dist: got {dist!r}; expected none, exponential, lognormal or fixed"
+            )
         fraction = _spec_number({"fraction": 1.0, **patience}, "fraction", pk, 0.0, 1.0)
         impatient = rng.random(n) < fraction
         cancel_after = np.where(impatient, np.minimum(cancel_after, draw), cancel_after)
@@ -309,7 +386,9 @@ def with_abandonment(trace: RequestTrace, *, patience: dict | None = None,
     if deadline_s is not None:
         value = _as_float(deadline_s)
         if value is None or not 0 < value <= MAX_SPAN_S:
-            raise ConfigError(f"{key}.deadline_s: got {deadline_s!r}; expected seconds > 0 "
-                              f"and <= {MAX_SPAN_S:.0e}, or null for none")
+            raise ConfigError(
+                f"{key}.deadline_s: got {deadline_s!r}; expected seconds > 0 "
+                f"and <= {MAX_SPAN_S:.0e}, or null for none"
+            )
         deadline = np.minimum(deadline, value)
     return dataclasses.replace(trace, cancel_after=cancel_after, deadline=deadline)

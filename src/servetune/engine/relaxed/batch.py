@@ -13,8 +13,9 @@ from servetune.engine.relaxed import swap
 from servetune.engine.speculation import draft_tokens, relaxed_draft_tokens
 
 
-def relaxed_batch(es: Entries, tokens, run, adm, budget, rank, n_running, pol,
-                  cfg: EngineConfig, scores=None) -> dict:
+def relaxed_batch(
+    es: Entries, tokens, run, adm, budget, rank, n_running, pol, cfg: EngineConfig, scores=None
+) -> dict:
     """The iteration's token counts as relaxed decisions (engine.relax st or soft).
 
     `budget` is the relaxed token budget (scheduler.token_budget(..., relaxed=True):
@@ -54,10 +55,19 @@ def relaxed_batch(es: Entries, tokens, run, adm, budget, rank, n_running, pol,
         chunk = jnp.clip(budget_left - ops.exclusive_cumsum(need_w), 0, need_w)
     else:
         chunk = jnp.where(ops.cumsum(need_w) <= budget_left, need_w, 0.0)
-    seq_margin = (relax.relaxed_limit(jnp.minimum(pol.max_num_seqs, pol.max_num_active_seqs),
-                                      mode) - n_running - rank)
-    w = relax.weight(admit, eligible, (seq_margin, kv_margin),
-                     (1.0, jnp.maximum(want, 1).astype(jnp.float64)), mode, tau)
+    seq_margin = (
+        relax.relaxed_limit(jnp.minimum(pol.max_num_seqs, pol.max_num_active_seqs), mode)
+        - n_running
+        - rank
+    )
+    w = relax.weight(
+        admit,
+        eligible,
+        (seq_margin, kv_margin),
+        (1.0, jnp.maximum(want, 1).astype(jnp.float64)),
+        mode,
+        tau,
+    )
     # of a waiting request, only the mass not yet admitted early (1 - wait_z) is still to
     # admit: a fluid request is admitted at most once in all (0 in value under st)
     w = admit + (1.0 - es.relaxed.wait_z) * relax.perturbation(w, admit)
@@ -68,18 +78,26 @@ def relaxed_batch(es: Entries, tokens, run, adm, budget, rank, n_running, pol,
     # decode, a re-admitted one) settles its debt at its next iteration that computes.
     paid = jnp.where((tokens > 0) & ~prefilling, es.relaxed.debt, 0.0)
     gain = jnp.where(prefilling, alloc, jnp.where(admit, chunk, 0.0)) - jnp.where(
-        prefilling | admit, tokens, 0)
+        prefilling | admit, tokens, 0
+    )
     drafts = 0.0
     if cfg.speculation:  # decodes granted their whole ask verify 1 + k positions
         k, k_rel = draft_tokens(pol), relaxed_draft_tokens(pol, mode)
         room_len = jnp.maximum(cfg.max_model_len - es.computed, 1)
         full = decoding & keep & (tokens > 0) & (tokens == need)
-        drafts = jnp.where(full, jnp.minimum(1.0 + k_rel, room_len) - jnp.minimum(1 + k, room_len),
-                           0.0)
-    out = {"weight": relaxed - paid + drafts, "admit_z": relax.perturbation(w, admit),
-           "admitted": admit, "debt": es.relaxed.debt - paid + (relaxed - tokens), "gain": gain}
+        drafts = jnp.where(
+            full, jnp.minimum(1.0 + k_rel, room_len) - jnp.minimum(1 + k, room_len), 0.0
+        )
+    out = {
+        "weight": relaxed - paid + drafts,
+        "admit_z": relax.perturbation(w, admit),
+        "admitted": admit,
+        "debt": es.relaxed.debt - paid + (relaxed - tokens),
+        "gain": gain,
+    }
     if scores is not None:  # the relaxed order: the admission and preemption boundaries' pairs
-        out["swap_req"], out["swap_p"] = swap.partners(es, admit, scores, mode, tau,
-                                                       cfg.queue_window)
+        out["swap_req"], out["swap_p"] = swap.partners(
+            es, admit, scores, mode, tau, cfg.queue_window
+        )
         out["victim_of"], out["victim_p"] = swap.victim_pair(es, keep, scores, mode, tau)
     return out

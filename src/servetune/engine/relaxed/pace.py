@@ -73,9 +73,9 @@ def speculation_gain_s(e: Entries, decode, tokens, params: Params, cfg: EngineCo
 def progress_shift(e: Entries, gain, tokens, phase, preempted, generated0, share_s, spec_s):
     """Entries after one relaxed iteration: prefilling entries (`phase` [A], from
     `prefilling` before the iteration) add the iteration's prompt-token `gain` [A], computed
-    `tokens` [A] and their `share_s` [A] of its seconds (share_seconds); one whose prefill
-    completed (it emitted a token) turns its tokens ahead into seconds at its prefill's pace and adds
-    them to its shift. Decoding entries add `spec_s` [A] (`speculation_gain_s`). Progress of a
+    `tokens` [A] and their `share_s` [A] of its seconds (share_seconds); one whose prefill completed
+    (it emitted a token) turns its tokens ahead into seconds at its prefill's pace and adds them to
+    its shift. Decoding entries add `spec_s` [A] (`speculation_gain_s`). Progress of a
     `preempted` [A] entry is dropped with its KV. `generated0` [A]: output tokens before."""
     r = e.relaxed
     ahead = r.ahead + jnp.where(phase, gain, 0.0)
@@ -85,5 +85,11 @@ def progress_shift(e: Entries, gain, tokens, phase, preempted, generated0, share
     sooner = jnp.where(done, ahead * pre_s / jnp.maximum(pre_tok, 1.0), 0.0)
     reset = done | preempted
     zero = lambda x: jnp.where(reset, 0.0, x)
-    return e.replace(relaxed=r.replace(shift=r.shift - sooner - spec_s, ahead=zero(ahead),
-                                       pre_s=zero(pre_s), pre_tok=zero(pre_tok)))
+    return e.replace(
+        relaxed=r.replace(
+            shift=r.shift - sooner - spec_s,
+            ahead=zero(ahead),
+            pre_s=zero(pre_s),
+            pre_tok=zero(pre_tok),
+        )
+    )

@@ -31,14 +31,16 @@ def init_tape(shape, like) -> RelaxTape:
     """A relaxed engine's tapes for entries of `shape` ([I, A]), all 0; `like` a traced
     scalar (keeps carries sharded)."""
     zero = jnp.zeros(shape, jnp.float64) + jnp.zeros_like(like, jnp.float64)
-    return RelaxTape(wait_z=zero, wait_zt=zero, shift=zero, debt=zero, ahead=zero, pre_s=zero,
-                     pre_tok=zero)
+    return RelaxTape(
+        wait_z=zero, wait_zt=zero, shift=zero, debt=zero, ahead=zero, pre_s=zero, pre_tok=zero
+    )
 
 
 def reset_tape(tape: RelaxTape, take) -> RelaxTape:
     """`tape` with the entries where `take` [A] holds (new arrivals) at 0."""
-    return tape.replace(**{f.name: jnp.where(take, 0.0, getattr(tape, f.name))
-                           for f in dataclasses.fields(tape)})
+    return tape.replace(
+        **{f.name: jnp.where(take, 0.0, getattr(tape, f.name)) for f in dataclasses.fields(tape)}
+    )
 
 
 def admission_shift(e: Entries, batch: Batch, generated0, completed, t, dur):
@@ -54,10 +56,13 @@ def admission_shift(e: Entries, batch: Batch, generated0, completed, t, dur):
     first_now = (generated0 == 0) & (e.generated > 0)
     return e.replace(
         relaxed=r.replace(
-            shift=shift, debt=batch.debt,
+            shift=shift,
+            debt=batch.debt,
             wait_z=jnp.where(admitted, 0.0, jnp.where(still_waiting, r.wait_z + z, r.wait_z)),
-            wait_zt=jnp.where(admitted, 0.0, jnp.where(still_waiting, r.wait_zt + z * t,
-                                                       r.wait_zt))),
+            wait_zt=jnp.where(
+                admitted, 0.0, jnp.where(still_waiting, r.wait_zt + z * t, r.wait_zt)
+            ),
+        ),
         first_token=jnp.where(first_now, e.first_token + shift, e.first_token),
         finish=jnp.where(completed, e.finish + shift, e.finish),
     )

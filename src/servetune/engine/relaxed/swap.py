@@ -55,17 +55,21 @@ SWAP_FIELDS = tuple(f.name for f in _RECORDS)
 def init_tape(shape, like) -> SwapTape:
     """The tape for entries of `shape` ([I, A]), nobody admitted yet, the pair tables
     [..., m]; `like` a traced int."""
+
     def full(f):
         width = () if f.width is None else (f.width,)
         return jnp.full((*shape, *width), f.unset, f.dtype) + jnp.zeros_like(like, f.dtype)
+
     return SwapTape(**{f.name: full(f) for f in _RECORDS})
 
 
 def reset_tape(tape: SwapTape, take) -> SwapTape:
     """`tape` with the entries where `take` [A] holds (new arrivals) as nobody admitted."""
+
     def reset(f):
         x = getattr(tape, f.name)
         return jnp.where(take.reshape(take.shape + (1,) * (x.ndim - 1)), f.unset, x)
+
     return SwapTape(**{f.name: reset(f) for f in _RECORDS})
 
 
@@ -105,7 +109,8 @@ def partners(es: Entries, admit, scores, mode: str, tau: float, window: int):
     p_top = jnp.where(chosen, jnp.take_along_axis(p, idx, axis=1), 0.0)
     n = es.req.shape[0]
     place = lambda x, fill: jax.lax.dynamic_update_slice_in_dim(
-        jnp.full((n, SWAP_PARTNERS), fill, x.dtype), x, start, axis=0)
+        jnp.full((n, SWAP_PARTNERS), fill, x.dtype), x, start, axis=0
+    )
     return place(ids, -1), place(p_top, 0.0)
 
 
@@ -120,8 +125,14 @@ def victim_pair(es: Entries, keep, scores, mode: str, tau: float):
     n = es.req.shape[0]
     i, j = jnp.maximum(m - 1, 0), jnp.minimum(m, n - 1)
     valid = (m >= 1) & (m < n) & running[j] & ~keep[j]
-    p = relax.weight(jnp.zeros((), bool), valid, (scores[j] - scores[i],),
-                     (rank_gap(scores, running),), mode, tau)
+    p = relax.weight(
+        jnp.zeros((), bool),
+        valid,
+        (scores[j] - scores[i],),
+        (rank_gap(scores, running),),
+        mode,
+        tau,
+    )
     at_j = (jnp.arange(n) == j) & valid
     return jnp.where(at_j, es.req[i], -1), jnp.where(at_j, p, 0.0)
 
@@ -130,18 +141,26 @@ def record_victims(e: Entries, victim_of, victim_p, t):
     """Entries with the preemption time t (seconds) and pair of the entry where `victim_of`
     [A] names a kept request recorded."""
     hit, tape = victim_of >= 0, e.swap
-    return e.replace(swap=tape.replace(preempted_at=jnp.where(hit, t, tape.preempted_at),
-                                       victim_of=jnp.where(hit, victim_of, tape.victim_of),
-                                       victim_p=jnp.where(hit, victim_p, tape.victim_p)))
+    return e.replace(
+        swap=tape.replace(
+            preempted_at=jnp.where(hit, t, tape.preempted_at),
+            victim_of=jnp.where(hit, victim_of, tape.victim_of),
+            victim_p=jnp.where(hit, victim_p, tape.victim_p),
+        )
+    )
 
 
 def record(e: Entries, admitted, swap_req, swap_p, t):
     """Entries with the admission time t (seconds) and partners of each `admitted` [A]
     entry recorded."""
     a, tape = admitted[:, None], e.swap
-    return e.replace(swap=tape.replace(admitted_at=jnp.where(admitted, t, tape.admitted_at),
-                                       swap_req=jnp.where(a, swap_req, tape.swap_req),
-                                       swap_p=jnp.where(a, swap_p, tape.swap_p)))
+    return e.replace(
+        swap=tape.replace(
+            admitted_at=jnp.where(admitted, t, tape.admitted_at),
+            swap_req=jnp.where(a, swap_req, tape.swap_req),
+            swap_p=jnp.where(a, swap_p, tape.swap_p),
+        )
+    )
 
 
 def settle_victims(first, admitted_at, preempted_at, victim_of, victim_p):
@@ -158,9 +177,9 @@ def settle_victims(first, admitted_at, preempted_at, victim_of, victim_p):
     kept = jnp.where(valid, victim_of, n)
     d_finish = -delay + jnp.zeros(n, delay.dtype).at[kept].add(delay, mode="drop")
     kept_first_after = first[jnp.clip(kept, 0, n - 1)] > t_p
-    d_first = (jnp.where(first > t_p, -delay, 0.0)
-               + jnp.zeros(n, delay.dtype).at[jnp.where(kept_first_after, kept, n)].add(
-                   delay, mode="drop"))
+    d_first = jnp.where(first > t_p, -delay, 0.0) + jnp.zeros(n, delay.dtype).at[
+        jnp.where(kept_first_after, kept, n)
+    ].add(delay, mode="drop")
     return d_first, d_finish
 
 
@@ -172,9 +191,11 @@ def settle(admitted_at, swap_req, swap_p):
     n = admitted_at.shape[0]
     t_j = admitted_at[jnp.clip(swap_req, 0, n - 1)]
     valid = (swap_req >= 0) & jnp.isfinite(t_j) & jnp.isfinite(admitted_at)[:, None]
-    move = jnp.where(valid, swap_p * (jnp.where(valid, t_j, 0.0)
-                                      - jnp.where(valid, admitted_at[:, None], 0.0)), 0.0)
+    move = jnp.where(
+        valid,
+        swap_p * (jnp.where(valid, t_j, 0.0) - jnp.where(valid, admitted_at[:, None], 0.0)),
+        0.0,
+    )
     as_admitted = jnp.sum(move, axis=1)
-    as_waiting = jnp.zeros(n, move.dtype).at[jnp.where(valid, swap_req, n)].add(
-        -move, mode="drop")
+    as_waiting = jnp.zeros(n, move.dtype).at[jnp.where(valid, swap_req, n)].add(-move, mode="drop")
     return as_admitted + as_waiting

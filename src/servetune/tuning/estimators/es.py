@@ -32,8 +32,13 @@ def centered_ranks(x: np.ndarray) -> np.ndarray:
     return ranks / max(len(x) - 1, 1) - 0.5
 
 
-def gradient(fit_plus: np.ndarray, fit_minus: np.ndarray, eps: np.ndarray, sigma: float,
-             rank_shaping: bool = True) -> np.ndarray:
+def gradient(
+    fit_plus: np.ndarray,
+    fit_minus: np.ndarray,
+    eps: np.ndarray,
+    sigma: float,
+    rank_shaping: bool = True,
+) -> np.ndarray:
     """ES estimate [dim] of the gradient of the expected fitness at theta (ascent direction)."""
     fit = np.concatenate([fit_plus, fit_minus])
     if rank_shaping:

@@ -1,15 +1,15 @@
 """Derivatives by central differences of paired relaxed runs: the queue cap, the routing score's
 weights and the cascade threshold (pathwise.DIFFERENCE_KEYS).
 
-These decisions move a request out of the run, or onto another instance, for good, and no
-relaxed gate carries the counterfactual: an arrival the queue cap rejects has no events left
-to shift; a request the router sends to instance A has no events on instance B (or on the
-other model of a cascade) whose time a tangent could move. A tangent through the relaxed run
-(servetune/tuning/estimators/pathwise_gradient.py) is therefore 0 for them almost everywhere. For the queue cap, flipping
-single arrival decisions (the smoothed perturbation analysis way) was tried and dropped: on an
-overloaded engine each flip's effect is chaotic in sign and flips are not additive (accepting
-one request gets a later one rejected), so the estimates were 8 to 1600 times the slope, some
-of the wrong sign (benchmarks/README.md).
+These decisions move a request out of the run, or onto another instance, for good, and no relaxed
+gate carries the counterfactual: an arrival the queue cap rejects has no events left to shift; a
+request the router sends to instance A has no events on instance B (or on the other model of a
+cascade) whose time a tangent could move. A tangent through the relaxed run
+(servetune/tuning/estimators/pathwise_gradient.py) is therefore 0 for them almost everywhere. For
+the queue cap, flipping single arrival decisions (the smoothed perturbation analysis way) was tried
+and dropped: on an overloaded engine each flip's effect is chaotic in sign and flips are not
+additive (accepting one request gets a later one rejected), so the estimates were 8 to 1600 times
+the slope, some of the wrong sign (benchmarks/README.md).
 
 What is used instead is the difference a serving engineer would measure: the smoothed
 objective at two settings of the key either side of the point, on the same workloads (common
@@ -69,24 +69,40 @@ def _setting(key: str, value: float) -> float:
     return math.floor(value) + 0.5 if key == QUEUE_CAP else value
 
 
-@functools.partial(jax.jit, static_argnames=("keys", "cfg", "tg", "point_map"),
-                   compiler_options=ops.COMPILER_OPTIONS)
+@functools.partial(
+    jax.jit,
+    static_argnames=("keys", "cfg", "tg", "point_map"),
+    compiler_options=ops.COMPILER_OPTIONS,
+)
 def _paired(settings, keys, z, wl, weights, counted, lam, base, cfg, tg, point_map):
     """(f, attainment, Lagrangian) [S, R, 3] on each scenario (wl leaves [S, N]) at the point
     z [d] with the policy keys `keys` [K] set to each row of settings [R, K] (`_setting`s)."""
+
     def one(row, wl, weights, counted):
         params = point_map(z, base)
-        params = params.replace(policy=params.policy.replace(
-            **{k: row[j] for j, k in enumerate(keys)}))
-        return pathwise.objective_parts(pathwise.request_times(wl, params, cfg), wl, weights,
-                                        counted, tg, lam)
+        params = params.replace(
+            policy=params.policy.replace(**{k: row[j] for j, k in enumerate(keys)})
+        )
+        return pathwise.objective_parts(
+            pathwise.request_times(wl, params, cfg), wl, weights, counted, tg, lam
+        )
 
     at_settings = jax.vmap(one, in_axes=(0, None, None, None))
     return jax.vmap(at_settings, in_axes=(None, 0, 0, 0))(settings, wl, weights, counted)
 
 
-def jacobian(z, wl: Workload, weights, counted, lam, base: Params, cfg: EngineConfig,
-             tg: pathwise.SoftTargets, point_map: pathwise.PointMap, step: float):
+def jacobian(
+    z,
+    wl: Workload,
+    weights,
+    counted,
+    lam,
+    base: Params,
+    cfg: EngineConfig,
+    tg: pathwise.SoftTargets,
+    point_map: pathwise.PointMap,
+    step: float,
+):
     """(Jacobian [S, 3, d] of (f, attainment, Lagrangian) on each scenario (wl leaves [S, N])
     along the coordinates of z [d] that tune a DIFFERENCE_KEY (0 in the others), the number
     of relaxed runs made (0 where none is tuned)): the paired central differences of the
@@ -107,9 +123,21 @@ def jacobian(z, wl: Workload, weights, counted, lam, base: Params, cfg: EngineCo
     settings = np.repeat(point[None, :], 2 * len(keys), axis=0)
     for j, (key, (lo, hi)) in enumerate(zip(keys, brackets, strict=True)):
         settings[2 * j, j], settings[2 * j + 1, j] = _setting(key, lo), _setting(key, hi)
-    runs = np.asarray(_paired(jnp.asarray(settings), keys, z, wl, jnp.asarray(weights),
-                              jnp.asarray(counted), jnp.asarray(lam, jnp.float64), base, cfg,
-                              tg, point_map))  # [S, 2K, 3]
+    runs = np.asarray(
+        _paired(
+            jnp.asarray(settings),
+            keys,
+            z,
+            wl,
+            jnp.asarray(weights),
+            jnp.asarray(counted),
+            jnp.asarray(lam, jnp.float64),
+            base,
+            cfg,
+            tg,
+            point_map,
+        )
+    )  # [S, 2K, 3]
     for j, (lo, hi) in enumerate(brackets):
         slope = (runs[:, 2 * j + 1] - runs[:, 2 * j]) / (hi - lo)  # [S, 3] per unit of key
         out += slope[:, :, None] * dvalues_dz[j][None, None, :]

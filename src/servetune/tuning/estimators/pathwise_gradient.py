@@ -1,13 +1,13 @@
 """Pathwise gradients of the tuning objective through the relaxed simulator.
 
 The engine runs with engine.relax = st or soft (servetune/core/relax.py): its discrete state follows
-the exact decisions, while the iteration durations (through relaxed token weights), each
-request's admission time (engine/relaxed/shift.py), its pace of progress (engine/relaxed/pace.py: prompt
-tokens a bigger budget adds, tokens a longer speculation emits) and, with a relaxed order,
-its admission slot (engine/relaxed/swap.py) carry the derivative of the relaxed gates. Forward-mode
-differentiation (jax.jacfwd: one tangent per tuned coordinate, through the while_loop that
-reverse mode cannot enter) then gives the derivative of every request's first-token and finish
-time, and of the run's length, with respect to the policy.
+the exact decisions, while the iteration durations (through relaxed token weights), each request's
+admission time (engine/relaxed/shift.py), its pace of progress (engine/relaxed/pace.py: prompt
+tokens a bigger budget adds, tokens a longer speculation emits) and, with a relaxed order, its
+admission slot (engine/relaxed/swap.py) carry the derivative of the relaxed gates. Forward-mode
+differentiation (jax.jacfwd: one tangent per tuned coordinate, through the while_loop that reverse
+mode cannot enter) then gives the derivative of every request's first-token and finish time, and of
+the run's length, with respect to the policy.
 
 The objective is the tuner's (tuning/objective.py), with each request's SLO check smoothed:
 
@@ -20,16 +20,15 @@ the run - warm-up) / 3600, as in servetune.run.metrics. Under st the times are t
 simulator's, so f differs from the reported objective only by the smoothed SLO checks.
 
 Supported: the preempt KV policy, no prefix cache and no prefill/decode disaggregation (other
-mechanisms keep exact decisions whose relaxations are not written yet); one instance or
-several (replica routing, a model cascade), each instance's iterations relaxed as one
-instance's are, the routing decisions exact. Event skipping is off (each iteration's
-perturbations are accumulated). Keys with a pathwise gradient: PATHWISE_KEYS; the priority
-weights through order swaps at the admission and preemption boundaries (engine/relaxed/swap.py,
-O(W^2) per iteration, on only when one is tuned). DIFFERENCE_KEYS (the queue cap, the
-routing score's weights and the cascade threshold: decisions that move a request out of the
-run or onto another instance) get no tangent here: their derivatives are central
-differences of paired runs (servetune/tuning/estimators/paired_difference.py). The neural score gets none: use
-tune=es for it.
+mechanisms keep exact decisions whose relaxations are not written yet); one instance or several
+(replica routing, a model cascade), each instance's iterations relaxed as one instance's are, the
+routing decisions exact. Event skipping is off (each iteration's perturbations are accumulated).
+Keys with a pathwise gradient: PATHWISE_KEYS; the priority weights through order swaps at the
+admission and preemption boundaries (engine/relaxed/swap.py, O(W^2) per iteration, on only when one
+is tuned). DIFFERENCE_KEYS (the queue cap, the routing score's weights and the cascade threshold:
+decisions that move a request out of the run or onto another instance) get no tangent here: their
+derivatives are central differences of paired runs
+(servetune/tuning/estimators/paired_difference.py). The neural score gets none: use tune=es for it.
 
 With a model cascade, the useful tokens of a request depend on the model whose answer is
 final (servetune.config.cascade), so each request carries two weights (`request_weights`) and
@@ -75,8 +74,9 @@ _FLOOR = 1e-9
 _RECORDS_PER_DRAIN = 16  # outbox capacity of a relaxed engine, in iterations' worth of records
 
 
-def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float,
-                   order: bool = False) -> EngineConfig:
+def relaxed_engine(
+    cfg: EngineConfig, mode: str, temperature: float, order: bool = False
+) -> EngineConfig:
     """The engine config for a relaxed (st or soft) rollout, the priority order relaxed too
     when `order` (for gradients in the priority weights); ConfigError names the key of a
     mechanism the relaxation does not support."""
@@ -84,24 +84,36 @@ def relaxed_engine(cfg: EngineConfig, mode: str, temperature: float,
         raise ConfigError(f"tune.relax: got {mode!r}; expected st or soft")
     if not temperature > 0:
         raise ConfigError(f"tune.temperature: got {temperature!r}; expected a number > 0")
-    for key, ok in (("engine.prefill_instances", cfg.prefill_instances == 0),
-                    ("engine.kv_pressure", cfg.kv_pressure == "preempt"),
-                    ("engine.prefix_cache", not cfg.prefix_cache),
-                    ("policy.order", cfg.scheduling_policy == "fcfs")):
+    for key, ok in (
+        ("engine.prefill_instances", cfg.prefill_instances == 0),
+        ("engine.kv_pressure", cfg.kv_pressure == "preempt"),
+        ("engine.prefix_cache", not cfg.prefix_cache),
+        ("policy.order", cfg.scheduling_policy == "fcfs"),
+    ):
         if not ok:
-            raise ConfigError(f"{key}: the pathwise estimator supports kv_pressure=preempt, "
-                              f"no prefix cache, no prefill/decode disaggregation and score "
-                              f"orders (not vLLM's priority policy); use tune=es for this "
-                              f"scenario")
+            raise ConfigError(
+                f"{key}: the pathwise estimator supports kv_pressure=preempt, "
+                f"no prefix cache, no prefill/decode disaggregation and score "
+                f"orders (not vLLM's priority policy); use tune=es for this "
+                f"scenario"
+            )
     if order and cfg.queue_window < swap.SWAP_PARTNERS:
-        raise ConfigError(f"engine.queue_window: got {cfg.queue_window}; a relaxed priority "
-                          f"order needs at least {swap.SWAP_PARTNERS}")
+        raise ConfigError(
+            f"engine.queue_window: got {cfg.queue_window}; a relaxed priority "
+            f"order needs at least {swap.SWAP_PARTNERS}"
+        )
     # request_times writes the outbox into per-request arrays once per chunk: a chunk ends
     # when the outbox is nearly full (a vmapped loop selects over the whole outbox every
     # iteration, so it stays small)
-    return dataclasses.replace(cfg, relax=mode, relax_temperature=float(temperature),
-                               relax_order=order, leap_max=0, width=0,
-                               outbox=_RECORDS_PER_DRAIN * cfg.drain_per_step)
+    return dataclasses.replace(
+        cfg,
+        relax=mode,
+        relax_temperature=float(temperature),
+        relax_order=order,
+        leap_max=0,
+        width=0,
+        outbox=_RECORDS_PER_DRAIN * cfg.drain_per_step,
+    )
 
 
 class RequestTimes(NamedTuple):
@@ -120,12 +132,12 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     the run's end (RequestTimes).
 
     The run is the host driver's loop on device: chunks of iterations (servetune/engine/loop.py's
-    `run_chunk`) whose finished-request records (first token, finish, end state, shift, and
-    with a cascade the tier, with a relaxed order the swap tape of engine/relaxed/swap.py) are written
-    into the per-request arrays once per chunk, not per iteration; what is still in the active
-    sets at the end is read from the entries. The run ends when its last request does: where
-    that is a completion, the end moves with the request's shift (engine/relaxed/shift.py), so a policy
-    that finishes the last requests sooner also pays for fewer GPU-seconds. With a relaxed
+    `run_chunk`) whose finished-request records (first token, finish, end state, shift, and with a
+    cascade the tier, with a relaxed order the swap tape of engine/relaxed/swap.py) are written into
+    the per-request arrays once per chunk, not per iteration; what is still in the active sets at
+    the end is read from the entries. The run ends when its last request does: where that is a
+    completion, the end moves with the request's shift (engine/relaxed/shift.py), so a policy that
+    finishes the last requests sooner also pays for fewer GPU-seconds. With a relaxed
     order the order swaps are settled after the run, from every request's latest admission."""
     n = wl.arrival.shape[0]
     state = init_state(wl, params, cfg)
@@ -141,8 +153,9 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
         s, out = carry
         s = run_chunk(s, wl, params, cfg)  # each request leaves the active sets once
         box = s.outbox
-        return s, put(out, box.req, jnp.arange(box.req.shape[0]) < box.count,
-                      lambda f: getattr(box, f))
+        return s, put(
+            out, box.req, jnp.arange(box.req.shape[0]) < box.count, lambda f: getattr(box, f)
+        )
 
     state, out = jax.lax.while_loop(lambda c: ~c[0].done, body, (state, out))
     ent = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), state.entries)  # instances flat
@@ -152,10 +165,14 @@ def request_times(wl: Workload, params: Params, cfg: EngineConfig) -> RequestTim
     completed = out["end_state"] == COMPLETED
     if cfg.relax_order:  # order swaps move first tokens and completions (engine/relaxed/swap.py)
         moved = swap.settle(out["admitted_at"], out["swap_req"], out["swap_p"])
-        d_first, d_finish = swap.settle_victims(first, out["admitted_at"], out["preempted_at"],
-                                                out["victim_of"], out["victim_p"])
-        first, finish, shift = first + moved + d_first, finish + moved + d_finish, (
-            shift + moved + d_finish)
+        d_first, d_finish = swap.settle_victims(
+            first, out["admitted_at"], out["preempted_at"], out["victim_of"], out["victim_p"]
+        )
+        first, finish, shift = (
+            first + moved + d_first,
+            finish + moved + d_finish,
+            (shift + moved + d_finish),
+        )
     clock = jnp.max(state.clock)
     # the completion the exact path ends with (its unshifted finish is the clock)
     unshifted = jnp.where(completed, finish - shift, -jnp.inf)
@@ -180,8 +197,15 @@ class SoftTargets:
 
 def targets(spec: MetricsSpec, slo_target: float, slo_tau: float) -> SoftTargets:
     """SoftTargets of a scenario's metrics spec."""
-    return SoftTargets(spec.slo_ttft_s, spec.slo_tpot_s, spec.slo_e2e_s, spec.warmup_s,
-                       spec.price_per_gpu_hour * spec.n_gpus / 3600.0, slo_target, slo_tau)
+    return SoftTargets(
+        spec.slo_ttft_s,
+        spec.slo_tpot_s,
+        spec.slo_e2e_s,
+        spec.warmup_s,
+        spec.price_per_gpu_hour * spec.n_gpus / 3600.0,
+        slo_target,
+        slo_tau,
+    )
 
 
 def request_weights(trace, spec: MetricsSpec) -> np.ndarray:
@@ -192,17 +216,19 @@ def request_weights(trace, spec: MetricsSpec) -> np.ndarray:
     counted = np.asarray(trace.arrival) >= spec.warmup_s
     if spec.cascade is not None and trace.cascade_fail is not None:
         n = len(trace)
-        ok = [cascade_lib.request_columns(trace, np.full(n, tier), spec.quality)["quality_ok"]
-              for tier in (TIER_LARGE, TIER_SMALL)]
+        ok = [
+            cascade_lib.request_columns(trace, np.full(n, tier), spec.quality)["quality_ok"]
+            for tier in (TIER_LARGE, TIER_SMALL)
+        ]
     else:
         ok = [metrics_lib.quality_outcome(trace, spec)[1]] * 2
-    return np.stack([np.where(counted & q, np.asarray(trace.output, np.float64), 0.0)
-                     for q in ok])
+    return np.stack([np.where(counted & q, np.asarray(trace.output, np.float64), 0.0) for q in ok])
 
 
 def soft_objective(rt: RequestTimes, wl: Workload, weights, counted, tg: SoftTargets, lam):
     """(f, attainment, Lagrangian) of one run's request times; see the module doc.
     weights [2, N]: `request_weights`; counted [N] bool: requests the metrics count."""
+
     def check(x, target):
         if target is None:
             return 1.0
@@ -213,8 +239,11 @@ def soft_objective(rt: RequestTimes, wl: Workload, weights, counted, tg: SoftTar
     first_s = jnp.where(completed, rt.first, arrival)
     finish_s = jnp.where(completed, rt.finish, arrival)
     tpot = jnp.where(n_out > 1, (finish_s - first_s) / jnp.maximum(n_out - 1, 1), 0.0)
-    q = (check(first_s - arrival, tg.slo_ttft_s) * check(tpot, tg.slo_tpot_s)
-         * check(finish_s - arrival, tg.slo_e2e_s))
+    q = (
+        check(first_s - arrival, tg.slo_ttft_s)
+        * check(tpot, tg.slo_tpot_s)
+        * check(finish_s - arrival, tg.slo_e2e_s)
+    )
     q = jnp.where(completed & counted, q, 0.0)
     useful = jnp.sum(q * jnp.where(rt.final_small, weights[1], weights[0]))
     usd = tg.usd_per_s * jnp.maximum(rt.end_s - tg.warmup_s, 0.0)
@@ -254,26 +283,30 @@ def objective_parts(rt: RequestTimes, wl: Workload, weights, counted, tg: SoftTa
     return jnp.stack(soft_objective(rt, wl, weights, counted, tg, lam))
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "tg", "point_map"),
-                   compiler_options=ops.COMPILER_OPTIONS)
+@functools.partial(
+    jax.jit, static_argnames=("cfg", "tg", "point_map"), compiler_options=ops.COMPILER_OPTIONS
+)
 def _per_scenario(z, wl, weights, counted, lam, base, cfg, tg, point_map):
     """Per scenario (wl leaves [S, N]): (f, attainment, Lagrangian) [S, 3] at z [d] and their
     forward-mode Jacobian [S, 3, d], 0 in the columns of DIFFERENCE_KEYS (no relaxed run
     moves their decisions)."""
-    tangent = np.array([k for k, dim in enumerate(point_map.dims)
-                        if dim.key not in DIFFERENCE_KEYS], np.int32)
+    tangent = np.array(
+        [k for k, dim in enumerate(point_map.dims) if dim.key not in DIFFERENCE_KEYS], np.int32
+    )
 
     def one(z, wl, weights, counted):
-        value = objective_parts(request_times(wl, point_map(z, base), cfg), wl, weights,
-                                counted, tg, lam)
+        value = objective_parts(
+            request_times(wl, point_map(z, base), cfg), wl, weights, counted, tg, lam
+        )
         return value, value
 
     def value_and_jacobian(wl, weights, counted):
         if tangent.size == 0:
             return one(z, wl, weights, counted)[0], jnp.zeros((3, z.shape[0]))
         # the value is the tangent run's primal: the loop runs once
-        jac, value = jax.jacfwd(lambda zt: one(z.at[tangent].set(zt), wl, weights, counted),
-                                has_aux=True)(z[tangent])
+        jac, value = jax.jacfwd(
+            lambda zt: one(z.at[tangent].set(zt), wl, weights, counted), has_aux=True
+        )(z[tangent])
         return value, jnp.zeros((3, z.shape[0]), jac.dtype).at[:, tangent].set(jac)
 
     return jax.vmap(value_and_jacobian)(wl, weights, counted)
@@ -291,15 +324,32 @@ def aggregate_scenarios(values, jac, aggregate: str = "mean", cvar_alpha: float 
     return values.mean(axis=0), jac.mean(axis=0)
 
 
-def per_scenario(z, wl: Workload, weights, counted, lam, base: Params, cfg: EngineConfig,
-                 tg: SoftTargets, point_map: PointMap):
+def per_scenario(
+    z,
+    wl: Workload,
+    weights,
+    counted,
+    lam,
+    base: Params,
+    cfg: EngineConfig,
+    tg: SoftTargets,
+    point_map: PointMap,
+):
     """(values [S, 3], Jacobian [S, 3, d]) of the smoothed (f, attainment, Lagrangian) at the
-    point z [d] on each scenario (wl leaves [S, N]), by forward mode through the relaxed run;
-    the columns of DIFFERENCE_KEYS are 0 (servetune/tuning/estimators/paired_difference.py estimates them).
-    `base`: unbatched Params the point modifies; `cfg`: a `relaxed_engine`. Compiled once per
+    point z [d] on each scenario (wl leaves [S, N]), by forward mode through the relaxed run; the
+    columns of DIFFERENCE_KEYS are 0 (servetune/tuning/estimators/paired_difference.py estimates
+    them). `base`: unbatched Params the point modifies; `cfg`: a `relaxed_engine`. Compiled once per
     (cfg, tg, point_map) and shapes: z, lam and every number in `base` are traced. Returns
     numpy arrays."""
-    values, jac = _per_scenario(jnp.asarray(z, jnp.float64), wl, jnp.asarray(weights),
-                                jnp.asarray(counted), jnp.asarray(lam, jnp.float64), base, cfg,
-                                tg, point_map)
+    values, jac = _per_scenario(
+        jnp.asarray(z, jnp.float64),
+        wl,
+        jnp.asarray(weights),
+        jnp.asarray(counted),
+        jnp.asarray(lam, jnp.float64),
+        base,
+        cfg,
+        tg,
+        point_map,
+    )
     return np.asarray(values), np.asarray(jac)
