@@ -23,7 +23,8 @@ def unknown_key(key: str, cfg: DictConfig) -> str | None:
     """A message when dotted `key` is not in `cfg` ("policy.max_num_seq: no such key; did you
     mean policy.max_num_seqs?"): the closest keys beside the first missing part, or the keys
     there are; None when the key exists (or lies under a value that is not a mapping)."""
-    node, path, parts = cfg, [], key.split(".")
+    node, parts = cfg, key.split(".")
+    path: list[str] = []
     for i, part in enumerate(parts):
         if not isinstance(node, DictConfig):
             return None

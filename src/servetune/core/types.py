@@ -214,8 +214,7 @@ class EngineConfig:
         return max(1, self.max_model_len // self.prefix_block_tokens)
 
 
-@struct.dataclass
-class PolicyParams:
+class PolicyParams(struct.PyTreeNode):
     """Tunable scheduler and admission parameters: traced float leaves, scalar or batched.
 
     Integer limits are continuous thresholds here and rounded only when exported.
@@ -260,8 +259,7 @@ class PolicyParams:
     #                                     (engine/neural.py; None = the linear score alone)
 
 
-@struct.dataclass
-class CostParams:
+class CostParams(struct.PyTreeNode):
     """Per-iteration step-time model and KV capacity of one instance: traced leaves.
 
     Roofline: max(flops / flops_rate, bytes / byte_rate) + overhead_s + all-reduce time.
@@ -285,15 +283,16 @@ class CostParams:
     per_attn_work_s: jnp.ndarray  # [] linear form: seconds per unit of attention work
     #                               (a new token x a context token it attends to)
     kv_blocks: jnp.ndarray  # [] KV-cache blocks of the instance (int)
-    link_bytes_per_s: jnp.ndarray = 25e9  # [] KV transfer bandwidth out of the instance
+    link_bytes_per_s: jnp.ndarray | float = 25e9  # [] KV transfer bandwidth out of the instance
     #                                       (disaggregation; default 200 Gb/s InfiniBand)
-    link_latency_s: jnp.ndarray = 1e-4  # [] fixed seconds per KV transfer
-    check_latency_s: jnp.ndarray = 0.0  # [] model cascade: seconds from a small answer's end to
+    link_latency_s: jnp.ndarray | float = 1e-4  # [] fixed seconds per KV transfer
+    check_latency_s: jnp.ndarray | float = (
+        0.0  # [] model cascade: seconds from a small answer's end to
+    )
     #                                     its check's verdict (a failed one is retried then)
 
 
-@struct.dataclass
-class Params:
+class Params(struct.PyTreeNode):
     """Everything traced that a scenario can vary without recompiling."""
 
     policy: PolicyParams
@@ -301,8 +300,7 @@ class Params:
     draft: CostParams | None = None  # the draft model's step cost (speculation), else None
 
 
-@struct.dataclass
-class Workload:
+class Workload(struct.PyTreeNode):
     """Arrival-sorted request arrays of one scenario, padded to N with arrival = +inf."""
 
     arrival: jnp.ndarray  # [N] f64 arrival time (seconds)
@@ -330,16 +328,14 @@ class Workload:
     timeline_dt: jnp.ndarray | None = None  # [] f64 seconds per timeline period
 
 
-@struct.dataclass
-class Timeline:
+class Timeline(struct.PyTreeNode):
     """A scenario's sampled timeline (engine.timeline_samples = T periods of
     Workload.timeline_dt seconds): per period and instance, the latest step that started in it."""
 
     samples: jnp.ndarray  # [T, I, 6] f64 TIMELINE_COLUMNS of that step (nan: no step started)
 
 
-@struct.dataclass
-class PrefixRefs:
+class PrefixRefs(struct.PyTreeNode):
     """Prefix caching (engine/prefix.py): the cached prompt blocks each entry's request uses."""
 
     ids: jnp.ndarray  # [A, Hp] i32 the request's full prompt block ids, -1 after
@@ -348,8 +344,7 @@ class PrefixRefs:
     next: jnp.ndarray  # [A] i32 next block to insert into the cache
 
 
-@struct.dataclass
-class RelaxTape:
+class RelaxTape(struct.PyTreeNode):
     """A relaxed engine's per-request tapes (engine.relax st/soft; servetune/grad), 0 on
     arrival."""
 
@@ -369,8 +364,7 @@ class RelaxTape:
     pre_tok: jnp.ndarray  # [A] f64 prompt tokens computed in its current prefill
 
 
-@struct.dataclass
-class SwapTape:
+class SwapTape(struct.PyTreeNode):
     """A relaxed priority order (engine.relax_order, engine/relaxed/swap.py): each request's latest
     admission and preemption; it leaves with the request's record (engine/outbox.py)."""
 
@@ -383,16 +377,14 @@ class SwapTape:
     victim_p: jnp.ndarray  # [A] f64 that pair's perturbation
 
 
-@struct.dataclass
-class CascadeEntries:
+class CascadeEntries(struct.PyTreeNode):
     """A model cascade (engine/cascade.py): each request's small-answer check and tier."""
 
     fail: jnp.ndarray  # [A] bool its small-model answer fails its check
     tier: jnp.ndarray  # [A] i32 TIER_LARGE / TIER_SMALL / TIER_RETRIED
 
 
-@struct.dataclass
-class Entries:
+class Entries(struct.PyTreeNode):
     """An instance's active set: running requests, the visible queue, finished records."""
 
     req: jnp.ndarray  # [A] i32 request id (index into the workload), -1 when empty
@@ -436,8 +428,7 @@ class Entries:
     priority: jnp.ndarray | None = None  # [A] i32 the request's fixed priority (lower first)
 
 
-@struct.dataclass
-class Outbox:
+class Outbox(struct.PyTreeNode):
     """Finished-request records since the host last collected them."""
 
     req: jnp.ndarray  # [R] i32 request id
@@ -464,8 +455,7 @@ class Outbox:
     victim_p: jnp.ndarray | None = None  # [R] f64 that pair's perturbation
 
 
-@struct.dataclass
-class Stats:
+class Stats(struct.PyTreeNode):
     """Running totals of one scenario."""
 
     steps: jnp.ndarray  # [] i32 iterations that computed tokens (idle clock jumps excluded)
@@ -497,8 +487,7 @@ class Stats:
     #                    computed, context tokens read, attention work (new tokens x context)
 
 
-@struct.dataclass
-class SimState:
+class SimState(struct.PyTreeNode):
     """The scan carry of one scenario."""
 
     clock: jnp.ndarray  # [I] f64 each instance's clock (seconds)
@@ -519,8 +508,7 @@ class SimState:
     timeline: Timeline | None = None  # engine.timeline_samples > 0 only
 
 
-@struct.dataclass
-class PrefixCache:
+class PrefixCache(struct.PyTreeNode):
     """The prefix-cache table of each instance (engine/prefix.py) and its running totals.
     C = engine.prefix_cache_entries slots, set-associative."""
 

@@ -92,6 +92,7 @@ def arrival_fields(e: Entries, take, read, wl, j, cfg: EngineConfig) -> dict:
     large)."""
     tier = jnp.where(is_small(j, cfg), TIER_SMALL, TIER_LARGE).astype(jnp.int32)
     c = e.cascade
+    assert c is not None  # the mechanism is on (a static switch)
     return {
         "cascade": CascadeEntries(
             fail=jnp.where(take, read(wl.cascade_fail), c.fail), tier=jnp.where(take, tier, c.tier)
@@ -102,6 +103,7 @@ def arrival_fields(e: Entries, take, read, wl, j, cfg: EngineConfig) -> dict:
 def to_retry(e: Entries, i, cfg: EngineConfig):
     """On a small instance, completed requests whose answer fails its check become RETRY
     (not delivered; the large pool will serve them). Returns (entries, how many)."""
+    assert e.cascade is not None  # the mechanism is on (a static switch)
     failed = (
         (e.status == DONE)
         & (e.end_state == COMPLETED)

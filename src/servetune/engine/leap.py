@@ -120,13 +120,17 @@ def next_arrival_of(wl: Workload, next_req, at, t_limit, cfg: EngineConfig) -> N
     cut at max_model_len as the arrival step cuts it, `t_limit` the run's limit once taken."""
     idx = jnp.clip(next_req, 0, wl.arrival.shape[0] - 1)
     prompt = wl.prompt[idx]
+    priority = None
+    if cfg.scheduling_policy == "priority":
+        assert wl.priority is not None  # the builder sets it under the priority policy
+        priority = wl.priority[idx]
     return NextArrival(
         req=next_req,
         at=at,
         prompt=prompt,
         output=jnp.minimum(wl.output[idx], jnp.maximum(cfg.max_model_len - prompt, 1)),
         predicted=wl.predicted[idx],
-        priority=wl.priority[idx] if cfg.scheduling_policy == "priority" else None,
+        priority=priority,
         t_limit=t_limit,
     )
 

@@ -61,6 +61,7 @@ def scheduling_order(e: Entries, t, pol: PolicyParams, by_priority: bool = False
     order, every waiting one by (its fixed priority, arrival), as vLLM's priority heap."""
     group = scheduling_group(e, by_priority)
     if by_priority:
+        assert e.priority is not None  # on: engine.scheduling_policy priority
         running = group == 0
         key = jnp.where(running, e.qkey, e.priority)
         return jnp.lexsort((e.req, jnp.where(running, 0.0, e.arrival), key, group))

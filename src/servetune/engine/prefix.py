@@ -156,6 +156,7 @@ def arrive(e: Entries, take, idx, next_req, wl) -> PrefixRefs:
         rows = ids[idx]
     t2 = take[:, None]
     r = e.prefix
+    assert r is not None  # the mechanism is on (a static switch)
     return PrefixRefs(
         ids=jnp.where(t2, rows, r.ids),
         slot=jnp.where(t2, -1, r.slot),
@@ -201,6 +202,7 @@ class Hits(NamedTuple):
 def kv_offset(e: Entries, pc: PrefixCache, cfg: EngineConfig):
     """Referenced cached blocks minus the requests' referenced blocks, in KV blocks: the
     scheduler's blocks in use are sum(e.blocks) + this."""
+    assert e.prefix is not None  # the mechanism is on (a static switch)
     b = blocks_per_prefix(cfg)
     return b * jnp.sum(pc.ref > 0, dtype=jnp.int32) - b * jnp.sum(
         jnp.where(e.status == RUNNING, e.prefix.n, 0), dtype=jnp.int32
@@ -211,6 +213,7 @@ def hits(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig) -> Hits:
     """Cache lookups for waiting requests and the KV view of running ones. The [A, Hp] work
     (gathers) runs only when needed: lookups when someone waits, the exclusive counts when
     the running requests' growth could exceed the free blocks (a preemption)."""
+    assert e.prefix is not None  # the mechanism is on (a static switch)
     b, t_blk = blocks_per_prefix(cfg), cfg.prefix_block_tokens
     waiting = e.status == WAITING
     running = e.status == RUNNING
@@ -228,6 +231,7 @@ def hits(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig) -> Hits:
 
     slots, evictable, n_hit, claim = jax.lax.cond(jnp.any(waiting), look, none)
     offset = kv_offset(e, pc, cfg)
+    shared = jnp.where(running, b * e.prefix.n, 0)
     grow = jnp.where(running, blocks_for(e.prompt + e.generated, cfg) - e.blocks, 0)
     tight = jnp.sum(grow) > kv_total - jnp.sum(e.blocks) - offset
 
@@ -243,8 +247,8 @@ def hits(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig) -> Hits:
         claim=claim,
         n_table=n_hit,
         evictable=evictable,
-        exclusive=jax.lax.cond(tight, exclusive, lambda: jnp.zeros_like(e.prefix.n)),
-        shared=jnp.where(running, b * e.prefix.n, 0),
+        exclusive=jax.lax.cond(tight, exclusive, lambda: jnp.zeros_like(shared)),
+        shared=shared,
         kv_offset=offset,
     )
 
@@ -254,6 +258,7 @@ def _leads(e: Entries, waiting, slots, found, evictable, cfg: EngineConfig):
     (blocks reused [A]: the leading run found, capped so that at least one token of the
     sequence is computed (vLLM: num_tokens - 1, in whole blocks); of them, the leading ones in
     the table `slots` [A, Hp] [A]; KV blocks taken from the `evictable` [A, Hp] cache [A])."""
+    assert e.prefix is not None  # the mechanism is on (a static switch)
     t_blk, width = cfg.prefix_block_tokens, e.prefix.ids.shape[1]
     cap = (e.prompt + e.generated - 1) // t_blk
     lead = jnp.sum(jnp.cumprod(found, axis=1), axis=1, dtype=jnp.int32)
@@ -280,6 +285,7 @@ def _pending(e: Entries, start, end, rank):
     them (a request reuses a block pending from a lower rank). At most MAX_INSERTS rows, in
     entry order (the rest are not found until inserted); a block pending twice keeps its
     lowest rank first."""
+    assert e.prefix is not None  # the mechanism is on (a static switch)
     a_n, width = e.req.shape[0], e.prefix.ids.shape[1]
     count = jnp.maximum(end - start, 0).astype(jnp.int32)
     csum = ops.cumsum(count, dtype=jnp.int32)
@@ -312,6 +318,7 @@ def settle(e: Entries, h: Hits, keep, alloc, rank, admission, cfg: EngineConfig)
     def with_pending(before: Hits, admit, chunk) -> Hits:
         """`h` with the blocks computed this iteration found too: the running requests', and
         those of the requests `admit` [A] taking `chunk` [A] tokens after `before`'s hits."""
+        assert e.prefix is not None  # the mechanism is on (a static switch)
         end = jnp.where(running, run_end, jnp.where(admit, full_of(before.cached + chunk), 0))
         start = jnp.where(running, e.prefix.next, before.n_hit)
 
@@ -388,6 +395,7 @@ def _evict_lru(pc: PrefixCache, n):
 def blocks_in_use(e: Entries, pc: PrefixCache, cfg: EngineConfig, blocks_sum=None):
     """KV blocks physically in use: the requests' private blocks plus every cached block.
     `blocks_sum`: sum(e.blocks) when it is known (e.g. a leap's peak)."""
+    assert e.prefix is not None  # the mechanism is on (a static switch)
     b = blocks_per_prefix(cfg)
     total = jnp.sum(e.blocks, dtype=jnp.int32) if blocks_sum is None else blocks_sum
     return (
@@ -414,6 +422,7 @@ def _keep_output_blocks(
     cache, as vLLM does with every full block it frees: re-admitted, the request finds them.
     (A running request inserts only its shareable prompt blocks; nobody else can find the
     others, so they enter the cache only when they can be found.) Returns (entries, cache)."""
+    assert e.prefix is not None  # the mechanism is on (a static switch)
     full = jnp.minimum(computed_before // cfg.prefix_block_tokens, cfg.prefix_width)
     due = preempted & (full > e.prefix.next)
     return jax.lax.cond(
@@ -441,6 +450,7 @@ def after_schedule(
     )
     pc = pc.replace(ref=ref, lookups=pc.lookups + lookup_counts(e, admitted, h.cached))
     r = e.prefix
+    assert r is not None  # the mechanism is on (a static switch)
     e = e.replace(
         prefix=r.replace(
             slot=jnp.where(admitted[:, None], jnp.where(in_hit, h.slots, -1), r.slot),
@@ -475,6 +485,7 @@ def lookup_counts(e: Entries, admitted, cached):
 def _insert(e: Entries, pc: PrefixCache, active, full, t):
     """Insert the blocks before `full` [A] that `active` [A] requests have not yet inserted
     (at most MAX_INSERTS, in entry order). Returns (entries, cache, deferred: more were due)."""
+    assert e.prefix is not None  # the mechanism is on (a static switch)
     width = e.prefix.ids.shape[1]
     a_n, c = e.req.shape[0], pc.ids.shape[0]
     pend = jnp.where(active, jnp.maximum(full - e.prefix.next, 0), 0).astype(jnp.int32)
@@ -523,6 +534,7 @@ def _insert(e: Entries, pc: PrefixCache, active, full, t):
     tried = jnp.clip(MAX_INSERTS - start, 0, pend)
     a_ok = jnp.where(ok, a, a_n)
     r = e.prefix
+    assert r is not None  # the mechanism is on (a static switch)
     e = e.replace(
         prefix=r.replace(
             slot=r.slot.at[a_ok, j].set(slot, mode="drop"),
@@ -536,6 +548,7 @@ def _insert(e: Entries, pc: PrefixCache, active, full, t):
 def after_advance(e: Entries, completed, pc: PrefixCache, t_end, cfg: EngineConfig):
     """End of an iteration: newly computed full prompt blocks enter the cache, then completed
     requests release theirs. Returns (entries, cache, deferred: blocks left to insert)."""
+    assert e.prefix is not None  # the mechanism is on (a static switch)
     active = (e.status == RUNNING) | completed
     full = _full_prompt_blocks(e, e.computed, cfg)
     due = active & (full > e.prefix.next)

@@ -53,8 +53,7 @@ from servetune.engine.speculation import draft_tokens
 _NO_BUDGET = 2**30
 
 
-@struct.dataclass
-class Batch:
+class Batch(struct.PyTreeNode):
     """What one iteration computes, per entry in scheduling order."""
 
     tokens: jnp.ndarray  # [A] i32 tokens computed for each entry this iteration
@@ -314,8 +313,7 @@ def _scheduled_entries(
     return es
 
 
-@struct.dataclass
-class _Admission:
+class _Admission(struct.PyTreeNode):
     """One admission pass, per entry in scheduling order."""
 
     admit: jnp.ndarray  # [A] bool waiting entries admitted

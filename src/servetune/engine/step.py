@@ -21,6 +21,7 @@ from servetune.core.types import (
     EngineConfig,
     Entries,
     Params,
+    PrefixCache,
     SimState,
     Workload,
 )
@@ -34,7 +35,7 @@ from servetune.engine.leap import NextArrival, leap, next_arrival_of, takes_arri
 from servetune.engine.order import priority, scheduling_order
 from servetune.engine.relaxed import pace, swap
 from servetune.engine.relaxed.shift import admission_shift
-from servetune.engine.scheduler import new_blocks, schedule, token_budget, wanted_tokens
+from servetune.engine.scheduler import Batch, new_blocks, schedule, token_budget, wanted_tokens
 
 
 def batch_cost(es, batch, params: Params, cfg: EngineConfig, totals=None):
@@ -49,6 +50,7 @@ def batch_cost(es, batch, params: Params, cfg: EngineConfig, totals=None):
         new_prompt = jnp.sum(jnp.where(batch.decode, 0, toks))
         decode_ctx = jnp.sum(jnp.where(batch.decode, es.computed, 0))
         k = speculation.relaxed_draft_tokens(params.policy, cfg.relax)  # the integer k if hard
+        assert params.draft is not None  # on: speculation
         dur = dur + speculation.draft_time(params.draft, cfg, k, new_prompt, decode, decode_ctx)
     return dur
 
@@ -158,6 +160,7 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
         "dur": jnp.where(state.done, 0.0, it.dur),
         "tokens": jnp.where(state.done, 0, it.batch.tokens),
     }
+    assert it.adv.batch_req is not None  # the full iteration's
     info["req"] = jnp.where(info["tokens"] > 0, it.adv.batch_req, -1)
     info["preempted"] = jnp.where(it.batch.preempted & ~state.done, it.adv.batch_req, -1)
     return new, info
@@ -170,7 +173,7 @@ class Iteration(NamedTuple):
     `conclude` finishes the step from it."""
 
     a: Arrived
-    batch: object
+    batch: Batch
     totals: tuple
     dur: jnp.ndarray
     adv: Advanced
@@ -192,7 +195,7 @@ class Arrived(NamedTuple):
     after arrivals, and whether the priority order can matter (`sort`)."""
 
     t: jnp.ndarray
-    e: Entries
+    e: Entries | None  # [A] after arrivals; None once scheduled (conclude does not read it)
     next_req: jnp.ndarray
     outside: jnp.ndarray
     n_arrived: jnp.ndarray
@@ -307,8 +310,8 @@ class _Scheduled(NamedTuple):
     (None without prefix caching) and the KV blocks in use the scheduler saw."""
 
     e: Entries
-    batch: object
-    pc: object
+    batch: Batch
+    pc: PrefixCache | None
     kv_used: jnp.ndarray
 
 
@@ -320,14 +323,14 @@ class Advanced(NamedTuple):
     running requests."""
 
     e: Entries
-    gaps: tuple
+    gaps: jnp.ndarray  # [A] f64 the inter-token gaps the iteration made (seconds)
     completed: jnp.ndarray
     n_retry: jnp.ndarray
-    pc: object
+    pc: PrefixCache | None
     kv_used: jnp.ndarray
     insertions_due: jnp.ndarray
-    batch_req: jnp.ndarray
-    generated0: jnp.ndarray
+    batch_req: jnp.ndarray | None  # None from the simple step, whose conclude does not read it
+    generated0: jnp.ndarray | None
     n_running: jnp.ndarray
 
 
@@ -349,19 +352,19 @@ class _Skipped(NamedTuple):
     seconds, decode tokens, completions and the gap increments of the whole step."""
 
     e: Entries
-    pc: object
+    pc: PrefixCache | None
     t_end: jnp.ndarray
     n_leap: jnp.ndarray
-    busy_s: jnp.ndarray
+    busy_s: jnp.ndarray | float
     tokens: jnp.ndarray
     n_completed: jnp.ndarray
     kv_used: jnp.ndarray
-    gaps: tuple
-    ctx_read: jnp.ndarray  # context tokens the run's iterations read, summed
-    early_s: jnp.ndarray  # request-seconds the run's completions left before t_end
+    gaps: tuple  # (values, weights) of the inter-token gaps
+    ctx_read: jnp.ndarray | float  # context tokens the run's iterations read, summed
+    early_s: jnp.ndarray | float  # request-seconds the run's completions left before t_end
     taken: jnp.ndarray  # arrivals the run took in (0 or 1)
     prefill_tokens: jnp.ndarray  # prompt tokens the run computed (a taken arrival's)
-    attn_work: jnp.ndarray  # attention work of the run's iterations
+    attn_work: jnp.ndarray | float  # attention work of the run's iterations
     max_running: jnp.ndarray  # most requests running in one of the run's iterations
 
 
@@ -412,8 +415,10 @@ def conclude(
     )
     new = _commit(state, wl, a, e, box, stats, run, when, i, cfg)
     if cfg.prefix_cache:
+        assert state.prefix is not None and run.pc is not None  # on: prefix_cache
         new = new.replace(prefix=prefix_lib.store(state.prefix, run.pc, cfg, i))
     if cfg.timeline_samples > 0:  # engine/timeline.py: off, it costs nothing
+        assert state.timeline is not None  # on: timeline_samples
         new = new.replace(
             timeline=timeline.record(
                 state.timeline,
@@ -433,13 +438,14 @@ def _remote_horizon(a: Arrived, state: SimState, params: Params, cfg: EngineConf
     """[] the earliest time another instance can send this one work (seconds; inf when none):
     a prefill instance's hand-off (disaggregation), a retry from the small pool (cascade).
     Event skipping on a receiving instance stops before it."""
-    horizon = jnp.inf
+    horizon: jnp.ndarray | float = jnp.inf
+    every = a.entries_all  # several instances: routing keeps every instance's entries
     if cfg.prefill_instances > 0:
-        horizon = jnp.minimum(horizon, disagg.handoff_horizon(a.entries_all, state.clock, cfg))
+        assert every is not None
+        horizon = jnp.minimum(horizon, disagg.handoff_horizon(every, state.clock, cfg))
     if cfg.cascade_small_instances > 0:  # (needs every instance's cost params)
-        horizon = jnp.minimum(
-            horizon, cascade.retry_horizon(a.entries_all, state.clock, params.cost, cfg)
-        )
+        assert every is not None
+        horizon = jnp.minimum(horizon, cascade.retry_horizon(every, state.clock, params.cost, cfg))
     return horizon
 
 
@@ -450,6 +456,7 @@ def _schedule_phase(
     evictions, the finish time of requests the scheduler ended, speculative verification."""
     pc = None
     if cfg.prefix_cache:  # engine/prefix.py: lookups before, references and eviction after
+        assert e.prefix is not None and state.prefix is not None  # on: prefix_cache
         pc = prefix_lib.instance(state.prefix, i)
         if cfg.abandonment:  # requests that gave up at t release their cached blocks
             e, pc = prefix_lib.release(e, pc, (e.status == DONE) & (e.prefix.n > 0), t)
@@ -514,6 +521,7 @@ def _advance_phase(
         e, n_retry = cascade.to_retry(e, i, cfg)
     insertions_due = jnp.asarray(False)
     if cfg.prefix_cache:  # blocks computed enter the cache; completed requests release theirs
+        assert pc is not None
         e, pc, insertions_due = prefix_lib.after_advance(e, completed, pc, t + dur, cfg)
     return Advanced(
         e,
@@ -598,10 +606,14 @@ def _skip_phase(
     n_completed = jnp.sum(adv.completed, dtype=jnp.int32)
     zero = jnp.zeros((), jnp.int32)
     if cfg.leap_max > 0 and not cfg.speculation:
-        kv_offset = prefix_lib.kv_offset(e, pc, cfg) if cfg.prefix_cache else None
+        kv_offset = None
+        if cfg.prefix_cache:
+            assert pc is not None
+            kv_offset = prefix_lib.kv_offset(e, pc, cfg)
         run = leap(e, t_next, t_limit, params, cfg, kv_offset, arrival)
         e, t_end, n_leap, leap_blocks = run.e, run.t_end, run.k, run.kv_peak
         if cfg.prefix_cache:
+            assert pc is not None
             e, pc, leap_blocks = prefix_lib.after_leap(
                 e, run.completed, leap_blocks, pc, t_end, params.cost.kv_blocks, cfg
             )
@@ -727,6 +739,7 @@ def _account(
     )
     if cfg.speculation:
         drafted = batch.decode & (batch.tokens > 1)
+        assert adv.generated0 is not None  # the full iteration's (no simple step here)
         emitted = jnp.where(drafted, adv.e.generated - adv.generated0, 0)
         stats = stats.replace(
             spec_passes=st.spec_passes + jnp.sum(drafted),

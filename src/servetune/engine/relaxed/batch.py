@@ -35,6 +35,7 @@ def relaxed_batch(
     those positions are not owed back (a longer draft is more work, not work moved). Returns
     the Batch fields weight, admit_z, admitted, debt and gain (the prompt tokens the relaxed
     budget adds to a request's progress: engine/relaxed/pace.py)."""
+    assert es.relaxed is not None  # the mechanism is on (a static switch)
     mode, tau = cfg.relax, cfg.relax_temperature
     need, decoding, keep = run.need, run.decoding, run.keep
     need_w, want, kv_margin, admit = adm.need_w, adm.want, adm.kv_margin, adm.admit
@@ -80,7 +81,7 @@ def relaxed_batch(
     gain = jnp.where(prefilling, alloc, jnp.where(admit, chunk, 0.0)) - jnp.where(
         prefilling | admit, tokens, 0
     )
-    drafts = 0.0
+    drafts: jnp.ndarray | float = 0.0
     if cfg.speculation:  # decodes granted their whole ask verify 1 + k positions
         k, k_rel = draft_tokens(pol), relaxed_draft_tokens(pol, mode)
         room_len = jnp.maximum(cfg.max_model_len - es.computed, 1)

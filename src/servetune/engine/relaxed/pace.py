@@ -78,6 +78,7 @@ def progress_shift(e: Entries, gain, tokens, phase, preempted, generated0, share
     its shift. Decoding entries add `spec_s` [A] (`speculation_gain_s`). Progress of a
     `preempted` [A] entry is dropped with its KV. `generated0` [A]: output tokens before."""
     r = e.relaxed
+    assert r is not None  # the mechanism is on (a static switch)
     ahead = r.ahead + jnp.where(phase, gain, 0.0)
     pre_s = r.pre_s + jnp.where(phase, share_s, 0.0)
     pre_tok = r.pre_tok + jnp.where(phase, tokens, 0).astype(jnp.float64)

@@ -36,8 +36,10 @@ def init_tape(shape, like) -> RelaxTape:
     )
 
 
-def reset_tape(tape: RelaxTape, take) -> RelaxTape:
-    """`tape` with the entries where `take` [A] holds (new arrivals) at 0."""
+def reset_tape(tape: RelaxTape | None, take) -> RelaxTape:
+    """`tape` (present: a relaxed engine) with the entries where `take` [A] holds (new
+    arrivals) at 0."""
+    assert tape is not None
     return tape.replace(
         **{f.name: jnp.where(take, 0.0, getattr(tape, f.name)) for f in dataclasses.fields(tape)}
     )
@@ -51,6 +53,7 @@ def admission_shift(e: Entries, batch: Batch, generated0, completed, t, dur):
     completed in it. (The iteration ends no waiting request, so those WAITING now are the ones
     the schedule left waiting.)"""
     z, admitted, r = batch.admit_z, batch.admitted, e.relaxed
+    assert r is not None and z is not None and admitted is not None  # on: a relaxed engine
     still_waiting = e.status == WAITING
     shift = r.shift + jnp.where(admitted, r.wait_zt - r.wait_z * t - z * dur, 0.0)
     first_now = (generated0 == 0) & (e.generated > 0)

@@ -63,8 +63,10 @@ def init_tape(shape, like) -> SwapTape:
     return SwapTape(**{f.name: full(f) for f in _RECORDS})
 
 
-def reset_tape(tape: SwapTape, take) -> SwapTape:
-    """`tape` with the entries where `take` [A] holds (new arrivals) as nobody admitted."""
+def reset_tape(tape: SwapTape | None, take) -> SwapTape:
+    """`tape` (present: a relaxed order) with the entries where `take` [A] holds (new
+    arrivals) as nobody admitted."""
+    assert tape is not None
 
     def reset(f):
         x = getattr(tape, f.name)
@@ -141,6 +143,7 @@ def record_victims(e: Entries, victim_of, victim_p, t):
     """Entries with the preemption time t (seconds) and pair of the entry where `victim_of`
     [A] names a kept request recorded."""
     hit, tape = victim_of >= 0, e.swap
+    assert tape is not None  # the mechanism is on (a static switch)
     return e.replace(
         swap=tape.replace(
             preempted_at=jnp.where(hit, t, tape.preempted_at),
@@ -154,6 +157,7 @@ def record(e: Entries, admitted, swap_req, swap_p, t):
     """Entries with the admission time t (seconds) and partners of each `admitted` [A]
     entry recorded."""
     a, tape = admitted[:, None], e.swap
+    assert tape is not None  # the mechanism is on (a static switch)
     return e.replace(
         swap=tape.replace(
             admitted_at=jnp.where(admitted, t, tape.admitted_at),
