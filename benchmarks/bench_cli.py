@@ -1,8 +1,8 @@
-"""How fast the command line answers, side by side with the default simulation (issue 40 item
-5): `servetune --help`, each command's `--help`, a typo'd key, and `import servetune`, each as
-a fresh process, against `servetune simulate` on the embedded default (the README's first
-command). Processes are alternated and each figure is the fastest of --repeats, so the shared
-machine's load hits every command alike; ratios are what to compare across machines.
+"""How fast the command line answers, side by side with the default simulation: `servetune --help`,
+each command's `--help`, a typo'd key, and `import servetune`, each as a fresh process, against
+`servetune simulate` on the embedded default (the README's first command). Processes are alternated
+and each figure is the fastest of --repeats, so the shared machine's load hits every command alike;
+ratios are what to compare across machines.
 
     python benchmarks/bench_cli.py              # 3 rounds
     python benchmarks/bench_cli.py --repeats 5

@@ -1,5 +1,5 @@
 """The simulator's speed on whatever device JAX sees, one scenario and batches, and side by side
-with a git revision (issue 39's targets).
+with a git revision.
 
     python benchmarks/bench_device.py                          # this tree, every row (~10 min)
     python benchmarks/bench_device.py --baseline bf604a6       # and a revision, alternated

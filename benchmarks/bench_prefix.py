@@ -1,4 +1,4 @@
-"""Prefix caching on the Mooncake traces (issue 4 item 4): hit rate against the trace's own
+"""Prefix caching on the Mooncake traces: hit rate against the trace's own
 prefix reuse, and TTFT with caching on vs off.
 
     python benchmarks/bench_prefix.py                      # synthetic 300 s, ~2-3 min on 2 cores

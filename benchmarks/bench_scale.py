@@ -1,4 +1,4 @@
-"""Scale benchmark (issue 7): one command, one table, one JSON file.
+"""Scale benchmark: one command, one table, one JSON file.
 
     python benchmarks/bench_scale.py                        # default: under ~10 min on 2 cores
     python benchmarks/bench_scale.py --skip one,length,shard --batches 1024,4096 --slice-s 10
@@ -59,7 +59,7 @@ POISSON = [
 QUIET = ["output.progress=false"]
 
 # Vidur (MLSys'24) on a 2-core machine, vLLM scheduler, Llama-3-8B on one A100, caches warm
-# (figures as quoted in issue 7).
+# (the figures Vidur's paper reports).
 VIDUR = {
     "poisson_10k_process_s": 19.1,
     "poisson_10k_event_loop_s": 11.5,

@@ -1,4 +1,4 @@
-"""Sim-to-real tuning check (issue 24 item 5, issue 20 item 3): does a policy servetune tunes
+"""Sim-to-real tuning check: does a policy servetune tunes
 in simulation change a real vLLM engine's goodput the way the simulator says it will?
 
     OMP_NUM_THREADS=1 nice -n 5 python benchmarks/bench_sim2real.py --out /tmp/sim2real \

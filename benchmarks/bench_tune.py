@@ -12,7 +12,7 @@ the grid) under --out.
     python benchmarks/bench_tune.py                  # grid (cached in --out) + tuning
     python benchmarks/bench_tune.py --grid-only      # or --tune-only: one half, cached
 
-Distribution mode (issue 24 item 4). Training distribution: R seeded replicas (--replicas,
+Distribution mode. Training distribution: R seeded replicas (--replicas,
 default 4) of short slices of the same trace at 4x (--slice-s seconds of the trace, default
 120, i.e. 30 s of arrivals; a window shifted by U(0, 1800) s and a 30 s circular block
 bootstrap per seed), drain 60 s. Grid: 1,050 points over five knobs (max_num_seqs x
@@ -669,7 +669,7 @@ def parse_args() -> argparse.Namespace:
     )
     ap.add_argument("--iterations", type=int, default=7, help="ES iterations (default mode)")
     ap.add_argument("--pairs", type=int, default=3, help="ES antithetic pairs per iteration")
-    dist = ap.add_argument_group("distribution mode (issue 24 item 4)")
+    dist = ap.add_argument_group("distribution mode")
     dist.add_argument(
         "--distribution",
         action="store_true",

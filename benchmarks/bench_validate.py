@@ -1,4 +1,4 @@
-"""Prediction accuracy against a real vLLM engine (issue 20's first target): after calibrating
+"""Prediction accuracy against a real vLLM engine: after calibrating
 on one observed run, are the mean and P90 of TTFT and E2E that servetune predicts for a
 held-out trace slice within max(10%, 2x the noise floor) of the observed ones, at up to 70%
 load?

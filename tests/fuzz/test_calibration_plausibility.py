@@ -1,4 +1,4 @@
-"""Calibration input plausibility (issue 41, "silent acceptance": coefficients of 1e+-300
+"""Calibration input plausibility ("silent acceptance": coefficients of 1e+-300
 written): a measured iteration outside [1 us, 1 h] is in another unit or corrupt, and is refused
 by file, line and column, for the CSV reader and a DataFrame given to the Python API alike;
 the command then writes nothing."""

@@ -1,5 +1,5 @@
 """Damaged, foreign and mismatched tuning checkpoints: a CheckpointError naming the file and
-what is wrong, never a traceback (issue 23 item 2); a checkpoint holding NaN or infinities is
+what is wrong, never a traceback; a checkpoint holding NaN or infinities is
 strict JSON that reads back bit for bit. No simulation runs here."""
 
 import json
@@ -87,7 +87,7 @@ def _theta(data):
     return lambda doc: doc["theta"].update(data=data, shape=[len(data)])
 
 
-# well-formed JSON holding fields of the wrong type, shape or range (issue 23 audit item 1)
+# well-formed JSON holding fields of the wrong type, shape or range
 DAMAGE.update(
     {
         "theta one longer": (

@@ -1,4 +1,4 @@
-"""Issue 41's silent acceptances, with hand-made values (no simulation runs here): a tuned value
+"""Silent acceptances, with hand-made values (no simulation runs here): a tuned value
 that vLLM's startup checks moved outside its tune.space range is exported with a warning naming
 the knob, the value, the range and the check; `servetune validate` counts the NaN or infinite
 latencies it leaves out and names both inputs of every comparison it refuses."""

@@ -1,6 +1,6 @@
 """Damaged golden fixtures are GoldenErrors naming the file and the section, and a fixture
 whose engine settings servetune refuses ends `servetune golden --check` with exit 2 and the
-message, never a KeyError or a traceback (issue 41)."""
+message, never a KeyError or a traceback."""
 
 import gzip
 import json

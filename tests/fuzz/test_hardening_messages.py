@@ -1,5 +1,5 @@
 """Values in error messages read as the user wrote them: `got 0`, not numpy's `array([0.])` or
-`np.float64(0.0)` (issue 23 audit item 6). No simulation runs here."""
+`np.float64(0.0)`. No simulation runs here."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Tune settings refused before any simulation (issue 23 audit): tuned priority-score keys the
+"""Tune settings refused before any simulation: tuned priority-score keys the
 configured policy never reads, named with what would make them act. checked_config only; no
 simulation runs here."""
 

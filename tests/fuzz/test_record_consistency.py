@@ -1,4 +1,4 @@
-"""Imported records whose requests contradict each other (issue 41 item 3): each importer
+"""Imported records whose requests contradict each other: each importer
 (`observe --import-bench`, `--import-otel`) refuses them through one shared check
 (validate/record_checks.py) with the exact message naming the record, its fields and values,
 and writes nothing; records that only look odd (a one-token answer, failed requests with

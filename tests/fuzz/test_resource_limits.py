@@ -1,4 +1,4 @@
-"""Resource limits (issue 23 item 11): sizes the validator allows but this machine cannot hold
+"""Resource limits: sizes the validator allows but this machine cannot hold
 are refused before anything is allocated, with the estimate, the limit and the keys."""
 
 import re

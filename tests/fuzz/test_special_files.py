@@ -1,4 +1,4 @@
-"""Special files and paths (issue 23 item 9): a FIFO (opening one blocks: a hang), a device, a
+"""Special files and paths: a FIFO (opening one blocks: a hang), a device, a
 directory where a file is expected, `~nosuchuser/...`, an output folder under a file. Each is
 an error naming the file or key; none is opened, so none can hang. (Config keys holding such
 paths: tests/fuzz/manifest.yaml, "special paths".)"""

@@ -1,5 +1,5 @@
 """An output or input folder inside a loop of symbolic links is named, never an OSError or
-RuntimeError traceback (issue 41): inputs.expand checks every path a command takes, and the
+RuntimeError traceback: inputs.expand checks every path a command takes, and the
 dispatcher checks hydra.run.dir / hydra.sweep.dir before Hydra starts."""
 
 import subprocess

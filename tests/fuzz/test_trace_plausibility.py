@@ -1,4 +1,4 @@
-"""Two kinds of trace the readers once accepted silently (issue 41 item 4): a file matching more
+"""Two kinds of trace the readers once accepted silently: a file matching more
 than one known format (read as whichever came first), and numeric arrivals in the wrong unit
 (microsecond epochs read as seconds: times 54 million years long). Each is refused with the
 file, what it matches or the unit and value, and how to choose; each real format alone, epochs

@@ -1,5 +1,5 @@
 """Wrong types through the Python keywords, the tuner's arguments and the command line end in
-an error naming the key and what it takes, never a traceback (issue 41, "uncaught
+an error naming the key and what it takes, never a traceback ("uncaught
 exceptions"): the root fix is one check where each kind of value enters (overrides.py for
 keywords naming a config group, suggest.check_overrides for the command line,
 split_overrides.workload_lists for tune.workloads, tuning.tune for its own arguments)."""
@@ -97,7 +97,7 @@ def test_the_tuners_own_arguments_are_checked_first(kwargs, match, tmp_path):
     ],
 )
 def test_an_added_key_nothing_reads_is_refused_like_an_unknown_one(override, message):
-    """Issue 41: unknown +workload.replicas.* keys were accepted where +policy.* are refused;
+    """Unknown +workload.replicas.* keys were accepted where +policy.* are refused;
     from Python keywords (api.compose) and the command line alike."""
     with pytest.raises(ConfigError, match=message.replace("+", r"\+").replace(".", r"\.")):
         servetune.compose([override])
@@ -129,7 +129,7 @@ def test_added_keys_that_are_read_still_compose(override):
     ["tune.dual.learning_rate=1e300", "tune.dual.lambda_init=1e300", "tune.dual.lambda_init=inf"],
 )
 def test_a_multiplier_that_would_overflow_is_refused_by_key(override):
-    """Issue 41: history.csv held lambda = inf after a huge dual step."""
+    """history.csv held lambda = inf after a huge dual step."""
     key = override.split("=")[0]
     expected = r"a finite number" if "inf" in override else r"within \[0, 1000000000.0\]"
     with pytest.raises(ConfigError, match=rf"{key}: got .*; expected {expected}"):
@@ -138,7 +138,7 @@ def test_a_multiplier_that_would_overflow_is_refused_by_key(override):
 
 @pytest.mark.parametrize("value", ["1e300", "2e9", "inf"])
 def test_a_drain_limit_beyond_any_run_is_refused(value):
-    """Issue 41: window.drain_s=1e300 was accepted (durations are bounded at 1e9 s)."""
+    """window.drain_s=1e300 was accepted (durations are bounded at 1e9 s)."""
     from servetune.config.scenario import build
 
     with pytest.raises(ConfigError, match=r"window.drain_s: got .*; expected"):

@@ -1,4 +1,4 @@
-"""The Python API (issue 22 item 7): keyword settings go through the same config reader as
+"""The Python API: keyword settings go through the same config reader as
 Hydra strings, a result prints as one short line, and every scenario's requests come back as
 one table with the seed and grid values that made them."""
 

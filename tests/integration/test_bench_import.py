@@ -110,7 +110,7 @@ def test_not_a_bench_result_is_refused_and_nothing_is_written(tmp_path, capsys):
         assert "error: " in capsys.readouterr().err and not out.exists()
 
 
-# Each of these once raised OverflowError or was read as something it is not (issue 23).
+# Each of these once raised OverflowError or was read as something it is not.
 INDENTED = json.dumps(BENCH, indent=1)  # one key per line: line numbers say where
 
 
@@ -182,7 +182,7 @@ def test_a_repeated_key_is_named_by_its_line(tmp_path):
 
 
 def test_a_reimport_replaces_the_set_and_another_format_is_refused(tmp_path, capsys):
-    """Issue 41: a stale import file stayed beside a new import. An import's files are one set
+    """A stale import file stayed beside a new import. An import's files are one set
     (run_folder.publish); a folder holding another format's import is refused."""
     from servetune.run import run_folder
 

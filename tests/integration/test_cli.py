@@ -272,7 +272,7 @@ HEAVY = ("jax", "scipy", "pandas", "hydra", "matplotlib", "plotly", "optax")
     ],
 )
 def test_help_and_bad_commands_answer_without_loading_the_simulator(argv):
-    """Issue 40 item 5: `servetune --help`, an unknown command and a bad output folder answer
+    """`servetune --help`, an unknown command and a bad output folder answer
     without loading JAX, scipy, pandas, Hydra or the plotting libraries (python -X importtime
     lists every module a process imports)."""
     proc = subprocess.run(
@@ -321,7 +321,7 @@ def test_importing_servetune_is_light_and_its_names_load_on_use():
     ],
 )
 def test_a_typo_gets_did_you_mean_before_hydra_or_jax_start(override, message):
-    """Issue 40 item 4: the CLI names the closest key or choice (suggest.py) and exits 2,
+    """The CLI names the closest key or choice (suggest.py) and exits 2,
     without Hydra's "+key" advice and without loading JAX."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "servetune.cli.main", "simulate", override],

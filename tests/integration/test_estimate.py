@@ -1,5 +1,5 @@
 """The first line of a run says what it simulates and about how long it will take on this
-machine (issue 40 item 8), from the pace of the runs before it (servetune/run/estimate.py)."""
+machine, from the pace of the runs before it (servetune/run/estimate.py)."""
 
 import json
 
@@ -34,7 +34,7 @@ def test_the_estimate_divides_the_requests_by_the_recent_rates(tmp_path):
 
 
 def test_each_instance_count_keeps_its_own_pace(tmp_path):
-    """Issue 41: 19 requests on 1,024 instances took 132 s where the one-instance pace said
+    """19 requests on 1,024 instances took 132 s where the one-instance pace said
     5 s; a run's time per request grows with its instances, so each count has its record."""
     path = tmp_path / "pace.json"
     estimate.record(19, 5.0, path, kind=estimate.simulate_kind(1))

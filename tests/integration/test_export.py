@@ -420,7 +420,7 @@ def test_the_console_shows_the_policy_as_exported():
 
 
 def test_a_value_moved_outside_its_tuned_range_is_warned_of(tmp_path):
-    # issue 41: the tuner raised the budget to max_num_seqs (vLLM's startup check) above the
+    # the tuner raised the budget to max_num_seqs (vLLM's startup check) above the
     # top of its range; the export keeps what vLLM needs and says so
     moved = {**TUNED, "max_num_seqs": 1536.0, "max_num_batched_tokens": 1536.0}
     ranges = {

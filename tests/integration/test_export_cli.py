@@ -1,4 +1,4 @@
-"""`servetune export DIR [--point K=V] [--out OUT]` (issue 22 item 5): any run or sweep point
+"""`servetune export DIR [--point K=V] [--out OUT]`: any run or sweep point
 (grid, multirun, tune) to the policy YAML and the vLLM / SGLang files, the point chosen by
 --point filters and then by the tuner's order within one condition."""
 
@@ -119,7 +119,7 @@ def test_a_tuning_run_exports_its_best_policy(grid, tmp_path):
 
 
 def test_a_summary_written_by_the_tuner_exports_its_unlimited_values(grid, tmp_path):
-    """Issue 40 item 1: tune_summary.json spells an unlimited queue cap "inf" (files.jsonable,
+    """tune_summary.json spells an unlimited queue cap "inf" (files.jsonable,
     vLLM's own spelling); the export reads it back as unlimited, not as bad input."""
     tuned = tmp_path / "tuned"
     tuned.mkdir()
@@ -148,7 +148,7 @@ def _tuned_with(grid, folder, best: dict, **config) -> None:
 
 
 def test_a_budget_vllm_raised_past_its_tuned_range_is_warned_of(grid, tmp_path):
-    # issue 41: with chunked prefill off vLLM needs the budget >= max_model_len; the tuner
+    # with chunked prefill off vLLM needs the budget >= max_model_len; the tuner
     # projected it there, above tune.space's top, and the export says so
     _tuned_with(
         grid,

@@ -1,4 +1,4 @@
-"""Quantization end to end (issue 4, item 2): 16 -> 4-bit weights free the memory the closed form
+"""Quantization end to end: 16 -> 4-bit weights free the memory the closed form
 says for KV, decode iterations shorten as the bandwidth model says, and the quality model lowers
 goodput as configured -- paired across precisions by common random numbers."""
 

@@ -1,4 +1,4 @@
-"""Every command the README shows, run as a user would type it (issue 22 item 1).
+"""Every command the README shows, run as a user would type it.
 
 The README's shell commands are read from its ```bash blocks (continuation lines joined, comments
 dropped, `&&` chains split) and its Python snippet from its ```python block. Each one must have an

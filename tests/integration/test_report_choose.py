@@ -1,4 +1,4 @@
-"""`servetune report` answers which setting and why (issue 22 item 4): the best setting per
+"""`servetune report` answers which setting and why: the best setting per
 workload condition by the tuner's order, the Pareto front, latency CDFs in ms, a run's
 timeline (or how to get one), and intervals that carry no information said so.
 
@@ -542,7 +542,7 @@ def test_an_output_override_is_not_a_point_key(tmp_path):
 
 @pytest.mark.parametrize("key", ["policy.max_num_seq", "workload.rat", "engine.block_size"])
 def test_a_setting_no_run_has_is_refused_naming_the_keys(made, tmp_path, key):
-    """Issue 41: `report --setting` with a typo left the key a condition without a word."""
+    """`report --setting` with a typo left the key a condition without a word."""
     root, _, _ = made
     with pytest.raises(
         ReportError,
@@ -555,7 +555,7 @@ def test_a_setting_no_run_has_is_refused_naming_the_keys(made, tmp_path, key):
 
 
 def test_a_sweep_beside_a_lone_run_reports_the_key_it_did_not_set(tmp_path):
-    """Issue 41: a report over a multirun plus a lone run (which set neither swept key) failed
+    """A report over a multirun plus a lone run (which set neither swept key) failed
     in the figures ('nan' is not in list) after writing its tables; the lone run is the
     category "(not set)", and the set is written whole."""
     root = tmp_path / "runs"

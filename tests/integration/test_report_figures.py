@@ -1,4 +1,4 @@
-"""Report figures that read at a glance (issue 40 item 3): tied settings share one label and no
+"""Report figures that read at a glance: tied settings share one label and no
 label overprints another on the Pareto fronts; log axes tick at 1-2-5 steps with plain
 labels; the timeline's legend names its line styles; convergence.png has no offset axis and
 does not magnify float noise; report.html stays small (one plotly.js, decimated series).

@@ -1,4 +1,4 @@
-"""Per-request admission columns of requests.parquet (issue 22 item 3): the first-scheduled time
+"""Per-request admission columns of requests.parquet: the first-scheduled time
 (vLLM's scheduled timestamp), the queueing delay (vLLM's time_in_queue: first scheduled minus
 arrival) and why a rejected request was rejected."""
 

@@ -1,4 +1,4 @@
-"""One run per output folder and outputs as a set (issue 41 items 1 and 2): a folder another
+"""One run per output folder and outputs as a set: a folder another
 live run holds is refused naming it, a rerun moves the earlier run's outputs aside whole, a
 run that fails while writing leaves no part of its set, and readers leave out a folder whose
 run stopped before its set was complete (servetune/run/run_folder.py)."""

@@ -1,4 +1,4 @@
-"""The printed summary says what was simulated (issue 22 item 5): a pasted summary names the
+"""The printed summary says what was simulated: a pasted summary names the
 hardware and instances, the price, the policy's vLLM knobs and the SLOs it was judged against;
 a batch table says when it leaves rows out."""
 

@@ -124,7 +124,7 @@ def test_optuna_sweep_end_to_end(tmp_path, cache):
     )
     assert fig.returncode == 0, fig.stderr[-2000:]
     assert (tmp_path / "f.png").stat().st_size > 10_000
-    # the study's folder exports like any sweep (issue 40 item 1): the best trial's policy,
+    # the study's folder exports like any sweep: the best trial's policy,
     # chosen by the tuner's order among the trials
     out = _servetune("export", str(root), "--out", str(tmp_path / "export"))
     assert out.returncode == 0, out.stderr[-2000:]

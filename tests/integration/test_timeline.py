@@ -1,4 +1,4 @@
-"""output.timeline (issue 22 item 3): a sampled per-iteration timeline, written as
+"""output.timeline: a sampled per-iteration timeline, written as
 timeline.parquet; off by default, where the loop carries nothing for it."""
 
 import numpy as np

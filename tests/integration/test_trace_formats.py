@@ -1,4 +1,4 @@
-"""Own traces (issue 22 item 2): the formats servetune recognizes, column mapping, time units and
+"""Own traces: the formats servetune recognizes, column mapping, time units and
 date-times, invalid rows skipped and counted, the window read lazily, and what a run says it
 simulates. Every expected value is worked by hand from the small files written here."""
 
@@ -157,7 +157,7 @@ def test_columns_name_any_csv_and_the_time_unit_scales_numbers(tmp_path):
         r"1\.7e\+12 is 1\.7e\+12 s after 1970, past 2100; .* "
         r"workload\.time_unit=ms reads it as 2023-11-14 ",
     ):
-        read_trace(path, options=ReadOptions(columns=columns))  # ms epochs read as s (issue 41)
+        read_trace(path, options=ReadOptions(columns=columns))  # ms epochs read as s
     ms = read_trace(path, options=ReadOptions(columns=columns, time_unit="ms"))
     assert ms.format == "columns"
     np.testing.assert_allclose(ms.trace.arrival, [0.0, 0.25, 1.5], rtol=0, atol=1e-6)

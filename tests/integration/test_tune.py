@@ -193,7 +193,7 @@ def test_the_tuner_searches_only_settings_vllm_accepts(tmp_path):
     assert res.best["max_num_batched_tokens"] >= res.best["max_num_seqs"]
     doc = json.loads((tmp_path / "export" / "vllm_args.json").read_text())
     assert doc["args"]["max_num_batched_tokens"] >= doc["args"]["max_num_seqs"]
-    # the budget vLLM needs lies above the configured range: exported, and said (issue 41)
+    # the budget vLLM needs lies above the configured range: exported, and said
     (warning,) = doc["warnings"]
     assert warning.startswith(
         f"max_num_batched_tokens = {doc['args']['max_num_batched_tokens']}"
@@ -414,7 +414,7 @@ def test_a_regressed_run_says_so_and_exports_only_when_asked(tmp_path, monkeypat
 
 
 def test_resuming_after_the_trace_file_changed_is_refused(tmp_path):
-    """Issue 41: the fingerprint covers the requests trained on, not only the config; a
+    """The fingerprint covers the requests trained on, not only the config; a
     checkpoint from before that was recorded still resumes."""
     import json
 
@@ -456,7 +456,7 @@ def test_resuming_after_the_trace_file_changed_is_refused(tmp_path):
 
 
 def test_a_run_stopped_while_writing_its_files_leaves_no_summary_to_export(tmp_path, monkeypatch):
-    """Issue 41: tune_summary.json is written last and an earlier run's is removed first, so a
+    """Tune_summary.json is written last and an earlier run's is removed first, so a
     resumed run that stops while writing its files never pairs its history with the earlier
     run's summary; export then refuses the folder instead of mixing the two."""
     from servetune.core.errors import ServetuneError
@@ -479,7 +479,7 @@ def test_a_run_stopped_while_writing_its_files_leaves_no_summary_to_export(tmp_p
 
 
 def test_a_rerun_leaves_no_file_of_the_earlier_finish_it_did_not_write(tmp_path):
-    """Issue 41: the files a finished run writes only when due (export/, the sensitivity
+    """The files a finished run writes only when due (export/, the sensitivity
     views) are removed with the earlier summary, so a rerun that does not write them never
     leaves the earlier run's beside its own tune_summary.json."""
     from servetune.tuning import runner

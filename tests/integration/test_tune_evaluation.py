@@ -132,7 +132,7 @@ def test_where_both_miss_the_target_the_shortfall_decides_as_in_the_tuner():
 
 
 def test_float_noise_is_a_tie_not_a_regression():
-    """Issue 40 item 2: identical attainment and 3 parts per million fewer useful tokens per
+    """Identical attainment and 3 parts per million fewer useful tokens per
     dollar, no interval (the scenarios all alike): worse by the tuner's order, but a tie."""
     start, tuned = math.log(1_938_353.86), math.log(1_938_348.70)
     table = _table(

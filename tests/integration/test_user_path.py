@@ -1,4 +1,4 @@
-"""The whole user path of the README on a small trace of one's own (issue 40, "Done when"):
+"""The whole user path of the README on a small trace of one's own:
 simulate my file, import the vllm_bench.json it wrote as a real benchmark and simulate that,
 tune (the README's command, shortened), export the tuning folder, resume the tuning run, sweep,
 report, and export from the sweep. Every file a step writes is read back by the next step, the

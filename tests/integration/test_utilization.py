@@ -1,4 +1,4 @@
-"""Model FLOPs and bandwidth utilization (issue 22 item 3): the loop's work counters against the
+"""Model FLOPs and bandwidth utilization: the loop's work counters against the
 roofline's accounting worked by hand for one request, with event skipping on and off (its closed
 form must add up to the iterations it skips), and MFU / MBU over the GPUs' peaks."""
 

@@ -1,6 +1,6 @@
-"""vllm_bench.json in the form `vllm bench serve --save-result --save-detailed` writes (issue 40
-item 7): the keys of vLLM 0.32's own file, in its order and JSON types, and the aggregates vLLM
-computes from the per-request arrays equal to servetune's over the same requests.
+"""vllm_bench.json in the form `vllm bench serve --save-result --save-detailed` writes: the keys of
+vLLM 0.32's own file, in its order and JSON types, and the aggregates vLLM computes from the
+per-request arrays equal to servetune's over the same requests.
 
 tests/fixtures/vllm_bench/ holds a small simulated run (servetune.json: vllm_random, 24 prompts,
 4 rejected as too long) and the file vLLM 0.32's benchmark client wrote for those same requests

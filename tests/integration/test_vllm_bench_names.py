@@ -1,4 +1,4 @@
-"""The run under `vllm bench serve`'s names and units (issue 22 item 3): vllm_bench.json holds
+"""The run under `vllm bench serve`'s names and units: vllm_bench.json holds
 what `vllm bench serve --save-result` writes for the same quantities, so the two can be
 diffed key by key. Values worked by hand on a small table; test_cli checks the file a run
 writes."""

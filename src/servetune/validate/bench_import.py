@@ -1,5 +1,5 @@
 """Import a `vllm bench serve` result: the requests it sent as a servetune trace, and what the
-server did as a per-request table in the shape of `servetune observe`'s (issue 20 item 1).
+server did as a per-request table in the shape of `servetune observe`'s.
 
 A production deployment often has these files already: `vllm bench serve --save-result
 --save-detailed` writes one JSON object whose per-request lists (vLLM 0.32,

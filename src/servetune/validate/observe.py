@@ -1,5 +1,5 @@
 """`servetune observe`: replay a trace against a real vLLM engine stepped in this process, and
-record what it did (issue 20 item 1).
+record what it did.
 
 The engine is vLLM's own `LLMEngine` (V1, in-process: VLLM_ENABLE_V1_MULTIPROCESSING=0) on the
 CPU, running a random-weight Llama made here with transformers (no download) and fed token ids

@@ -1,6 +1,6 @@
 """Import the per-request spans a vLLM server exports with OpenTelemetry tracing
 (`vllm serve --otlp-traces-endpoint ...`): the requests as a servetune trace, and what the
-server did as a per-request table in the shape of `servetune observe`'s (issue 20 item 1).
+server did as a per-request table in the shape of `servetune observe`'s.
 
 vLLM ends each request with one span named `llm_request` whose start time is the request's
 arrival at the engine and whose attributes (vllm/tracing.py, `SpanAttributes`) give, in

@@ -1,5 +1,4 @@
-"""`servetune validate`: how far servetune's predictions are from a real engine (issue 20
-item 2).
+"""`servetune validate`: how far servetune's predictions are from a real engine.
 
 It fits the linear step-time model to an observed run's engine steps (`--calibrate-on`: a
 `servetune observe` folder, or a step log in `servetune calibrate`'s CSV format), simulates

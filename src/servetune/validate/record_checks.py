@@ -1,4 +1,4 @@
-"""One check of an imported record's requests against each other (issue 41 item 3), shared by
+"""One check of an imported record's requests against each other, shared by
 every importer (validate/bench_import.py, validate/otel_import.py): each value alone was
 already checked (record_columns.check_value); here the values of a request, and the requests
 of a record, must agree before they become a trace. Every refusal is a TraceError naming the
