@@ -95,7 +95,7 @@ def test_simulate_writes_outputs(tmp_path):
     # the first line: what is simulated and how long it should take here (estimate.py)
     assert "simulating 1 scenario(s) of" in proc.stderr and "s of traffic each;" in proc.stderr
     assert "on this machine" in proc.stderr
-    # vllm bench serve's names (tests/integration/test_vllm_bench_names.py) and the timeline
+    # vllm bench serve's names (tests/unit/run/test_vllm_bench_names.py) and the timeline
     bench = json.loads((tmp_path / "vllm_bench.json").read_text())
     assert {k: bench[k] for k in metrics["vllm_bench"]} == metrics["vllm_bench"]
     assert bench["completed"] == metrics["n_completed"] == len(bench["latencies"])

@@ -5,7 +5,7 @@ per (request, seed) whatever the policy (paired comparisons). The engine's own d
 (speculative acceptance, power-of-two routing) are counter-based on the scenario's salt
 (engine/speculation.py).
 
-Four generators are outside the table on purpose (tests/test_layout.py lists them): the
+Four generators are outside the table on purpose (tests/architecture/test_layout.py lists them): the
 synthetic arrival process, `default_rng(seed)` (workload/traces.py: every synthetic trace and
 golden was drawn from it), the ES perturbations, `default_rng([seed, iteration])`
 (tuning/estimators/es.py), and two that are not part of a scenario: the report's bootstrap
