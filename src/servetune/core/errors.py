@@ -24,3 +24,17 @@ class CalibrationError(ServetuneError):
 
 class TraceError(ServetuneError, ValueError):
     """A trace file is malformed; the message names the file, the line and what was expected."""
+
+
+class SimulationError(ServetuneError):
+    """The simulator broke one of its own invariants (INVARIANTS): a bug to report, not a user
+    error; the message names the scenario and the invariant."""
+
+
+# The invariants the engine checks as it runs, by the Stats flag that records a breach
+# (core/types.py: kv_overflow [I], clock_regress [I], stalled []), with what a breach means.
+INVARIANTS: dict[str, str] = {
+    "kv_overflow": "KV blocks in use exceeded capacity",
+    "clock_regress": "an instance clock went back",
+    "stalled": "an idle engine could not admit waiting requests",
+}

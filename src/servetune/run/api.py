@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from servetune.config.overrides import to_overrides
 from servetune.config.scenario import Scenario, build
-from servetune.core.errors import ConfigError, ServetuneError
+from servetune.core.errors import INVARIANTS, ConfigError, SimulationError
 from servetune.core.suggest import addition_problem, override_problem
 from servetune.run import metrics as metrics_lib
 from servetune.run.driver import rollout
@@ -150,21 +150,13 @@ def compose(overrides: Sequence[str] = (), **settings) -> DictConfig:
         raise ConfigError(hint or f"{culprit}: {' '.join(str(err).split())}") from None
 
 
-class SimulationError(ServetuneError):
-    """The simulator broke one of its own invariants: a bug to report, not a user error."""
-
-
 def check_invariants(results) -> None:
-    """Raise SimulationError if any scenario's in-loop invariant flags were set: KV use above
-    capacity, a clock that went back, or waiting work an idle engine could not admit."""
+    """Raise SimulationError naming the first scenario and invariant (core/errors.INVARIANTS)
+    whose in-loop flag was set."""
     for s, row in enumerate(results):
         for p, res in enumerate(row):
             st = res.stats
-            for flag, what in (
-                ("kv_overflow", "KV blocks in use exceeded capacity"),
-                ("clock_regress", "an instance clock went back"),
-                ("stalled", "an idle engine could not admit waiting requests"),
-            ):
+            for flag, what in INVARIANTS.items():
                 if bool(st[flag].any()):
                     raise SimulationError(f"scenario (seed #{s}, grid point #{p}): {what}")
 
