@@ -38,11 +38,9 @@ from servetune.engine.advance import advance
 from servetune.engine.arrivals import pending_arrivals
 from servetune.engine.kv import blocks_for
 from servetune.engine.leap import NextArrival, admit, admits_whole, next_arrival_of, takes_arrivals
+from servetune.engine.phases import Advanced, Arrived, Iteration
 from servetune.engine.scheduler import Batch, pending_tokens, token_budget
 from servetune.engine.step import (
-    Advanced,
-    Arrived,
-    Iteration,
     batch_cost,
     batch_totals,
     conclude,
@@ -162,7 +160,7 @@ def simple_iteration(
     take = pl.take.astype(jnp.int32)
     zero = jnp.zeros_like(take)
     n = jnp.sum(running, dtype=jnp.int32)
-    adv = Advanced(
+    advanced = Advanced(
         after,
         gaps,
         complete,
@@ -174,16 +172,17 @@ def simple_iteration(
         None,
         n + take,
     )
-    arrived = state.next_req + take
-    a = Arrived(t, None, arrived, zero, arrived, zero, jnp.asarray(False), zero)
-    return Iteration(a, batch, totals, dur, adv)
+    next_req = state.next_req + take
+    arrived = Arrived(t, None, next_req, zero, next_req, zero, jnp.asarray(False), zero)
+    return Iteration(arrived, batch, totals, dur, advanced)
 
 
 def _lean(it: Iteration) -> Iteration:
     """`it` without what `step.conclude` does not read (so a branch does not pass it on): the
     entries after arrivals, the batch's request ids and the tokens generated before it."""
     return it._replace(
-        a=it.a._replace(e=None), adv=it.adv._replace(batch_req=None, generated0=None)
+        arrived=it.arrived._replace(e=None),
+        advanced=it.advanced._replace(batch_req=None, generated0=None),
     )
 
 

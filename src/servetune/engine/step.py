@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 
-from servetune.core import histogram, ops
+from servetune.core import ops
 from servetune.core.cost import step_time
 from servetune.core.types import (
     DONE,
@@ -21,11 +19,10 @@ from servetune.core.types import (
     EngineConfig,
     Entries,
     Params,
-    PrefixCache,
     SimState,
     Workload,
 )
-from servetune.engine import cascade, disagg, routing, speculation, timeline
+from servetune.engine import cascade, disagg, routing, speculation, statistics, timeline
 from servetune.engine import outbox as outbox_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.abandon import abandon, next_give_up
@@ -33,9 +30,18 @@ from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
 from servetune.engine.leap import NextArrival, leap, next_arrival_of, takes_arrivals
 from servetune.engine.order import priority, scheduling_order
+from servetune.engine.phases import (
+    Advanced,
+    Arrived,
+    Boundary,
+    Iteration,
+    Leapt,
+    Scheduled,
+    StepRecord,
+)
 from servetune.engine.relaxed import pace, swap
 from servetune.engine.relaxed.shift import admission_shift
-from servetune.engine.scheduler import Batch, new_blocks, schedule, token_budget, wanted_tokens
+from servetune.engine.scheduler import new_blocks, schedule, token_budget, wanted_tokens
 
 
 def batch_cost(es, batch, params: Params, cfg: EngineConfig, totals=None):
@@ -120,16 +126,6 @@ def order_matters(e, params: Params, cfg: EngineConfig):
     )
 
 
-def _occupancy(wl: Workload, t, t_next, n_arrived, ended_by_t, search_window=ops.SEARCH_WINDOW):
-    """Integral over [t, t_next) of the requests in the system (arrived, not ended), in
-    request-seconds: those present at t for the whole interval, plus each arrival inside it
-    from its arrival time on. Requests end only at iteration boundaries."""
-    k2 = jnp.minimum(ops.count_at_most(wl.arrival, t_next, n_arrived, search_window), wl.n)
-    csum = lambda k: jnp.where(k > 0, wl.arrival_cumsum[jnp.maximum(k - 1, 0)], 0.0)
-    inside = (k2 - n_arrived) * t_next - (csum(k2) - csum(n_arrived))
-    return (n_arrived - ended_by_t) * (t_next - t) + inside
-
-
 def step(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     """Advance the scenario by one iteration of its earliest instance.
 
@@ -156,53 +152,30 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     it = iteration(state, wl, params, cfg)
     new = conclude(state, wl, params, cfg, it, ops.SEARCH_WINDOW)
     info = {
-        "t": it.a.t,
+        "t": it.arrived.t,
         "dur": jnp.where(state.done, 0.0, it.dur),
         "tokens": jnp.where(state.done, 0, it.batch.tokens),
     }
-    assert it.adv.batch_req is not None  # the full iteration's
-    info["req"] = jnp.where(info["tokens"] > 0, it.adv.batch_req, -1)
-    info["preempted"] = jnp.where(it.batch.preempted & ~state.done, it.adv.batch_req, -1)
+    assert it.advanced.batch_req is not None  # the full iteration's
+    info["req"] = jnp.where(info["tokens"] > 0, it.advanced.batch_req, -1)
+    info["preempted"] = jnp.where(it.batch.preempted & ~state.done, it.advanced.batch_req, -1)
     return new, info
-
-
-class Iteration(NamedTuple):
-    """What the first iteration of a step did: its arrivals phase `a`, the `batch` it computed
-    with the batch's `totals` (batch_totals) and its `dur` (seconds), and the entries after it
-    (`adv`). The full step and the simple one (servetune/engine/simple_step.py) both produce it;
-    `conclude` finishes the step from it."""
-
-    a: Arrived
-    batch: Batch
-    totals: tuple
-    dur: jnp.ndarray
-    adv: Advanced
 
 
 def iteration(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Iteration:
     """The first iteration of a step of one scenario (unbatched), in full: arrivals, the
     scheduling order (sorted only where it can matter), the schedule, its cost, the advance."""
-    a = _arrive(state, wl, params, cfg, ops.SEARCH_WINDOW)
+    arrived = _arrive(state, wl, params, cfg, ops.SEARCH_WINDOW)
     # the permutation (16 gathers) runs only with the sort; under vmap both branches run
     e = jax.lax.cond(
-        a.sort, _in_scheduling_order(cfg), lambda e, t, pol: e, a.e, a.t, params.policy
+        arrived.sort,
+        _in_scheduling_order(cfg),
+        lambda e, t, pol: e,
+        arrived.e,
+        arrived.t,
+        params.policy,
     )
-    return _scheduled_iteration(state, wl, params, cfg, a, e)
-
-
-class Arrived(NamedTuple):
-    """The first phase of an iteration: its start time `t` (seconds), the instance's entries
-    after arrivals, and whether the priority order can matter (`sort`)."""
-
-    t: jnp.ndarray
-    e: Entries | None  # [A] after arrivals; None once scheduled (conclude does not read it)
-    next_req: jnp.ndarray
-    outside: jnp.ndarray
-    n_arrived: jnp.ndarray
-    n_rejected: jnp.ndarray
-    sort: jnp.ndarray
-    n_abandoned: jnp.ndarray
-    entries_all: Entries | None = None  # [I, A] every instance's entries after routing (I > 1)
+    return _scheduled_iteration(state, wl, params, cfg, arrived, e)
 
 
 def next_instance(state: SimState, cfg: EngineConfig):
@@ -267,13 +240,13 @@ def iteration_grid(
     they are gathered into a block of at most ceil(S x P / 8) rows (all rows when more need
     it; none when none does), sorted and written back.
     """
-    a = ops.over_grid(lambda s, w, p: _arrive(s, w, p, cfg, None), "gsp")(state, wl, params)
-    n_s, n_p = a.sort.shape
+    arrived = ops.over_grid(lambda s, w, p: _arrive(s, w, p, cfg, None), "gsp")(state, wl, params)
+    n_s, n_p = arrived.sort.shape
     n = n_s * n_p
     flat = lambda x: x.reshape((n,) + x.shape[2:])
-    e, t = jax.tree.map(flat, a.e), flat(a.t)
+    e, t = jax.tree.map(flat, arrived.e), flat(arrived.t)
     pol = jax.tree.map(lambda x: flat(jnp.broadcast_to(x, (n_s,) + x.shape)), params.policy)
-    need = flat(a.sort & active)
+    need = flat(arrived.sort & active)
     permute = jax.vmap(_in_scheduling_order(cfg))
     block = -(-n // 8)
 
@@ -293,8 +266,8 @@ def iteration_grid(
     which = jnp.where(count == 0, 0, jnp.where(count <= block, 1, 2))
     e = jax.lax.switch(which, (lambda: e, some, every))
     e = jax.tree.map(lambda x: x.reshape((n_s, n_p) + x.shape[1:]), e)
-    proceed = lambda s, w, p, a, e: _scheduled_iteration(s, w, p, cfg, a, e)
-    return ops.over_grid(proceed, "gspgg")(state, wl, params, a, e)
+    proceed = lambda s, w, p, arrived, e: _scheduled_iteration(s, w, p, cfg, arrived, e)
+    return ops.over_grid(proceed, "gspgg")(state, wl, params, arrived, e)
 
 
 def conclude_grid(
@@ -305,80 +278,17 @@ def conclude_grid(
     return ops.over_grid(finish, "gspg")(state, wl, params, it)
 
 
-class _Scheduled(NamedTuple):
-    """The schedule phase's result: entries after it, the batch, the instance's prefix cache
-    (None without prefix caching) and the KV blocks in use the scheduler saw."""
-
-    e: Entries
-    batch: Batch
-    pc: PrefixCache | None
-    kv_used: jnp.ndarray
-
-
-class Advanced(NamedTuple):
-    """The advance phase's result: entries after the iteration, the inter-token gaps it made
-    (values [A], weights), which requests completed [A], how many small answers failed their
-    check (cascade), whether prefix-cache insertions are still due, and what the accounting
-    needs from before the iteration: the batch's request ids [A], tokens generated [A] and
-    running requests."""
-
-    e: Entries
-    gaps: jnp.ndarray  # [A] f64 the inter-token gaps the iteration made (seconds)
-    completed: jnp.ndarray
-    n_retry: jnp.ndarray
-    pc: PrefixCache | None
-    kv_used: jnp.ndarray
-    insertions_due: jnp.ndarray
-    batch_req: jnp.ndarray | None  # None from the simple step, whose conclude does not read it
-    generated0: jnp.ndarray | None
-    n_running: jnp.ndarray
-
-
-class _Boundary(NamedTuple):
-    """When the iteration ran: start `t` and duration `dur` (seconds), the next boundary
-    `t_next` (its end, or when an idle instance wakes), whether it did work (`busy`) and
-    whether the instance is stuck idle with waiting work (`stalled`)."""
-
-    t: jnp.ndarray
-    dur: jnp.ndarray
-    t_next: jnp.ndarray
-    busy: jnp.ndarray
-    stalled: jnp.ndarray
-
-
-class _Skipped(NamedTuple):
-    """The skip phase's result: entries and cache after the run of uniform decode iterations,
-    its end time (the iteration's boundary when there is none), iterations K, their summed
-    seconds, decode tokens, completions and the gap increments of the whole step."""
-
-    e: Entries
-    pc: PrefixCache | None
-    t_end: jnp.ndarray
-    n_leap: jnp.ndarray
-    busy_s: jnp.ndarray | float
-    tokens: jnp.ndarray
-    n_completed: jnp.ndarray
-    kv_used: jnp.ndarray
-    gaps: tuple  # (values, weights) of the inter-token gaps
-    ctx_read: jnp.ndarray | float  # context tokens the run's iterations read, summed
-    early_s: jnp.ndarray | float  # request-seconds the run's completions left before t_end
-    taken: jnp.ndarray  # arrivals the run took in (0 or 1)
-    prefill_tokens: jnp.ndarray  # prompt tokens the run computed (a taken arrival's)
-    attn_work: jnp.ndarray | float  # attention work of the run's iterations
-    max_running: jnp.ndarray  # most requests running in one of the run's iterations
-
-
 def _scheduled_iteration(
-    state: SimState, wl: Workload, params: Params, cfg: EngineConfig, a: Arrived, e: Entries
+    state: SimState, wl: Workload, params: Params, cfg: EngineConfig, arrived: Arrived, e: Entries
 ) -> Iteration:
     """The iteration after its arrivals, on entries `e` in scheduling order: schedule, cost,
     advance."""
     i = next_instance(state, cfg)
     params_i = _at_instance(params, i, cfg)
-    sched = _schedule_phase(e, state, wl, params_i, cfg, a.t, i)
+    sched = _schedule_phase(e, state, wl, params_i, cfg, arrived.t, i)
     dur, totals = _iteration_seconds(sched.e, sched.batch, params_i, cfg)
-    adv = _advance_phase(sched, totals, dur, a.t, params_i, cfg, i)
-    return Iteration(a, sched.batch, totals, dur, adv)
+    advanced = _advance_phase(sched, totals, dur, arrived.t, params_i, cfg, i)
+    return Iteration(arrived, sched.batch, totals, dur, advanced)
 
 
 def conclude(
@@ -387,36 +297,35 @@ def conclude(
     """The end of a step after its first iteration `it`: the next boundary, the run of uniform
     decode iterations that follows, the outbox drain, the statistics and the new state. The
     full step and the simple one (servetune/engine/simple_step.py) share it."""
-    a, batch, totals, dur, adv = it
+    arrived, batch, totals, dur, advanced = it
     i = next_instance(state, cfg)
-    remote = _remote_horizon(a, state, params, cfg)  # (reads every instance's cost params)
+    remote = _remote_horizon(arrived, state, params, cfg)  # (reads every instance's cost params)
     params = _at_instance(params, i, cfg)
-    t = a.t
+    t = arrived.t
     busy = jnp.any(batch.tokens > 0) | jnp.any(batch.preempted)  # (a preemption is progress)
-    next_arrival = _next_arrival(wl, a.next_req)
-    t_next = jnp.where(busy, t + dur, _wake_time(adv.e, state, t, next_arrival, cfg, i))
-    when = _Boundary(t, dur, t_next, busy, _stalled(adv.e, busy, cfg))
-    limit = _skip_limit(adv, t_next, next_arrival, wl, remote, cfg, i)
+    next_arrival = _next_arrival(wl, arrived.next_req)
+    t_next = jnp.where(busy, t + dur, _wake_time(advanced.e, state, t, next_arrival, cfg, i))
+    boundary = Boundary(t, dur, t_next, busy, _stalled(advanced.e, busy, cfg))
+    limit = _leap_limit(advanced, t_next, next_arrival, wl, remote, cfg, i)
     arrival = (
         next_arrival_of(
             wl,
-            a.next_req,
+            arrived.next_req,
             next_arrival,
-            jnp.minimum(_next_arrival(wl, a.next_req + 1), wl.t_stop),
+            jnp.minimum(_next_arrival(wl, arrived.next_req + 1), wl.t_stop),
             cfg,
         )
         if takes_arrivals(cfg)
         else None
     )
-    run = _skip_phase(adv, t_next, limit, params, cfg, i, arrival)
-    e, box = outbox_lib.drain(run.e, state.outbox, cfg.drain_per_step)
-    stats = _account(
-        state, wl, a, batch, adv, run, when, params.cost.kv_blocks, search_window, i, cfg, totals
-    )
-    new = _commit(state, wl, a, e, box, stats, run, when, i, cfg)
+    leapt = _leap_phase(advanced, t_next, limit, params, cfg, i, arrival)
+    e, box = outbox_lib.drain(leapt.e, state.outbox, cfg.drain_per_step)
+    record = StepRecord(it, boundary, leapt)
+    stats = statistics.account(state, wl, record, params.cost.kv_blocks, search_window, i, cfg)
+    new = _commit(state, wl, record, e, box, stats, i, cfg)
     if cfg.prefix_cache:
-        assert state.prefix is not None and run.pc is not None  # on: prefix_cache
-        new = new.replace(prefix=prefix_lib.store(state.prefix, run.pc, cfg, i))
+        assert state.prefix is not None and leapt.pc is not None  # on: prefix_cache
+        new = new.replace(prefix=prefix_lib.store(state.prefix, leapt.pc, cfg, i))
     if cfg.timeline_samples > 0:  # engine/timeline.py: off, it costs nothing
         assert state.timeline is not None  # on: timeline_samples
         new = new.replace(
@@ -427,19 +336,19 @@ def conclude(
                 i,
                 e,
                 batch.tokens,
-                run.kv_used,
+                leapt.kv_used,
                 stats.preemptions,
             )
         )
     return new
 
 
-def _remote_horizon(a: Arrived, state: SimState, params: Params, cfg: EngineConfig):
+def _remote_horizon(arrived: Arrived, state: SimState, params: Params, cfg: EngineConfig):
     """[] the earliest time another instance can send this one work (seconds; inf when none):
     a prefill instance's hand-off (disaggregation), a retry from the small pool (cascade).
     Event skipping on a receiving instance stops before it."""
     horizon: jnp.ndarray | float = jnp.inf
-    every = a.entries_all  # several instances: routing keeps every instance's entries
+    every = arrived.entries_all  # several instances: routing keeps every instance's entries
     if cfg.prefill_instances > 0:
         assert every is not None
         horizon = jnp.minimum(horizon, disagg.handoff_horizon(every, state.clock, cfg))
@@ -451,7 +360,7 @@ def _remote_horizon(a: Arrived, state: SimState, params: Params, cfg: EngineConf
 
 def _schedule_phase(
     e: Entries, state: SimState, wl: Workload, params: Params, cfg: EngineConfig, t, i
-) -> _Scheduled:
+) -> Scheduled:
     """Prefix-cache lookups, the scheduler (engine/scheduler.py), the cache's references and
     evictions, the finish time of requests the scheduler ended, speculative verification."""
     pc = None
@@ -480,7 +389,7 @@ def _schedule_phase(
     )
     if cfg.speculation:
         batch = _verify(e, batch, wl)
-    return _Scheduled(e, batch, pc, kv_used)
+    return Scheduled(e, batch, pc, kv_used)
 
 
 def _iteration_seconds(e: Entries, batch, params: Params, cfg: EngineConfig):
@@ -492,7 +401,7 @@ def _iteration_seconds(e: Entries, batch, params: Params, cfg: EngineConfig):
 
 
 def _advance_phase(
-    sched: _Scheduled, totals, dur, t, params: Params, cfg: EngineConfig, i
+    sched: Scheduled, totals, dur, t, params: Params, cfg: EngineConfig, i
 ) -> Advanced:
     """Tokens computed and emitted (engine/advance.py); under a relaxed engine the progress
     and admission shifts that carry the derivative (grad/); then what leaves the instance: a
@@ -568,12 +477,14 @@ def _stalled(e: Entries, busy, cfg: EngineConfig):
     return stalled
 
 
-def _skip_limit(adv: Advanced, t_next, next_arrival, wl: Workload, remote, cfg: EngineConfig, i):
+def _leap_limit(
+    advanced: Advanced, t_next, next_arrival, wl: Workload, remote, cfg: EngineConfig, i
+):
     """[] seconds before which a run of uniform decode iterations starting at t_next must
     start each of its iterations: the next arrival and the stop time, and each mechanism's
     next event (a give-up, a landing, a hand-off or retry from another instance, a retry
     produced now, a prefix-cache insertion still due)."""
-    e = adv.e
+    e = advanced.e
     limit = jnp.minimum(next_arrival, wl.t_stop)
     if cfg.abandonment:  # the iteration that notices a give-up is stepped
         limit = jnp.minimum(limit, next_give_up(e))
@@ -586,62 +497,62 @@ def _skip_limit(adv: Advanced, t_next, next_arrival, wl: Workload, remote, cfg: 
         limit = jnp.where(jnp.any(e.status == RETRY), t_next, limit)
         limit = jnp.where(cascade.is_small(i, cfg), limit, jnp.minimum(limit, remote))
     if cfg.prefix_cache:  # no skipping while cache insertions are still due
-        limit = jnp.where(adv.insertions_due, t_next, limit)
+        limit = jnp.where(advanced.insertions_due, t_next, limit)
     return limit
 
 
-def _skip_phase(
-    adv: Advanced,
+def _leap_phase(
+    advanced: Advanced,
     t_next,
     t_limit,
     params: Params,
     cfg: EngineConfig,
     i,
     arrival: NextArrival | None,
-) -> _Skipped:
+) -> Leapt:
     """The run of uniform decode iterations that follows the iteration, in closed form
     (engine/leap.py; taking in `arrival` on its way where it can), then what the cascade
     retries from it."""
-    e, pc, kv_used = adv.e, adv.pc, adv.kv_used
-    n_completed = jnp.sum(adv.completed, dtype=jnp.int32)
+    e, pc, kv_used = advanced.e, advanced.pc, advanced.kv_used
+    n_completed = jnp.sum(advanced.completed, dtype=jnp.int32)
     zero = jnp.zeros((), jnp.int32)
     if cfg.leap_max > 0 and not cfg.speculation:
         kv_offset = None
         if cfg.prefix_cache:
             assert pc is not None
             kv_offset = prefix_lib.kv_offset(e, pc, cfg)
-        run = leap(e, t_next, t_limit, params, cfg, kv_offset, arrival)
-        e, t_end, n_leap, leap_blocks = run.e, run.t_end, run.k, run.kv_peak
+        found = leap(e, t_next, t_limit, params, cfg, kv_offset, arrival)
+        e, t_end, n_leap, leap_blocks = found.e, found.t_end, found.k, found.kv_peak
         if cfg.prefix_cache:
             assert pc is not None
             e, pc, leap_blocks = prefix_lib.after_leap(
-                e, run.completed, leap_blocks, pc, t_end, params.cost.kv_blocks, cfg
+                e, found.completed, leap_blocks, pc, t_end, params.cost.kv_blocks, cfg
             )
         kv_used = jnp.where(n_leap > 0, jnp.maximum(kv_used, leap_blocks), kv_used)
         gaps = (
-            jnp.concatenate([adv.gaps, run.gaps[0]]),
-            jnp.concatenate([jnp.ones_like(adv.gaps), run.gaps[1]]),
+            jnp.concatenate([advanced.gaps, found.gaps[0]]),
+            jnp.concatenate([jnp.ones_like(advanced.gaps), found.gaps[1]]),
         )
-        n_completed = n_completed + jnp.sum(run.completed, dtype=jnp.int32)
-        skipped = _Skipped(
+        n_completed = n_completed + jnp.sum(found.completed, dtype=jnp.int32)
+        leapt = Leapt(
             e,
             pc,
             t_end,
             n_leap,
-            jnp.sum(run.dur),
-            run.tokens,
+            jnp.sum(found.dur),
+            found.tokens,
             n_completed,
             kv_used,
             gaps,
-            run.ctx_read,
-            run.early_s,
-            run.taken,
-            run.prefill_tokens,
-            run.attn_work,
-            run.max_running,
+            found.ctx_read,
+            found.early_s,
+            found.taken,
+            found.prefill_tokens,
+            found.attn_work,
+            found.max_running,
         )
     else:
-        skipped = _Skipped(
+        leapt = Leapt(
             e,
             pc,
             t_next,
@@ -650,7 +561,7 @@ def _skip_phase(
             zero,
             n_completed,
             kv_used,
-            (adv.gaps, 1.0),
+            (advanced.gaps, 1.0),
             0.0,
             0.0,
             zero,
@@ -659,132 +570,39 @@ def _skip_phase(
             zero,
         )
     if cfg.cascade_small_instances > 0:  # retries have not ended: the large pool serves them
-        e, n_leap_retry = cascade.to_retry(skipped.e, i, cfg)
-        skipped = skipped._replace(
-            e=e, n_completed=skipped.n_completed - adv.n_retry - n_leap_retry
-        )
-    return skipped
-
-
-def _work(totals, when: _Boundary, run: _Skipped):
-    """[4] the step's model work (types.WORK_COLUMNS): the iteration's (none if it computed
-    no token) and the skipped run's."""
-    prefill, decode, ctx_read, attn_work = totals
-    computed = prefill + decode > 0
-    f = lambda x: jnp.asarray(x, jnp.float64)
-    return jnp.stack(
-        [
-            f(computed) + run.n_leap,
-            f(prefill + decode) + run.tokens + run.prefill_tokens,
-            f(ctx_read) + run.ctx_read,
-            f(attn_work) + run.attn_work,
-        ]
-    )
-
-
-def _account(
-    state: SimState,
-    wl: Workload,
-    a: Arrived,
-    batch,
-    adv: Advanced,
-    run: _Skipped,
-    when: _Boundary,
-    kv_blocks,
-    search_window,
-    i,
-    cfg: EngineConfig,
-    totals,
-):
-    """The scenario's statistics after the step (types.Stats); `kv_blocks`: the instance's
-    KV capacity (blocks); `totals`: the iteration's batch_totals."""
-    st, t, t_next = state.stats, when.t, when.t_next
-    ended_by_t = st.ended + a.n_rejected + a.n_abandoned + jnp.sum(batch.ended, dtype=jnp.int32)
-    if cfg.n_instances == 1:  # requests completed by the first iteration leave at t_next
-        occupancy = (
-            _occupancy(wl, t, run.t_end, a.n_arrived, ended_by_t, search_window)
-            - jnp.sum(adv.completed) * (run.t_end - t_next)
-            - run.early_s
-        )
-    else:  # instances' iterations overlap in time: the host integrates it (metrics.py)
-        occupancy = 0.0
-    stats = st.replace(
-        steps=st.steps + when.busy.astype(jnp.int32) + run.n_leap,
-        leaped=st.leaped + run.n_leap,
-        busy_s=st.busy_s.at[i].add(when.dur + run.busy_s),
-        kv_peak_blocks=st.kv_peak_blocks.at[i].max(run.kv_used),
-        kv_overflow=st.kv_overflow.at[i].max(run.kv_used > kv_blocks),
-        clock_regress=st.clock_regress.at[i].max((t_next < t) | (run.t_end < t_next)),
-        preemptions=st.preemptions + jnp.sum(batch.preempted, dtype=jnp.int32),
-        prefill_tokens=(
-            st.prefill_tokens
-            + jnp.sum(jnp.where(batch.decode, 0, batch.tokens))
-            + run.prefill_tokens
-        ),
-        decode_tokens=(
-            st.decode_tokens + jnp.sum(jnp.where(batch.decode, batch.tokens, 0)) + run.tokens
-        ),
-        window_overflow=jnp.maximum(st.window_overflow, a.outside),
-        max_running=st.max_running.at[i].max(jnp.maximum(adv.n_running, run.max_running)),
-        occupancy_s=st.occupancy_s + occupancy,
-        ended=ended_by_t + run.n_completed,
-        slot_bound=st.slot_bound + batch.slot_bound.astype(jnp.int32),
-        stalled=st.stalled | when.stalled,
-        itl_hist=histogram.add(st.itl_hist, *run.gaps),
-        work=(
-            st.work + _work(totals, when, run)
-            if cfg.n_instances == 1
-            else st.work.at[i].add(_work(totals, when, run))
-        ),
-    )
-    if cfg.speculation:
-        drafted = batch.decode & (batch.tokens > 1)
-        assert adv.generated0 is not None  # the full iteration's (no simple step here)
-        emitted = jnp.where(drafted, adv.e.generated - adv.generated0, 0)
-        stats = stats.replace(
-            spec_passes=st.spec_passes + jnp.sum(drafted),
-            spec_proposed=st.spec_proposed + jnp.sum(jnp.where(drafted, batch.tokens - 1, 0)),
-            spec_accepted=st.spec_accepted + jnp.sum(jnp.where(drafted, batch.accepted, 0)),
-            spec_emitted=st.spec_emitted + jnp.sum(emitted),
-        )
-    return stats
+        e, n_leap_retry = cascade.to_retry(leapt.e, i, cfg)
+        leapt = leapt._replace(e=e, n_completed=leapt.n_completed - advanced.n_retry - n_leap_retry)
+    return leapt
 
 
 def _commit(
-    state: SimState,
-    wl: Workload,
-    a: Arrived,
-    e: Entries,
-    box,
-    stats,
-    run: _Skipped,
-    when: _Boundary,
-    i,
-    cfg: EngineConfig,
+    state: SimState, wl: Workload, record: StepRecord, e: Entries, box, stats, i, cfg: EngineConfig
 ) -> SimState:
-    """The new state: instance i's entries and clock written back, done when every request
-    has ended, the scenario stalled or the clock passed the stop time."""
-    clock = state.clock.at[i].set(run.t_end)
-    t_end, stalled = run.t_end, when.stalled
+    """The new state after instance i's step `record`: its entries `e` and clock written back,
+    the outbox `box` and `stats`; done when every request has ended, the scenario stalled or
+    the clock passed the stop time."""
+    arrived, boundary, leapt = record.iteration.arrived, record.boundary, record.leapt
+    clock = state.clock.at[i].set(leapt.t_end)
+    t_end, stalled = leapt.t_end, boundary.stalled
     if cfg.n_instances == 1:
         entries = jax.tree.map(lambda one: one[None], e)
     else:  # done when every instance is empty, or every clock passed the stop time
-        entries = jax.tree.map(lambda all_, one: all_.at[i].set(one), a.entries_all, e)
+        entries = jax.tree.map(lambda all_, one: all_.at[i].set(one), arrived.entries_all, e)
         t_end = jnp.min(clock)
-    all_done = (a.next_req + run.taken >= wl.n) & jnp.all(entries.status == EMPTY)
-    stuck = state.stuck.at[i].set(~when.busy & (clock[i] <= a.t))
+    all_done = (arrived.next_req + leapt.taken >= wl.n) & jnp.all(entries.status == EMPTY)
+    stuck = state.stuck.at[i].set(~boundary.busy & (clock[i] <= arrived.t))
     if cfg.n_instances > 1:  # every instance idle with nothing to wait for: nothing can move
         stalled = stalled | jnp.all(stuck)
         stats = stats.replace(stalled=stats.stalled | stalled)
     return SimState(
         clock=clock,
         entries=entries,
-        next_req=a.next_req + run.taken,
+        next_req=arrived.next_req + leapt.taken,
         outbox=box,
         stats=stats,
         done=all_done | stalled | (t_end >= wl.t_stop),
-        mid_ended=state.mid_ended.at[i].set(run.n_completed),
-        mid_blocks=state.mid_blocks.at[i].set(run.kv_used),
+        mid_ended=state.mid_ended.at[i].set(leapt.n_completed),
+        mid_blocks=state.mid_blocks.at[i].set(leapt.kv_used),
         stuck=stuck,
         need=state.need,
     )
