@@ -159,10 +159,11 @@ def test_a_population_too_large_for_memory_is_refused_before_the_loop(
     available, before any simulation or allocation of the population."""
     from servetune.engine import memory
     from servetune.tuning import runner
+    from servetune.tuning.estimators.es import EvolutionStrategies
 
     free = {"vmap": 32 << 20, "loop": 16 << 20}[mode]
     monkeypatch.setattr(memory, "available_bytes", lambda device=None: free)
-    monkeypatch.setattr(runner, "_estimate", lambda *a: pytest.fail("simulated"))
+    monkeypatch.setattr(EvolutionStrategies, "__call__", lambda *a: pytest.fail("simulated"))
     with pytest.raises(ConfigError, match=pattern):
         runner.tune(
             TINY + [f"tune.pairs={pairs}", f"tune.batch_mode={mode}"],

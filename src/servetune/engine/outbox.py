@@ -21,7 +21,8 @@ from servetune.core.types import DONE, EMPTY, OUTSTANDING, SWAP_PARTNERS, Entrie
 @dataclasses.dataclass(frozen=True)
 class RecordField:
     """One field of a finished request's record: copied from its entry into the outbox, then
-    into the result arrays the host assembles (driver.ScenarioResult, grad.pathwise)."""
+    into the result arrays the host assembles (run/driver.ScenarioResult, and the pathwise
+    gradient's tapes: tuning/estimators/pathwise_gradient.py)."""
 
     name: str  # the Outbox field, and the field of the same name in the entries (or in their
     #            sub-state `only`)

@@ -47,7 +47,7 @@ from servetune.engine import prefix as prefix_lib
 from servetune.engine import pressure
 from servetune.engine import priority as priority_policy
 from servetune.engine.kv import blocks_for
-from servetune.engine.relaxed.batch import relaxed_batch
+from servetune.engine.relaxed.batch import RelaxedBatch, relaxed_batch
 from servetune.engine.speculation import draft_tokens
 
 _NO_BUDGET = 2**30
@@ -63,20 +63,7 @@ class Batch(struct.PyTreeNode):
     ended: jnp.ndarray  # [A] bool requests the scheduler ended: evicted, or rejected under
     #                     KV pressure (their finish time is the iteration's start)
     accepted: jnp.ndarray | None = None  # [A] i32 draft tokens accepted (speculation), else None
-    # relaxed engines only (engine.relax st/soft, servetune/core/relax.py), else None:
-    weight: jnp.ndarray | None = None  # [A] f64 tokens with their decisions' relaxed weights
-    #                                    (equal to `tokens` in value under st)
-    admit_z: jnp.ndarray | None = None  # [A] f64 admission weight minus the exact admission
-    admitted: jnp.ndarray | None = None  # [A] bool waiting entries admitted this iteration
-    debt: jnp.ndarray | None = None  # [A] f64 each entry's token debt after the iteration
-    gain: jnp.ndarray | None = None  # [A] f64 prompt tokens a relaxed budget computes for the
-    #                                  entry beyond the exact ones (0 in value under st)
-    swap_req: jnp.ndarray | None = None  # [A, m] i32 with a relaxed order: requests each
-    #                                      admission passed over (-1 none; engine/relaxed/swap.py)
-    swap_p: jnp.ndarray | None = None  # [A, m] f64 their pair perturbations
-    victim_of: jnp.ndarray | None = None  # [A] i32 with a relaxed order: for the first request
-    #                                       preempted, the last one kept (-1 elsewhere)
-    victim_p: jnp.ndarray | None = None  # [A] f64 that pair's perturbation
+    relaxed: RelaxedBatch | None = None  # a relaxed engine's part (engine.relax st/soft), else None
 
 
 def token_budget(pol, cfg: EngineConfig, relaxed: bool = False):
@@ -255,7 +242,7 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
     tokens = alloc + jnp.where(admit, adm.chunk, 0)
     # a resumed request whose cache hits leave only its last token computes it as a decode
     decode = ((alloc > 0) & run.decoding) | (admit & (adm.need_w == 1) & (es.generated > 0))
-    relaxed = {}
+    relaxed = None
     if cfg.relax != "hard":
         relaxed = relaxed_batch(
             es,
@@ -279,7 +266,7 @@ def schedule(es: Entries, params: Params, cfg: EngineConfig, hits=None, scores=N
             preempted=requeue,
             slot_bound=adm.slot_bound,
             ended=ended,
-            **relaxed,
+            relaxed=relaxed,
         ),
         hits,
     )

@@ -52,7 +52,7 @@ def batch_cost(es, batch, params: Params, cfg: EngineConfig, totals=None):
     prefill, decode, ctx_read, attn_work = batch_totals(es, batch) if totals is None else totals
     dur = step_time(params.cost, cfg.cost_form, prefill, decode, ctx_read, attn_work)
     if cfg.speculation:
-        toks = batch.tokens if batch.weight is None else batch.weight
+        toks = batch.tokens if batch.relaxed is None else batch.relaxed.weight
         new_prompt = jnp.sum(jnp.where(batch.decode, 0, toks))
         decode_ctx = jnp.sum(jnp.where(batch.decode, es.computed, 0))
         k = speculation.relaxed_draft_tokens(params.policy, cfg.relax)  # the integer k if hard
@@ -66,12 +66,12 @@ def batch_totals(es, batch):
     speculative decode's verified positions beyond its token included), decoding sequences,
     context tokens read, attention work (new tokens x context)); relaxed token weights where
     the engine is relaxed."""
-    toks = batch.tokens if batch.weight is None else batch.weight
+    toks = batch.tokens if batch.relaxed is None else batch.relaxed.weight
     attn = toks * (es.computed + (toks + 1) / 2.0)
-    if batch.weight is not None:
+    if batch.relaxed is not None:
         # A prompt's relaxed tokens beyond the exact ones are the queue's, not the request's
-        # own: a bigger budget's, handed along the queue as debts are repaid (grad/
-        # relaxed_batch.py), often from a long prompt's last chunk to a short one's first.
+        # own: a bigger budget's, handed along the queue as debts are repaid
+        # (engine/relaxed/batch.py), often from a long prompt's last chunk to a short one's first.
         # Their attention is taken at the iteration's mean prefill context, so that handing
         # them on moves no work (at each request's own context it moved the run's length by
         # tens of seconds per unit of log budget on a busy replica).
@@ -404,8 +404,8 @@ def _advance_phase(
     sched: Scheduled, totals, dur, t, params: Params, cfg: EngineConfig, i
 ) -> Advanced:
     """Tokens computed and emitted (engine/advance.py); under a relaxed engine the progress
-    and admission shifts that carry the derivative (grad/); then what leaves the instance: a
-    prefill instance's prefilled requests, a small model's failed answers; then prefix-cache
+    and admission shifts that carry the derivative (engine/relaxed/); then what leaves the instance:
+    a prefill instance's prefilled requests, a small model's failed answers; then prefix-cache
     insertions and releases."""
     e, batch, pc = sched.e, sched.batch, sched.pc
     generated0 = e.generated
@@ -416,13 +416,15 @@ def _advance_phase(
         spec_s = pace.speculation_gain_s(e, batch.decode, batch.tokens, params, cfg, dur)
     e, gaps, completed = advance(e, batch, t + dur)
     if cfg.relax != "hard":  # progress and admission time shifts, and the events they move
+        rb = batch.relaxed
+        assert rb is not None  # on: a relaxed engine
         e = pace.progress_shift(
-            e, batch.gain, batch.tokens, phase, batch.preempted, generated0, share_s, spec_s
+            e, rb.gain, batch.tokens, phase, batch.preempted, generated0, share_s, spec_s
         )
-        e = admission_shift(e, batch, generated0, completed, t, dur)
+        e = admission_shift(e, rb, generated0, completed, t, dur)
         if cfg.relax_order:  # the pairs this iteration's admissions and preemption passed over
-            e = swap.record(e, batch.admitted, batch.swap_req, batch.swap_p, t)
-            e = swap.record_victims(e, batch.victim_of, batch.victim_p, t)
+            e = swap.record(e, rb.admitted, rb.swap_req, rb.swap_p, t)
+            e = swap.record_victims(e, rb.victim_of, rb.victim_p, t)
     if cfg.prefill_instances > 0:  # a prefill instance hands prefilled requests on
         e = disagg.to_handoff(e, i, cfg)
     n_retry = jnp.zeros((), jnp.int32)

@@ -32,8 +32,8 @@ from servetune.reporting.tuning_page import write_views
 from servetune.run import estimate
 from servetune.run.api import compose
 from servetune.tuning import checkpoint
-from servetune.tuning.estimators import es
-from servetune.tuning.estimators.pathwise import PathwiseEstimator
+from servetune.tuning.estimators.es import EvolutionStrategies
+from servetune.tuning.estimators.pathwise import Pathwise, PathwiseEstimator
 from servetune.tuning.evaluation import (
     REGRESSION_TOLERANCE,
     check_evaluation,
@@ -52,6 +52,7 @@ from servetune.tuning.split_overrides import (
     with_overrides,
     workload_lists,
 )
+from servetune.tuning.state import TunerState
 
 OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
 SUMMARY = "tune_summary.json"  # written last by a finished run (_finish)
@@ -469,8 +470,8 @@ def _plain(values: dict) -> dict:
 
 def _evaluators(cfg: DictConfig, st: Settings, order: str):
     """(the settings with the space constrained to what the scenario's vLLM accepts, the exact
-    simulator scoring policy points: one workload or several, the pathwise estimator or None
-    for ES)."""
+    simulator scoring policy points: one workload or several, the gradient estimator the
+    settings name: estimators/es.py or estimators/pathwise.py)."""
     if st.workloads:  # tune over several workloads at once
         evaluator = MultiEvaluator(
             [
@@ -494,28 +495,30 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str):
             ),
         ),
     )
+    space, objective = st.space, st.objective
+
+    def score(points, lam):
+        return [objective.summarize(col, lam) for col in evaluator(space.values(points))]
+
     if st.estimator != "pathwise":
-        return st, evaluator, None
+        return st, evaluator, EvolutionStrategies(score, st.seed, st.pairs, st.sigma)
     if st.workloads:
         raise ConfigError(
             "tune.workloads: the pathwise estimator tunes on one workload; "
             "use tune=es to tune over several"
         )
-    return (
-        st,
+    gradient = PathwiseEstimator(
         evaluator,
-        PathwiseEstimator(
-            evaluator,
-            st.space,
-            st.relax,
-            st.temperature,
-            st.objective.slo_target,
-            st.slo_tau,
-            st.objective.aggregate,
-            st.objective.cvar_alpha,
-            st.difference_step,
-        ),
+        space,
+        st.relax,
+        st.temperature,
+        objective.slo_target,
+        st.slo_tau,
+        objective.aggregate,
+        objective.cvar_alpha,
+        st.difference_step,
     )
+    return st, evaluator, Pathwise(score, gradient)
 
 
 def _evaluator_list(evaluator) -> list[Evaluator]:
@@ -597,7 +600,7 @@ def _check_population_fits(st: Settings, evaluator) -> None:
         )
 
 
-def _restore(out_dir: Path, st: Settings, state: dict, opt_state, log, value_keys):
+def _restore(out_dir: Path, st: Settings, state: TunerState, opt_state, log, value_keys):
     """(state, optimizer state) from the checkpoint in out_dir when resuming and one is there
     (refused when another config wrote it, or when its fields do not fit this run: theta's
     shape, the policy keys `value_keys` of its best policy), else the ones given."""
@@ -605,7 +608,7 @@ def _restore(out_dir: Path, st: Settings, state: dict, opt_state, log, value_key
     if doc is None:
         return state, opt_state
     then = doc.get("problem") if isinstance(doc.get("problem"), dict) else None
-    now = state["problem"]
+    now = state.problem
     if then is not None and DATA_KEY not in then:  # written before the data was recorded
         now = {k: v for k, v in now.items() if k != DATA_KEY}
     if _fingerprint(now) != doc["fingerprint"]:  # before unpacking: the arrays may not fit
@@ -617,33 +620,15 @@ def _restore(out_dir: Path, st: Settings, state: dict, opt_state, log, value_key
             f"tune settings{what}; resume with the same config, or use another output "
             f"directory (or tune.resume=false to start over there)"
         )
-    loaded = checkpoint.unpack(
-        doc, opt_state, out_dir, {"theta": np.shape(state["theta"])}, value_keys
+    loaded, opt_state = checkpoint.unpack(
+        doc, opt_state, out_dir, {"theta": np.shape(state.theta)}, value_keys
     )
-    log(f"resuming from {out_dir / checkpoint.NAME} at iteration {loaded[0]['iteration']}")
-    return loaded
-
-
-def _estimate(st: Settings, evaluator, estimator, theta, lam: float, it: int):
-    """One gradient estimate of the Lagrangian at theta: (points scored [M, d], their
-    summaries (the center first), gradient [d], the pathwise estimator's soft figures)."""
-    space = st.space
-    if estimator is None:  # ES: antithetic pairs around the center
-        eps = es.perturbations(st.seed, it, st.pairs, space.size)
-        points = es.population(theta, eps, st.sigma)
-        summaries = [st.objective.summarize(col, lam) for col in evaluator(space.values(points))]
-        lagr = np.array([s["lagrangian"] for s in summaries])
-        m = st.pairs
-        return points, summaries, es.gradient(lagr[1 : 1 + m], lagr[1 + m :], eps, st.sigma), {}
-    # pathwise: the exact simulator scores the point, the relaxed one gives the gradient
-    points = theta[None]
-    summaries = [st.objective.summarize(col, lam) for col in evaluator(space.values(points))]
-    grad, soft = estimator(theta, lam)
-    return points, summaries, grad, soft
+    log(f"resuming from {out_dir / checkpoint.NAME} at iteration {loaded['iteration']}")
+    return TunerState.from_checkpoint(loaded), opt_state
 
 
 def _history_row(
-    it: int, state: dict, evaluator, lam: float, grad, soft: dict, summaries, center: dict
+    it: int, state: TunerState, evaluator, lam: float, grad, soft: dict, summaries, center: dict
 ) -> dict:
     """One row of history.csv: the iteration, the center's and the best point's summaries and
     the center's policy values (a network by its weights' norm)."""
@@ -657,7 +642,7 @@ def _history_row(
         "grad_norm": float(np.linalg.norm(grad)),
         **soft,
         **{f"center_{k}": v for k, v in summaries[0].items()},
-        **{f"best_{k}": v for k, v in state["best"].items()},
+        **{f"best_{k}": v for k, v in state.best.items()},
         **{f"policy.{k}": v for k, v in center.items()},
     }
 
@@ -702,26 +687,17 @@ def tune(
     theta = space.point(start_values)
     opt = OPTIMIZERS[st.optimizer](st.learning_rate)
     dual = optax.sgd(st.lambda_learning_rate)
-    state = {
-        "iteration": 0,
-        "theta": theta,
-        "lambda": st.lambda_init,
-        "history": [],
-        "best": None,
-        "best_values": None,
-        "scenarios": 0,
-    }
-    state["problem"] = dict(_problem(cfg), **{DATA_KEY: json.dumps(_data_digest(evaluator))})
-    state["fingerprint"] = _fingerprint(state["problem"])
+    problem = dict(_problem(cfg), **{DATA_KEY: json.dumps(_data_digest(evaluator))})
+    state = TunerState(0, theta, st.lambda_init, problem=problem, fingerprint=_fingerprint(problem))
     state, opt_state = _restore(out_dir, st, state, opt.init(jnp.asarray(theta)), log, start_values)
-    evaluator.scenarios_simulated = state["scenarios"]
-    resumed_at = state["scenarios"]  # this call's pace counts only what it simulates
+    evaluator.scenarios_simulated = state.scenarios
+    resumed_at = state.scenarios  # this call's pace counts only what it simulates
 
     done_here = 0
-    while state["iteration"] < st.iterations:
-        it = state["iteration"]
-        theta, lam = np.asarray(state["theta"]), float(state["lambda"])
-        points, summaries, grad, soft = _estimate(st, evaluator, estimator, theta, lam, it)
+    while state.iteration < st.iterations:
+        it = state.iteration
+        theta, lam = np.asarray(state.theta), float(state.lam)
+        points, summaries, grad, soft = estimator(theta, lam, it)
         updates, opt_state = opt.update(jnp.asarray(-grad), opt_state, jnp.asarray(theta))
         new_theta = np.asarray(optax.apply_updates(jnp.asarray(theta), updates))
         # dual ascent: raise lambda while the center misses the target, lower it with slack
@@ -729,12 +705,12 @@ def tune(
         lam_step, _ = dual.update(jnp.asarray(-gap), dual.init(jnp.asarray(lam)))
         new_lam = min(max(0.0, float(lam + lam_step)), MAX_LAMBDA)  # finite in history.csv
         for k, s in enumerate(summaries):
-            if _better(state["best"], s):
-                state["best"] = s
-                state["best_values"] = _plain({**start_values, **space.values(points[k])})
+            if _better(state.best, s):
+                state.best = s
+                state.best_values = _plain({**start_values, **space.values(points[k])})
         center = _plain(space.values(theta))
         row = _history_row(it, state, evaluator, lam, grad, soft, summaries, center)
-        state["history"].append(row)
+        state.history.append(row)
         log(
             f"iter {it:3d}  objective {row['center_objective']:.4f}  attainment "
             f"{row['center_slo_attainment']:.4f}  lambda {lam:.2f}  "
@@ -742,23 +718,19 @@ def tune(
             f" (att {row['best_slo_attainment']:.4f})  scenarios {row['scenarios_simulated']}  "
             + " ".join(f"{k}={center[k]:.4g}" for k in space.keys)
         )
-        state.update(
-            iteration=it + 1,
-            theta=new_theta,
-            **{"lambda": new_lam},
-            scenarios=evaluator.scenarios_simulated,
-        )
+        state.iteration, state.theta, state.lam = it + 1, new_theta, new_lam
+        state.scenarios = evaluator.scenarios_simulated
         if (it + 1) % st.checkpoint_every == 0 or it + 1 == st.iterations:
-            checkpoint.save(out_dir, state, opt_state)
+            checkpoint.save(out_dir, state.to_checkpoint(), opt_state)
         done_here += 1
-        left = state["iteration"] < st.iterations
+        left = state.iteration < st.iterations
         if stop_after is not None and done_here >= stop_after and left:
             raise KeyboardInterrupt(f"stopped after {done_here} iterations (stop_after)")
     result = _finish(
         cfg, st, state, _plain(start_values), order, evaluator, out_dir, log, start_time
     )
     estimate.record(
-        int((state["scenarios"] - resumed_at) * _requests_per_scenario(evaluator)),
+        int((state.scenarios - resumed_at) * _requests_per_scenario(evaluator)),
         time.perf_counter() - start_time,
         kind="tune",
     )
@@ -768,7 +740,7 @@ def tune(
 def _finish(
     cfg: DictConfig,
     st: Settings,
-    state: dict,
+    state: TunerState,
     start_values: dict,
     order: str,
     evaluator,
@@ -792,9 +764,9 @@ def _finish(
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
-    history = pd.DataFrame(state["history"])
+    history = pd.DataFrame(state.history)
     write_whole(out_dir / "history.csv", lambda tmp: history.to_csv(tmp, index=False))
-    best = state["best_values"]
+    best = state.best_values
     evaluation = evaluate_policies(cfg, {"start": start_values, "tuned": best}, st, order)
     judged = verdicts(evaluation, st.regression_tolerance)
     regressed = [split for split, v in judged.items() if v.regression]
@@ -832,7 +804,7 @@ def _finish(
             order,
             engine,
             extra={
-                "scenarios_simulated": int(state["scenarios"]),
+                "scenarios_simulated": int(state.scenarios),
                 "regression": bool(regressed),
                 "regressed_splits": regressed,
                 "evaluation": compared,
@@ -852,22 +824,22 @@ def _finish(
     summary = {
         "start": start_values,
         "best": best,
-        "best_summary": state["best"],
+        "best_summary": state.best,
         "regression": bool(regressed),
         "regressed_splits": regressed,
         "regression_verdicts": {split: v.why for split, v in judged.items()},
         "evaluation": compared,
-        "scenarios_simulated": int(state["scenarios"]),
+        "scenarios_simulated": int(state.scenarios),
         "wall_s": elapsed_s,
     }
     write_json(out_dir / SUMMARY, summary)  # last: the finished run's mark
     return TuneResult(
         start_values,
         best,
-        state["best"],
+        state.best,
         history,
         evaluation,
-        int(state["scenarios"]),
+        int(state.scenarios),
         elapsed_s,
         out_dir,
         bool(regressed),

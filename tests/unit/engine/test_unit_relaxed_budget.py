@@ -58,9 +58,9 @@ def test_a_request_the_budget_cuts_keeps_its_debt_and_takes_the_budgets_tokens()
     assert np.asarray(batch.tokens)[0] == 10
     # the iteration computes the budget's extra token; the 5 tokens computed earlier are not
     # given back here (the budget still fills this chunk): they shorten the last chunk
-    assert np.asarray(d.weight)[0] == 1.0
-    assert np.asarray(d.debt)[0] == 6.0
-    assert np.asarray(d.gain)[0] == 1.0  # progress: one prompt token more
+    assert np.asarray(d.relaxed.weight)[0] == 1.0
+    assert np.asarray(d.relaxed.debt)[0] == 6.0
+    assert np.asarray(d.relaxed.gain)[0] == 1.0  # progress: one prompt token more
 
 
 def test_the_last_chunk_repays_the_debt_and_the_next_request_takes_the_tokens_left():
@@ -69,10 +69,10 @@ def test_the_last_chunk_repays_the_debt_and_the_next_request_takes_the_tokens_le
     rows = [_prefilling(12, 8, 1), {"prompt": 20, "output": 4}]
     batch, d, d_attn = _tangents(rows, 10.5, [3.0, 0.0])
     assert np.asarray(batch.tokens)[:2].tolist() == [4, 6]
-    w = np.asarray(d.weight)[:2]
+    w = np.asarray(d.relaxed.weight)[:2]
     assert w.tolist() == [-3.0, 4.0]  # repaid; the budget's token and the 3 left over
     assert w.sum() == 1.0  # the iteration still computes the whole (bigger) budget
-    assert np.asarray(d.debt)[:2].tolist() == [0.0, 4.0]
+    assert np.asarray(d.relaxed.debt)[:2].tolist() == [0.0, 4.0]
     # the handed-on tokens are the queue's: attention at the mean prefill context
     # (4 x (8 + 2.5) + 6 x (0 + 3.5)) / 10 = 6.3 per token, for the one token more in all;
     # at each request's own context it was -3 x 12.5 + 4 x 6.5 = -11.5

@@ -229,7 +229,7 @@ def test_decodes_take_one_token_and_a_mid_prefill_request_its_next_chunk():
     assert column(out, "blocks", 2) == [3, 5]
     assert column(out, "status", 2) == [RUNNING, RUNNING]
     assert not np.asarray(batch.preempted).any() and not bool(batch.slot_bound)
-    assert batch.weight is None  # relax hard: no relaxed weights
+    assert batch.relaxed is None  # relax hard: no relaxed weights
 
 
 def test_long_prefill_threshold_cuts_chunks_when_others_are_eligible():

@@ -6,6 +6,7 @@ gradients (tuning/estimators/pathwise_gradient.py)."""
 from __future__ import annotations
 
 import jax.numpy as jnp
+from flax import struct
 
 from servetune.core import ops, relax
 from servetune.core.types import EngineConfig, Entries
@@ -13,9 +14,28 @@ from servetune.engine.relaxed import swap
 from servetune.engine.speculation import draft_tokens, relaxed_draft_tokens
 
 
+class RelaxedBatch(struct.PyTreeNode):
+    """A relaxed engine's part of an iteration's batch (engine.relax st or soft, core/relax.py),
+    per entry in scheduling order."""
+
+    weight: jnp.ndarray  # [A] f64 tokens with their decisions' relaxed weights (equal to the
+    #                      batch's tokens in value under st)
+    admit_z: jnp.ndarray  # [A] f64 admission weight minus the exact admission
+    admitted: jnp.ndarray  # [A] bool waiting entries admitted this iteration
+    debt: jnp.ndarray  # [A] f64 each entry's token debt after the iteration
+    gain: jnp.ndarray  # [A] f64 prompt tokens a relaxed budget computes for the entry beyond
+    #                    the exact ones (0 in value under st)
+    swap_req: jnp.ndarray | None = None  # [A, m] i32 with a relaxed order: requests each
+    #                                      admission passed over (-1 none; relaxed/swap.py)
+    swap_p: jnp.ndarray | None = None  # [A, m] f64 their pair perturbations
+    victim_of: jnp.ndarray | None = None  # [A] i32 with a relaxed order: for the first request
+    #                                       preempted, the last one kept (-1 elsewhere)
+    victim_p: jnp.ndarray | None = None  # [A] f64 that pair's perturbation
+
+
 def relaxed_batch(
     es: Entries, tokens, run, adm, budget, rank, n_running, pol, cfg: EngineConfig, scores=None
-) -> dict:
+) -> RelaxedBatch:
     """The iteration's token counts as relaxed decisions (engine.relax st or soft).
 
     `budget` is the relaxed token budget (scheduler.token_budget(..., relaxed=True):
@@ -33,8 +53,8 @@ def relaxed_batch(
     (engine/relaxed/swap.py). `tokens` [A]: the exact token counts. With speculation a decoding
     request verifies 1 + k positions with k relaxed (`speculation.relaxed_draft_tokens`);
     those positions are not owed back (a longer draft is more work, not work moved). Returns
-    the Batch fields weight, admit_z, admitted, debt and gain (the prompt tokens the relaxed
-    budget adds to a request's progress: engine/relaxed/pace.py)."""
+    the RelaxedBatch (its gain: the prompt tokens the relaxed budget adds to a request's
+    progress, engine/relaxed/pace.py)."""
     assert es.relaxed is not None  # the mechanism is on (a static switch)
     mode, tau = cfg.relax, cfg.relax_temperature
     need, decoding, keep = run.need, run.decoding, run.keep
@@ -101,4 +121,4 @@ def relaxed_batch(
             es, admit, scores, mode, tau, cfg.queue_window
         )
         out["victim_of"], out["victim_p"] = swap.victim_pair(es, keep, scores, mode, tau)
-    return out
+    return RelaxedBatch(**out)

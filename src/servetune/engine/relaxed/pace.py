@@ -4,7 +4,7 @@ Under engine.relax st or soft (servetune/core/relax.py) two tunable numbers chan
 running request progresses rather than when it is admitted:
 
 - The token budget. A request prefilling under a bigger budget computes `gain` more prompt
-  tokens per iteration (scheduler.Batch.gain), and when it finishes, the tokens it is ahead
+  tokens per iteration (RelaxedBatch.gain), and when it finishes, the tokens it is ahead
   go to the requests after it (engine/relaxed/batch.py): the queue's prefill is that far
   ahead. Its prefill then takes fewer iterations, and its first token (and everything after
   it) comes sooner. In the fluid reading, a prompt prefilled over its share T of the

@@ -24,7 +24,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from servetune.core.types import WAITING, Entries, RelaxTape
-from servetune.engine.scheduler import Batch
+from servetune.engine.relaxed.batch import RelaxedBatch
 
 
 def init_tape(shape, like) -> RelaxTape:
@@ -45,22 +45,23 @@ def reset_tape(tape: RelaxTape | None, take) -> RelaxTape:
     )
 
 
-def admission_shift(e: Entries, batch: Batch, generated0, completed, t, dur):
+def admission_shift(e: Entries, rb: RelaxedBatch, generated0, completed, t, dur):
     """Entries after one relaxed iteration starting at t and lasting dur (seconds): admitted
     requests add their shift, waiting ones accumulate the iteration's perturbation, and a
-    first token or completion emitted in the iteration moves by the request's shift.
+    first token or completion emitted in the iteration moves by the request's shift. `rb`: the
+    iteration's relaxed batch.
     `generated0` [A]: output tokens before the iteration; `completed` [A]: entries that
     completed in it. (The iteration ends no waiting request, so those WAITING now are the ones
     the schedule left waiting.)"""
-    z, admitted, r = batch.admit_z, batch.admitted, e.relaxed
-    assert r is not None and z is not None and admitted is not None  # on: a relaxed engine
+    z, admitted, r = rb.admit_z, rb.admitted, e.relaxed
+    assert r is not None  # on: a relaxed engine
     still_waiting = e.status == WAITING
     shift = r.shift + jnp.where(admitted, r.wait_zt - r.wait_z * t - z * dur, 0.0)
     first_now = (generated0 == 0) & (e.generated > 0)
     return e.replace(
         relaxed=r.replace(
             shift=shift,
-            debt=batch.debt,
+            debt=rb.debt,
             wait_z=jnp.where(admitted, 0.0, jnp.where(still_waiting, r.wait_z + z, r.wait_z)),
             wait_zt=jnp.where(
                 admitted, 0.0, jnp.where(still_waiting, r.wait_zt + z * t, r.wait_zt)

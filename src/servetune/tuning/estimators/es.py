@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from servetune.tuning.estimators.base import Estimate, Score
+
 
 def perturbations(seed: int, iteration: int, pairs: int, dim: int) -> np.ndarray:
     """Standard normal eps [pairs, dim], a pure function of (seed, iteration) so a resumed
@@ -46,3 +48,22 @@ def gradient(
     m = len(fit_plus)
     diff = fit[:m] - fit[m:]
     return (diff[:, None] * eps).sum(0) / (2 * m * sigma)
+
+
+class EvolutionStrategies:
+    """The ES estimator (tune.estimator=es): `pairs` antithetic pairs of standard deviation
+    `sigma` (in the search space's coordinates) around theta, drawn from (`seed`, iteration),
+    scored by `score` together with the center; the gradient from the Lagrangians' ranks."""
+
+    def __init__(self, score: Score, seed: int, pairs: int, sigma: float):
+        self.score, self.seed, self.pairs, self.sigma = score, seed, pairs, sigma
+
+    def __call__(self, theta: np.ndarray, lam: float, iteration: int) -> Estimate:
+        """The center and its population scored, and the ES gradient [d] at theta."""
+        eps = perturbations(self.seed, iteration, self.pairs, np.shape(theta)[-1])
+        points = population(theta, eps, self.sigma)
+        summaries = self.score(points, lam)
+        lagr = np.array([s["lagrangian"] for s in summaries])
+        m = self.pairs
+        grad = gradient(lagr[1 : 1 + m], lagr[1 + m :], eps, self.sigma)
+        return Estimate(points, summaries, grad, {})

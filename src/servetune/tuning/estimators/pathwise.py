@@ -17,6 +17,7 @@ import numpy as np
 from servetune.core.errors import ConfigError
 from servetune.tuning.estimators import paired_difference
 from servetune.tuning.estimators import pathwise_gradient as pathwise
+from servetune.tuning.estimators.base import Estimate, Score
 from servetune.tuning.evaluator import Evaluator
 from servetune.tuning.space import SearchSpace
 
@@ -113,3 +114,19 @@ class PathwiseEstimator:
             "soft_attainment": float(value[1]),
             "soft_lagrangian": float(value[2]),
         }
+
+
+class Pathwise:
+    """The pathwise estimator in the runner's interface (base.Estimator): the exact simulator
+    scores the center (`score`: for the log, the best point and the dual ascent, as with ES)
+    and `gradient` (a PathwiseEstimator) gives the step through the relaxed one."""
+
+    def __init__(self, score: Score, gradient: PathwiseEstimator):
+        self.score, self.gradient = score, gradient
+
+    def __call__(self, theta: np.ndarray, lam: float, iteration: int) -> Estimate:
+        """The center scored, and the pathwise gradient [d] with its smoothed figures."""
+        points = np.asarray(theta)[None]
+        summaries = self.score(points, lam)
+        grad, soft = self.gradient(np.asarray(theta), lam)
+        return Estimate(points, summaries, grad, soft)
