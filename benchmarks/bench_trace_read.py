@@ -8,7 +8,7 @@ block in flight plus the window. The whole-file read is the upper bound (every r
 pandas.read_csv holds the whole table and checks nothing beyond its parser.
 
     python benchmarks/bench_trace_read.py                  # 2 million rows, a 60 s window
-    python benchmarks/bench_trace_read.py --rows 10000000  # the 10 M rows
+    python benchmarks/bench_trace_read.py --rows 10000000  # 10 M rows
 
 Peak memory is Python's (tracemalloc: the reader's objects and numpy's arrays; pyarrow's own
 pool, one block, is not in it), measured in one process one read after another; seconds are
