@@ -328,3 +328,20 @@ def test_layers_import_only_the_layers_below_them():
             if there is None or there not in RANK or RANK[there] >= RANK[here]:
                 upward.append(f"{name}:{line} imports {target}")
     assert upward == []
+
+
+def test_no_issue_numbers_or_dates_in_the_package_text():
+    """History lives in CHANGELOG.md and git log, not in module docstrings or comments: no
+    "issue 41" and no dated "rerun 2026-12-02" in the package's source."""
+    import re
+
+    history = re.compile(
+        r"\bissues? \d+\b|\b(?:rerun|measured|changed) (?:on )?20\d\d-\d\d-\d\d", re.I
+    )
+    found = [
+        f"{path.relative_to(SRC)}:{n}"
+        for path in SRC.rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if history.search(line)
+    ]
+    assert found == []
