@@ -275,7 +275,7 @@ def test_the_built_wheel_holds_every_config_and_bundled_trace(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for path in (root / "conf").rglob("*.yaml"):
         assert f"servetune/conf/{path.relative_to(root / 'conf').as_posix()}" in names
-    for path in (SRC / "data").iterdir():
+    for path in (SRC / "workload" / "data").iterdir():
         if path.is_file():
             assert f"servetune/workload/data/{path.name}" in names
 

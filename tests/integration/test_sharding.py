@@ -87,11 +87,18 @@ def _simulate(n_s: int, n_p: int):
     return out
 
 
+# what describes the compiled program rather than the scenario: a batch takes the simple step
+# only where all its scenarios can, and runs at the width its widest one needs, so splitting
+# it over devices changes these counts and nothing else
+PROGRAM = ("simple", "simple_steps", "entry_width", "widenings")
+
+
 def _assert_same(a, b, where=""):
     if isinstance(a, dict):
         assert a.keys() == b.keys(), where
         for k in a:
-            _assert_same(a[k], b[k], f"{where}.{k}")
+            if k not in PROGRAM:
+                _assert_same(a[k], b[k], f"{where}.{k}")
     else:
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=where)
 
