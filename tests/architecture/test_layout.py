@@ -6,6 +6,7 @@ name of `servetune` that is also the name of one of its modules."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import numpy as np
@@ -333,8 +334,6 @@ def test_layers_import_only_the_layers_below_them():
 def test_no_issue_numbers_or_dates_in_the_package_text():
     """History lives in CHANGELOG.md and git log, not in module docstrings or comments: no
     "issue 41" and no dated "rerun 2026-12-02" in the package's source."""
-    import re
-
     history = re.compile(
         r"\bissues? \d+\b|\b(?:rerun|measured|changed) (?:on )?20\d\d-\d\d-\d\d", re.I
     )

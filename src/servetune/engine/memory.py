@@ -132,7 +132,7 @@ def check_fits(
     cpu = jax.devices()[0].platform == "cpu"
     n_s = wl.arrival.shape[0]
     n_p = int(jax.tree.leaves(params)[0].shape[0])
-    leap = n_s * n_p * leap_bytes(cfg) + shared_leap_bytes(cfg)
+    leap = temporary_bytes(0, n_s * n_p, cfg)  # the leap's part: its tables and triangle
     need = rollout_bytes(wl, params, cfg)
     if not cpu:
         need = -(-need // max(n_devices, 1))
