@@ -45,13 +45,6 @@ def land(e: Entries, t):
     )
 
 
-def next_landing(e: Entries):
-    """[] earliest landing time of an INFLIGHT request (inf when none): a hand-off in transit
-    to a decode instance, or a cascade retry whose check verdict is pending. Event skipping
-    stops before the iteration that would see it."""
-    return jnp.min(jnp.where(e.status == INFLIGHT, e.ready_at, jnp.inf))
-
-
 def handoff_horizon(entries: Entries, clock, cfg: EngineConfig):
     """[] the earliest time (seconds) a prefill instance with work can hand a request off: its
     clock (its next iteration boundary). The handoff reads the decode instances' state (KV use)

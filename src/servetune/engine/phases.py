@@ -40,15 +40,15 @@ class Scheduled(NamedTuple):
 
 class Advanced(NamedTuple):
     """The advance phase's result: entries after the iteration, the inter-token gaps it made
-    (values [A], weights), which requests completed [A], how many small answers failed their
-    check (cascade), whether prefix-cache insertions are still due, and what the accounting
-    needs from before the iteration: the batch's request ids [A], tokens generated [A] and
-    running requests."""
+    (values [A], weights), which requests completed [A], how many of those left for another
+    pool instead (a cascade's failed small answers, engine/pools.py), whether prefix-cache
+    insertions are still due, and what the accounting needs from before the iteration: the
+    batch's request ids [A], tokens generated [A] and running requests."""
 
     e: Entries
     gaps: jnp.ndarray  # [A] f64 the inter-token gaps the iteration made (seconds)
     completed: jnp.ndarray
-    n_retry: jnp.ndarray
+    n_withdrawn: jnp.ndarray  # [] i32 completions that left for another pool (not completed)
     pc: PrefixCache | None
     kv_used: jnp.ndarray
     insertions_due: jnp.ndarray

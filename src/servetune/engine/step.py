@@ -10,10 +10,7 @@ from servetune.core.cost import step_time
 from servetune.core.types import (
     DONE,
     EMPTY,
-    HANDOFF,
-    INFLIGHT,
     REJECT_KV_RESERVE,
-    RETRY,
     RUNNING,
     WAITING,
     EngineConfig,
@@ -22,8 +19,8 @@ from servetune.core.types import (
     SimState,
     Workload,
 )
-from servetune.engine import cascade, disagg, routing, speculation, statistics, timeline
 from servetune.engine import outbox as outbox_lib
+from servetune.engine import pools, routing, speculation, statistics, timeline
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.abandon import abandon, next_give_up
 from servetune.engine.advance import advance
@@ -212,15 +209,9 @@ def _arrive(
         entries_all, next_req, outside, n_arrived, n_rejected = routing.route(
             state, t, wl, params, cfg, search_window
         )
-        if cfg.prefill_instances > 0:  # prefilled requests move to decode instances
-            entries_all = disagg.hand_off(entries_all, i, t, params.cost, cfg)
-        if cfg.cascade_small_instances > 0:  # failed small answers move to the large pool
-            entries_all = cascade.fall_back(entries_all, i, t, params.cost, cfg)
-        e = jax.tree.map(lambda x: x[i], entries_all)
-        if cfg.prefill_instances > 0:
-            e = disagg.land(e, t)
-        if cfg.cascade_small_instances > 0:
-            e = cascade.land(e, t)
+        # requests waiting on instance i move to the other pool (engine/pools.py)
+        entries_all = pools.hand_on(entries_all, i, t, params.cost, cfg)
+        e = pools.land(jax.tree.map(lambda x: x[i], entries_all), t, cfg)
     params = _at_instance(params, i, cfg)
     n_abandoned = jnp.zeros_like(n_rejected)
     if cfg.abandonment:  # cancelled and expired requests leave before scheduling
@@ -346,16 +337,11 @@ def conclude(
 def _remote_horizon(arrived: Arrived, state: SimState, params: Params, cfg: EngineConfig):
     """[] the earliest time another instance can send this one work (seconds; inf when none):
     a prefill instance's hand-off (disaggregation), a retry from the small pool (cascade).
-    Event skipping on a receiving instance stops before it."""
-    horizon: jnp.ndarray | float = jnp.inf
-    every = arrived.entries_all  # several instances: routing keeps every instance's entries
-    if cfg.prefill_instances > 0:
-        assert every is not None
-        horizon = jnp.minimum(horizon, disagg.handoff_horizon(every, state.clock, cfg))
-    if cfg.cascade_small_instances > 0:  # (needs every instance's cost params)
-        assert every is not None
-        horizon = jnp.minimum(horizon, cascade.retry_horizon(every, state.clock, params.cost, cfg))
-    return horizon
+    A leap on a receiving instance stops before it. Reads every instance's cost params."""
+    if pools.split_of(cfg) is None:
+        return jnp.inf
+    assert arrived.entries_all is not None  # several instances: routing keeps every one's
+    return pools.horizon(arrived.entries_all, state.clock, params.cost, cfg)
 
 
 def _schedule_phase(
@@ -425,11 +411,8 @@ def _advance_phase(
         if cfg.relax_order:  # the pairs this iteration's admissions and preemption passed over
             e = swap.record(e, rb.admitted, rb.swap_req, rb.swap_p, t)
             e = swap.record_victims(e, rb.victim_of, rb.victim_p, t)
-    if cfg.prefill_instances > 0:  # a prefill instance hands prefilled requests on
-        e = disagg.to_handoff(e, i, cfg)
-    n_retry = jnp.zeros((), jnp.int32)
-    if cfg.cascade_small_instances > 0:  # a small answer that fails its check is retried
-        e, n_retry = cascade.to_retry(e, i, cfg)
+    # what stops being served here: a prefilled request, a failed small answer (engine/pools.py)
+    e, n_withdrawn = pools.leave(e, i, cfg)
     insertions_due = jnp.asarray(False)
     if cfg.prefix_cache:  # blocks computed enter the cache; completed requests release theirs
         assert pc is not None
@@ -438,7 +421,7 @@ def _advance_phase(
         e,
         gaps,
         completed,
-        n_retry,
+        n_withdrawn,
         pc,
         sched.kv_used,
         insertions_due,
@@ -463,8 +446,8 @@ def _wake_time(e: Entries, state: SimState, t, next_arrival, cfg: EngineConfig, 
     if cfg.n_instances > 1:
         others = jnp.where(jnp.arange(cfg.n_instances) != i, state.clock, jnp.inf)
         wake = jnp.minimum(wake, jnp.min(jnp.where(others > t, others, jnp.inf)))
-        if cfg.prefill_instances > 0 or cfg.cascade_small_instances > 0:
-            landing = disagg.next_landing(e)  # (INFLIGHT: a hand-off or a retry)
+        if pools.split_of(cfg) is not None:  # a request in transit here lands
+            landing = pools.next_landing(e, cfg)
             wake = jnp.minimum(wake, jnp.where(landing > t, landing, jnp.inf))
     return jnp.where(jnp.isfinite(wake), wake, t)
 
@@ -474,8 +457,8 @@ def _stalled(e: Entries, busy, cfg: EngineConfig):
     checks, so this cannot happen; if it ever does, the scenario stops and is flagged rather
     than looping forever. Under disaggregation KV held for a decode instance frees later."""
     stalled = ~busy & jnp.any(e.status == WAITING)
-    if cfg.prefill_instances > 0:
-        stalled = stalled & ~jnp.any((e.status == HANDOFF) | (e.status == INFLIGHT))
+    if pools.split_of(cfg) is not None:
+        stalled = stalled & ~pools.excuses_stall(e, cfg)
     return stalled
 
 
@@ -490,14 +473,7 @@ def _leap_limit(
     limit = jnp.minimum(next_arrival, wl.t_stop)
     if cfg.abandonment:  # the iteration that notices a give-up is stepped
         limit = jnp.minimum(limit, next_give_up(e))
-    if cfg.prefill_instances > 0 or cfg.cascade_small_instances > 0:  # one that sees a landing
-        limit = jnp.minimum(limit, disagg.next_landing(e))
-    if cfg.prefill_instances > 0:  # a decode instance: not past a prefill instance's hand-off
-        limit = jnp.where(disagg.is_prefill(i, cfg), limit, jnp.minimum(limit, remote))
-    if cfg.cascade_small_instances > 0:  # a retry produced now leaves at t_next; a large
-        # instance: not past a retry from the small pool
-        limit = jnp.where(jnp.any(e.status == RETRY), t_next, limit)
-        limit = jnp.where(cascade.is_small(i, cfg), limit, jnp.minimum(limit, remote))
+    limit = pools.skip_limit(limit, e, i, t_next, remote, cfg)  # landings, hand-ons
     if cfg.prefix_cache:  # no skipping while cache insertions are still due
         limit = jnp.where(advanced.insertions_due, t_next, limit)
     return limit
@@ -571,9 +547,10 @@ def _leap_phase(
             0.0,
             zero,
         )
-    if cfg.cascade_small_instances > 0:  # retries have not ended: the large pool serves them
-        e, n_leap_retry = cascade.to_retry(leapt.e, i, cfg)
-        leapt = leapt._replace(e=e, n_completed=leapt.n_completed - advanced.n_retry - n_leap_retry)
+    if pools.split_of(cfg) is not None:  # what the leap made that leaves: not completed here
+        e, n_leap_withdrawn = pools.leave(leapt.e, i, cfg)
+        withdrawn = advanced.n_withdrawn + n_leap_withdrawn
+        leapt = leapt._replace(e=e, n_completed=leapt.n_completed - withdrawn)
     return leapt
 
 
