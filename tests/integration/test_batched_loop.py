@@ -11,7 +11,8 @@ import pytest
 from helpers import CONFIGS, batched, random_params, random_traces
 
 from servetune.config.scenario import stack_workloads
-from servetune.engine.loop import init_batch, run_chunk, run_chunk_grid
+from servetune.engine.grid import run_chunk_grid
+from servetune.engine.loop import init_batch, run_chunk
 from servetune.engine.outbox import record_fields
 
 

@@ -1,6 +1,7 @@
 """The device loop: a while_loop of iterations per compiled call (`run_chunk`), its state
-(`init_state`), and the same vmapped over workloads [S] x policies [P] (`init_batch`,
-`run_chunk_batch`). The host drives these chunks in servetune/run/driver.py."""
+(`init_state`), and their compiled entry points over workloads [S] x policies [P]
+(`init_batch`, `run_chunk_batch`, whose loop is engine/grid.py). The host drives these chunks
+in servetune/run/driver.py."""
 
 from __future__ import annotations
 
@@ -23,15 +24,12 @@ from servetune.core.types import (
 )
 from servetune.engine import cascade, timeline, width
 from servetune.engine import prefix as prefix_lib
-from servetune.engine.outbox import empty_outbox, record_fields
+from servetune.engine.grid import run_chunk_grid
+from servetune.engine.outbox import capacity as outbox_capacity
+from servetune.engine.outbox import empty_outbox
 from servetune.engine.relaxed import shift, swap
-from servetune.engine.simple_step import iterate, iterate_grid
+from servetune.engine.simple_step import iterate
 from servetune.engine.step import step_or_stay
-
-
-def outbox_capacity(cfg: EngineConfig) -> int:
-    """R: at least two iterations' worth of drained records, so a chunk always makes progress."""
-    return max(cfg.outbox, 2 * cfg.drain_per_step)
 
 
 def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
@@ -171,65 +169,6 @@ def step_trace(wl: Workload, params: Params, cfg: EngineConfig, n_steps: int):
         return s, info
 
     return jax.lax.scan(body, state, None, length=n_steps)
-
-
-def run_chunk_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
-    """run_chunk over state [S, P], workloads [S], params [P]: one loop that steps every
-    scenario still active (same iterations, same results as vmapping run_chunk).
-
-    Vmapping a while_loop makes every iteration select each carry leaf between old and new for
-    every scenario, the whole outbox included ([R] records x 7 fields, though an iteration
-    writes at most drain_per_step of them). Here each iteration's step drains into a scratch
-    outbox of drain_per_step records, which are then written at the fill mark only for the
-    scenarios that are active (a slice read and write, not a select over [R]).
-    """
-    cap = outbox_capacity(cfg)
-    per = cfg.drain_per_step
-    box0 = state.outbox.replace(count=state.outbox.count * 0)
-    state = state.replace(outbox=box0)
-    rec_fields = record_fields(box0)
-    scratch = box0.replace(**{f: getattr(box0, f)[:, :, :per] for f in rec_fields})
-
-    fits = ops.over_grid(lambda s, w: width.fits(s, w, cfg), "gs")
-
-    def active(s, k):
-        return (
-            (~s.done) & (s.outbox.count + per <= cap) & (k < cfg.max_steps_per_chunk) & fits(s, wl)
-        )
-
-    def write(old, rec, at, on):  # one scenario: records [per, ...] at the fill mark, if active
-        start = (at,) + (jnp.zeros_like(at),) * (old.ndim - 1)
-        cur = jax.lax.dynamic_slice(old, start, rec.shape)
-        return jax.lax.dynamic_update_slice(old, jnp.where(on, rec, cur), start)
-
-    write_all = jax.vmap(jax.vmap(write))
-
-    def body(carry):  # `on` [S, P]: the scenarios this trip steps (active, computed once)
-        s, k, on = carry
-        new = iterate_grid(s.replace(outbox=scratch), wl, params, cfg, on)
-        box, rec = s.outbox, new.outbox
-        fields = {f: write_all(getattr(box, f), getattr(rec, f), box.count, on) for f in rec_fields}
-        box = box.replace(**fields, count=box.count + jnp.where(on, rec.count, 0))
-        rest = jax.tree.map(
-            lambda a, b: jnp.where(on.reshape(on.shape + (1,) * (a.ndim - 2)), a, b),
-            new.replace(outbox=None),
-            s.replace(outbox=None),
-        )
-        s, k = rest.replace(outbox=box), k + on.astype(k.dtype)
-        return s, k, active(s, k)
-
-    def cond(carry):
-        return jnp.any(carry[2])
-
-    k0 = jnp.zeros_like(state.next_req)
-    start = (state, k0, active(state, k0))
-    if cfg.chunk_length:  # engine.chunk_length: inactive scenarios' bodies are discarded
-        state, _, _ = jax.lax.fori_loop(0, cfg.chunk_length, lambda _, c: body(c), start)
-    else:
-        state, _, _ = jax.lax.while_loop(cond, body, start)
-    return state.replace(
-        need=ops.over_grid(lambda s, w: width.shortfall(s, w, cfg), "gs")(state, wl)
-    )
 
 
 def batched(fn, cfg):

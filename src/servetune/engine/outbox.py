@@ -15,7 +15,15 @@ import jax
 import jax.numpy as jnp
 
 from servetune.core import ops
-from servetune.core.types import DONE, EMPTY, OUTSTANDING, SWAP_PARTNERS, Entries, Outbox
+from servetune.core.types import (
+    DONE,
+    EMPTY,
+    OUTSTANDING,
+    SWAP_PARTNERS,
+    EngineConfig,
+    Entries,
+    Outbox,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,3 +151,8 @@ def _drain(e: Entries, box: Outbox, per_step: int):
     moved = finished & (rank <= per_step)
     e = e.replace(status=jnp.where(moved, EMPTY, e.status), req=jnp.where(moved, -1, e.req))
     return e, box
+
+
+def capacity(cfg: EngineConfig) -> int:
+    """R: at least two iterations' worth of drained records, so a chunk always makes progress."""
+    return max(cfg.outbox, 2 * cfg.drain_per_step)

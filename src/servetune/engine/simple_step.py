@@ -11,9 +11,9 @@ run of decode iterations that follows, the drain, the statistics), compiled once
 condition fails, the full iteration runs. `tests/properties/test_equivalence.py` holds the two to
 identical records.
 
-One scenario takes one branch of a `lax.cond`. A batch (`iterate_grid`) takes the simple
-iteration for all its scenarios when every one that is active qualifies, else the full one for
-all (under vmap a `cond` would run both).
+One scenario takes one branch of a `lax.cond`. A grid of scenarios (engine/grid.py) takes the
+simple iteration for all its scenarios when every one that is active qualifies, else the full
+one for all (under vmap a `cond` would run both).
 """
 
 from __future__ import annotations
@@ -44,9 +44,7 @@ from servetune.engine.step import (
     batch_cost,
     batch_totals,
     conclude,
-    conclude_grid,
     iteration,
-    iteration_grid,
     step,
 )
 
@@ -177,7 +175,7 @@ def simple_iteration(
     return Iteration(arrived, batch, totals, dur, advanced)
 
 
-def _lean(it: Iteration) -> Iteration:
+def lean(it: Iteration) -> Iteration:
     """`it` without what `step.conclude` does not read (so a branch does not pass it on): the
     entries after arrivals, the batch's request ids and the tokens generated before it."""
     return it._replace(
@@ -195,33 +193,16 @@ def iterate(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) ->
     it = jax.lax.cond(
         pl.ok,
         lambda s: simple_iteration(s, wl, params, cfg, pl),
-        lambda s: _lean(iteration(s, wl, params, cfg)),
+        lambda s: lean(iteration(s, wl, params, cfg)),
         state,
     )
-    return _counted(conclude(state, wl, params, cfg, it, ops.SEARCH_WINDOW), pl.ok)
+    return counted(conclude(state, wl, params, cfg, it, ops.SEARCH_WINDOW), pl.ok)
 
 
-def _counted(state: SimState, simple) -> SimState:
+def counted(state: SimState, simple) -> SimState:
     """`state` with a loop body counted in Stats.simple where `simple` [] holds."""
     return state.replace(
         stats=state.stats.replace(
             simple=state.stats.simple + simple.astype(state.stats.simple.dtype)
         )
     )
-
-
-def iterate_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfig, active):
-    """`iterate` over state [S, P], workloads [S], params [P] (scenarios where `active`
-    [S, P] is False step too; the caller discards their result): the simple first iteration
-    for every scenario when every active one qualifies, else the full one for every one."""
-    if applies(cfg):
-        pl = ops.over_grid(lambda s, w, p: plan(s, w, p, cfg, None), "gsp")(state, wl, params)
-        simple = ops.over_grid(lambda s, w, p, q: simple_iteration(s, w, p, cfg, q), "gspg")
-        all_simple = jnp.all(pl.ok | ~active)
-        it = jax.lax.cond(
-            all_simple,
-            lambda: simple(state, wl, params, pl),
-            lambda: _lean(iteration_grid(state, wl, params, cfg, active)),
-        )
-        return _counted(conclude_grid(state, wl, params, cfg, it), all_simple)
-    return conclude_grid(state, wl, params, cfg, iteration_grid(state, wl, params, cfg, active))

@@ -98,7 +98,7 @@ def _verify(e, batch, wl: Workload):
     return batch.replace(accepted=speculation.accepted(u, e.spec_alpha, drafts))
 
 
-def _in_scheduling_order(cfg: EngineConfig):
+def in_scheduling_order(cfg: EngineConfig):
     """(entries, t, policy) -> the entries permuted into `scheduling_order` under `cfg`."""
     by_priority = cfg.scheduling_policy == "priority"
 
@@ -162,17 +162,17 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
 def iteration(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Iteration:
     """The first iteration of a step of one scenario (unbatched), in full: arrivals, the
     scheduling order (sorted only where it can matter), the schedule, its cost, the advance."""
-    arrived = _arrive(state, wl, params, cfg, ops.SEARCH_WINDOW)
+    arrived = arrive(state, wl, params, cfg, ops.SEARCH_WINDOW)
     # the permutation (16 gathers) runs only with the sort; under vmap both branches run
     e = jax.lax.cond(
         arrived.sort,
-        _in_scheduling_order(cfg),
+        in_scheduling_order(cfg),
         lambda e, t, pol: e,
         arrived.e,
         arrived.t,
         params.policy,
     )
-    return _scheduled_iteration(state, wl, params, cfg, arrived, e)
+    return scheduled_iteration(state, wl, params, cfg, arrived, e)
 
 
 def next_instance(state: SimState, cfg: EngineConfig):
@@ -194,7 +194,7 @@ def _at_instance(params: Params, i, cfg: EngineConfig) -> Params:
     return params.replace(cost=routing.instance_cost(params.cost, i))
 
 
-def _arrive(
+def arrive(
     state: SimState, wl: Workload, params: Params, cfg: EngineConfig, search_window
 ) -> Arrived:
     i = next_instance(state, cfg)
@@ -220,56 +220,7 @@ def _arrive(
     return Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort, n_abandoned, entries_all)
 
 
-def iteration_grid(
-    state: SimState, wl: Workload, params: Params, cfg: EngineConfig, active
-) -> Iteration:
-    """`iteration` over state [S, P], workloads [S], params [P] (scenarios where `active`
-    [S, P] is False step too; the caller discards their result).
-
-    Vmapping `step` would sort every scenario in every iteration (its lax.cond becomes a
-    select that runs both sides). Here only the scenarios whose order can matter are sorted:
-    they are gathered into a block of at most ceil(S x P / 8) rows (all rows when more need
-    it; none when none does), sorted and written back.
-    """
-    arrived = ops.over_grid(lambda s, w, p: _arrive(s, w, p, cfg, None), "gsp")(state, wl, params)
-    n_s, n_p = arrived.sort.shape
-    n = n_s * n_p
-    flat = lambda x: x.reshape((n,) + x.shape[2:])
-    e, t = jax.tree.map(flat, arrived.e), flat(arrived.t)
-    pol = jax.tree.map(lambda x: flat(jnp.broadcast_to(x, (n_s,) + x.shape)), params.policy)
-    need = flat(arrived.sort & active)
-    permute = jax.vmap(_in_scheduling_order(cfg))
-    block = -(-n // 8)
-
-    def some():
-        rows = jnp.nonzero(need, size=block, fill_value=n)[0]
-        take = lambda x: x[jnp.minimum(rows, n - 1)]
-        out = permute(jax.tree.map(take, e), take(t), jax.tree.map(take, pol))
-        return jax.tree.map(lambda x, y: x.at[rows].set(y, mode="drop"), e, out)
-
-    def every():
-        out = permute(e, t, pol)
-        return jax.tree.map(
-            lambda x, y: jnp.where(need.reshape((n,) + (1,) * (x.ndim - 1)), y, x), e, out
-        )
-
-    count = jnp.sum(need, dtype=jnp.int32)
-    which = jnp.where(count == 0, 0, jnp.where(count <= block, 1, 2))
-    e = jax.lax.switch(which, (lambda: e, some, every))
-    e = jax.tree.map(lambda x: x.reshape((n_s, n_p) + x.shape[1:]), e)
-    proceed = lambda s, w, p, arrived, e: _scheduled_iteration(s, w, p, cfg, arrived, e)
-    return ops.over_grid(proceed, "gspgg")(state, wl, params, arrived, e)
-
-
-def conclude_grid(
-    state: SimState, wl: Workload, params: Params, cfg: EngineConfig, it: Iteration
-) -> SimState:
-    """`conclude` over state [S, P], workloads [S], params [P] and iterations [S, P]."""
-    finish = lambda s, w, p, it: conclude(s, w, p, cfg, it, None)
-    return ops.over_grid(finish, "gspg")(state, wl, params, it)
-
-
-def _scheduled_iteration(
+def scheduled_iteration(
     state: SimState, wl: Workload, params: Params, cfg: EngineConfig, arrived: Arrived, e: Entries
 ) -> Iteration:
     """The iteration after its arrivals, on entries `e` in scheduling order: schedule, cost,
