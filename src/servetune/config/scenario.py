@@ -407,7 +407,9 @@ def _prefix_engine(cfg, block: int, layout: str, kv_blocks: int, auto: bool = Fa
     return {"prefix_cache": True, "prefix_block_tokens": tokens, "prefix_cache_entries": entries}
 
 
-def _prefix_by_default(cfg, engine: EngineConfig, traces, speculation: bool) -> bool:
+def _prefix_by_default(
+    cfg, engine: EngineConfig, traces, speculation: bool, scheduling_policy: str, cascade: bool
+) -> bool:
     """Whether a null `engine.prefix_cache` turns caching on, as vLLM enables it by default:
     where every trace has prefix block ids and the engine combines with caching (one instance,
     paged KV, kv_pressure preempt, FCFS-family orders, no draft model, no cascade, the trace's
@@ -421,8 +423,8 @@ def _prefix_by_default(cfg, engine: EngineConfig, traces, speculation: bool) -> 
         and engine.batching == "continuous"
         and engine.kv_layout == "paged"
         and engine.kv_pressure == "preempt"
-        and engine.scheduling_policy == "fcfs"
-        and engine.cascade_small_instances == 0
+        and scheduling_policy == "fcfs"
+        and not cascade
         and not speculation
         and isinstance(tokens, int)
         and tokens > 0
@@ -430,13 +432,25 @@ def _prefix_by_default(cfg, engine: EngineConfig, traces, speculation: bool) -> 
     )
 
 
+def _check_acceptance(acceptance, class_names) -> None:
+    """ConfigError unless the draft model's acceptance rates are one, or one per class."""
+    if len(acceptance) not in (1, len(class_names)):
+        raise ConfigError(
+            f"speculation.acceptance: got {len(acceptance)} rates; "
+            f"expected one, or one per request class {class_names}"
+        )
+
+
 def _pad(n: int) -> int:
     return max(64, 1 << (n - 1).bit_length())
 
 
-def _priority_engine(engine: EngineConfig, cascade: bool) -> EngineConfig:
-    """`engine` under vLLM's priority scheduling (policy.order=priority, engine/priority.py);
-    ConfigError names a mechanism it is not combined with yet."""
+def _scheduling_policy(order: str, engine: EngineConfig, cascade: bool) -> str:
+    """EngineConfig.scheduling_policy for policy.order: "priority" (vLLM's priority
+    scheduling, engine/priority.py) for order=priority, else "fcfs" (the FCFS family, in
+    engine/order.py); ConfigError names a mechanism priority is not combined with yet."""
+    if order != "priority":
+        return engine.scheduling_policy
     for key, combined in (
         ("engine.batching", engine.batching == "static"),
         ("engine.kv_pressure", engine.kv_pressure != "preempt"),
@@ -451,7 +465,7 @@ def _priority_engine(engine: EngineConfig, cascade: bool) -> EngineConfig:
                 f"kv_pressure=preempt, no prefix cache, no disaggregation and no "
                 f"cascade"
             )
-    return dataclasses.replace(engine, scheduling_policy="priority")
+    return "priority"
 
 
 def stack_workloads(
@@ -853,8 +867,9 @@ def _check_engine_limits(engine: EngineConfig, pol, kv_blocks: int) -> None:
 def _cascade_section(
     cfg: DictConfig, engine: EngineConfig, hw: _Hardware, cost, kv_blocks, gpu_figures, price, qspec
 ):
-    """The model cascade (servetune.config.cascade) when configured: (engine, cost params with
-    an instance axis, CascadeSpec or None, the quality spec with its tier component)."""
+    """The model cascade (servetune.config.cascade) when configured: (its small pool's
+    instance count, 0 when off; cost params with an instance axis; CascadeSpec or None; the
+    quality spec with its tier component)."""
     casc, cost, small_n = cascade_lib.from_config(
         cfg,
         n_instances=engine.n_instances,
@@ -873,8 +888,7 @@ def _cascade_section(
         },
     )
     if casc is None:
-        return engine, cost, None, qspec
-    engine = dataclasses.replace(engine, cascade_small_instances=small_n)
+        return 0, cost, None, qspec
     qspec = cascade_lib.tier_quality(qspec)  # checked before the pools' sizes, as it always was
     lone_blocks = engine.max_blocks_per_request
     for pool, blocks in (("large", casc.large_kv_blocks), ("small", casc.small_kv_blocks)):
@@ -884,7 +898,7 @@ def _cascade_section(
                 f"engine.max_model_len = {engine.max_model_len} sequence ({lone_blocks} "
                 f"blocks); lower it"
             )
-    return engine, cost, casc, qspec
+    return small_n, cost, casc, qspec
 
 
 def _with_links(cfg: DictConfig, cost, n_params: int):
@@ -1008,17 +1022,18 @@ def _what_is_simulated(cfg: DictConfig, replay: TraceSlice | None, first, seeds)
     return text
 
 
-def _with_prefix_cache(
-    cfg: DictConfig, engine: EngineConfig, traces, kv_blocks: int, speculation: bool
-) -> EngineConfig:
-    """The engine with prefix caching on by default where the traces carry block ids, and
-    refused with the mechanisms whose block accounting does not track shared references."""
-    if _prefix_by_default(cfg, engine, traces, speculation):
-        engine = dataclasses.replace(
-            engine, **_prefix_engine(cfg, engine.block_size, engine.kv_layout, kv_blocks, auto=True)
-        )
-    if not engine.prefix_cache:
-        return engine
+def _prefix_fields(
+    cfg: DictConfig, engine: EngineConfig, traces, kv_blocks: int, speculation: bool, decided: dict
+) -> dict:
+    """EngineConfig fields of prefix caching: on by default where the traces carry block ids
+    (given the scheduling policy and cascade `decided` so far), and refused with the mechanisms
+    whose block accounting does not track shared references. {} keeps the engine section's."""
+    fields = {}
+    policy, cascade = decided["scheduling_policy"], decided["cascade_small_instances"] > 0
+    if _prefix_by_default(cfg, engine, traces, speculation, policy, cascade):
+        fields = _prefix_engine(cfg, engine.block_size, engine.kv_layout, kv_blocks, auto=True)
+    if not fields.get("prefix_cache", engine.prefix_cache):
+        return fields
     for key, combined in (
         ("engine.n_instances", engine.n_instances > 1),
         ("engine.kv_pressure", engine.kv_pressure != "preempt"),
@@ -1033,7 +1048,7 @@ def _with_prefix_cache(
             f"engine.prefix_cache: the workload {traces[0].name} has no prefix "
             f"block ids (a Mooncake trace's hash_ids); expected a trace with them"
         )
-    return engine
+    return fields
 
 
 def _metrics_section(
@@ -1113,7 +1128,10 @@ def build(cfg: DictConfig) -> Scenario:
     Every key is checked before anything is compiled or allocated on device; a bad value raises
     ConfigError naming the key, the value and what was expected (TraceError for a bad trace).
     Sections are read in a fixed order: hardware and model, quality, cost, policy and grid,
-    engine, price, cascade, workloads, window and SLOs."""
+    engine, price, cascade, workloads, window and SLOs. The engine section gives the
+    EngineConfig as configured; what the other sections decide for it (the cascade's pools,
+    the scheduling policy, prefix caching by default, abandonment, speculation) is collected
+    in `decided` and applied once, at the end."""
     _check_sections(cfg)
     _check_cache_dir(cfg)
     hw = _hardware_section(cfg)
@@ -1128,26 +1146,23 @@ def build(cfg: DictConfig) -> Scenario:
     price = settings.number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE, allow_none=True)
     price = hw.gpu.price_per_gpu_hour if price is None else price
     hardware.check_price(price, "hardware.price_per_gpu_hour")
-    engine, cost, casc, qspec = _cascade_section(
+    decided: dict = {}
+    decided["cascade_small_instances"], cost, casc, qspec = _cascade_section(
         cfg, engine, hw, cost, kv_blocks, gpu_figures, price, qspec
     )
-    if order == "priority":
-        engine = _priority_engine(engine, casc is not None)
+    decided["scheduling_policy"] = _scheduling_policy(order, engine, casc is not None)
     cost = _with_links(cfg, cost, len(points))
     seeds, traces, preds, simulated = _traces_section(cfg, engine, qspec, casc)
-    engine = _with_prefix_cache(cfg, engine, traces, kv_blocks, hw.draft is not None)
+    speculation = hw.draft is not None
+    decided.update(_prefix_fields(cfg, engine, traces, kv_blocks, speculation, decided))
     spec, drain = _metrics_section(cfg, traces, hw, engine, price, kv_blocks, qspec, casc)
-    if any(tr.gives_up for tr in traces):  # the engine checks for give-ups only when needed
-        engine = dataclasses.replace(engine, abandonment=True)
+    # the engine checks for give-ups only when a trace has them
+    decided["abandonment"] = engine.abandonment or any(tr.gives_up for tr in traces)
+    if speculation:
+        _check_acceptance(hw.draft.acceptance, traces[0].class_names)
+    decided["speculation"] = engine.speculation or speculation
+    engine = dataclasses.replace(engine, **decided)
     memory.check_workload_fits(len(traces), _pad(max(len(t) for t in traces)), engine)
-    if hw.draft is not None:
-        n_classes = len(traces[0].class_names)
-        if len(hw.draft.acceptance) not in (1, n_classes):
-            raise ConfigError(
-                f"speculation.acceptance: got {len(hw.draft.acceptance)} rates; "
-                f"expected one, or one per request class {traces[0].class_names}"
-            )
-        engine = dataclasses.replace(engine, speculation=True)
     return Scenario(
         traces=traces,
         seeds=seeds,
