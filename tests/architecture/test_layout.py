@@ -195,6 +195,12 @@ def test_policy_fields_are_one_table():
     assert all(f.lo <= f.default <= f.hi for f in policy.FIELDS.values())
     assert all(f.unlimited or f.default < float("inf") for f in policy.FIELDS.values())
     assert policy.make_policy().max_num_seqs == policy.FIELDS["max_num_seqs"].default
+    # what other modules need of a knob comes from the table too
+    assert policy.FLOORED == ("max_num_seqs", "max_num_batched_tokens")
+    assert all(policy.FIELDS[k].unlimited for k in policy.CAPS)
+    assert all(f.scale in ("log", "linear") for f in policy.FIELDS.values())
+    assert all(f.lo >= 0 for f in policy.FIELDS.values() if f.scale == "log")
+    assert all(f.off is None or f.lo <= f.off <= f.hi for f in policy.FIELDS.values())
 
 
 def test_the_record_table_generates_the_outbox_and_the_results():

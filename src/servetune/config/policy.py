@@ -18,13 +18,21 @@ from servetune.core.types import PolicyParams
 
 @dataclasses.dataclass(frozen=True)
 class Field:
-    """One policy parameter: its default, its valid range [lo, hi], and whether inf (null in
-    the config files) means no limit."""
+    """One policy parameter: its default, its valid range [lo, hi], whether inf (null in the
+    config files) means no limit, and how the rest of servetune treats it."""
 
     default: float
     lo: float = -math.inf
     hi: float = math.inf
     unlimited: bool = False
+    floored: bool = False  # the engine reads it as a whole number (relax.integer_limit)
+    cap: bool = False  # a whole-number cap whose inf is no cap (floored where finite)
+    scale: str = "linear"  # the tuner's scale where tune.space names none ("log" for limits
+    #                        that span orders of magnitude)
+    off: float | None = None  # a value other than inf that turns it off (the tuner starts an
+    #                           off knob at the top of its range, where it binds least)
+    vllm: str | None = None  # the vLLM EngineArgs field the exporter writes (None: no such
+    #                          knob in vLLM 0.32; the export lists it as unmapped)
 
 
 # The one table of PolicyParams' fields (types.py declares them in the same order, with their
@@ -33,20 +41,30 @@ class Field:
 # watermark, the queue caps and the long-prefill threshold are off by default in vLLM 0.32,
 # vllm/config/scheduler.py.
 FIELDS: dict[str, Field] = {
-    "max_num_seqs": Field(1024.0, lo=1.0),
-    "max_num_batched_tokens": Field(8192.0, lo=1.0, unlimited=True),
-    "watermark": Field(0.0, lo=0.0, hi=0.999),
-    "queue_cap": Field(math.inf, lo=0.0, unlimited=True),
-    "max_num_queued_reqs": Field(math.inf, lo=0.0, unlimited=True),
-    "max_num_queued_tokens": Field(math.inf, lo=0.0, unlimited=True),
-    "max_num_active_seqs": Field(math.inf, lo=1.0, unlimited=True),
-    "long_prefill_token_threshold": Field(0.0, lo=0.0),
+    "max_num_seqs": Field(1024.0, lo=1.0, floored=True, scale="log", vllm="max_num_seqs"),
+    "max_num_batched_tokens": Field(
+        8192.0, lo=1.0, unlimited=True, floored=True, scale="log", vllm="max_num_batched_tokens"
+    ),
+    "watermark": Field(0.0, lo=0.0, hi=0.999, vllm="watermark"),
+    "queue_cap": Field(math.inf, lo=0.0, unlimited=True, cap=True, scale="log"),
+    "max_num_queued_reqs": Field(
+        math.inf, lo=0.0, unlimited=True, cap=True, scale="log", vllm="max_num_queued_reqs"
+    ),
+    "max_num_queued_tokens": Field(
+        math.inf, lo=0.0, unlimited=True, cap=True, scale="log", vllm="max_num_queued_tokens"
+    ),
+    "max_num_active_seqs": Field(
+        math.inf, lo=1.0, unlimited=True, cap=True, scale="log", vllm="max_num_active_seqs"
+    ),
+    "long_prefill_token_threshold": Field(
+        0.0, lo=0.0, scale="log", off=0.0, vllm="long_prefill_token_threshold"
+    ),
     "w_age": Field(1.0),
     "w_prompt": Field(0.0),
     "w_pred": Field(0.0),
     "w_slack": Field(0.0),
     "ttft_target_s": Field(2.0, lo=0.0),
-    "spec_k": Field(0.0, lo=0.0, hi=64.0),
+    "spec_k": Field(0.0, lo=0.0, hi=64.0, vllm="num_speculative_tokens"),
     "kv_compress_ratio": Field(2.0, lo=1.0, hi=16.0),
     "route_w_queue": Field(1.0),
     "route_w_kv": Field(0.0),
@@ -58,6 +76,8 @@ FIELDS: dict[str, Field] = {
 DEFAULTS: dict[str, float] = {key: f.default for key, f in FIELDS.items()}
 BOUNDS: dict[str, tuple[float, float]] = {key: (f.lo, f.hi) for key, f in FIELDS.items()}
 UNLIMITED: tuple[str, ...] = tuple(key for key, f in FIELDS.items() if f.unlimited)
+FLOORED: tuple[str, ...] = tuple(key for key, f in FIELDS.items() if f.floored)
+CAPS: tuple[str, ...] = tuple(key for key, f in FIELDS.items() if f.cap)
 
 # Named orders: each is a setting of the score weights.
 ORDERS: dict[str, dict[str, float]] = {

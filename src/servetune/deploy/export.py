@@ -28,16 +28,13 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from servetune.config import hardware
-from servetune.config.policy import BOUNDS, DEFAULTS, ORDERS
+from servetune.config.policy import BOUNDS, CAPS, DEFAULTS, FIELDS, FLOORED, ORDERS
 from servetune.core.errors import ConfigError
 from servetune.core.files import ensure_dir, write_json, write_text
 from servetune.deploy import neural_export
 
 # Tuned keys that are not PolicyParams (none since spec_k became one; kept for engine settings).
 EXTRA_KEYS: dict[str, tuple[float, float]] = {}
-FLOORED = ("max_num_seqs", "max_num_batched_tokens")
-# integer limits with no limit at inf (floored where finite; vLLM 0.32's names but queue_cap)
-CAPS = ("queue_cap", "max_num_queued_reqs", "max_num_queued_tokens", "max_num_active_seqs")
 WEIGHTS = ("w_age", "w_prompt", "w_pred", "w_slack")
 # gateway priority = round(PRIORITY_SCALE * sort key): integer, resolution 1e-3 of the key
 PRIORITY_SCALE = 1000
@@ -250,9 +247,9 @@ def vllm_args(
         args["long_prefill_token_threshold_adaptive"] = bool(
             eng.get("long_prefill_token_threshold_adaptive", False)
         )
-    for key in ("max_num_active_seqs", "max_num_queued_reqs", "max_num_queued_tokens"):
-        if math.isfinite(eff[key]):
-            args[key] = eff[key]
+    for key in CAPS:  # the caps vLLM has, under its names; set where finite
+        if FIELDS[key].vllm is not None and math.isfinite(eff[key]):
+            args[FIELDS[key].vllm] = eff[key]
     args.update(_vllm_deployment(deploy))
     if eng.get("gpu_memory_utilization") is not None and "num_gpu_blocks_override" not in args:
         args["gpu_memory_utilization"] = float(eng["gpu_memory_utilization"])

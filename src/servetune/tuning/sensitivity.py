@@ -23,13 +23,13 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from servetune.config.policy import FLOORED
 from servetune.tuning.evaluation import LEVEL, half_width
 from servetune.tuning.objective import Objective
 from servetune.tuning.space import Dimension, SearchSpace
 
 LOG_STEP = 0.1  # e-folds each side of a log-scale knob (x e^-0.1 and x e^0.1: about -/+10%)
 LINEAR_STEP = 0.05  # fraction of a linear knob's range each side
-FLOORED = ("max_num_seqs", "max_num_batched_tokens")  # the engine floors them (relax.py)
 METRICS = ("d_log_tokens_per_usd", "d_attainment")  # the derivatives, in CSV column order
 NO_INFO = "no information"  # the scenarios give no interval
 COLUMNS = [
@@ -251,7 +251,6 @@ def simulations(space: SearchSpace, scenarios: int) -> int:
 __all__ = [
     "CAPTION",
     "COLUMNS",
-    "FLOORED",
     "LEVEL",
     "LINEAR_STEP",
     "LOG_STEP",

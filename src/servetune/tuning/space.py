@@ -20,14 +20,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from servetune.config.policy import BOUNDS, DEFAULTS
+from servetune.config.policy import BOUNDS, DEFAULTS, FIELDS
 from servetune.core.errors import ConfigError
 
 _EDGE = 0.02  # initial points are kept this far inside the bounds (sigmoid units), where
 #               a perturbation of the coordinate still moves the value
-# Knobs whose "off" is a number that is not the largest: the start point puts an off knob at
-# the top of its range, where it binds least (a long-prefill threshold of 0 is no threshold).
-_OFF = {"long_prefill_token_threshold": 0.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +52,7 @@ class Dimension:
     def coordinate(self, value: float) -> float:
         """The z whose value is `value` (clipped just inside the bounds; a knob that is off,
         such as an unlimited cap, at the top of the range)."""
-        if value == _OFF.get(self.key):
+        if value == FIELDS[self.key].off:  # an off knob starts where it binds least
             value = math.inf
         if self.scale == "log":
             u = (math.log(max(value, self.low)) - math.log(self.low)) / (
@@ -179,7 +176,8 @@ def space_from_config(
     net_scale: float = 1.0,
 ) -> SearchSpace:
     """Build a SearchSpace from {key: {low, high, scale} or null (not tuned)} (plus net_size
-    network weights); errors name `tune.space.<key>`."""
+    network weights); a key without a scale takes the policy table's (config/policy.FIELDS:
+    log for limits that span orders of magnitude). Errors name `tune.space.<key>`."""
     dims = []
     for key, d in (spec or {}).items():
         where = f"{key_prefix}.{key}"
@@ -193,7 +191,7 @@ def space_from_config(
             raise ConfigError(
                 f"{where}: got {d!r}; expected {{low: ..., high: ..., scale: log|linear}}"
             )
-        scale = d.get("scale", "linear")
+        scale = d.get("scale", FIELDS[key].scale)  # the policy table's where none is named
         try:
             low, high = float(d["low"]), float(d["high"])
         except (TypeError, ValueError):
@@ -205,7 +203,10 @@ def space_from_config(
         if not (math.isfinite(low) and math.isfinite(high) and low < high):
             raise ConfigError(f"{where}: expected finite low < high; got [{low}, {high}]")
         if scale == "log" and low <= 0:
-            raise ConfigError(f"{where}.low: got {low}; a log scale needs low > 0")
+            named = "" if "scale" in d else f" (policy.{key}'s default scale)"
+            raise ConfigError(
+                f"{where}.low: got {low}; a log scale{named} needs low > 0 (or scale: linear)"
+            )
         valid_lo, valid_hi = BOUNDS[key]
         if low < valid_lo or high > valid_hi:
             raise ConfigError(

@@ -134,3 +134,25 @@ def test_the_relaxed_map_is_the_exact_map():
         relaxed = point_map.values(jnp.asarray(z))
         for key in exact:
             np.testing.assert_allclose(float(relaxed[key]), float(exact[key]), rtol=1e-9)
+
+
+def test_a_key_without_a_scale_takes_the_policy_tables():
+    space = space_from_config(
+        {"max_num_seqs": {"low": 8, "high": 1024}, "watermark": {"low": 0.0, "high": 0.1}}
+    )
+    scales = {d.key: d.scale for d in space.dims}
+    assert scales == {"max_num_seqs": "log", "watermark": "linear"}
+    # halfway in z is the geometric mean on a log scale, not the arithmetic one
+    seqs = next(d for d in space.dims if d.key == "max_num_seqs")
+    assert float(seqs.value(0.0)) == pytest.approx(math.sqrt(8 * 1024))
+
+
+def test_a_default_log_scale_with_a_zero_low_names_the_default_and_the_way_out():
+    with pytest.raises(
+        Exception,
+        match=r"tune.space.queue_cap.low: got 0.0; a log scale "
+        r"\(policy.queue_cap's default scale\) needs low > 0 \(or scale: linear\)",
+    ):
+        space_from_config({"queue_cap": {"low": 0, "high": 64}})
+    linear = space_from_config({"queue_cap": {"low": 0, "high": 64, "scale": "linear"}})
+    assert linear.dims[0].scale == "linear"
