@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from helpers import linear_params, run, schedule, trace_of
 
+from servetune.core.errors import STALLED
 from servetune.core.types import EngineConfig
 
 CFG = EngineConfig(
@@ -124,7 +125,7 @@ def test_watermark_holds_back_admission(watermark, expected):
     names = np.array(["completed", "rejected", "cancelled", "expired", "outstanding"])
     assert names[res.end_state].tolist() == states
     assert _times(res)[: len(times)] == times
-    assert not res.stats["stalled"]
+    assert not (res.stats["invariants"] & STALLED)
 
 
 def test_slot_capacity_below_max_num_seqs_is_counted():

@@ -9,7 +9,7 @@ import pytest
 from helpers import linear_params, run, schedule, trace_of
 
 from servetune.config.scenario import build
-from servetune.core.errors import ConfigError
+from servetune.core.errors import KV_OVERFLOW, ConfigError
 from servetune.core.types import CANCELLED, COMPLETED, EXPIRED, EngineConfig
 from servetune.run.api import compose, simulate_batch
 from servetune.workload.traces import with_abandonment
@@ -50,7 +50,7 @@ def test_cancelled_request_frees_its_blocks_in_the_same_iteration():
     assert res.end_state.tolist() == [CANCELLED, COMPLETED]
     assert res.finish[0] == 2.5 and res.generated[0] == 3  # tokens delivered before it left
     assert res.tokens_computed[0] == 64 + 2  # its compute was spent (and stays in the cost)
-    assert int(res.stats["ended"]) == 2 and not bool(res.stats["kv_overflow"].any())
+    assert int(res.stats["ended"]) == 2 and not bool(res.stats["invariants"] & KV_OVERFLOW)
 
 
 def test_queued_and_mid_stream_cancellations_and_deadlines_are_counted_apart():
@@ -124,7 +124,7 @@ def test_burst_with_impatient_clients_and_a_queue_cap_recovers():
     for res in (patient, quitting):
         # every request ends exactly once; the queue cap bounds the backlog (rejections counted)
         assert int(res.stats["ended"]) == len(tr)
-        assert not bool(res.stats["kv_overflow"].any())
+        assert not bool(res.stats["invariants"] & KV_OVERFLOW)
         assert (res.end_state == 1).sum() > 100  # REJECTED at the cap during the burst
         # the backlog outside the queue window stays bounded (rejected entries wait a few
         # iterations for the outbox), where without a cap it grows to hundreds (test_overload)

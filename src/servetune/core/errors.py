@@ -27,14 +27,24 @@ class TraceError(ServetuneError, ValueError):
 
 
 class SimulationError(ServetuneError):
-    """The simulator broke one of its own invariants (INVARIANTS): a bug to report, not a user
-    error; the message names the scenario and the invariant."""
+    """The simulator broke one of its own invariants (INVARIANTS, below): a bug to report, not
+    a user error; the message names the scenario and the invariant."""
 
 
-# The invariants the engine checks as it runs, by the Stats flag that records a breach
-# (core/types.py: kv_overflow [I], clock_regress [I], stalled []), with what a breach means.
-INVARIANTS: dict[str, str] = {
-    "kv_overflow": "KV blocks in use exceeded capacity",
-    "clock_regress": "an instance clock went back",
-    "stalled": "an idle engine could not admit waiting requests",
+# The invariants the engine checks as it runs. A breach sets its bit in the scenario's error
+# code (core/types.Stats.invariants, [] i32; engine/statistics.breach), the way jax-md's
+# PartitionError carries its codes; the host turns a code into messages (`breaches`).
+KV_OVERFLOW = 1
+CLOCK_REGRESS = 2
+STALLED = 4
+INVARIANTS: dict[int, str] = {
+    KV_OVERFLOW: "KV blocks in use exceeded capacity",
+    CLOCK_REGRESS: "an instance clock went back",
+    STALLED: "an idle engine could not admit waiting requests",
 }
+
+
+def breaches(code) -> list[str]:
+    """What each invariant whose bit is set in the error code `code` (an int, or a 0-d array)
+    means, in INVARIANTS order; [] when the run kept every invariant."""
+    return [what for bit, what in INVARIANTS.items() if int(code) & bit]

@@ -114,7 +114,7 @@ class EngineConfig:
       abandonment: requests may end early, cancelled by their client or expired at their
         deadline (engine/abandon.py); off, the engine never checks (the workload has none).
       speculation: a draft model proposes policy.spec_k tokens per decoding request per
-        iteration (engine/speculation.py); params.draft holds its cost. Event skipping is off
+        iteration (engine/speculation.py); params.draft holds its cost. The leap is off
         with it (iterations are no longer uniform).
       kv_pressure: what gives when running requests need more KV blocks than are free
         (engine/pressure.py): "preempt" (vLLM: recompute later), "evict" (drop the lowest-value
@@ -459,13 +459,13 @@ class Stats(struct.PyTreeNode):
     """Running totals of one scenario."""
 
     steps: jnp.ndarray  # [] i32 iterations that computed tokens (idle clock jumps excluded)
-    leaped: jnp.ndarray  # [] i32 of those, iterations applied in closed form (event skipping)
+    leaped: jnp.ndarray  # [] i32 of those, iterations applied in closed form (engine/leap.py)
     simple: jnp.ndarray  # [] i32 loop bodies whose first iteration took the simple step
     #                      (servetune/engine/simple_step.py)
     busy_s: jnp.ndarray  # [I] f64 seconds spent in iterations
     kv_peak_blocks: jnp.ndarray  # [I] i32 most KV blocks in use at once
-    kv_overflow: jnp.ndarray  # [I] bool KV use ever exceeded capacity (invariant: stays False)
-    clock_regress: jnp.ndarray  # [I] bool a clock ever went back (an invariant; must stay False)
+    invariants: jnp.ndarray  # [] i32 error code: a bit per invariant breached (core/errors.py:
+    #                          KV over capacity, a clock going back, a stall); 0 on a sound run
     preemptions: jnp.ndarray  # [] i32 preemption events
     prefill_tokens: jnp.ndarray  # [] i64 prompt (and recomputed) tokens processed
     decode_tokens: jnp.ndarray  # [] i64 decode tokens processed
@@ -476,7 +476,6 @@ class Stats(struct.PyTreeNode):
     ended: jnp.ndarray  # [] i32 requests that ended (completed or rejected) so far
     slot_bound: jnp.ndarray  # [] i32 iterations where engine.max_slots, not the policy, held
     #                          back an admission (results then depend on the capacity)
-    stalled: jnp.ndarray  # [] bool waiting work that can never run (guards an infinite loop)
     itl_hist: jnp.ndarray  # [H] f64 counts of inter-token gaps per log-spaced bin
     #                        (gaps between output-bearing events: the delivery cadence)
     spec_passes: jnp.ndarray  # [] i64 decode passes (one request, one iteration) with drafts

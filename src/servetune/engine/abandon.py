@@ -36,6 +36,6 @@ def abandon(e: Entries, t):
 
 
 def next_give_up(e: Entries):
-    """[] earliest give-up time among waiting or running entries (inf when none): event
-    skipping must stop before the iteration that would notice it."""
+    """[] earliest give-up time among waiting or running entries (inf when none): the
+    leap must stop before the iteration that would notice it."""
     return jnp.min(jnp.where(live(e), e.give_up_at, jnp.inf))

@@ -10,7 +10,7 @@ Whether a request's small answer fails its quality check is a fixed property of 
 and the seed (Workload.cascade_fail, drawn on the host by servetune.config.cascade from the
 quality model), the same for every policy. A small answer that fails is not delivered: when the
 small instance completes it, the request becomes RETRY (its blocks are already free). At that
-instance's next iteration boundary (the end of the iteration that completed it: event skipping
+instance's next iteration boundary (the end of the iteration that completed it: the leap
 stops at a completion and is not started after an iteration that produced a retry), the
 request moves to the large instance with the fewest requests that has a free entry (ties: the
 first listed). It arrives INFLIGHT with ready_at = max(send time, small finish +
@@ -23,9 +23,8 @@ again at that instance's next boundary. With abandonment on, a retry can give up
 has joined the large instance's queue (the engine checks waiting and running requests); it
 then ends at its give-up time as usual.
 
-Event skipping (engine/leap.py) stays exact: a large instance's run of skipped iterations
-stops before the earliest time a retry could be ready for it (`retry_horizon`), as it stops
-before the next arrival.
+The leap (engine/leap.py) stays exact: on a large instance it stops before the earliest time a
+retry could be ready for it (`retry_horizon`), as it stops before the next arrival.
 
 Causality: the move happens when the small instance has the earliest clock (so every large
 instance is at or past the send time), and the large instance acts on the request only at a

@@ -48,7 +48,7 @@ def land(e: Entries, t):
 def handoff_horizon(entries: Entries, clock, cfg: EngineConfig):
     """[] the earliest time (seconds) a prefill instance with work can hand a request off: its
     clock (its next iteration boundary). The handoff reads the decode instances' state (KV use)
-    as it is then, so event skipping on a decode instance stops before it, as single stepping
+    as it is then, so the leap on a decode instance stops before it, as single stepping
     would (a decode instance iterates only while its clock is the earliest). inf when no
     prefill instance has work (a new arrival is bounded by the next arrival time). `entries`
     [I, A], `clock` [I]."""

@@ -1,4 +1,5 @@
-"""Event skipping: run of uniform decode iterations advanced in closed form.
+"""The leap: a run of uniform decode iterations advanced in closed form (what event-driven
+simulators call event skipping).
 
 Between events (an arrival, an admission, a prefill chunk, KV pressure) every iteration of an
 instance is alike: each running request decodes one token, nobody is admitted or preempted,

@@ -76,8 +76,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         simple=zi,
         busy_s=per_inst + zf,
         kv_peak_blocks=per_inst,
-        kv_overflow=per_inst > 0,
-        clock_regress=per_inst > 0,
+        invariants=zi,
         preemptions=zi,
         prefill_tokens=zi.astype(jnp.int64),
         decode_tokens=zi.astype(jnp.int64),
@@ -86,7 +85,6 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         occupancy_s=zf,
         ended=zi,
         slot_bound=zi,
-        stalled=zi > 0,
         itl_hist=jnp.zeros((histogram.BINS,), jnp.float64) + zf,
         spec_passes=zi.astype(jnp.int64),
         spec_proposed=zi.astype(jnp.int64),
@@ -158,7 +156,7 @@ def step_trace(wl: Workload, params: Params, cfg: EngineConfig, n_steps: int):
     For golden tests and debugging: returns (final state, info) with info["t"], info["dur"] of
     shape [n_steps], and info["req"], info["tokens"] of shape [n_steps, A] (the iterating
     instance's entries). The outbox is reset every step: use it for schedules, not results.
-    Event skipping is off here, so every step is one iteration.
+    The leap is off here, so every step is one iteration.
     """
     cfg = dataclasses.replace(cfg, leap_max=0, width=0)
     state = init_state(wl, params, cfg)

@@ -5,7 +5,7 @@ or die of an out-of-memory kill.
 
 The estimate is the loop state's exact size (jax.eval_shape of its initializer: shapes only,
 nothing allocated or compiled) times STATE_COPIES, plus the workload arrays, plus what a loop
-body holds while it runs (`temporary_bytes`: a multiple of the state, and event skipping's
+body holds while it runs (`temporary_bytes`: a multiple of the state, and the leap's
 [entries, engine.leap_max / block_size] boundary table, which grows with engine.leap_max).
 tests/fuzz/test_resource_limits.py checks it against XLA's own figure for compiled programs.
 """
@@ -60,7 +60,7 @@ LEAP_VECTOR_BYTES = 128  # per iteration of a leap: its durations, ends, counts,
 def leap_bytes(cfg: EngineConfig) -> int:
     """Bytes one scenario's leap (engine/leap.py) holds while it runs: its [A, columns]
     boundary table (columns: the block boundaries engine.leap_max iterations can cross, or
-    every iteration under kv_pressure=compress) and its [L] vectors; 0 when event skipping is
+    every iteration under kv_pressure=compress) and its [L] vectors; 0 when the leap is
     off. The prefix-sum triangle the leap shares across scenarios is `shared_leap_bytes`."""
     L = cfg.leap_max
     if L == 0 or cfg.speculation:
@@ -144,7 +144,7 @@ def check_fits(
         else ""
     )
     leaps = (
-        f"; event skipping's tables {leap / GIB:.1f} GiB of it (engine.leap_max = {cfg.leap_max})"
+        f"; the leap's tables {leap / GIB:.1f} GiB of it (engine.leap_max = {cfg.leap_max})"
         if leap > need / 4
         else ""
     )

@@ -99,7 +99,7 @@ def empty_outbox(
 def retire(e: Entries, which, end_state, t) -> Entries:
     """Entries with the requests in `which` [A] ended at time t (seconds; [] or [A]) in
     `end_state` (an end-state constant or [A]): DONE, holding no KV blocks, until `drain`
-    moves them to the outbox. Completion, event skipping's completions and abandonment end a
+    moves them to the outbox. Completion, the leap's completions and abandonment end a
     request here."""
     return e.replace(
         status=jnp.where(which, DONE, e.status),

@@ -12,9 +12,9 @@ nothing when no split is configured (a static switch: the compiled program is un
 - `leave`: after i's iteration, requests that stop being served on i wait to move (a prefilled
   request; a failed small answer, which then did not complete).
 - `horizon`: the earliest time a sending instance can move work to another instance.
-- `skip_limit`: a run of skipped decode iterations (engine/leap.py) on a receiving instance
-  stops before that horizon, and on any instance before a landing.
-- `wake`: an idle instance wakes for the landing of a request in transit to it.
+- `leap_limit`: a leap (a run of decode iterations in closed form, engine/leap.py) on a
+  receiving instance stops before that horizon, and on any instance before a landing.
+- `next_landing`: an idle instance wakes for the landing of a request in transit to it.
 
 At most one split is on (the config reader refuses both together).
 """
@@ -39,7 +39,7 @@ class PoolSplit(NamedTuple):
     land: Callable  # (e [A], t) -> e
     leave: Callable  # (e [A], i, cfg) -> (e, completions withdrawn [] int32)
     horizon: Callable  # (entries [I, A], clock [I], cost, cfg) -> [] seconds
-    hold_after_leave: bool  # no skipped iterations after one that produced an outgoing request
+    hold_after_leave: bool  # no leap after an iteration that produced an outgoing request
     receiver_reserves_kv: bool  # a request in transit holds KV it frees later (stall excused)
 
 
@@ -125,8 +125,8 @@ def next_landing(e: Entries, cfg: EngineConfig):
     return jnp.min(jnp.where(e.status == INFLIGHT, e.ready_at, jnp.inf))
 
 
-def skip_limit(limit, e: Entries, i, t_next, remote, cfg: EngineConfig):
-    """[] `limit` (seconds) for a run of skipped iterations of instance i starting at t_next,
+def leap_limit(limit, e: Entries, i, t_next, remote, cfg: EngineConfig):
+    """[] `limit` (seconds) for a leap of instance i starting at t_next,
     lowered to the next landing; to t_next where this iteration produced an outgoing request
     that must be sent first (the cascade); on a receiving instance, to `remote` (`horizon`)."""
     split = split_of(cfg)

@@ -8,7 +8,7 @@ its arrival): no instance acts on a request before it was sent.
 The router sees each instance as it was at the request's arrival time a: the requests in it
 (waiting or running) and the KV blocks it holds. An instance whose clock is past a is
 mid-iteration at a: the requests that iteration completes, and the blocks it frees, are still
-there at a (with event skipping, the whole skipped run counts as one iteration).
+there at a (with the leap, the whole skipped run counts as one iteration).
 
 Routers (`engine.routing`):
   round_robin  request k goes to instance k mod I (in listing order);

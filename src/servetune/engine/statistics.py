@@ -6,9 +6,17 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from servetune.core import histogram, ops
+from servetune.core import errors, histogram, ops
 from servetune.core.types import EngineConfig, SimState, Stats, Workload
 from servetune.engine.phases import Boundary, Leapt, StepRecord
+
+
+def breach(code, *checks):
+    """[] i32 the error code `code` with the bit of each (invariant, broken []) in `checks` set
+    where it is broken (core/errors.py: KV_OVERFLOW, CLOCK_REGRESS, STALLED)."""
+    for bit, broken in checks:
+        code = code | jnp.where(broken, bit, 0).astype(code.dtype)
+    return code
 
 
 def occupancy_s(wl: Workload, t, t_next, n_arrived, ended_by_t, search_window=ops.SEARCH_WINDOW):
@@ -68,8 +76,12 @@ def account(
         leaped=st.leaped + leapt.n_leap,
         busy_s=st.busy_s.at[i].add(boundary.dur + leapt.busy_s),
         kv_peak_blocks=st.kv_peak_blocks.at[i].max(leapt.kv_used),
-        kv_overflow=st.kv_overflow.at[i].max(leapt.kv_used > kv_blocks),
-        clock_regress=st.clock_regress.at[i].max((t_next < t) | (leapt.t_end < t_next)),
+        invariants=breach(
+            st.invariants,
+            (errors.KV_OVERFLOW, leapt.kv_used > kv_blocks),
+            (errors.CLOCK_REGRESS, (t_next < t) | (leapt.t_end < t_next)),
+            (errors.STALLED, boundary.stalled),
+        ),
         preemptions=st.preemptions + jnp.sum(batch.preempted, dtype=jnp.int32),
         prefill_tokens=(
             st.prefill_tokens
@@ -84,7 +96,6 @@ def account(
         occupancy_s=st.occupancy_s + occupancy,
         ended=ended_by_t + leapt.n_completed,
         slot_bound=st.slot_bound + batch.slot_bound.astype(jnp.int32),
-        stalled=st.stalled | boundary.stalled,
         itl_hist=histogram.add(st.itl_hist, *leapt.gaps),
         work=(
             st.work + model_work(totals, boundary, leapt)

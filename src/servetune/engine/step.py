@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from servetune.core import ops
 from servetune.core.cost import step_time
+from servetune.core.errors import STALLED
 from servetune.core.types import (
     DONE,
     EMPTY,
@@ -424,8 +425,8 @@ def _leap_limit(
     limit = jnp.minimum(next_arrival, wl.t_stop)
     if cfg.abandonment:  # the iteration that notices a give-up is stepped
         limit = jnp.minimum(limit, next_give_up(e))
-    limit = pools.skip_limit(limit, e, i, t_next, remote, cfg)  # landings, hand-ons
-    if cfg.prefix_cache:  # no skipping while cache insertions are still due
+    limit = pools.leap_limit(limit, e, i, t_next, remote, cfg)  # landings, hand-ons
+    if cfg.prefix_cache:  # no leap while cache insertions are still due
         limit = jnp.where(advanced.insertions_due, t_next, limit)
     return limit
 
@@ -523,7 +524,7 @@ def _commit(
     stuck = state.stuck.at[i].set(~boundary.busy & (clock[i] <= arrived.t))
     if cfg.n_instances > 1:  # every instance idle with nothing to wait for: nothing can move
         stalled = stalled | jnp.all(stuck)
-        stats = stats.replace(stalled=stats.stalled | stalled)
+        stats = stats.replace(invariants=statistics.breach(stats.invariants, (STALLED, stalled)))
     return SimState(
         clock=clock,
         entries=entries,

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from servetune.config.overrides import to_overrides
 from servetune.config.scenario import Scenario, build
-from servetune.core.errors import INVARIANTS, ConfigError, SimulationError
+from servetune.core.errors import ConfigError, SimulationError, breaches
 from servetune.core.suggest import addition_problem, override_problem
 from servetune.run import metrics as metrics_lib
 from servetune.run.driver import rollout
@@ -151,14 +151,13 @@ def compose(overrides: Sequence[str] = (), **settings) -> DictConfig:
 
 
 def check_invariants(results) -> None:
-    """Raise SimulationError naming the first scenario and invariant (core/errors.INVARIANTS)
-    whose in-loop flag was set."""
+    """Raise SimulationError naming the first scenario whose error code (Stats.invariants) has
+    a bit set, and what the first such invariant means (core/errors.INVARIANTS)."""
     for s, row in enumerate(results):
         for p, res in enumerate(row):
-            st = res.stats
-            for flag, what in INVARIANTS.items():
-                if bool(st[flag].any()):
-                    raise SimulationError(f"scenario (seed #{s}, grid point #{p}): {what}")
+            broken = breaches(res.stats["invariants"])
+            if broken:
+                raise SimulationError(f"scenario (seed #{s}, grid point #{p}): {broken[0]}")
 
 
 def simulate_batch(

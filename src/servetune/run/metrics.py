@@ -9,7 +9,7 @@ from servetune.config import cascade as cascade_lib
 from servetune.config import quality
 from servetune.config.metrics_spec import MetricsSpec
 from servetune.core import histogram, streams
-from servetune.core.errors import ServetuneError
+from servetune.core.errors import STALLED, ServetuneError
 from servetune.core.types import (
     CANCELLED,
     COMPLETED,
@@ -470,7 +470,7 @@ def _engine_counts(st: dict) -> dict:
         # (servetune/engine/width.py)
         "entry_width": int(st.get("entry_width", 0)),
         "widenings": int(st.get("widenings", 0)),
-        "stalled": bool(st["stalled"]),
+        "stalled": bool(int(st["invariants"]) & STALLED),
     }
 
 

@@ -405,8 +405,8 @@ def _servetune_inputs(fixture: dict):
 
 
 def replay(fixture: dict, start_width: int | None = None) -> dict:
-    """servetune's engine on a fixture's case: its iterations (one per step, event skipping
-    off) and its per-request results (the production rollout, event skipping on, from
+    """servetune's engine on a fixture's case: its iterations (one per step, the leap
+    off) and its per-request results (the production rollout, the leap on, from
     `start_width` entries per instance: None, the full width), in the oracle's shapes."""
 
     trace, params, cfg = _servetune_inputs(fixture)

@@ -33,17 +33,17 @@ def test_without_a_split_every_point_leaves_its_input_alone():
     left, withdrawn = pools.leave(e, 0, cfg)
     assert left is e and int(withdrawn) == 0
     assert pools.next_landing(e, cfg) == INF
-    assert pools.skip_limit(7.0, e, 1, 2.0, 3.0, cfg) == 7.0
+    assert pools.leap_limit(7.0, e, 1, 2.0, 3.0, cfg) == 7.0
     assert not bool(pools.excuses_stall(e, cfg))
 
 
-def test_a_receiving_instance_skips_no_further_than_the_next_landing_or_the_remote_horizon():
+def test_a_receiving_instance_leaps_no_further_than_the_next_landing_or_the_remote_horizon():
     cfg = config(n_instances=2, prefill_instances=1)
     e = _in_transit(cfg, 4.0)
     assert float(pools.next_landing(e, cfg)) == 4.0
-    assert float(pools.skip_limit(9.0, e, 1, 2.0, 3.0, cfg)) == 3.0  # receiver: the horizon
-    assert float(pools.skip_limit(9.0, e, 0, 2.0, 3.0, cfg)) == 4.0  # sender: the landing only
-    assert float(pools.skip_limit(9.0, e, 1, 2.0, 6.0, cfg)) == 4.0
+    assert float(pools.leap_limit(9.0, e, 1, 2.0, 3.0, cfg)) == 3.0  # receiver: the horizon
+    assert float(pools.leap_limit(9.0, e, 0, 2.0, 3.0, cfg)) == 4.0  # sender: the landing only
+    assert float(pools.leap_limit(9.0, e, 1, 2.0, 6.0, cfg)) == 4.0
 
 
 def test_disaggregation_hands_a_prefilled_request_on_without_withdrawing_a_completion():
@@ -57,13 +57,13 @@ def test_disaggregation_hands_a_prefilled_request_on_without_withdrawing_a_compl
     assert (left_on_decode.status == e.status).all()
 
 
-def test_a_cascade_withdraws_a_failed_small_answer_and_skips_nothing_until_it_is_sent():
+def test_a_cascade_withdraws_a_failed_small_answer_and_leaps_nothing_until_it_is_sent():
     cfg = config(n_instances=2, cascade_small_instances=1)
     done = {"status": DONE, "end_state": COMPLETED, "prompt": 8, "output": 4, "generated": 4}
     e = entries(cfg, [done], cascade={"fail": [True], "tier": [TIER_SMALL]})
     left, withdrawn = pools.leave(e, 0, cfg)
     assert left.status[0] == RETRY and int(withdrawn) == 1
-    assert float(pools.skip_limit(9.0, left, 0, 2.0, 3.0, cfg)) == 2.0  # held at t_next
+    assert float(pools.leap_limit(9.0, left, 0, 2.0, 3.0, cfg)) == 2.0  # held at t_next
     assert not bool(pools.excuses_stall(left, cfg))
     # the large instance hears of it no sooner than its finish plus the check: 3 + 0.5 s
     large = entries(cfg, [], cascade={"fail": [False], "tier": [0]})

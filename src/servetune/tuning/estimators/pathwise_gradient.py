@@ -22,7 +22,7 @@ simulator's, so f differs from the reported objective only by the smoothed SLO c
 Supported: the preempt KV policy, no prefix cache and no prefill/decode disaggregation (other
 mechanisms keep exact decisions whose relaxations are not written yet); one instance or several
 (replica routing, a model cascade), each instance's iterations relaxed as one instance's are, the
-routing decisions exact. Event skipping is off (each iteration's perturbations are accumulated).
+routing decisions exact. The leap is off (each iteration's perturbations are accumulated).
 Keys with a pathwise gradient: PATHWISE_KEYS; the priority weights through order swaps at the
 admission and preemption boundaries (engine/relaxed/swap.py, O(W^2) per iteration, on only when one
 is tuned). DIFFERENCE_KEYS (the queue cap, the routing score's weights and the cascade threshold:
