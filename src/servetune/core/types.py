@@ -428,6 +428,49 @@ class Entries(struct.PyTreeNode):
     priority: jnp.ndarray | None = None  # [A] i32 the request's fixed priority (lower first)
 
 
+# What a slot nobody holds has in each field of Entries (value, dtype): the initial state, and
+# the fields a hand-built test state leaves out (tests/unit/engine/toy.py).
+EMPTY_ENTRY: dict[str, tuple[float, type]] = {
+    "req": (-1, jnp.int32),
+    "status": (EMPTY, jnp.int32),
+    "arrival": (float("nan"), jnp.float64),
+    "prompt": (0, jnp.int32),
+    "output": (0, jnp.int32),
+    "predicted": (0.0, jnp.float64),
+    "computed": (0, jnp.int32),
+    "generated": (0, jnp.int32),
+    "blocks": (0, jnp.int32),
+    "preempted": (False, jnp.bool_),
+    "n_preempt": (0, jnp.int32),
+    "tokens_computed": (0, jnp.int64),
+    "first_token": (float("nan"), jnp.float64),
+    "last_emit": (float("nan"), jnp.float64),
+    "finish": (float("nan"), jnp.float64),
+    "end_state": (-1, jnp.int32),
+    "give_up_at": (float("inf"), jnp.float64),
+    "give_up_state": (-1, jnp.int32),
+    "spec_alpha": (0.0, jnp.float64),
+    "kv_ratio": (1.0, jnp.float64),
+    "ready_at": (-float("inf"), jnp.float64),
+    "qkey": (0, jnp.int32),
+    "scheduled_at": (float("nan"), jnp.float64),
+    "reject_reason": (-1, jnp.int32),
+}
+
+
+def empty_entries(shape: tuple[int, ...], like, **mechanisms) -> Entries:
+    """Entries of `shape` ([I, A]) with every slot empty (EMPTY_ENTRY); `like` a traced int
+    scalar every array derives from (keeps sharded carries placed); `mechanisms`: the
+    sub-states (and `priority`) of the mechanisms that are on, the others stay None."""
+
+    def full(value, dtype):
+        return jnp.full(shape, value, dtype) + jnp.zeros_like(like, dtype)
+
+    return Entries(
+        **{name: full(value, dtype) for name, (value, dtype) in EMPTY_ENTRY.items()}, **mechanisms
+    )
+
+
 class Outbox(struct.PyTreeNode):
     """Finished-request records since the host last collected them."""
 
@@ -484,6 +527,36 @@ class Stats(struct.PyTreeNode):
     spec_emitted: jnp.ndarray  # [] i64 tokens emitted by those passes
     work: jnp.ndarray  # [I, 4] f64 each instance's model work (WORK_COLUMNS): iterations, tokens
     #                    computed, context tokens read, attention work (new tokens x context)
+
+
+def zero_stats(n_instances: int, bins: int, like) -> Stats:
+    """Stats of a scenario that has not started: every total 0 ([I] per instance, [bins] in the
+    inter-token histogram); `like` a traced int scalar every array derives from."""
+    zi = jnp.zeros_like(like, jnp.int32)
+    zl, zf = zi.astype(jnp.int64), zi.astype(jnp.float64)
+    per_inst = jnp.zeros((n_instances,), jnp.int32) + zi
+    return Stats(
+        steps=zi,
+        leaped=zi,
+        simple=zi,
+        busy_s=per_inst + zf,
+        kv_peak_blocks=per_inst,
+        invariants=zi,
+        preemptions=zi,
+        prefill_tokens=zl,
+        decode_tokens=zl,
+        window_overflow=zi,
+        max_running=per_inst,
+        occupancy_s=zf,
+        ended=zi,
+        slot_bound=zi,
+        itl_hist=jnp.zeros((bins,), jnp.float64) + zf,
+        spec_passes=zl,
+        spec_proposed=zl,
+        spec_accepted=zl,
+        spec_emitted=zl,
+        work=jnp.zeros((n_instances, len(WORK_COLUMNS)), jnp.float64) + zf,
+    )
 
 
 class SimState(struct.PyTreeNode):

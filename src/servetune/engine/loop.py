@@ -13,14 +13,12 @@ import jax.numpy as jnp
 
 from servetune.core import histogram, ops
 from servetune.core.types import (
-    EMPTY,
-    WORK_COLUMNS,
     EngineConfig,
-    Entries,
     Params,
     SimState,
-    Stats,
     Workload,
+    empty_entries,
+    zero_stats,
 )
 from servetune.engine import cascade, timeline, width
 from servetune.engine import prefix as prefix_lib
@@ -37,61 +35,19 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     zf = jnp.zeros_like(wl.t_stop, jnp.float64)
     zi = jnp.zeros_like(wl.n, jnp.int32)
     shape = (cfg.n_instances, cfg.n_entries)
-    full = lambda v, dtype: jnp.full(shape, v, dtype) + jnp.zeros_like(zi, dtype)
-    entries = Entries(
-        req=full(-1, jnp.int32),
-        status=full(EMPTY, jnp.int32),
-        arrival=full(jnp.nan, jnp.float64),
-        prompt=full(0, jnp.int32),
-        output=full(0, jnp.int32),
-        predicted=full(0.0, jnp.float64),
-        computed=full(0, jnp.int32),
-        generated=full(0, jnp.int32),
-        blocks=full(0, jnp.int32),
-        preempted=full(0, jnp.int32) > 0,
-        n_preempt=full(0, jnp.int32),
-        tokens_computed=full(0, jnp.int64),
-        first_token=full(jnp.nan, jnp.float64),
-        last_emit=full(jnp.nan, jnp.float64),
-        finish=full(jnp.nan, jnp.float64),
-        end_state=full(-1, jnp.int32),
-        give_up_at=full(jnp.inf, jnp.float64),
-        give_up_state=full(-1, jnp.int32),
-        spec_alpha=full(0.0, jnp.float64),
-        kv_ratio=full(1.0, jnp.float64),
-        ready_at=full(-jnp.inf, jnp.float64),
-        qkey=full(0, jnp.int32),
-        scheduled_at=full(jnp.nan, jnp.float64),
-        reject_reason=full(-1, jnp.int32),
+    entries = empty_entries(
+        shape,
+        zi,
         prefix=prefix_lib.init_refs(shape, zi, cfg) if cfg.prefix_cache else None,
         relaxed=shift.init_tape(shape, zi) if cfg.relax != "hard" else None,
         swap=swap.init_tape(shape, zi) if cfg.relax_order else None,
         cascade=cascade.init_entries(shape, zi) if cfg.cascade_small_instances > 0 else None,
-        priority=full(0, jnp.int32) if cfg.scheduling_policy == "priority" else None,
+        priority=(
+            jnp.zeros(shape, jnp.int32) + zi if cfg.scheduling_policy == "priority" else None
+        ),
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
-    stats = Stats(
-        steps=zi,
-        leaped=zi,
-        simple=zi,
-        busy_s=per_inst + zf,
-        kv_peak_blocks=per_inst,
-        invariants=zi,
-        preemptions=zi,
-        prefill_tokens=zi.astype(jnp.int64),
-        decode_tokens=zi.astype(jnp.int64),
-        window_overflow=zi,
-        max_running=per_inst,
-        occupancy_s=zf,
-        ended=zi,
-        slot_bound=zi,
-        itl_hist=jnp.zeros((histogram.BINS,), jnp.float64) + zf,
-        spec_passes=zi.astype(jnp.int64),
-        spec_proposed=zi.astype(jnp.int64),
-        spec_accepted=zi.astype(jnp.int64),
-        spec_emitted=zi.astype(jnp.int64),
-        work=jnp.zeros((cfg.n_instances, len(WORK_COLUMNS)), jnp.float64) + zf,
-    )
+    stats = zero_stats(cfg.n_instances, histogram.BINS, zi)
     return SimState(
         clock=per_inst + zf,
         entries=entries,

@@ -16,7 +16,7 @@ import numpy as np
 from servetune.config import hardware
 from servetune.config.policy import make_policy
 from servetune.core.types import (
-    EMPTY,
+    EMPTY_ENTRY,
     RUNNING,
     WAITING,
     CascadeEntries,
@@ -47,45 +47,10 @@ def config(**overrides) -> EngineConfig:
     return EngineConfig(**{**SMALL, **overrides})
 
 
-# Values of a slot nobody holds (EMPTY) and of the per-request fields a row leaves out.
-_EMPTY = {
-    "req": -1,
-    "status": EMPTY,
-    "arrival": np.nan,
-    "prompt": 0,
-    "output": 0,
-    "predicted": 0.0,
-    "computed": 0,
-    "generated": 0,
-    "blocks": 0,
-    "preempted": False,
-    "n_preempt": 0,
-    "tokens_computed": 0,
-    "first_token": np.nan,
-    "last_emit": np.nan,
-    "finish": np.nan,
-    "end_state": -1,
-    "give_up_at": np.inf,
-    "give_up_state": -1,
-    "spec_alpha": 0.0,
-    "kv_ratio": 1.0,
-    "ready_at": -np.inf,
-    "qkey": 0,
-    "scheduled_at": np.nan,
-    "reject_reason": -1,
-}
-_DTYPE = {
-    f.name: (
-        jnp.float64
-        if isinstance(_EMPTY[f.name], float)
-        else jnp.bool_
-        if isinstance(_EMPTY[f.name], bool)
-        else jnp.int32
-    )
-    for f in dataclasses.fields(Entries)
-    if f.name in _EMPTY
-}
-_DTYPE["tokens_computed"] = jnp.int64  # a running total over recomputations (types.Entries)
+# Values of a slot nobody holds (EMPTY) and of the per-request fields a row leaves out: the
+# engine's own (core/types.EMPTY_ENTRY).
+_EMPTY = {name: value for name, (value, _) in EMPTY_ENTRY.items()}
+_DTYPE = {name: dtype for name, (_, dtype) in EMPTY_ENTRY.items()}
 _OPTIONAL = {f.name for f in dataclasses.fields(Entries)} - set(_EMPTY)
 _SUBSTATES = {
     "prefix": PrefixRefs,
