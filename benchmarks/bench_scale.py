@@ -5,10 +5,10 @@
     python benchmarks/bench_scale.py --quick                # a smoke run (~2 min)
 
 Rows (every comparison is measured side by side in this run, and given as a ratio):
-  1. One scenario, wall time with and without compile, event skipping on (engine.leap_max=64)
+  1. One scenario, wall time with and without compile, the leap on (engine.leap_max=64)
      vs off (0) with the metrics compared, for (a) the Azure LLM 2023 conversation trace, whole
      hour, Llama-3-8B on one H100, vLLM default scheduler, and (b) 10,000 Poisson requests at 8/s,
-     512 prompt / 128 output tokens, Llama-3-8B on one A100, vLLM's A100 defaults. With skipping on
+     512 prompt / 128 output tokens, Llama-3-8B on one A100, vLLM's A100 defaults. With the leap on
      and off, count metrics must be identical and time metrics equal up to float rounding (printed).
   2. Per-iteration cost against trace length: Poisson (b)'s load for 1 h and for 8 h; us per
      simulated iteration and per loop body (stepped iteration), and the 8 h / 1 h ratio.
@@ -85,7 +85,7 @@ def _timed(scenario):
 
 
 def _flat(metrics, prefix=""):
-    """Scalar metrics as {dotted key: value} (the skipping counter and timings left out)."""
+    """Scalar metrics as {dotted key: value} (the leap's counter and timings left out)."""
     out = {}
     for k, v in metrics.items():
         key = f"{prefix}{k}"
@@ -452,7 +452,7 @@ def main() -> None:
 
     start_all = time.perf_counter()
     if "one" not in skip:
-        show("== 1. one scenario: wall time, event skipping on (leap_max=64) vs off (0)")
+        show("== 1. one scenario: wall time, the leap on (leap_max=64) vs off (0)")
         rows, checks = [], {}
         cases = (
             [("poisson_10k", POISSON)]
@@ -486,7 +486,7 @@ def main() -> None:
             off = [r for r in rows if r["workload"] == name and r["leap_max"] == 0]
             if on and off:
                 show(
-                    f"  {name}: skipping on vs off "
+                    f"  {name}: leap on vs off "
                     f"{off[0]['compiled_s'] / on[0]['compiled_s']:.1f}x faster (compiled); "
                     f"count metrics identical: {same['counts_identical']}; time metrics within "
                     f"{same['max_rel_diff']:.1e} relative (largest: {same['max_rel_diff_key']}; "
