@@ -198,6 +198,9 @@ def _at_instance(params: Params, i, cfg: EngineConfig) -> Params:
 def arrive(
     state: SimState, wl: Workload, params: Params, cfg: EngineConfig, search_window
 ) -> Arrived:
+    """The first phase of the next instance's iteration, at its clock t (seconds): arrivals by
+    t taken in (routed first, with several instances), requests moved between pools
+    (engine/pools.py) and landed, give-ups retired, and whether the order can matter."""
     i = next_instance(state, cfg)
     t = state.clock[i]
     entries_all = None
