@@ -236,7 +236,7 @@ def test_a_leap_table_too_large_is_refused_naming_engine_leap_max():
     with pytest.raises(
         ConfigError,
         match=r"engine\.leap_max / seeds / grid: the simulator would "
-        r"need ~\d+\.\d GiB \(.*; event skipping's tables "
+        r"need ~\d+\.\d GiB \(.*; the leap's tables "
         r"\d+\.\d GiB of it \(engine\.leap_max = 65536\)\), "
         r"more than 80% of the 4\.0 GiB available",
     ):

@@ -109,7 +109,7 @@ def assert_st_is_exact(sc, space, ev, z0):
             assert np.array_equal(np.asarray(rt.final_small[:n]), res.tier == TIER_SMALL)
             assert 0 < np.sum(res.tier == TIER_SMALL) < n
         assert res.end_state.size == n and (res.end_state == 0).sum() > 0.8 * n
-        # event skipping sums durations in another order: equal up to float rounding
+        # the leap sums durations in another order: equal up to float rounding
         np.testing.assert_allclose(np.asarray(first[:n]), res.first_token, rtol=1e-9)
         np.testing.assert_allclose(np.asarray(finish[:n]), res.finish, rtol=1e-9)
 

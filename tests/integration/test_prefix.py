@@ -1,5 +1,5 @@
 """Prefix caching (engine/prefix.py): closed-form schedules, exactness of the KV accounting and
-of event skipping with caching on, and the Mooncake synthetic trace: the simulated hit rate
+of the leap with caching on, and the Mooncake synthetic trace: the simulated hit rate
 against the trace's own prefix reuse, and TTFT with caching on vs off."""
 
 import dataclasses
@@ -357,7 +357,7 @@ def test_caching_without_reuse_schedules_exactly_like_no_caching():
         assert a.stats["prefix_evictions"] > 0
         for f in ("end_state", "generated", "n_preempt", "tokens_computed"):
             np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
-        for f in ("first_token", "finish"):  # event skipping may sum durations differently
+        for f in ("first_token", "finish"):  # the leap may sum durations differently
             np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-12, err_msg=f)
 
 

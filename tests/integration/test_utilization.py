@@ -1,5 +1,5 @@
 """Model FLOPs and bandwidth utilization: the loop's work counters against the
-roofline's accounting worked by hand for one request, with event skipping on and off (its closed
+roofline's accounting worked by hand for one request, with the leap on and off (its closed
 form must add up to the iterations it skips), and MFU / MBU over the GPUs' peaks."""
 
 import pytest

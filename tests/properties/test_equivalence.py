@@ -1,5 +1,5 @@
 """The fast machinery changes no result: a run that steps every iteration one at a time, at the
-full entry width, through the full step only, and the same run with event skipping (across
+full entry width, through the full step only, and the same run with the leap (across
 completions), a narrow start that widens (servetune/engine/width.py) and the simple step
 (servetune/engine/simple_step.py), give the same per-request records and statistics, over mechanism
 combinations on slices of the bundled real traces.

@@ -41,7 +41,7 @@ BASE = {
 }
 # Each config compiles once (~10 s on a 2-core CPU). The CI set covers every mechanism value at
 # least once: continuous and static batching, paged and contiguous KV, chunked prefill on and
-# off, event skipping on (leap_max=64) and off (0). The first three equal test_invariants' (a
+# off, the leap on (leap_max=64) and off (0). The first three equal test_invariants' (a
 # shared compilation when both files run in one session); the fourth has room for only 12
 # requests in its active set, so bursts overflow the queue window (and wait outside it).
 ENGINES = {
@@ -320,7 +320,7 @@ def test_kv_blocks_dtype_fixed():
 
 
 # The fast machinery against the plainest run, on the same draws: every iteration stepped through
-# the full step at the full width (the reference), and event skipping across completions and
+# the full step at the full width (the reference), and the leap across completions and
 # arrivals, a start at 4 entries that widens (servetune/engine/width.py) and the simple step
 # (servetune/engine/simple_step.py). One engine by default (each width compiles once), all of them
 # with the slow profile.
