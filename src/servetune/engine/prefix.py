@@ -26,9 +26,12 @@ B = T / block_size KV blocks. Only full blocks are cached (vLLM hashes full bloc
   takes an empty slot of its set or else the set's least recently used unreferenced block (an
   eviction). Blocks past the prompt's full blocks (its partial last block completed by output
   tokens, then output blocks) have ids only their request holds (`workload_ids`): they enter
-  the cache when the request is preempted, so that it finds them again when re-admitted.
+  the cache when the request completes or is preempted, as vLLM keeps every full block it
+  frees; re-admitted after a preemption, the request finds them again.
 - Release: a request that completes or is preempted drops its references at that time (`last`);
-  blocks nobody references stay cached and evictable.
+  blocks nobody references stay cached and evictable, a request's deepest first (vLLM frees a
+  request's blocks tail first), after every free block that was never cached (vLLM 0.32's
+  BlockPool.free_blocks puts those at the front of its free queue).
 - KV: every cached block counts once, whoever references it: blocks in use = sum over running
   requests of their private blocks (e.blocks, which counts all the request's blocks, minus
   B x prefix.n referenced ones) + B x cached blocks. The scheduler sees evictable blocks as free
@@ -43,13 +46,14 @@ a block is due); nothing scales with the trace.
 
 Known differences from vLLM, beyond the granularity: two requests computing the same new block
 at once end up sharing one copy (vLLM keeps both); a block being computed in an iteration is
-found by later admissions only among the first MAX_INSERTS such blocks; a completed request's
-output blocks are dropped (vLLM keeps them in its free pool, where they are evicted in turn);
-vLLM evicts from one queue of free blocks, cached or not, in the order they were freed, here
-never-cached free blocks go first; when preempting, blocks referenced by several victims and
-nobody else are not counted as freed (conservative: at most an extra preemption); conflicts in
-a full table set evict that set's LRU block. With KV blocks of the trace's block size the
-golden cases prefix_cache and prefix_cache_tight_kv (tests/golden/) are identical to vLLM 0.32.
+found by later admissions only among the first MAX_INSERTS such blocks; a request ending with
+more than MAX_INSERTS full blocks not yet cached leaves only the first MAX_INSERTS; requests
+released at the same time are evicted in table order, where vLLM follows the order it freed
+them in; when preempting, blocks referenced by several victims and nobody else are not counted
+as freed (conservative: at most an extra preemption); conflicts in a full table set evict that
+set's LRU block. With KV blocks of the trace's block size the golden cases prefix_cache,
+prefix_cache_tight_kv and prefix_cache_conversation (tests/golden/) are compared with vLLM 0.32
+iteration by iteration.
 """
 
 from __future__ import annotations
@@ -414,17 +418,22 @@ def make_room(e: Entries, pc: PrefixCache, kv_total, cfg: EngineConfig, blocks_s
     return pc, used - b * (pc.evictions - before)
 
 
-def _keep_output_blocks(
-    e: Entries, pc: PrefixCache, preempted, computed_before, t, cfg: EngineConfig
-):
-    """Preempted requests [A] leave the full blocks past their prompt's full blocks (prompt
-    tail and output, `computed_before` [A] tokens computed before the preemption) in the
-    cache, as vLLM does with every full block it frees: re-admitted, the request finds them.
-    (A running request inserts only its shareable prompt blocks; nobody else can find the
-    others, so they enter the cache only when they can be found.) Returns (entries, cache)."""
+def _full_blocks(computed, cfg: EngineConfig):
+    """[A] the prefix blocks whose every token is computed (`computed` [A] tokens), prompt
+    and output alike, up to the ids a request holds."""
+    return jnp.minimum(computed // cfg.prefix_block_tokens, cfg.prefix_width)
+
+
+def _keep_full_blocks(e: Entries, pc: PrefixCache, leaving, computed, t, cfg: EngineConfig):
+    """Requests `leaving` [A] (preempted or completed) leave every full block they computed
+    (`computed` [A] tokens: the prompt tail and output blocks too) in the cache, as vLLM 0.32
+    keeps every full block it frees (BlockPool.free_blocks: cached and evictable in turn).
+    Re-admitted after a preemption, a request finds them; a completed request's own blocks
+    are found by nobody, but they hold their place in the eviction order as in vLLM. (A
+    running request inserts only its shareable prompt blocks.) Returns (entries, cache)."""
     assert e.prefix is not None  # the mechanism is on (a static switch)
-    full = jnp.minimum(computed_before // cfg.prefix_block_tokens, cfg.prefix_width)
-    due = preempted & (full > e.prefix.next)
+    full = _full_blocks(computed, cfg)
+    due = leaving & (full > e.prefix.next)
     return jax.lax.cond(
         jnp.any(due), lambda e, pc: _insert(e, pc, due, full, t)[:2], lambda e, pc: (e, pc), e, pc
     )
@@ -437,7 +446,7 @@ def after_schedule(
     [A]: tokens computed before this iteration's preemptions); then LRU eviction makes room
     for what was allocated. Returns (entries, cache, KV blocks in use)."""
     admitted = h.waiting & (e.status == RUNNING)
-    e, pc = _keep_output_blocks(e, pc, batch.preempted, computed_before, t, cfg)
+    e, pc = _keep_full_blocks(e, pc, batch.preempted, computed_before, t, cfg)
     e, pc = release(e, pc, batch.preempted, t)
     # the leading table hits are referenced now; hits after them (blocks computed in this
     # iteration) are referenced when the iteration's blocks enter the cache (after_advance)
@@ -546,11 +555,14 @@ def _insert(e: Entries, pc: PrefixCache, active, full, t):
 
 
 def after_advance(e: Entries, completed, pc: PrefixCache, t_end, cfg: EngineConfig):
-    """End of an iteration: newly computed full prompt blocks enter the cache, then completed
-    requests release theirs. Returns (entries, cache, deferred: blocks left to insert)."""
+    """End of an iteration: newly computed full prompt blocks enter the cache, and every full
+    block of the requests that completed (`_keep_full_blocks`); then the completed requests
+    release theirs. Returns (entries, cache, deferred: blocks left to insert)."""
     assert e.prefix is not None  # the mechanism is on (a static switch)
     active = (e.status == RUNNING) | completed
-    full = _full_prompt_blocks(e, e.computed, cfg)
+    full = jnp.where(
+        completed, _full_blocks(e.computed, cfg), _full_prompt_blocks(e, e.computed, cfg)
+    )
     due = active & (full > e.prefix.next)
     e, pc, deferred = jax.lax.cond(
         jnp.any(due),
@@ -566,8 +578,10 @@ def after_advance(e: Entries, completed, pc: PrefixCache, t_end, cfg: EngineConf
 def after_leap(e: Entries, done, leap_blocks, pc: PrefixCache, t_end, kv_total, cfg: EngineConfig):
     """After a run of decode iterations (engine/leap.py): evict what its growth needs (nothing
     else touched the cache during it, so the LRU choice is the one stepping makes), then the
-    requests it completed release their blocks. Returns (entries, cache, peak KV blocks)."""
+    requests it completed leave their full blocks in the cache and release them. Returns
+    (entries, cache, peak KV blocks)."""
     pc, peak = make_room(e, pc, kv_total, cfg, blocks_sum=leap_blocks)
+    e, pc = _keep_full_blocks(e, pc, done, e.computed, t_end, cfg)
     e, pc = release(e, pc, done, t_end)
     return e, pc, peak
 

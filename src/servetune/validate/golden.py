@@ -85,6 +85,13 @@ _CODE = {
     "max_requests": 200,
 }
 _TIGHT = {"num_gpu_blocks": 600}  # 9,600 tokens of KV: a few long requests fill it
+_MOONCAKE_CONV = {
+    "file": "mooncake_conversation_600s.jsonl",
+    "start_s": 0.0,
+    "duration_s": 120.0,
+    "rate_scale": 1.0,
+    "max_requests": 250,
+}
 _MOONCAKE = {
     "file": "mooncake_synthetic_300s.jsonl",
     "start_s": 0.0,
@@ -195,6 +202,20 @@ CASES: dict[str, dict] = {
             "max_model_len": 32768,
             "num_gpu_blocks": 200,
             "max_num_batched_tokens": 2048,
+        },
+    },
+    "prefix_cache_conversation": {
+        "description": "Mooncake conversation, its first 250 requests, prefix caching on (KV "
+        "blocks of 512 tokens), 2,000 blocks and a budget of 4096: outputs of about 350 "
+        "tokens often fill a block, which vLLM keeps cached when the request ends, so "
+        "the order in which old prompt blocks are evicted depends on them",
+        "trace": _MOONCAKE_CONV,
+        "engine": {
+            "block_size": 512,
+            "enable_prefix_caching": True,
+            "max_model_len": 131072,
+            "num_gpu_blocks": 2_000,
+            "max_num_batched_tokens": 4096,
         },
     },
 }

@@ -339,6 +339,31 @@ def test_a_preempted_request_releases_its_blocks_and_leaves_its_output_block_to_
     assert int(h2.n_hit[0]) == 2 and int(h2.claim[0]) == 2 * B
 
 
+def test_a_completed_request_leaves_its_full_output_blocks_cached_to_be_evicted_in_turn():
+    # as vLLM 0.32 keeps every full block it frees: a 12-token prompt (1 full block, id 1,
+    # cached while it ran) and 9 outputs, 20 tokens computed: block 40 (its own id for tokens
+    # 8..15) is full, 41 partial; block 7 was released earlier, at 0.5 s
+    pc, at = _table((1, 1, 0.0, 0), (7, 0, 0.5, 0))
+    e = _with([running(12, 9, generated=9)], [([1, 40, 41], [at[1]], 1)])
+    done = e.replace(status=e.status.at[0].set(DONE), blocks=e.blocks.at[0].set(0))
+    e2, pc2, _ = prefix.after_advance(done, _mask(0), pc, 2.5, CFG)
+    s40 = int(prefix.lookup(pc2.ids, jnp.asarray(40)))
+    assert s40 >= 0 and int(prefix.lookup(pc2.ids, jnp.asarray(41))) == -1  # full blocks only
+    assert (int(pc2.ref[s40]), float(pc2.last[s40]), int(pc2.depth[s40])) == (0, 2.5, 1)
+    assert int(pc2.ref[at[1]]) == 0 and int(e2.prefix.n[0]) == 0
+    # the three cached blocks count against the KV capacity until evicted; room for one more
+    # prefix block in 3 x B evicts the oldest release first (7), then the request's deepest (40)
+    assert int(prefix.blocks_in_use(e2, pc2, CFG)) == 3 * B
+    pc3, used = prefix.make_room(e2, pc2, 2 * B, CFG)
+    assert int(prefix.lookup(pc3.ids, jnp.asarray(7))) == -1 and int(used) == 2 * B
+    pc4, _ = prefix.make_room(e2, pc2, 1 * B, CFG)
+    assert [int(prefix.lookup(pc4.ids, jnp.asarray(k))) >= 0 for k in (1, 7, 40)] == [
+        True,
+        False,
+        False,
+    ]
+
+
 def test_workload_ids_keep_the_trace_ids_of_full_prompt_blocks_only():
     trace = types.SimpleNamespace(name="t", hash_ids=RaggedIds.from_rows([[5, 6, 7], [5, 8, 9]]))
     out = prefix.workload_ids(trace, np.asarray([20, 8]), CFG, 3)
