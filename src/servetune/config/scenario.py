@@ -98,6 +98,7 @@ def _check_sections(cfg: DictConfig) -> None:
 ENGINE_KEYS = frozenset(
     {
         "activation_reserve_gib",
+        "async_scheduling",
         "batching",
         "block_size",
         "cascade_small_instances",
@@ -879,6 +880,7 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
         route_window=count("engine.route_window", MAX_VECTOR, 64),
         prefill_instances=count("engine.prefill_instances", MAX_INSTANCES, 0, lo=0),
         scheduler_reserve_full_isl=settings.flag(cfg, "engine.scheduler_reserve_full_isl", True),
+        async_scheduling=settings.flag(cfg, "engine.async_scheduling", False),
         long_prefill_token_threshold_adaptive=settings.flag(
             cfg, "engine.long_prefill_token_threshold_adaptive", False
         ),
@@ -887,6 +889,28 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
     )
     _check_engine_limits(engine, pol, kv_blocks)
     return width.start(engine, _start_width(cfg))
+
+
+def _check_async_scheduling(engine: EngineConfig) -> None:
+    """ConfigError where engine.async_scheduling meets what servetune does not simulate under
+    it yet (engine/async_scheduling.py): several instances, a KV policy other than preempt,
+    static batching, a draft model, requests that give up."""
+    if not engine.async_scheduling:
+        return
+    unsupported = [
+        (engine.n_instances > 1, f"engine.n_instances={engine.n_instances}"),
+        (engine.kv_pressure != "preempt", f"engine.kv_pressure={engine.kv_pressure}"),
+        (engine.batching != "continuous", f"engine.batching={engine.batching}"),
+        (engine.speculation, "a draft model (speculative decoding)"),
+        (engine.abandonment, "a trace whose requests give up (cancel_after_s / deadline_s)"),
+    ]
+    found = [what for bad, what in unsupported if bad]
+    if found:
+        raise ConfigError(
+            f"engine.async_scheduling: true is simulated with one instance, "
+            f"kv_pressure=preempt, continuous batching, no draft model and no give-ups; "
+            f"got {', '.join(found)} (set engine.async_scheduling=false)"
+        )
 
 
 def _start_width(cfg: DictConfig) -> int | None:
@@ -1225,6 +1249,7 @@ def build(cfg: DictConfig) -> Scenario:
         _check_acceptance(hw.draft.acceptance, traces[0].class_names)
     decided["speculation"] = engine.speculation or speculation
     engine = dataclasses.replace(engine, **decided)
+    _check_async_scheduling(engine)
     memory.check_workload_fits(len(traces), _pad(max(len(t) for t in traces)), engine)
     return Scenario(
         traces=traces,

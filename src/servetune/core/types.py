@@ -151,6 +151,10 @@ class EngineConfig:
         trace: the queue, preempted requests included, by (priority, arrival), and the
         preemption victim the running request with the largest (priority, arrival)
         (engine/priority.py).
+      async_scheduling: vLLM's `--async-scheduling` (engine/async_scheduling.py): step k+1 is
+        planned while step k runs, so it sees arrivals only up to step k's start, and requests
+        finishing in step k still hold their KV blocks and running place while it is planned.
+        The leap and the simple step are off with it.
       cascade_small_instances: S > 0 runs a model cascade (engine/cascade.py): instances
         0..S-1 serve a small model, the rest a large one; arrivals whose predicted difficulty
         is at most policy.cascade_threshold go to the small pool, the others to the large pool,
@@ -189,6 +193,7 @@ class EngineConfig:
     scheduler_reserve_full_isl: bool = True
     long_prefill_token_threshold_adaptive: bool = False
     scheduling_policy: str = "fcfs"
+    async_scheduling: bool = False
     timeline_samples: int = 0  # periods of the per-iteration timeline (output.timeline); 0 = off
     width: int = 0
 
@@ -578,6 +583,8 @@ class SimState(struct.PyTreeNode):
     #                    servetune/engine/width.py)
     prefix: PrefixCache | None = None  # prefix caching only (engine/prefix.py)
     timeline: Timeline | None = None  # engine.timeline_samples > 0 only
+    offered: jnp.ndarray | None = None  # [I] f64 async scheduling only: arrivals by this time
+    #                                     (seconds) are offered at the instance's next iteration
 
 
 class PrefixCache(struct.PyTreeNode):

@@ -208,7 +208,8 @@ def vllm_args(
 
     Scheduler: max_num_seqs (sequences) and max_num_batched_tokens (tokens per iteration)
     rounded as the simulator enforces them, watermark (fraction of KV blocks),
-    scheduler_reserve_full_isl and long_prefill_token_threshold_adaptive (from `engine`), and
+    scheduler_reserve_full_isl, async_scheduling (always named: vLLM 0.32's default turns it
+    on) and long_prefill_token_threshold_adaptive (from `engine`), and
     where set long_prefill_token_threshold (tokens), max_num_active_seqs (sequences) and the API
     server's max_num_queued_reqs (requests) and max_num_queued_tokens (tokens);
     enable_chunked_prefill, block_size (tokens) and max_model_len (tokens) from `engine` (or the
@@ -242,6 +243,8 @@ def vllm_args(
     blocks = deploy.get("num_gpu_blocks")
     args["watermark"] = snap_watermark(eff["watermark"], None if blocks is None else blocks + 1)
     args["scheduler_reserve_full_isl"] = bool(eng.get("scheduler_reserve_full_isl", True))
+    # named either way: vLLM 0.32's default (None) turns it on wherever the executor can
+    args["async_scheduling"] = bool(eng.get("async_scheduling", False))
     if eff["long_prefill_token_threshold"] > 0:
         args["long_prefill_token_threshold"] = eff["long_prefill_token_threshold"]
         args["long_prefill_token_threshold_adaptive"] = bool(

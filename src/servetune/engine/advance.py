@@ -9,13 +9,15 @@ from servetune.engine.outbox import retire
 from servetune.engine.scheduler import Batch
 
 
-def advance(es: Entries, batch: Batch, t_end):
+def advance(es: Entries, batch: Batch, t_end, hold: bool = False):
     """Apply an iteration that ends at t_end (seconds).
 
     A request whose known tokens (prompt + output so far) are all computed emits its next output
     token; one that reaches its output length completes and frees its blocks. With speculation
     (`batch.accepted` set), a decoding request emits 1 + its accepted draft tokens in one event,
     at most up to its output length, and only the emitted positions stay computed.
+    With `hold` (async scheduling, engine/async_scheduling.py) a completed request gets its
+    finish time and end state but stays running, holding its blocks, until the next schedule.
     Returns (entries, inter-token gaps [A] in seconds (nan where none), completed mask [A]).
     """
     if batch.accepted is None:
@@ -37,4 +39,10 @@ def advance(es: Entries, batch: Batch, t_end):
         first_token=jnp.where(emit & (es.generated == 0), t_end, es.first_token),
         last_emit=jnp.where(emit, t_end, es.last_emit),
     )
+    if hold:
+        es = es.replace(
+            end_state=jnp.where(complete, COMPLETED, es.end_state),
+            finish=jnp.where(complete, t_end, es.finish),
+        )
+        return es, gap, complete
     return retire(es, complete, COMPLETED, t_end), gap, complete

@@ -76,15 +76,20 @@ def take_arrivals(
     return e, next_req + n_take, pending - n_take, n_arrived, n_rejected
 
 
-def _within_caps(e: Entries, ok, ok_rank, prompt, pol):
+def _within_caps(e: Entries, ok, ok_rank, prompt, pol, t_known):
     """([A] bool each, in REJECT_* order) arrivals (`ok`, ranked `ok_rank` in trace order)
     within each queue cap, each seeing the ones before it: the gateway's queue_cap on waiting
     requests, and vLLM's API server checks, max_num_queued_reqs on unfinished requests
     (current + 1 > cap is refused) and max_num_queued_tokens on the prompt tokens of requests
-    without a first token (refused once they reach the cap)."""
+    without a first token (refused once they reach the cap). `t_known`: under async scheduling
+    the offer time (seconds), after which a first token is not known to the API server yet;
+    None otherwise."""
     n_waiting = jnp.sum(e.status == WAITING, dtype=jnp.int32)
     unfinished = jnp.sum((e.status != EMPTY) & (e.status != DONE), dtype=jnp.int32)
-    prefilling = (e.status != EMPTY) & (e.status != DONE) & (e.generated == 0)
+    no_output = e.generated == 0
+    if t_known is not None:
+        no_output = no_output | (e.first_token > t_known)
+    prefilling = (e.status != EMPTY) & (e.status != DONE) & no_output
     queued_tokens = jnp.sum(jnp.where(prefilling, e.prompt, 0))
     tokens_before = queued_tokens + ops.cumsum(jnp.where(ok, prompt, 0)) - prompt
     return (
@@ -126,7 +131,7 @@ def fill(
     fits = blocks_for(jnp.maximum(prompt + output - 1, 1), cfg) <= kv_total
     ok = take & short & fits
     ok_rank = ops.cumsum(ok, dtype=jnp.int32) - 1
-    caps = _within_caps(e, ok, ok_rank, prompt, pol)
+    caps = _within_caps(e, ok, ok_rank, prompt, pol, t if cfg.async_scheduling else None)
     accept = ok & caps[0] & caps[1] & caps[2]
     reject = take & ~accept
 

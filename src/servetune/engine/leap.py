@@ -181,6 +181,7 @@ def takes_arrivals(cfg: EngineConfig) -> bool:
         and not cfg.abandonment
         and cfg.relax == "hard"
         and cfg.timeline_samples == 0
+        and not cfg.async_scheduling
     )
 
 

@@ -67,6 +67,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         need=zi,
         prefix=prefix_lib.init_cache(cfg, zi) if cfg.prefix_cache else None,
         timeline=timeline.empty(cfg, zf) if cfg.timeline_samples > 0 else None,
+        offered=per_inst + zf if cfg.async_scheduling else None,
     )
 
 

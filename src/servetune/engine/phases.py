@@ -26,6 +26,7 @@ class Arrived(NamedTuple):
     sort: jnp.ndarray
     n_abandoned: jnp.ndarray
     entries_all: Entries | None = None  # [I, A] every instance's entries after routing (I > 1)
+    t_plan: jnp.ndarray | None = None  # [] when the step is planned (seconds; async scheduling)
 
 
 class Scheduled(NamedTuple):
@@ -55,6 +56,7 @@ class Advanced(NamedTuple):
     batch_req: jnp.ndarray | None  # None from the simple step, whose conclude does not read it
     generated0: jnp.ndarray | None
     n_running: jnp.ndarray
+    released: jnp.ndarray | bool = False  # [] requests held from the step before left (async)
 
 
 class Iteration(NamedTuple):

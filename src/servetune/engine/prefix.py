@@ -575,14 +575,21 @@ def after_advance(e: Entries, completed, pc: PrefixCache, t_end, cfg: EngineConf
     return e, pc, deferred
 
 
+def release_completed(e: Entries, pc: PrefixCache, which, t, cfg: EngineConfig):
+    """Completed requests `which` [A] leave every full block in the cache
+    (`_keep_full_blocks`) and release their blocks at time t (seconds). Returns (entries,
+    cache)."""
+    e, pc = _keep_full_blocks(e, pc, which, e.computed, t, cfg)
+    return release(e, pc, which, t)
+
+
 def after_leap(e: Entries, done, leap_blocks, pc: PrefixCache, t_end, kv_total, cfg: EngineConfig):
     """After a run of decode iterations (engine/leap.py): evict what its growth needs (nothing
     else touched the cache during it, so the LRU choice is the one stepping makes), then the
     requests it completed leave their full blocks in the cache and release them. Returns
     (entries, cache, peak KV blocks)."""
     pc, peak = make_room(e, pc, kv_total, cfg, blocks_sum=leap_blocks)
-    e, pc = _keep_full_blocks(e, pc, done, e.computed, t_end, cfg)
-    e, pc = release(e, pc, done, t_end)
+    e, pc = release_completed(e, pc, done, t_end, cfg)
     return e, pc, peak
 
 

@@ -126,6 +126,8 @@ def wanted_tokens(e: Entries, params: Params, cfg: EngineConfig):
     speculation a decoding request asks for 1 + spec_k positions to verify, fewer where the
     sequence would pass max_model_len. Returns (tokens [A], decoding [A] bool)."""
     need = pending_tokens(e)
+    if cfg.async_scheduling:  # a request whose last token is still being sampled: none
+        need = jnp.where(e.generated >= e.output, 0, need)
     decoding = (e.status == RUNNING) & (e.generated > 0) & (need == 1)
     if cfg.speculation:
         k = draft_tokens(params.policy)

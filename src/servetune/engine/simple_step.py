@@ -169,9 +169,10 @@ def simple_iteration(
         None,
         None,
         n + take,
+        jnp.asarray(False),
     )
     next_req = state.next_req + take
-    arrived = Arrived(t, None, next_req, zero, next_req, zero, jnp.asarray(False), zero)
+    arrived = Arrived(t, None, next_req, zero, next_req, zero, jnp.asarray(False), zero, t_plan=t)
     return Iteration(arrived, batch, totals, dur, advanced)
 
 

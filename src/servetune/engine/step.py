@@ -20,8 +20,8 @@ from servetune.core.types import (
     SimState,
     Workload,
 )
+from servetune.engine import async_scheduling, pools, routing, speculation, statistics, timeline
 from servetune.engine import outbox as outbox_lib
-from servetune.engine import pools, routing, speculation, statistics, timeline
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.abandon import abandon, next_give_up
 from servetune.engine.advance import advance
@@ -203,11 +203,12 @@ def arrive(
     (engine/pools.py) and landed, give-ups retired, and whether the order can matter."""
     i = next_instance(state, cfg)
     t = state.clock[i]
+    t_plan = async_scheduling.offer_time(state.offered, i, t, cfg)  # t unless async
     entries_all = None
     if cfg.n_instances == 1:
         e = jax.tree.map(lambda x: x[i], state.entries)
         e, next_req, outside, n_arrived, n_rejected = take_arrivals(
-            e, t, state.next_req, wl, params, cfg, search_window
+            e, t_plan, state.next_req, wl, params, cfg, search_window
         )
     else:  # every arrival by t goes to an instance first, then instance i iterates
         entries_all, next_req, outside, n_arrived, n_rejected = routing.route(
@@ -221,7 +222,9 @@ def arrive(
     if cfg.abandonment:  # cancelled and expired requests leave before scheduling
         e, n_abandoned = abandon(e, t)
     sort = order_matters(e, params, cfg) if cfg.lazy_order else jnp.ones_like(t, jnp.bool_)
-    return Arrived(t, e, next_req, outside, n_arrived, n_rejected, sort, n_abandoned, entries_all)
+    return Arrived(
+        t, e, next_req, outside, n_arrived, n_rejected, sort, n_abandoned, entries_all, t_plan
+    )
 
 
 def scheduled_iteration(
@@ -231,7 +234,7 @@ def scheduled_iteration(
     advance."""
     i = next_instance(state, cfg)
     params_i = _at_instance(params, i, cfg)
-    sched = _schedule_phase(e, state, wl, params_i, cfg, arrived.t, i)
+    sched = _schedule_phase(e, state, wl, params_i, cfg, arrived.t, i, arrived.t_plan)
     dur, totals = _iteration_seconds(sched.e, sched.batch, params_i, cfg)
     advanced = _advance_phase(sched, totals, dur, arrived.t, params_i, cfg, i)
     return Iteration(arrived, sched.batch, totals, dur, advanced)
@@ -250,8 +253,11 @@ def conclude(
     t = arrived.t
     busy = jnp.any(batch.tokens > 0) | jnp.any(batch.preempted)  # (a preemption is progress)
     next_arrival = _next_arrival(wl, arrived.next_req)
-    t_next = jnp.where(busy, t + dur, _wake_time(advanced.e, state, t, next_arrival, cfg, i))
-    boundary = Boundary(t, dur, t_next, busy, _stalled(advanced.e, busy, cfg))
+    # an idle iteration that let held requests go (async scheduling) plans again at once
+    wake = jnp.where(advanced.released, t, _wake_time(advanced.e, state, t, next_arrival, cfg, i))
+    t_next = jnp.where(busy, t + dur, wake)
+    stalled = _stalled(advanced.e, busy, cfg) & ~advanced.released
+    boundary = Boundary(t, dur, t_next, busy, stalled)
     limit = _leap_limit(advanced, t_next, next_arrival, wl, remote, cfg, i)
     arrival = (
         next_arrival_of(
@@ -300,10 +306,11 @@ def _remote_horizon(arrived: Arrived, state: SimState, params: Params, cfg: Engi
 
 
 def _schedule_phase(
-    e: Entries, state: SimState, wl: Workload, params: Params, cfg: EngineConfig, t, i
+    e: Entries, state: SimState, wl: Workload, params: Params, cfg: EngineConfig, t, i, t_plan
 ) -> Scheduled:
     """Prefix-cache lookups, the scheduler (engine/scheduler.py), the cache's references and
-    evictions, the finish time of requests the scheduler ended, speculative verification."""
+    evictions, the finish time of requests the scheduler ended, speculative verification.
+    `t_plan`: when the step is planned (seconds; before t under async scheduling)."""
     pc = None
     if cfg.prefix_cache:  # engine/prefix.py: lookups before, references and eviction after
         assert e.prefix is not None and state.prefix is not None  # on: prefix_cache
@@ -326,7 +333,9 @@ def _schedule_phase(
         e = e.replace(reject_reason=jnp.where(batch.ended, REJECT_KV_RESERVE, e.reject_reason))
     # first admission: running now and never scheduled before (vLLM's scheduled timestamp)
     e = e.replace(
-        scheduled_at=jnp.where((e.status == RUNNING) & jnp.isnan(e.scheduled_at), t, e.scheduled_at)
+        scheduled_at=jnp.where(
+            (e.status == RUNNING) & jnp.isnan(e.scheduled_at), t_plan, e.scheduled_at
+        )
     )
     if cfg.speculation:
         batch = _verify(e, batch, wl)
@@ -349,13 +358,16 @@ def _advance_phase(
     a prefill instance's prefilled requests, a small model's failed answers; then prefix-cache
     insertions and releases."""
     e, batch, pc = sched.e, sched.batch, sched.pc
-    generated0 = e.generated
     n_running = jnp.sum(e.status == RUNNING, dtype=jnp.int32)
+    released = jnp.asarray(False)
+    if cfg.async_scheduling:  # the step before's completions leave now that this one is planned
+        e, pc, released = async_scheduling.release_held(e, pc, t, cfg)
+    generated0 = e.generated
     if cfg.relax != "hard":  # what the relaxed progress shifts need from before the iteration
         phase = pace.prefilling(e)
         share_s = pace.share_seconds(batch.tokens, batch.decode, dur)
         spec_s = pace.speculation_gain_s(e, batch.decode, batch.tokens, params, cfg, dur)
-    e, gaps, completed = advance(e, batch, t + dur)
+    e, gaps, completed = advance(e, batch, t + dur, hold=cfg.async_scheduling)
     if cfg.relax != "hard":  # progress and admission time shifts, and the events they move
         rb = batch.relaxed
         assert rb is not None  # on: a relaxed engine
@@ -370,8 +382,9 @@ def _advance_phase(
     e, n_withdrawn = pools.leave(e, i, cfg)
     insertions_due = jnp.asarray(False)
     if cfg.prefix_cache:  # blocks computed enter the cache; completed requests release theirs
-        assert pc is not None
-        e, pc, insertions_due = prefix_lib.after_advance(e, completed, pc, t + dur, cfg)
+        assert pc is not None  # (held ones under async scheduling: at the next schedule)
+        leaving = completed & ~cfg.async_scheduling
+        e, pc, insertions_due = prefix_lib.after_advance(e, leaving, pc, t + dur, cfg)
     return Advanced(
         e,
         gaps,
@@ -383,6 +396,7 @@ def _advance_phase(
         sched.e.req,
         generated0,
         n_running,
+        released,
     )
 
 
@@ -449,7 +463,7 @@ def _leap_phase(
     e, pc, kv_used = advanced.e, advanced.pc, advanced.kv_used
     n_completed = jnp.sum(advanced.completed, dtype=jnp.int32)
     zero = jnp.zeros((), jnp.int32)
-    if cfg.leap_max > 0 and not cfg.speculation:
+    if cfg.leap_max > 0 and not cfg.speculation and not cfg.async_scheduling:
         kv_offset = None
         if cfg.prefix_cache:
             assert pc is not None
@@ -539,4 +553,7 @@ def _commit(
         mid_blocks=state.mid_blocks.at[i].set(leapt.kv_used),
         stuck=stuck,
         need=state.need,
+        offered=async_scheduling.next_offered(
+            state.offered, i, boundary.busy, arrived.t, leapt.t_end, cfg
+        ),
     )

@@ -219,6 +219,48 @@ CASES: dict[str, dict] = {
         },
     },
 }
+# async scheduling (vLLM's AsyncScheduler, planning step k+1 while step k runs) where it moves
+# the schedule: arrivals wait a step more, and requests finishing in step k still hold their
+# KV blocks and running places while step k+1 is planned
+_ASYNC = {"async_scheduling": True}
+CASES.update(
+    {
+        "async_roomy_kv": {
+            "description": "roomy_kv under async scheduling: each arrival planned a step later",
+            "trace": _CONV,
+            "engine": _ASYNC,
+        },
+        "async_tight_kv": {
+            "description": "tight_kv under async scheduling: finishing requests hold their "
+            "blocks through the next plan, so admissions wait and preemptions differ",
+            "trace": _CONV_4X,
+            "engine": {**_TIGHT, **_ASYNC},
+        },
+        "async_max_num_seqs": {
+            "description": "max_num_seqs under async scheduling: a finishing request keeps its "
+            "place among the 8 through the next plan",
+            "trace": _CONV_4X,
+            "engine": {"max_num_seqs": 8, **_ASYNC},
+        },
+        "async_queued_caps": {
+            "description": "queued_caps under async scheduling: the API server counts a request "
+            "unfinished, and its prompt queued, until the step's output is processed",
+            "trace": _CONV_4X,
+            "engine": {
+                "max_num_seqs": 8,
+                "max_num_queued_reqs": 24,
+                "max_num_queued_tokens": 16_000,
+                **_ASYNC,
+            },
+        },
+        "async_prefix_cache_tight_kv": {
+            "description": "prefix_cache_tight_kv under async scheduling: finished requests' "
+            "blocks return to the free queue a step later, which moves evictions",
+            "trace": _MOONCAKE,
+            "engine": {**CASES["prefix_cache_tight_kv"]["engine"], **_ASYNC},
+        },
+    }
+)
 
 
 def case_requests(case: dict) -> dict:
@@ -412,6 +454,7 @@ def _servetune_inputs(fixture: dict):
         scheduler_reserve_full_isl=eng["scheduler_reserve_full_isl"],
         long_prefill_token_threshold_adaptive=eng["long_prefill_token_threshold_adaptive"],
         scheduling_policy=eng["policy"],
+        async_scheduling=bool(eng.get("async_scheduling", False)),
         **prefix,
     )
     trace = RequestTrace(

