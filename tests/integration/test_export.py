@@ -111,7 +111,13 @@ DEPLOY = {
 
 
 def test_vllm_flags_exact():
-    args = vllm_args({**TUNED, "spec_k": 3.0}, ENGINE, order="parametric")
+    # async scheduling and the stream interval as simulated (vLLM 0.32 turns async scheduling
+    # on by default, so it is named either way)
+    args = vllm_args(
+        {**TUNED, "spec_k": 3.0},
+        {**ENGINE, "async_scheduling": True, "stream_interval": 4},
+        order="parametric",
+    )
     assert vllm_flags(args) == [
         "--max-num-seqs",
         "127",
@@ -127,6 +133,11 @@ def test_vllm_flags_exact():
         "--watermark",
         "0.02",
         "--scheduler-reserve-full-isl",
+        "--async-scheduling",
+        "--stream-interval",
+        "4",
+        "--prefill-schedule-interval",
+        "1",
         "--gpu-memory-utilization",
         "0.9",
         "--speculative-config",
@@ -159,6 +170,11 @@ def test_vllm_flags_exact():
         "--watermark",
         "0.0",
         "--no-scheduler-reserve-full-isl",
+        "--no-async-scheduling",
+        "--stream-interval",
+        "1",
+        "--prefill-schedule-interval",
+        "1",
         "--long-prefill-token-threshold",
         "256",
         "--no-long-prefill-token-threshold-adaptive",

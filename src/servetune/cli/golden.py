@@ -2,7 +2,7 @@
 the committed ones.
 
     servetune golden [--out DIR] [--cases NAME,...]   # needs servetune[vllm]
-    servetune golden --check [--out DIR]              # no vLLM needed
+    servetune golden --check [--out DIR]              # no vLLM needed; with it, also the drift
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Run the golden cases through vLLM's own V1 scheduler (the servetune[vllm] extra) and "
             "write one fixture per case, or with --check replay the fixtures through servetune's "
-            "engine and list every difference."
+            "engine and list every difference; where vLLM is installed, --check also reruns each "
+            "case through it and says which cases its version schedules differently from the "
+            "fixture's, and from which iteration on."
         ),
     )
     p.add_argument(
@@ -59,16 +61,43 @@ def _write(names: list[str], out: Path) -> int:
     return 0
 
 
+def _vllm_installed() -> bool:
+    """Whether vLLM imports here (the servetune[vllm] extra)."""
+    try:
+        golden.oracle.import_vllm()
+    except ImportError:
+        return False
+    return True
+
+
 def _check(names: list[str], out: Path) -> int:
+    """servetune against each fixture; with vLLM installed, the installed vLLM against it too
+    (the drift). Exit status 1 where servetune differs from a fixture of its own vLLM version."""
     failed = 0
+    with_vllm = _vllm_installed()
     for name in names:
         path = out / f"{name}.json.gz"
         fixture = golden.load_fixture(path)
         diffs = golden.compare(fixture, golden.replay(fixture))
-        failed += bool(diffs)
-        print(f"{name}: " + ("identical" if not diffs else "DIFFERS"))
+        note = golden.version_note(fixture)
+        failed += bool(diffs) and note is None
+        print(f"{name}: servetune " + ("identical" if not diffs else "DIFFERS"))
+        if note is not None:
+            print(f"  note: {path.name} {note}")
         for line in diffs:
             print(f"  {line}")
+        if with_vllm:
+            version, drift = golden.drift(fixture)
+            same = "the same" if version == fixture["vllm_version"] else "another"
+            verdict = "schedules it identically" if not drift else "CHANGES it"
+            print(
+                f"  vLLM {version} (installed; {same} version as the fixture's "
+                f"{fixture['vllm_version']}) {verdict}"
+            )
+            for line in drift:
+                print(f"    {line}")
+    if not with_vllm:
+        print("vLLM is not installed here: the drift of the installed vLLM is not checked")
     return 1 if failed else 0
 
 

@@ -117,6 +117,7 @@ ENGINE_KEYS = frozenset(
         "n_instances",
         "outbox",
         "prefill_instances",
+        "prefill_schedule_interval",
         "prefix_block_tokens",
         "prefix_cache",
         "prefix_cache_entries",
@@ -125,6 +126,7 @@ ENGINE_KEYS = frozenset(
         "routing",
         "scheduler_reserve_full_isl",
         "start_width",
+        "stream_interval",
     }
 )
 # vLLM arguments that vLLM 0.32, whose scheduler servetune simulates, does not have: no use of
@@ -860,6 +862,7 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
     count = lambda key, hi, default, lo=1: settings.number(
         cfg, key, lo=lo, hi=hi, integer=True, default=default
     )
+    _check_prefill_schedule_interval(cfg)
     engine = EngineConfig(
         max_slots=slots,
         queue_window=count("engine.queue_window", MAX_CAPACITY, None),
@@ -881,6 +884,7 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
         prefill_instances=count("engine.prefill_instances", MAX_INSTANCES, 0, lo=0),
         scheduler_reserve_full_isl=settings.flag(cfg, "engine.scheduler_reserve_full_isl", True),
         async_scheduling=settings.flag(cfg, "engine.async_scheduling", False),
+        stream_interval=count("engine.stream_interval", MAX_VECTOR, 1),
         long_prefill_token_threshold_adaptive=settings.flag(
             cfg, "engine.long_prefill_token_threshold_adaptive", False
         ),
@@ -889,6 +893,22 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
     )
     _check_engine_limits(engine, pol, kv_blocks)
     return width.start(engine, _start_width(cfg))
+
+
+def _check_prefill_schedule_interval(cfg: DictConfig) -> None:
+    """ConfigError for engine.prefill_schedule_interval above 1: vLLM 0.32 applies it only in
+    the data-parallel engine core of MoE models (DPEngineCoreProc._should_throttle_prefills;
+    EngineCore's never throttles), and servetune simulates one engine per instance."""
+    interval = settings.number(
+        cfg, "engine.prefill_schedule_interval", lo=1, hi=MAX_INT32, integer=True, default=1
+    )
+    if interval > 1:
+        raise ConfigError(
+            f"engine.prefill_schedule_interval: got {interval}; vLLM 0.32 applies it only in "
+            f"the data-parallel engine core of MoE models (DPEngineCoreProc; a single engine "
+            f"never throttles prefills), and servetune simulates one engine per instance, so "
+            f"expected 1"
+        )
 
 
 def _check_async_scheduling(engine: EngineConfig) -> None:
@@ -1250,6 +1270,12 @@ def build(cfg: DictConfig) -> Scenario:
     decided["speculation"] = engine.speculation or speculation
     engine = dataclasses.replace(engine, **decided)
     _check_async_scheduling(engine)
+    if engine.stream_interval > 1 and engine.speculation:
+        raise ConfigError(
+            f"engine.stream_interval: got {engine.stream_interval}; above 1 it is simulated "
+            f"without a draft model (a speculative step emits several tokens at once), "
+            f"expected 1 with speculative decoding"
+        )
     memory.check_workload_fits(len(traces), _pad(max(len(t) for t in traces)), engine)
     return Scenario(
         traces=traces,

@@ -155,6 +155,10 @@ class EngineConfig:
         planned while step k runs, so it sees arrivals only up to step k's start, and requests
         finishing in step k still hold their KV blocks and running place while it is planned.
         The leap and the simple step are off with it.
+      stream_interval: vLLM's `--stream-interval` (output_processor.py, 0.32): a request's
+        tokens reach the client in chunks, the first token at once, then every
+        stream_interval tokens and at its end; the inter-token latencies are the chunks' gaps
+        (engine/advance.py). The leap and the simple step are off above 1.
       cascade_small_instances: S > 0 runs a model cascade (engine/cascade.py): instances
         0..S-1 serve a small model, the rest a large one; arrivals whose predicted difficulty
         is at most policy.cascade_threshold go to the small pool, the others to the large pool,
@@ -194,6 +198,7 @@ class EngineConfig:
     long_prefill_token_threshold_adaptive: bool = False
     scheduling_policy: str = "fcfs"
     async_scheduling: bool = False
+    stream_interval: int = 1
     timeline_samples: int = 0  # periods of the per-iteration timeline (output.timeline); 0 = off
     width: int = 0
 

@@ -209,7 +209,8 @@ def vllm_args(
     Scheduler: max_num_seqs (sequences) and max_num_batched_tokens (tokens per iteration)
     rounded as the simulator enforces them, watermark (fraction of KV blocks),
     scheduler_reserve_full_isl, async_scheduling (always named: vLLM 0.32's default turns it
-    on) and long_prefill_token_threshold_adaptive (from `engine`), and
+    on), stream_interval (tokens per streamed chunk), prefill_schedule_interval and
+    long_prefill_token_threshold_adaptive (from `engine`), and
     where set long_prefill_token_threshold (tokens), max_num_active_seqs (sequences) and the API
     server's max_num_queued_reqs (requests) and max_num_queued_tokens (tokens);
     enable_chunked_prefill, block_size (tokens) and max_model_len (tokens) from `engine` (or the
@@ -245,6 +246,8 @@ def vllm_args(
     args["scheduler_reserve_full_isl"] = bool(eng.get("scheduler_reserve_full_isl", True))
     # named either way: vLLM 0.32's default (None) turns it on wherever the executor can
     args["async_scheduling"] = bool(eng.get("async_scheduling", False))
+    args["stream_interval"] = int(eng.get("stream_interval", 1))
+    args["prefill_schedule_interval"] = int(eng.get("prefill_schedule_interval", 1))
     if eff["long_prefill_token_threshold"] > 0:
         args["long_prefill_token_threshold"] = eff["long_prefill_token_threshold"]
         args["long_prefill_token_threshold_adaptive"] = bool(
@@ -292,7 +295,8 @@ def sglang_args(
     chunked prefill is off), with enable_mixed_chunk so prefill chunks share iterations with
     decodes as in vLLM (--max-prefill-tokens is left out: SGLang floors it at the context
     length, so it would do nothing); page_size = block_size (tokens); context_length =
-    max_model_len (tokens, if set); max_queued_requests = queue_cap (if finite).
+    max_model_len (tokens, if set); max_queued_requests = queue_cap (if finite);
+    stream_interval as vLLM's (tokens per streamed chunk).
     schedule_policy is "fcfs"; for other orders SGLang has no equivalent policy, so priority
     scheduling is enabled (lower value first, as vLLM; no priority preemption, as simulated)
     and a gateway sets the priority (see unmapped_knobs). `deploy` (`deployment`) adds
@@ -324,6 +328,7 @@ def sglang_args(
         args["disable_priority_preemption"] = True
     if math.isfinite(eff["queue_cap"]):
         args["max_queued_requests"] = eff["queue_cap"]
+    args["stream_interval"] = int(eng.get("stream_interval", 1))
     if "tensor_parallel_size" in deploy:
         args["tp_size"] = int(deploy["tensor_parallel_size"])
     if "num_gpu_blocks" in deploy:

@@ -9,7 +9,17 @@ from servetune.engine.outbox import retire
 from servetune.engine.scheduler import Batch
 
 
-def advance(es: Entries, batch: Batch, t_end, hold: bool = False):
+def sends(generated, complete, stream_interval: int):
+    """[A] bool whether a request that now holds `generated` output tokens [A] (one more than
+    before) sends them to its client, under vLLM 0.32's `--stream-interval`
+    (RequestState.make_request_output): the first token at once, then whenever stream_interval
+    tokens are unsent, and at its end (`complete` [A])."""
+    if stream_interval == 1:
+        return jnp.ones_like(complete)
+    return (generated == 1) | ((generated - 1) % stream_interval == 0) | complete
+
+
+def advance(es: Entries, batch: Batch, t_end, hold: bool = False, stream_interval: int = 1):
     """Apply an iteration that ends at t_end (seconds).
 
     A request whose known tokens (prompt + output so far) are all computed emits its next output
@@ -18,6 +28,9 @@ def advance(es: Entries, batch: Batch, t_end, hold: bool = False):
     at most up to its output length, and only the emitted positions stay computed.
     With `hold` (async scheduling, engine/async_scheduling.py) a completed request gets its
     finish time and end state but stays running, holding its blocks, until the next schedule.
+    With `stream_interval` above 1 (one token per emission: no speculation) the inter-token
+    gaps are those between the chunks the client receives (`sends`), and `last_emit` is the
+    last chunk's time.
     Returns (entries, inter-token gaps [A] in seconds (nan where none), completed mask [A]).
     """
     if batch.accepted is None:
@@ -30,14 +43,15 @@ def advance(es: Entries, batch: Batch, t_end, hold: bool = False):
         emit = (batch.tokens > 0) & (computed >= es.prompt + es.generated)
         n_new = jnp.where(batch.decode, spec_emit, emit.astype(jnp.int32))
     generated = es.generated + n_new
-    gap = jnp.where(emit & (es.generated > 0), t_end - es.last_emit, jnp.nan)
     complete = emit & (generated >= es.output)
+    sent = emit & sends(generated, complete, stream_interval)
+    gap = jnp.where(sent & (es.generated > 0), t_end - es.last_emit, jnp.nan)
     es = es.replace(
         computed=computed,
         generated=generated,
         tokens_computed=es.tokens_computed + batch.tokens,
         first_token=jnp.where(emit & (es.generated == 0), t_end, es.first_token),
-        last_emit=jnp.where(emit, t_end, es.last_emit),
+        last_emit=jnp.where(sent, t_end, es.last_emit),
     )
     if hold:
         es = es.replace(

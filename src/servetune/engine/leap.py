@@ -181,8 +181,16 @@ def takes_arrivals(cfg: EngineConfig) -> bool:
         and not cfg.abandonment
         and cfg.relax == "hard"
         and cfg.timeline_samples == 0
-        and not cfg.async_scheduling
+        and not steps_every_iteration(cfg)
     )
+
+
+def steps_every_iteration(cfg: EngineConfig) -> bool:
+    """Whether every iteration is stepped, with no leap and no simple step (static): under
+    async scheduling (an iteration's plan sees the one before it in flight,
+    engine/async_scheduling.py) and with a stream interval above 1 (the client's chunks
+    follow each request's own token count, engine/advance.sends)."""
+    return cfg.async_scheduling or cfg.stream_interval > 1
 
 
 class _Pass(NamedTuple):

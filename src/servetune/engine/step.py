@@ -26,7 +26,13 @@ from servetune.engine import prefix as prefix_lib
 from servetune.engine.abandon import abandon, next_give_up
 from servetune.engine.advance import advance
 from servetune.engine.arrivals import take_arrivals
-from servetune.engine.leap import NextArrival, leap, next_arrival_of, takes_arrivals
+from servetune.engine.leap import (
+    NextArrival,
+    leap,
+    next_arrival_of,
+    steps_every_iteration,
+    takes_arrivals,
+)
 from servetune.engine.order import priority, scheduling_order
 from servetune.engine.phases import (
     Advanced,
@@ -367,7 +373,9 @@ def _advance_phase(
         phase = pace.prefilling(e)
         share_s = pace.share_seconds(batch.tokens, batch.decode, dur)
         spec_s = pace.speculation_gain_s(e, batch.decode, batch.tokens, params, cfg, dur)
-    e, gaps, completed = advance(e, batch, t + dur, hold=cfg.async_scheduling)
+    e, gaps, completed = advance(
+        e, batch, t + dur, hold=cfg.async_scheduling, stream_interval=cfg.stream_interval
+    )
     if cfg.relax != "hard":  # progress and admission time shifts, and the events they move
         rb = batch.relaxed
         assert rb is not None  # on: a relaxed engine
@@ -463,7 +471,7 @@ def _leap_phase(
     e, pc, kv_used = advanced.e, advanced.pc, advanced.kv_used
     n_completed = jnp.sum(advanced.completed, dtype=jnp.int32)
     zero = jnp.zeros((), jnp.int32)
-    if cfg.leap_max > 0 and not cfg.speculation and not cfg.async_scheduling:
+    if cfg.leap_max > 0 and not cfg.speculation and not steps_every_iteration(cfg):
         kv_offset = None
         if cfg.prefix_cache:
             assert pc is not None

@@ -328,8 +328,9 @@ def write_fixture(fixture: dict, path: Path) -> None:
 
 
 def load_fixture(path: Path) -> dict:
-    """Read a fixture written by `write_fixture`; a damaged file, another format or another vLLM
-    version is a GoldenError naming the file."""
+    """Read a fixture written by `write_fixture`; a damaged file or another format is a
+    GoldenError naming the file. A fixture of another vLLM version loads (`version_note` says
+    what its comparison means)."""
     path = Path(path)
     try:
         fixture = json.loads(gzip.decompress(path.read_bytes()))
@@ -338,14 +339,36 @@ def load_fixture(path: Path) -> dict:
     if not isinstance(fixture, dict) or fixture.get("format") != FORMAT:
         got = fixture.get("format") if isinstance(fixture, dict) else type(fixture).__name__
         raise GoldenError(f"{path}: fixture format {got!r}; expected {FORMAT}")
-    if fixture.get("vllm_version") != VLLM_VERSION:
-        raise GoldenError(
-            f"{path}: written by vLLM {fixture.get('vllm_version')!r}; servetune's "
-            f"scheduler matches vLLM {VLLM_VERSION} (rewrite the fixtures with "
-            f"`servetune golden` under that version)"
-        )
     _check_sections(path, fixture)
     return fixture
+
+
+def version_note(fixture: dict) -> str | None:
+    """None for a fixture of the vLLM version servetune's scheduler matches; otherwise a note
+    that a difference from it may be that version's, not servetune's."""
+    version = fixture.get("vllm_version")
+    if version == VLLM_VERSION:
+        return None
+    return (
+        f"written by vLLM {version}; servetune's scheduler matches vLLM {VLLM_VERSION}, so a "
+        f"difference may be that version's rule (rewrite the fixture under {VLLM_VERSION} "
+        f"with `servetune golden` to test servetune)"
+    )
+
+
+def drift(fixture: dict) -> tuple[str, list[str]]:
+    """(installed vLLM version, differences) between the installed vLLM's scheduler and the one
+    that wrote `fixture`, on the fixture's own requests, settings and step cost: `compare`'s
+    list, empty where the installed version schedules the case identically. Needs the
+    servetune[vllm] extra."""
+    try:
+        out = oracle.simulate_vllm(fixture["requests"], fixture["engine"], fixture["cost"])
+    except ValueError as err:  # a setting this vLLM cannot express
+        raise GoldenError(f"golden case {fixture['case']!r}: {err}") from None
+    got = {"steps": out["steps"], "requests": out["requests"]}
+    if fixture.get("prefix_cache") is not None:
+        got["prefix_cache"] = out["prefix_cache"]
+    return out["vllm_version"], compare(fixture, got)
 
 
 # what a fixture's replay and comparison read: section -> (type, the keys it must hold)

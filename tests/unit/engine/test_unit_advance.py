@@ -81,3 +81,17 @@ def test_empty_slots_are_left_alone():
     out, gap, done = advance(e, _batch([]), 1.0)
     assert column(out, "status", CFG.n_entries) == column(e, "status", CFG.n_entries)
     assert np.isnan(np.asarray(gap)).all() and not np.asarray(done).any()
+
+
+def test_a_stream_interval_turns_the_inter_token_gaps_into_the_chunks_gaps():
+    # one request decodes tokens 2..6 at t = 2..6 after its first token at t = 1: one token at
+    # a time reaches the client with interval 1; with interval 4 tokens 2-5 arrive together at
+    # t = 5 (gap 4 s) and token 6, its last, at t = 6 (gap 1 s), as vLLM streams them
+    for interval, expected in ((1, [1.0] * 5), (4, [4.0, 1.0])):
+        e = entries(CFG, [running(4, 6, generated=1, last_emit=1.0, first_token=1.0)])
+        gaps = []
+        for t in range(2, 7):
+            e, gap, _ = advance(e, _batch([1], [True]), float(t), stream_interval=interval)
+            gaps += [float(g) for g in np.asarray(gap)[:1] if not np.isnan(g)]
+        assert gaps == expected
+        assert column(e, "first_token", 1) == [1.0] and column(e, "finish", 1) == [6.0]
