@@ -18,6 +18,7 @@ STUDIES = (
     "tuned_vs_default",
     "disaggregation",
     "cascade",
+    "async_scheduling",
 )
 
 
@@ -52,6 +53,13 @@ def test_study_settings():
     kvp = scenario.build(api.compose(["+experiment=kv_pressure", "engine.kv_pressure=reject"]))
     assert kvp.labels["model"] == "Llama-3-70B" and kvp.labels["tp"] == 2
     assert kvp.engine.kv_pressure == "reject" and len(kvp.seeds) == 3
+    both = [
+        scenario.build(
+            api.compose(["+experiment=async_scheduling", f"engine.async_scheduling={a}"])
+        )
+        for a in ("false", "true")
+    ]
+    assert [sc.engine.async_scheduling for sc in both] == [False, True]
     spec = scenario.build(api.compose(["+experiment=speculation", "policy.spec_k=4"]))
     assert spec.engine.speculation
     uv = api.compose(["+experiment=utilization_vs_value", "policy=value_aware"])

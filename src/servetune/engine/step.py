@@ -49,12 +49,16 @@ from servetune.engine.scheduler import new_blocks, schedule, token_budget, wante
 
 
 def batch_cost(es, batch, params: Params, cfg: EngineConfig, totals=None):
-    """Seconds the iteration lasts, from the roofline or linear cost model. A decode computes
-    one token; the positions a speculative decode verifies beyond it count as prefill tokens.
+    """Seconds the iteration lasts, from the roofline or linear cost model (under async
+    scheduling the roofline's host overhead overlaps the device's step: core/cost.step_time). A
+    decode computes one token; the positions a speculative decode verifies beyond it count as
+    prefill tokens.
     With speculation the draft model's passes are added (engine/speculation.py). `totals`:
     `batch_totals(es, batch)` when the caller has them."""
     prefill, decode, ctx_read, attn_work = batch_totals(es, batch) if totals is None else totals
-    dur = step_time(params.cost, cfg.cost_form, prefill, decode, ctx_read, attn_work)
+    dur = step_time(
+        params.cost, cfg.cost_form, prefill, decode, ctx_read, attn_work, cfg.async_scheduling
+    )
     if cfg.speculation:
         toks = batch.tokens if batch.relaxed is None else batch.relaxed.weight
         new_prompt = jnp.sum(jnp.where(batch.decode, 0, toks))

