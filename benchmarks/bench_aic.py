@@ -22,6 +22,7 @@ import logging
 import tempfile
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from servetune.config import aic
@@ -97,13 +98,11 @@ def per_gpu(gpu: str) -> dict:
 
 def step_pair(sc_aic, sc_roof, shape) -> tuple[float, float]:
     """(aic, roofline) seconds of one batch shape (P, D, C, W) under the two scenarios' costs."""
-    one = lambda sc: float(
-        step_time(
-            __import__("jax").tree.map(lambda x: x[0], sc.params.cost),
-            sc.engine.cost_form,
-            *shape,
-        )
-    )
+
+    def one(sc) -> float:
+        cost = jax.tree.map(lambda x: x[0], sc.params.cost)  # the first grid point's
+        return float(step_time(cost, sc.engine.cost_form, *shape))
+
     return one(sc_aic), one(sc_roof)
 
 

@@ -55,7 +55,7 @@ def test_a_gpu_or_model_the_database_lacks_is_refused_by_key():
     with pytest.raises(
         ConfigError,
         match=r"^hardware\.gpu: 'tpu' has no aiconfigurator-core system; cost=aic covers "
-        r"a100_80gb, h100, h200, l40s",
+        r"a100_80gb, b200, h100, h200, l40s",
     ):
         aic._names("tpu", "llama3_8b", "vllm")
     with pytest.raises(

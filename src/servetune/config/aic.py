@@ -35,7 +35,13 @@ AIC_EXTRA_HINT = "cost=aic needs the optional extra: pip install 'servetune[aic]
 AIC_VERSION = "0.12.0"  # the aiconfigurator-core release these mappings were read from
 
 # servetune's GPU names -> aiconfigurator-core's systems (sdk/systems/*.yaml)
-SYSTEMS = {"a100_80gb": "a100_sxm", "h100": "h100_sxm", "h200": "h200_sxm", "l40s": "l40s"}
+SYSTEMS = {
+    "a100_80gb": "a100_sxm",
+    "h100": "h100_sxm",
+    "h200": "h200_sxm",
+    "l40s": "l40s",
+    "b200": "b200_sxm",
+}
 # servetune's models -> the database's model ids. Llama 3.1 has Llama 3's layers, widths and
 # heads (config.json: 32 / 80 layers, hidden 4096 / 8192, 8 KV heads); only its RoPE scaling
 # and context length differ, which do not change the work per token.

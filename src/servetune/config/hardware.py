@@ -60,6 +60,10 @@ GPUS: dict[str, GPUSpec] = {
     # NVIDIA L40S datasheet: BF16 tensor 362.05 TFLOPS dense (733 sparse), GDDR6 864 GB/s, 48 GB,
     # PCIe Gen4 x16 64 GB/s. Price: assumed on-demand cloud rate.
     "l40s": GPUSpec("L40S", 362.05e12, 864e9, 45 * GIB, 64e9, 0.90),
+    # NVIDIA Blackwell datasheet (HGX B200), as aiconfigurator-core 0.12.0's b200_sxm.yaml cites
+    # it: BF16 tensor 2,250 TFLOPS dense, HBM3e 7.7 TB/s, 180 GiB; NVLink 5 1.8 TB/s. Price:
+    # assumed on-demand cloud rate.
+    "b200": GPUSpec("B200", 2250e12, 7.7e12, 180 * GIB, 1.8e12, 6.00),
 }
 
 MODELS: dict[str, ModelSpec] = {
