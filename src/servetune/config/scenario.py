@@ -988,10 +988,18 @@ def _check_prefill_schedule_interval(cfg: DictConfig, version: str) -> None:
         )
 
 
-def _check_async_scheduling(engine: EngineConfig) -> None:
-    """ConfigError where engine.async_scheduling meets what servetune does not simulate under
-    it yet (engine/async_scheduling.py): several instances, a KV policy other than preempt,
-    static batching, a draft model, requests that give up."""
+def _check_engine_modes(engine: EngineConfig) -> None:
+    """ConfigError where engine.async_scheduling or engine.stream_interval meets what servetune
+    does not simulate with it yet: under async scheduling (engine/async_scheduling.py) several
+    instances, a KV policy other than preempt, static batching, a draft model, requests that
+    give up; a stream interval above 1 with a draft model (a speculative step emits several
+    tokens at once)."""
+    if engine.stream_interval > 1 and engine.speculation:
+        raise ConfigError(
+            f"engine.stream_interval: got {engine.stream_interval}; above 1 it is simulated "
+            f"without a draft model (a speculative step emits several tokens at once), "
+            f"expected 1 with speculative decoding"
+        )
     if not engine.async_scheduling:
         return
     unsupported = [
@@ -1346,13 +1354,7 @@ def build(cfg: DictConfig) -> Scenario:
         _check_acceptance(hw.draft.acceptance, traces[0].class_names)
     decided["speculation"] = engine.speculation or speculation
     engine = dataclasses.replace(engine, **decided)
-    _check_async_scheduling(engine)
-    if engine.stream_interval > 1 and engine.speculation:
-        raise ConfigError(
-            f"engine.stream_interval: got {engine.stream_interval}; above 1 it is simulated "
-            f"without a draft model (a speculative step emits several tokens at once), "
-            f"expected 1 with speculative decoding"
-        )
+    _check_engine_modes(engine)
     memory.check_workload_fits(len(traces), _pad(max(len(t) for t in traces)), engine)
     return Scenario(
         traces=traces,

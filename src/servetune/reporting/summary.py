@@ -18,9 +18,7 @@ def summary(
     lines = [_hardware_line(labels), _policy_line(labels), _slo_line(labels)]
     if labels.get("simulated"):
         lines.insert(1, f"simulates {labels['simulated']}")
-    if labels.get("cost_model"):  # cost=aic: where the step times come from, and the fit
-        lines.append(f"step times: {labels['cost_model']}")
-    lines += [f"[yellow]warning:[/yellow] {w}" for w in labels.get("cost_warnings", ())]
+    lines += _cost_lines(labels)
     for line in lines:
         console.print(f"  {line}", highlight=False)
     m = metrics
@@ -188,3 +186,12 @@ def grid_summary(table, console: Console | None = None, max_rows: int = 20) -> N
             f"out here, all in metrics.csv"
         )
     console.print(t)
+
+
+def _cost_lines(labels: dict) -> list[str]:
+    """cost=aic: where the step times come from and how well the fit follows them, and where
+    the policy lets a batch grow beyond the fitted ones; nothing for the other cost forms."""
+    if not labels.get("cost_model"):
+        return []
+    lines = [f"step times: {labels['cost_model']}"]
+    return lines + [f"[yellow]warning:[/yellow] {w}" for w in labels.get("cost_warnings", ())]
