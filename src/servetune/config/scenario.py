@@ -767,14 +767,7 @@ def _cost_section(cfg: DictConfig, hw: _Hardware):
         fit = _aic_fit(cfg, hw)
         cost = hardware.linear_cost_params(
             **fit.coefficients,
-            kv_blocks=settings.number(
-                cfg,
-                "cost.kv_blocks",
-                lo=1,
-                hi=hardware.MAX_KV_BLOCKS,
-                integer=True,
-                default=kv_blocks,
-            ),
+            kv_blocks=_linear_kv_blocks(cfg, kv_blocks),
         )
         kv_blocks = int(cost.kv_blocks)
     elif hw.form == "linear":
@@ -787,20 +780,21 @@ def _cost_section(cfg: DictConfig, hw: _Hardware):
             per_attn_work_s=settings.number(
                 cfg, "cost.per_attn_work_s", lo=0, hi=MAX_SECONDS, default=0.0
             ),
-            kv_blocks=settings.number(
-                cfg,
-                "cost.kv_blocks",
-                lo=1,
-                hi=hardware.MAX_KV_BLOCKS,
-                integer=True,
-                default=kv_blocks,
-            ),
+            kv_blocks=_linear_kv_blocks(cfg, kv_blocks),
         )
         # (a null cost.kv_blocks means: from hardware and model memory)
         kv_blocks = int(cost.kv_blocks)
     else:
         raise ConfigError(f"cost.form: got {hw.form!r}; expected roofline, linear or aic")
     return cost, draft_cost, gpu_figures, kv_blocks, fit
+
+
+def _linear_kv_blocks(cfg: DictConfig, from_memory: int) -> int:
+    """cost.kv_blocks of a linear (or aic-fitted) cost: the KV blocks it sets, or those the
+    hardware and model memory leave when it is null."""
+    return settings.number(
+        cfg, "cost.kv_blocks", lo=1, hi=hardware.MAX_KV_BLOCKS, integer=True, default=from_memory
+    )
 
 
 def _aic_labels(fit: aic.AicFit | None, pol) -> dict:

@@ -42,9 +42,9 @@ def step_time(
         flops = cost.flops_per_token * tokens + cost.attn_flops_per_token_ctx * attn_work
         bytes_moved = cost.weight_bytes + cost.kv_bytes_per_token * (ctx_read + tokens)
         compute = jnp.maximum(flops / cost.flops_rate, bytes_moved / cost.byte_rate)
-        comm = cost.comm_fixed_s + cost.comm_s_per_token * tokens
         if overlap_host:
+            comm = cost.comm_fixed_s + cost.comm_s_per_token * tokens
             t = jnp.maximum(compute + comm, cost.overhead_s)
-        else:
+        else:  # (the sum in its historical order: float results unchanged)
             t = compute + cost.overhead_s + cost.comm_fixed_s + cost.comm_s_per_token * tokens
     return jnp.where(tokens > 0, t, 0.0)
