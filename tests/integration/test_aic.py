@@ -6,6 +6,7 @@ database's own estimates and a run on it."""
 from __future__ import annotations
 
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -43,6 +44,72 @@ def test_the_grid_spans_prefills_decodes_and_mixes_within_max_model_len():
     assert aic._work(16384, 4096, 0, 0) == (16384.0, 0.0, 0.0, 16384 * 4097 / 2)
 
 
+class _SyntheticDatabase:
+    """A stand-in for aiconfigurator-core's SDK with the same calls and shapes, whose step time
+    is a known linear form of the batch as the SDK describes it: a mixed step's prefill of
+    ctx_tokens is prompts of isl tokens each (causal attention over each), and its decodes (or
+    a decode step's) sit at context isl + osl // 2 + 1."""
+
+    TRUTH = {"base": 4e-3, "P": 2e-5, "D": 1e-5, "C": 3e-8, "W": 1e-9}  # seconds per unit
+
+    def __init__(self):
+        self.calls = []
+        self.config = types.SimpleNamespace(ModelConfig=lambda tp_size: {"tp": tp_size})
+        self.models = types.SimpleNamespace(get_model=lambda mid, cfg, backend: (mid, cfg))
+        self.perf_database = types.SimpleNamespace(
+            get_latest_database_version=lambda system, backend: "9.9",
+            get_database=lambda system, backend, version: {"system": system},
+        )
+        self.sdk = types.SimpleNamespace(
+            estimate_decode_step_breakdown_with_rust=self.decode,
+            estimate_mixed_step_breakdown_with_rust=self.mixed,
+        )
+
+    def seconds(self, prefill, isl, decode, osl):
+        t, ctx = self.TRUTH, isl + osl // 2 + 1
+        attn = prefill * (isl + 1) / 2 + decode * (ctx + 1)
+        return (
+            t["base"] + t["P"] * prefill + t["D"] * decode + t["C"] * decode * ctx + t["W"] * attn
+        )
+
+    def decode(self, model, db, *, gen_tokens, isl, osl):
+        self.calls.append(("decode", gen_tokens, isl, osl))
+        return 1e3 * self.seconds(0, isl, gen_tokens, osl), 0.0, {}
+
+    def mixed(self, model, db, *, ctx_tokens, gen_tokens, isl, osl, prefix):
+        self.calls.append(("mixed", ctx_tokens, gen_tokens, isl, osl))
+        return {"latency_ms": 1e3 * self.seconds(ctx_tokens, isl, gen_tokens, osl), "energy_wms": 0}
+
+
+def test_the_fit_on_a_synthetic_database_recovers_its_step_time_and_ranges(monkeypatch):
+    # the whole path (grid -> database calls -> work -> fit) without the extra
+    fake = _SyntheticDatabase()
+    monkeypatch.setattr(
+        aic, "_import", lambda: (fake.config, fake.models, fake.perf_database, fake.sdk)
+    )
+    fit = aic.linear_fit("b300", "qwen3_8b", 2, "vllm", None, 8192)
+    assert (fit.system, fit.model, fit.version) == ("b300_sxm", "Qwen/Qwen3-8B", "9.9")
+    t = fake.TRUTH
+    got = fit.coefficients
+    np.testing.assert_allclose(
+        [
+            got["base_s"],
+            got["per_prefill_token_s"],
+            got["per_decode_seq_s"],
+            got["per_ctx_token_s"],
+            got["per_attn_work_s"],
+        ],
+        [t["base"], t["P"], t["D"], t["C"], t["W"]],
+        rtol=1e-6,
+    )
+    assert fit.rel_error_max < 1e-9 and fit.n_points == len(fake.calls) == len(aic._grid(8192))
+    assert (fit.max_prefill_tokens, fit.max_decode_seqs) == (16384, 1024)
+    # every prompt the database was asked about fits in max_model_len
+    assert max(c[3] for c in fake.calls if c[0] == "mixed") < 8192
+    warn = aic.range_warnings(fit, 32768, 2048)
+    assert "32768 is 2.0x the largest prefill" in warn[0] and "2048 is 2.0x" in warn[1]
+
+
 def test_without_the_extra_cost_aic_names_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "aiconfigurator_core", None)  # import fails as uninstalled
     with pytest.raises(
@@ -54,10 +121,10 @@ def test_without_the_extra_cost_aic_names_it(monkeypatch):
 def test_a_gpu_or_model_the_database_lacks_is_refused_by_key():
     with pytest.raises(
         ConfigError,
-        match=r"^hardware\.gpu: 'tpu' has no aiconfigurator-core system; cost=aic covers "
-        r"a100_80gb, b200, h100, h200, l40s",
+        match=r"^hardware\.gpu: 'a30' has no aiconfigurator-core system; cost=aic covers "
+        r"b300, gb300, a100_80gb, ",
     ):
-        aic._names("tpu", "llama3_8b", "vllm")
+        aic._names("a30", "llama3_8b", "vllm")
     with pytest.raises(
         ConfigError, match=r"^model\.name: 'qwen2_5_7b' has no aiconfigurator-core model"
     ):

@@ -181,7 +181,9 @@ def test_each_hydra_command_has_its_own_help(command):
     assert f"usage: servetune {command}" in proc.stdout
     assert "powered by Hydra" not in proc.stdout
     assert "== Configuration groups ==" in proc.stdout  # Hydra's reference stays
-    if command == "simulate":  # every file a run writes is named
+    if command == "simulate":  # what cost=aic covers, and every file a run writes, is named
+        assert "cost=aic (NVIDIA aiconfigurator-core" in proc.stdout
+        assert "hardware.gpu: a100_80gb (a100_sxm), h100 (h100_sxm)" in proc.stdout
         for name in (
             "metrics.json",
             "metrics.csv",

@@ -1,11 +1,12 @@
 """Model FLOPs and bandwidth utilization: the loop's work counters against the
 roofline's accounting worked by hand for one request, with the leap on and off (its closed
-form must add up to the iterations it skips), and MFU / MBU over the GPUs' peaks."""
+form must add up to the iterations it skips), MFU / MBU over the GPUs' peaks, and the energy
+those counters and the busy time give (run/energy.py)."""
 
 import pytest
 
 from servetune.config import hardware
-from servetune.run import api
+from servetune.run import api, energy
 
 P, OUT = 100, 20  # prompt and output tokens of the one request
 ONE = [
@@ -45,6 +46,24 @@ def test_the_work_counters_add_up_to_the_hand_worked_sums(one):
     assert m["model_bytes"] == pytest.approx(moved, rel=1e-12)
     assert m["mfu"] == pytest.approx(flops / (gpu.peak_flops * m["sim_duration_s"]), rel=1e-12)
     assert m["mbu"] == pytest.approx(moved / (gpu.hbm_bytes_per_s * m["sim_duration_s"]), rel=1e-12)
+
+
+def test_the_energy_is_the_busy_and_idle_draw_of_the_hand_worked_run(one):
+    m, _ = one
+    gpu = hardware.GPUS["h100"]
+    busy = m["busy_fraction"] * m["sim_duration_s"]
+    u = m["model_flops"] / (gpu.peak_flops * busy)
+    joules = (
+        busy * gpu.tdp_w * energy.busy_power_fraction(u)
+        + (m["sim_duration_s"] - busy) * gpu.tdp_w * 0.1
+    )
+    assert m["energy_j"] == pytest.approx(float(joules), rel=1e-9)
+    assert m["joules_per_useful_token"] == pytest.approx(m["energy_j"] / OUT, rel=1e-12)
+    assert m["energy_cost_usd"] == 0.0  # electricity has no price by default
+    priced = api.simulate(ONE + ["hardware.energy_price_usd_per_kwh=0.15"]).metrics[0]
+    assert priced["energy_cost_usd"] == pytest.approx(priced["energy_j"] / 3.6e6 * 0.15)
+    share = priced["energy_cost_usd"] / (priced["energy_cost_usd"] + priced["cost_usd"])
+    assert priced["energy_cost_share"] == pytest.approx(share)
 
 
 def test_a_lone_decode_stream_is_memory_bound():

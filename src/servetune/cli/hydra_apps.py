@@ -5,7 +5,7 @@ job function, and with it JAX and the simulator, is imported (commands.py, calib
 from __future__ import annotations
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from servetune.run.entry import exit_on_user_error
 
@@ -33,3 +33,14 @@ def calibrate_app(cfg: DictConfig) -> None:
     from servetune.validate.calibrate import run_calibrate
 
     exit_on_user_error(run_calibrate, cfg)
+
+
+def _aic_coverage() -> str:
+    """`simulate --help`'s lines on what cost=aic covers (config/aic.coverage), read only when
+    the help is printed."""
+    from servetune.config import aic
+
+    return aic.coverage()
+
+
+OmegaConf.register_new_resolver("servetune.aic_coverage", _aic_coverage, replace=True)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from servetune.core.errors import ConfigError
+from servetune.core.suggest import closest_first
 
 AIC_EXTRA_HINT = "cost=aic needs the optional extra: pip install 'servetune[aic]'"
 AIC_VERSION = "0.12.0"  # the aiconfigurator-core release these mappings were read from
@@ -41,6 +42,10 @@ SYSTEMS = {
     "h200": "h200_sxm",
     "l40s": "l40s",
     "b200": "b200_sxm",
+    "b300": "b300_sxm",
+    "gb200": "gb200",
+    "gb300": "gb300",
+    "rtx_pro_6000": "rtx_pro_6000_server",
 }
 # servetune's models -> the database's model ids. Llama 3.1 has Llama 3's layers, widths and
 # heads (config.json: 32 / 80 layers, hidden 4096 / 8192, 8 KV heads); only its RoPE scaling
@@ -48,6 +53,8 @@ SYSTEMS = {
 MODELS = {
     "llama3_8b": "meta-llama/Meta-Llama-3.1-8B",
     "llama3_70b": "meta-llama/Meta-Llama-3.1-70B",
+    "qwen3_8b": "Qwen/Qwen3-8B",
+    "qwen3_32b": "Qwen/Qwen3-32B",
 }
 BACKENDS = ("vllm", "sglang", "trtllm")
 
@@ -76,6 +83,25 @@ class AicFit:
     max_decode_seqs: int
 
 
+def coverage() -> str:
+    """What cost=aic covers (servetune's GPU and model names, with the database's in
+    parentheses) and whether the extra is installed: a few lines for `simulate --help`."""
+    from importlib import metadata
+
+    try:
+        installed = f"installed: aiconfigurator-core {metadata.version('aiconfigurator-core')}"
+    except metadata.PackageNotFoundError:
+        installed = f"not installed: {AIC_EXTRA_HINT.split(': ', 1)[1]}"
+    gpus = ", ".join(f"{k} ({v})" if k != v else k for k, v in SYSTEMS.items())
+    models = ", ".join(f"{k} ({v})" for k, v in MODELS.items())
+    return (
+        f"cost=aic (NVIDIA aiconfigurator-core's measured step times; {installed}):\n"
+        f"  hardware.gpu: {gpus}\n  model.name: {models}\n"
+        f"  cost.backend: {', '.join(BACKENDS)}; 16-bit weights and KV; hardware.tp as the "
+        f"database covers it"
+    )
+
+
 def _import():
     """aiconfigurator-core's SDK modules, quiet; ConfigError naming the extra without it."""
     try:
@@ -96,12 +122,12 @@ def _names(gpu_key: str, model_key: str, backend: str) -> tuple[str, str]:
     if gpu_key not in SYSTEMS:
         raise ConfigError(
             f"hardware.gpu: {gpu_key!r} has no aiconfigurator-core system; cost=aic covers "
-            f"{', '.join(sorted(SYSTEMS))}"
+            f"{', '.join(closest_first(gpu_key, SYSTEMS))}"
         )
     if model_key not in MODELS:
         raise ConfigError(
             f"model.name: {model_key!r} has no aiconfigurator-core model; cost=aic covers "
-            f"{', '.join(sorted(MODELS))}"
+            f"{', '.join(closest_first(model_key, MODELS))}"
         )
     return SYSTEMS[gpu_key], MODELS[model_key]
 

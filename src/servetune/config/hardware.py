@@ -14,15 +14,17 @@ import math
 import jax.numpy as jnp
 
 from servetune.core.errors import ConfigError
+from servetune.core.suggest import closest_first
 from servetune.core.types import CostParams
 
 GIB = 1024**3
+MIB = 1024**2
 
 
 @dataclasses.dataclass(frozen=True)
 class GPUSpec:
     """One GPU: dense bf16 peak (FLOP/s), HBM bandwidth (bytes/s), memory (bytes), TP link,
-    price."""
+    price, board power."""
 
     name: str
     peak_flops: float  # dense bf16 FLOP/s
@@ -30,6 +32,7 @@ class GPUSpec:
     memory_bytes: float
     link_bytes_per_s: float  # per-GPU interconnect bandwidth used by tensor-parallel all-reduce
     price_per_gpu_hour: float  # USD, assumption (see module docstring)
+    tdp_w: float  # board power (TDP) in watts, from the datasheet (run/energy.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,21 +52,44 @@ class ModelSpec:
 
 GPUS: dict[str, GPUSpec] = {
     # NVIDIA A100 datasheet (SXM 80GB): BF16 tensor 312 TFLOPS dense, HBM2e 2,039 GB/s, 80 GB,
-    # NVLink 600 GB/s. Price: assumed on-demand cloud rate.
-    "a100_80gb": GPUSpec("A100-80GB", 312e12, 2039e9, 80 * GIB, 600e9, 1.80),
+    # NVLink 600 GB/s, max TDP 400 W. Price: assumed on-demand cloud rate.
+    "a100_80gb": GPUSpec("A100-80GB", 312e12, 2039e9, 80 * GIB, 600e9, 1.80, 400.0),
     # NVIDIA H100 datasheet (SXM): BF16 tensor 1,979 TFLOPS with sparsity = 989 dense,
-    # HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s. Price: assumed on-demand cloud rate.
-    "h100": GPUSpec("H100-SXM", 989e12, 3.35e12, 80 * GIB, 900e9, 2.50),
+    # HBM3 3.35 TB/s, 80 GB, NVLink 900 GB/s, max TDP 700 W. Price: assumed on-demand cloud rate.
+    "h100": GPUSpec("H100-SXM", 989e12, 3.35e12, 80 * GIB, 900e9, 2.50, 700.0),
     # NVIDIA H200 datasheet (SXM): BF16 1,979 TFLOPS sparse = 989 dense, HBM3e 4.8 TB/s, 141 GB,
-    # NVLink 900 GB/s. Price: assumed on-demand cloud rate.
-    "h200": GPUSpec("H200", 989e12, 4.8e12, 140 * GIB, 900e9, 3.50),
+    # NVLink 900 GB/s, max TDP 700 W. Price: assumed on-demand cloud rate.
+    "h200": GPUSpec("H200", 989e12, 4.8e12, 140 * GIB, 900e9, 3.50, 700.0),
     # NVIDIA L40S datasheet: BF16 tensor 362.05 TFLOPS dense (733 sparse), GDDR6 864 GB/s, 48 GB,
-    # PCIe Gen4 x16 64 GB/s. Price: assumed on-demand cloud rate.
-    "l40s": GPUSpec("L40S", 362.05e12, 864e9, 45 * GIB, 64e9, 0.90),
+    # PCIe Gen4 x16 64 GB/s, max power 350 W. Price: assumed on-demand cloud rate.
+    "l40s": GPUSpec("L40S", 362.05e12, 864e9, 45 * GIB, 64e9, 0.90, 350.0),
     # NVIDIA Blackwell datasheet (HGX B200), as aiconfigurator-core 0.12.0's b200_sxm.yaml cites
-    # it: BF16 tensor 2,250 TFLOPS dense, HBM3e 7.7 TB/s, 180 GiB; NVLink 5 1.8 TB/s. Price:
-    # assumed on-demand cloud rate.
-    "b200": GPUSpec("B200", 2250e12, 7.7e12, 180 * GIB, 1.8e12, 6.00),
+    # it: BF16 tensor 2,250 TFLOPS dense, HBM3e 7.7 TB/s, 180 GiB; NVLink 5 1.8 TB/s; 1,000 W.
+    # Price: assumed on-demand cloud rate.
+    "b200": GPUSpec("B200", 2250e12, 7.7e12, 180 * GIB, 1.8e12, 6.00, 1000.0),
+    # The next four as aiconfigurator-core 0.12.0's systems/*.yaml give them, from NVIDIA's
+    # Blackwell and Blackwell Ultra datasheets and nvidia-smi: memory in MiB as nvidia-smi
+    # reports it; NVLink 5 1.8 TB/s (bidirectional, as the H100's 900 GB/s above). Prices:
+    # assumed on-demand cloud rates.
+    # B300 (HGX): BF16 2,250 TFLOPS dense, 7.75 TB/s, 275,040 MiB, 1,100 W.
+    "b300": GPUSpec("B300", 2250e12, 7.75e12, 275040 * MIB, 1.8e12, 7.50, 1100.0),
+    # GB200 (per Blackwell GPU of the superchip): BF16 2,500 TFLOPS dense, 8 TB/s, 189,471 MiB,
+    # 1,200 W.
+    "gb200": GPUSpec("GB200", 2500e12, 8.0e12, 189471 * MIB, 1.8e12, 7.00, 1200.0),
+    # GB300: BF16 2,500 TFLOPS dense, 8 TB/s, 284,208 MiB, 1,400 W.
+    "gb300": GPUSpec("GB300", 2500e12, 8.0e12, 284208 * MIB, 1.8e12, 9.00, 1400.0),
+    # RTX PRO 6000 Blackwell Server Edition: BF16 467.8 TFLOPS dense at 2,430 MHz, GDDR7
+    # 1.792 TB/s, 97,887 MiB, PCIe Gen5 x16 (128 GB/s bidirectional), 600 W.
+    "rtx_pro_6000": GPUSpec("RTX-PRO-6000", 467.8e12, 1.792e12, 97887 * MIB, 128e9, 1.80, 600.0),
+}
+# aiconfigurator-core's system names for the same GPUs: hardware.gpu takes either
+GPU_ALIASES = {
+    "a100_sxm": "a100_80gb",
+    "h100_sxm": "h100",
+    "h200_sxm": "h200",
+    "b200_sxm": "b200",
+    "b300_sxm": "b300",
+    "rtx_pro_6000_server": "rtx_pro_6000",
 }
 
 MODELS: dict[str, ModelSpec] = {
@@ -82,6 +108,12 @@ MODELS: dict[str, ModelSpec] = {
     "qwen2_5_7b": ModelSpec(
         "Qwen2.5-7B", 7.61e9, 28, 3584, 28, 4, 128, 32768, "Qwen/Qwen2.5-7B-Instruct"
     ),
+    # Qwen/Qwen3-8B config.json: 36 layers, hidden 4096, 32 heads, 8 KV heads, head_dim 128,
+    # max_position_embeddings 40960; 8.2e9 parameters (model card: 8.2B).
+    "qwen3_8b": ModelSpec("Qwen3-8B", 8.19e9, 36, 4096, 32, 8, 128, 40960, "Qwen/Qwen3-8B"),
+    # Qwen/Qwen3-32B config.json: 64 layers, hidden 5120, 64 heads, 8 KV heads, head_dim 128,
+    # max_position_embeddings 40960; 32.8e9 parameters (model card: 32.8B).
+    "qwen3_32b": ModelSpec("Qwen3-32B", 32.8e9, 64, 5120, 64, 8, 128, 40960, "Qwen/Qwen3-32B"),
     # meta-llama/Llama-3.2-1B config.json: 16 layers, hidden 2048, 32 heads, 8 KV heads,
     # head_dim 64, max_position_embeddings 131072; 1.24e9 parameters (model card: 1.23B).
     # Shares Llama 3's tokenizer, so it can draft for Llama-3-8B/70B.
@@ -107,11 +139,34 @@ def check_price(price: float, key: str) -> None:
         )
 
 
+def _aliases(catalog: dict) -> dict:
+    """Other names of the catalog's entries: aiconfigurator-core's system names of the GPUs,
+    the Hugging Face ids of the models."""
+    if catalog is GPUS:
+        return GPU_ALIASES
+    if catalog is MODELS:
+        return {spec.hf_id: name for name, spec in MODELS.items() if spec.hf_id}
+    return {}
+
+
+def canonical(catalog: dict, name: str, key: str) -> str:
+    """The catalog's key for `name` (a key or an alias), or ConfigError naming `key` and the
+    known names, closest first."""
+    if name in catalog:
+        return name
+    aliases = _aliases(catalog)
+    if name in aliases:
+        return aliases[name]
+    raise ConfigError(
+        f"{key}: unknown name {name!r}; expected one of {', '.join(closest_first(name, catalog))}"
+        + (f" (or {', '.join(sorted(aliases))})" if aliases else "")
+    )
+
+
 def lookup(catalog: dict, name: str, key: str):
-    """Return catalog[name], or raise ConfigError naming `key` and the known names."""
-    if name not in catalog:
-        raise ConfigError(f"{key}: unknown name {name!r}; expected one of {sorted(catalog)}")
-    return catalog[name]
+    """Return the catalog's entry for `name` (a key or an alias, `canonical`), or raise
+    ConfigError naming `key` and the known names."""
+    return catalog[canonical(catalog, name, key)]
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_bits: int) -> float:
@@ -136,6 +191,7 @@ class ModelWork:
     kv_bytes_per_token: float  # KV bytes per token read or written
     peak_flops: float  # FLOP/s of the instance (tp x the GPU's dense bf16 peak)
     peak_bytes_per_s: float  # HBM bytes/s of the instance (tp x the GPU's)
+    tdp_w: float = 0.0  # board power of the instance in watts (tp x the GPU's TDP)
 
 
 def model_work(
@@ -149,6 +205,7 @@ def model_work(
         kv_bytes_per_token=kv_bytes_per_token(model, kv_bits),
         peak_flops=tp * gpu.peak_flops,
         peak_bytes_per_s=tp * gpu.hbm_bytes_per_s,
+        tdp_w=tp * gpu.tdp_w,
     )
 
 

@@ -31,3 +31,5 @@ class MetricsSpec:
     quality: quality.QualitySpec | None = None
     cascade: cascade_lib.CascadeSpec | None = None  # model cascade (cascade_config), else None
     work: tuple = ()  # [I] hardware.ModelWork of each instance's model on its GPUs (MFU, MBU)
+    idle_power_fraction: float = 0.1  # of board power while idle (run/energy.py)
+    energy_price_usd_per_kwh: float = 0.0  # electricity, for energy_cost_usd

@@ -826,8 +826,8 @@ def _aic_fit(cfg: DictConfig, hw: _Hardware) -> aic.AicFit:
         )
     version = settings.get(cfg, "cost.version")
     return aic.linear_fit(
-        str(settings.get(cfg, "hardware.gpu")),
-        str(settings.get(cfg, "model.name")),
+        hardware.canonical(hardware.GPUS, settings.get(cfg, "hardware.gpu"), "hardware.gpu"),
+        hardware.canonical(hardware.MODELS, settings.get(cfg, "model.name"), "model.name"),
         hw.tp,
         str(settings.get(cfg, "cost.backend", "vllm")),
         None if version is None else str(version),
@@ -1263,6 +1263,12 @@ def _metrics_section(
         quality=qspec,
         cascade=casc,
         work=_instance_work(hw, engine, casc),
+        idle_power_fraction=settings.number(
+            cfg, "hardware.idle_power_fraction", lo=0, hi=1, default=0.1
+        ),
+        energy_price_usd_per_kwh=settings.number(
+            cfg, "hardware.energy_price_usd_per_kwh", lo=0, hi=MAX_PRICE, default=0.0
+        ),
     )
     return spec, drain
 

@@ -15,6 +15,14 @@ def _close(word: str, options) -> list[str]:
     return difflib.get_close_matches(word, sorted(options), n=3, cutoff=0.6)
 
 
+def closest_first(name: str, names) -> list[str]:
+    """`names` sorted with the ones most like `name` first (difflib), the rest alphabetical:
+    the order a catalog's names are offered in when `name` is not one of them."""
+    names = sorted(names)
+    close = difflib.get_close_matches(str(name), names, n=len(names), cutoff=0.4)
+    return close + [n for n in names if n not in close]
+
+
 def _phrase(close: list[str]) -> str:
     return "did you mean " + " or ".join(close) + "?" if close else ""
 

@@ -60,6 +60,7 @@ def summary(
             f"{m['busy_fraction']:.1%} / {m['kv_peak_occupancy']:.1%}",
         ),
         ("preemptions / wasted token ratio", f"{m['preemptions']} / {m['wasted_token_ratio']:.2%}"),
+        *_energy_rows(m),
         ("iterations / simulated time (s)", f"{m['iterations']:,} / {m['sim_duration_s']:.1f}"),
     ]
     if "prefix_hit_rate" in m:  # prefix caching
@@ -186,6 +187,28 @@ def grid_summary(table, console: Console | None = None, max_rows: int = 20) -> N
             f"out here, all in metrics.csv"
         )
     console.print(t)
+
+
+def _energy_rows(m: dict) -> list[tuple[str, str]]:
+    """The run's energy (run/energy.py): kWh, joules per useful token and mean power; its cost
+    and share of the cost when electricity has a price."""
+    if "energy_j" not in m:
+        return []
+    rows = [
+        (
+            "energy (kWh) / J per useful token / mean W",
+            f"{m['energy_j'] / 3.6e6:.3g} / {fmt(m['joules_per_useful_token'])} / "
+            f"{m['mean_power_w']:,.0f}",
+        )
+    ]
+    if m["energy_cost_usd"] > 0:
+        rows.append(
+            (
+                "energy cost (USD) / share of cost",
+                f"{m['energy_cost_usd']:.3f} / {m['energy_cost_share']:.1%}",
+            )
+        )
+    return rows
 
 
 def _cost_lines(labels: dict) -> list[str]:

@@ -21,6 +21,7 @@ from servetune.core.types import (
     REJECTED,
     TIMELINE_COLUMNS,
 )
+from servetune.run import energy
 from servetune.run.driver import ScenarioResult
 from servetune.workload.traces import RequestTrace
 
@@ -441,6 +442,7 @@ def compute_metrics(
             **_engine_counts(st),
         }
     )
+    m.update(_energy(st, spec, sim_s, provisioned_s, m["useful_tokens"], cost_usd))
     m.update(_speculation_metrics(st))
     if "prefix_lookups" in st:  # prefix caching (engine/prefix.py), as vLLM 0.32 counts it
         m.update(_prefix_metrics(st))
@@ -492,6 +494,14 @@ def _wasted(cols: dict, computed: np.ndarray) -> dict:
     }
 
 
+def _instance_flops(work: np.ndarray, models: tuple) -> np.ndarray:
+    """Model FLOPs [I] of each instance from its work counters ([I, 4]: iterations, tokens,
+    context tokens read, attention work): 2 x parameters x tokens + attention."""
+    per_token = np.asarray([m.flops_per_token for m in models], np.float64)
+    per_attn = np.asarray([m.attn_flops_per_work for m in models], np.float64)
+    return per_token * work[:, 1] + per_attn * work[:, 3]
+
+
 def _utilization(work: np.ndarray, models: tuple, sim_s: float) -> dict:
     """Model FLOPs and memory-bandwidth utilization over the simulated time, from each
     instance's work counters ([I, 4]: iterations, tokens, context tokens read, attention work)
@@ -508,8 +518,8 @@ def _utilization(work: np.ndarray, models: tuple, sim_s: float) -> dict:
             "mbu": float("nan"),
         }
     get = lambda name: np.asarray([getattr(m, name) for m in models], np.float64)
-    iterations, tokens, ctx_read, attn_work = work.T
-    flops = get("flops_per_token") * tokens + get("attn_flops_per_work") * attn_work
+    iterations, tokens, ctx_read, _ = work.T
+    flops = _instance_flops(work, models)
     moved = get("weight_bytes") * iterations + get("kv_bytes_per_token") * (ctx_read + tokens)
     return {
         "model_flops": float(flops.sum()),
@@ -517,6 +527,27 @@ def _utilization(work: np.ndarray, models: tuple, sim_s: float) -> dict:
         "mfu": float(flops.sum() / (get("peak_flops").sum() * sim_s)),
         "mbu": float(moved.sum() / (get("peak_bytes_per_s").sum() * sim_s)),
     }
+
+
+def _energy(
+    st: dict, spec: MetricsSpec, sim_s: float, provisioned_s: float, useful: float, cost: float
+) -> dict:
+    """run/energy.py's metrics of the run: energy over the provisioned window, joules per
+    useful token, its cost and share (none without the instances' hardware)."""
+    if not spec.work or sim_s <= 0:
+        return {}
+    get = lambda name: np.asarray([getattr(m, name) for m in spec.work], np.float64)
+    joules = energy.instance_energy_j(
+        np.asarray(st["busy_s"], np.float64).reshape(-1),
+        _instance_flops(np.asarray(st["work"], np.float64), spec.work),
+        get("peak_flops"),
+        get("tdp_w"),
+        sim_s,
+        spec.idle_power_fraction,
+    )
+    return energy.energy_metrics(
+        float(joules.sum()), sim_s, provisioned_s, useful, cost, spec.energy_price_usd_per_kwh
+    )
 
 
 def _speculation_metrics(st: dict) -> dict:

@@ -2,11 +2,11 @@
 
 Per scenario, f = log(useful tokens) - log(dollars), where useful tokens are the output tokens
 of requests that completed within every SLO target and dollars are the GPUs provisioned over
-the run (metrics.compute_metrics). The constraint is attainment >= target (the fraction of
-requests meeting the SLOs); its violation rate max(0, target - attainment) enters a Lagrangian
-f - lambda x violation whose multiplier is raised by dual ascent while the constraint is
-violated. Scenarios (seeds, workloads) are averaged, or, for robust tuning, the mean of the
-worst `cvar_alpha` fraction is taken (CVaR).
+the run (metrics.compute_metrics), plus their electricity with `include_energy`. The
+constraint is attainment >= target (the fraction of requests meeting the SLOs); its violation
+rate max(0, target - attainment) enters a Lagrangian f - lambda x violation whose multiplier
+is raised by dual ascent while the constraint is violated. Scenarios (seeds, workloads) are
+averaged, or, for robust tuning, the mean of the worst `cvar_alpha` fraction is taken (CVaR).
 """
 
 from __future__ import annotations
@@ -24,18 +24,22 @@ class Objective:
     """How metrics become one number to maximize.
 
     slo_target: required SLO attainment (0..1). aggregate: "mean" or "cvar" over scenarios;
-    cvar_alpha: the worst fraction averaged under "cvar".
+    cvar_alpha: the worst fraction averaged under "cvar". include_energy: the dollars are the
+    GPUs' plus their electricity (energy_cost_usd, at hardware.energy_price_usd_per_kwh).
     """
 
     slo_target: float = 0.99
     aggregate: str = "mean"
     cvar_alpha: float = 0.25
+    include_energy: bool = False
 
     def value(self, metrics: dict) -> float:
         """f = log(useful tokens) - log(USD) of one scenario's metrics."""
         useful = max(float(metrics["useful_tokens"]), _FLOOR)
-        cost = max(float(metrics["cost_usd"]), _FLOOR)
-        return math.log(useful) - math.log(cost)
+        dollars = float(metrics["cost_usd"])
+        if self.include_energy:
+            dollars += float(metrics.get("energy_cost_usd", 0.0))
+        return math.log(useful) - math.log(max(dollars, _FLOOR))
 
     def violation(self, metrics: dict) -> float:
         """max(0, target - attainment) of one scenario (0 when the target is met)."""

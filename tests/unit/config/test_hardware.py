@@ -148,4 +148,27 @@ def test_linear_form_and_empty_batch():
 def test_catalog_gpus_are_sane(name):
     g = hw.GPUS[name]
     assert 1e14 < g.peak_flops < 5e15 and 5e11 < g.hbm_bytes_per_s < 1e13
-    assert 40 * hw.GIB <= g.memory_bytes <= 192 * hw.GIB and g.price_per_gpu_hour > 0
+    assert 40 * hw.GIB <= g.memory_bytes <= 300 * hw.GIB and g.price_per_gpu_hour > 0
+    assert 300 <= g.tdp_w <= 1400  # datasheet board power, watts
+
+
+def test_the_database_names_of_gpus_and_models_name_the_same_entries():
+    assert hw.lookup(hw.GPUS, "h100_sxm", "hardware.gpu") is hw.GPUS["h100"]
+    assert hw.lookup(hw.GPUS, "rtx_pro_6000_server", "hardware.gpu") is hw.GPUS["rtx_pro_6000"]
+    assert hw.lookup(hw.MODELS, "Qwen/Qwen3-32B", "model.name") is hw.MODELS["qwen3_32b"]
+    assert all(alias not in hw.GPUS and key in hw.GPUS for alias, key in hw.GPU_ALIASES.items())
+
+
+def test_an_unknown_name_is_refused_with_the_closest_names_first():
+    with pytest.raises(
+        ConfigError,
+        match=r"^hardware\.gpu: unknown name 'h10'; expected one of "
+        r"h100, h200, .*\(or a100_sxm, b200_sxm",
+    ):
+        hw.lookup(hw.GPUS, "h10", "hardware.gpu")
+    with pytest.raises(
+        ConfigError,
+        match=r"^model\.name: unknown name 'qwen3_7b'; expected one "
+        r"of qwen3_8b, ",
+    ):
+        hw.lookup(hw.MODELS, "qwen3_7b", "model.name")
