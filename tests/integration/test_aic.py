@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -174,3 +175,27 @@ def test_a_run_on_the_database_reports_where_its_step_times_come_from():
     res = api.simulate_batch(sc)
     m = res.metrics[0]
     assert m["n_completed"] == m["n_requests"] > 0 and 0 < m["tpot_mean_s"] < 0.05
+
+
+@pytest.mark.aic
+def test_the_busy_power_curve_follows_the_b200_power_measurements():
+    # run/energy.py's constants were read off these tables: held to them bin by bin
+    pd = pytest.importorskip("pandas")
+    core = pytest.importorskip("aiconfigurator_core", reason="needs the servetune[aic] extra")
+    from servetune.run import energy
+
+    tables = Path(core.__file__).parent / "systems/data/b200_sxm/attention/vllm/0.22.0"
+    ctx = pd.read_parquet(tables / "context_attention_perf.parquet")
+    ctx = ctx[ctx["attn_dtype"] == "bfloat16"]
+    flops = 4 * ctx["batch_size"] * ctx["isl"] ** 2 / 2 * ctx["num_heads"] * ctx["head_dim"]
+    u = flops / (ctx["latency"] * 1e-3 * 2250e12)  # over the B200's dense BF16 peak
+    share = ctx["power"] / ctx["power_limit"]
+    bins = (0.001, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.6)
+    for lo, hi in zip(bins[:-1], bins[1:], strict=True):
+        inside = (u >= lo) & (u < hi)
+        curve = energy.busy_power_fraction(np.array([u[inside].median()]))[0]
+        assert abs(share[inside].median() - curve) < 0.03, (lo, hi)
+    # decode attention alone (memory-bound, no arithmetic to speak of) draws less than the
+    # floor: the overcharge the module docstring states
+    gen = pd.read_parquet(tables / "generation_attention_perf.parquet")
+    assert 0.3 < (gen["power"] / gen["power_limit"]).median() < energy.BUSY_FLOOR

@@ -8,11 +8,12 @@ model FLOPs over the instance's peak FLOP/s during its busy time,
 
 The constants are read off NVIDIA's power measurements that aiconfigurator-core 0.12.0 ships
 for B200 under vLLM 0.22.0 (systems/data/b200_sxm/attention/vllm/0.22.0, the `power` column of
-its context and generation attention tables, power limit 1,000 W): memory-bound decode
-attention draws about 0.40 of the limit at any bandwidth below 80% of peak; compute-bound
-prefill attention 0.58 at u ~ 0.025, 0.76 at 0.075, 0.82 at 0.15 and 0.89 from 0.3 (median of
-each bin). The test `tests/integration/test_aic.py` holds the curve to those measurements.
-Other GPUs are assumed to draw the same fractions of their own TDP.
+its context attention table, power limit 1,000 W; medians of u bins): 0.60 of the limit at
+u ~ 0.002, 0.63 at 0.005, 0.67 at 0.03, 0.76 at 0.07, 0.82 at 0.14 and 0.89-0.90 from 0.3.
+Kernels that do almost no arithmetic draw less: the same release's decode attention kernels
+(memory-bound, u ~ 0) draw a median 0.39, so a step dominated by long-context decode attention
+is charged somewhat more than it draws. `tests/integration/test_aic.py` holds the curve to those
+measurements. Other GPUs are assumed to draw the same fractions of their own TDP.
 
 u is the run's average over busy time, and the curve is concave, so a run mixing prefill-heavy
 and decode-only iterations is charged a little more than iteration by iteration would give.
@@ -26,9 +27,9 @@ import math
 
 import numpy as np
 
-BUSY_FLOOR = 0.40  # fraction of TDP drawn by memory-bound iterations (B200 measurements)
-BUSY_CEILING = 0.89  # fraction of TDP drawn by compute-bound iterations (B200 measurements)
-FLOP_SCALE = 0.07  # FLOP utilization over which the draw rises by 1 - 1/e of its range
+BUSY_FLOOR = 0.60  # fraction of TDP drawn by iterations doing little arithmetic (B200)
+BUSY_CEILING = 0.90  # fraction of TDP drawn by compute-bound iterations (B200 measurements)
+FLOP_SCALE = 0.09  # FLOP utilization over which the draw rises by 1 - 1/e of its range
 JOULES_PER_KWH = 3.6e6
 
 
