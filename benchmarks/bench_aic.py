@@ -82,7 +82,7 @@ COMPARED = (
 
 def static_batch(batch: int, isl: int, osl: int) -> dict:
     """servetune (cost=aic) vs aiconfigurator-core's static estimate for one batch on H100."""
-    config, models, perf_database, sdk = aic._import()
+    config, models, perf_database, sdk, _ = aic._import()
     system, model_id = aic._names("h100", "llama3_8b", "vllm")
     db = perf_database.get_database(
         system, "vllm", perf_database.get_latest_database_version(system, "vllm")
@@ -150,7 +150,7 @@ def step_pair(sc_aic, sc_roof, shape) -> tuple[float, float]:
 def vidur_linear() -> list[tuple[int, float, float, float]]:
     """(tokens, Vidur ms, aiconfigurator-core ms, roofline ms) of Llama-3-8B's token-level
     operators on one A100 (section c)."""
-    config, models, perf_database, sdk = aic._import()
+    config, models, perf_database, sdk, _ = aic._import()
     db = perf_database.get_database(
         "a100_sxm", "vllm", perf_database.get_latest_database_version("a100_sxm", "vllm")
     )
@@ -228,7 +228,7 @@ def print_per_gpu() -> None:
         steps = [f"{a * 1e3:.1f} / {r * 1e3:.1f}" for a, r in (prefill, decode)]
         print(f"| {gpu} | {fit} | " + " | ".join(cells + steps) + " |")
     # what explains a decode step: the database's largest operations on H100
-    config, models, perf_database, sdk = aic._import()
+    config, models, perf_database, sdk, _ = aic._import()
     db = perf_database.get_database(
         "h100_sxm", "vllm", perf_database.get_latest_database_version("h100_sxm", "vllm")
     )

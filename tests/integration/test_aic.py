@@ -55,7 +55,9 @@ class _SyntheticDatabase:
 
     def __init__(self):
         self.calls = []
-        self.config = types.SimpleNamespace(ModelConfig=lambda tp_size: {"tp": tp_size})
+        self.config = types.SimpleNamespace(ModelConfig=lambda **kw: kw)
+        modes = {"bfloat16": "bf16", "fp8": "fp8"}
+        self.common = types.SimpleNamespace(GEMMQuantMode=modes, KVCacheQuantMode=modes)
         self.models = types.SimpleNamespace(get_model=lambda mid, cfg, backend: (mid, cfg))
         self.perf_database = types.SimpleNamespace(
             get_latest_database_version=lambda system, backend: "9.9",
@@ -85,11 +87,11 @@ class _SyntheticDatabase:
 def test_the_fit_on_a_synthetic_database_recovers_its_step_time_and_ranges(monkeypatch):
     # the whole path (grid -> database calls -> work -> fit) without the extra
     fake = _SyntheticDatabase()
-    monkeypatch.setattr(
-        aic, "_import", lambda: (fake.config, fake.models, fake.perf_database, fake.sdk)
-    )
+    modules = (fake.config, fake.models, fake.perf_database, fake.sdk, fake.common)
+    monkeypatch.setattr(aic, "_import", lambda: modules)
     fit = aic.linear_fit("b300", "qwen3_8b", 2, "vllm", None, 8192)
     assert (fit.system, fit.model, fit.version) == ("b300_sxm", "Qwen/Qwen3-8B", "9.9")
+    assert fit.precision == "bfloat16 / bfloat16"
     t = fake.TRUTH
     got = fit.coefficients
     np.testing.assert_allclose(
@@ -109,6 +111,28 @@ def test_the_fit_on_a_synthetic_database_recovers_its_step_time_and_ranges(monke
     assert max(c[3] for c in fake.calls if c[0] == "mixed") < 8192
     warn = aic.range_warnings(fit, 32768, 2048)
     assert "32768 is 2.0x the largest prefill" in warn[0] and "2048 is 2.0x" in warn[1]
+
+
+def test_precisions_map_to_the_database_modes_and_others_are_refused_by_key(monkeypatch):
+    fake = _SyntheticDatabase()
+    built = []
+    fake.config.ModelConfig = lambda **kw: built.append(kw) or kw
+    modules = (fake.config, fake.models, fake.perf_database, fake.sdk, fake.common)
+    monkeypatch.setattr(aic, "_import", lambda: modules)
+    fit = aic.linear_fit("h100", "llama3_8b", 1, "vllm", None, 4096, weight_bits=8, kv_bits=8)
+    assert fit.precision == "fp8 / fp8"
+    assert built[-1] == {"tp_size": 1, "gemm_quant_mode": "fp8", "kvcache_quant_mode": "fp8"}
+    with pytest.raises(ConfigError, match=r"^model\.weight_bits: got 4; cost=aic reads"):
+        aic.linear_fit("h100", "llama3_8b", 1, "vllm", None, 4096, weight_bits=4)
+    # a batch the database cannot estimate names the batch and the configuration
+    fake.sdk.estimate_decode_step_breakdown_with_rust = lambda *a, **k: 1 / 0
+    with pytest.raises(
+        ConfigError,
+        match=r"could not estimate a batch of 0 prefill tokens .* "
+        r"and 1 decodes at context 128 from its vllm 9\.9 data for "
+        r"meta-llama/Meta-Llama-3\.1-8B on h100_sxm with tp 1",
+    ):
+        aic.linear_fit("h100", "llama3_8b", 1, "vllm", None, 4096)
 
 
 def test_without_the_extra_cost_aic_names_it(monkeypatch):
@@ -159,6 +183,22 @@ def test_the_fit_follows_the_database_on_h100_within_its_reported_error():
     # (about 8.5 ms) within the fit's p90 error
     assert 0.035 < step(*aic._work(2048, 2048, 0, 0)) < 0.052
     assert 0.0075 < step(*aic._work(0, 0, 32, 1026)) < 0.0095
+
+
+@pytest.mark.aic
+def test_fp8_and_the_other_engines_read_their_own_tables():
+    pytest.importorskip("aiconfigurator_core", reason="needs the servetune[aic] extra")
+    bf16 = aic.linear_fit("h100", "llama3_8b", 1, "vllm", None, 4096)
+    fp8 = aic.linear_fit("h100", "llama3_8b", 1, "vllm", None, 4096, weight_bits=8, kv_bits=8)
+    # FP8 GEMMs halve the weight bytes and run at twice the tensor-core rate: cheaper per token
+    assert fp8.coefficients["per_prefill_token_s"] < bf16.coefficients["per_prefill_token_s"]
+    assert fp8.rel_error_p90 < 0.2
+    for backend in ("sglang", "trtllm"):
+        fit = aic.linear_fit("h100", "llama3_8b", 1, backend, None, 4096)
+        assert fit.backend == backend and fit.version != bf16.version and fit.rel_error_p90 < 0.2
+    # the A100 has no FP8 tensor cores: the database says so, by configuration
+    with pytest.raises(ConfigError, match=r"^cost=aic: .* a100_sxm with tp 1, fp8 weights .*fp8"):
+        aic.linear_fit("a100_80gb", "llama3_8b", 1, "vllm", None, 4096, weight_bits=8)
 
 
 @pytest.mark.aic

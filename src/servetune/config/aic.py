@@ -57,6 +57,11 @@ MODELS = {
     "qwen3_32b": "Qwen/Qwen3-32B",
 }
 BACKENDS = ("vllm", "sglang", "trtllm")
+# model.weight_bits / model.kv_bits -> the database's GEMM and KV-cache modes: 16-bit is BF16;
+# 8-bit is FP8 (vLLM's --quantization fp8 and --kv-cache-dtype fp8; Ada, Hopper and Blackwell
+# GPUs only). The database has no 4-bit GEMM tables for these engines' dense models.
+GEMM_MODES = {16: "bfloat16", 8: "fp8"}
+KV_MODES = {16: "bfloat16", 8: "fp8"}
 
 PREFILL_TOKENS = (16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PROMPT_LENGTHS = (256, 1024, 4096)  # a prefill of more tokens is also queried as such prompts
@@ -75,6 +80,7 @@ class AicFit:
     model: str  # the database's model id
     backend: str
     version: str  # the database's version for the backend
+    precision: str  # the database's GEMM and KV-cache modes read ("bfloat16 / fp8")
     n_points: int
     rel_error_p50: float
     rel_error_p90: float
@@ -97,21 +103,22 @@ def coverage() -> str:
     return (
         f"cost=aic (NVIDIA aiconfigurator-core's measured step times; {installed}):\n"
         f"  hardware.gpu: {gpus}\n  model.name: {models}\n"
-        f"  cost.backend: {', '.join(BACKENDS)}; 16-bit weights and KV; hardware.tp as the "
+        f"  cost.backend: {', '.join(BACKENDS)}; BF16 or FP8 weights and KV; hardware.tp as the "
         f"database covers it"
     )
 
 
 def _import():
-    """aiconfigurator-core's SDK modules, quiet; ConfigError naming the extra without it."""
+    """aiconfigurator-core's SDK modules (config, models, perf_database, rust_engine_step,
+    common), quiet; ConfigError naming the extra without it."""
     try:
-        from aiconfigurator_core.sdk import config, models, perf_database, rust_engine_step
+        from aiconfigurator_core.sdk import common, config, models, perf_database, rust_engine_step
     except ImportError:
         raise ConfigError(AIC_EXTRA_HINT) from None
     # it logs a "low-fidelity fallback" per operation a model does not use (MLA, sparse
     # attention): not servetune's concern
     logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
-    return config, models, perf_database, rust_engine_step
+    return config, models, perf_database, rust_engine_step, common
 
 
 def _names(gpu_key: str, model_key: str, backend: str) -> tuple[str, str]:
@@ -176,26 +183,68 @@ def _estimate(
     return latency_ms / 1e3, energy_wms / 1e3
 
 
-def query(gpu_key: str, model_key: str, tp: int, backend: str, version, max_model_len: int):
+def _model_config(config, common, tp: int, weight_bits: int, kv_bits: int):
+    """aiconfigurator-core's ModelConfig for this tensor parallelism and these precisions;
+    ConfigError naming the key whose precision the database has no tables for."""
+    for key, bits, modes in (
+        ("model.weight_bits", weight_bits, GEMM_MODES),
+        ("model.kv_bits", kv_bits, KV_MODES),
+    ):
+        if bits not in modes:
+            raise ConfigError(
+                f"{key}: got {bits}; cost=aic reads the database's BF16 (16) and FP8 (8) "
+                f"tables, expected one of {', '.join(map(str, modes))}"
+            )
+    return config.ModelConfig(
+        tp_size=int(tp),
+        gemm_quant_mode=common.GEMMQuantMode[GEMM_MODES[weight_bits]],
+        kvcache_quant_mode=common.KVCacheQuantMode[KV_MODES[kv_bits]],
+    )
+
+
+def query(
+    gpu_key: str,
+    model_key: str,
+    tp: int,
+    backend: str,
+    version,
+    max_model_len: int,
+    *,
+    weight_bits: int = 16,
+    kv_bits: int = 16,
+):
     """The database's estimates over the grid: (work [n, 4] as P, D, C, W; seconds [n];
-    joules [n]; (system, model id, version))."""
-    config, models, perf_database, sdk = _import()
+    joules [n]; (system, model id, version)). A configuration or batch the database cannot
+    estimate is a ConfigError naming it, never a silent fallback."""
+    config, models, perf_database, sdk, common = _import()
     system, model_id = _names(gpu_key, model_key, backend)
     if version is None:
         version = perf_database.get_latest_database_version(system, backend)
+    what = (
+        f"{backend} {version} data for {model_id} on {system} with tp {tp}, "
+        f"{GEMM_MODES.get(weight_bits)} weights and {KV_MODES.get(kv_bits)} KV cache"
+    )
     try:
         db = perf_database.get_database(system, backend, str(version))
-        model = models.get_model(model_id, config.ModelConfig(tp_size=int(tp)), backend)
+        model = models.get_model(
+            model_id, _model_config(config, common, tp, weight_bits, kv_bits), backend
+        )
+    except ConfigError:
+        raise
     except Exception as err:  # the database's own message names what it lacks
-        raise ConfigError(
-            f"cost=aic: aiconfigurator-core has no {backend} {version} data for {model_id} on "
-            f"{system} with tp {tp}: {err}"
-        ) from None
+        raise ConfigError(f"cost=aic: aiconfigurator-core has no {what}: {err}") from None
     if db is None:
         raise ConfigError(f"cost.version: {backend} {version!r} is not in the {system} database")
     rows, seconds, joules = [], [], []
     for shape in _grid(max_model_len):
-        s, j = _estimate(sdk, model, db, *shape)
+        try:
+            s, j = _estimate(sdk, model, db, *shape)
+        except Exception as err:
+            raise ConfigError(
+                f"cost=aic: aiconfigurator-core could not estimate a batch of {shape[0]} prefill "
+                f"tokens (prompts of {shape[1]}) and {shape[2]} decodes at context {shape[3]} "
+                f"from its {what}: {str(err).splitlines()[0]}"
+            ) from None
         rows.append(_work(*shape))
         seconds.append(s)
         joules.append(j)
@@ -216,12 +265,27 @@ def fit_linear(work: np.ndarray, seconds: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def linear_fit(
-    gpu_key: str, model_key: str, tp: int, backend: str, version, max_model_len: int
+    gpu_key: str,
+    model_key: str,
+    tp: int,
+    backend: str,
+    version,
+    max_model_len: int,
+    *,
+    weight_bits: int = 16,
+    kv_bits: int = 16,
 ) -> AicFit:
     """The engine's linear cost form fitted to aiconfigurator-core's step estimates for this
-    GPU, model, tensor parallelism and engine (see the module docstring)."""
+    GPU, model, tensor parallelism, engine and precisions (see the module docstring)."""
     work, seconds, _, (system, model_id, version) = query(
-        gpu_key, model_key, tp, backend, version, max_model_len
+        gpu_key,
+        model_key,
+        tp,
+        backend,
+        version,
+        max_model_len,
+        weight_bits=weight_bits,
+        kv_bits=kv_bits,
     )
     theta, rel = fit_linear(work, seconds)
     names = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_ctx_token_s")
@@ -234,6 +298,7 @@ def linear_fit(
         model=model_id,
         backend=backend,
         version=str(version),
+        precision=f"{GEMM_MODES[weight_bits]} / {KV_MODES[kv_bits]}",
         n_points=len(seconds),
         rel_error_p50=float(np.percentile(err, 50)),
         rel_error_p90=float(np.percentile(err, 90)),

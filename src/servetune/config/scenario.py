@@ -807,9 +807,9 @@ def _aic_labels(fit: aic.AicFit | None, pol) -> dict:
     return {
         "cost_model": (
             f"aiconfigurator-core {aic.AIC_VERSION}: {fit.backend} {fit.version} database, "
-            f"{fit.system}, {fit.model}; linear fit over {fit.n_points} batches, relative "
-            f"error p50 {fit.rel_error_p50:.1%} / p90 {fit.rel_error_p90:.1%} / max "
-            f"{fit.rel_error_max:.1%}"
+            f"{fit.system}, {fit.model}, {fit.precision} weights / KV; linear fit over "
+            f"{fit.n_points} batches, relative error p50 {fit.rel_error_p50:.1%} / p90 "
+            f"{fit.rel_error_p90:.1%} / max {fit.rel_error_max:.1%}"
         ),
         "cost_coefficients": fit.coefficients,
         "cost_warnings": aic.range_warnings(fit, budget, seqs),
@@ -818,12 +818,8 @@ def _aic_labels(fit: aic.AicFit | None, pol) -> dict:
 
 def _aic_fit(cfg: DictConfig, hw: _Hardware) -> aic.AicFit:
     """cost=aic: the linear form fitted to aiconfigurator-core's estimates for hardware.gpu,
-    model.name, hardware.tp and cost.backend at cost.version (config/aic.py)."""
-    if hw.weight_bits != 16 or hw.kv_bits != 16:
-        raise ConfigError(
-            f"model.weight_bits / model.kv_bits: got {hw.weight_bits} / {hw.kv_bits}; cost=aic "
-            f"reads the database's 16-bit tables, expected 16 / 16"
-        )
+    model.name, hardware.tp, model.weight_bits / kv_bits and cost.backend at cost.version
+    (config/aic.py)."""
     version = settings.get(cfg, "cost.version")
     return aic.linear_fit(
         hardware.canonical(hardware.GPUS, settings.get(cfg, "hardware.gpu"), "hardware.gpu"),
@@ -832,6 +828,8 @@ def _aic_fit(cfg: DictConfig, hw: _Hardware) -> aic.AicFit:
         str(settings.get(cfg, "cost.backend", "vllm")),
         None if version is None else str(version),
         hw.max_len,
+        weight_bits=hw.weight_bits,
+        kv_bits=hw.kv_bits,
     )
 
 
