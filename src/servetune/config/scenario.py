@@ -24,6 +24,7 @@ from servetune.engine import memory, width
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.pressure import POLICIES
 from servetune.engine.routing import ROUTERS
+from servetune.workload import rate_curve as rate_curve_lib
 from servetune.workload import replicas as replicas_lib
 from servetune.workload import trace_file
 from servetune.workload import traces as workload
@@ -256,11 +257,62 @@ def load_workload(
     split = settings.number(cfg, "classes.prompt_split_tokens", lo=1, integer=True, allow_none=True)
     if split is not None:
         trace = workload.classify_by_prompt(trace, split)
-    if kind == "trace" and spec.resamples(seed):
-        trace = _replica(
-            trace, spec, seed, replay.source.span_s, start, replay.duration_s, replay.rate_scale
-        )
+    if kind == "trace":
+        span = _slice_span(trace, replay.source.span_s, start, replay.duration_s, replay.rate_scale)
+        if spec.resamples(seed):
+            trace = _replica(trace, spec, seed, span)
+    else:
+        span = _slice_span(trace, math.inf, 0.0, None, 1.0)
+    curve = rate_curve_spec(cfg)
+    if curve is not None:
+        resample = kind == "trace" and spec.resamples(seed)
+        trace = _with_rate_curve(trace, span, curve, seed, resample)
     return trace
+
+
+def rate_curve_spec(cfg: DictConfig) -> tuple[rate_curve_lib.RateCurve, float | None] | None:
+    """(the curve, the span to tile the slice to or None) of `workload.rate_curve.*`, or None
+    where no curve is set."""
+    name = settings.get(cfg, "workload.rate_curve.curve")
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise ConfigError(
+            f"workload.rate_curve.curve: got {name!r}; expected a bundled curve "
+            f"({', '.join(rate_curve_lib.BUNDLED)}) or a CSV path"
+        )
+    path = name
+    if name not in rate_curve_lib.BUNDLED:
+        path = inputs.expand(name, "workload.rate_curve.curve")
+        if not path.is_absolute():  # relative to paths.root, as workload.path
+            path = Path(settings.string(cfg, "paths.root", allow_none=True) or ".") / path
+    span = settings.number(
+        cfg, "workload.rate_curve.span_s", lo=1e-3, hi=workload.MAX_SPAN_S, allow_none=True
+    )
+    return rate_curve_lib.load(str(path)), span
+
+
+def _with_rate_curve(trace, span: float, curve_spec, seed: int, resample: bool):
+    """The slice tiled to workload.rate_curve.span_s (if set) and its rate modulated by the
+    curve (workload/rate_curve.py); ConfigError where the curve does not reach the end."""
+    curve, total = curve_spec
+    if total is not None:
+        rng = streams.rng(seed, streams.RATE_CURVE_TILES) if resample else None
+        trace = rate_curve_lib.tile(trace, span, total, rng)
+        span = total
+    if curve.span_s < span:
+        raise ConfigError(
+            f"workload.rate_curve.curve: {curve.name} reaches {curve.span_s:g} s; the trace it "
+            f"modulates spans {span:g} s (expected a curve at least as long; "
+            f"workload.rate_curve.span_s tiles the slice to a length)"
+        )
+    out = rate_curve_lib.modulate(trace, span, curve, streams.rng(seed, streams.RATE_CURVE))
+    if len(out) == 0:
+        raise ConfigError(
+            f"workload.rate_curve.curve: {curve.name} keeps none of {trace.name}'s "
+            f"{len(trace)} requests for seed {seed}"
+        )
+    return out
 
 
 def _synthetic(cfg: DictConfig, seed: int) -> workload.RequestTrace:
@@ -353,14 +405,16 @@ def _recorded_seed(cfg: DictConfig) -> int | None:
     )
 
 
-def _replica(trace, spec, seed: int, span_s: float, start: float, duration, rate_scale: float):
-    """Seed `seed`'s replica of the slice `trace` of a file spanning `span_s` seconds, over the
-    slice's span (its window, or up to one mean gap after its last arrival where the file ends
-    first)."""
+def _slice_span(trace, span_s: float, start: float, duration, rate_scale: float) -> float:
+    """The span (s) of the slice `trace` of a file spanning `span_s` seconds: its window, or up
+    to one mean gap after its last arrival where the file ends first."""
     if duration is not None and start + duration <= span_s:
-        span = duration / rate_scale
-    else:
-        span = float(trace.arrival[-1]) * (len(trace) + 1) / len(trace) or 1.0
+        return duration / rate_scale
+    return float(trace.arrival[-1]) * (len(trace) + 1) / len(trace) or 1.0
+
+
+def _replica(trace, spec, seed: int, span: float):
+    """Seed `seed`'s replica of the slice `trace` spanning `span` seconds."""
     if spec.block_s is not None and span / spec.block_s > replicas_lib.MAX_BLOCKS:
         raise ConfigError(
             f"workload.replicas.block_s: got {spec.block_s}; the slice's "
@@ -1175,16 +1229,21 @@ def _what_is_simulated(cfg: DictConfig, replay: TraceSlice | None, first, seeds)
         part, keys = f"from {start:,g} s to the end", ["workload.start_s"]
     else:
         part = None
-    text = (
-        f"{part} of {span:,.0f} s, {len(first):,} of {src.n_requests:,} requests"
-        if part
-        else f"all {len(first):,} requests, {span:,.0f} s"
-    )
+    curve = rate_curve_spec(cfg)
+    n = len(first) if curve is None else None  # the curve's count is said last
+    if part:
+        text = f"{part} of {span:,.0f} s" + (f", {n:,} of {src.n_requests:,} requests" if n else "")
+    else:
+        text = f"all {src.n_requests if n is None else n:,} requests, {span:,.0f} s"
     if replay.max_requests is not None and len(first) == replay.max_requests:
         keys.append("workload.max_requests")
     if replay.rate_scale != 1:
         text += f", at {replay.rate_scale:g}x the rate"
         keys.append("workload.rate_scale")
+    if curve is not None:
+        tiled = f" over {curve[1]:,g} s (the slice repeated)" if curve[1] else ""
+        text += f", rate curve {curve[0].name}{tiled}: {len(first):,} requests"
+        keys.append("workload.rate_curve")
     spec = replica_spec(cfg)
     resampled = [s for s in seeds if spec.resamples(s)]
     if resampled:

@@ -26,6 +26,8 @@ REPLICA_SHIFT = 9001  # replicas: the window start's shift
 REPLICA_BLOCKS = 9002  # replicas: block bootstrap of arrival windows
 REPLICA_RATE = 9003  # replicas: thinning and superposition
 REPLICA_LENGTHS = 9004  # replicas: length resampling within classes
+RATE_CURVE = 9005  # rate curve: superposed copies and thinning (workload/rate_curve.py)
+RATE_CURVE_TILES = 9006  # rate curve: the offsets of the slice's repeats
 
 ALL = {name: value for name, value in globals().items() if name.isupper()}
 

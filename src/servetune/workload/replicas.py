@@ -65,7 +65,7 @@ def start_shift(spec: ReplicaSpec, seed: int) -> float:
     return float(streams.rng(seed, streams.REPLICA_SHIFT).uniform(0.0, spec.shift_s))
 
 
-def _take(trace: RequestTrace, idx: np.ndarray, arrival: np.ndarray) -> RequestTrace:
+def take(trace: RequestTrace, idx: np.ndarray, arrival: np.ndarray) -> RequestTrace:
     """Requests `idx` [M] of `trace` with new arrival times [M] (s), sorted by arrival."""
     order = np.argsort(arrival, kind="stable")
     idx, arrival = idx[order], arrival[order]
@@ -74,7 +74,7 @@ def _take(trace: RequestTrace, idx: np.ndarray, arrival: np.ndarray) -> RequestT
     return dataclasses.replace(trace, **fields)
 
 
-def _circular(trace: RequestTrace, offset: float, span: float):
+def circular(trace: RequestTrace, offset: float, span: float):
     """Arrival times of the slice read circularly from `offset`: ((t - offset) mod span)."""
     return np.mod(trace.arrival - offset, span)
 
@@ -94,7 +94,7 @@ def block_bootstrap(
     block = np.repeat(np.arange(n_blocks), counts)
     pos = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + lo[block]
     arrival = block * block_s + (times[pos] - offsets[block])
-    return _take(trace, pos % len(trace), arrival)
+    return take(trace, pos % len(trace), arrival)
 
 
 def scale_rate(
@@ -109,8 +109,8 @@ def scale_rate(
         offset = 0.0 if c == 0 else rng.uniform(0.0, span)
         kept = np.flatnonzero(rng.random(len(trace)) < keep)
         idx.append(kept)
-        times.append(_circular(trace, offset, span)[kept])
-    return _take(trace, np.concatenate(idx), np.concatenate(times))
+        times.append(circular(trace, offset, span)[kept])
+    return take(trace, np.concatenate(idx), np.concatenate(times))
 
 
 def resample_lengths(trace: RequestTrace, rng: np.random.Generator) -> RequestTrace:
@@ -119,7 +119,7 @@ def resample_lengths(trace: RequestTrace, rng: np.random.Generator) -> RequestTr
     for klass in np.unique(trace.klass):
         members = np.flatnonzero(trace.klass == klass)
         idx[members] = rng.choice(members, size=len(members))
-    return _take(trace, idx, trace.arrival.copy())
+    return take(trace, idx, trace.arrival.copy())
 
 
 def replica(trace: RequestTrace, span: float, spec: ReplicaSpec, seed: int) -> RequestTrace:
