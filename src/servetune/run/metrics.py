@@ -377,7 +377,9 @@ def compute_metrics(
     paid for): price x GPUs x hours. busy_fraction is the time an instance spends in iterations over
     the simulated time (not model FLOPs utilization: a busy engine can be memory-bound at a few
     percent of peak); mfu and mbu are the model's FLOPs and bytes over the GPUs' peaks for the
-    simulated time (`_utilization`). ITL pools every inter-token gap of the run (warm-up included),
+    simulated time (`_utilization`). energy_j, mean_power_w, joules_per_useful_token,
+    energy_cost_usd and energy_cost_share are run/energy.py's, over the same window as the cost.
+    ITL pools every inter-token gap of the run (warm-up included),
     from a histogram. wasted_token_ratio = tokens computed for requests that did not qualify, plus
     recomputation of those that did, over all tokens computed.
 
