@@ -89,7 +89,7 @@ def test_the_fit_on_a_synthetic_database_recovers_its_step_time_and_ranges(monke
     fake = _SyntheticDatabase()
     modules = (fake.config, fake.models, fake.perf_database, fake.sdk, fake.common)
     monkeypatch.setattr(aic, "_import", lambda: modules)
-    fit = aic.linear_fit("b300", "qwen3_8b", 2, "vllm", None, 8192)
+    fit = aic.linear_fit(aic.AicTarget("b300", "qwen3_8b", tp=2, max_model_len=8192))
     assert (fit.system, fit.model, fit.version) == ("b300_sxm", "Qwen/Qwen3-8B", "9.9")
     assert fit.precision == "bfloat16 / bfloat16"
     t = fake.TRUTH
@@ -119,11 +119,13 @@ def test_precisions_map_to_the_database_modes_and_others_are_refused_by_key(monk
     fake.config.ModelConfig = lambda **kw: built.append(kw) or kw
     modules = (fake.config, fake.models, fake.perf_database, fake.sdk, fake.common)
     monkeypatch.setattr(aic, "_import", lambda: modules)
-    fit = aic.linear_fit("h100", "llama3_8b", 1, "vllm", None, 4096, weight_bits=8, kv_bits=8)
+    fit = aic.linear_fit(
+        aic.AicTarget("h100", "llama3_8b", max_model_len=4096, weight_bits=8, kv_bits=8)
+    )
     assert fit.precision == "fp8 / fp8"
     assert built[-1] == {"tp_size": 1, "gemm_quant_mode": "fp8", "kvcache_quant_mode": "fp8"}
     with pytest.raises(ConfigError, match=r"^model\.weight_bits: got 4; cost=aic reads"):
-        aic.linear_fit("h100", "llama3_8b", 1, "vllm", None, 4096, weight_bits=4)
+        aic.linear_fit(aic.AicTarget("h100", "llama3_8b", max_model_len=4096, weight_bits=4))
     # a batch the database cannot estimate names the batch and the configuration
     fake.sdk.estimate_decode_step_breakdown_with_rust = lambda *a, **k: 1 / 0
     with pytest.raises(
@@ -132,7 +134,7 @@ def test_precisions_map_to_the_database_modes_and_others_are_refused_by_key(monk
         r"and 1 decodes at context 128 from its vllm 9\.9 data for "
         r"meta-llama/Meta-Llama-3\.1-8B on h100_sxm with tp 1",
     ):
-        aic.linear_fit("h100", "llama3_8b", 1, "vllm", None, 4096)
+        aic.linear_fit(aic.AicTarget("h100", "llama3_8b", max_model_len=4096))
 
 
 def test_without_the_extra_cost_aic_names_it(monkeypatch):
@@ -163,7 +165,7 @@ def test_a_gpu_or_model_the_database_lacks_is_refused_by_key():
 @pytest.mark.aic
 def test_the_fit_follows_the_database_on_h100_within_its_reported_error():
     pytest.importorskip("aiconfigurator_core", reason="needs the servetune[aic] extra")
-    fit = aic.linear_fit("h100", "llama3_8b", 1, "vllm", None, 8192)
+    fit = aic.linear_fit(aic.AicTarget("h100", "llama3_8b", max_model_len=8192))
     assert fit.system == "h100_sxm" and fit.model == "meta-llama/Meta-Llama-3.1-8B"
     # (the reported figures on this release: p50 5.7%, p90 11.8%, max 28.6% over 209 batches)
     assert fit.rel_error_p50 < 0.08 and fit.rel_error_p90 < 0.15 and fit.rel_error_max < 0.35
@@ -175,7 +177,7 @@ def test_the_fit_follows_the_database_on_h100_within_its_reported_error():
         + c["per_ctx_token_s"] * ctx
         + c["per_attn_work_s"] * w
     )
-    work, seconds, joules, _ = aic.query("h100", "llama3_8b", 1, "vllm", None, 8192)
+    work, seconds, joules, _ = aic.query(aic.AicTarget("h100", "llama3_8b", max_model_len=8192))
     rel = np.array([step(*w) for w in work]) / seconds - 1
     assert np.max(np.abs(rel)) <= fit.rel_error_max + 1e-12
     assert np.all(joules >= 0)  # vLLM's H100 tables carry no power data: 0 J
@@ -188,17 +190,21 @@ def test_the_fit_follows_the_database_on_h100_within_its_reported_error():
 @pytest.mark.aic
 def test_fp8_and_the_other_engines_read_their_own_tables():
     pytest.importorskip("aiconfigurator_core", reason="needs the servetune[aic] extra")
-    bf16 = aic.linear_fit("h100", "llama3_8b", 1, "vllm", None, 4096)
-    fp8 = aic.linear_fit("h100", "llama3_8b", 1, "vllm", None, 4096, weight_bits=8, kv_bits=8)
+    bf16 = aic.linear_fit(aic.AicTarget("h100", "llama3_8b", max_model_len=4096))
+    fp8 = aic.linear_fit(
+        aic.AicTarget("h100", "llama3_8b", max_model_len=4096, weight_bits=8, kv_bits=8)
+    )
     # FP8 GEMMs halve the weight bytes and run at twice the tensor-core rate: cheaper per token
     assert fp8.coefficients["per_prefill_token_s"] < bf16.coefficients["per_prefill_token_s"]
     assert fp8.rel_error_p90 < 0.2
     for backend in ("sglang", "trtllm"):
-        fit = aic.linear_fit("h100", "llama3_8b", 1, backend, None, 4096)
+        fit = aic.linear_fit(
+            aic.AicTarget("h100", "llama3_8b", backend=backend, max_model_len=4096)
+        )
         assert fit.backend == backend and fit.version != bf16.version and fit.rel_error_p90 < 0.2
     # the A100 has no FP8 tensor cores: the database says so, by configuration
     with pytest.raises(ConfigError, match=r"^cost=aic: .* a100_sxm with tp 1, fp8 weights .*fp8"):
-        aic.linear_fit("a100_80gb", "llama3_8b", 1, "vllm", None, 4096, weight_bits=8)
+        aic.linear_fit(aic.AicTarget("a100_80gb", "llama3_8b", max_model_len=4096, weight_bits=8))
 
 
 @pytest.mark.aic

@@ -66,3 +66,16 @@ def test_study_settings():
     assert uv.policy.queue_cap == 8 and uv.engine.max_slots == 512
     tvd = api.compose(["+experiment=tuned_vs_default", "policy=tuned_azure_conv"])
     assert tvd.policy.queue_cap == 29 and tvd.policy.max_num_seqs == 506
+
+
+@pytest.mark.aic
+def test_the_gpu_choice_study_builds_on_every_gpu_it_compares():
+    # study (l) reads aiconfigurator-core's tables for each GPU (cost=aic): the servetune[aic]
+    # extra, so it is not among STUDIES
+    pytest.importorskip("aiconfigurator_core", reason="needs the servetune[aic] extra")
+    gpus = _params("gpu_choice")["hardware"]
+    assert len(gpus) == 9
+    for gpu in gpus:
+        sc = scenario.build(api.compose(["+experiment=gpu_choice", f"hardware={gpu}"]))
+        assert sc.labels["cost_model"].startswith("aiconfigurator-core") and len(sc.seeds) == 2
+        assert len(sc.grid_points) == 12 and sc.labels["cost_warnings"] == []

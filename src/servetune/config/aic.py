@@ -71,6 +71,22 @@ MIX_DECODE_OSL = 2  # the mixed step's decodes sit at context isl + 2 (osl // 2 
 
 
 @dataclass(frozen=True)
+class AicTarget:
+    """What to ask the database about: servetune's GPU and model names, tensor parallelism,
+    the engine and its database version (None = the latest), max_model_len (tokens) and the
+    weight and KV-cache precisions (bits)."""
+
+    gpu: str
+    model: str
+    tp: int = 1
+    backend: str = "vllm"
+    version: str | None = None
+    max_model_len: int = 8192
+    weight_bits: int = 16
+    kv_bits: int = 16
+
+
+@dataclass(frozen=True)
 class AicFit:
     """The linear step-time form fitted to aiconfigurator-core's estimates (seconds per unit),
     what it was fitted on, and how well it fits (relative errors over the grid)."""
@@ -202,32 +218,24 @@ def _model_config(config, common, tp: int, weight_bits: int, kv_bits: int):
     )
 
 
-def query(
-    gpu_key: str,
-    model_key: str,
-    tp: int,
-    backend: str,
-    version,
-    max_model_len: int,
-    *,
-    weight_bits: int = 16,
-    kv_bits: int = 16,
-):
-    """The database's estimates over the grid: (work [n, 4] as P, D, C, W; seconds [n];
-    joules [n]; (system, model id, version)). A configuration or batch the database cannot
-    estimate is a ConfigError naming it, never a silent fallback."""
+def query(target: AicTarget):
+    """The database's estimates over the grid for `target`: (work [n, 4] as P, D, C, W;
+    seconds [n]; joules [n]; (system, model id, version)). A configuration or batch the
+    database cannot estimate is a ConfigError naming it, never a silent fallback."""
     config, models, perf_database, sdk, common = _import()
-    system, model_id = _names(gpu_key, model_key, backend)
+    t = target
+    system, model_id = _names(t.gpu, t.model, t.backend)
+    backend, version = t.backend, t.version
     if version is None:
         version = perf_database.get_latest_database_version(system, backend)
     what = (
-        f"{backend} {version} data for {model_id} on {system} with tp {tp}, "
-        f"{GEMM_MODES.get(weight_bits)} weights and {KV_MODES.get(kv_bits)} KV cache"
+        f"{backend} {version} data for {model_id} on {system} with tp {t.tp}, "
+        f"{GEMM_MODES.get(t.weight_bits)} weights and {KV_MODES.get(t.kv_bits)} KV cache"
     )
     try:
         db = perf_database.get_database(system, backend, str(version))
         model = models.get_model(
-            model_id, _model_config(config, common, tp, weight_bits, kv_bits), backend
+            model_id, _model_config(config, common, t.tp, t.weight_bits, t.kv_bits), backend
         )
     except ConfigError:
         raise
@@ -236,7 +244,7 @@ def query(
     if db is None:
         raise ConfigError(f"cost.version: {backend} {version!r} is not in the {system} database")
     rows, seconds, joules = [], [], []
-    for shape in _grid(max_model_len):
+    for shape in _grid(target.max_model_len):
         try:
             s, j = _estimate(sdk, model, db, *shape)
         except Exception as err:
@@ -264,29 +272,10 @@ def fit_linear(work: np.ndarray, seconds: np.ndarray) -> tuple[np.ndarray, np.nd
     return theta, features @ theta / seconds - 1.0
 
 
-def linear_fit(
-    gpu_key: str,
-    model_key: str,
-    tp: int,
-    backend: str,
-    version,
-    max_model_len: int,
-    *,
-    weight_bits: int = 16,
-    kv_bits: int = 16,
-) -> AicFit:
-    """The engine's linear cost form fitted to aiconfigurator-core's step estimates for this
-    GPU, model, tensor parallelism, engine and precisions (see the module docstring)."""
-    work, seconds, _, (system, model_id, version) = query(
-        gpu_key,
-        model_key,
-        tp,
-        backend,
-        version,
-        max_model_len,
-        weight_bits=weight_bits,
-        kv_bits=kv_bits,
-    )
+def linear_fit(target: AicTarget) -> AicFit:
+    """The engine's linear cost form fitted to aiconfigurator-core's step estimates for
+    `target` (see the module docstring)."""
+    work, seconds, _, (system, model_id, version) = query(target)
     theta, rel = fit_linear(work, seconds)
     names = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_ctx_token_s")
     coefficients = dict(zip(names, map(float, theta[:4]), strict=True))
@@ -296,9 +285,9 @@ def linear_fit(
         coefficients=coefficients,
         system=system,
         model=model_id,
-        backend=backend,
+        backend=target.backend,
         version=str(version),
-        precision=f"{GEMM_MODES[weight_bits]} / {KV_MODES[kv_bits]}",
+        precision=f"{GEMM_MODES[target.weight_bits]} / {KV_MODES[target.kv_bits]}",
         n_points=len(seconds),
         rel_error_p50=float(np.percentile(err, 50)),
         rel_error_p90=float(np.percentile(err, 90)),

@@ -876,14 +876,20 @@ def _aic_fit(cfg: DictConfig, hw: _Hardware) -> aic.AicFit:
     (config/aic.py)."""
     version = settings.get(cfg, "cost.version")
     return aic.linear_fit(
-        hardware.canonical(hardware.GPUS, settings.get(cfg, "hardware.gpu"), "hardware.gpu"),
-        hardware.canonical(hardware.MODELS, settings.get(cfg, "model.name"), "model.name"),
-        hw.tp,
-        str(settings.get(cfg, "cost.backend", "vllm")),
-        None if version is None else str(version),
-        hw.max_len,
-        weight_bits=hw.weight_bits,
-        kv_bits=hw.kv_bits,
+        aic.AicTarget(
+            gpu=hardware.canonical(
+                hardware.GPUS, settings.get(cfg, "hardware.gpu"), "hardware.gpu"
+            ),
+            model=hardware.canonical(
+                hardware.MODELS, settings.get(cfg, "model.name"), "model.name"
+            ),
+            tp=hw.tp,
+            backend=str(settings.get(cfg, "cost.backend", "vllm")),
+            version=None if version is None else str(version),
+            max_model_len=hw.max_len,
+            weight_bits=hw.weight_bits,
+            kv_bits=hw.kv_bits,
+        )
     )
 
 
