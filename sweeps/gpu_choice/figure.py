@@ -4,12 +4,12 @@
 
 Reads each <root>/report/runs.csv (written by `servetune report <root>`; one root per load,
 `workload.rate_scale`): one row per GPU, grid point (max_num_seqs x max_num_batched_tokens) and
-seed. Per GPU it takes vLLM's defaults for
-that GPU (EngineArgs' batch defaults: 256 / 2048 under 70 GiB and on the A100, else 1024 /
-8192) and the tuned point, the grid point with the best objective averaged over seeds (the
-tuner's and `sweep.objective`'s: log useful tokens per dollar - 100 x the SLO-attainment
-shortfall below 99%). It draws useful tokens per dollar and SLO attainment of both per GPU, best
-GPU first, one row of panels per load, and prints the README's tables.
+seed. Per GPU it takes vLLM's defaults for that GPU (EngineArgs' batch defaults: 256 / 2048
+under 70 GiB and on the A100, else 1024 / 8192) and the tuned point, the grid point with the
+best objective averaged over seeds (the tuner's and `sweep.objective`'s: log useful tokens per
+dollar - 100 x the SLO-attainment shortfall below 99%), vLLM's defaults where no point beats
+them by 0.1%. It draws useful tokens per dollar and SLO attainment of both per GPU, best GPU
+first, one row of panels per load, and prints the README's tables.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ SMALL_DEFAULTS = (256, 2048)  # vLLM's batch defaults under 70 GiB and on the A1
 LARGE_DEFAULTS = (1024, 8192)
 TARGET, PENALTY = 0.99, 100.0  # tune.objective.slo_target and sweep.penalty's defaults
 GROUP_GPU = {"a100": "a100_80gb"}  # hardware= group -> catalog GPU where they differ
+TIE = 1e-3  # objective (log units): points within 0.1% of the best are as good as it
 RATE_RPS = 2867 / 600  # the slice's own rate: 2,867 requests over its 600 s (req/s)
 
 
@@ -69,6 +70,8 @@ def per_gpu(table: pd.DataFrame) -> pd.DataFrame:
             )
         default = default.iloc[0]
         tuned = g.loc[g["objective"].idxmax()]
+        if default["objective"] >= tuned["objective"] - TIE:  # no better point: keep vLLM's
+            tuned = default
         rows.append(
             {
                 "gpu": group,
@@ -123,7 +126,8 @@ def draw(loads: dict, out: Path) -> None:
             ax.bar(
                 x + w / 2, [r[key] * unit for r in best["tuned"]], w, label="tuned", color="#1f77b4"
             )
-            ax.set_xticks(x, labels, fontsize=7)
+            names = labels if ax is ax_value else list(best["gpu"])
+            ax.set_xticks(x, names, fontsize=7, rotation=0 if ax is ax_value else 35)
             ax.set_title(f"{title}, {scale:g}x ({RATE_RPS * scale:.0f} req/s)", fontsize=9)
         for xi, r in zip(x, best["tuned"], strict=True):
             ax_value.annotate(
