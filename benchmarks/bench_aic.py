@@ -27,6 +27,13 @@ attention profile (attention.csv) is not in its repository snapshot, so whole st
 compared.
 (d) The fit's error and a run of the Azure trace (first 10 minutes, 1x) per GPU, model and
 tensor-parallel degree; a pair that does not fit in memory is reported as refused.
+(e) Against aiconfigurator-core's aggregated-serving estimate (`run_agg`: continuous batching
+at a steady concurrency b, prompts of isl and outputs of osl tokens, ctx_tokens per step), a
+closed-form mean-field model. servetune runs the same load open-loop: requests of isl / osl
+tokens arriving evenly (Gamma gaps, cv 0.001) at the throughput the estimate gives for b, with
+max_num_seqs b and max_num_batched_tokens ctx_tokens, 5 minutes after a 1-minute warm-up.
+Little's law then says servetune's mean number of requests in the system should be b where the
+two agree.
 """
 
 from __future__ import annotations
@@ -279,7 +286,79 @@ def print_coverage() -> None:
                 )
 
 
-SECTIONS = {"a": print_static, "b": print_per_gpu, "c": print_vidur, "d": print_coverage}
+AGG_POINTS = ((8, 1024, 256), (32, 1024, 256), (64, 1024, 256), (32, 2048, 128))
+AGG_CTX_TOKENS = 2048
+
+
+def agg(batch: int, isl: int, osl: int) -> dict:
+    """aiconfigurator-core's run_agg on 1 x H100 (Llama-3-8B, vLLM) and servetune's open-loop
+    run of the same load (section e)."""
+    from aiconfigurator_core.sdk.backends.factory import get_backend
+
+    config, models, perf_database, _, _ = aic._import()
+    db = perf_database.get_database(
+        "h100_sxm", "vllm", perf_database.get_latest_database_version("h100_sxm", "vllm")
+    )
+    model = models.get_model(aic.MODELS["llama3_8b"], config.ModelConfig(tp_size=1), "vllm")
+    rc = config.RuntimeConfig(batch_size=batch, isl=isl, osl=osl)
+    theirs = get_backend("vllm").run_agg(model, db, rc, ctx_tokens=AGG_CTX_TOKENS)
+    row = theirs.get_summary_df().iloc[0]
+    rate = float(row["request_rate"])
+    sc = build(
+        compose(
+            [
+                "cost=aic",
+                "workload=gamma",
+                "workload.cv=0.001",
+                f"workload.rate={rate}",
+                f"workload.n_requests={int(rate * 360)}",
+                "workload.duration_s=null",
+                "workload.prompt.dist=fixed",
+                f"+workload.prompt.value={isl}",
+                "workload.output.dist=fixed",
+                f"+workload.output.value={osl}",
+                "window.warmup_s=60",
+                f"policy.max_num_seqs={batch}",
+                f"policy.max_num_batched_tokens={AGG_CTX_TOKENS}",
+                "output.progress=false",
+            ]
+        )
+    )
+    m = simulate_batch(sc).metrics[0]
+    return {
+        "rate": rate,
+        "ttft": (m["ttft_mean_s"], float(row["ttft"]) / 1e3),
+        "tpot": (m["tpot_mean_s"], float(row["tpot"]) / 1e3),
+        "in_system": m["mean_in_system"],
+    }
+
+
+def print_agg() -> None:
+    """Section (e)."""
+    print("(e) aggregated serving on 1 x H100, Llama-3-8B: servetune (cost=aic, open loop at the")
+    print(f"estimate's throughput) / aiconfigurator-core's run_agg (ctx_tokens {AGG_CTX_TOKENS})")
+    print(
+        "| concurrency b | isl | osl | req/s | mean TTFT (s) ours / theirs | "
+        "mean TPOT (s) ours / theirs | servetune's mean in system |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for batch, isl, osl in AGG_POINTS:
+        r = agg(batch, isl, osl)
+        cells = [f"{a:.4f} / {b:.4f} ({a / b:.2f})" for a, b in (r["ttft"], r["tpot"])]
+        print(
+            f"| {batch} | {isl} | {osl} | {r['rate']:.2f} | "
+            + " | ".join(cells)
+            + f" | {r['in_system']:.1f} |"
+        )
+
+
+SECTIONS = {
+    "a": print_static,
+    "b": print_per_gpu,
+    "c": print_vidur,
+    "d": print_coverage,
+    "e": print_agg,
+}
 
 
 def main() -> None:
