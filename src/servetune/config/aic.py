@@ -4,7 +4,8 @@ aiconfigurator-core (Apache-2.0, the optional extra `servetune[aic]`) ships per-
 performance tables measured on real GPUs (GEMM, context and generation attention,
 communication, ...) per engine (vLLM, SGLang, TensorRT-LLM) and version, and composes them into
 the latency of one engine iteration (`sdk.rust_engine_step`). servetune asks it, on the host
-and once per scenario, for the iterations the simulator can produce: prefills of 16 to 16,384
+and once per scenario (an `AicTarget`: GPU, model, TP, engine and version, BF16 or FP8 weights
+and KV), for the iterations the simulator can produce: prefills of 16 to 16,384
 tokens, decodes of 1 to 1,024 sequences at contexts up to max_model_len, and mixes of the two.
 Each answer comes with the batch's work in servetune's terms (prefill tokens P, decoding
 sequences D, context tokens read C, attention work W; engine/step.batch_totals), and the
