@@ -1,0 +1,82 @@
+"""The static fleet size (servetune/run/sizing.py): the search against a known threshold, the
+peak it sizes for, and one sizing run whose neighbours are checked to miss and meet the
+target."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from servetune.core.errors import ConfigError
+from servetune.run import api, sizing
+
+
+@pytest.mark.parametrize("threshold", [1, 2, 3, 5, 17, 64])
+def test_the_search_finds_the_smallest_count_in_about_two_log2_tries(threshold):
+    asked = []
+
+    def meets(n):
+        asked.append(n)
+        return n >= threshold
+
+    assert sizing.search(meets, 64) == threshold
+    assert len(asked) <= 2 * math.ceil(math.log2(threshold)) + 1
+    assert sizing.search(lambda n: n >= 65, 64) is None
+
+
+def test_the_peak_is_the_curve_s_highest_multiplier_held_without_the_curve():
+    trace = api.compose(["workload.rate_curve.curve=azure_llm_2024_weekday"])
+    over, peak = sizing.peak_overrides(trace)
+    assert peak == pytest.approx(1.34)
+    assert over == [
+        "workload.rate_curve.curve=null",
+        "workload.rate_curve.span_s=null",
+        f"workload.replicas.rate={1.34!r}",
+        "workload.replicas.recorded_seed=null",  # seed 0 too: every seed at the peak rate
+    ]
+    synthetic = api.compose(
+        [
+            "workload=poisson",
+            "workload.rate=10",
+            "workload.rate_curve.curve=azure_llm_2024_weekday",
+        ]
+    )
+    assert sizing.peak_overrides(synthetic)[0][-1] == f"workload.rate={10 * 1.34!r}"
+    bench = api.compose(
+        ["workload=vllm_random", "workload.rate_curve.curve=azure_llm_2024_weekday"]
+    )
+    rate = bench.workload.vllm_bench.request_rate
+    assert sizing.peak_overrides(bench)[0][-1] == (
+        f"workload.vllm_bench.request_rate={rate * 1.34!r}"
+    )
+    assert sizing.peak_overrides(api.compose([])) == ([], 1.0)
+
+
+def test_bad_targets_and_limits_are_refused():
+    with pytest.raises(ConfigError, match=r"^target: got 1\.5; expected an SLO attainment"):
+        sizing.smallest_fleet([], target=1.5)
+    with pytest.raises(ConfigError, match=r"^limit: got 0; expected replicas in \[1, 1024\]"):
+        sizing.smallest_fleet([], limit=0)
+
+
+@pytest.mark.slow  # two simulator compilations (about a minute on 2 cores)
+def test_a_doubled_peak_needs_the_replica_one_instance_cannot_replace(tmp_path):
+    # 20 req/s for 20 s under a flat curve of 2: 40 req/s at the peak, where one H100 reaches
+    # 37-51% attainment and two reach 100%
+    flat = tmp_path / "flat.csv"
+    flat.write_text("time_s,multiplier\n0,2\n100,2\n")
+    size = sizing.smallest_fleet(
+        [
+            "workload=poisson",
+            "workload.rate=20",
+            "workload.duration_s=20",
+            "seeds=2",
+            "window.drain_s=60",
+            "output.progress=false",
+            f"workload.rate_curve.curve={flat}",
+        ]
+    )
+    assert size.replicas == 2 and size.peak_multiplier == 2.0
+    assert size.tried[1][0] < 0.99 <= size.tried[2][0]
+    assert size.cost_per_hour_usd == pytest.approx(2 * 2.50)  # two H100s at the catalog price
