@@ -274,8 +274,21 @@ def rate_curve_spec(cfg: DictConfig) -> tuple[rate_curve_lib.RateCurve, float | 
     """(the curve, the span to tile the slice to or None) of `workload.rate_curve.*`, or None
     where no curve is set."""
     name = settings.get(cfg, "workload.rate_curve.curve")
+    span = settings.number(
+        cfg, "workload.rate_curve.span_s", lo=1e-3, hi=workload.MAX_SPAN_S, allow_none=True
+    )
     if name is None:
+        if span is not None:
+            raise ConfigError(
+                f"workload.rate_curve.span_s: got {span:g} without a curve; expected "
+                f"workload.rate_curve.curve set (or span_s null)"
+            )
         return None
+    if span is not None and settings.get(cfg, "workload.kind") != "trace":
+        raise ConfigError(
+            f"workload.rate_curve.span_s: got {span:g}; a synthetic workload is drawn over "
+            f"workload.duration_s, expected null (set workload.duration_s={span:g} instead)"
+        )
     if not isinstance(name, str):
         raise ConfigError(
             f"workload.rate_curve.curve: got {name!r}; expected a bundled curve "
@@ -286,25 +299,27 @@ def rate_curve_spec(cfg: DictConfig) -> tuple[rate_curve_lib.RateCurve, float | 
         path = inputs.expand(name, "workload.rate_curve.curve")
         if not path.is_absolute():  # relative to paths.root, as workload.path
             path = Path(settings.string(cfg, "paths.root", allow_none=True) or ".") / path
-    span = settings.number(
-        cfg, "workload.rate_curve.span_s", lo=1e-3, hi=workload.MAX_SPAN_S, allow_none=True
-    )
     return rate_curve_lib.load(str(path)), span
+
+
+CURVE_SLACK = 1.1  # a curve may reach this factor past the trace it modulates (not further)
 
 
 def _with_rate_curve(trace, span: float, curve_spec, seed: int, resample: bool):
     """The slice tiled to workload.rate_curve.span_s (if set) and its rate modulated by the
-    curve (workload/rate_curve.py); ConfigError where the curve does not reach the end."""
+    curve (workload/rate_curve.py); ConfigError where the curve does not reach the end, or
+    reaches more than 10% past it (only its start would apply, silently)."""
     curve, total = curve_spec
     if total is not None:
         rng = streams.rng(seed, streams.RATE_CURVE_TILES) if resample else None
         trace = rate_curve_lib.tile(trace, span, total, rng)
         span = total
-    if curve.span_s < span:
+    if not span <= curve.span_s <= span * CURVE_SLACK:
         raise ConfigError(
-            f"workload.rate_curve.curve: {curve.name} reaches {curve.span_s:g} s; the trace it "
-            f"modulates spans {span:g} s (expected a curve at least as long; "
-            f"workload.rate_curve.span_s tiles the slice to a length)"
+            f"workload.rate_curve.curve: {curve.name} spans {curve.span_s:,g} s; the trace it "
+            f"modulates spans {span:,g} s (expected a curve as long, within "
+            f"{CURVE_SLACK - 1:.0%}; workload.rate_curve.span_s={curve.span_s:g} repeats the "
+            f"slice over the whole curve)"
         )
     out = rate_curve_lib.modulate(trace, span, curve, streams.rng(seed, streams.RATE_CURVE))
     if len(out) == 0:
@@ -1222,8 +1237,10 @@ def _what_is_simulated(cfg: DictConfig, replay: TraceSlice | None, first, seeds)
         )
         span = float(first.arrival[-1])
         rate = f" ({len(first) / span:.3g} req/s)" if span > 0 else ""
+        curve = rate_curve_spec(cfg)
+        shaped = "" if curve is None else f" under rate curve {curve[0].name}"
         return (
-            f"synthetic {kind}: {len(first):,} requests over {span:,.0f} s{rate} "
+            f"synthetic {kind}{shaped}: {len(first):,} requests over {span:,.0f} s{rate} "
             f"(seed {settings.get(cfg, 'seed', 0)})"
         )
     src, keys = replay.source, []
@@ -1236,11 +1253,12 @@ def _what_is_simulated(cfg: DictConfig, replay: TraceSlice | None, first, seeds)
     else:
         part = None
     curve = rate_curve_spec(cfg)
-    n = len(first) if curve is None else None  # the curve's count is said last
-    if part:
-        text = f"{part} of {span:,.0f} s" + (f", {n:,} of {src.n_requests:,} requests" if n else "")
+    if curve is not None:  # the count after the curve is said last
+        text = f"{part or 'the whole trace'} of {span:,.0f} s"
+    elif part:
+        text = f"{part} of {span:,.0f} s, {len(first):,} of {src.n_requests:,} requests"
     else:
-        text = f"all {src.n_requests if n is None else n:,} requests, {span:,.0f} s"
+        text = f"all {len(first):,} requests, {span:,.0f} s"
     if replay.max_requests is not None and len(first) == replay.max_requests:
         keys.append("workload.max_requests")
     if replay.rate_scale != 1:

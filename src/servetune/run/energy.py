@@ -15,7 +15,9 @@ Kernels that do almost no arithmetic draw less: the same release's decode attent
 is charged somewhat more than it draws. `tests/integration/test_aic.py` holds the curve to those
 measurements. Other GPUs are assumed to draw the same fractions of their own TDP.
 
-u is the run's average over busy time, and the curve is concave, so a run mixing prefill-heavy
+u is over the GPUs' dense BF16 peak (hardware.py), also for FP8 weights, whose tensor cores
+run up to twice as fast: their u, and so their busy draw, is overstated. u is the run's
+average over busy time, and the curve is concave, so a run mixing prefill-heavy
 and decode-only iterations is charged a little more than iteration by iteration would give.
 Energy is over the same window as the cost (the provisioned time after the warm-up), at the
 run's average power.

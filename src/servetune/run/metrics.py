@@ -389,7 +389,8 @@ def compute_metrics(
     model_bytes and mean_in_system when no simulated time passed, useful_tokens_per_dollar when the
     cost is 0 (a price of 0), slo_attainment with no counted request, quality_failure_rate with no
     completed counted request, spec_acceptance_rate and spec_tokens_per_pass without a draft pass,
-    cost_per_qualifying_request_usd when nothing qualifies. Any other non-finite value raises
+    cost_per_qualifying_request_usd when nothing qualifies, joules_per_useful_token when no
+    token is useful, energy_cost_share when both costs are 0. Any other non-finite value raises
     ServetuneError.
 
     Quality (servetune.config.quality): n_quality_failed counts the completed counted requests that

@@ -3,18 +3,21 @@ replicas (`engine.n_instances`) that meets the SLO-attainment target at the traf
 
 The peak is the rate curve's highest multiplier (workload/rate_curve.py; 1 without a curve)
 held for the configured slice: a trace is replayed at that rate by `workload.replicas.rate`
-(thinning and shifted copies, so its bursts stay; every seed a replica), a synthetic workload
+(thinning and shifted copies, so its bursts stay; every seed a replica, seed 0 too, with the
+workload's other `workload.replicas.*` settings), a synthetic workload
 by scaling its rate (`workload.rate`, or `workload.vllm_bench.request_rate`). Each replica
 count is simulated over the configured seeds; it meets the target when the mean SLO
 attainment over the seeds does (the interval over them is reported). The search doubles the
 count from 1 until one meets the target, then bisects between the last that failed and the
 first that met it, so it simulates about 2 log2 N counts. Attainment is assumed not to fall as
-replicas are added (it does not, for a router that spreads load).
+replicas are added (it does not, for a router that spreads load). The cost is hardware.tp
+GPUs per replica at the hardware's price: a model cascade's pools are not sized here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -79,7 +82,13 @@ def peak_overrides(cfg) -> tuple[list[str], float]:
             if settings.get(cfg, "workload.vllm_bench") is not None
             else "workload.rate"
         )
-        out.append(f"{key}={settings.number(cfg, key, lo=0, hi=1e9) * peak!r}")
+        rate = settings.number(cfg, key, lo=0, hi=math.inf)
+        if not math.isfinite(rate):
+            raise ConfigError(
+                f"{key}: got {rate}; requests sent all at once have no rate for the rate "
+                f"curve's peak to scale (expected a finite request rate)"
+            )
+        out.append(f"{key}={rate * peak!r}")
     return out, peak
 
 

@@ -16,7 +16,31 @@ import math
 
 import numpy as np
 
+from servetune.config import settings
+from servetune.core.errors import ConfigError
+
 _FLOOR = 1e-9  # keeps log(useful tokens) finite when nothing qualifies
+
+
+def include_energy(cfg, pathwise: bool = False) -> bool:
+    """tune.objective.include_energy of `cfg` (false where absent), checked: electricity needs
+    a positive hardware.energy_price_usd_per_kwh, and the pathwise tuner's smoothed objective
+    has no energy term."""
+    on = settings.flag(cfg, "tune.objective.include_energy", False)
+    if not on:
+        return False
+    if pathwise:
+        raise ConfigError(
+            "tune.objective.include_energy: the pathwise tuner's smoothed objective has no "
+            "energy term; expected false with tune=pathwise (tune=es weighs energy)"
+        )
+    price = settings.get(cfg, "hardware.energy_price_usd_per_kwh", 0.0)
+    if isinstance(price, bool) or not isinstance(price, (int, float)) or not price > 0:
+        raise ConfigError(
+            f"tune.objective.include_energy: hardware.energy_price_usd_per_kwh is {price!r}; "
+            f"expected a positive price (USD per kWh) for the energy to weigh anything"
+        )
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +62,7 @@ class Objective:
         useful = max(float(metrics["useful_tokens"]), _FLOOR)
         dollars = float(metrics["cost_usd"])
         if self.include_energy:
-            dollars += float(metrics.get("energy_cost_usd", 0.0))
+            dollars += float(metrics["energy_cost_usd"])
         return math.log(useful) - math.log(max(dollars, _FLOOR))
 
     def violation(self, metrics: dict) -> float:

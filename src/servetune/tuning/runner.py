@@ -43,7 +43,7 @@ from servetune.tuning.evaluation import (
     verdicts,
 )
 from servetune.tuning.evaluator import Evaluator, MultiEvaluator
-from servetune.tuning.objective import Objective
+from servetune.tuning.objective import Objective, include_energy
 from servetune.tuning.sensitivity import CAPTION, measure
 from servetune.tuning.space import SearchSpace, constraints_for, space_from_config
 from servetune.tuning.split_overrides import (
@@ -137,24 +137,6 @@ def _mapping(t, key) -> dict:
     return OmegaConf.to_container(value)
 
 
-def _include_energy(cfg: DictConfig, pathwise: bool) -> bool:
-    """tune.objective.include_energy, checked: electricity needs a price, and the pathwise
-    tuner's smoothed objective has no energy term."""
-    on = _flag(cfg.tune, "objective.include_energy", False)
-    if on and pathwise:
-        raise ConfigError(
-            "tune.objective.include_energy: the pathwise tuner's smoothed objective has no "
-            "energy term; expected false with tune=pathwise (tune=es weighs energy)"
-        )
-    price = OmegaConf.select(cfg, "hardware.energy_price_usd_per_kwh", default=0.0)
-    if on and not (isinstance(price, (int, float)) and price > 0):
-        raise ConfigError(
-            f"tune.objective.include_energy: hardware.energy_price_usd_per_kwh is {price!r}; "
-            f"expected a positive price (USD per kWh) for the energy to weigh anything"
-        )
-    return on
-
-
 def settings_from_config(cfg: DictConfig) -> Settings:
     """Validated tuning settings from the `tune` section; errors name the `tune.<key>`."""
     t = cfg.get("tune")
@@ -183,7 +165,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
             slo_target=_num(t, "objective.slo_target", float, 0, 1),
             aggregate=_choice(t, "objective.aggregate", ("mean", "cvar")),
             cvar_alpha=_num(t, "objective.cvar_alpha", float, 1e-6, 1),
-            include_energy=_include_energy(cfg, pathwise_only),
+            include_energy=include_energy(cfg, pathwise_only),
         ),
         lambda_init=_num(t, "dual.lambda_init", float, 0, MAX_LAMBDA),
         lambda_learning_rate=_num(t, "dual.learning_rate", float, 0, MAX_LAMBDA),

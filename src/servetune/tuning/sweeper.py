@@ -22,9 +22,8 @@ import math
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from servetune.config import settings
 from servetune.core.errors import ConfigError
-from servetune.tuning.objective import Objective
+from servetune.tuning.objective import Objective, include_energy
 
 DEFAULT = "penalized"
 
@@ -60,7 +59,7 @@ def sweep_objective(cfg: DictConfig, metrics: list[dict]) -> float:
             slo_target=float(OmegaConf.select(cfg, "tune.objective.slo_target", default=0.99)),
             aggregate=str(OmegaConf.select(cfg, "tune.objective.aggregate", default="mean")),
             cvar_alpha=float(OmegaConf.select(cfg, "tune.objective.cvar_alpha", default=0.25)),
-            include_energy=settings.flag(cfg, "tune.objective.include_energy", False),
+            include_energy=include_energy(cfg),
         )
         per = np.array([obj.value(m) - penalty * obj.violation(m) for m in metrics])
         return obj.combine(per)

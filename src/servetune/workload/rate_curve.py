@@ -8,9 +8,13 @@ seeded circular offset of the slice, so the hours differ; the recorded seed repe
 `modulate`: with m(t) the curve's multiplier at time t and C = ceil(max m), the trace is
 superposed C times (the first copy as is, the others circularly shifted by seeded offsets, as
 `workload.replicas.rate` does) and each request of each copy is kept with probability
-m(t) / C at its arrival time t. The rate at t is then m(t) times the trace's own, in
-expectation; bursts and lengths stay those of the trace. Thinning is random, so every seed,
-the recorded one too, draws its own requests (stream `streams.RATE_CURVE`).
+m(t) / C at its arrival time t. In expectation over the offsets, the rate at t is
+m(t) (lambda(t) + (C - 1) lambda_bar) / C, with lambda(t) the trace's own rate at t and
+lambda_bar its mean: m(t) lambda(t) exactly where the curve stays at or below 1 (C = 1), and
+where the trace's rate is steady over its span (a recorded hour tiled over a day, a Poisson
+draw); a trace with its own trend has it flattened in the shifted copies. Bursts and lengths
+stay the trace's. Thinning is random, so every seed, the recorded one too, draws its own
+requests (stream `streams.RATE_CURVE`).
 
 A curve is a CSV of `time_s,multiplier` rows (lines starting with # are comments), times
 increasing from 0, multipliers finite and >= 0, linear between knots. It must reach the end of
@@ -33,6 +37,7 @@ from servetune.workload.traces import RequestTrace
 
 BUNDLED = {"azure_llm_2024_weekday": "azure_llm_2024_weekday_curve.csv"}
 MAX_MULTIPLIER = 1000.0  # copies superposed at most (C = ceil(max m))
+MAX_DRAWN = 1 << 26  # requests x copies drawn before thinning (memory bound)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,10 +143,16 @@ def tile(trace: RequestTrace, span: float, total_s: float, rng) -> RequestTrace:
 def modulate(trace: RequestTrace, span: float, curve: RateCurve, rng) -> RequestTrace:
     """The trace (arrivals in [0, span) s) with its rate multiplied by the curve: ceil(max m)
     circularly shifted copies (the first unshifted), each request kept with probability
-    m(t) / ceil(max m) (see the module docstring)."""
+    m(t) / ceil(max m) (the rate this gives: the module docstring)."""
     knots = curve.times_s[curve.times_s < span]
     peak = float(max(curve.at(np.append(knots, span)).max(), 1e-12))
     copies = max(1, math.ceil(peak))
+    if copies * len(trace) > MAX_DRAWN:
+        raise ConfigError(
+            f"workload.rate_curve.curve: {curve.name}'s peak {peak:g} superposes {copies} "
+            f"copies of {len(trace):,} requests, more than {MAX_DRAWN:,}; expected a lower "
+            f"peak or a shorter trace"
+        )
     idx, times = [], []
     for c in range(copies):
         offset = 0.0 if c == 0 else rng.uniform(0.0, span)

@@ -35,3 +35,15 @@ def test_the_tuner_weighs_energy_only_when_asked_and_priced():
                 ]
             )
         )
+
+
+def test_the_sweeper_weighs_energy_with_the_same_checks():
+    from servetune.tuning.sweeper import sweep_objective
+
+    metrics = [{**METRICS, "slo_attainment": 1.0}]
+    plain = sweep_objective(compose(["tune=es"]), metrics)
+    on = ["tune=es", "tune.objective.include_energy=true"]
+    priced = sweep_objective(compose([*on, "hardware.energy_price_usd_per_kwh=0.1"]), metrics)
+    assert plain - priced == pytest.approx(math.log(2.5 / 2.0))
+    with pytest.raises(ConfigError, match=r"^tune\.objective\.include_energy: hardware\."):
+        sweep_objective(compose(on), metrics)

@@ -83,6 +83,23 @@ def test_the_modulated_rate_follows_the_curve_window_by_window():
         assert 1e-4 < p < 1 - 1e-4, (k, count, expected)
 
 
+def test_the_shifted_copies_bring_the_trace_s_mean_rate_not_its_local_one():
+    # the stated expectation m(t) (lambda(t) + (C - 1) lambda_bar) / C on a trace with a
+    # trend: 2,000 requests all in the first 100 s of a 1,000 s span, a flat curve of 1.5 (C =
+    # 2). Inside: 2,000 x (1 + 0.1) x 0.75 = 1,650; outside: 2,000 x 0.9 x 0.75 = 1,350.
+    trace = uniform_trace(2000, 100.0)
+    curve = rate_curve.parse("time_s,multiplier\n0,1.5\n1000,1.5\n", "flat.csv")
+    inside, outside = [], []
+    for seed in range(100):  # the expectation is over the copy's offset: average seeds
+        out = rate_curve.modulate(trace, 1000.0, curve, np.random.default_rng(seed))
+        inside.append(np.sum(out.arrival < 100.0))
+        outside.append(len(out) - inside[-1])
+    # the offsets' sampling error over 100 seeds is ~2%; the claim's alternative,
+    # m(t) lambda(t), would put 3,000 inside and none outside
+    assert np.mean(inside) == pytest.approx(1650, rel=0.06)
+    assert np.mean(outside) == pytest.approx(1350, rel=0.06)
+
+
 def test_a_flat_curve_of_one_keeps_the_trace_and_of_two_doubles_it():
     trace = uniform_trace(500, 100.0)
     one = rate_curve.parse("time_s,multiplier\n0,1\n100,1\n", "one.csv")
@@ -97,7 +114,7 @@ def test_config_errors_name_the_key(tmp_path):
     short.write_text("time_s,multiplier\n0,1\n300,1\n")
     with pytest.raises(
         ConfigError,
-        match=r"^workload\.rate_curve\.curve: short reaches 300 s; "
+        match=r"^workload\.rate_curve\.curve: short spans 300 s; "
         r"the trace it modulates spans 600 s",
     ):
         scenario.build(api.compose([f"workload.rate_curve.curve={short}"]))
@@ -113,6 +130,33 @@ def test_config_errors_name_the_key(tmp_path):
                 [
                     "workload.rate_curve.curve=azure_llm_2024_weekday",
                     "workload.rate_curve.span_s=-5",
+                ]
+            )
+        )
+    # a day's curve over a 600 s slice would apply only its first 600 s: refused
+    with pytest.raises(
+        ConfigError,
+        match=r"^workload\.rate_curve\.curve: azure_llm_2024_weekday "
+        r"spans 86,400 s; the trace it modulates spans 600 s .*span_s=86400",
+    ):
+        scenario.build(api.compose(["workload.rate_curve.curve=azure_llm_2024_weekday"]))
+    with pytest.raises(
+        ConfigError,
+        match=r"^workload\.rate_curve\.span_s: got 100 without a "
+        r"curve",
+    ):
+        scenario.build(api.compose(["workload.rate_curve.span_s=100"]))
+    with pytest.raises(
+        ConfigError,
+        match=r"^workload\.rate_curve\.span_s: got 100; a synthetic "
+        r"workload is drawn over workload\.duration_s",
+    ):
+        scenario.build(
+            api.compose(
+                [
+                    "workload=poisson",
+                    "workload.rate_curve.curve=azure_llm_2024_weekday",
+                    "workload.rate_curve.span_s=100",
                 ]
             )
         )
