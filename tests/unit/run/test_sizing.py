@@ -65,7 +65,7 @@ def test_a_doubled_peak_needs_the_replica_one_instance_cannot_replace(tmp_path):
     # 20 req/s for 20 s under a flat curve of 2: 40 req/s at the peak, where one H100 reaches
     # 37-51% attainment and two reach 100%
     flat = tmp_path / "flat.csv"
-    flat.write_text("time_s,multiplier\n0,2\n100,2\n")
+    flat.write_text("time_s,multiplier\n0,2\n20,2\n")
     size = sizing.smallest_fleet(
         [
             "workload=poisson",
