@@ -103,7 +103,7 @@ COMMANDS: dict[str, How] = {
         "run", setup=REQUESTS
     ),
     "servetune simulate workload.duration_s=null workload.rate_curve.curve=azure_llm_2024_weekday "
-    "workload.rate_curve.span_s=86400": How("run", fast="workload.rate_curve.span_s=3600"),
+    "workload.rate_curve.span_s=86400": How("run", fast="workload.rate_scale=0.25"),
     "servetune --help": How("run"),
     "servetune simulate --help": How("run"),
     "servetune tune workload.rate_scale=4 workload.duration_s=1200 tune.iterations=8 "
