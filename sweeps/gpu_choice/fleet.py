@@ -3,7 +3,7 @@
     python sweeps/gpu_choice/fleet.py [--rates 4,8] [--seeds 2]     # about 20 minutes on 2 cores
 
 For each GPU of the study (cost=aic, vLLM's defaults for that GPU, the same slice of the Azure
-conversation trace) and each load (workload.rate_scale), `servetune.run.sizing.smallest_fleet`
+conversation trace) and each load (workload.rate_scale), `servetune.tuning.sizing.smallest_fleet`
 finds the smallest engine.n_instances whose mean SLO attainment over the seeds reaches 99%
 (round-robin routing, vLLM's default policy for the GPU); the table gives it, the fleet's
 dollars per hour at the catalog's price, and the attainment of one replica fewer.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from servetune.run import sizing
+from servetune.tuning import sizing
 
 GPUS = ("a100", "l40s", "rtx_pro_6000", "h100", "h200", "b200", "b300", "gb200", "gb300")
 SMALL_DEFAULTS = ("a100", "l40s")  # vLLM's 256 / 2,048 batch defaults (under 70 GiB, A100)

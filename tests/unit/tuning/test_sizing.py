@@ -1,4 +1,4 @@
-"""The static fleet size (servetune/run/sizing.py): the search against a known threshold, the
+"""The static fleet size (servetune/tuning/sizing.py): the search against a known threshold, the
 peak it sizes for, and one sizing run whose neighbours are checked to miss and meet the
 target."""
 
@@ -9,7 +9,8 @@ import math
 import pytest
 
 from servetune.core.errors import ConfigError
-from servetune.run import api, sizing
+from servetune.run import api
+from servetune.tuning import sizing
 
 
 @pytest.mark.parametrize("threshold", [1, 2, 3, 5, 17, 64])
