@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servetune.reporting.numbers import fmt
+from servetune.run import energy
 
 
 def summary(
@@ -197,7 +198,7 @@ def _energy_rows(m: dict) -> list[tuple[str, str]]:
     rows = [
         (
             "energy (kWh) / J per useful token / mean W",
-            f"{m['energy_j'] / 3.6e6:.3g} / {fmt(m['joules_per_useful_token'])} / "
+            f"{m['energy_j'] / energy.JOULES_PER_KWH:.3g} / {fmt(m['joules_per_useful_token'])} / "
             f"{m['mean_power_w']:,.0f}",
         )
     ]

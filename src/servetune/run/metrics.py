@@ -500,9 +500,15 @@ def _wasted(cols: dict, computed: np.ndarray) -> dict:
 def _instance_flops(work: np.ndarray, models: tuple) -> np.ndarray:
     """Model FLOPs [I] of each instance from its work counters ([I, 4]: iterations, tokens,
     context tokens read, attention work): 2 x parameters x tokens + attention."""
-    per_token = np.asarray([m.flops_per_token for m in models], np.float64)
-    per_attn = np.asarray([m.attn_flops_per_work for m in models], np.float64)
-    return per_token * work[:, 1] + per_attn * work[:, 3]
+    return (
+        _per_instance(models, "flops_per_token") * work[:, 1]
+        + _per_instance(models, "attn_flops_per_work") * work[:, 3]
+    )
+
+
+def _per_instance(models: tuple, name: str) -> np.ndarray:
+    """[I] field `name` of each instance's hardware.ModelWork."""
+    return np.asarray([getattr(m, name) for m in models], np.float64)
 
 
 def _utilization(work: np.ndarray, models: tuple, sim_s: float) -> dict:
@@ -520,7 +526,7 @@ def _utilization(work: np.ndarray, models: tuple, sim_s: float) -> dict:
             "mfu": float("nan"),
             "mbu": float("nan"),
         }
-    get = lambda name: np.asarray([getattr(m, name) for m in models], np.float64)
+    get = lambda name: _per_instance(models, name)
     iterations, tokens, ctx_read, _ = work.T
     flops = _instance_flops(work, models)
     moved = get("weight_bytes") * iterations + get("kv_bytes_per_token") * (ctx_read + tokens)
@@ -539,12 +545,11 @@ def _energy(
     useful token, its cost and share (none without the instances' hardware)."""
     if not spec.work or sim_s <= 0:
         return {}
-    get = lambda name: np.asarray([getattr(m, name) for m in spec.work], np.float64)
     joules = energy.instance_energy_j(
         np.asarray(st["busy_s"], np.float64).reshape(-1),
         _instance_flops(np.asarray(st["work"], np.float64), spec.work),
-        get("peak_flops"),
-        get("tdp_w"),
+        _per_instance(spec.work, "peak_flops"),
+        _per_instance(spec.work, "tdp_w"),
         sim_s,
         spec.idle_power_fraction,
     )

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from servetune.core.errors import ConfigError, TraceError
-from servetune.workload.replicas import circular, take
+from servetune.workload.replicas import circular, superpose, take
 from servetune.workload.traces import RequestTrace
 
 BUNDLED = {"azure_llm_2024_weekday": "azure_llm_2024_weekday_curve.csv"}
@@ -153,11 +153,4 @@ def modulate(trace: RequestTrace, span: float, curve: RateCurve, rng) -> Request
             f"copies of {len(trace):,} requests, more than {MAX_DRAWN:,}; expected a lower "
             f"peak or a shorter trace"
         )
-    idx, times = [], []
-    for c in range(copies):
-        offset = 0.0 if c == 0 else rng.uniform(0.0, span)
-        arrival = circular(trace, offset, span)
-        kept = np.flatnonzero(rng.random(len(trace)) < curve.at(arrival) / copies)
-        idx.append(kept)
-        times.append(arrival[kept])
-    return take(trace, np.concatenate(idx), np.concatenate(times))
+    return superpose(trace, span, copies, lambda arrival: curve.at(arrival) / copies, rng)

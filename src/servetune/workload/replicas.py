@@ -97,20 +97,29 @@ def block_bootstrap(
     return take(trace, pos % len(trace), arrival)
 
 
+def superpose(
+    trace: RequestTrace, span: float, copies: int, keep, rng: np.random.Generator
+) -> RequestTrace:
+    """`copies` circularly shifted copies of the trace over [0, span) s (the first unshifted,
+    the others by offsets drawn from `rng`), each request kept with probability keep(t) at its
+    arrival t in its copy (`keep`: arrivals [N] -> probabilities [N])."""
+    idx, times = [], []
+    for c in range(copies):
+        offset = 0.0 if c == 0 else rng.uniform(0.0, span)
+        arrival = circular(trace, offset, span)
+        kept = np.flatnonzero(rng.random(len(trace)) < keep(arrival))
+        idx.append(kept)
+        times.append(arrival[kept])
+    return take(trace, np.concatenate(idx), np.concatenate(times))
+
+
 def scale_rate(
     trace: RequestTrace, span: float, rate: float, rng: np.random.Generator
 ) -> RequestTrace:
     """ceil(rate) circularly shifted copies (the first unshifted), each request kept with
     probability rate / ceil(rate)."""
     copies = max(1, math.ceil(rate))
-    keep = rate / copies
-    idx, times = [], []
-    for c in range(copies):
-        offset = 0.0 if c == 0 else rng.uniform(0.0, span)
-        kept = np.flatnonzero(rng.random(len(trace)) < keep)
-        idx.append(kept)
-        times.append(circular(trace, offset, span)[kept])
-    return take(trace, np.concatenate(idx), np.concatenate(times))
+    return superpose(trace, span, copies, lambda arrival: rate / copies, rng)
 
 
 def resample_lengths(trace: RequestTrace, rng: np.random.Generator) -> RequestTrace:
