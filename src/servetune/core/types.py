@@ -60,6 +60,11 @@ WORK_COLUMNS = ("iterations", "tokens", "ctx_read", "attn_work")
 # The columns of a timeline sample (Timeline.samples, output.timeline): the start of the step
 # (seconds), then after it: requests waiting and running on the instance, tokens the step's
 # iteration computed, KV blocks in use, preemptions so far (the scenario's).
+# Autoscaling (engine/autoscale.py): a replica's phase, and the columns of the fleet's log
+REPLICA_OFF, REPLICA_SERVING, REPLICA_DRAINING = 0, 1, 2
+FLEET_LOG_COLUMNS = ("t_s", "provisioned", "cold", "draining", "desired")
+AUTOSCALE_METRICS = ("num_requests_waiting", "num_requests_running", "kv_cache_usage_perc")
+
 TIMELINE_COLUMNS = ("t_s", "queue_len", "running", "batch_tokens", "kv_blocks", "preemptions")
 
 # Model cascade: the tier a request was served on. LARGE: routed to the large pool; SMALL:
@@ -162,6 +167,15 @@ class EngineConfig:
       vllm_version: the vLLM release whose scheduling rules are simulated, "0.32" (the
         default) or "0.33" (a request that preempts itself under the priority policy no longer
         ends the scan of the running list: engine/priority.py).
+      autoscale: an autoscaler (engine/autoscale.py, Kubernetes HPA semantics) turns the
+        n_instances replicas on and off between params.fleet's min and max replicas; off (the
+        default), every instance serves throughout and the program has no fleet state.
+      autoscale_metric: the vLLM gauge it scales on, per replica: "num_requests_waiting",
+        "num_requests_running" or "kv_cache_usage_perc" (a fraction of KV blocks in use).
+      autoscale_history: recommendations kept for the stabilization windows (the longest
+        window must fit: history x interval seconds).
+      autoscale_log: rows of the fleet's log (Fleet.log: one per evaluation and per replica
+        that finished draining); the run stops with an error when they run out.
       cascade_small_instances: S > 0 runs a model cascade (engine/cascade.py): instances
         0..S-1 serve a small model, the rest a large one; arrivals whose predicted difficulty
         is at most policy.cascade_threshold go to the small pool, the others to the large pool,
@@ -203,6 +217,10 @@ class EngineConfig:
     async_scheduling: bool = False
     stream_interval: int = 1
     vllm_version: str = "0.32"
+    autoscale: bool = False
+    autoscale_metric: str = "num_requests_waiting"
+    autoscale_history: int = 64
+    autoscale_log: int = 0
     timeline_samples: int = 0  # periods of the per-iteration timeline (output.timeline); 0 = off
     width: int = 0
 
@@ -306,12 +324,31 @@ class CostParams(struct.PyTreeNode):
     #                                     its check's verdict (a failed one is retried then)
 
 
+class FleetParams(struct.PyTreeNode):
+    """The autoscaler's tunable numbers (engine/autoscale.py), as Kubernetes' HPA names them:
+    traced float leaves, scalar or batched [P]. Counts are whole numbers held as floats."""
+
+    min_replicas: jnp.ndarray  # [] fewest replicas provisioned (>= 1)
+    max_replicas: jnp.ndarray  # [] most replicas provisioned (<= engine.n_instances)
+    target: jnp.ndarray  # [] target average of the metric per replica (AverageValue)
+    tolerance: jnp.ndarray  # [] no scaling while |sum / (target x replicas) - 1| <= tolerance
+    interval_s: jnp.ndarray  # [] seconds between evaluations (HPA's sync period)
+    scale_up_window_s: jnp.ndarray  # [] scale-up stabilization window (seconds)
+    scale_down_window_s: jnp.ndarray  # [] scale-down stabilization window (seconds)
+    scale_up_pods: jnp.ndarray  # [] Pods policy: replicas added per evaluation at most
+    scale_up_percent: jnp.ndarray  # [] Percent policy: % of replicas added per evaluation
+    scale_down_pods: jnp.ndarray  # [] Pods policy: replicas removed per evaluation at most
+    scale_down_percent: jnp.ndarray  # [] Percent policy: % of replicas removed per evaluation
+    cold_start_s: jnp.ndarray  # [] seconds from a scale-up to the replica serving
+
+
 class Params(struct.PyTreeNode):
     """Everything traced that a scenario can vary without recompiling."""
 
     policy: PolicyParams
     cost: CostParams
     draft: CostParams | None = None  # the draft model's step cost (speculation), else None
+    fleet: FleetParams | None = None  # the autoscaler's numbers (engine.autoscale), else None
 
 
 class Workload(struct.PyTreeNode):
@@ -594,6 +631,25 @@ class SimState(struct.PyTreeNode):
     timeline: Timeline | None = None  # engine.timeline_samples > 0 only
     offered: jnp.ndarray | None = None  # [I] f64 async scheduling only: arrivals by this time
     #                                     (seconds) are offered at the instance's next iteration
+    fleet: Fleet | None = None  # engine.autoscale only (engine/autoscale.py)
+
+
+class Fleet(struct.PyTreeNode):
+    """The autoscaler's state (engine/autoscale.py). A replica is OFF, SERVING (cold until
+    ready_at) or DRAINING (no new requests; off once its last request ends)."""
+
+    phase: jnp.ndarray  # [I] i32 REPLICA_OFF / REPLICA_SERVING / REPLICA_DRAINING
+    ready_at: jnp.ndarray  # [I] f64 time the replica serves from (seconds; its cold start's end)
+    next_eval: jnp.ndarray  # [] f64 time of the next evaluation (seconds)
+    rec: jnp.ndarray  # [H] f64 past recommendations (replicas; nan: none yet), a ring
+    rec_t: jnp.ndarray  # [H] f64 their times (seconds; -inf: none yet)
+    n_evals: jnp.ndarray  # [] i32 evaluations so far
+    desired: jnp.ndarray  # [] f64 replicas the latest evaluation asked for
+    log: jnp.ndarray  # [L, 5] f64 FLEET_LOG_COLUMNS after each change of provisioned replicas
+    n_log: jnp.ndarray  # [] i32 rows written (more than L: the log ran out)
+    cold_s: jnp.ndarray  # [] f64 replica-seconds spent cold-starting (provisioned, not serving)
+    scale_ups: jnp.ndarray  # [] i32 replicas started
+    scale_downs: jnp.ndarray  # [] i32 replicas stopped (cold starts cut short included)
 
 
 class PrefixCache(struct.PyTreeNode):

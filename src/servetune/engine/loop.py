@@ -20,7 +20,7 @@ from servetune.core.types import (
     empty_entries,
     zero_stats,
 )
-from servetune.engine import cascade, timeline, width
+from servetune.engine import autoscale, cascade, timeline, width
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.grid import run_chunk_grid
 from servetune.engine.outbox import capacity as outbox_capacity
@@ -48,8 +48,14 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     )
     per_inst = jnp.zeros((cfg.n_instances,), jnp.int32) + zi
     stats = zero_stats(cfg.n_instances, histogram.BINS, zi)
+    fleet = None
+    clock = per_inst + zf
+    if cfg.autoscale:  # replicas beyond min_replicas start off (engine/autoscale.py)
+        assert params.fleet is not None
+        fleet = autoscale.init(autoscale.whole(params.fleet), cfg, zf)
+        clock = autoscale.initial_clock(fleet, clock)
     return SimState(
-        clock=per_inst + zf,
+        clock=clock,
         entries=entries,
         next_req=zi,
         outbox=empty_outbox(
@@ -68,6 +74,7 @@ def init_state(wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
         prefix=prefix_lib.init_cache(cfg, zi) if cfg.prefix_cache else None,
         timeline=timeline.empty(cfg, zf) if cfg.timeline_samples > 0 else None,
         offered=per_inst + zf if cfg.async_scheduling else None,
+        fleet=fleet,
     )
 
 

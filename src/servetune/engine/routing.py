@@ -20,9 +20,11 @@ Routers (`engine.routing`):
                route_w_work x predicted work (ktokens: remaining prompt + predicted output).
 With a model cascade (engine/cascade.py) a request's candidates are the instances of the pool
 its predicted difficulty picks (policy.cascade_threshold); the router chooses among them.
-Only instances with a free entry are candidates (if none has one, the arrivals wait and are
-counted as queue-window overflow). Ties go to the faster instance (byte rate, then FLOP rate,
-then KV capacity), then to the earlier listed; so, except for round_robin and p2c (defined by
+With an autoscaler (engine/autoscale.py) only the replicas serving at a request's arrival are
+candidates (not off, cold-starting or draining). Only instances with a free entry are
+candidates (if none has one, the arrivals wait and are counted as queue-window overflow).
+Ties go to the faster instance (byte rate, then FLOP rate, then KV capacity), then to the
+earlier listed; so, except for round_robin and p2c (defined by
 listing positions), results do not depend on the order the instances are listed in.
 """
 
@@ -33,7 +35,7 @@ import jax.numpy as jnp
 
 from servetune.core import ops
 from servetune.core.types import EMPTY, RUNNING, WAITING, EngineConfig, Params, SimState, Workload
-from servetune.engine import cascade, speculation
+from servetune.engine import autoscale, cascade, speculation
 from servetune.engine.arrivals import fill
 from servetune.engine.kv import blocks_for
 
@@ -101,12 +103,31 @@ def _router_value(cfg: EngineConfig, req, queue, kv, kv_total, work, pol, salt):
 def route(state: SimState, t, wl: Workload, params: Params, cfg: EngineConfig, search_window=None):
     """Route every request that arrived by t (at most engine.route_window per call) and put it
     into its instance's entries. Returns (entries [I, A], next_req, arrived requests left
-    unrouted, requests arrived by t, requests rejected on arrival)."""
-    n_inst, window = cfg.n_instances, cfg.route_window
-    n = wl.arrival.shape[0]
+    unrouted, requests arrived by t, requests rejected on arrival). Most steps have no arrival
+    to route: they skip the routing's [I, A] reads and writes (one scenario; under vmap both
+    sides run)."""
     n_arrived = jnp.minimum(
         ops.count_at_most(wl.arrival, t, state.next_req, search_window), wl.n
     ).astype(jnp.int32)
+
+    def nothing(state):
+        zero = jnp.zeros_like(state.next_req)
+        return state.entries, state.next_req, zero, zero
+
+    entries, next_req, left, rejected = jax.lax.cond(
+        n_arrived > state.next_req,
+        lambda state: _route_arrived(state, t, n_arrived, wl, params, cfg),
+        nothing,
+        state,
+    )
+    return entries, next_req, left, n_arrived, rejected
+
+
+def _route_arrived(state: SimState, t, n_arrived, wl: Workload, params: Params, cfg: EngineConfig):
+    """`route` where requests up to n_arrived have arrived by t: (entries [I, A], next_req,
+    arrived requests left unrouted, requests rejected on arrival)."""
+    n_inst, window = cfg.n_instances, cfg.route_window
+    n = wl.arrival.shape[0]
     pending = jnp.minimum(n_arrived - state.next_req, window)
     start = jnp.minimum(state.next_req, max(n - window, 0))
     offset = state.next_req - start
@@ -131,6 +152,9 @@ def route(state: SimState, t, wl: Workload, params: Params, cfg: EngineConfig, s
         kv = jnp.where(mid, jnp.maximum(state.mid_blocks, blocks), blocks) + add_blocks
         value = _router_value(cfg, req, q, kv, kv_total, work + add_work, pol, wl.salt)
         ok = room > 0
+        if cfg.autoscale:  # only replicas serving at its arrival (engine/autoscale.py)
+            assert state.fleet is not None
+            ok = ok & autoscale.serving_at(state.fleet, a)
         if cfg.cascade_small_instances > 0:
             ok = ok & cascade.pool_mask(small[offset + k], cfg)
         value = jnp.where(ok, value, jnp.inf)
@@ -192,4 +216,4 @@ def route(state: SimState, t, wl: Workload, params: Params, cfg: EngineConfig, s
     costs = jax.tree.map(lambda x: jnp.broadcast_to(x, (n_inst,)), cost)
     entries, rejected = jax.vmap(insert)(state.entries, jnp.arange(n_inst), costs)
     left = n_arrived - state.next_req - routed
-    return entries, state.next_req + routed, left, n_arrived, jnp.sum(rejected, dtype=jnp.int32)
+    return entries, state.next_req + routed, left, jnp.sum(rejected, dtype=jnp.int32)

@@ -20,7 +20,15 @@ from servetune.core.types import (
     SimState,
     Workload,
 )
-from servetune.engine import async_scheduling, pools, routing, speculation, statistics, timeline
+from servetune.engine import (
+    async_scheduling,
+    autoscale,
+    pools,
+    routing,
+    speculation,
+    statistics,
+    timeline,
+)
 from servetune.engine import outbox as outbox_lib
 from servetune.engine import prefix as prefix_lib
 from servetune.engine.abandon import abandon, next_give_up
@@ -140,6 +148,7 @@ def step(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Si
     Only for scenarios that are not done: the rollout's while_loop guarantees it (under vmap,
     JAX keeps finished members' carries), so no per-iteration select over the whole state.
     """
+    state = prepare(state, params, cfg)
     it = iteration(state, wl, params, cfg)
     return conclude(state, wl, params, cfg, it, ops.SEARCH_WINDOW)
 
@@ -157,6 +166,7 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
 
     With engine.leap_max > 0 the step also applies the run of uniform decode iterations that
     follows the first one (engine/leap.py); `info` then describes the first iteration only."""
+    state = prepare(state, params, cfg)
     it = iteration(state, wl, params, cfg)
     new = conclude(state, wl, params, cfg, it, ops.SEARCH_WINDOW)
     info = {
@@ -168,6 +178,14 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     info["req"] = jnp.where(info["tokens"] > 0, it.advanced.batch_req, -1)
     info["preempted"] = jnp.where(it.batch.preempted & ~state.done, it.advanced.batch_req, -1)
     return new, info
+
+
+def prepare(state: SimState, params: Params, cfg: EngineConfig) -> SimState:
+    """What happens between steps, before the earliest instance's: the autoscaler's evaluation
+    when one is due (engine/autoscale.py; nothing without engine.autoscale)."""
+    if not cfg.autoscale:
+        return state
+    return autoscale.before_step(state, params, cfg, state.clock[next_instance(state, cfg)])
 
 
 def iteration(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Iteration:
@@ -268,7 +286,10 @@ def conclude(
     t_next = jnp.where(busy, t + dur, wake)
     stalled = _stalled(advanced.e, busy, cfg) & ~advanced.released
     boundary = Boundary(t, dur, t_next, busy, stalled)
-    limit = _leap_limit(advanced, t_next, next_arrival, wl, remote, cfg, i)
+    limit = jnp.minimum(
+        _leap_limit(advanced, t_next, next_arrival, wl, remote, cfg, i),
+        autoscale.next_event(state, cfg),  # an evaluation sees the fleet at its time
+    )
     arrival = (
         next_arrival_of(
             wl,
@@ -422,8 +443,10 @@ def _wake_time(e: Entries, state: SimState, t, next_arrival, cfg: EngineConfig, 
     """When an idle instance iterates next (seconds): the next event that can give it work,
     or t when there is none (the scenario then ends or stalls). One instance: the next
     arrival. Several: also another instance's next boundary (it may route or hand on work),
-    and the landing of a request in transit to this one (a hand-off or a retry)."""
-    wake = jnp.where(next_arrival > t, next_arrival, jnp.inf)
+    and the landing of a request in transit to this one (a hand-off or a retry). With an
+    autoscaler, its next evaluation."""
+    later = lambda x: jnp.where(x > t, x, jnp.inf)
+    wake = jnp.minimum(later(next_arrival), later(autoscale.next_event(state, cfg)))
     if cfg.n_instances > 1:
         others = jnp.where(jnp.arange(cfg.n_instances) != i, state.clock, jnp.inf)
         wake = jnp.minimum(wake, jnp.min(jnp.where(others > t, others, jnp.inf)))
@@ -551,6 +574,11 @@ def _commit(
         t_end = jnp.min(clock)
     all_done = (arrived.next_req + leapt.taken >= wl.n) & jnp.all(entries.status == EMPTY)
     stuck = state.stuck.at[i].set(~boundary.busy & (clock[i] <= arrived.t))
+    fleet = state.fleet
+    if cfg.autoscale:  # a draining replica whose last request ended goes off; logs
+        assert fleet is not None
+        fleet, clock = autoscale.retire(fleet, clock, i, e, arrived.t, leapt.t_end)
+        t_end = jnp.min(clock)
     if cfg.n_instances > 1:  # every instance idle with nothing to wait for: nothing can move
         stalled = stalled | jnp.all(stuck)
         stats = stats.replace(invariants=statistics.breach(stats.invariants, (STALLED, stalled)))
@@ -568,4 +596,5 @@ def _commit(
         offered=async_scheduling.next_offered(
             state.offered, i, boundary.busy, arrived.t, leapt.t_end, cfg
         ),
+        fleet=fleet,
     )
