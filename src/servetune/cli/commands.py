@@ -87,6 +87,7 @@ def simulate_job(cfg: DictConfig):
         f"wrote {out}/metrics.json, metrics.csv, objective.json, vllm_bench.json"
         + (", requests.parquet" if cfg.output.request_table else "")
         + (", timeline.parquet" if result.timelines else "")
+        + (", fleet.parquet, fleet_hourly.parquet" if result.fleets else "")
         + f"  ({result.wall_s:.1f} s wall)"
     )
     return result, objective
@@ -94,8 +95,8 @@ def simulate_job(cfg: DictConfig):
 
 def _write_outputs(stage: Path, cfg: DictConfig, scenario, result) -> None:
     """Write a simulate run's files into `stage`: config_resolved.yaml, metrics.json,
-    vllm_bench.json, metrics.csv, requests.parquet (output.request_table) and timeline.parquet
-    (output.timeline)."""
+    vllm_bench.json, metrics.csv, requests.parquet (output.request_table), timeline.parquet
+    (output.timeline), fleet.parquet and fleet_hourly.parquet (fleet.autoscale)."""
     import pandas as pd
 
     n = len(result.metrics)
@@ -129,6 +130,13 @@ def _write_outputs(stage: Path, cfg: DictConfig, scenario, result) -> None:
             [t.assign(scenario=k) for k, t in enumerate(result.timelines)], ignore_index=True
         )
         write_whole(stage / "timeline.parquet", lambda tmp: table.to_parquet(tmp, index=False))
+    if result.fleets:  # fleet.autoscale: the replicas over time and per hour
+        for name, part in (("fleet.parquet", "replicas"), ("fleet_hourly.parquet", "hourly")):
+            table = pd.concat(
+                [f[part].assign(scenario=k) for k, f in enumerate(result.fleets)],
+                ignore_index=True,
+            )
+            write_whole(stage / name, lambda tmp, table=table: table.to_parquet(tmp, index=False))
 
 
 def save_detailed(cfg: DictConfig) -> bool | None:

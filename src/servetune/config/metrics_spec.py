@@ -15,7 +15,10 @@ class MetricsSpec:
     """What the metrics need beyond the simulation: SLOs, window, prices.
 
     slo_*: targets in seconds (None = not checked). warmup_s: arrivals before it are not counted.
-    price_per_gpu_hour: USD; n_gpus: GPUs provisioned; kv_blocks: KV capacity of the instance.
+    price_per_gpu_hour: USD; n_gpus: GPUs provisioned (with an autoscaler, at most);
+    gpus_per_replica: with an autoscaler (engine/autoscale.py), GPUs per replica: the cost is
+    then the replicas the fleet's log says were provisioned (0 = a fixed fleet of n_gpus).
+    kv_blocks: KV capacity of the instance.
     quality: the quality model and the scenario's precision (servetune.config.quality), or None
     (every completed request passes its task check).
     """
@@ -27,6 +30,7 @@ class MetricsSpec:
     price_per_gpu_hour: float
     n_gpus: int
     kv_blocks: int
+    gpus_per_replica: int = 0
     kv_compress_fail_prob: float = 0.0  # quality cost of KV compression (engine/pressure.py)
     quality: quality.QualitySpec | None = None
     cascade: cascade_lib.CascadeSpec | None = None  # model cascade (cascade_config), else None

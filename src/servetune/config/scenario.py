@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from servetune.config import aic, hardware, quality, settings
 from servetune.config import cascade as cascade_lib
+from servetune.config import fleet as fleet_lib
 from servetune.config.metrics_spec import MetricsSpec
 from servetune.config.policy import DEFAULTS, UNLIMITED, make_policy
 from servetune.core import inputs, streams
@@ -75,6 +76,7 @@ _SECTIONS = {
     "speculation": False,
     "quality": False,
     "cascade": False,
+    "fleet": False,
 }
 
 
@@ -1339,6 +1341,7 @@ def _metrics_section(
             cfg, "engine.kv_compress_fail_prob", lo=0, hi=1, default=0.0
         ),
         price_per_gpu_hour=price if casc is None else casc.price_per_gpu_hour,
+        gpus_per_replica=hw.tp if fleet_lib.enabled(cfg) else 0,
         n_gpus=hw.tp * engine.n_instances if casc is None else casc.n_gpus,
         kv_blocks=kv_blocks,
         quality=qspec,
@@ -1352,6 +1355,17 @@ def _metrics_section(
         ),
     )
     return spec, drain
+
+
+def _fleet_section(cfg: DictConfig, hw: _Hardware, traces) -> fleet_lib.FleetSetup | None:
+    """`fleet.*` (config/fleet.py), its cold start from one GPU's share of the weights and its
+    evaluations over the longest simulated span (last arrival plus window.drain_s)."""
+    if not fleet_lib.enabled(cfg):
+        return None
+    drain = settings.number(cfg, "window.drain_s", lo=0, hi=MAX_SECONDS)
+    span = max(float(tr.arrival[-1]) for tr in traces) + drain
+    per_gpu = hardware.weight_bytes(hw.model, hw.weight_bits) / hw.tp
+    return fleet_lib.read(cfg, per_gpu, span)
 
 
 def _instance_work(hw: _Hardware, engine: EngineConfig, casc) -> tuple:
@@ -1416,6 +1430,12 @@ def build(cfg: DictConfig) -> Scenario:
     cost, draft_cost, gpu_figures, kv_blocks, fit = _cost_section(cfg, hw)
     pol, points, order = _policy_section(cfg)
     engine = _engine_section(cfg, pol, hw, kv_blocks)
+    if fleet_lib.enabled(cfg):  # the autoscaler's replicas are the engine's instances
+        pools = engine.prefill_instances + settings.number(
+            cfg, "engine.cascade_small_instances", lo=0, integer=True, default=0
+        )
+        n_instances = fleet_lib.capacity(cfg, engine.n_instances, pools)
+        engine = dataclasses.replace(engine, n_instances=n_instances)
     price = settings.number(cfg, "hardware.price_per_gpu_hour", lo=0, hi=MAX_PRICE, allow_none=True)
     price = hw.gpu.price_per_gpu_hour if price is None else price
     hardware.check_price(price, "hardware.price_per_gpu_hour")
@@ -1426,6 +1446,14 @@ def build(cfg: DictConfig) -> Scenario:
     decided["scheduling_policy"] = _scheduling_policy(order, engine, casc is not None)
     cost = _with_links(cfg, cost, len(points))
     seeds, traces, preds, simulated = _traces_section(cfg, engine, qspec, casc)
+    fleet = _fleet_section(cfg, hw, traces)
+    if fleet is not None:
+        decided.update(
+            autoscale=True,
+            autoscale_metric=fleet.metric,
+            autoscale_history=fleet.history,
+            autoscale_log=fleet.log_rows,
+        )
     speculation = hw.draft is not None
     decided.update(_prefix_fields(cfg, engine, traces, kv_blocks, speculation, decided))
     spec, drain = _metrics_section(cfg, traces, hw, engine, price, kv_blocks, qspec, casc)
@@ -1448,7 +1476,12 @@ def build(cfg: DictConfig) -> Scenario:
             seeds=seeds,
             spec_alpha=None if hw.draft is None else hw.draft.acceptance,
         ),
-        params=Params(policy=pol, cost=cost, draft=_widen(draft_cost, len(points))),
+        params=Params(
+            policy=pol,
+            cost=cost,
+            draft=_widen(draft_cost, len(points)),
+            fleet=None if fleet is None else _widen(fleet.params, len(points)),
+        ),
         grid_points=points,
         engine=engine,
         metrics=spec,

@@ -308,5 +308,6 @@ def export_point(
         extra=extra,
         deploy=export.deployment(chosen.cfg, scenario),
         ranges=chosen.ranges,
+        fleet=export.fleet_values(scenario),
     )
     return chosen, paths

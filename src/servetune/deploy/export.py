@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,11 +28,12 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from servetune.config import fleet as fleet_lib
 from servetune.config import hardware
 from servetune.config.policy import BOUNDS, CAPS, DEFAULTS, FIELDS, FLOORED, ORDERS
 from servetune.core.errors import ConfigError
 from servetune.core.files import ensure_dir, write_json, write_text
-from servetune.deploy import neural_export
+from servetune.deploy import autoscaler_export, neural_export
 
 # Tuned keys that are not PolicyParams (none since spec_k became one; kept for engine settings).
 EXTRA_KEYS: dict[str, tuple[float, float]] = {}
@@ -174,6 +176,47 @@ def model_id(cfg: DictConfig) -> str:
             )
         return own
     return hardware.lookup(hardware.MODELS, OmegaConf.select(cfg, "model.name"), "model.name").hf_id
+
+
+def fleet_values(scenario) -> dict | None:
+    """{fleet key: value} of the scenario's autoscaler (the first policy point's numbers and
+    the metric), as deploy/autoscaler_export.py reads them; None without one."""
+    fleet = scenario.params.fleet
+    if fleet is None or not scenario.engine.autoscale:
+        return None
+    values = {
+        name: float(np.asarray(getattr(fleet, name)).reshape(-1)[0])
+        for name in fleet.__dataclass_fields__
+    }
+    return {**values, "metric": scenario.engine.autoscale_metric}
+
+
+def _split_fleet(values: Mapping[str, object], fleet: Mapping | None):
+    """(policy values, fleet values): the tuned "fleet.<key>" entries of `values` moved into
+    `fleet` (the scenario's, fleet_values), max_replicas held to the scenario's (the
+    simulated capacity) and min_replicas to max_replicas, as the tuner simulated them."""
+    tuned = {
+        k[len(fleet_lib.PREFIX) :]: v for k, v in values.items() if k.startswith(fleet_lib.PREFIX)
+    }
+    if not tuned:
+        return values, fleet
+    if fleet is None:
+        raise ConfigError(
+            f"{fleet_lib.PREFIX}{next(iter(tuned))}: a tuned autoscaler setting, but the run "
+            f"has no autoscaler (fleet.autoscale=false)"
+        )
+    merged = {**fleet, **{k: float(np.asarray(v).reshape(())) for k, v in tuned.items()}}
+    merged["max_replicas"] = min(merged["max_replicas"], float(fleet["max_replicas"]))
+    merged["min_replicas"] = min(merged["min_replicas"], merged["max_replicas"])
+    policy = {k: v for k, v in values.items() if not k.startswith(fleet_lib.PREFIX)}
+    return policy, merged
+
+
+def deployment_name(model: str) -> str:
+    """A Kubernetes Deployment name for the vLLM replicas of `model` (a Hugging Face id):
+    "vllm-" and the id's last part, lower case, other characters as "-", at most 63."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", model.rsplit("/", 1)[-1].lower()).strip("-")
+    return f"vllm-{slug}"[:63].rstrip("-")
 
 
 def deployment(cfg: DictConfig, scenario) -> dict:
@@ -726,9 +769,12 @@ def write_export(
     extra: dict | None = None,
     deploy: Mapping | None = None,
     ranges: Mapping[str, tuple[float, float]] | None = None,
+    fleet: Mapping | None = None,
 ) -> dict[str, Path]:
     """Write tuned_policy.yaml, vllm_args.json, sglang_args.json (args plus the "flags" command
-    line) and unmapped_knobs.json into `out_dir` (created; files there are replaced); with a
+    line) and unmapped_knobs.json into `out_dir` (created; files there are replaced); with an
+    autoscaler (`fleet`: fleet_values) also hpa.yaml and keda_scaledobject.yaml
+    (deploy/autoscaler_export.py, each validated against its published schema); with a
     neural score (values["score_net"]) also score_net.json (weights, feature names, units and
     scales) and priority.py (a dependency-free priority(request, engine) for a gateway). `extra`
     (e.g. the objective and scenario it was tuned on) goes into each JSON file under "extra" and
@@ -738,6 +784,7 @@ def write_export(
     Returns {name: path}. Every value is checked before anything is written, so a
     bad one (ConfigError naming its key) leaves no folder or file behind."""
     out_dir = Path(out_dir)
+    values, fleet = _split_fleet(values, fleet)
     paths = {
         name: out_dir / name
         for name in (
@@ -765,6 +812,13 @@ def write_export(
         "unmapped_knobs.json": {"unmapped": unmapped_knobs(values, order, engine, deploy)},
     }
     ensure_dir(out_dir)
+    if fleet is not None:  # validated before anything is written
+        model = (deploy or {}).get("model") or "model"
+        paths.update(
+            autoscaler_export.write_autoscaler(
+                out_dir, fleet, deployment_name(model), model_name=(deploy or {}).get("model")
+            )
+        )
     if values.get(NET_KEY) is not None:  # order neural: score_net.json and priority.py too
         eff = _effective(values, order)
         paths.update(

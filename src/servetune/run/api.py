@@ -13,6 +13,7 @@ from servetune.config.overrides import to_overrides
 from servetune.config.scenario import Scenario, build
 from servetune.core.errors import ConfigError, SimulationError, breaches
 from servetune.core.suggest import addition_problem, override_problem
+from servetune.run import fleet_metrics
 from servetune.run import metrics as metrics_lib
 from servetune.run.driver import rollout
 
@@ -58,6 +59,8 @@ class SimulationResult:
     table: one row per scenario with its
     seed, grid values and scalar metrics; wall_s: seconds of the rollout (compile included);
     timelines: [S x P] sampled timelines (metrics.timeline_table) with output.timeline, else [].
+    fleets: [S x P] with an autoscaler (fleet.autoscale), else []: per scenario
+    {"replicas": fleet_metrics.fleet_table, "hourly": fleet_metrics.hourly}.
     """
 
     scenario: Scenario
@@ -66,6 +69,7 @@ class SimulationResult:
     table: pd.DataFrame
     wall_s: float
     timelines: list = dataclasses.field(default_factory=list)
+    fleets: list = dataclasses.field(default_factory=list)
 
     def requests_table(self) -> pd.DataFrame:
         """Every scenario's requests in one table: `scenario` (the row of `table`), `seed` and
@@ -169,7 +173,7 @@ def simulate_batch(
     results = rollout(scenario.workloads, scenario.params, scenario.engine, n_real, progress)
     wall = time.perf_counter() - start
     check_invariants(results)
-    all_metrics, tables, rows, timelines = [], [], [], []
+    all_metrics, tables, rows, timelines, fleets = [], [], [], [], []
     for s, seed in enumerate(scenario.seeds):
         trace = scenario.traces[s]
         for p, point in enumerate(scenario.grid_points):
@@ -180,12 +184,24 @@ def simulate_batch(
             tables.append(columns)
             if results[s][p].timeline is not None:
                 timelines.append(metrics_lib.timeline_table(results[s][p].timeline))
+            if "fleet_log" in results[s][p].stats:  # fleet.autoscale
+                fleets.append(_fleet_tables(scenario, results[s][p], columns))
             row = {"seed": seed, **{f"policy.{k}": v for k, v in point.items()}}
             row.update({k: v for k, v in m.items() if not isinstance(v, dict)})
             rows.append(row)
     return SimulationResult(
-        scenario, all_metrics, RequestTables(tables), pd.DataFrame(rows), wall, timelines
+        scenario, all_metrics, RequestTables(tables), pd.DataFrame(rows), wall, timelines, fleets
     )
+
+
+def _fleet_tables(scenario: Scenario, res, columns) -> dict:
+    """The autoscaled fleet of one scenario over time and per hour (run/fleet_metrics.py)."""
+    spec = scenario.metrics
+    usd_per_replica_s = spec.price_per_gpu_hour * spec.gpus_per_replica / 3600.0
+    return {
+        "replicas": fleet_metrics.fleet_table(res.stats, usd_per_replica_s),
+        "hourly": fleet_metrics.hourly(columns, res.stats, usd_per_replica_s, res.clock_s),
+    }
 
 
 def simulate(

@@ -11,6 +11,7 @@ import math
 import jax
 import numpy as np
 
+from servetune.core.errors import ServetuneError
 from servetune.core.types import DONE, EMPTY, OUTSTANDING, EngineConfig, Params, SimState, Workload
 from servetune.engine import memory, width
 from servetune.engine.loop import init_batch, run_chunk_batch, widen_batch
@@ -102,6 +103,25 @@ def rollout(
     return results
 
 
+def fleet_state(fleet, s: int, p: int) -> dict:
+    """The autoscaler's totals and log of scenario (s, p) as stats entries (fleet_log: rows of
+    FLEET_LOG_COLUMNS in time order); an error when the log ran out of rows."""
+    rows = int(fleet.n_log[s, p])
+    log = np.asarray(fleet.log[s, p])
+    if rows > log.shape[0]:
+        raise ServetuneError(
+            f"the fleet's log needed {rows} rows and holds {log.shape[0]}: set fleet.log_rows "
+            f"to at least {rows}"
+        )
+    log = log[:rows]
+    return {
+        "fleet_log": log[np.argsort(log[:, 0], kind="stable")],
+        "fleet_cold_s": float(fleet.cold_s[s, p]),
+        "fleet_scale_ups": int(fleet.scale_ups[s, p]),
+        "fleet_scale_downs": int(fleet.scale_downs[s, p]),
+    }
+
+
 def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> ScenarioResult:
     # every record field of the results (the cascade tier with a cascade)
     fields = [f for f in record_fields(final.outbox) if RECORD[f].result]
@@ -132,7 +152,11 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
         for f in ("evictions", "insert_failed", "insert_deferred"):
             stats[f"prefix_{f}"] = int(getattr(final.prefix, f)[s, p])
         stats["prefix_lookups"] = np.asarray(final.prefix.lookups[s, p])
-    clock = float(np.max(final.clock[s, p]))
+    clocks = np.asarray(final.clock[s, p])
+    if final.fleet is not None:  # replicas that are off have no clock (engine/autoscale.py)
+        stats.update(fleet_state(final.fleet, s, p))
+        clocks = clocks[np.isfinite(clocks)]
+    clock = float(np.max(clocks)) if clocks.size else float("nan")
     clock_s = clock if math.isfinite(clock) else float("nan")
     if final.timeline is not None:
         out["timeline"] = np.asarray(final.timeline.samples[s, p])

@@ -21,7 +21,7 @@ from servetune.core.types import (
     REJECTED,
     TIMELINE_COLUMNS,
 )
-from servetune.run import energy
+from servetune.run import energy, fleet_metrics
 from servetune.run.driver import ScenarioResult
 from servetune.workload.traces import RequestTrace
 
@@ -404,11 +404,18 @@ def compute_metrics(
     window_s = float(trace.arrival[-1]) - spec.warmup_s
     if window_s <= 0:  # every counted request arrived at once (an offline batch)
         window_s = max(provisioned_s, 1e-9)
+    st = res.stats
     cost_usd = spec.price_per_gpu_hour * spec.n_gpus * provisioned_s / 3600.0
+    instance_s = sim_s  # seconds each instance was provisioned, on average
+    if spec.gpus_per_replica:  # an autoscaled fleet: the replicas its log says were provisioned
+        usd_per_replica_s = spec.price_per_gpu_hour * spec.gpus_per_replica / 3600.0
+        cost_usd = fleet_metrics.provisioned_replica_s(st, spec.warmup_s, sim_s) * (
+            usd_per_replica_s
+        )
+        instance_s = fleet_metrics.provisioned_replica_s(st, 0.0, sim_s) / np.size(st["busy_s"])
     cols = _columns(table)
     m = _core(cols, np.ones(len(trace), bool), window_s, cost_usd, spec.warmup_s)
     computed = cols["tokens_computed"].astype(np.float64)
-    st = res.stats
     hist = np.asarray(st["itl_hist"])
     itl_p50, itl_p90, itl_p99 = histogram.quantiles(hist, (0.5, 0.9, 0.99))
     m.update(
@@ -420,11 +427,11 @@ def compute_metrics(
             "cost_usd": cost_usd,
             # busy time over provisioned instance time (averaged over instances)
             "busy_fraction": (
-                float(np.sum(st["busy_s"])) / (sim_s * np.size(st["busy_s"]))
-                if sim_s > 0
+                float(np.sum(st["busy_s"])) / (instance_s * np.size(st["busy_s"]))
+                if instance_s > 0
                 else float("nan")
             ),
-            **_utilization(np.asarray(st["work"]), spec.work, sim_s),
+            **_utilization(np.asarray(st["work"]), spec.work, instance_s),
             **_wasted(cols, computed),
             # useful output per unit of compute: useful tokens / tokens computed (all requests)
             "useful_tokens_per_computed_token": (
@@ -445,7 +452,9 @@ def compute_metrics(
             **_engine_counts(st),
         }
     )
-    m.update(_energy(st, spec, sim_s, provisioned_s, m["useful_tokens"], cost_usd))
+    m.update(_energy(st, spec, sim_s, provisioned_s, m["useful_tokens"], cost_usd, instance_s))
+    if spec.gpus_per_replica:
+        m.update(fleet_metrics.fleet_metrics(st, spec.warmup_s, sim_s, usd_per_replica_s))
     m.update(_speculation_metrics(st))
     if "prefix_lookups" in st:  # prefix caching (engine/prefix.py), as vLLM 0.32 counts it
         m.update(_prefix_metrics(st))
@@ -539,22 +548,35 @@ def _utilization(work: np.ndarray, models: tuple, sim_s: float) -> dict:
 
 
 def _energy(
-    st: dict, spec: MetricsSpec, sim_s: float, provisioned_s: float, useful: float, cost: float
+    st: dict,
+    spec: MetricsSpec,
+    sim_s: float,
+    provisioned_s: float,
+    useful: float,
+    cost: float,
+    instance_s: float,
 ) -> dict:
     """run/energy.py's metrics of the run: energy over the provisioned window, joules per
-    useful token, its cost and share (none without the instances' hardware)."""
+    useful token, its cost and share (none without the instances' hardware). `instance_s`:
+    seconds each instance was provisioned on average (sim_s but for an autoscaled fleet, whose
+    replicas draw idle power only while provisioned)."""
     if not spec.work or sim_s <= 0:
         return {}
+    busy = np.asarray(st["busy_s"], np.float64).reshape(-1)
+    tdp = _per_instance(spec.work, "tdp_w")
     joules = energy.instance_energy_j(
-        np.asarray(st["busy_s"], np.float64).reshape(-1),
+        busy,
         _instance_flops(np.asarray(st["work"], np.float64), spec.work),
         _per_instance(spec.work, "peak_flops"),
-        _per_instance(spec.work, "tdp_w"),
+        tdp,
         sim_s,
         spec.idle_power_fraction,
-    )
+    ).sum()
+    if spec.gpus_per_replica:  # idle only while provisioned (one GPU model: tdp is uniform)
+        idle_s = max(instance_s * busy.size - busy.sum(), 0.0)
+        joules += (idle_s - (sim_s * busy.size - busy.sum())) * tdp[0] * spec.idle_power_fraction
     return energy.energy_metrics(
-        float(joules.sum()), sim_s, provisioned_s, useful, cost, spec.energy_price_usd_per_kwh
+        float(joules), sim_s, provisioned_s, useful, cost, spec.energy_price_usd_per_kwh
     )
 
 

@@ -151,6 +151,8 @@ RUN_ENTRIES = {
     "vllm_bench.json",
     "requests.parquet",
     "timeline.parquet",
+    "fleet.parquet",
+    "fleet_hourly.parquet",
     "jit_cache.json",
     "error.json",
     "report",

@@ -9,9 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from servetune.config import fleet as fleet_lib
 from servetune.config.policy import make_policy
 from servetune.config.scenario import Scenario
-from servetune.core.types import Params
+from servetune.core.types import FleetParams, Params
 from servetune.run import metrics as metrics_lib
 from servetune.run.api import check_invariants
 from servetune.run.driver import rollout
@@ -28,7 +29,21 @@ def _policy_values(scenario: Scenario) -> dict:
     if pol.score_net is not None:
         w = np.asarray(pol.score_net)
         out["score_net"] = w.reshape(-1, w.shape[-1])[0]
+    if scenario.params.fleet is not None:  # the autoscaler's numbers: "fleet.<key>"
+        fleet = scenario.params.fleet
+        for k in fleet.__dataclass_fields__:
+            out[fleet_lib.PREFIX + k] = float(np.asarray(getattr(fleet, k)).reshape(-1)[0])
     return out
+
+
+def fleet_params(values: Mapping[str, np.ndarray], capacity: int) -> FleetParams:
+    """FleetParams [P] from the "fleet.<key>" entries of `values` (arrays [P]): max_replicas
+    held to the engine's `capacity` (its instances) and min_replicas to max_replicas."""
+    get = lambda k: np.asarray(values[fleet_lib.PREFIX + k], np.float64)
+    most = np.minimum(get("max_replicas"), capacity)
+    fields = {k: get(k) for k in FleetParams.__dataclass_fields__}
+    fields.update(max_replicas=most, min_replicas=np.minimum(get("min_replicas"), most))
+    return FleetParams(**{k: jnp.asarray(v) for k, v in fields.items()})
 
 
 class Evaluator:
@@ -57,6 +72,7 @@ class Evaluator:
             for k, v in self.base.items()
         }
         merged.update({k: np.asarray(v, np.float64) for k, v in values.items()})
+        fleet = {k: merged.pop(k) for k in list(merged) if k.startswith(fleet_lib.PREFIX)}
         # the base values carry the order's score weights already: take them as given
         pol = make_policy(merged, order="neural" if "score_net" in merged else "parametric")
         widen = lambda tree: jax.tree.map(
@@ -67,6 +83,7 @@ class Evaluator:
             policy=pol,
             cost=widen(base.cost),
             draft=None if base.draft is None else widen(base.draft),
+            fleet=fleet_params(fleet, self.scenario.engine.n_instances) if fleet else None,
         )
 
     def __call__(self, values: Mapping[str, np.ndarray]) -> list[list[dict]]:

@@ -812,6 +812,7 @@ def _finish(
             },
             deploy=export.deployment(cfg, _first_scenario(evaluator)),
             ranges=st.space.ranges,
+            fleet=export.fleet_values(_first_scenario(evaluator)),
         )
         # the file's own warnings: they know the deployment (max_model_len) and the ranges
         for warning in json.loads((out_dir / "export" / "vllm_args.json").read_text())["warnings"]:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from servetune.config import fleet as fleet_lib
 from servetune.config.policy import BOUNDS, DEFAULTS, FIELDS
 from servetune.core.errors import ConfigError
 
@@ -52,7 +53,8 @@ class Dimension:
     def coordinate(self, value: float) -> float:
         """The z whose value is `value` (clipped just inside the bounds; a knob that is off,
         such as an unlimited cap, at the top of the range)."""
-        if value == FIELDS[self.key].off:  # an off knob starts where it binds least
+        if self.key in FIELDS and value == FIELDS[self.key].off:  # an off knob starts where
+            # it binds least
             value = math.inf
         if self.scale == "log":
             u = (math.log(max(value, self.low)) - math.log(self.low)) / (
@@ -158,7 +160,7 @@ class SearchSpace:
     def point(self, values: Mapping[str, float]) -> np.ndarray:
         """The z [size] of a policy (missing keys take the policy defaults; a network's
         weights come from values["score_net"])."""
-        z = [d.coordinate(float(values.get(d.key, DEFAULTS[d.key]))) for d in self.dims]
+        z = [d.coordinate(float(values.get(d.key, DEFAULTS.get(d.key)))) for d in self.dims]
         if self.net_size:
             w = np.asarray(values["score_net"], np.float64).reshape(-1)
             if w.shape != (self.net_size,):
@@ -177,43 +179,74 @@ def space_from_config(
 ) -> SearchSpace:
     """Build a SearchSpace from {key: {low, high, scale} or null (not tuned)} (plus net_size
     network weights); a key without a scale takes the policy table's (config/policy.FIELDS:
-    log for limits that span orders of magnitude). Errors name `tune.space.<key>`."""
+    log for limits that span orders of magnitude). `fleet` holds the autoscaler's keys the same
+    way (config/fleet.TUNABLE; tuned values name them "fleet.<key>"). Errors name
+    `tune.space.<key>`."""
     dims = []
     for key, d in (spec or {}).items():
+        if key == "fleet" and d is not None:
+            dims += _fleet_dims(d, f"{key_prefix}.fleet")
+            continue
         where = f"{key_prefix}.{key}"
         if d is None:  # null: not tuned (lets an experiment drop a key the tune config lists)
             continue
         if key not in DEFAULTS:
             raise ConfigError(
-                f"{where}: not a policy parameter; expected one of {sorted(DEFAULTS)}"
+                f"{where}: not a policy parameter; expected one of {sorted(DEFAULTS)} "
+                f"(or fleet: {{<fleet key>: ...}})"
             )
-        if not isinstance(d, Mapping) or not {"low", "high"} <= set(d):
-            raise ConfigError(
-                f"{where}: got {d!r}; expected {{low: ..., high: ..., scale: log|linear}}"
-            )
-        scale = d.get("scale", FIELDS[key].scale)  # the policy table's where none is named
-        try:
-            low, high = float(d["low"]), float(d["high"])
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"{where}: low/high must be numbers; got {d['low']!r}, {d['high']!r}"
-            ) from None
-        if scale not in ("log", "linear"):
-            raise ConfigError(f"{where}.scale: got {scale!r}; expected log or linear")
-        if not (math.isfinite(low) and math.isfinite(high) and low < high):
-            raise ConfigError(f"{where}: expected finite low < high; got [{low}, {high}]")
-        if scale == "log" and low <= 0:
-            named = "" if "scale" in d else f" (policy.{key}'s default scale)"
-            raise ConfigError(
-                f"{where}.low: got {low}; a log scale{named} needs low > 0 (or scale: linear)"
-            )
-        valid_lo, valid_hi = BOUNDS[key]
-        if low < valid_lo or high > valid_hi:
-            raise ConfigError(
-                f"{where}: got [{low:g}, {high:g}]; policy.{key} is valid within "
-                f"[{valid_lo:g}, {valid_hi:g}]"
-            )
-        dims.append(Dimension(key, low, high, scale))
+        dims.append(_dimension(key, d, where, FIELDS[key].scale, BOUNDS[key], f"policy.{key}"))
     if not dims and not net_size:
         raise ConfigError(f"{key_prefix}: empty; name at least one policy key to tune")
     return SearchSpace(tuple(dims), net_size, net_scale)
+
+
+def _fleet_dims(spec, where: str) -> list[Dimension]:
+    """The dimensions of tune.space.fleet: {fleet key: {low, high, scale} or null}."""
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{where}: got {spec!r}; expected {{<fleet key>: {{low, high}}}}")
+    dims = []
+    for key, d in spec.items():
+        if d is None:
+            continue
+        if key not in fleet_lib.TUNABLE:
+            raise ConfigError(
+                f"{where}.{key}: not a tunable fleet key; expected one of "
+                f"{sorted(fleet_lib.TUNABLE)}"
+            )
+        lo, hi, scale = fleet_lib.TUNABLE[key]
+        name = fleet_lib.PREFIX + key
+        dims.append(_dimension(name, d, f"{where}.{key}", scale, (lo, hi), name))
+    return dims
+
+
+def _dimension(key: str, d, where: str, default_scale: str, valid, named: str) -> Dimension:
+    """One Dimension from {low, high, scale}, checked: numbers, finite low < high, a log scale
+    above 0, within the key's `valid` (low, high) range; errors name `where`."""
+    if not isinstance(d, Mapping) or not {"low", "high"} <= set(d):
+        raise ConfigError(
+            f"{where}: got {d!r}; expected {{low: ..., high: ..., scale: log|linear}}"
+        )
+    scale = d.get("scale", default_scale)  # the key's own where none is named
+    try:
+        low, high = float(d["low"]), float(d["high"])
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{where}: low/high must be numbers; got {d['low']!r}, {d['high']!r}"
+        ) from None
+    if scale not in ("log", "linear"):
+        raise ConfigError(f"{where}.scale: got {scale!r}; expected log or linear")
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ConfigError(f"{where}: expected finite low < high; got [{low}, {high}]")
+    if scale == "log" and low <= 0:
+        default = "" if "scale" in d else f" ({named}'s default scale)"
+        raise ConfigError(
+            f"{where}.low: got {low}; a log scale{default} needs low > 0 (or scale: linear)"
+        )
+    valid_lo, valid_hi = valid
+    if low < valid_lo or high > valid_hi:
+        raise ConfigError(
+            f"{where}: got [{low:g}, {high:g}]; {named} is valid within "
+            f"[{valid_lo:g}, {valid_hi:g}]"
+        )
+    return Dimension(key, low, high, scale)

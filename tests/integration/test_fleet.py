@@ -1,0 +1,289 @@
+"""The autoscaler in the loop (engine/autoscale.py): every request ends once over random fleets,
+a fleet held at N replicas is today's N instances, a cold start that outlasts the load leaves
+the result of one replica, and changing the autoscaler's numbers does not recompile."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import yaml
+from helpers import linear_params, random_traces, trace_of
+
+from servetune.config.scenario import build, stack_workloads
+from servetune.core.errors import ConfigError
+from servetune.core.types import COMPLETED, EngineConfig, FleetParams
+from servetune.deploy import autoscaler_export, export
+from servetune.engine.loop import run_chunk_batch
+from servetune.run.api import compose, simulate_batch
+from servetune.run.driver import rollout
+from servetune.run.fleet_metrics import replicas_over_time
+from servetune.tuning import tune
+from servetune.tuning.space import space_from_config
+
+BASE = dict(
+    max_slots=8,
+    queue_window=16,
+    block_size=16,
+    max_model_len=512,
+    cost_form="linear",
+    outbox=64,
+    routing="jsq",
+)
+FIXED = EngineConfig(**BASE, n_instances=3)
+FLEET = EngineConfig(**BASE, n_instances=3, autoscale=True, autoscale_log=4096)
+
+
+def fleet_params(p=1, **kw):
+    """FleetParams [p]: HPA's defaults, scaled to a short run."""
+    base = dict(
+        min_replicas=1.0,
+        max_replicas=3.0,
+        target=2.0,
+        tolerance=0.1,
+        interval_s=1.0,
+        scale_up_window_s=0.0,
+        scale_down_window_s=5.0,
+        scale_up_pods=4.0,
+        scale_up_percent=100.0,
+        scale_down_pods=0.0,
+        scale_down_percent=100.0,
+        cold_start_s=2.0,
+    )
+    base.update(kw)
+    return FleetParams(
+        **{k: jnp.broadcast_to(jnp.asarray(v, jnp.float64), (p,)) for k, v in base.items()}
+    )
+
+
+def params(p=1, fleet=None):
+    """Params [p]: a linear cost where a replica serves about 10 requests/s."""
+    one = linear_params(base_s=0.01, per_decode_seq_s=0.002, per_prefill_token_s=0.0002)
+    batched = jax.tree.map(lambda x: jnp.broadcast_to(x, (p,)), one)
+    return dataclasses.replace(batched, fleet=fleet)
+
+
+def run(traces, prm, cfg):
+    wl = stack_workloads(traces, [t.output.astype(float) for t in traces], 1e6, cfg)
+    return rollout(wl, prm, cfg, [len(t) for t in traces])
+
+
+def _outcome(res):
+    return res.end_state, res.first_token, res.finish
+
+
+def test_every_request_ends_once_over_random_fleets():
+    rng = np.random.default_rng(7)
+    traces = random_traces(rng, n_traces=2, n=150)
+    p = 6
+    fp = fleet_params(
+        p,
+        min_replicas=rng.integers(1, 3, p).astype(float),
+        max_replicas=np.full(p, 3.0),
+        target=rng.uniform(0.5, 4.0, p),
+        interval_s=rng.uniform(0.2, 2.0, p),
+        scale_down_window_s=rng.uniform(0.0, 4.0, p),
+        scale_up_pods=rng.integers(1, 3, p).astype(float),
+        scale_down_percent=rng.uniform(10.0, 100.0, p),
+        cold_start_s=rng.uniform(0.0, 3.0, p),
+    )
+    results = run(traces, params(p, fp), FLEET)  # raises if a request is reported twice
+    scaled = 0
+    for s, row in enumerate(results):
+        for k, res in enumerate(row):
+            assert int(res.stats["invariants"]) == 0, (s, k)
+            assert np.all(res.end_state == COMPLETED), (s, k)
+            counts = replicas_over_time(res.stats)
+            serving = counts["provisioned"] - counts["draining"]
+            assert np.all(serving >= float(fp.min_replicas[k])), (s, k)
+            assert np.all(counts["provisioned"] <= FLEET.n_instances)
+            assert np.all(np.diff(counts["t_s"]) >= 0)
+            scaled += res.stats["fleet_scale_ups"] > 0 and res.stats["fleet_scale_downs"] > 0
+    assert scaled >= 3, "too few fleets scaled both ways to test anything"
+
+
+def test_a_fleet_held_at_n_replicas_is_n_instances():
+    traces = random_traces(np.random.default_rng(3), n_traces=1, n=200)
+    fixed = run(traces, params(), FIXED)[0][0]
+    held = run(traces, params(fleet=fleet_params(min_replicas=3.0, max_replicas=3.0)), FLEET)
+    held = held[0][0]
+    np.testing.assert_array_equal(fixed.end_state, held.end_state)
+    for a, b in zip(_outcome(fixed)[1:], _outcome(held)[1:], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(fixed.stats["busy_s"], held.stats["busy_s"], rtol=1e-12)
+    assert held.stats["fleet_scale_ups"] == 0 and held.stats["fleet_scale_downs"] == 0
+
+
+def _burst(n=60, until=1.0):
+    rng = np.random.default_rng(0)
+    arrival = np.sort(rng.uniform(0.0, until, n))
+    return trace_of([(a, int(rng.integers(20, 200)), int(rng.integers(20, 80))) for a in arrival])
+
+
+def test_no_request_reaches_a_replica_before_its_cold_start_ends():
+    """Arrivals end at 1 s; the replicas started at the first evaluation (0.5 s) serve from
+    100.5 s: every request is served by replica 0 alone, as by one instance."""
+    tr = _burst()
+    one = run([tr], params(), dataclasses.replace(FIXED, n_instances=1))[0][0]
+    cold = fleet_params(interval_s=0.5, target=1.0, cold_start_s=100.0)
+    slow = run([tr], params(fleet=cold), FLEET)[0][0]
+    assert slow.stats["fleet_scale_ups"] >= 1  # it did scale up, in vain
+    np.testing.assert_array_equal(one.end_state, slow.end_state)
+    np.testing.assert_allclose(one.finish, slow.finish, rtol=1e-12)
+    assert np.all(slow.stats["busy_s"][1:] == 0.0)
+    # a short cold start lets the new replicas take part, and the burst clears sooner
+    warm = run(
+        [tr], params(fleet=fleet_params(interval_s=0.5, target=1.0, cold_start_s=0.2)), FLEET
+    )
+    warm = warm[0][0]
+    assert np.all(warm.stats["busy_s"][1:] > 0.0)
+    assert np.max(warm.finish) < np.max(slow.finish)
+
+
+def test_new_autoscaler_numbers_do_not_recompile():
+    traces = random_traces(np.random.default_rng(5), n_traces=1, n=60)
+    run(traces, params(fleet=fleet_params(target=1.0)), FLEET)
+    compiled = run_chunk_batch._cache_size()
+    run(traces, params(fleet=fleet_params(target=3.0, interval_s=0.7, cold_start_s=0.1)), FLEET)
+    assert run_chunk_batch._cache_size() == compiled, "new autoscaler numbers recompiled"
+
+
+# ---- through the config: fleet.* keys, the cost of what was provisioned ----
+
+SMALL = [
+    "workload=poisson",
+    "workload.rate=12",
+    "workload.duration_s=120",
+    "workload.prompt.mean=300",
+    "workload.output.mean=80",
+    "engine.routing=jsq",
+]
+
+
+def test_a_fixed_fleet_costs_what_n_instances_cost_and_autoscaling_less():
+    fixed = simulate_batch(build(compose(SMALL + ["engine.n_instances=3"]))).metrics[0]
+    held = simulate_batch(
+        build(
+            compose(
+                SMALL + ["fleet.autoscale=true", "fleet.min_replicas=3", "fleet.max_replicas=3"]
+            )
+        )
+    ).metrics[0]
+    for key in ("cost_usd", "goodput_rps", "ttft_p99_s", "energy_j", "busy_fraction", "mfu"):
+        assert held[key] == pytest.approx(fixed[key], rel=1e-9), key
+    assert held["mean_replicas"] == pytest.approx(3.0)
+    scaled = simulate_batch(
+        build(
+            compose(
+                SMALL
+                + [
+                    "fleet.autoscale=true",
+                    "fleet.max_replicas=3",
+                    "fleet.metric=num_requests_running",
+                    "fleet.target=8",
+                    "fleet.cold_start_s=20",
+                ]
+            )
+        )
+    ).metrics[0]
+    assert 1.0 < scaled["mean_replicas"] < 3.0
+    assert scaled["cost_usd"] < fixed["cost_usd"]
+    assert scaled["cold_start_replica_s"] == pytest.approx(20.0 * scaled["scale_ups"])
+    # what a replica-second costs: the H100's price per hour
+    per_s = scaled["cost_usd"] / (scaled["replica_hours"] * 3600.0)
+    assert per_s == pytest.approx(build(compose(SMALL)).labels["price_per_gpu_hour"] / 3600.0)
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["fleet.min_replicas=5", "fleet.max_replicas=3"], r"fleet\.min_replicas"),
+        (["fleet.max_replicas=1"], r"fleet\.max_replicas"),
+        (["fleet.interval_s=0"], r"fleet\.interval_s"),
+        (["fleet.interval_s=-5"], r"fleet\.interval_s"),
+        (["fleet.target=0"], r"fleet\.target"),
+        (["fleet.metric=gpu_util"], r"fleet\.metric"),
+        (["fleet.metric=kv_cache_usage_perc", "fleet.target=80"], r"fleet\.target"),
+        (["fleet.cold_start_s=1000"], r"fleet\.cold_start_s"),
+        (["fleet.acquire_s=5000"], r"fleet\.acquire_s"),
+        (["fleet.load_gb_per_s=0"], r"fleet\.load_gb_per_s"),
+        (["fleet.scale_down_window_s=2000"], r"fleet\.scale_down_window_s"),
+        (["fleet.scale_up_pods=1.5"], r"fleet\.scale_up_pods"),
+        (["fleet.scale_down_percent=150"], r"fleet\.scale_down_percent"),
+        (["engine.n_instances=2"], r"engine\.n_instances"),
+        (["engine.n_instances=5", "engine.prefill_instances=1"], r"fleet\.autoscale"),
+        (["+fleet.max_replica=3"], r"fleet\.max_replica"),
+    ],
+)
+def test_bad_fleet_settings_are_refused_by_key(overrides, key):
+    with pytest.raises(ConfigError, match=key):
+        build(
+            compose(
+                SMALL
+                + ["workload.duration_s=60", "window.drain_s=300", "fleet.autoscale=true"]
+                + overrides
+            )
+        )
+
+
+def test_the_export_writes_the_autoscaler_beside_the_vllm_arguments(tmp_path):
+    cfg = compose(
+        SMALL
+        + ["fleet.autoscale=true", "fleet.max_replicas=6", "fleet.target=3", "fleet.tolerance=0.2"]
+    )
+    scenario = build(cfg)
+    fleet = export.fleet_values(scenario)
+    assert fleet["max_replicas"] == 6.0 and fleet["metric"] == "num_requests_waiting"
+    paths = export.write_export(
+        tmp_path / "export", {}, "fcfs", {}, deploy=export.deployment(cfg, scenario), fleet=fleet
+    )
+    hpa = yaml.safe_load(paths["hpa"].read_text())
+    keda = yaml.safe_load(paths["keda"].read_text())
+    autoscaler_export.validate(hpa, "HorizontalPodAutoscaler")
+    autoscaler_export.validate(keda, "ScaledObject")
+    assert hpa["spec"]["maxReplicas"] == 6 and keda["spec"]["maxReplicaCount"] == 6
+    assert (
+        hpa["spec"]["scaleTargetRef"]["name"] == "vllm-meta-llama-3-8b"
+    )  # meta-llama/Meta-Llama-3-8B
+    assert (tmp_path / "export" / "vllm_args.json").is_file()
+    # without an autoscaler, no autoscaler files
+    plain = export.write_export(tmp_path / "plain", {}, "fcfs", {}, fleet=None)
+    assert "hpa" not in plain and not (tmp_path / "plain" / "hpa.yaml").exists()
+
+
+def test_the_tuner_moves_the_autoscaler_with_the_engine_and_exports_it(tmp_path):
+    res = tune(
+        SMALL
+        + [
+            "workload.duration_s=60",
+            "window.drain_s=60",
+            "output.progress=false",
+            "tune.pairs=2",
+            "tune.eval.seeds=0",
+            "tune.eval.sensitivity=false",
+            "tune.iterations=1",
+            "fleet.autoscale=true",
+            "fleet.max_replicas=3",
+            "fleet.cold_start_s=10",
+            "tune.space.max_num_batched_tokens=null",
+            "tune.space.watermark=null",
+            "tune.space.queue_cap=null",
+            "tune.space.fleet={target: {low: 0.5, high: 16}, max_replicas: {low: 1, high: 3}}",
+        ],
+        out_dir=tmp_path,
+        log=lambda _: None,
+    )
+    assert {"max_num_seqs", "fleet.target", "fleet.max_replicas"} <= set(res.best)
+    hpa = yaml.safe_load((tmp_path / "export" / "hpa.yaml").read_text())
+    assert hpa["spec"]["maxReplicas"] == int(np.floor(res.best["fleet.max_replicas"] + 0.5))
+    target = autoscaler_export.quantity_number(
+        hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
+    )
+    assert target == pytest.approx(res.best["fleet.target"], rel=1e-3)
+    policy = yaml.safe_load((tmp_path / "export" / "tuned_policy.yaml").read_text())
+    assert not any(k.startswith("fleet") for k in policy)
+    with pytest.raises(ConfigError, match=r"tune\.space\.fleet\.cold_start_s: not a tunable"):
+        space_from_config({"fleet": {"cold_start_s": {"low": 1, "high": 2}}})
+    with pytest.raises(ConfigError, match=r"tune\.space\.fleet\.target: got \[0, 1\]"):
+        space_from_config({"fleet": {"target": {"low": 0, "high": 1, "scale": "linear"}}})
