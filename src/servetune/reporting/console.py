@@ -116,8 +116,8 @@ def best_table(best: pd.DataFrame) -> Table:
 
 
 def print_report(rep, console: Console | None = None) -> None:
-    """The points table, the best setting per condition, the verdicts, the timeline and the
-    files written."""
+    """The points table, the best setting per condition, the verdicts, the timeline, the
+    fleet (an autoscaled run) and the files written."""
     console = console or Console()
     console.print(
         points_table(
@@ -139,6 +139,13 @@ def print_report(rep, console: Console | None = None) -> None:
             else f"timeline: {tl.note}"
         )
         console.print(text, highlight=False, soft_wrap=True, markup=False)
+    fl = getattr(rep, "fleet", None)
+    if fl is not None:  # an autoscaled run (reporting/fleet.py)
+        if fl.table is not None:
+            line = f"fleet: run {fl.run} in fig_fleet.png and report.html"
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
+        if fl.note:
+            console.print(f"fleet: {fl.note}", highlight=False, soft_wrap=True, markup=False)
     console.print(
         f"wrote {rep.out_dir}/: " + ", ".join(p.name for p in rep.files),
         highlight=False,

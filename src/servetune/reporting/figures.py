@@ -2,7 +2,8 @@
 combination of the other keys (error bars +- std over seeds; the shaded band, or the pale bar
 where a line has one point, the bootstrap confidence interval of the mean over seeds); the
 Pareto front of value against P99 latency (fig_pareto.png), the latency CDFs of the points
-(fig_latency_cdf.png) and one run's timeline (fig_timeline.png). Latencies are drawn in ms;
+(fig_latency_cdf.png), one run's timeline (fig_timeline.png) and its autoscaled fleet
+(fig_fleet.png). Latencies are drawn in ms;
 an axis is logarithmic where its positive values span more than 1.5 decades (units.log_scale),
 with ticks at 1-2-5 steps labelled as plain numbers, and no axis has an offset (ticks.py).
 """
@@ -20,6 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from servetune.core.files import write_whole
+from servetune.reporting import fleet as fleets
 from servetune.reporting.choose import FRONT_PANELS, condition_groups, fronts, targets_s
 from servetune.reporting.labels import front_labels, place
 from servetune.reporting.numbers import fmt
@@ -449,3 +451,111 @@ def draw_timeline(tl, out_dir: Path) -> Path | None:
     timeline table."""
     fig = timeline_png(tl)
     return None if fig is None else _save(fig, Path(out_dir) / "fig_timeline.png")
+
+
+# --------------------------------------------------------------------------- fleet
+
+# the stacked states of the provisioned replicas: (column, legend name, colour)
+FLEET_STATES = (
+    ("serving", "serving", "#2ca02c"),
+    ("cold", "cold-starting", "#1f77b4"),
+    ("draining", "draining", "#ff7f0e"),
+)
+
+
+def _fleet_replicas(ax, fl) -> None:
+    """Panel (a) of fig_fleet.png: serving, cold-starting and draining replicas stacked as
+    steps, provisioned as a line, desired dashed, against hours."""
+    base = None
+    for col, name, colour in FLEET_STATES:
+        t, v = fleets.step_series(fl, col)
+        lo = np.zeros_like(v) if base is None else base
+        ax.fill_between(
+            t / fleets.HOUR_S, lo, lo + v, step="post", color=colour, alpha=0.45, lw=0, label=name
+        )
+        base = lo + v
+    t, prov = fleets.step_series(fl, "provisioned")
+    ax.step(t / fleets.HOUR_S, prov, where="post", color="k", lw=1.3, label="provisioned")
+    t, want = fleets.step_series(fl, "desired")
+    ax.step(
+        t / fleets.HOUR_S, want, where="post", color="#d62728", lw=1.2, ls="--", label="desired"
+    )
+    ax.set_ylim(0, max(float(np.nanmax(prov)), float(np.nanmax(want)), 1.0) * 1.15)
+    ax.set_ylabel("replicas", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", ncol=5)
+
+
+def _fleet_cost(ax, fl) -> None:
+    """Panel (b) of fig_fleet.png: the cumulative cost of the provisioned replicas (USD)."""
+    t, cost = fleets.cost_curve(fl)
+    ax.plot(t / fleets.HOUR_S, cost, color="#9467bd", lw=1.3)
+    ax.set_ylabel("cumulative cost (USD)", fontsize=8)
+
+
+def _fleet_hourly(ax, fl) -> None:
+    """Panel (c) of fig_fleet.png: the SLO attainment per hour (line with markers, at the
+    middle of the part of the hour the run covers) and, on a twin axis, the mean replicas
+    provisioned per hour (bars)."""
+    start, width = fleets.hour_spans(fl)
+    twin = ax.twinx()
+    twin.bar(
+        start / fleets.HOUR_S,
+        fl.hourly["mean_replicas"],
+        width=width / fleets.HOUR_S,
+        align="edge",
+        color="0.6",
+        alpha=0.35,
+        label="mean replicas",
+    )
+    twin.set_ylabel("mean replicas (per hour)", fontsize=8)
+    twin.set_ylim(bottom=0)
+    ax.set_zorder(twin.get_zorder() + 1)  # the attainment line above the bars
+    ax.patch.set_visible(False)
+    ax.plot(
+        (start + width / 2) / fleets.HOUR_S,
+        fl.hourly["slo_attainment"],
+        marker="o",
+        color="#17becf",
+        lw=1.3,
+        label="SLO attainment",
+    )
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("SLO attainment (per hour)", fontsize=8)
+    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, fontsize=7, loc="lower left")
+
+
+def fleet_panels(fl) -> list:
+    """The panels of the fleet figure that the fleet's files allow, in order: ("replicas",
+    "cost") with its table, ("hourly",) with its hourly table."""
+    return (["replicas", "cost"] if fl.table is not None else []) + (
+        ["hourly"] if fl.hourly is not None else []
+    )
+
+
+def fleet_png(fl) -> Figure | None:
+    """The Figure of fig_fleet.png (see draw_fleet); None without a fleet or anything of it
+    that could be read."""
+    if fl is None or not fleet_panels(fl):
+        return None
+    panels = fleet_panels(fl)
+    fig = Figure(figsize=(13, 2.8 * len(panels) + 0.8), layout="constrained")
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    draw_panel = {"replicas": _fleet_replicas, "cost": _fleet_cost, "hourly": _fleet_hourly}
+    for ax, name in zip(axes, panels, strict=True):
+        draw_panel[name](ax, fl)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("simulated time (h)")
+    fig.suptitle(fleets.title(fl), fontsize=10)
+    return fig
+
+
+def draw_fleet(fl, out_dir: Path) -> Path | None:
+    """fig_fleet.png: one run's autoscaled fleet against simulated time (hours): (a) its
+    serving, cold-starting and draining replicas stacked as steps, provisioned (line) and
+    desired (dashed); (b) the provisioned replicas' cumulative cost (USD); (c) the SLO
+    attainment per hour with the mean replicas per hour (bars, right axis); the title names
+    the run and its totals (replica-hours, cost, cold-start replica-hours). None when the run
+    had no autoscaler or neither of its fleet files could be read."""
+    fig = fleet_png(fl)
+    return None if fig is None else _save(fig, Path(out_dir) / "fig_fleet.png")

@@ -441,9 +441,9 @@ def _head(meta: dict) -> str:
     )
 
 
-def _choice_section(points, best, conditions, settings, cdfs, timeline) -> list[str]:
-    """Which setting and why: the best per condition, the Pareto front, the latency CDFs and
-    the timeline (or how to get one)."""
+def _choice_section(points, best, conditions, settings, cdfs, timeline, fleet=None) -> list[str]:
+    """Which setting and why: the best per condition, the Pareto front, the latency CDFs,
+    the timeline (or how to get one) and, for a run with an autoscaler, its fleet."""
     from servetune.reporting.choose import SETTING_GROUPS
     from servetune.reporting.html_figures import cdf_figure, pareto_figure, timeline_figure
 
@@ -491,6 +491,29 @@ def _choice_section(points, best, conditions, settings, cdfs, timeline) -> list[
         parts.append(
             f"<p class='note' id='servetune-timeline-note'>{html_lib.escape(timeline.note)}</p>"
         )
+    return parts + _fleet_section(fleet)
+
+
+def _fleet_section(fleet) -> list[str]:
+    """The autoscaled fleet of the timeline's run: its figure (fleet.parquet and
+    fleet_hourly.parquet) and the note on a file that could not be read; nothing for a run
+    without an autoscaler (fleet None)."""
+    from servetune.reporting.html_figures import fleet_figure
+
+    if fleet is None:
+        return []
+    parts = [
+        "<h3>Fleet</h3><p class='note'>The autoscaler's replicas over simulated time "
+        "(serving, cold-starting and draining stacked; provisioned, the replicas paid for; "
+        "desired, what it last asked for), their cumulative cost, and the SLO attainment of "
+        "each hour's arrivals with the mean replicas of that hour. The fleet is logged at "
+        "each evaluation, when a replica's cold start ends and when it finishes draining.</p>"
+    ]
+    fig = fleet_figure(fleet)
+    if fig is not None:
+        parts.append(embed(fig, "fig-fleet"))
+    if fleet.note:
+        parts.append(f"<p class='note' id='servetune-fleet-note'>{html_lib.escape(fleet.note)}</p>")
     return parts
 
 
@@ -505,14 +528,16 @@ def page(
     settings: list = (),
     cdfs: dict | None = None,
     timeline=None,
+    fleet=None,
 ) -> str:
     """The whole HTML document (plotly.js inlined; nothing is fetched from the network): the
-    facts, which setting and why (best, Pareto front, CDFs, timeline), the verdicts, a figure
-    per point key, the points table and the data."""
+    facts, which setting and why (best, Pareto front, CDFs, timeline, the autoscaled fleet of
+    the timeline's run where it has one), the verdicts, a figure per point key, the points
+    table and the data."""
     parts = [_head(meta)]
     facts = [f"<b>{html_lib.escape(k)}</b>: {html_lib.escape(str(v))}" for k, v in meta.items()]
     parts.append("<p>" + "<br>".join(facts) + "</p>")
-    parts += _choice_section(points, best, list(conditions), list(settings), cdfs, timeline)
+    parts += _choice_section(points, best, list(conditions), list(settings), cdfs, timeline, fleet)
     parts.append("<h2>Which points can be told apart</h2><ul>")
     parts += [f"<li>{html_lib.escape(line)}</li>" for line in verdict_lines] or [
         "<li>one point: nothing to compare</li>"

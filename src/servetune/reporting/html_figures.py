@@ -1,5 +1,6 @@
 """The report page's answer figures (plotly): the Pareto front of value against P99 latency
-per condition, the latency CDFs of the points and one run's timeline. Latencies in ms; an
+per condition, the latency CDFs of the points, one run's timeline and its autoscaled fleet.
+Latencies in ms; an
 axis starts logarithmic where its values span more than 1.5 decades, and buttons switch it."""
 
 from __future__ import annotations
@@ -9,8 +10,16 @@ import html as html_lib
 import numpy as np
 import pandas as pd
 
+from servetune.reporting import fleet as fleets
 from servetune.reporting.choose import FRONT_PANELS, condition_groups, fronts, targets_s
-from servetune.reporting.figures import TIMELINE_PANELS, cdf_order, dash, style_names
+from servetune.reporting.figures import (
+    FLEET_STATES,
+    TIMELINE_PANELS,
+    cdf_order,
+    dash,
+    fleet_panels,
+    style_names,
+)
 from servetune.reporting.labels import PLOTLY_POSITIONS, front_labels, place
 from servetune.reporting.latency import thin
 from servetune.reporting.numbers import fmt
@@ -408,5 +417,158 @@ def timeline_figure(tl):
             "font": {"size": 13},
         },
         legend={"groupclick": "togglegroup"},
+    )
+    return fig
+
+
+def _changes(v: np.ndarray) -> np.ndarray:
+    """Which points of a step line (each value held until the next) to keep: the first,
+    every change and the last (timeline.steps' rule, as a mask)."""
+    keep = np.ones(len(v), bool)
+    keep[1:-1] = v[1:-1] != v[:-2]
+    return keep
+
+
+def _fleet_replicas(fig, fl, row: int) -> None:
+    """The replicas panel: serving, cold-starting and draining stacked as steps,
+    provisioned as a line, desired dashed, against hours (h); unchanged steps left out."""
+    import plotly.graph_objects as go
+
+    states = [fleets.step_series(fl, col) for col, _, _ in FLEET_STATES]
+    # stacked lines share their points: those where any of the states changes
+    hold = np.any([_changes(v) for _, v in states], axis=0)
+    for (t, v), (_, name, colour) in zip(states, FLEET_STATES, strict=True):
+        fig.add_trace(
+            go.Scatter(
+                x=t[hold] / fleets.HOUR_S,
+                y=v[hold],
+                mode="lines",
+                line_shape="hv",
+                stackgroup="replicas",
+                name=name,
+                line={"color": colour, "width": 0.5},
+                hovertemplate=f"{name}: %{{y}} at %{{x:.4g}} h<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
+    for col, colour, d in (("provisioned", "#222", "solid"), ("desired", "#d62728", "dash")):
+        t, v = fleets.step_series(fl, col)
+        hold = _changes(v)
+        fig.add_trace(
+            go.Scatter(
+                x=t[hold] / fleets.HOUR_S,
+                y=v[hold],
+                mode="lines",
+                line_shape="hv",
+                name=col,
+                line={"color": colour, "dash": d, "width": 1.5},
+                hovertemplate=f"{col}: %{{y}} at %{{x:.4g}} h<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
+    fig.update_yaxes(title_text="replicas", rangemode="tozero", row=row, col=1)
+
+
+def _fleet_cost(fig, fl, row: int) -> None:
+    """The cost panel: the provisioned replicas' cumulative cost (USD), its points where
+    the slope (the provisioned count) changes."""
+    import plotly.graph_objects as go
+
+    t, cost = fleets.cost_curve(fl)
+    prov = fl.table["provisioned"].to_numpy(np.float64)
+    knots = _changes(np.append(prov, prov[-1])[: len(t)])
+    fig.add_trace(
+        go.Scatter(
+            x=t[knots] / fleets.HOUR_S,
+            y=cost[knots],
+            mode="lines",
+            name="cumulative cost",
+            line={"color": "#9467bd", "width": 1.5},
+            hovertemplate="cost: %{y:.4g} USD at %{x:.4g} h<extra></extra>",
+        ),
+        row=row,
+        col=1,
+    )
+    fig.update_yaxes(title_text="cumulative cost (USD)", rangemode="tozero", row=row, col=1)
+
+
+def _fleet_hourly(fig, fl, row: int) -> None:
+    """The hourly panel: the SLO attainment per hour (line with markers, at the middle of
+    the part of the hour the run covers) and the mean replicas provisioned per hour (grey
+    steps, right axis)."""
+    import plotly.graph_objects as go
+
+    start, width = fleets.hour_spans(fl)
+    mean = fl.hourly["mean_replicas"].to_numpy(np.float64)
+    fig.add_trace(
+        go.Scatter(
+            x=np.append(start, start[-1] + width[-1]) / fleets.HOUR_S,
+            y=np.append(mean, mean[-1]),
+            mode="lines",
+            line_shape="hv",
+            fill="tozeroy",
+            name="mean replicas (per hour)",
+            line={"color": "#999", "width": 1},
+            hovertemplate="mean replicas: %{y:.4g} from %{x:.4g} h<extra></extra>",
+        ),
+        row=row,
+        col=1,
+        secondary_y=True,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=(start + width / 2) / fleets.HOUR_S,
+            y=fl.hourly["slo_attainment"].to_numpy(np.float64),
+            mode="lines+markers",
+            name="SLO attainment (per hour)",
+            line={"color": "#17becf", "width": 1.5},
+            hovertemplate="SLO attainment: %{y:.4g} in the hour at %{x:.4g} h<extra></extra>",
+        ),
+        row=row,
+        col=1,
+        secondary_y=False,
+    )
+    fig.update_yaxes(title_text="SLO attainment", range=[0, 1.02], row=row, col=1)
+    fig.update_yaxes(
+        title_text="mean replicas", rangemode="tozero", row=row, col=1, secondary_y=True
+    )
+
+
+def fleet_figure(fl):
+    """One run's autoscaled fleet against simulated time (hours), as fig_fleet.png draws it:
+    its serving, cold-starting and draining replicas stacked as steps with provisioned
+    (line) and desired (dashed); the cumulative cost (USD); the SLO attainment per hour with
+    the mean replicas per hour (right axis). Panels of a file that could not be read are
+    left out; None without a fleet or with neither file read."""
+    from plotly.subplots import make_subplots
+
+    panels = fleet_panels(fl) if fl is not None else []
+    if not panels:
+        return None
+    names = {
+        "replicas": "replicas (serving, cold-starting and draining stacked)",
+        "cost": "cumulative cost (USD)",
+        "hourly": "SLO attainment and mean replicas per hour",
+    }
+    fig = make_subplots(
+        rows=len(panels),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        subplot_titles=[names[p] for p in panels],
+        specs=[[{"secondary_y": p == "hourly"}] for p in panels],
+    )
+    draw = {"replicas": _fleet_replicas, "cost": _fleet_cost, "hourly": _fleet_hourly}
+    for row, name in enumerate(panels, start=1):
+        draw[name](fig, fl, row)
+    fig.update_xaxes(title_text="simulated time (h)", row=len(panels), col=1)
+    fig.update_layout(
+        height=260 * len(panels) + 120,
+        template="plotly_white",
+        margin={"t": 90},
+        title={"text": html_lib.escape(fleets.title(fl)), "font": {"size": 13}},
+        hovermode="x unified",
     )
     return fig

@@ -14,6 +14,7 @@ from servetune.core import inputs
 from servetune.core.errors import OutputError
 from servetune.core.files import ensure_dir, write_text, write_whole
 from servetune.reporting import choose, stats
+from servetune.reporting import fleet as fleets
 from servetune.reporting import timeline as timelines
 from servetune.reporting.collect import CONTEXT_KEYS, ReportError, collect
 from servetune.reporting.numbers import fmt
@@ -31,7 +32,9 @@ class Report:
       point keys; files: paths; skipped: a message per damaged file left out
       (Collection.skipped); conditions / settings: the point keys split as choose.split_keys
       does; best: the best setting per condition with why (best.csv, choose.best_settings);
-      timeline: the run whose timeline was drawn, or the note saying how to get one.
+      timeline: the run whose timeline was drawn, or the note saying how to get one; fleet:
+      the same run's autoscaled fleet (fleet.parquet, fleet_hourly.parquet; None when it had
+      no autoscaler), with a note naming a file that could not be read.
     """
 
     out_dir: Path
@@ -46,6 +49,7 @@ class Report:
     settings: list = dataclasses.field(default_factory=list)
     best: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
     timeline: timelines.Timeline | None = None
+    fleet: fleets.Fleet | None = None
 
 
 # what every report writes
@@ -100,13 +104,15 @@ def report(
 
     Writes runs.parquet, runs.csv, points.csv, comparisons.csv, best.csv (the best setting per
     condition), with figures=True fig_<key>.png per point key, fig_pareto.png,
-    fig_latency_cdf.png and fig_timeline.png (when the chosen run has timeline.parquet), and
-    report.html (html=True). n_boot bootstrap resamples per scenario (0: no bootstrap
-    intervals); `seed` makes them reproducible. `timeline` names the run whose timeline is
-    drawn (default: the best setting's first run); `settings` adds keys to the settings
-    (choose.is_setting). `root` and `out` may start with ~ or ~user; an unknown user, or an
-    `out` the report cannot be written into (see _check_out), is an error before any work,
-    and nothing is written.
+    fig_latency_cdf.png, fig_timeline.png (when the chosen run has timeline.parquet) and
+    fig_fleet.png (when that run had an autoscaler: its replicas, cumulative cost in USD and
+    hourly SLO attainment over simulated hours, from fleet.parquet and fleet_hourly.parquet),
+    and report.html (html=True). n_boot bootstrap resamples per scenario (0: no bootstrap
+    intervals); `seed` makes them reproducible. `timeline` names the run whose timeline and
+    fleet are drawn (default: the best setting's first run); `settings` adds keys to the
+    settings (choose.is_setting). `root` and `out` may start with ~ or ~user; an unknown user,
+    or an `out` the report cannot be written into (see _check_out), is an error before any
+    work, and nothing is written.
     """
     root = inputs.expand(root, "DIR", ReportError)
     out_dir = inputs.expand(out, "--out", OutputError) if out is not None else root / "report"
@@ -125,7 +131,9 @@ def report(
     best = choose.best_settings(points, conditions, setting_keys)
     comparisons = stats.compare(points, conditions=conditions, keys=col.keys)
     verdicts = stats.verdicts(comparisons)
-    tl = timelines.read(col, *timelines.choose(col, best, timeline))
+    chosen = timelines.choose(col, best, timeline)
+    tl = timelines.read(col, *chosen)
+    fl = fleets.read(col, *chosen)
     cdfs = None
     if figures or html:
         from servetune.reporting.latency import point_cdfs
@@ -148,6 +156,7 @@ def report(
                     figs.draw_pareto(points, conditions, setting_keys, best, stage),
                     figs.draw_cdfs(points, cdfs, best, stage),
                     figs.draw_timeline(tl, stage),
+                    figs.draw_fleet(fl, stage),
                 )
                 if path is not None
             ]
@@ -168,6 +177,7 @@ def report(
                     settings=setting_keys,
                     cdfs=cdfs,
                     timeline=tl,
+                    fleet=fl,
                 ),
             )
             files.append(path)
@@ -185,6 +195,7 @@ def report(
         settings=setting_keys,
         best=best,
         timeline=tl,
+        fleet=fl,
     )
 
 
