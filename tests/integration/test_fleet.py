@@ -115,26 +115,28 @@ def test_a_fleet_held_at_n_replicas_is_n_instances():
     assert held.stats["fleet_scale_ups"] == 0 and held.stats["fleet_scale_downs"] == 0
 
 
-def _burst(n=60, until=1.0):
+def _burst(n=120, until=3.0):
     rng = np.random.default_rng(0)
     arrival = np.sort(rng.uniform(0.0, until, n))
     return trace_of([(a, int(rng.integers(20, 200)), int(rng.integers(20, 80))) for a in arrival])
 
 
 def test_no_request_reaches_a_replica_before_its_cold_start_ends():
-    """Arrivals end at 1 s; the replicas started at the first evaluation (0.5 s) serve from
-    100.5 s: every request is served by replica 0 alone, as by one instance."""
+    """Arrivals end at 3 s; the replicas started at the first evaluation (1 s) serve from
+    101 s: every request is served by replica 0 alone, as by one instance."""
     tr = _burst()
     one = run([tr], params(), dataclasses.replace(FIXED, n_instances=1))[0][0]
-    cold = fleet_params(interval_s=0.5, target=1.0, cold_start_s=100.0)
+    cold = fleet_params(interval_s=1.0, target=1.0, cold_start_s=100.0)
     slow = run([tr], params(fleet=cold), FLEET)[0][0]
     assert slow.stats["fleet_scale_ups"] >= 1  # it did scale up, in vain
     np.testing.assert_array_equal(one.end_state, slow.end_state)
     np.testing.assert_allclose(one.finish, slow.finish, rtol=1e-12)
     assert np.all(slow.stats["busy_s"][1:] == 0.0)
+    # the run ends with its last request, not where the cold starts would have ended
+    assert slow.clock_s == pytest.approx(one.clock_s, rel=1e-12) and slow.clock_s < 100.0
     # a short cold start lets the new replicas take part, and the burst clears sooner
     warm = run(
-        [tr], params(fleet=fleet_params(interval_s=0.5, target=1.0, cold_start_s=0.2)), FLEET
+        [tr], params(fleet=fleet_params(interval_s=1.0, target=1.0, cold_start_s=0.2)), FLEET
     )
     warm = warm[0][0]
     assert np.all(warm.stats["busy_s"][1:] > 0.0)
@@ -214,6 +216,20 @@ def test_a_fixed_fleet_costs_what_n_instances_cost_and_autoscaling_less():
         (["engine.n_instances=2"], r"engine\.n_instances"),
         (["engine.n_instances=5", "engine.prefill_instances=1"], r"fleet\.autoscale"),
         (["+fleet.max_replica=3"], r"fleet\.max_replica"),
+        (["fleet.interval_s=0.5"], r"fleet\.interval_s"),
+        (["fleet.scale_down_window_s=4000", "fleet.history=1000"], r"scale_down_window_s"),
+        (
+            ["fleet.interval_s=10", "tune.space.fleet={scale_down_window_s: {low: 0, high: 900}}"],
+            r"tune\.space\.fleet\.scale_down_window_s: 900 s",
+        ),
+        (
+            [
+                "fleet.metric=kv_cache_usage_perc",
+                "fleet.target=0.8",
+                "tune.space.fleet={target: {low: 0.5, high: 2}}",
+            ],
+            r"tune\.space\.fleet\.target",
+        ),
     ],
 )
 def test_bad_fleet_settings_are_refused_by_key(overrides, key):
@@ -287,3 +303,14 @@ def test_the_tuner_moves_the_autoscaler_with_the_engine_and_exports_it(tmp_path)
         space_from_config({"fleet": {"cold_start_s": {"low": 1, "high": 2}}})
     with pytest.raises(ConfigError, match=r"tune\.space\.fleet\.target: got \[0, 1\]"):
         space_from_config({"fleet": {"target": {"low": 0, "high": 1, "scale": "linear"}}})
+
+
+def test_fleet_keys_are_checked_with_the_autoscaler_off_and_tuning_it_needs_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"fleet\.taget: unknown key"):
+        build(compose(SMALL + ["+fleet.taget=3"]))
+    with pytest.raises(ConfigError, match=r"tune\.space\.fleet: tunes fleet\.target.*autoscale"):
+        tune(
+            SMALL + ["tune.space.fleet={target: {low: 1, high: 8}}", "output.progress=false"],
+            out_dir=tmp_path,
+            log=lambda _: None,
+        )

@@ -104,6 +104,18 @@ COMMANDS: dict[str, How] = {
     ),
     "servetune simulate workload.duration_s=null workload.rate_curve.curve=azure_llm_2024_weekday "
     "workload.rate_curve.span_s=86400": How("run", fast="workload.rate_scale=0.25"),
+    "servetune simulate workload.duration_s=null workload.rate_curve.curve=azure_llm_2024_weekday "
+    "workload.rate_curve.span_s=86400 model=llama3_70b hardware.tp=2 engine.routing=jsq "
+    "fleet.autoscale=true fleet.min_replicas=2 fleet.max_replicas=8 "
+    "fleet.metric=num_requests_running fleet.target=12": How(
+        "run", fast="workload.rate_scale=0.05 fleet.max_replicas=3"
+    ),
+    "servetune tune workload=poisson workload.rate=20 workload.duration_s=300 engine.routing=jsq "
+    "fleet.autoscale=true fleet.max_replicas=4 fleet.metric=num_requests_running "
+    "'tune.space.fleet={target: {low: 4, high: 128}, scale_down_window_s: {low: 0, high: 600}}' "
+    "hydra.run.dir=runs/fleet_tuned": How(
+        "run", fast="tune.iterations=1 tune.pairs=1 tune.eval.seeds=0 workload.duration_s=60"
+    ),
     "servetune --help": How("run"),
     "servetune simulate --help": How("run"),
     "servetune tune workload.rate_scale=4 workload.duration_s=1200 tune.iterations=8 "

@@ -79,3 +79,34 @@ def test_the_gpu_choice_study_builds_on_every_gpu_it_compares():
         sc = scenario.build(api.compose(["+experiment=gpu_choice", f"hardware={gpu}"]))
         assert sc.labels["cost_model"].startswith("aiconfigurator-core") and len(sc.seeds) == 2
         assert len(sc.grid_points) == 12 and sc.labels["cost_warnings"] == []
+
+
+def test_the_fleet_day_study_builds_its_arms_and_search_spaces():
+    """sweeps/fleet_day/study.py: the day on the autoscaled fleet builds, and both tunings'
+    spaces hold the autoscaler's keys (the joint one the engine's too)."""
+    import importlib.util
+    from pathlib import Path
+
+    from servetune.tuning.space import space_from_config
+
+    path = Path(__file__).resolve().parents[2] / "sweeps" / "fleet_day" / "study.py"
+    spec = importlib.util.spec_from_file_location("fleet_day_study", path)
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    sc = scenario.build(api.compose([*study.DAY, *study.FLEET]))
+    assert sc.engine.autoscale and sc.engine.n_instances == 8 and sc.labels["tp"] == 2
+    assert len(sc.traces[0]) > 400_000  # the day
+    for space, engine in (
+        ([*study.NO_ENGINE, study.AUTOSCALER], False),
+        ([*study.JOINT, study.AUTOSCALER], True),
+    ):
+        cfg = api.compose([*study.DAY, *study.FLEET, *space])
+        keys = space_from_config(OmegaConf.to_container(cfg.tune.space)).keys
+        assert {"fleet.target", "fleet.scale_down_window_s", "fleet.min_replicas"} <= set(keys)
+        assert ("max_num_seqs" in keys) == engine
+    tuned = {"fleet.target": 6.5, "fleet.min_replicas": 2.5, "max_num_seqs": 64.0, "watermark": 0.0}
+    assert study._overrides(tuned) == [
+        "fleet.target=6.5",
+        "fleet.min_replicas=3",
+        "policy.max_num_seqs=64.0",
+    ]

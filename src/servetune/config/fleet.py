@@ -22,6 +22,10 @@ from servetune.core.types import AUTOSCALE_METRICS, FleetParams
 
 MAX_REPLICAS = 1024  # as engine.n_instances
 MAX_SECONDS = 1e9
+# Kubernetes' own limits (autoscaling/v2 validation): a stabilization window of at most an hour,
+# a policy period of at most 30 minutes (the simulated interval is the policies' period)
+MAX_WINDOW_S = 3600.0
+MAX_PERIOD_S = 1800.0
 MAX_HISTORY = 4096  # recommendations kept for the stabilization windows
 FLEET_KEYS = frozenset(
     {
@@ -96,14 +100,15 @@ def read(cfg: DictConfig, weight_bytes_per_gpu: float, span_s: float) -> FleetSe
     """The fleet of `cfg` (None when fleet.autoscale is false or absent): every key checked,
     the cold start derived from `weight_bytes_per_gpu` (bytes) when not set; `span_s` is the
     longest simulated span (seconds: last arrival plus window.drain_s)."""
+    section = settings.get(cfg, "fleet")
+    if section is not None:  # a typo is refused whether the autoscaler is on or not
+        unknown = sorted(set(section.keys()) - FLEET_KEYS)
+        if unknown:
+            raise ConfigError(
+                f"fleet.{unknown[0]}: unknown key; expected one of {sorted(FLEET_KEYS)}"
+            )
     if not enabled(cfg):
         return None
-    section = settings.get(cfg, "fleet")
-    if not isinstance(section, DictConfig):
-        raise ConfigError(f"fleet: got {section!r}; expected a mapping of fleet.* keys")
-    unknown = sorted(set(section.keys()) - FLEET_KEYS)
-    if unknown:
-        raise ConfigError(f"fleet.{unknown[0]}: unknown key; expected one of {sorted(FLEET_KEYS)}")
     num = lambda key, **kw: settings.number(cfg, f"fleet.{key}", **kw)
     lo = num("min_replicas", lo=1, hi=MAX_REPLICAS, integer=True, default=1)
     hi = num("max_replicas", lo=2, hi=MAX_REPLICAS, integer=True, default=4)
@@ -111,9 +116,7 @@ def read(cfg: DictConfig, weight_bytes_per_gpu: float, span_s: float) -> FleetSe
         raise ConfigError(
             f"fleet.min_replicas: got {lo}, above fleet.max_replicas = {hi}; expected at most it"
         )
-    interval = num("interval_s", lo=0, hi=MAX_SECONDS, default=15.0)
-    if interval <= 0:
-        raise ConfigError(f"fleet.interval_s: got {interval:g}; expected a positive number")
+    interval = num("interval_s", lo=1, hi=MAX_PERIOD_S, default=15.0)
     target = num("target", lo=0, hi=1e12, default=4.0)
     if target <= 0:
         raise ConfigError(f"fleet.target: got {target:g}; expected a positive number")
@@ -124,19 +127,26 @@ def read(cfg: DictConfig, weight_bytes_per_gpu: float, span_s: float) -> FleetSe
             f"fraction; expected at most 1"
         )
     cold = _cold_start_s(cfg, weight_bytes_per_gpu, span_s)
-    windows = {k: num(k, lo=0, hi=MAX_SECONDS, default=d) for k, d in _WINDOWS.items()}
+    windows = {k: num(k, lo=0, hi=MAX_WINDOW_S, default=d) for k, d in _WINDOWS.items()}
     history = num("history", lo=1, hi=MAX_HISTORY, integer=True, default=64)
+    shortest = max(_tuned_span(cfg, "interval_s", interval, low=True), 1.0)  # sizes the log
     for key, window in windows.items():
-        if window > history * interval:
+        longest, where = _tuned_span(cfg, key, window), _tuned_key(cfg, key)
+        if longest > history * shortest:
             raise ConfigError(
-                f"fleet.{key}: got {window:g} s; expected at most fleet.history x "
-                f"fleet.interval_s = {history * interval:g} s (raise fleet.history)"
+                f"{where}: {longest:g} s; expected at most fleet.history x the shortest "
+                f"interval ({history} x {shortest:g} s; raise fleet.history)"
             )
+    if metric == "kv_cache_usage_perc" and _tuned_span(cfg, "target", target) > 1:
+        raise ConfigError(
+            f"{_tuned_key(cfg, 'target')}: reaches above 1 for kv_cache_usage_perc, which vLLM "
+            f"exports as a fraction; expected at most 1"
+        )
     rates = {
         k: num(k, lo=0, hi=most, default=d, integer=k.endswith("_pods"))
         for k, (most, d) in _RATES.items()
     }
-    evaluations = math.ceil(span_s / interval) + 2
+    evaluations = math.ceil(span_s / shortest) + 2
     rows = num("log_rows", lo=1, hi=2**26, integer=True, allow_none=True)
     params = FleetParams(
         min_replicas=np.float64(lo),
@@ -162,9 +172,9 @@ TUNABLE = {
     "max_replicas": (1.0, MAX_REPLICAS, "linear"),
     "target": (1e-6, 1e12, "log"),
     "tolerance": (0.0, 1e6, "linear"),
-    "interval_s": (1e-3, MAX_SECONDS, "log"),
-    "scale_up_window_s": (0.0, MAX_SECONDS, "linear"),
-    "scale_down_window_s": (0.0, MAX_SECONDS, "linear"),
+    "interval_s": (1.0, MAX_PERIOD_S, "log"),
+    "scale_up_window_s": (0.0, MAX_WINDOW_S, "linear"),
+    "scale_down_window_s": (0.0, MAX_WINDOW_S, "linear"),
     "scale_up_pods": (0.0, MAX_REPLICAS, "linear"),
     "scale_up_percent": (0.0, 1e6, "linear"),
     "scale_down_pods": (0.0, MAX_REPLICAS, "linear"),
@@ -173,6 +183,32 @@ TUNABLE = {
 PREFIX = "fleet."  # tuned values name fleet keys "fleet.<key>"
 
 _WINDOWS = {"scale_up_window_s": 0.0, "scale_down_window_s": 300.0}
+
+
+def _tuned_range(cfg: DictConfig, key: str):
+    """tune.space.fleet.<key>'s {low, high} when the key is tuned, else None."""
+    node = settings.get(cfg, f"tune.space.fleet.{key}")
+    return node if isinstance(node, DictConfig) and "low" in node and "high" in node else None
+
+
+def _tuned_key(cfg: DictConfig, key: str) -> str:
+    """The key a range check names: tune.space.fleet.<key> when tuned, else fleet.<key>."""
+    return f"tune.space.fleet.{key}" if _tuned_range(cfg, key) is not None else f"fleet.{key}"
+
+
+def _tuned_span(cfg: DictConfig, key: str, value: float, low: bool = False) -> float:
+    """`value`, or the tuned range's end (the low end with `low`, else the high one) where
+    tune.space.fleet.<key> tunes it and reaches further (a bad range is the space's error)."""
+    rng = _tuned_range(cfg, key)
+    try:
+        end = None if rng is None else float(rng["low"] if low else rng["high"])
+    except (TypeError, ValueError):
+        end = None
+    if end is None:
+        return value
+    return min(value, end) if low else max(value, end)
+
+
 _RATES = {  # key: (most, HPA's default)
     "scale_up_pods": (MAX_REPLICAS, 4),
     "scale_up_percent": (1e6, 100.0),

@@ -1361,7 +1361,7 @@ def _fleet_section(cfg: DictConfig, hw: _Hardware, traces) -> fleet_lib.FleetSet
     """`fleet.*` (config/fleet.py), its cold start from one GPU's share of the weights and its
     evaluations over the longest simulated span (last arrival plus window.drain_s)."""
     if not fleet_lib.enabled(cfg):
-        return None
+        return fleet_lib.read(cfg, 0.0, 0.0)  # None, after refusing unknown fleet.* keys
     drain = settings.number(cfg, "window.drain_s", lo=0, hi=MAX_SECONDS)
     span = max(float(tr.arrival[-1]) for tr in traces) + drain
     per_gpu = hardware.weight_bytes(hw.model, hw.weight_bits) / hw.tp

@@ -641,15 +641,19 @@ class Fleet(struct.PyTreeNode):
     phase: jnp.ndarray  # [I] i32 REPLICA_OFF / REPLICA_SERVING / REPLICA_DRAINING
     ready_at: jnp.ndarray  # [I] f64 time the replica serves from (seconds; its cold start's end)
     next_eval: jnp.ndarray  # [] f64 time of the next evaluation (seconds)
-    rec: jnp.ndarray  # [H] f64 past recommendations (replicas; nan: none yet), a ring
-    rec_t: jnp.ndarray  # [H] f64 their times (seconds; -inf: none yet)
+    rec: jnp.ndarray  # [Hr] f64 past recommendations (replicas; nan: none yet), a ring of
+    #                   engine.autoscale_history
+    rec_t: jnp.ndarray  # [Hr] f64 their times (seconds; -inf: none yet)
     n_evals: jnp.ndarray  # [] i32 evaluations so far
     desired: jnp.ndarray  # [] f64 replicas the latest evaluation asked for
-    log: jnp.ndarray  # [L, 5] f64 FLEET_LOG_COLUMNS after each change of provisioned replicas
+    log: jnp.ndarray  # [L, 5] f64 FLEET_LOG_COLUMNS: at time 0, at each evaluation that
+    #                   changed them, where a cold start ends and where a replica went off
     n_log: jnp.ndarray  # [] i32 rows written (more than L: the log ran out)
     cold_s: jnp.ndarray  # [] f64 replica-seconds spent cold-starting (provisioned, not serving)
     scale_ups: jnp.ndarray  # [] i32 replicas started
     scale_downs: jnp.ndarray  # [] i32 replicas stopped (cold starts cut short included)
+    t_last: jnp.ndarray  # [] f64 the latest end of a step (seconds): where the run ends (the
+    #                      clocks of replicas still cold, or off, say nothing of it)
 
 
 class PrefixCache(struct.PyTreeNode):

@@ -10,18 +10,25 @@ Max):
     the custom metric vllm_num_requests_waiting), the name a prometheus-adapter rule gives it in
     kubernetes/examples AI/vllm-deployment/hpa (prometheus-adapter.yaml renames
     vllm:num_requests_running to vllm_num_requests_running; horizontal-pod-autoscaler.yaml
-    scales on it as type Pods with an AverageValue target). A Pods metric is averaged over the
-    target's own pods, which is the simulated rule; vLLM production-stack's tutorial HPA
+    scales on it as type Pods with an AverageValue target). vLLM production-stack's tutorial HPA
     (tutorials/assets/hpa-10.yaml) reads a namespace-wide sum as an Object metric with a Value
     target instead, which counts every vLLM pod of the namespace and is not per replica.
+    A Pods metric differs from the simulated rule while replicas start: a pod without the
+    metric yet (cold) counts as 0 on a scale-up, which is the simulated ceil(sum / target),
+    but as exactly the target on a scale-down (Kubernetes' missing-pods rule,
+    replica_calculator.go), which the simulation does not apply: Kubernetes then keeps a
+    cold start the simulated autoscaler would cancel.
   keda_scaledobject.yaml: a prometheus trigger whose query sums the gauge over the Deployment's
-    pods, metricType AverageValue (KEDA's default): the HPA that KEDA creates sets
-    desired = ceil(query value / threshold), the same rule.
+    pods, metricType AverageValue (KEDA's default): the HPA that KEDA creates is External and
+    sets desired = ceil(query value / threshold), the simulated rule. Its sum also counts a
+    draining (terminating) pod while Prometheus still scrapes it; the simulation counts only
+    serving replicas.
 
 The tuner's numbers are floats (numpy or JAX scalars too). Replicas and Pods-policy values are
 rounded to the nearest integer; Percent-policy values too, but a positive one to at least 1 (as
 in the simulator, any positive percent moves at least one replica); windows and the period up
-to whole seconds. A policy of 0 is left out (under selectPolicy Max it never allows the larger
+to whole seconds: the rules of engine/autoscale.whole, which the simulator runs (deploy/
+export.py rounds a tuned fleet with it before it gets here). A policy of 0 is left out (under selectPolicy Max it never allows the larger
 change) and a direction with neither policy is `selectPolicy: Disabled`, as in the simulator.
 Where Kubernetes has no per-object setting of a tuned number:
   interval_s: the HPA controller's period is the cluster's --horizontal-pod-autoscaler-sync-period

@@ -33,7 +33,9 @@ from servetune.config import hardware
 from servetune.config.policy import BOUNDS, CAPS, DEFAULTS, FIELDS, FLOORED, ORDERS
 from servetune.core.errors import ConfigError
 from servetune.core.files import ensure_dir, write_json, write_text
+from servetune.core.types import FleetParams
 from servetune.deploy import autoscaler_export, neural_export
+from servetune.engine import autoscale
 
 # Tuned keys that are not PolicyParams (none since spec_k became one; kept for engine settings).
 EXTRA_KEYS: dict[str, tuple[float, float]] = {}
@@ -180,7 +182,8 @@ def model_id(cfg: DictConfig) -> str:
 
 def fleet_values(scenario) -> dict | None:
     """{fleet key: value} of the scenario's autoscaler (the first policy point's numbers and
-    the metric), as deploy/autoscaler_export.py reads them; None without one."""
+    the metric, rounded as simulated; "capacity": engine.n_instances), as
+    deploy/autoscaler_export.py reads them; None without one."""
     fleet = scenario.params.fleet
     if fleet is None or not scenario.engine.autoscale:
         return None
@@ -188,7 +191,8 @@ def fleet_values(scenario) -> dict | None:
         name: float(np.asarray(getattr(fleet, name)).reshape(-1)[0])
         for name in fleet.__dataclass_fields__
     }
-    return {**values, "metric": scenario.engine.autoscale_metric}
+    values["capacity"] = float(scenario.engine.n_instances)  # the most the tuner simulated
+    return as_simulated({**values, "metric": scenario.engine.autoscale_metric})
 
 
 def _split_fleet(values: Mapping[str, object], fleet: Mapping | None):
@@ -206,10 +210,21 @@ def _split_fleet(values: Mapping[str, object], fleet: Mapping | None):
             f"has no autoscaler (fleet.autoscale=false)"
         )
     merged = {**fleet, **{k: float(np.asarray(v).reshape(())) for k, v in tuned.items()}}
-    merged["max_replicas"] = min(merged["max_replicas"], float(fleet["max_replicas"]))
+    capacity = float(fleet.get("capacity", fleet["max_replicas"]))
+    merged["max_replicas"] = min(merged["max_replicas"], capacity)
     merged["min_replicas"] = min(merged["min_replicas"], merged["max_replicas"])
     policy = {k: v for k, v in values.items() if not k.startswith(fleet_lib.PREFIX)}
-    return policy, merged
+    return policy, as_simulated(merged)
+
+
+def as_simulated(fleet: Mapping) -> dict:
+    """`fleet` values rounded as the simulator runs them (engine/autoscale.whole: counts and
+    percents to integers, seconds up to whole ones), so the manifests say what was simulated."""
+    fields = {k: np.float64(fleet[k]) for k in FleetParams.__dataclass_fields__ if k in fleet}
+    if len(fields) < len(FleetParams.__dataclass_fields__):
+        return dict(fleet)
+    rounded = autoscale.whole(FleetParams(**fields), xp=np)
+    return {**fleet, **{k: float(getattr(rounded, k)) for k in fields}}
 
 
 def deployment_name(model: str) -> str:

@@ -72,6 +72,7 @@ def init(fp: FleetParams, cfg: EngineConfig, zf) -> Fleet:
         cold_s=zf,
         scale_ups=jnp.zeros((), jnp.int32),
         scale_downs=jnp.zeros((), jnp.int32),
+        t_last=zf,
     )
     return _log(fleet, zf)
 
@@ -126,9 +127,9 @@ def limit_rate(desired, current, fp: FleetParams):
     up_to = jnp.maximum(
         current + fp.scale_up_pods, jnp.ceil(current * (1.0 + fp.scale_up_percent / 100.0))
     )
-    down_to = jnp.minimum(
+    down_to = jnp.minimum(  # Kubernetes truncates the Percent limit down
         current - fp.scale_down_pods,
-        jnp.ceil(current * (1.0 - fp.scale_down_percent / 100.0) - 1e-9),
+        jnp.floor(current * (1.0 - fp.scale_down_percent / 100.0) + 1e-9),
     )
     up = jnp.minimum(desired, jnp.minimum(up_to, fp.max_replicas))
     down = jnp.maximum(desired, jnp.maximum(down_to, fp.min_replicas))
@@ -183,23 +184,23 @@ def _retired(fleet: Fleet, clock, empty):
 def retire(fleet: Fleet, clock, i, e: Entries, t_start, t_end):
     """(fleet, clock [I]) after instance i's step from t_start to t_end (seconds) left it with
     entries `e` [A]: off at t_end if it was draining and holds no request any more. Logged
-    then, and at t_start when this was its first step after a cold start (it became ready)."""
+    then, and at t_start when this was its first step after a cold start (it became ready);
+    t_end is the run's end so far (Fleet.t_last)."""
     mine = jnp.arange(clock.shape[0]) == i
     fleet, clock, went = _retired(fleet, clock, mine & ~jnp.any(e.status != EMPTY))
     ready = jnp.any(
         mine & (fleet.phase == REPLICA_SERVING) & (fleet.ready_at == t_start) & (t_start > 0)
     )
     logged = _log(fleet, jnp.where(went, t_end, t_start))
-    return fleet.replace(
-        log=logged.log, n_log=jnp.where(went | ready, logged.n_log, fleet.n_log)
-    ), clock
+    n_log = jnp.where(went | ready, logged.n_log, fleet.n_log)
+    t_last = jnp.maximum(fleet.t_last, t_end)
+    return fleet.replace(log=logged.log, n_log=n_log, t_last=t_last), clock
 
 
-def _log(fleet: Fleet, t) -> Fleet:
-    """`fleet` with a row of FLEET_LOG_COLUMNS at t appended (the count goes on past the log's
-    rows, which then stay as they are: the host reports it)."""
+def _row(fleet: Fleet, t):
+    """[5] FLEET_LOG_COLUMNS of `fleet` at time t (seconds)."""
     cold = (fleet.phase == REPLICA_SERVING) & (fleet.ready_at > t)
-    row = jnp.stack(
+    return jnp.stack(
         [
             jnp.asarray(t, jnp.float64),
             jnp.sum(fleet.phase != REPLICA_OFF).astype(jnp.float64),
@@ -208,31 +209,55 @@ def _log(fleet: Fleet, t) -> Fleet:
             fleet.desired,
         ]
     )
+
+
+def _log(fleet: Fleet, t) -> Fleet:
+    """`fleet` with its row at t appended (the count goes on past the log's rows, which then
+    stay as they are: the host reports it)."""
     rows = fleet.log.shape[0]
     at = jnp.minimum(fleet.n_log, rows - 1)
     keep = fleet.n_log < rows
-    log = fleet.log.at[at].set(jnp.where(keep, row, fleet.log[at]))
+    log = fleet.log.at[at].set(jnp.where(keep, _row(fleet, t), fleet.log[at]))
     return fleet.replace(log=log, n_log=fleet.n_log + 1)
 
 
 def evaluate(fleet: Fleet, clock, entries: Entries, kv_blocks, t, fp: FleetParams, cfg):
     """(fleet, clock [I]) after one evaluation at time t (seconds): recommend, stabilize,
-    limit, scale, retire the drained, log."""
+    limit, scale, retire the drained; logged where the counts or the desired replicas
+    changed."""
+    before = _row(fleet, t)
     current = jnp.sum(fleet.phase == REPLICA_SERVING).astype(jnp.float64)
     total = jnp.sum(jnp.where(serving_at(fleet, t), signal(entries, kv_blocks, cfg), 0.0))
     stable, fleet = stabilize(fleet, recommend(total, current, fp), t, current, fp)
     fleet, clock = scale(fleet, clock, limit_rate(stable, current, fp), t, fp)
     fleet, clock, _ = _retired(fleet, clock, ~jnp.any(entries.status != EMPTY, axis=1))
-    return _log(fleet, t), clock
+    changed = jnp.any(_row(fleet, t)[1:] != before[1:])
+    logged = _log(fleet, t)
+    return fleet.replace(log=logged.log, n_log=jnp.where(changed, logged.n_log, fleet.n_log)), clock
 
 
-WHOLE = ("min_replicas", "max_replicas", "scale_up_pods", "scale_down_pods")  # counts
+COUNTS = ("min_replicas", "max_replicas", "scale_up_pods", "scale_down_pods")
+PERCENTS = ("scale_up_percent", "scale_down_percent")
+SECONDS = ("interval_s", "scale_up_window_s", "scale_down_window_s")
 
 
-def whole(fp: FleetParams) -> FleetParams:
-    """`fp` with its counts (replicas, Pods policies) rounded to the nearest whole number
-    (halves up), as the export rounds them: a tuner moves them continuously."""
-    return fp.replace(**{k: jnp.floor(getattr(fp, k) + 0.5) for k in WHOLE})
+def whole(fp: FleetParams, xp=jnp) -> FleetParams:
+    """`fp` as Kubernetes can hold it, which a tuner's continuous values are not: counts
+    (replicas, Pods policies) and percents rounded to the nearest integer (halves up; a
+    positive percent at least 1), the interval and the windows up to whole seconds (at least
+    1 s for the interval). The simulator runs these values and the export writes them
+    (deploy/autoscaler_export.py); `xp`: numpy for host values."""
+    nearest = lambda x: xp.floor(x + 0.5)
+    out = {k: nearest(getattr(fp, k)) for k in COUNTS}
+    out.update(
+        {
+            k: xp.where(getattr(fp, k) > 0, xp.maximum(nearest(getattr(fp, k)), 1.0), 0.0)
+            for k in PERCENTS
+        }
+    )
+    out.update({k: xp.ceil(getattr(fp, k) - 1e-9) for k in SECONDS})
+    out["interval_s"] = xp.maximum(out["interval_s"], 1.0)
+    return fp.replace(**out)
 
 
 def before_step(state: SimState, params: Params, cfg: EngineConfig, t) -> SimState:

@@ -22,7 +22,6 @@ from servetune.engine.step import (
     arrive,
     conclude,
     in_scheduling_order,
-    prepare,
     scheduled_iteration,
 )
 
@@ -80,8 +79,6 @@ def iterate_grid(state: SimState, wl: Workload, params: Params, cfg: EngineConfi
     """`iterate` over state [S, P], workloads [S], params [P] (scenarios where `active`
     [S, P] is False step too; the caller discards their result): the simple first iteration
     for every scenario when every active one qualifies, else the full one for every one."""
-    if cfg.autoscale:  # the autoscaler's evaluations due (engine/autoscale.py)
-        state = ops.over_grid(lambda s, p: prepare(s, p, cfg), "gp")(state, params)
     if applies(cfg):
         pl = ops.over_grid(lambda s, w, p: plan(s, w, p, cfg, None), "gsp")(state, wl, params)
         simple = ops.over_grid(lambda s, w, p, q: simple_iteration(s, w, p, cfg, q), "gspg")

@@ -148,7 +148,6 @@ def step(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Si
     Only for scenarios that are not done: the rollout's while_loop guarantees it (under vmap,
     JAX keeps finished members' carries), so no per-iteration select over the whole state.
     """
-    state = prepare(state, params, cfg)
     it = iteration(state, wl, params, cfg)
     return conclude(state, wl, params, cfg, it, ops.SEARCH_WINDOW)
 
@@ -166,7 +165,6 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
 
     With engine.leap_max > 0 the step also applies the run of uniform decode iterations that
     follows the first one (engine/leap.py); `info` then describes the first iteration only."""
-    state = prepare(state, params, cfg)
     it = iteration(state, wl, params, cfg)
     new = conclude(state, wl, params, cfg, it, ops.SEARCH_WINDOW)
     info = {
@@ -180,9 +178,10 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     return new, info
 
 
-def prepare(state: SimState, params: Params, cfg: EngineConfig) -> SimState:
-    """What happens between steps, before the earliest instance's: the autoscaler's evaluation
-    when one is due (engine/autoscale.py; nothing without engine.autoscale)."""
+def between_steps(state: SimState, params: Params, cfg: EngineConfig) -> SimState:
+    """What happens between steps, at the earliest clock: the autoscaler's evaluation when one
+    is due (engine/autoscale.py; nothing without engine.autoscale). At the end of every step,
+    so that the loop's condition (engine/width.py) sees the state the next step starts from."""
     if not cfg.autoscale:
         return state
     return autoscale.before_step(state, params, cfg, state.clock[next_instance(state, cfg)])
@@ -277,6 +276,7 @@ def conclude(
     arrived, batch, totals, dur, advanced = it
     i = next_instance(state, cfg)
     remote = _remote_horizon(arrived, state, params, cfg)  # (reads every instance's cost params)
+    every = params
     params = _at_instance(params, i, cfg)
     t = arrived.t
     busy = jnp.any(batch.tokens > 0) | jnp.any(batch.preempted)  # (a preemption is progress)
@@ -323,7 +323,7 @@ def conclude(
                 stats.preemptions,
             )
         )
-    return new
+    return between_steps(new, every, cfg)
 
 
 def _remote_horizon(arrived: Arrived, state: SimState, params: Params, cfg: EngineConfig):

@@ -152,11 +152,10 @@ def _assemble(final: SimState, chunks: list, s: int, p: int, n: int) -> Scenario
         for f in ("evictions", "insert_failed", "insert_deferred"):
             stats[f"prefix_{f}"] = int(getattr(final.prefix, f)[s, p])
         stats["prefix_lookups"] = np.asarray(final.prefix.lookups[s, p])
-    clocks = np.asarray(final.clock[s, p])
-    if final.fleet is not None:  # replicas that are off have no clock (engine/autoscale.py)
+    clock = float(np.max(final.clock[s, p]))
+    if final.fleet is not None:  # off and cold replicas' clocks are not the run's (autoscale.py)
         stats.update(fleet_state(final.fleet, s, p))
-        clocks = clocks[np.isfinite(clocks)]
-    clock = float(np.max(clocks)) if clocks.size else float("nan")
+        clock = float(final.fleet.t_last[s, p])
     clock_s = clock if math.isfinite(clock) else float("nan")
     if final.timeline is not None:
         out["timeline"] = np.asarray(final.timeline.samples[s, p])

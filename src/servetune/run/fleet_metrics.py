@@ -32,20 +32,19 @@ def provisioned_replica_s(stats: dict, t0: float, t1: float) -> float:
 
 
 def fleet_metrics(stats: dict, t0: float, t1: float, usd_per_replica_s: float) -> dict:
-    """The fleet's metrics over [t0, t1] (seconds): mean and peak replicas provisioned,
-    replica-hours, cold-start replica-seconds (the whole run's) and their cost (USD at
-    `usd_per_replica_s`), and the replicas started and stopped."""
+    """The fleet's metrics over [t0, t1] (seconds), the cost's window: mean and peak replicas
+    provisioned, replica-hours, replica-seconds spent cold-starting and their cost (USD at
+    `usd_per_replica_s`), and the replicas started and stopped over the whole run."""
     log = np.asarray(stats["fleet_log"])
-    in_window = log[(log[:, COL["t_s"]] >= t0) & (log[:, COL["t_s"]] <= t1)]
+    t = log[:, COL["t_s"]]
+    in_effect = (t <= t1) & (np.append(t[1:], np.inf) > t0)  # rows holding within the window
     span = t1 - t0
     replica_s = provisioned_replica_s(stats, t0, t1)
-    cold_s = float(stats["fleet_cold_s"])
+    cold_s = step_integral(log, "cold", t0, t1)
     return {
         "replica_hours": replica_s / 3600.0,
         "mean_replicas": replica_s / span if span > 0 else float("nan"),
-        "peak_replicas": float(np.max(in_window[:, COL["provisioned"]]))
-        if len(in_window)
-        else float(log[-1, COL["provisioned"]]),
+        "peak_replicas": float(np.max(log[in_effect, COL["provisioned"]], initial=0.0)),
         "cold_start_replica_s": cold_s,
         "cold_start_cost_usd": cold_s * usd_per_replica_s,
         "scale_ups": int(stats["fleet_scale_ups"]),

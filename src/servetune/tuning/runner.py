@@ -20,6 +20,7 @@ import optax
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from servetune.config import fleet as fleet_lib
 from servetune.config import settings
 from servetune.config.policy import DEFAULTS, ORDERS
 from servetune.config.scenario import MAX_SEEDS, build
@@ -487,6 +488,7 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str):
     else:
         evaluator = Evaluator(build(cfg), order, st.batch_mode)
     engine = _first_scenario(evaluator).engine
+    _check_fleet_space(st, engine)
     st = dataclasses.replace(
         st,
         space=dataclasses.replace(
@@ -520,6 +522,25 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str):
         st.difference_step,
     )
     return st, evaluator, Pathwise(score, gradient)
+
+
+def _check_fleet_space(st: Settings, engine) -> None:
+    """ConfigError naming tune.space.fleet where the autoscaler's numbers are tuned without an
+    autoscaler, or by the pathwise estimator (its relaxed cost counts the capacity, not the
+    replicas provisioned)."""
+    tuned = [k for k in st.space.keys if k.startswith(fleet_lib.PREFIX)]
+    if not tuned:
+        return
+    if not engine.autoscale:
+        raise ConfigError(
+            f"tune.space.fleet: tunes {', '.join(tuned)}, but the run has no autoscaler; "
+            f"expected fleet.autoscale=true"
+        )
+    if st.estimator == "pathwise":
+        raise ConfigError(
+            "tune.space.fleet: the pathwise estimator prices the fleet's capacity, not the "
+            "replicas it provisioned; use tune=es to tune the autoscaler"
+        )
 
 
 def _evaluator_list(evaluator) -> list[Evaluator]:

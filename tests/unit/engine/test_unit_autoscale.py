@@ -98,7 +98,9 @@ def test_scale_up_window_takes_the_smallest_recommendation():
         (20.0, 1.0, {"scale_up_pods": 1.0, "scale_up_percent": 0.0}, 2.0),
         (20.0, 4.0, {"scale_up_pods": 0.0, "scale_up_percent": 50.0}, 5.0),  # ceil(6), max 5
         (0.0, 4.0, {}, 1.0),  # down 100%: to 0, then min_replicas 1
-        (1.0, 4.0, {"scale_down_percent": 50.0}, 2.0),  # ceil(4 x 0.5) = 2
+        (1.0, 4.0, {"scale_down_percent": 50.0}, 2.0),  # 4 x 0.5 = 2
+        (1.0, 5.0, {"scale_down_percent": 50.0}, 2.0),  # int(5 x 0.5) = 2: truncated, as k8s
+        (1.0, 5.0, {"scale_down_percent": 1.0}, 4.0),  # int(4.95) = 4: any percent moves one
         (1.0, 4.0, {"scale_down_percent": 0.0, "scale_down_pods": 1.0}, 3.0),
         (3.0, 3.0, {"min_replicas": 4.0}, 4.0),  # no change asked: clamped into [min, max]
     ],
@@ -181,3 +183,21 @@ def test_an_evaluation_scales_up_on_waiting_requests_and_logs_it():
     assert float(clock[1]) == 45.0
     row = np.asarray(new.log[int(new.n_log) - 1])
     assert list(row) == [15.0, 2.0, 1.0, 0.0, 2.0]  # t, provisioned, cold, draining, desired
+
+
+def test_whole_rounds_to_what_kubernetes_holds():
+    fp = autoscale.whole(
+        fleet_params(
+            min_replicas=1.5,
+            max_replicas=4.49,
+            scale_up_pods=0.4,
+            scale_up_percent=0.3,
+            scale_down_percent=0.0,
+            interval_s=0.4,
+            scale_down_window_s=299.2,
+        )
+    )
+    assert [float(fp.min_replicas), float(fp.max_replicas), float(fp.scale_up_pods)] == [2, 4, 0]
+    assert [float(fp.scale_up_percent), float(fp.scale_down_percent)] == [1.0, 0.0]
+    assert [float(fp.interval_s), float(fp.scale_down_window_s)] == [1.0, 300.0]
+    assert float(fp.target) == 4.0  # a target stays as tuned
