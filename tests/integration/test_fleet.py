@@ -297,6 +297,8 @@ def test_the_tuner_moves_the_autoscaler_with_the_engine_and_exports_it(tmp_path)
         hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
     )
     assert target == pytest.approx(res.best["fleet.target"], rel=1e-3)
+    shown = export.as_deployed(res.best)  # what the CLI prints: as simulated, counts whole
+    assert shown["fleet.max_replicas"] == hpa["spec"]["maxReplicas"]
     policy = yaml.safe_load((tmp_path / "export" / "tuned_policy.yaml").read_text())
     assert not any(k.startswith("fleet") for k in policy)
     with pytest.raises(ConfigError, match=r"tune\.space\.fleet\.cold_start_s: not a tunable"):

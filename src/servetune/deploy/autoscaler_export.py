@@ -28,8 +28,9 @@ The tuner's numbers are floats (numpy or JAX scalars too). Replicas and Pods-pol
 rounded to the nearest integer; Percent-policy values too, but a positive one to at least 1 (as
 in the simulator, any positive percent moves at least one replica); windows and the period up
 to whole seconds: the rules of engine/autoscale.whole, which the simulator runs (deploy/
-export.py rounds a tuned fleet with it before it gets here). A policy of 0 is left out (under selectPolicy Max it never allows the larger
-change) and a direction with neither policy is `selectPolicy: Disabled`, as in the simulator.
+export.py rounds a tuned fleet with it before it gets here). A policy of 0 is left out (under
+selectPolicy Max it never allows the larger change) and a direction with neither policy is
+`selectPolicy: Disabled`, as in the simulator.
 Where Kubernetes has no per-object setting of a tuned number:
   interval_s: the HPA controller's period is the cluster's --horizontal-pod-autoscaler-sync-period
     (kube-controller-manager, 15 s by default); it is the policies' periodSeconds, the

@@ -119,9 +119,16 @@ def _infer_order(values: Mapping[str, object]) -> str:
 def as_deployed(values: Mapping[str, object], order: str | None = None) -> dict:
     """The tuned `values` as the exports write them: integer limits floored as the engine
     floors them (max_num_seqs 1199.7 is 1199 sequences), unlimited ones inf, the network's
-    weights as given; the keys of `values` only."""
-    eff = _effective(values, _infer_order(values) if order is None else order)
-    return {k: (v if k == NET_KEY else eff[k]) for k, v in values.items()}
+    weights as given, the autoscaler's "fleet.<key>" values as simulated (as_simulated); the
+    keys of `values` only."""
+    fleet = {k: v for k, v in values.items() if k.startswith(fleet_lib.PREFIX)}
+    policy = {k: v for k, v in values.items() if k not in fleet}
+    eff = _effective(policy, _infer_order(policy) if order is None else order)
+    rounded = as_simulated({k[len(fleet_lib.PREFIX) :]: v for k, v in fleet.items()})
+    return {
+        k: (v if k == NET_KEY else rounded[k[len(fleet_lib.PREFIX) :]] if k in fleet else eff[k])
+        for k, v in values.items()
+    }
 
 
 def snap_watermark(watermark: float, num_gpu_blocks: int | None) -> float:
