@@ -652,6 +652,7 @@ class Fleet(struct.PyTreeNode):
     cold_s: jnp.ndarray  # [] f64 replica-seconds spent cold-starting (provisioned, not serving)
     scale_ups: jnp.ndarray  # [] i32 replicas started
     scale_downs: jnp.ndarray  # [] i32 replicas stopped (cold starts cut short included)
+    refused: jnp.ndarray  # [] i32 starts asked for that found no replica off (the rest drain)
     t_last: jnp.ndarray  # [] f64 the latest end of a step (seconds): where the run ends (the
     #                      clocks of replicas still cold, or off, say nothing of it)
 

@@ -72,6 +72,7 @@ def init(fp: FleetParams, cfg: EngineConfig, zf) -> Fleet:
         cold_s=zf,
         scale_ups=jnp.zeros((), jnp.int32),
         scale_downs=jnp.zeros((), jnp.int32),
+        refused=jnp.zeros((), jnp.int32),
         t_last=zf,
     )
     return _log(fleet, zf)
@@ -150,7 +151,8 @@ def _last(mask, k):
 def scale(fleet: Fleet, clock, desired, t, fp: FleetParams):
     """(fleet, clock [I]) after moving to `desired` replicas at time t (seconds): off replicas
     provisioned (serving from t + cold_start_s, their clock), or cold starts cancelled and
-    serving replicas set draining, last listed first."""
+    serving replicas set draining, last listed first. A start that finds no replica off (the
+    others still draining: engine.n_instances is the capacity) is counted as refused."""
     on = fleet.phase == REPLICA_SERVING
     current = jnp.sum(on)
     grow = _first(fleet.phase == REPLICA_OFF, desired - current)
@@ -168,6 +170,8 @@ def scale(fleet: Fleet, clock, desired, t, fp: FleetParams):
         cold_s=fleet.cold_s + jnp.sum(grow) * fp.cold_start_s - lost,
         scale_ups=fleet.scale_ups + jnp.sum(grow, dtype=jnp.int32),
         scale_downs=fleet.scale_downs + jnp.sum(cancel | drain, dtype=jnp.int32),
+        refused=fleet.refused
+        + (jnp.maximum(desired - current, 0) - jnp.sum(grow)).astype(jnp.int32),
         desired=desired.astype(jnp.float64),
     )
     return fleet, jnp.where(grow, ready, jnp.where(cancel, jnp.inf, clock))

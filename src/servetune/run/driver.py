@@ -119,6 +119,7 @@ def fleet_state(fleet, s: int, p: int) -> dict:
         "fleet_cold_s": float(fleet.cold_s[s, p]),
         "fleet_scale_ups": int(fleet.scale_ups[s, p]),
         "fleet_scale_downs": int(fleet.scale_downs[s, p]),
+        "fleet_refused": int(fleet.refused[s, p]),
     }
 
 

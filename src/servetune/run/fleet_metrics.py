@@ -34,7 +34,9 @@ def provisioned_replica_s(stats: dict, t0: float, t1: float) -> float:
 def fleet_metrics(stats: dict, t0: float, t1: float, usd_per_replica_s: float) -> dict:
     """The fleet's metrics over [t0, t1] (seconds), the cost's window: mean and peak replicas
     provisioned, replica-hours, replica-seconds spent cold-starting and their cost (USD at
-    `usd_per_replica_s`), and the replicas started and stopped over the whole run."""
+    `usd_per_replica_s`), and the replicas started and stopped over the whole run, and the
+    starts refused for want of a replica that is off (all others draining: raise
+    engine.n_instances above fleet.max_replicas for room)."""
     log = np.asarray(stats["fleet_log"])
     t = log[:, COL["t_s"]]
     in_effect = (t <= t1) & (np.append(t[1:], np.inf) > t0)  # rows holding within the window
@@ -49,6 +51,7 @@ def fleet_metrics(stats: dict, t0: float, t1: float, usd_per_replica_s: float) -
         "cold_start_cost_usd": cold_s * usd_per_replica_s,
         "scale_ups": int(stats["fleet_scale_ups"]),
         "scale_downs": int(stats["fleet_scale_downs"]),
+        "scale_ups_refused": int(stats["fleet_refused"]),
     }
 
 

@@ -115,6 +115,9 @@ def test_scale_up_takes_the_first_replicas_that_are_off_and_they_start_cold():
     clock = jnp.array([10.0, jnp.inf, 12.0, jnp.inf, jnp.inf])
     new, clock = autoscale.scale(f, clock, jnp.float64(3.0), 15.0, fleet_params(cold_start_s=60.0))
     np.testing.assert_array_equal(new.phase, [1, 1, 2, 1, 0])
+    assert int(new.refused) == 0
+    full, _ = autoscale.scale(f, clock, jnp.float64(5.0), 15.0, fleet_params())
+    assert int(full.scale_ups) == 3 and int(full.refused) == 1  # replica 2 is still draining
     np.testing.assert_allclose(np.asarray(new.ready_at)[[1, 3]], [75.0, 75.0])
     np.testing.assert_allclose(clock, [10.0, 75.0, 12.0, 75.0, np.inf])
     assert float(new.cold_s) == 120.0 and int(new.scale_ups) == 2
