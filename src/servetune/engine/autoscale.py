@@ -1,9 +1,10 @@
 """An autoscaler over the instances: Kubernetes' HorizontalPodAutoscaler (autoscaling/v2) on one
 of vLLM's per-replica gauges, with cold starts and graceful drain.
 
-engine.n_instances is the static capacity; params.fleet (FleetParams, traced) says how many of
-those replicas are provisioned. Every `interval_s` seconds of simulated time, at the first step
-of the earliest instance at or after the evaluation time T (`before_step`), the autoscaler:
+engine.n_instances is the static capacity; params.fleet (FleetParams, traced, rounded by
+`whole` to what Kubernetes holds) says how many of those replicas are provisioned. Every
+`interval_s` seconds of simulated time, at the end of the step after which the earliest clock
+is at or past the evaluation time T (`before_step`, from step.between_steps), the autoscaler:
 
 1. reads the metric (engine.autoscale_metric) of every replica that serves at T: vLLM's
    `vllm:num_requests_waiting`, `vllm:num_requests_running` or `vllm:kv_cache_usage_perc`
@@ -16,8 +17,9 @@ of the earliest instance at or after the evaluation time T (`before_step`), the 
    at most the largest one within the scale-down window (HPA's behavior.*.
    stabilizationWindowSeconds, recommendations kept in a ring of engine.autoscale_history);
 4. limits the step (HPA's Pods and Percent policies with periodSeconds = interval_s and
-   selectPolicy Max: up to max(pods, ceil(current x percent / 100)) added, down to
-   min(current - pods, ceil(current x (1 - percent / 100)))), then clamps to [min, max];
+   selectPolicy Max: up to max(current + pods, ceil(current x (1 + percent / 100))), down to
+   min(current - pods, floor(current x (1 - percent / 100))), Kubernetes' rounding), then
+   clamps to [min, max];
 5. acts: a scale-up provisions the first replicas that are off; each serves after
    `cold_start_s` (GPU acquisition and model load). A scale-down first cancels cold starts
    (last listed first), then drains serving replicas (last listed first): a draining replica
@@ -25,8 +27,16 @@ of the earliest instance at or after the evaluation time T (`before_step`), the 
 
 The router (engine/routing.py) sends a request only to a replica serving at its arrival. A
 replica that is off has no clock (inf): it is never stepped, so it costs the loop nothing but
-the [I]-wide reads of routing. Every change of the provisioned count is logged (Fleet.log, with
-the evaluation's counts), so the host integrates provisioned replica-seconds, the run's cost.
+the [I]-wide reads of routing and of the next instance. The fleet's counts are logged
+(Fleet.log) at every evaluation that changes them, where a cold start ends and where a drained
+replica goes off, so the host integrates provisioned replica-seconds, the run's cost, exactly
+(a replica that goes off at the end of a step is logged at that step's end, which may come
+after a later evaluation's row: up to one iteration of it counts as off early).
+
+Not modelled: spot replicas and preemption; a scale-down that re-queues requests instead of
+draining; a stall under an autoscaler is still caught per instance (idle with waiting work),
+but the fleet-wide "nothing can move" check never fires, as evaluations always wake an idle
+replica (the run then ends at the stop time).
 """
 
 from __future__ import annotations
@@ -59,20 +69,21 @@ def init(fp: FleetParams, cfg: EngineConfig, zf) -> Fleet:
     idx = jnp.arange(n) + zf
     phase = jnp.where(idx < fp.min_replicas, REPLICA_SERVING, REPLICA_OFF).astype(jnp.int32)
     h = cfg.autoscale_history
+    zi = zf.astype(jnp.int32)
     fleet = Fleet(
         phase=phase,
         ready_at=jnp.zeros((n,)) + zf,
         next_eval=fp.interval_s + zf,
         rec=jnp.full((h,), jnp.nan) + zf,
         rec_t=jnp.full((h,), -jnp.inf) + zf,
-        n_evals=jnp.zeros((), jnp.int32) + zf.astype(jnp.int32),
+        n_evals=zi,
         desired=fp.min_replicas + zf,
         log=jnp.full((max(cfg.autoscale_log, 1), len(FLEET_LOG_COLUMNS)), jnp.nan) + zf,
-        n_log=jnp.zeros((), jnp.int32),
+        n_log=zi,
         cold_s=zf,
-        scale_ups=jnp.zeros((), jnp.int32),
-        scale_downs=jnp.zeros((), jnp.int32),
-        refused=jnp.zeros((), jnp.int32),
+        scale_ups=zi,
+        scale_downs=zi,
+        refused=zi,
         t_last=zf,
     )
     return _log(fleet, zf)
