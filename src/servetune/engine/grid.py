@@ -18,12 +18,7 @@ from servetune.engine.outbox import capacity as outbox_capacity
 from servetune.engine.outbox import record_fields
 from servetune.engine.phases import Iteration
 from servetune.engine.simple_step import applies, counted, lean, plan, simple_iteration
-from servetune.engine.step import (
-    arrive,
-    conclude,
-    in_scheduling_order,
-    scheduled_iteration,
-)
+from servetune.engine.step import arrive, conclude, in_scheduling_order, scheduled_iteration
 
 
 def iteration_grid(

@@ -24,8 +24,8 @@ With an autoscaler (engine/autoscale.py) only the replicas serving at a request'
 candidates (not off, cold-starting or draining). Only instances with a free entry are
 candidates (if none has one, the arrivals wait and are counted as queue-window overflow).
 Ties go to the faster instance (byte rate, then FLOP rate, then KV capacity), then to the
-earlier listed; so, except for round_robin and p2c (defined by
-listing positions), results do not depend on the order the instances are listed in.
+earlier listed; so, except for round_robin and p2c (defined by listing positions), results do
+not depend on the order the instances are listed in.
 """
 
 from __future__ import annotations
