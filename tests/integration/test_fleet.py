@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import yaml
 from helpers import linear_params, random_traces, trace_of
+from scipy import stats
 
 from servetune.config.scenario import build, stack_workloads
 from servetune.core.errors import ConfigError
@@ -18,7 +19,7 @@ from servetune.deploy import autoscaler_export, export
 from servetune.engine.loop import run_chunk_batch
 from servetune.run.api import compose, simulate_batch
 from servetune.run.driver import rollout
-from servetune.run.fleet_metrics import replicas_over_time
+from servetune.run.fleet_metrics import provisioned_replica_s, replicas_over_time
 from servetune.tuning import tune
 from servetune.tuning.space import space_from_config
 
@@ -33,6 +34,8 @@ BASE = dict(
 )
 FIXED = EngineConfig(**BASE, n_instances=3)
 FLEET = EngineConfig(**BASE, n_instances=3, autoscale=True, autoscale_log=4096)
+# scale-down at once with requests re-queued, and spot replicas (engine/requeue.py, spot.py)
+LEAVING = dataclasses.replace(FLEET, autoscale_requeue=True, autoscale_spot=True)
 
 
 def fleet_params(p=1, **kw):
@@ -50,6 +53,8 @@ def fleet_params(p=1, **kw):
         scale_down_pods=0.0,
         scale_down_percent=100.0,
         cold_start_s=2.0,
+        spot_share=0.0,
+        spot_preemptions_per_hour=0.0,
     )
     base.update(kw)
     return FleetParams(
@@ -101,6 +106,91 @@ def test_every_request_ends_once_over_random_fleets():
             assert np.all(np.diff(counts["t_s"]) >= 0)
             scaled += res.stats["fleet_scale_ups"] > 0 and res.stats["fleet_scale_downs"] > 0
     assert scaled >= 3, "too few fleets scaled both ways to test anything"
+
+
+def test_every_request_ends_once_when_replicas_leave_at_once_or_are_preempted():
+    rng = np.random.default_rng(11)
+    traces = random_traces(rng, n_traces=2, n=150)
+    p = 6
+    fp = fleet_params(
+        p,
+        min_replicas=rng.integers(1, 3, p).astype(float),
+        target=rng.uniform(0.5, 4.0, p),
+        interval_s=rng.uniform(0.2, 1.0, p),
+        scale_down_window_s=rng.uniform(0.0, 2.0, p),
+        cold_start_s=rng.uniform(0.0, 2.0, p),
+        spot_share=rng.choice([0.0, 0.5, 1.0], p),
+        spot_preemptions_per_hour=rng.uniform(36.0, 360.0, p),  # every 10 to 100 s
+    )
+    results = run(traces, params(p, fp), LEAVING)  # raises if a request is reported twice
+    preempted = requeued = 0
+    for s, row in enumerate(results):
+        for k, res in enumerate(row):
+            assert int(res.stats["invariants"]) == 0, (s, k)
+            assert np.all(res.end_state == COMPLETED), (s, k)
+            counts = replicas_over_time(res.stats)
+            assert np.all(counts["spot"] <= counts["provisioned"]), (s, k)
+            assert np.all(counts["provisioned"] <= LEAVING.n_instances), (s, k)
+            if float(fp.spot_share[k]) == 0.0:
+                assert res.stats["fleet_preemptions"] == 0, (s, k)
+            preempted += res.stats["fleet_preemptions"]
+            requeued += res.stats["fleet_requeued"]
+            # a re-queued request computes its tokens again: the work exceeds the tokens
+            assert np.all(res.tokens_computed >= res.generated)
+    assert preempted >= 10 and requeued >= 10, "too few replicas left to test anything"
+
+
+def test_spot_preemptions_follow_their_rate():
+    """Three spot replicas held up, replaced at once (cold start 0): each evaluation preempts
+    each with probability 1 - exp(-rate x interval): a binomial count."""
+    tr = trace_of([(0.25 * k, 50, 20) for k in range(400)])  # 100 s of light traffic
+    rate, interval = 1800.0, 0.5  # per replica-hour; p = 1 - exp(-0.25)
+    fp = fleet_params(
+        min_replicas=3.0,
+        interval_s=interval,
+        cold_start_s=0.0,
+        spot_share=1.0,
+        spot_preemptions_per_hour=rate,
+    )
+    res = run([tr], params(fleet=fp), LEAVING)[0][0]
+    assert np.all(res.end_state == COMPLETED)
+    evaluations = int(res.clock_s // interval)
+    prob = 1.0 - np.exp(-rate * interval / 3600.0)
+    count = res.stats["fleet_preemptions"]
+    assert stats.binomtest(count, 3 * evaluations, prob).pvalue > 1e-3, (count, evaluations)
+    # each preemption restarts its replica cold: cold_start_s x preemptions (0 here)
+    assert res.stats["fleet_cold_s"] == 0.0
+
+
+def test_spot_replicas_never_preempted_serve_as_on_demand_ones():
+    traces = random_traces(np.random.default_rng(3), n_traces=1, n=120)
+    base = fleet_params(target=1.0, interval_s=0.5, cold_start_s=0.5)
+    plain = run(traces, params(fleet=base), FLEET)[0][0]
+    spot = dataclasses.replace(base, spot_share=jnp.ones(1), spot_preemptions_per_hour=jnp.zeros(1))
+    calm = run(traces, params(fleet=spot), LEAVING)[0][0]
+    for a, b in zip(_outcome(plain), _outcome(calm), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert calm.stats["fleet_preemptions"] == 0
+    log = replicas_over_time(calm.stats)
+    np.testing.assert_array_equal(log["spot"], log["provisioned"])
+
+
+def test_a_scale_down_at_once_hands_its_requests_on_and_costs_less_than_a_drain():
+    """A burst, then quiet: scaled-down replicas holding long requests go off at once rather
+    than after their last token; every request still completes, some of them re-queued."""
+    rng = np.random.default_rng(2)
+    burst = [(rng.uniform(0.0, 2.0), 100, 400) for _ in range(60)]
+    tr = trace_of(sorted(burst))
+    fp = fleet_params(target=2.0, interval_s=0.5, scale_down_window_s=0.0, cold_start_s=0.2)
+    graceful = run([tr], params(fleet=fp), FLEET)[0][0]
+    at_once = run([tr], params(fleet=fp), dataclasses.replace(LEAVING, autoscale_spot=False))
+    at_once = at_once[0][0]
+    assert np.all(at_once.end_state == COMPLETED) and np.all(graceful.end_state == COMPLETED)
+    assert at_once.stats["fleet_requeued"] > 0 and graceful.stats["fleet_requeued"] == 0
+    assert np.sum(at_once.tokens_computed) > np.sum(graceful.tokens_computed)  # redone work
+    span = max(at_once.clock_s, graceful.clock_s)
+    replica_s = lambda r: provisioned_replica_s(r.stats, 0.0, span)
+    assert replica_s(at_once) < replica_s(graceful)
 
 
 def test_a_fleet_held_at_n_replicas_is_n_instances():
@@ -197,6 +287,21 @@ def test_a_fixed_fleet_costs_what_n_instances_cost_and_autoscaling_less():
     assert per_s == pytest.approx(build(compose(SMALL)).labels["price_per_gpu_hour"] / 3600.0)
 
 
+def test_spot_replicas_cost_their_price_ratio():
+    """All replicas spot, never preempted, at 0.4 of the price: the same run at 0.4 the cost."""
+    fleet = ["fleet.autoscale=true", "fleet.max_replicas=3", "fleet.target=2"]
+    fleet += ["fleet.cold_start_s=10"]
+    plain = simulate_batch(build(compose(SMALL + fleet))).metrics[0]
+    spot = fleet + ["fleet.spot_share=1", "fleet.spot_preemptions_per_hour=0"]
+    cheap = simulate_batch(build(compose(SMALL + spot + ["fleet.spot_price_ratio=0.4"])))
+    cheap = cheap.metrics[0]
+    assert cheap["goodput_rps"] == pytest.approx(plain["goodput_rps"], rel=1e-12)
+    assert cheap["replica_hours"] == pytest.approx(plain["replica_hours"], rel=1e-12)
+    assert cheap["spot_replica_hours"] == pytest.approx(cheap["replica_hours"], rel=1e-12)
+    assert cheap["cost_usd"] == pytest.approx(0.4 * plain["cost_usd"], rel=1e-9)
+    assert cheap["spot_preemptions"] == 0 and plain["spot_replica_hours"] == 0.0
+
+
 @pytest.mark.parametrize(
     "overrides, key",
     [
@@ -217,6 +322,29 @@ def test_a_fixed_fleet_costs_what_n_instances_cost_and_autoscaling_less():
         (["engine.n_instances=5", "engine.prefill_instances=1"], r"fleet\.autoscale"),
         (["+fleet.max_replica=3"], r"fleet\.max_replica"),
         (["fleet.interval_s=0.5"], r"fleet\.interval_s"),
+        (["fleet.scale_down=kill"], r"fleet\.scale_down"),
+        (["fleet.spot_share=1.5"], r"fleet\.spot_share"),
+        (["fleet.spot_share=0.5"], r"fleet\.spot_preemptions_per_hour: not set"),
+        (
+            ["fleet.spot_share=0.5", "fleet.spot_preemptions_per_hour=1"],
+            r"fleet\.spot_price_ratio: not set",
+        ),
+        (
+            [
+                "fleet.spot_share=0.5",
+                "fleet.spot_preemptions_per_hour=-1",
+                "fleet.spot_price_ratio=0.4",
+            ],
+            r"fleet\.spot_preemptions_per_hour",
+        ),
+        (
+            [
+                "fleet.spot_share=0.5",
+                "fleet.spot_preemptions_per_hour=1",
+                "fleet.spot_price_ratio=0",
+            ],
+            r"fleet\.spot_price_ratio",
+        ),
         (["fleet.scale_down_window_s=4000", "fleet.history=1000"], r"scale_down_window_s"),
         (
             ["fleet.interval_s=10", "tune.space.fleet={scale_down_window_s: {low: 0, high: 900}}"],

@@ -47,8 +47,13 @@ FLEET_KEYS = frozenset(
         "load_gb_per_s",
         "history",
         "log_rows",
+        "scale_down",
+        "spot_share",
+        "spot_preemptions_per_hour",
+        "spot_price_ratio",
     }
 )
+SCALE_DOWN = ("graceful", "requeue")  # fleet.scale_down: drain, or re-queue (engine/requeue.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +65,9 @@ class FleetSetup:
     max_replicas: int  # engine.n_instances unless that is set larger
     history: int  # engine.autoscale_history
     log_rows: int  # engine.autoscale_log
+    requeue: bool  # engine.autoscale_requeue: fleet.scale_down is requeue
+    spot: bool  # engine.autoscale_spot: some replicas can be spot (fleet.spot_share, or tuned)
+    spot_price_ratio: float  # a spot replica's price over an on-demand one's (host: the cost)
 
     def export_values(self) -> dict:
         """{fleet key: value} of the autoscaler as deploy/autoscaler_export.py reads it."""
@@ -146,6 +154,7 @@ def read(cfg: DictConfig, weight_bytes_per_gpu: float, span_s: float) -> FleetSe
         k: num(k, lo=0, hi=most, default=d, integer=k.endswith("_pods"))
         for k, (most, d) in _RATES.items()
     }
+    spot_share, spot_rate, spot_ratio = _spot(cfg)
     evaluations = math.ceil(span_s / shortest) + 2
     rows = num("log_rows", lo=1, hi=2**26, integer=True, allow_none=True)
     params = FleetParams(
@@ -155,6 +164,8 @@ def read(cfg: DictConfig, weight_bytes_per_gpu: float, span_s: float) -> FleetSe
         tolerance=np.float64(num("tolerance", lo=0, hi=1e6, default=0.1)),
         interval_s=np.float64(interval),
         cold_start_s=np.float64(cold),
+        spot_share=np.float64(spot_share),
+        spot_preemptions_per_hour=np.float64(spot_rate),
         **{k: np.float64(v) for k, v in {**windows, **rates}.items()},
     )
     return FleetSetup(
@@ -163,6 +174,9 @@ def read(cfg: DictConfig, weight_bytes_per_gpu: float, span_s: float) -> FleetSe
         max_replicas=hi,
         history=history,
         log_rows=rows or 3 * evaluations + 4 * hi + 16,
+        requeue=settings.choice(cfg, "fleet.scale_down", SCALE_DOWN, "graceful") == "requeue",
+        spot=spot_share > 0 or _tuned_range(cfg, "spot_share") is not None,
+        spot_price_ratio=spot_ratio,
     )
 
 
@@ -179,6 +193,7 @@ TUNABLE = {
     "scale_up_percent": (0.0, 1e6, "linear"),
     "scale_down_pods": (0.0, MAX_REPLICAS, "linear"),
     "scale_down_percent": (0.0, 100.0, "linear"),
+    "spot_share": (0.0, 1.0, "linear"),
 }
 PREFIX = "fleet."  # tuned values name fleet keys "fleet.<key>"
 
@@ -235,3 +250,29 @@ def _cold_start_s(cfg: DictConfig, weight_bytes_per_gpu: float, span_s: float) -
             f"({span_s:g} s); expected less, or no replica started would ever serve"
         )
     return cold
+
+
+def _spot(cfg: DictConfig) -> tuple[float, float, float]:
+    """(fleet.spot_share, fleet.spot_preemptions_per_hour, fleet.spot_price_ratio): the
+    share 0 (no spot) by default; with spot replicas (a share above 0, or a tuned one) the rate
+    and the price ratio are market figures the user must give (no default is honest for
+    them)."""
+    share = settings.number(cfg, "fleet.spot_share", lo=0, hi=1, default=0.0)
+    if share == 0 and _tuned_range(cfg, "spot_share") is None:
+        return 0.0, 0.0, 1.0
+    given = {}
+    for key, hi in (("spot_preemptions_per_hour", 1e4), ("spot_price_ratio", 1.0)):
+        value = settings.number(cfg, f"fleet.{key}", lo=0, hi=hi, allow_none=True)
+        if value is None:
+            raise ConfigError(
+                f"fleet.{key}: not set, with spot replicas (fleet.spot_share = {share:g}); "
+                f"expected your provider's figure (preemptions per spot replica-hour; the spot "
+                f"price over the on-demand price, in (0, 1])"
+            )
+        given[key] = value
+    if given["spot_price_ratio"] <= 0:
+        raise ConfigError(
+            f"fleet.spot_price_ratio: got {given['spot_price_ratio']:g}; expected a price ratio "
+            f"in (0, 1]"
+        )
+    return share, given["spot_preemptions_per_hour"], given["spot_price_ratio"]

@@ -18,6 +18,7 @@ class MetricsSpec:
     price_per_gpu_hour: USD; n_gpus: GPUs provisioned (with an autoscaler, at most);
     gpus_per_replica: with an autoscaler (engine/autoscale.py), GPUs per replica: the cost is
     then the replicas the fleet's log says were provisioned (0 = a fixed fleet of n_gpus).
+    spot_price_ratio: a spot replica's price over an on-demand one's (engine/spot.py).
     kv_blocks: KV capacity of the instance.
     quality: the quality model and the scenario's precision (servetune.config.quality), or None
     (every completed request passes its task check).
@@ -31,6 +32,7 @@ class MetricsSpec:
     n_gpus: int
     kv_blocks: int
     gpus_per_replica: int = 0
+    spot_price_ratio: float = 1.0
     kv_compress_fail_prob: float = 0.0  # quality cost of KV compression (engine/pressure.py)
     quality: quality.QualitySpec | None = None
     cascade: cascade_lib.CascadeSpec | None = None  # model cascade (cascade_config), else None

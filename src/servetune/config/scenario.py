@@ -1453,10 +1453,14 @@ def build(cfg: DictConfig) -> Scenario:
             autoscale_metric=fleet.metric,
             autoscale_history=fleet.history,
             autoscale_log=fleet.log_rows,
+            autoscale_requeue=fleet.requeue,
+            autoscale_spot=fleet.spot,
         )
     speculation = hw.draft is not None
     decided.update(_prefix_fields(cfg, engine, traces, kv_blocks, speculation, decided))
     spec, drain = _metrics_section(cfg, traces, hw, engine, price, kv_blocks, qspec, casc)
+    if fleet is not None:  # a spot replica's time is priced at its ratio (run/fleet_metrics.py)
+        spec = dataclasses.replace(spec, spot_price_ratio=fleet.spot_price_ratio)
     # the engine checks for give-ups only when a trace has them
     decided["abandonment"] = engine.abandonment or any(tr.gives_up for tr in traces)
     if speculation:

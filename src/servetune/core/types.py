@@ -62,7 +62,8 @@ WORK_COLUMNS = ("iterations", "tokens", "ctx_read", "attn_work")
 # iteration computed, KV blocks in use, preemptions so far (the scenario's).
 # Autoscaling (engine/autoscale.py): a replica's phase, and the columns of the fleet's log
 REPLICA_OFF, REPLICA_SERVING, REPLICA_DRAINING = 0, 1, 2
-FLEET_LOG_COLUMNS = ("t_s", "provisioned", "cold", "draining", "desired")
+# (spot: provisioned replicas that are spot, priced at fleet.spot_price_ratio of on-demand)
+FLEET_LOG_COLUMNS = ("t_s", "provisioned", "cold", "draining", "desired", "spot")
 AUTOSCALE_METRICS = ("num_requests_waiting", "num_requests_running", "kv_cache_usage_perc")
 
 TIMELINE_COLUMNS = ("t_s", "queue_len", "running", "batch_tokens", "kv_blocks", "preemptions")
@@ -176,6 +177,11 @@ class EngineConfig:
         window must fit: history x interval seconds).
       autoscale_log: rows of the fleet's log (Fleet.log: one per evaluation and per replica
         that finished draining); the run stops with an error when they run out.
+      autoscale_requeue: a replica scaled down leaves at once, its waiting and running
+        requests re-queued to the serving replicas (they start over there); off (the default),
+        it drains gracefully, as vLLM's graceful shutdown does.
+      autoscale_spot: some replicas are spot (params.fleet.spot_share) and are preempted at
+        params.fleet.spot_preemptions_per_hour; their requests are re-queued.
       cascade_small_instances: S > 0 runs a model cascade (engine/cascade.py): instances
         0..S-1 serve a small model, the rest a large one; arrivals whose predicted difficulty
         is at most policy.cascade_threshold go to the small pool, the others to the large pool,
@@ -221,6 +227,8 @@ class EngineConfig:
     autoscale_metric: str = "num_requests_waiting"
     autoscale_history: int = 64
     autoscale_log: int = 0
+    autoscale_requeue: bool = False
+    autoscale_spot: bool = False
     timeline_samples: int = 0  # periods of the per-iteration timeline (output.timeline); 0 = off
     width: int = 0
 
@@ -340,6 +348,9 @@ class FleetParams(struct.PyTreeNode):
     scale_down_pods: jnp.ndarray  # [] Pods policy: replicas removed per evaluation at most
     scale_down_percent: jnp.ndarray  # [] Percent policy: % of replicas removed per evaluation
     cold_start_s: jnp.ndarray  # [] seconds from a scale-up to the replica serving
+    spot_share: jnp.ndarray  # [] share of the replicas that are spot, in [0, 1] (replica i is
+    #                          spot where floor((i + 1) x share) > floor(i x share))
+    spot_preemptions_per_hour: jnp.ndarray  # [] preemptions per spot replica-hour serving
 
 
 class Params(struct.PyTreeNode):
@@ -640,19 +651,22 @@ class Fleet(struct.PyTreeNode):
 
     phase: jnp.ndarray  # [I] i32 REPLICA_OFF / REPLICA_SERVING / REPLICA_DRAINING
     ready_at: jnp.ndarray  # [I] f64 time the replica serves from (seconds; its cold start's end)
+    spot: jnp.ndarray  # [I] bool the replica is spot (engine/spot.py; all False without spot)
     next_eval: jnp.ndarray  # [] f64 time of the next evaluation (seconds)
     rec: jnp.ndarray  # [Hr] f64 past recommendations (replicas; nan: none yet), a ring of
     #                   engine.autoscale_history
     rec_t: jnp.ndarray  # [Hr] f64 their times (seconds; -inf: none yet)
     n_evals: jnp.ndarray  # [] i32 evaluations so far
     desired: jnp.ndarray  # [] f64 replicas the latest evaluation asked for
-    log: jnp.ndarray  # [L, 5] f64 FLEET_LOG_COLUMNS: at time 0, at each evaluation that
+    log: jnp.ndarray  # [L, 6] f64 FLEET_LOG_COLUMNS: at time 0, at each evaluation that
     #                   changed them, where a cold start ends and where a replica went off
     n_log: jnp.ndarray  # [] i32 rows written (more than L: the log ran out)
     cold_s: jnp.ndarray  # [] f64 replica-seconds spent cold-starting (provisioned, not serving)
     scale_ups: jnp.ndarray  # [] i32 replicas started
     scale_downs: jnp.ndarray  # [] i32 replicas stopped (cold starts cut short included)
     refused: jnp.ndarray  # [] i32 starts asked for that found no replica off (the rest drain)
+    requeued: jnp.ndarray  # [] i32 requests re-queued from a replica that left (requeue, spot)
+    preemptions: jnp.ndarray  # [] i32 spot replicas preempted (each restarted cold)
     t_last: jnp.ndarray  # [] f64 the latest end of a step (seconds): where the run ends (the
     #                      clocks of replicas still cold, or off, say nothing of it)
 

@@ -33,8 +33,12 @@ replica goes off, so the host integrates provisioned replica-seconds, the run's 
 (a replica that goes off at the end of a step is logged at that step's end, which may come
 after a later evaluation's row: up to one iteration of it counts as off early).
 
-Not modelled: spot replicas and preemption; a scale-down that re-queues requests instead of
-draining; a stall under an autoscaler is still caught per instance (idle with waiting work),
+With fleet.scale_down: requeue (engine.autoscale_requeue) a scaled-down replica does not drain:
+its waiting and running requests are re-queued to the serving replicas (engine/requeue.py) and
+it goes off once what it finished has left. With spot replicas (engine.autoscale_spot), each
+evaluation first preempts spot replicas at their rate (engine/spot.py).
+
+Not modelled: a stall under an autoscaler is still caught per instance (idle with waiting work),
 but the fleet-wide "nothing can move" check never fires, as evaluations always wake an idle
 replica (the run then ends at the stop time).
 """
@@ -60,6 +64,7 @@ from servetune.core.types import (
     Params,
     SimState,
 )
+from servetune.engine import requeue, spot
 
 
 def init(fp: FleetParams, cfg: EngineConfig, zf) -> Fleet:
@@ -73,6 +78,7 @@ def init(fp: FleetParams, cfg: EngineConfig, zf) -> Fleet:
     fleet = Fleet(
         phase=phase,
         ready_at=jnp.zeros((n,)) + zf,
+        spot=spot.is_spot(n, fp.spot_share) & cfg.autoscale_spot,
         next_eval=fp.interval_s + zf,
         rec=jnp.full((h,), jnp.nan) + zf,
         rec_t=jnp.full((h,), -jnp.inf) + zf,
@@ -84,6 +90,8 @@ def init(fp: FleetParams, cfg: EngineConfig, zf) -> Fleet:
         scale_ups=zi,
         scale_downs=zi,
         refused=zi,
+        requeued=zi,
+        preemptions=zi,
         t_last=zf,
     )
     return _log(fleet, zf)
@@ -159,11 +167,13 @@ def _last(mask, k):
     return _first(mask[::-1], k)[::-1]
 
 
-def scale(fleet: Fleet, clock, desired, t, fp: FleetParams):
+def scale(fleet: Fleet, clock, desired, t, fp: FleetParams, holds=None):
     """(fleet, clock [I]) after moving to `desired` replicas at time t (seconds): off replicas
     provisioned (serving from t + cold_start_s, their clock), or cold starts cancelled and
     serving replicas set draining, last listed first. A start that finds no replica off (the
-    others still draining: engine.n_instances is the capacity) is counted as refused."""
+    others still draining: engine.n_instances is the capacity) is counted as refused.
+    `holds` [I] bool: replicas holding requests (a spot replacement holds those re-queued to
+    it, engine/spot.py): a cancelled cold start among them drains them instead of going off."""
     on = fleet.phase == REPLICA_SERVING
     current = jnp.sum(on)
     grow = _first(fleet.phase == REPLICA_OFF, desired - current)
@@ -173,6 +183,9 @@ def scale(fleet: Fleet, clock, desired, t, fp: FleetParams):
     drain = _last(on & ~cold, shed - jnp.sum(cancel))
     ready = jnp.where(grow, t + fp.cold_start_s, fleet.ready_at)
     phase = jnp.where(grow, REPLICA_SERVING, fleet.phase)
+    holds = jnp.zeros_like(on) if holds is None else holds
+    drain = drain | (cancel & holds)
+    cancel = cancel & ~holds
     phase = jnp.where(cancel, REPLICA_OFF, jnp.where(drain, REPLICA_DRAINING, phase))
     lost = jnp.sum(jnp.where(cancel, fleet.ready_at - t, 0.0))  # cold time not spent
     fleet = fleet.replace(
@@ -213,15 +226,17 @@ def retire(fleet: Fleet, clock, i, e: Entries, t_start, t_end):
 
 
 def _row(fleet: Fleet, t):
-    """[5] FLEET_LOG_COLUMNS of `fleet` at time t (seconds)."""
+    """[6] FLEET_LOG_COLUMNS of `fleet` at time t (seconds)."""
     cold = (fleet.phase == REPLICA_SERVING) & (fleet.ready_at > t)
+    up = fleet.phase != REPLICA_OFF
     return jnp.stack(
         [
             jnp.asarray(t, jnp.float64),
-            jnp.sum(fleet.phase != REPLICA_OFF).astype(jnp.float64),
+            jnp.sum(up).astype(jnp.float64),
             jnp.sum(cold).astype(jnp.float64),
             jnp.sum(fleet.phase == REPLICA_DRAINING).astype(jnp.float64),
             fleet.desired,
+            jnp.sum(up & fleet.spot).astype(jnp.float64),
         ]
     )
 
@@ -236,19 +251,31 @@ def _log(fleet: Fleet, t) -> Fleet:
     return fleet.replace(log=log, n_log=fleet.n_log + 1)
 
 
-def evaluate(fleet: Fleet, clock, entries: Entries, kv_blocks, t, fp: FleetParams, cfg):
-    """(fleet, clock [I]) after one evaluation at time t (seconds): recommend, stabilize,
-    limit, scale, retire the drained; logged where the counts or the desired replicas
-    changed."""
+def evaluate(fleet: Fleet, clock, entries: Entries, kv_blocks, t, fp: FleetParams, cfg, salt):
+    """(fleet, clock [I], entries [I, A]) after one evaluation at time t (seconds): spot
+    preemptions (engine/spot.py), then recommend, stabilize, limit, scale (re-queuing the
+    requests of the replicas scaled down with fleet.scale_down: requeue), retire the drained;
+    logged where the counts or the desired replicas changed. `salt`: the scenario's seed."""
     before = _row(fleet, t)
+    if spot.enabled(cfg):
+        warm = serving_at(fleet, t)
+        hit = spot.preempted(fleet, warm, fp, salt)
+        fleet, clock, entries = spot.preempt(fleet, clock, entries, hit, warm & ~hit, fp)
     current = jnp.sum(fleet.phase == REPLICA_SERVING).astype(jnp.float64)
     total = jnp.sum(jnp.where(serving_at(fleet, t), signal(entries, kv_blocks, cfg), 0.0))
     stable, fleet = stabilize(fleet, recommend(total, current, fp), t, current, fp)
-    fleet, clock = scale(fleet, clock, limit_rate(stable, current, fp), t, fp)
+    draining = fleet.phase == REPLICA_DRAINING
+    holds = jnp.any(entries.status != EMPTY, axis=1)
+    fleet, clock = scale(fleet, clock, limit_rate(stable, current, fp), t, fp, holds)
+    if cfg.autoscale_requeue:  # the replicas just scaled down hand their requests on
+        leaving = (fleet.phase == REPLICA_DRAINING) & ~draining
+        entries, moved = requeue.move_live(entries, clock, leaving, serving_at(fleet, t))
+        fleet = fleet.replace(requeued=fleet.requeued + moved)
     fleet, clock, _ = _retired(fleet, clock, ~jnp.any(entries.status != EMPTY, axis=1))
     changed = jnp.any(_row(fleet, t)[1:] != before[1:])
     logged = _log(fleet, t)
-    return fleet.replace(log=logged.log, n_log=jnp.where(changed, logged.n_log, fleet.n_log)), clock
+    n_log = jnp.where(changed, logged.n_log, fleet.n_log)
+    return fleet.replace(log=logged.log, n_log=n_log), clock, entries
 
 
 COUNTS = ("min_replicas", "max_replicas", "scale_up_pods", "scale_down_pods")
@@ -275,10 +302,11 @@ def whole(fp: FleetParams, xp=jnp) -> FleetParams:
     return fp.replace(**out)
 
 
-def before_step(state: SimState, params: Params, cfg: EngineConfig, t) -> SimState:
+def before_step(state: SimState, params: Params, cfg: EngineConfig, t, salt) -> SimState:
     """`state` after the evaluation due by `t` (the earliest clock, seconds), if one is: it is
     taken at its own time, and the next is the first multiple of interval_s after t. Steps
-    without one skip its reads (one scenario; under vmap both sides run)."""
+    without one skip its reads (one scenario; under vmap both sides run). `salt`: the
+    scenario's seed (Workload.salt), for spot preemptions."""
     if not cfg.autoscale:
         return state
     assert state.fleet is not None and params.fleet is not None  # on: autoscale
@@ -288,10 +316,12 @@ def before_step(state: SimState, params: Params, cfg: EngineConfig, t) -> SimSta
         fleet = state.fleet
         assert fleet is not None
         kv = jnp.broadcast_to(params.cost.kv_blocks, (cfg.n_instances,))
-        new, clock = evaluate(fleet, state.clock, state.entries, kv, fleet.next_eval, fp, cfg)
+        new, clock, entries = evaluate(
+            fleet, state.clock, state.entries, kv, fleet.next_eval, fp, cfg, salt
+        )
         missed = jnp.floor((t - fleet.next_eval) / fp.interval_s)
         new = new.replace(next_eval=fleet.next_eval + (missed + 1.0) * fp.interval_s)
-        return state.replace(fleet=new, clock=clock)
+        return state.replace(fleet=new, clock=clock, entries=entries)
 
     return jax.lax.cond(t >= state.fleet.next_eval, due, lambda state: state, state)
 

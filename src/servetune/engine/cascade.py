@@ -45,8 +45,6 @@ from servetune.core.cost import step_time
 from servetune.core.types import (
     COMPLETED,
     DONE,
-    EMPTY,
-    INFLIGHT,
     RETRY,
     RUNNING,
     TIER_LARGE,
@@ -114,13 +112,6 @@ def to_retry(e: Entries, i, cfg: EngineConfig):
     return e, jnp.sum(failed, dtype=jnp.int32)
 
 
-def land(e: Entries, t):
-    """Retried requests whose check verdict is in by t (seconds) join the queue: WAITING."""
-    return e.replace(
-        status=jnp.where((e.status == INFLIGHT) & (e.ready_at <= t), WAITING, e.status)
-    )
-
-
 def retry_horizon(entries: Entries, clock, cost, cfg: EngineConfig):
     """[] a lower bound (seconds) on when any retry not yet on a large instance can be ready
     there: for a pending retry on small instance i, max(clock_i, finish + check); for a request
@@ -157,23 +148,11 @@ def fall_back(entries: Entries, i, t, cost, cfg: EngineConfig):
         return (entries.status[i] == RETRY) & is_small(i, cfg)
 
     def destination(entries, k):  # the large instance with the fewest requests, with room
-        s = entries.status
-        load = jnp.sum((s == WAITING) | (s == RUNNING) | (s == INFLIGHT), axis=1)
-        room = jnp.any(s == EMPTY, axis=1)
-        return jnp.where(large & room, load.astype(jnp.float64), jnp.inf)
+        return transfer.fewest_requests(entries, large)
 
     def arrival_fields(entries, k):  # a new attempt: nothing computed, nothing emitted
         return {
-            "ready_at": jnp.maximum(t, entries.finish[i, k] + check_s),
-            "computed": 0,
-            "generated": 0,
-            "blocks": 0,
-            "preempted": False,
-            "first_token": jnp.nan,
-            "last_emit": jnp.nan,
-            "finish": jnp.nan,
-            "end_state": -1,
-            "kv_ratio": 1.0,
+            **transfer.fresh_attempt(jnp.maximum(t, entries.finish[i, k] + check_s)),
             "cascade.tier": TIER_RETRIED,
         }
 

@@ -16,7 +16,10 @@ nothing when no split is configured (a static switch: the compiled program is un
   receiving instance stops before that horizon, and on any instance before a landing.
 - `next_landing`: an idle instance wakes for the landing of a request in transit to it.
 
-At most one split is on (the config reader refuses both together).
+At most one split is on (the config reader refuses both together). An autoscaler that
+re-queues requests (engine/requeue.py: a scale-down at once, a spot preemption) moves them
+between replicas with no split: `land`, `next_landing` and `leap_limit` then act on its
+requests in transit as on a split's (`moves_requests`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 
 from servetune.core.types import HANDOFF, INFLIGHT, RETRY, EngineConfig, Entries
-from servetune.engine import cascade, disagg
+from servetune.engine import cascade, disagg, requeue, transfer
 
 
 class PoolSplit(NamedTuple):
@@ -63,7 +66,7 @@ CASCADE = PoolSplit(
     senders=lambda cfg: cfg.cascade_small_instances,
     outgoing=RETRY,
     hand_on=cascade.fall_back,
-    land=cascade.land,
+    land=transfer.land,
     leave=cascade.to_retry,
     horizon=cascade.retry_horizon,
     hold_after_leave=True,
@@ -78,6 +81,12 @@ def split_of(cfg: EngineConfig) -> PoolSplit | None:
     if cfg.cascade_small_instances > 0:
         return CASCADE
     return None
+
+
+def moves_requests(cfg: EngineConfig) -> bool:
+    """Whether requests can be in transit between instances (INFLIGHT): a split, or an
+    autoscaler that re-queues (engine/requeue.py). Static."""
+    return split_of(cfg) is not None or requeue.enabled(cfg)
 
 
 def is_sender(i, cfg: EngineConfig):
@@ -97,7 +106,9 @@ def land(e: Entries, t, cfg: EngineConfig) -> Entries:
     """Instance entries [A] with the requests in transit whose landing time is at most t
     (seconds) taken in."""
     split = split_of(cfg)
-    return e if split is None else split.land(e, t)
+    if split is None:
+        return transfer.land(e, t) if requeue.enabled(cfg) else e
+    return split.land(e, t)
 
 
 def leave(e: Entries, i, cfg: EngineConfig):
@@ -120,7 +131,7 @@ def horizon(entries: Entries, clock, cost, cfg: EngineConfig):
 def next_landing(e: Entries, cfg: EngineConfig):
     """[] the earliest landing time (seconds) of a request in transit to this instance; inf
     when none (or there is no split)."""
-    if split_of(cfg) is None:
+    if not moves_requests(cfg):
         return jnp.inf
     return jnp.min(jnp.where(e.status == INFLIGHT, e.ready_at, jnp.inf))
 
@@ -130,8 +141,8 @@ def leap_limit(limit, e: Entries, i, t_next, remote, cfg: EngineConfig):
     lowered to the next landing; to t_next where this iteration produced an outgoing request
     that must be sent first (the cascade); on a receiving instance, to `remote` (`horizon`)."""
     split = split_of(cfg)
-    if split is None:
-        return limit
+    if split is None:  # re-queued requests (engine/requeue.py) land as a split's do
+        return jnp.minimum(limit, next_landing(e, cfg)) if requeue.enabled(cfg) else limit
     limit = jnp.minimum(limit, next_landing(e, cfg))
     if split.hold_after_leave:
         limit = jnp.where(jnp.any(e.status == split.outgoing), t_next, limit)

@@ -21,7 +21,8 @@ Routers (`engine.routing`):
 With a model cascade (engine/cascade.py) a request's candidates are the instances of the pool
 its predicted difficulty picks (policy.cascade_threshold); the router chooses among them.
 With an autoscaler (engine/autoscale.py) only the replicas serving at a request's arrival are
-candidates (not off, cold-starting or draining). Only instances with a free entry are
+candidates (not off, cold-starting or draining); where none was (spot preemptions left only cold
+ones), those serving by the routing time t. Only instances with a free entry are
 candidates (if none has one, the arrivals wait and are counted as queue-window overflow).
 Ties go to the faster instance (byte rate, then FLOP rate, then KV capacity), then to the
 earlier listed; so, except for round_robin and p2c (defined by listing positions), results do
@@ -154,7 +155,11 @@ def _route_arrived(state: SimState, t, n_arrived, wl: Workload, params: Params, 
         ok = room > 0
         if cfg.autoscale:  # only replicas serving at its arrival (engine/autoscale.py)
             assert state.fleet is not None
-            ok = ok & autoscale.serving_at(state.fleet, a)
+            at_arrival = autoscale.serving_at(state.fleet, a)
+            # none was (every one preempted and cold: engine/spot.py): it waited at the
+            # gateway for the first to be ready, by now
+            later = autoscale.serving_at(state.fleet, t)
+            ok = ok & jnp.where(jnp.any(at_arrival), at_arrival, later)
         if cfg.cascade_small_instances > 0:
             ok = ok & cascade.pool_mask(small[offset + k], cfg)
         value = jnp.where(ok, value, jnp.inf)

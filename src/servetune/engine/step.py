@@ -178,13 +178,14 @@ def step_with_info(state: SimState, wl: Workload, params: Params, cfg: EngineCon
     return new, info
 
 
-def between_steps(state: SimState, params: Params, cfg: EngineConfig) -> SimState:
+def between_steps(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> SimState:
     """What happens between steps, at the earliest clock: the autoscaler's evaluation when one
     is due (engine/autoscale.py; nothing without engine.autoscale). At the end of every step,
     so that the loop's condition (engine/width.py) sees the state the next step starts from."""
     if not cfg.autoscale:
         return state
-    return autoscale.before_step(state, params, cfg, state.clock[next_instance(state, cfg)])
+    t = state.clock[next_instance(state, cfg)]
+    return autoscale.before_step(state, params, cfg, t, wl.salt)
 
 
 def iteration(state: SimState, wl: Workload, params: Params, cfg: EngineConfig) -> Iteration:
@@ -323,7 +324,7 @@ def conclude(
                 stats.preemptions,
             )
         )
-    return between_steps(new, every, cfg)
+    return between_steps(new, wl, every, cfg)
 
 
 def _remote_horizon(arrived: Arrived, state: SimState, params: Params, cfg: EngineConfig):
@@ -450,7 +451,7 @@ def _wake_time(e: Entries, state: SimState, t, next_arrival, cfg: EngineConfig, 
     if cfg.n_instances > 1:
         others = jnp.where(jnp.arange(cfg.n_instances) != i, state.clock, jnp.inf)
         wake = jnp.minimum(wake, jnp.min(jnp.where(others > t, others, jnp.inf)))
-        if pools.split_of(cfg) is not None:  # a request in transit here lands
+        if pools.moves_requests(cfg):  # a request in transit here lands
             landing = pools.next_landing(e, cfg)
             wake = jnp.minimum(wake, jnp.where(landing > t, landing, jnp.inf))
     return jnp.where(jnp.isfinite(wake), wake, t)

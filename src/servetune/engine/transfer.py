@@ -6,6 +6,8 @@ destination instance its mechanism values lowest (the first listed on ties), int
 instance's first EMPTY entry, as INFLIGHT with the fields its mechanism sets on arrival; its
 entry on i is freed (EMPTY, no request, no blocks). The loop stops at the first request that
 no destination takes: it and the ones after it wait on i for i's next iteration boundary.
+A moved request joins its destination's queue at the destination's first iteration boundary
+at or after its ready_at (`land`; disaggregation lands it running instead: engine/disagg.py).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from servetune.core.types import EMPTY, INFLIGHT, Entries
+from servetune.core.types import EMPTY, INFLIGHT, RUNNING, WAITING, Entries
 
 
 def _set(entries: Entries, name: str, at, value) -> Entries:
@@ -24,6 +26,33 @@ def _set(entries: Entries, name: str, at, value) -> Entries:
     holder = getattr(entries, sub) if sub else entries
     holder = holder.replace(**{leaf: getattr(holder, leaf).at[at].set(value)})
     return entries.replace(**{sub: holder}) if sub else holder
+
+
+def fresh_attempt(ready_at) -> dict:
+    """The fields of a request that starts over on another instance (a cascade's retry, a
+    re-queued request), for `move_out`'s arrival_fields: nothing computed, nothing emitted,
+    no KV, landing at `ready_at` (seconds). Its arrival time stays the original one."""
+    return {
+        "ready_at": ready_at,
+        "computed": 0,
+        "generated": 0,
+        "blocks": 0,
+        "preempted": False,
+        "first_token": jnp.nan,
+        "last_emit": jnp.nan,
+        "finish": jnp.nan,
+        "end_state": -1,
+        "kv_ratio": 1.0,
+    }
+
+
+def fewest_requests(entries: Entries, ok):
+    """[I] f64 each instance's value as a destination: its requests (waiting, running or in
+    transit to it) where `ok` [I] bool holds and it has a free entry, else inf."""
+    s = entries.status
+    load = jnp.sum((s == WAITING) | (s == RUNNING) | (s == INFLIGHT), axis=1)
+    room = jnp.any(s == EMPTY, axis=1)
+    return jnp.where(ok & room, load.astype(jnp.float64), jnp.inf)
 
 
 def move_out(
@@ -65,3 +94,11 @@ def move_out(
 
     entries, _ = jax.lax.while_loop(cond, body, (entries, jnp.asarray(True)))
     return entries
+
+
+def land(e: Entries, t) -> Entries:
+    """Instance entries [A] with the requests in transit whose ready_at is at most t (seconds)
+    joined the queue: WAITING."""
+    return e.replace(
+        status=jnp.where((e.status == INFLIGHT) & (e.ready_at <= t), WAITING, e.status)
+    )

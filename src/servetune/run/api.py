@@ -198,9 +198,12 @@ def _fleet_tables(scenario: Scenario, res, columns) -> dict:
     """The autoscaled fleet of one scenario over time and per hour (run/fleet_metrics.py)."""
     spec = scenario.metrics
     usd_per_replica_s = spec.price_per_gpu_hour * spec.gpus_per_replica / 3600.0
+    ratio = spec.spot_price_ratio
     return {
-        "replicas": fleet_metrics.fleet_table(res.stats, usd_per_replica_s),
-        "hourly": fleet_metrics.hourly(columns, res.stats, usd_per_replica_s, res.clock_s),
+        "replicas": fleet_metrics.fleet_table(res.stats, usd_per_replica_s, ratio),
+        "hourly": fleet_metrics.hourly(
+            columns, res.stats, usd_per_replica_s, res.clock_s, spot_price_ratio=ratio
+        ),
     }
 
 

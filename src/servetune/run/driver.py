@@ -120,6 +120,8 @@ def fleet_state(fleet, s: int, p: int) -> dict:
         "fleet_scale_ups": int(fleet.scale_ups[s, p]),
         "fleet_scale_downs": int(fleet.scale_downs[s, p]),
         "fleet_refused": int(fleet.refused[s, p]),
+        "fleet_preemptions": int(fleet.preemptions[s, p]),
+        "fleet_requeued": int(fleet.requeued[s, p]),
     }
 
 

@@ -409,9 +409,8 @@ def compute_metrics(
     instance_s = sim_s  # seconds each instance was provisioned, on average
     if spec.gpus_per_replica:  # an autoscaled fleet: the replicas its log says were provisioned
         usd_per_replica_s = spec.price_per_gpu_hour * spec.gpus_per_replica / 3600.0
-        cost_usd = fleet_metrics.provisioned_replica_s(st, spec.warmup_s, sim_s) * (
-            usd_per_replica_s
-        )
+        paid_s = fleet_metrics.paid_replica_s(st, spec.warmup_s, sim_s, spec.spot_price_ratio)
+        cost_usd = paid_s * usd_per_replica_s
         instance_s = fleet_metrics.provisioned_replica_s(st, 0.0, sim_s) / np.size(st["busy_s"])
     cols = _columns(table)
     m = _core(cols, np.ones(len(trace), bool), window_s, cost_usd, spec.warmup_s)
@@ -454,7 +453,11 @@ def compute_metrics(
     )
     m.update(_energy(st, spec, sim_s, provisioned_s, m["useful_tokens"], cost_usd, instance_s))
     if spec.gpus_per_replica:
-        m.update(fleet_metrics.fleet_metrics(st, spec.warmup_s, sim_s, usd_per_replica_s))
+        m.update(
+            fleet_metrics.fleet_metrics(
+                st, spec.warmup_s, sim_s, usd_per_replica_s, spec.spot_price_ratio
+            )
+        )
     m.update(_speculation_metrics(st))
     if "prefix_lookups" in st:  # prefix caching (engine/prefix.py), as vLLM 0.32 counts it
         m.update(_prefix_metrics(st))

@@ -44,6 +44,8 @@ def fleet_params(**kw):
         scale_down_pods=0.0,
         scale_down_percent=100.0,
         cold_start_s=60.0,
+        spot_share=0.0,
+        spot_preemptions_per_hour=0.0,
     )
     base.update(kw)
     return FleetParams(**{k: jnp.float64(v) for k, v in base.items()})
@@ -180,12 +182,15 @@ def test_an_evaluation_scales_up_on_waiting_requests_and_logs_it():
     e = empty_entries((5, 4), jnp.int32(0))
     e = e.replace(status=jnp.full((5, 4), EMPTY).at[0, :].set(WAITING))  # 4 waiting on replica 0
     clock = jnp.array([15.0] + [jnp.inf] * 4)
-    new, clock = autoscale.evaluate(f, clock, e, jnp.full((5,), 100), 15.0, fp, CFG)
+    new, clock, _ = autoscale.evaluate(
+        f, clock, e, jnp.full((5,), 100), 15.0, fp, CFG, jnp.uint32(0)
+    )
     # ceil(4 / 2) = 2 replicas: replica 1 starts, serving at 45 s
     np.testing.assert_array_equal(new.phase, [1, 1, 0, 0, 0])
     assert float(clock[1]) == 45.0
     row = np.asarray(new.log[int(new.n_log) - 1])
-    assert list(row) == [15.0, 2.0, 1.0, 0.0, 2.0]  # t, provisioned, cold, draining, desired
+    # t, provisioned, cold, draining, desired, spot
+    assert list(row) == [15.0, 2.0, 1.0, 0.0, 2.0, 0.0]
 
 
 def test_whole_rounds_to_what_kubernetes_holds():

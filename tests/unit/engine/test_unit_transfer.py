@@ -19,7 +19,7 @@ from servetune.core.types import (
     TIER_SMALL,
     WAITING,
 )
-from servetune.engine import cascade, disagg
+from servetune.engine import cascade, disagg, transfer
 
 
 def _stack(*instances):
@@ -83,5 +83,5 @@ def test_a_failed_small_answer_retries_on_the_least_loaded_large_instance_from_s
     assert float(out.ready_at[2, 1]) == 3.5
     assert (out.computed[2, 1], out.generated[2, 1], out.end_state[2, 1]) == (0, 0, -1)
     assert np.isnan(float(out.first_token[2, 1])) and out.n_preempt[2, 1] == 1  # accumulates
-    landed = cascade.land(jax.tree.map(lambda x: x[2], out), 3.5)
+    landed = transfer.land(jax.tree.map(lambda x: x[2], out), 3.5)
     assert landed.status[1] == WAITING  # joins the queue, to prefill again
