@@ -58,7 +58,8 @@ def main() -> None:
     right.set_xlabel("hour of the day (UTC)")
     right.set_ylabel("replicas provisioned (2 x H100 each)")
     right.set_xlim(0, 24)
-    right.set_ylim(0, replicas + 1)
+    peak = max([replicas] + [doc[a]["peak_replicas"] or 0 for a in arms[1:]])
+    right.set_ylim(0, peak + 3)  # room for the legend above the steps
     right.set_xticks(np.arange(0, 25, 3))
     right.legend(fontsize=8, loc="upper left")
     right.set_title("replicas over the held-out day", fontsize=10)
