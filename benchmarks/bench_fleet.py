@@ -1,6 +1,7 @@
 """What an autoscaler's static capacity costs per iteration: the same 20 minutes of the Azure
 conversation trace (Llama-3-8B, one H100 per replica, join-shortest-queue) on one instance, on
-an autoscaled fleet of up to 8 replicas that the load keeps at one, and on 8 fixed instances.
+autoscaled fleets of up to 2 and up to 8 replicas that the load keeps at one, on the fleet held
+at 8, and on 8 fixed instances.
 
     python benchmarks/bench_fleet.py [--reps 3]        # about a minute on 2 cores
 
@@ -27,7 +28,13 @@ BASE = [
 ]
 ROWS = {
     "1 instance": [],
+    "fleet of up to 2 at 1": ["fleet.autoscale=true", "fleet.max_replicas=2"],
     "fleet of up to 8 at 1": ["fleet.autoscale=true", "fleet.max_replicas=8"],
+    "fleet of 8 held at 8": [
+        "fleet.autoscale=true",
+        "fleet.min_replicas=8",
+        "fleet.max_replicas=8",
+    ],
     "8 fixed instances": ["engine.n_instances=8"],
 }
 
