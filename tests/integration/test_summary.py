@@ -87,3 +87,14 @@ def test_a_long_batch_table_says_how_many_rows_it_left_out():
     text = _text(grid_summary, table)
     assert "first 20 of 25 scenarios; 5 left out here, all in metrics.csv" in text
     assert "left out" not in _text(grid_summary, table.head(20))
+
+
+def test_a_fleet_adds_its_replicas_and_spot_lines_only_when_there_is_one(labels):
+    m = _metrics()
+    assert "replicas mean" not in _text(summary, m, labels)
+    m.update(mean_replicas=2.5, peak_replicas=4.0, scale_ups=7, cold_start_cost_usd=0.125)
+    m.update(spot_replica_hours=0.0, spot_preemptions=0, requests_requeued=0)
+    text = _text(summary, m, labels)
+    assert "2.50 / 4 / 7 (0.125)" in text and "spot replica-hours" not in text
+    m.update(spot_replica_hours=1.25, spot_preemptions=3, requests_requeued=17)
+    assert "1.25 / 3 / 17" in _text(summary, m, labels)

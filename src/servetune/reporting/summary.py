@@ -64,6 +64,22 @@ def summary(
         *_energy_rows(m),
         ("iterations / simulated time (s)", f"{m['iterations']:,} / {m['sim_duration_s']:.1f}"),
     ]
+    if "mean_replicas" in m:  # an autoscaled fleet (engine/autoscale.py)
+        rows.append(
+            (
+                "replicas mean / peak / starts (cold-start USD)",
+                f"{m['mean_replicas']:.2f} / {m['peak_replicas']:.0f} / {m['scale_ups']} "
+                f"({m['cold_start_cost_usd']:.3f})",
+            )
+        )
+        if m["spot_replica_hours"] or m["requests_requeued"]:
+            rows.append(
+                (
+                    "spot replica-hours / preemptions / re-queued",
+                    f"{m['spot_replica_hours']:.2f} / {m['spot_preemptions']} / "
+                    f"{m['requests_requeued']}",
+                )
+            )
     if "prefix_hit_rate" in m:  # prefix caching
         rows.append(
             (
