@@ -19,7 +19,7 @@ from servetune.deploy import autoscaler_export, export
 from servetune.engine.loop import run_chunk_batch
 from servetune.run.api import compose, simulate_batch
 from servetune.run.driver import rollout
-from servetune.run.fleet_metrics import provisioned_replica_s, replicas_over_time
+from servetune.run.fleet_metrics import provisioned_replica_s, replicas_over_time, step_integral
 from servetune.tuning import tune
 from servetune.tuning.space import space_from_config
 
@@ -158,8 +158,12 @@ def test_spot_preemptions_follow_their_rate():
     prob = 1.0 - np.exp(-rate * interval / 3600.0)
     count = res.stats["fleet_preemptions"]
     assert stats.binomtest(count, 3 * evaluations, prob).pvalue > 1e-3, (count, evaluations)
-    # each preemption restarts its replica cold: cold_start_s x preemptions (0 here)
-    assert res.stats["fleet_cold_s"] == 0.0
+    # each preemption restarts its replica cold from the evaluation until its clock plus the
+    # cold start (0 here): the counter and the log's integral agree
+    log = res.stats["fleet_log"]
+    cold_s = step_integral(log, "cold", 0.0, res.clock_s)
+    assert res.stats["fleet_cold_s"] == pytest.approx(cold_s, rel=1e-9, abs=1e-12)
+    assert cold_s < 0.1 * count  # under an iteration each (idle replicas: none)
 
 
 def test_spot_replicas_never_preempted_serve_as_on_demand_ones():

@@ -259,13 +259,14 @@ def evaluate(fleet: Fleet, clock, entries: Entries, kv_blocks, t, fp: FleetParam
     before = _row(fleet, t)
     if spot.enabled(cfg):
         warm = serving_at(fleet, t)
-        hit = spot.preempted(fleet, warm, fp, salt)
-        fleet, clock, entries = spot.preempt(fleet, clock, entries, hit, warm & ~hit, fp)
+        hit = spot.preempted(fleet, warm, t, fp, salt)
+        fleet, clock, entries = spot.preempt(fleet, clock, entries, hit, warm & ~hit, t, fp)
     current = jnp.sum(fleet.phase == REPLICA_SERVING).astype(jnp.float64)
     total = jnp.sum(jnp.where(serving_at(fleet, t), signal(entries, kv_blocks, cfg), 0.0))
     stable, fleet = stabilize(fleet, recommend(total, current, fp), t, current, fp)
     draining = fleet.phase == REPLICA_DRAINING
-    holds = jnp.any(entries.status != EMPTY, axis=1)
+    # only a spot replacement can be cold and hold requests (engine/spot.py)
+    holds = jnp.any(entries.status != EMPTY, axis=1) if spot.enabled(cfg) else None
     fleet, clock = scale(fleet, clock, limit_rate(stable, current, fp), t, fp, holds)
     if cfg.autoscale_requeue:  # the replicas just scaled down hand their requests on
         leaving = (fleet.phase == REPLICA_DRAINING) & ~draining

@@ -13,7 +13,8 @@ replica's queue at its first iteration boundary at or after the leaving replica'
 arrival time stays the original one: TTFT counts from it, and the tokens the first attempt
 streamed count for nothing. A request no replica takes (none has a free entry) stays: on a
 scaled-down replica it runs on there (that replica drains it gracefully); on a preempted one
-it starts over there once the replacement replica is ready (engine/spot.py).
+it starts over there once the replacement replica is ready (engine/spot.py). A request still
+in transit to a replica that leaves stays with it (it drains it, or starts it once ready).
 
 Nothing here runs unless fleet.scale_down is requeue or some replicas are spot (a static
 switch: the compiled program is otherwise unchanged).
@@ -40,8 +41,8 @@ def _live(entries: Entries):
 
 def move_live(entries: Entries, clock, leaving, takes):
     """(entries [I, A], requests moved []) after the waiting and running requests of the
-    replicas in `leaving` [I] bool went to the replicas in `takes` [I] bool, as the module doc
-    says, each landing at its old replica's clock ([I], seconds)."""
+    replicas in `leaving` [I] bool went to the replicas in `takes` [I] bool, as the
+    module doc says, each landing at its old replica's clock ([I], seconds)."""
 
     def waiting_to_move(entries):  # [I] leaving replicas that still hold a live request
         return leaving & jnp.any(_live(entries), axis=1)

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from servetune.core import ops
 from servetune.core.types import EMPTY, RUNNING, WAITING, EngineConfig, Params, SimState, Workload
-from servetune.engine import autoscale, cascade, speculation
+from servetune.engine import autoscale, cascade, speculation, spot
 from servetune.engine.arrivals import fill
 from servetune.engine.kv import blocks_for
 
@@ -155,11 +155,12 @@ def _route_arrived(state: SimState, t, n_arrived, wl: Workload, params: Params, 
         ok = room > 0
         if cfg.autoscale:  # only replicas serving at its arrival (engine/autoscale.py)
             assert state.fleet is not None
-            at_arrival = autoscale.serving_at(state.fleet, a)
-            # none was (every one preempted and cold: engine/spot.py): it waited at the
-            # gateway for the first to be ready, by now
-            later = autoscale.serving_at(state.fleet, t)
-            ok = ok & jnp.where(jnp.any(at_arrival), at_arrival, later)
+            serving = autoscale.serving_at(state.fleet, a)
+            if spot.enabled(cfg):  # none may serve (all preempted, cold): it waited at the
+                # gateway for the first to be ready, by now
+                later = autoscale.serving_at(state.fleet, t)
+                serving = jnp.where(jnp.any(serving), serving, later)
+            ok = ok & serving
         if cfg.cascade_small_instances > 0:
             ok = ok & cascade.pool_mask(small[offset + k], cfg)
         value = jnp.where(ok, value, jnp.inf)

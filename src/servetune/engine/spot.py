@@ -10,9 +10,9 @@ At every evaluation (time T, every interval_s seconds) each spot replica that se
 is preempted with probability 1 - exp(-rate x interval_s / 3600), rate being
 params.fleet.spot_preemptions_per_hour: a Poisson process of preemptions per spot replica,
 seen at the evaluations' times. The draw is a fixed function of the replica, the evaluation's
-count and the scenario's seed, so every policy of a scenario meets the same preemptions where
-it has the same replicas up. A preempted replica leaves at its clock (the end of its iteration
-in progress at T); its waiting and running requests are re-queued (engine/requeue.py) and the
+period (T / interval_s) and the scenario's seed, so every policy of a scenario meets the same
+preemptions where it has the same replicas up. A preempted replica leaves at its clock (the end
+of its iteration in progress at T); its requests are re-queued (engine/requeue.py) and the
 Deployment's replacement starts at once in its place: cold for cold_start_s, then serving
 (the autoscaler's replica count does not change; Kubernetes' ReplicaSet replaces a lost pod
 without the HPA). Not modelled: preemption of a replica still cold-starting, and the cloud's
@@ -40,25 +40,28 @@ def preemption_probability(fp: FleetParams):
     return 1.0 - jnp.exp(-fp.spot_preemptions_per_hour * fp.interval_s / 3600.0)
 
 
-def preempted(fleet: Fleet, warm, fp: FleetParams, salt):
+def preempted(fleet: Fleet, warm, t, fp: FleetParams, salt):
     """[I] bool: the spot replicas among `warm` ([I] bool: serving, not cold) preempted at
-    this evaluation (the fleet's evaluation count and the scenario's `salt` fix the draw)."""
+    the evaluation at time t (seconds; its period's index and the scenario's `salt` fix the
+    draw)."""
     n = warm.shape[0]
-    u = speculation.uniform(jnp.arange(n), fleet.n_evals, salt ^ _SALT_MIX)
+    period = jnp.round(t / fp.interval_s)
+    u = speculation.uniform(jnp.arange(n), period, salt ^ _SALT_MIX)
     return warm & fleet.spot & (u < preemption_probability(fp))
 
 
-def preempt(fleet: Fleet, clock, entries: Entries, hit, takes, fp: FleetParams):
-    """(fleet, clock [I], entries [I, A]) after the replicas in `hit` [I] bool were preempted:
-    their requests re-queued to the replicas in `takes` [I] bool (the rest restart where they
-    were), each restarted cold from its clock (seconds)."""
+def preempt(fleet: Fleet, clock, entries: Entries, hit, takes, t, fp: FleetParams):
+    """(fleet, clock [I], entries [I, A]) after the replicas in `hit` [I] bool were preempted
+    at the evaluation at time t (seconds): their requests re-queued to the replicas in `takes`
+    [I] bool (the rest restart where they were), each restarted cold from its clock (seconds;
+    cold from t in the log and in Fleet.cold_s)."""
     entries, moved = requeue.move_live(entries, clock, hit, takes)
     entries, stayed = requeue.restart_in_place(entries, clock, hit)
     ready = jnp.where(hit, clock + fp.cold_start_s, fleet.ready_at)
     n_hit = jnp.sum(hit, dtype=jnp.int32)
     fleet = fleet.replace(
         ready_at=ready,
-        cold_s=fleet.cold_s + n_hit * fp.cold_start_s,
+        cold_s=fleet.cold_s + jnp.sum(jnp.where(hit, ready - t, 0.0)),
         preemptions=fleet.preemptions + n_hit,
         requeued=fleet.requeued + moved + stayed,
     )
