@@ -126,7 +126,8 @@ def hourly(
     log = np.asarray(stats["fleet_log"])
     bounds = [(h * hour_s, min((h + 1) * hour_s, t_end)) for h in range(n_hours)]
     replica_s = np.array([step_integral(log, "provisioned", a, b) for a, b in bounds])
-    paid_s = np.array([paid_replica_s(stats, a, b, spot_price_ratio) for a, b in bounds])
+    spot_s = np.array([step_integral(log, "spot", a, b) for a, b in bounds])
+    paid_s = replica_s - (1.0 - spot_price_ratio) * spot_s  # as paid_replica_s
     span = np.minimum(np.arange(1, n_hours + 1) * hour_s, t_end) - np.arange(n_hours) * hour_s
     with np.errstate(invalid="ignore", divide="ignore"):
         return pd.DataFrame(
