@@ -155,3 +155,20 @@ def random_params(rng, p, cfg):
         kv_blocks=0,
     )
     return params.replace(cost=params.cost.replace(kv_blocks=jax.numpy.asarray(kv, "int32")))
+
+
+def assert_export_round_trips(run_dir, out) -> None:
+    """`servetune export run_dir` (into `out`) writes the files the run wrote into
+    run_dir/export itself, byte for byte, and leaves those as they were."""
+    from pathlib import Path
+
+    from servetune.deploy.choose import export_point
+
+    own = Path(run_dir) / "export"
+    before = {p.name: p.read_bytes() for p in own.iterdir()}
+    export_point(run_dir, out=out)
+    again = {p.name: p.read_bytes() for p in Path(out).iterdir()}
+    assert sorted(again) == sorted(before)
+    for name, data in again.items():
+        assert data == before[name], f"{name} differs from the run's own export"
+    assert {p.name: p.read_bytes() for p in own.iterdir()} == before

@@ -234,6 +234,34 @@ def test_the_command_prints_the_vllm_flags_and_exits_2_on_a_bad_folder(grid, tmp
     assert "not a folder" in capsys.readouterr().err
 
 
+def test_an_export_is_never_written_over_another_unasked(grid, tmp_path, capsys):
+    """(issue 57) DIR/export taken: the next export goes beside it; an --out holding an
+    export is refused unless --force, and its files stay as they were."""
+    run = tmp_path / "run"
+    shutil.copytree(grid, run, ignore=shutil.ignore_patterns("export*"))
+    _, first = export_point(run)
+    _, second = export_point(run, ["max_num_seqs=2"])
+    assert first["vllm_args.json"].parent == run / "export"
+    assert second["vllm_args.json"].parent == run / "export-2"
+    assert _vllm(first)["max_num_seqs"] == 64 and _vllm(second)["max_num_seqs"] == 2
+    kept = (run / "export" / "vllm_args.json").read_bytes()
+    with pytest.raises(ServetuneError, match=r"--out .*/export: holds an export already .*--force"):
+        export_point(run, ["max_num_seqs=2"], run / "export")
+    assert (run / "export" / "vllm_args.json").read_bytes() == kept
+    assert export_main([str(run), "--point", "max_num_seqs=2", "--out", str(run / "export")]) == 2
+    assert "pass --force" in capsys.readouterr().err
+    assert export_main([str(run), "--point", "max_num_seqs=2", "--out", str(run / "export"),
+                        "--force"]) == 0  # fmt: skip
+    assert _vllm({"vllm_args.json": run / "export" / "vllm_args.json"})["max_num_seqs"] == 2
+    assert export_main([str(run)]) == 0  # the best point: another export than export/'s now
+    out = capsys.readouterr().out
+    assert f"wrote {run}/export-3/" in out and "holds another export, kept as it is" in out
+    assert export_main([str(run), "--point", "max_num_seqs=2"]) == 0  # export/'s own point
+    out = capsys.readouterr().out
+    assert f"kept {run}/export/" in out and "holds this export already" in out
+    assert not (run / "export-4").exists() and not list(run.glob(".export*"))
+
+
 # ---- found by an adversarial pass (2026-12-05)
 
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import yaml
-from helpers import linear_params, random_traces, trace_of
+from helpers import assert_export_round_trips, linear_params, random_traces, trace_of
 from scipy import stats
 
 from servetune.config.scenario import build, stack_workloads
@@ -433,6 +433,8 @@ def test_the_tuner_moves_the_autoscaler_with_the_engine_and_exports_it(tmp_path)
     assert shown["fleet.max_replicas"] == hpa["spec"]["maxReplicas"]
     policy = yaml.safe_load((tmp_path / "export" / "tuned_policy.yaml").read_text())
     assert not any(k.startswith("fleet") for k in policy)
+    # the folder exports again, through the tuner's own convention: the same files
+    assert_export_round_trips(tmp_path, tmp_path / "again")
     with pytest.raises(ConfigError, match=r"tune\.space\.fleet\.cold_start_s: not a tunable"):
         space_from_config({"fleet": {"cold_start_s": {"low": 1, "high": 2}}})
     with pytest.raises(ConfigError, match=r"tune\.space\.fleet\.target: got \[0, 1\]"):

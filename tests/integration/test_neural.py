@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import assert_export_round_trips
 
 from servetune.config import scenario
 from servetune.config.policy import make_policy
@@ -213,6 +214,10 @@ def test_tuning_a_network_moves_its_weights_and_exports_it(neural_run):
     assert "--scheduling-policy priority" in vllm["flags"]
     knobs = json.loads((exp / "unmapped_knobs.json").read_text())["unmapped"]
     assert any(k["name"] == "order" and "priority.py" in k["note"] for k in knobs)
+
+
+def test_a_neural_tuning_folder_exports_its_own_files_again(neural_run, tmp_path):
+    assert_export_round_trips(neural_run.out_dir, tmp_path / "again")
 
 
 def test_exported_network_simulates_like_the_tuned_one(neural_run, tmp_path):

@@ -9,8 +9,10 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import assert_export_round_trips
 
 from servetune.core.errors import CheckpointError, ConfigError
+from servetune.deploy.choose import export_point
 from servetune.engine.loop import run_chunk_batch
 from servetune.tuning import tune
 from servetune.tuning.estimators import es
@@ -268,6 +270,11 @@ def test_cli_tune_writes_exports(tmp_path):
     regressed = [r["split"] for r in summary if r["regression"]]
     assert extra["regressed_splits"] == regressed
     assert ("regression: the tuned policy is worse" in proc.stdout) == bool(regressed)
+    # exported from its folder: the same files, and the tuning's own export kept as it was
+    assert_export_round_trips(tmp_path, tmp_path / "again")
+    _, beside = export_point(tmp_path)
+    assert beside["vllm_args.json"].parent == tmp_path / "export-2"
+    assert _strict_json(beside["vllm_args.json"])["extra"]["evaluation"] == summary
 
 
 FREE = [
@@ -291,6 +298,7 @@ def test_a_free_gpu_tune_writes_strict_json_and_resumes(tmp_path):
     assert {"checkpoint.json", "tune_summary.json", "export/vllm_args.json"} <= set(files)
     for path in files.values():
         _strict_json(path)
+    assert_export_round_trips(tmp_path, tmp_path / "again")  # NaN and inf read back alike
     history = _strict_json(files["checkpoint.json"])["history"]
     assert history[0]["center_useful_tokens_per_dollar"] is None
     lines = []

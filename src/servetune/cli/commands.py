@@ -179,7 +179,6 @@ def run_tune(cfg: DictConfig):
     _quiet_jax_logs()
     console = Console()
     out = Path(HydraConfig.get().runtime.output_dir)
-    write_text(out / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     result = tune(
         cfg, out_dir=out, log=lambda line: console.print(line, highlight=False, markup=False)
     )

@@ -29,7 +29,17 @@ def parser() -> argparse.ArgumentParser:
         "policy.max_num_seqs=64 or workload.rate=5; of the settings left, the "
         "best by the tuner's order is exported",
     )
-    p.add_argument("--out", default=None, help="output folder (default: DIR/export)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output folder (default: DIR/export, or where that holds an export already, "
+        "such as a tuning run's own, the first free DIR/export-2, export-3, ... beside it)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the export files an --out folder already holds (refused without it)",
+    )
     return p
 
 
@@ -42,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(highlight=False, soft_wrap=True)
     try:
-        chosen, paths = export_point(args.dir, args.point, args.out)
+        chosen, paths = export_point(args.dir, args.point, args.out, force=args.force)
     except (ServetuneError, ConfigError) as err:
         Console(stderr=True).print(
             f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True
@@ -62,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             highlight=False,
             soft_wrap=True,
         )
-    console.print(f"wrote {folder}/" + ", ".join(sorted(paths)), markup=False)
+    names = ", ".join(sorted(p.name for p in paths.values()))
+    console.print(f"{'kept' if chosen.kept else 'wrote'} {folder}/{names}", markup=False)
+    if chosen.note:
+        console.print(f"({chosen.note})", markup=False)
     console.print(
         export.config_group_hint(paths["tuned_policy.yaml"], "policy", "tuned_policy"), markup=False
     )

@@ -26,16 +26,15 @@ from servetune.config.policy import DEFAULTS
 from servetune.config.scenario import build
 from servetune.core import inputs
 from servetune.core.errors import ConfigError, ServetuneError
-from servetune.core.files import json_number
-from servetune.deploy import export
+from servetune.deploy import export, export_folder, tuned
 from servetune.reporting.choose import condition_groups, rank, setting_label, split_keys
 from servetune.reporting.collect import collect
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import aggregate
 from servetune.workload.trace_text import DuplicateKeyError, unique_keys
 
-TUNE_SUMMARY = "tune_summary.json"
-RESOLVED = "config_resolved.yaml"
+TUNE_SUMMARY = tuned.SUMMARY
+RESOLVED = tuned.RESOLVED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +52,9 @@ class Chosen:
     why: str
     skipped: tuple = ()
     ranges: dict = dataclasses.field(default_factory=dict)
+    summary: dict | None = None  # a tuning run's tune_summary.json (deploy/tuned.py)
+    note: str = ""  # where the export went, where not where asked (export_folder.publish)
+    kept: bool = False  # the same export was there already: nothing was written
 
 
 def _resolved(run_dir: Path) -> DictConfig:
@@ -76,9 +78,9 @@ def _policy(cfg: DictConfig, overrides: dict) -> tuple[dict, str]:
     return values, str(section.get("order", "fcfs"))
 
 
-def _tune_summary(path: Path) -> tuple[dict, bool]:
-    """(best policy values, regressed) of a tune_summary.json; ServetuneError naming the file
-    and what is wrong with it."""
+def _tune_summary(path: Path) -> dict:
+    """A tune_summary.json with its best policy's values read as numbers (deploy/tuned.py
+    reads the rest); ServetuneError naming the file and what is wrong with it."""
     expected = "expected the tune_summary.json servetune tune writes"
     try:
         summary = json.loads(
@@ -90,72 +92,37 @@ def _tune_summary(path: Path) -> tuple[dict, bool]:
         raise ServetuneError(f"{path}: key {err.key!r} given twice; {expected}") from None
     except (ValueError, RecursionError) as err:
         raise ServetuneError(f"{path}: not JSON ({str(err)[:80]}); {expected}") from None
-    best = summary.get("best") if isinstance(summary, dict) else None
-    if not isinstance(best, dict) or not best:
-        raise ServetuneError(f"{path}: no 'best' object of policy values; {expected}")
-    read = {}
-    for key, value in best.items():
-        try:
-            read[key] = _weights(value) if key == export.NET_KEY else json_number(value)
-        except ValueError as err:
-            raise ServetuneError(
-                f"{path}: best.{key} = {str(value)[:40]!r}; expected a number ({err})"
-            ) from None
-    regression = summary.get("regression", False)
-    if not isinstance(regression, bool):
-        raise ServetuneError(f"{path}: regression = {regression!r}; expected true or false")
-    return read, regression
-
-
-def _weights(value) -> list[float]:
-    """A score net's weights: a list of finite numbers (ValueError otherwise)."""
-    numbers = [json_number(v) for v in value] if isinstance(value, list) else None
-    if numbers is None or any(x is None or not math.isfinite(x) for x in numbers):
-        raise ValueError("a score net is a list of finite weights")
-    return numbers
+    return tuned.parse(summary, path)
 
 
 def choose_tuned(run_dir: Path) -> Chosen:
-    """The best policy of a `servetune tune` run folder."""
+    """The policy a `servetune tune` run folder exports (deploy/tuned.py: the convention the
+    tuner wrote its own export by); every value checked before any file is made."""
     path = run_dir / TUNE_SUMMARY
-    best, regression = _tune_summary(path)
+    summary = _tune_summary(path)
     cfg = _resolved(run_dir)
-    values, order = _policy(cfg, best)
-    order = "neural" if best.get(export.NET_KEY) is not None else order
+    order = tuned.order(summary, cfg)
+    values = tuned.policy_values(summary, cfg)
     try:
-        export.policy_to_config(values, order)  # check every value before any file is made
+        policy, fleet = export.split_fleet(values)
+        export.policy_to_config(policy, order)
+        if fleet and not OmegaConf.select(cfg, "fleet.autoscale"):
+            raise ConfigError(
+                f"best.fleet.{next(iter(fleet))}: an autoscaler setting, but "
+                f"{RESOLVED} has fleet.autoscale off"
+            )
     except ConfigError as err:
         raise ServetuneError(f"{path}: {err}") from None
-    regressed = " (it regressed on held-out data: see evaluation.csv)" if regression else ""
     return Chosen(
         run_dir,
         cfg,
         values,
         order,
-        "the tuned policy",
-        f"the best policy servetune tune found{regressed}",
-        ranges=tuned_ranges(cfg, run_dir / RESOLVED),
+        tuned.POINT,
+        tuned.why(summary),
+        ranges=tuned.ranges(summary, cfg, run_dir),
+        summary=summary,
     )
-
-
-def tuned_ranges(cfg: DictConfig, path: Path) -> dict[str, tuple[float, float]]:
-    """The tuning run's search space from its config (`path`, named in errors): tuned policy
-    key -> (low, high) of tune.space, in the key's units ({} when it has none). The tuner
-    checked the ranges when it ran; this reads them without loading it."""
-    spec = OmegaConf.select(cfg, "tune.space")
-    spec = OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else {}
-    out = {}
-    for key, dim in spec.items():
-        if dim is None:  # not tuned
-            continue
-        try:
-            out[key] = (float(dim["low"]), float(dim["high"]))
-        except (TypeError, KeyError, ValueError):
-            raise ServetuneError(
-                f"{path}: tune.space.{key} = {dim!r}; expected {{low: ..., "
-                f"high: ..., scale: log|linear}} as servetune tune read it"
-            ) from None
-    return out
 
 
 def _refuse_constant(name: str):
@@ -270,10 +237,15 @@ def _pct(value) -> str:
 
 
 def export_point(
-    directory: str | Path, points: list[str] | None = None, out: str | Path | None = None
+    directory: str | Path,
+    points: list[str] | None = None,
+    out: str | Path | None = None,
+    force: bool = False,
 ) -> tuple[Chosen, dict]:
-    """Write the engine files of the point of `directory` that `points` choose into `out`
-    (default DIR/export). Returns (the point, {file name: path})."""
+    """Write the engine files of the point of `directory` that `points` choose, as one set,
+    into `out` or by default DIR/export, never over another export unasked
+    (deploy/export_folder.py: an `out` holding export files needs `force`). Returns (the
+    point, with where it went in `note`; {file name: path})."""
     if not str(directory).strip() or (out is not None and not str(out).strip()):
         raise ServetuneError(
             f"{'DIR' if not str(directory).strip() else '--out'}: got an empty "
@@ -284,30 +256,34 @@ def export_point(
         raise ServetuneError(
             f"{directory}: not a folder; expected a servetune run, multirun or tuning folder"
         )
-    tuned = (root / TUNE_SUMMARY).is_file()
-    if tuned and points:
+    is_tuning = (root / TUNE_SUMMARY).is_file()
+    if is_tuning and points:
         raise ServetuneError(
             f"--point: {root} is a tuning run with one policy, its best; "
             f"--point chooses among the points of simulate runs"
         )
-    chosen = choose_tuned(root) if tuned else choose_point(root, list(points or []))
-    target = root / "export" if out is None else inputs.expand(out, "--out", ServetuneError)
+    chosen = choose_tuned(root) if is_tuning else choose_point(root, list(points or []))
+    target = None if out is None else inputs.expand(out, "--out", ServetuneError)
+    if target is not None:
+        export_folder.check_out(target, force)
     try:
         scenario = build(chosen.cfg)
     except ServetuneError as err:
         raise ServetuneError(
             f"{chosen.run_dir / RESOLVED}: cannot rebuild the run to read its engine ({err})"
         ) from None
-    engine = OmegaConf.to_container(chosen.cfg.engine, resolve=True)
-    extra = {"source": str(chosen.run_dir), "point": chosen.label, "chosen": chosen.why}
-    paths = export.write_export(
-        target,
-        chosen.values,
-        chosen.order,
-        engine,
-        extra=extra,
-        deploy=export.deployment(chosen.cfg, scenario),
-        ranges=chosen.ranges,
-        fleet=export.fleet_values(scenario),
-    )
-    return chosen, paths
+    if chosen.summary is not None:  # the tuner's own convention (deploy/tuned.py)
+        write = lambda folder: tuned.write(folder, chosen.summary, chosen.cfg, scenario, root)
+    else:
+        write = lambda folder: export.write_export(
+            folder,
+            chosen.values,
+            chosen.order,
+            OmegaConf.to_container(chosen.cfg.engine, resolve=True),
+            extra={"source": str(chosen.run_dir), "point": chosen.label, "chosen": chosen.why},
+            deploy=export.deployment(chosen.cfg, scenario),
+            ranges=chosen.ranges,
+            fleet=export.fleet_values(scenario),
+        )
+    done = export_folder.publish(write, root, target)
+    return dataclasses.replace(chosen, note=done.note, kept=done.kept), done.paths

@@ -43,6 +43,14 @@ WEIGHTS = ("w_age", "w_prompt", "w_pred", "w_slack")
 # gateway priority = round(PRIORITY_SCALE * sort key): integer, resolution 1e-3 of the key
 PRIORITY_SCALE = 1000
 NET_KEY = "score_net"  # the neural order's flat network weights (servetune.engine.neural)
+POLICY_FILES = ("tuned_policy.yaml", "vllm_args.json", "sglang_args.json", "unmapped_knobs.json")
+# every file an export may write (write_export): an export folder holds some of these
+FILE_NAMES = (
+    *POLICY_FILES,
+    autoscaler_export.HPA_FILE,
+    autoscaler_export.KEDA_FILE,
+    *neural_export.FILES,
+)
 
 
 def _number(key: str, value) -> float:
@@ -121,14 +129,30 @@ def as_deployed(values: Mapping[str, object], order: str | None = None) -> dict:
     floors them (max_num_seqs 1199.7 is 1199 sequences), unlimited ones inf, the network's
     weights as given, the autoscaler's "fleet.<key>" values as simulated (as_simulated); the
     keys of `values` only."""
-    fleet = {k: v for k, v in values.items() if k.startswith(fleet_lib.PREFIX)}
-    policy = {k: v for k, v in values.items() if k not in fleet}
+    policy, fleet = split_fleet(values)
     eff = _effective(policy, _infer_order(policy) if order is None else order)
-    rounded = as_simulated({k[len(fleet_lib.PREFIX) :]: v for k, v in fleet.items()})
+    rounded = as_simulated(fleet)
     return {
-        k: (v if k == NET_KEY else rounded[k[len(fleet_lib.PREFIX) :]] if k in fleet else eff[k])
+        k: (v if k == NET_KEY else eff[k] if k in policy else rounded[k[len(fleet_lib.PREFIX) :]])
         for k, v in values.items()
     }
+
+
+def split_fleet(values: Mapping[str, object]) -> tuple[dict, dict]:
+    """(policy values, autoscaler values) of tuned `values`: the "fleet.<key>" entries
+    (config/fleet.py's PREFIX, as the tuner names them) by their FleetParams key, the rest as
+    given; ConfigError naming a "fleet." key that is no autoscaler setting."""
+    fleet = {
+        k[len(fleet_lib.PREFIX) :]: v for k, v in values.items() if k.startswith(fleet_lib.PREFIX)
+    }
+    for key in fleet:
+        if key not in FleetParams.__dataclass_fields__:
+            raise ConfigError(
+                f"{fleet_lib.PREFIX}{key}: unknown autoscaler setting; expected one of "
+                f"{sorted(FleetParams.__dataclass_fields__)}"
+            )
+    policy = {k: v for k, v in values.items() if not k.startswith(fleet_lib.PREFIX)}
+    return policy, fleet
 
 
 def snap_watermark(watermark: float, num_gpu_blocks: int | None) -> float:
@@ -206,9 +230,7 @@ def _split_fleet(values: Mapping[str, object], fleet: Mapping | None):
     """(policy values, fleet values): the tuned "fleet.<key>" entries of `values` moved into
     `fleet` (the scenario's, fleet_values), max_replicas held to the scenario's (the
     simulated capacity) and min_replicas to max_replicas, as the tuner simulated them."""
-    tuned = {
-        k[len(fleet_lib.PREFIX) :]: v for k, v in values.items() if k.startswith(fleet_lib.PREFIX)
-    }
+    values, tuned = split_fleet(values)
     if not tuned:
         return values, fleet
     if fleet is None:
@@ -220,8 +242,7 @@ def _split_fleet(values: Mapping[str, object], fleet: Mapping | None):
     capacity = float(fleet.get("capacity", fleet["max_replicas"]))
     merged["max_replicas"] = min(merged["max_replicas"], capacity)
     merged["min_replicas"] = min(merged["min_replicas"], merged["max_replicas"])
-    policy = {k: v for k, v in values.items() if not k.startswith(fleet_lib.PREFIX)}
-    return policy, as_simulated(merged)
+    return values, as_simulated(merged)
 
 
 def as_simulated(fleet: Mapping) -> dict:
@@ -807,15 +828,7 @@ def write_export(
     bad one (ConfigError naming its key) leaves no folder or file behind."""
     out_dir = Path(out_dir)
     values, fleet = _split_fleet(values, fleet)
-    paths = {
-        name: out_dir / name
-        for name in (
-            "tuned_policy.yaml",
-            "vllm_args.json",
-            "sglang_args.json",
-            "unmapped_knobs.json",
-        )
-    }
+    paths = {name: out_dir / name for name in POLICY_FILES}
     header = [
         f"# servetune tuned policy (order {order}).",
         f"# {config_group_hint(paths['tuned_policy.yaml'], 'policy', 'tuned_policy')}",

@@ -12,6 +12,8 @@ import numpy as np
 from servetune.core.files import ensure_dir, write_json, write_text
 from servetune.engine.neural import FEATURE_NAMES, FEATURES, N_FEATURES, SCALES, hidden_of
 
+FILES = ("score_net.json", "priority.py")  # what export_score_net writes
+
 
 def spec(w: Sequence[float], linear: dict, ttft_target_s: float) -> dict:
     """The content of score_net.json: features (names, units, scales), the layer weights and the
@@ -126,7 +128,7 @@ def export_score_net(out_dir: Path, w, linear: dict, ttft_target_s: float) -> di
     out_dir = Path(out_dir)
     ensure_dir(out_dir)
     doc = spec(w, linear, ttft_target_s)
-    paths = {"score_net.json": out_dir / "score_net.json", "priority.py": out_dir / "priority.py"}
+    paths = {name: out_dir / name for name in FILES}
     write_json(paths["score_net.json"], doc, indent=1)
     write_text(paths["priority.py"], gateway_source(doc))
     return paths

@@ -25,8 +25,9 @@ from servetune.config import settings
 from servetune.config.policy import DEFAULTS, ORDERS
 from servetune.config.scenario import MAX_SEEDS, build
 from servetune.core.errors import CheckpointError, ConfigError
-from servetune.core.files import write_json, write_whole
+from servetune.core.files import ensure_dir, write_json, write_text, write_whole
 from servetune.deploy import export
+from servetune.deploy import tuned as tuned_export
 from servetune.engine import memory, neural
 from servetune.reporting.convergence import write_convergence
 from servetune.reporting.tuning_page import write_views
@@ -56,7 +57,8 @@ from servetune.tuning.split_overrides import (
 from servetune.tuning.state import TunerState
 
 OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
-SUMMARY = "tune_summary.json"  # written last by a finished run (_finish)
+SUMMARY = tuned_export.SUMMARY  # written last by a finished run (_finish)
+RESOLVED = tuned_export.RESOLVED  # the run's config, written when it starts
 # what _finish writes, each only when due: an earlier finish's copies are removed first, so
 # the folder never pairs this run's summary with a file it did not write (a stale export/
 # after a regression that withholds it, sensitivity views after tune.eval.sensitivity=false)
@@ -694,6 +696,7 @@ def tune(
         cfg = compose(list(cfg))
     start_time = time.perf_counter()
     out_dir = Path(out_dir)
+    composed = cfg
     st, cfg = checked_config(cfg)
     order = "neural" if st.policy_family == "neural" else _order(cfg)
     st, evaluator, estimator = _evaluators(cfg, st, order)
@@ -714,6 +717,8 @@ def tune(
     state, opt_state = _restore(out_dir, st, state, opt.init(jnp.asarray(theta)), log, start_values)
     evaluator.scenarios_simulated = state.scenarios
     resumed_at = state.scenarios  # this call's pace counts only what it simulates
+    # the config as given: `servetune export <out_dir>` rebuilds the run's engine from it
+    write_text(ensure_dir(out_dir) / RESOLVED, OmegaConf.to_yaml(composed, resolve=True))
 
     done_here = 0
     while state.iteration < st.iterations:
@@ -818,22 +823,26 @@ def _finish(
                 else "tune.export is off"
             )
         )
+    summary = {
+        "start": start_values,
+        "best": best,
+        "best_summary": state.best,
+        "order": order,
+        "ranges": {k: list(v) for k, v in st.space.ranges.items()},
+        "regression": bool(regressed),
+        "regressed_splits": regressed,
+        "regression_verdicts": {split: v.why for split, v in judged.items()},
+        "evaluation": compared,
+        "scenarios_simulated": int(state.scenarios),
+    }
     if st.export and (st.export_on_regression or not regressed):
-        engine = OmegaConf.to_container(cfg.engine, resolve=True)
-        export.write_export(
+        # the convention `servetune export <this folder>` reads it back by (deploy/tuned.py)
+        tuned_export.write(
             out_dir / "export",
-            {k: best[k] for k in best},
-            order,
-            engine,
-            extra={
-                "scenarios_simulated": int(state.scenarios),
-                "regression": bool(regressed),
-                "regressed_splits": regressed,
-                "evaluation": compared,
-            },
-            deploy=export.deployment(cfg, _first_scenario(evaluator)),
-            ranges=st.space.ranges,
-            fleet=export.fleet_values(_first_scenario(evaluator)),
+            tuned_export.as_read(summary, out_dir / SUMMARY),
+            cfg,
+            _first_scenario(evaluator),
+            out_dir.resolve(),
         )
         # the file's own warnings: they know the deployment (max_model_len) and the ranges
         for warning in json.loads((out_dir / "export" / "vllm_args.json").read_text())["warnings"]:
@@ -844,17 +853,7 @@ def _finish(
             )
         )
     elapsed_s = time.perf_counter() - start_time
-    summary = {
-        "start": start_values,
-        "best": best,
-        "best_summary": state.best,
-        "regression": bool(regressed),
-        "regressed_splits": regressed,
-        "regression_verdicts": {split: v.why for split, v in judged.items()},
-        "evaluation": compared,
-        "scenarios_simulated": int(state.scenarios),
-        "wall_s": elapsed_s,
-    }
+    summary["wall_s"] = elapsed_s
     write_json(out_dir / SUMMARY, summary)  # last: the finished run's mark
     return TuneResult(
         start_values,

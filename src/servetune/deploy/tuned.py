@@ -1,0 +1,174 @@
+"""The export of a tuning run: one convention for its writer (`servetune tune`, at the end of
+tuning/runner.py) and its reader (`servetune export <tune folder>`, deploy/choose.py), so that
+exporting a tuning folder gives the files the tuning itself wrote.
+
+Both read the policy, its order, the search space's ranges and the records the export carries
+from the run's summary (the dict written as tune_summary.json), and the engine from the run's
+config (config_resolved.yaml) and its scenario:
+  - `policy_values(summary)`: the policy to export, policy keys and the autoscaler's
+    "fleet.<key>" values (config/fleet.py's PREFIX) side by side, as the tuner simulated them;
+  - `summary["order"]` (policy.order; a summary without it names the neural order by its
+    weights, else the config's order), `summary["ranges"]` (tuned key -> [low, high], in the
+    key's units; read from the config's tune.space where a summary lacks it);
+  - `RECORDS`: the summary's entries each exported file carries under "extra".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from servetune.config.policy import DEFAULTS, ORDERS
+from servetune.core.errors import ServetuneError
+from servetune.core.files import json_number, jsonable
+from servetune.deploy import export
+
+# the summary's records each exported file carries (under "extra", and as YAML comments)
+RECORDS = ("scenarios_simulated", "regression", "regressed_splits", "evaluation")
+POINT = "the tuned policy"
+SUMMARY = "tune_summary.json"  # the summary's file in a tuning folder (written last)
+RESOLVED = "config_resolved.yaml"  # the run's config in a tuning folder (written first)
+
+
+def parse(summary, path: Path) -> dict:
+    """A summary as read from its JSON (`path`, named in errors): its best policy's values as
+    numbers ("inf" an unlimited cap, a network's weights a list), its regression flag and
+    order checked; ServetuneError naming the entry and what was expected."""
+    expected = "expected the tune_summary.json servetune tune writes"
+    best = summary.get("best") if isinstance(summary, dict) else None
+    if not isinstance(best, dict) or not best:
+        raise ServetuneError(f"{path}: no 'best' object of policy values; {expected}")
+    read = {}
+    for key, value in best.items():
+        try:
+            read[key] = _weights(value) if key == export.NET_KEY else json_number(value)
+        except ValueError as err:
+            raise ServetuneError(
+                f"{path}: best.{key} = {str(value)[:40]!r}; expected a number ({err})"
+            ) from None
+    regression = summary.get("regression", False)
+    if not isinstance(regression, bool):
+        raise ServetuneError(f"{path}: regression = {regression!r}; expected true or false")
+    if "order" in summary and summary["order"] not in ORDERS:
+        raise ServetuneError(
+            f"{path}: order = {summary['order']!r}; expected one of {sorted(ORDERS)}"
+        )
+    return {**summary, "best": read}
+
+
+def as_read(summary: Mapping, path: Path) -> dict:
+    """`summary` (the tuner's, in memory) as `servetune export` will read it back from its
+    JSON file: the writer exports from this, so both export the same files."""
+    return parse(json.loads(json.dumps(jsonable(dict(summary)))), path)
+
+
+def _weights(value) -> list[float]:
+    """A score net's weights: a list of finite numbers (ValueError otherwise)."""
+    numbers = [json_number(v) for v in value] if isinstance(value, list) else None
+    if numbers is None or any(x is None or not math.isfinite(x) for x in numbers):
+        raise ValueError("a score net is a list of finite weights")
+    return numbers
+
+
+def policy_values(summary: Mapping, cfg: DictConfig) -> dict:
+    """The policy a tuning run exports: the config's policy section (its policy keys and a
+    network's weights) with the best point's values ("best": policy keys and "fleet.<key>"
+    autoscaler values) over it. The tuner's best holds every policy key; a summary written
+    by hand may name only the tuned ones."""
+    section = OmegaConf.select(cfg, "policy")
+    section = OmegaConf.to_container(section, resolve=True) if section is not None else {}
+    values = {k: v for k, v in section.items() if k in DEFAULTS or k == export.NET_KEY}
+    values.update(summary["best"])
+    return values
+
+
+def order(summary: Mapping, cfg: DictConfig) -> str:
+    """The exported policy's order: the summary's, else neural where the values hold a
+    network's weights, else the config's policy.order (fcfs by default)."""
+    if isinstance(summary.get("order"), str):
+        return summary["order"]
+    if summary["best"].get(export.NET_KEY) is not None:
+        return "neural"
+    return str(OmegaConf.select(cfg, "policy.order") or "fcfs")
+
+
+def why(summary: Mapping) -> str:
+    """Why this policy is the one exported, in words."""
+    regressed = " (it regressed on held-out data: see evaluation.csv)" * bool(
+        summary.get("regression")
+    )
+    return f"the best policy servetune tune found{regressed}"
+
+
+def extra(summary: Mapping, source: Path) -> dict:
+    """What each exported file records under "extra": the tuning folder it came from, which
+    point and why, and the summary's RECORDS (held-out evaluation, regression verdicts)."""
+    out = {"source": str(source), "point": POINT, "chosen": why(summary)}
+    out.update({key: summary[key] for key in RECORDS if key in summary})
+    return out
+
+
+def ranges(summary: Mapping, cfg: DictConfig, folder: Path) -> dict[str, tuple[float, float]]:
+    """The search space: tuned key -> (low, high) in the key's units, from the summary's
+    "ranges", else (a summary written before it had them) from the config's tune.space,
+    autoscaler keys (tune.space.fleet.<key>) as "fleet.<key>"; errors name the tuning
+    `folder`'s file they read."""
+    own = summary.get("ranges")
+    if isinstance(own, Mapping):
+        try:
+            return {str(k): (float(v[0]), float(v[1])) for k, v in own.items()}
+        except (TypeError, IndexError, ValueError):
+            raise ServetuneError(
+                f"{folder / SUMMARY}: ranges = {str(own)[:80]}; expected {{key: [low, high]}} "
+                f"as servetune tune writes it"
+            ) from None
+    return config_ranges(cfg, folder / RESOLVED)
+
+
+def config_ranges(cfg: DictConfig, path: Path) -> dict[str, tuple[float, float]]:
+    """tune.space of a tuning run's config (`path`, named in errors): tuned key -> (low, high)
+    ({} when it has none); the tuner checked the ranges when it ran."""
+    spec = OmegaConf.select(cfg, "tune.space")
+    spec = OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else {}
+    flat = {k: v for k, v in spec.items() if k != "fleet"}
+    fleet = spec.get("fleet") or {}
+    if not isinstance(fleet, dict):
+        raise ServetuneError(
+            f"{path}: tune.space.fleet = {fleet!r}; expected {{key: {{low: ..., high: ...}}}} "
+            f"as servetune tune read it"
+        )
+    flat.update({f"fleet.{k}": v for k, v in fleet.items()})
+    out = {}
+    for key, dim in flat.items():
+        if dim is None:  # not tuned
+            continue
+        try:
+            out[key] = (float(dim["low"]), float(dim["high"]))
+        except (TypeError, KeyError, ValueError):
+            raise ServetuneError(
+                f"{path}: tune.space.{key} = {dim!r}; expected {{low: ..., "
+                f"high: ..., scale: log|linear}} as servetune tune read it"
+            ) from None
+    return out
+
+
+def write(target: Path, summary: Mapping, cfg: DictConfig, scenario, folder: Path):
+    """Write the engine files of the tuning run in `folder` whose summary is `summary` into
+    `target` (export.write_export): its policy_values with their order and ranges, the engine
+    of `cfg` (the run's config) and `scenario` (scenario.build of it), and the extra records.
+    Returns {file name: path}."""
+    cfg_engine = OmegaConf.to_container(cfg.engine, resolve=True)
+    return export.write_export(
+        target,
+        policy_values(summary, cfg),
+        order(summary, cfg),
+        cfg_engine,
+        extra=extra(summary, folder),
+        deploy=export.deployment(cfg, scenario),
+        ranges=ranges(summary, cfg, folder),
+        fleet=export.fleet_values(scenario),
+    )
