@@ -37,6 +37,43 @@ def test_a_fixture_missing_a_section_is_named(tmp_path, change, message):
         golden.load_fixture(path)
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        # (issue 64) these replayed as "identical", or failed with a KeyError or ValueError
+        (lambda d: d.pop("vllm_version"), r"no 'vllm_version' section"),
+        (lambda d: d.update(vllm_version=32), r"section 'vllm_version' is a int"),
+        (lambda d: d.update(case="tight_kv"), r"holds case 'tight_kv'; expected case '"),
+        (
+            lambda d: d["engine"].update(max_num_seqs=d["engine"]["max_num_seqs"] + 1),
+            r"section 'engine' is not case '.*'s \(max_num_seqs differ",
+        ),
+        (lambda d: d["trace"].update(start_s=1.0), r"section 'trace' is not case"),
+        (lambda d: d["steps"][2].pop("dur"), r"steps\[2\] = .*; expected a record of t, dur"),
+        (lambda d: d["steps"].__setitem__(0, [1, 2]), r"steps\[0\] = \[1, 2\]; expected"),
+        (
+            lambda d: d["results"]["finish"].pop(),
+            r"results\.finish holds \d+ entries; expected one",
+        ),
+        (lambda d: d["requests"].update(output=5), r"requests\.output holds int entries"),
+    ],
+)
+def test_a_fixture_that_is_not_its_case_or_lacks_rows_is_named(tmp_path, change, message):
+    path = _fixture(tmp_path, change)
+    with pytest.raises(golden.GoldenError, match=rf"{path.name}: {message}"):
+        golden.load_fixture(path)
+
+
+@pytest.mark.parametrize("cut", [1, 3, 40])
+def test_a_fixture_with_steps_cut_is_a_difference_not_a_traceback(tmp_path, cut):
+    """(issue 64) compare's strict zip raised ValueError on a shorter run."""
+    fixture = golden.load_fixture(SOURCE)
+    short = dict(fixture, steps=fixture["steps"][:-cut])
+    replayed = {"steps": fixture["steps"], "requests": fixture["results"]}
+    n = len(fixture["steps"])
+    assert golden.compare(short, replayed) == [f"iterations: vLLM ran {n - cut}, servetune {n}"]
+
+
 def test_a_fixtures_refused_settings_end_golden_check_with_exit_2(tmp_path):
     path = _fixture(tmp_path, lambda d: d["engine"].update(max_num_seqs=-5))
     case = SOURCE.name.removesuffix(".json.gz")

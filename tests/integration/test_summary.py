@@ -98,3 +98,16 @@ def test_a_fleet_adds_its_replicas_and_spot_lines_only_when_there_is_one(labels)
     assert "2.50 / 4 / 7 (0.125)" in text and "spot replica-hours" not in text
     m.update(spot_replica_hours=1.25, spot_preemptions=3, requests_requeued=17)
     assert "1.25 / 3 / 17" in _text(summary, m, labels)
+
+
+def test_a_run_that_left_many_requests_outstanding_says_so(labels):
+    """(issue 64) 322 of 400 requests outstanding printed no word of it."""
+    m = _metrics(400)
+    m.update(n_completed=78, n_outstanding=322)
+    text = _text(summary, m, labels)
+    assert "note: 322 of 400 requests (80%) were still outstanding" in text
+    assert "spot preemptions" not in text
+    m.update(spot_preemptions=31, requests_requeued=2746, spot_replica_hours=0.7)
+    assert "31 spot preemptions re-queued 2,746 requests" in _text(summary, m, labels)
+    m.update(n_completed=390, n_outstanding=10)  # 2.5%: a drain cut short, no note
+    assert "still outstanding" not in _text(summary, m, labels)

@@ -18,7 +18,7 @@ from servetune.config import cascade as cascade_lib
 from servetune.config import fleet as fleet_lib
 from servetune.config.metrics_spec import MetricsSpec
 from servetune.config.policy import DEFAULTS, UNLIMITED, make_policy
-from servetune.core import inputs, streams
+from servetune.core import inputs, streams, suggest
 from servetune.core.errors import ConfigError
 from servetune.core.types import CANCELLED, EXPIRED, EngineConfig, Params, Workload
 from servetune.engine import memory, width
@@ -263,12 +263,15 @@ def load_workload(
         span = _slice_span(trace, replay.source.span_s, start, replay.duration_s, replay.rate_scale)
         if spec.resamples(seed):
             trace = _replica(trace, spec, seed, span)
-    else:
-        span = _slice_span(trace, math.inf, 0.0, None, 1.0)
+    else:  # drawn over [0, workload.duration_s) where that is set (traces.synthetic)
+        drawn_over = settings.number(
+            cfg, "workload.duration_s", lo=0, hi=workload.MAX_SPAN_S, allow_none=True
+        )
+        span = drawn_over or _slice_span(trace, math.inf, 0.0, None, 1.0)
     curve = rate_curve_spec(cfg)
     if curve is not None:
         resample = kind == "trace" and spec.resamples(seed)
-        trace = _with_rate_curve(trace, span, curve, seed, resample)
+        trace = _with_rate_curve(trace, span, curve, seed, resample, synthetic=kind != "trace")
     return trace
 
 
@@ -307,21 +310,29 @@ def rate_curve_spec(cfg: DictConfig) -> tuple[rate_curve_lib.RateCurve, float | 
 CURVE_SLACK = 1.1  # a curve may reach this factor past the trace it modulates (not further)
 
 
-def _with_rate_curve(trace, span: float, curve_spec, seed: int, resample: bool):
+def _with_rate_curve(
+    trace, span: float, curve_spec, seed: int, resample: bool, synthetic: bool = False
+):
     """The slice tiled to workload.rate_curve.span_s (if set) and its rate modulated by the
     curve (workload/rate_curve.py); ConfigError where the curve does not reach the end, or
-    reaches more than 10% past it (only its start would apply, silently)."""
+    reaches more than 10% past it (only its start would apply, silently). A `synthetic`
+    workload is drawn over workload.duration_s, which the error names instead."""
     curve, total = curve_spec
     if total is not None:
         rng = streams.rng(seed, streams.RATE_CURVE_TILES) if resample else None
         trace = rate_curve_lib.tile(trace, span, total, rng)
         span = total
     if not span <= curve.span_s <= span * CURVE_SLACK:
+        fix = (
+            f"workload.duration_s={curve.span_s:g} draws it over the whole curve"
+            if synthetic
+            else f"workload.rate_curve.span_s={curve.span_s:g} repeats the slice over the "
+            f"whole curve"
+        )
         raise ConfigError(
             f"workload.rate_curve.curve: {curve.name} spans {curve.span_s:,g} s; the trace it "
             f"modulates spans {span:,g} s (expected a curve as long, within "
-            f"{CURVE_SLACK - 1:.0%}; workload.rate_curve.span_s={curve.span_s:g} repeats the "
-            f"slice over the whole curve)"
+            f"{CURVE_SLACK - 1:.0%}; {fix})"
         )
     out = rate_curve_lib.modulate(trace, span, curve, streams.rng(seed, streams.RATE_CURVE))
     if len(out) == 0:
@@ -798,12 +809,52 @@ def _hardware_section(cfg: DictConfig) -> _Hardware:
     return _Hardware(gpu, model, tp, wbits, kvbits, block, max_len, form, draft, kv_args, kv_blocks)
 
 
+# the keys each cost.form reads (conf/cost/<form>.yaml's, checked by a test): any other key in
+# the section is a typo or a key of another form, and would be ignored
+COST_KEYS = {
+    "roofline": ("form",),
+    "linear": (
+        "form",
+        "base_s",
+        "per_prefill_token_s",
+        "per_decode_seq_s",
+        "per_ctx_token_s",
+        "per_attn_work_s",
+        "kv_blocks",
+    ),
+    "aic": ("form", "backend", "version", "kv_blocks"),
+}
+
+
+def _check_cost_keys(cfg: DictConfig, form: str) -> None:
+    """ConfigError naming a `cost.*` key that cost.form=`form` does not read (a typo, or a
+    key of another form), with the closest key it reads or the keys it does."""
+    section = settings.get(cfg, "cost")
+    if not isinstance(section, DictConfig) or form not in COST_KEYS:
+        return
+    known = COST_KEYS[form]
+    for key in section:
+        if key in known:
+            continue
+        other = [f for f, keys in COST_KEYS.items() if key in keys]
+        hint = (
+            f"a key of cost.form={other[0]}"
+            if other
+            else suggest.closest_phrase(str(key), known, prefix="cost.") or "no such key"
+        )
+        raise ConfigError(
+            f"cost.{key}: not read with cost.form={form} ({hint}); expected only "
+            f"{', '.join(f'cost.{k}' for k in known)}"
+        )
+
+
 def _cost_section(cfg: DictConfig, hw: _Hardware):
     """(target cost params, draft cost params or None, the roofline's GPU figures or None, KV
     blocks, the aiconfigurator-core fit or None) from `cost.*` and `hardware.*`: the roofline of
     the model on the GPU, the linear model's coefficients (seconds) with its own KV capacity,
     or that form fitted to aiconfigurator-core's database (cost=aic)."""
     kv_blocks, draft_cost, gpu_figures, fit = hw.kv_blocks, None, None, None
+    _check_cost_keys(cfg, hw.form)
     if hw.form == "roofline":
         gpu_figures = {
             "flops_efficiency": settings.number(cfg, "hardware.flops_efficiency", lo=1e-6, hi=1),

@@ -27,6 +27,11 @@ def _phrase(close: list[str]) -> str:
     return "did you mean " + " or ".join(close) + "?" if close else ""
 
 
+def closest_phrase(word: str, options, prefix: str = "") -> str:
+    """ "did you mean <prefix>X?" for the options closest to `word`; "" when none is close."""
+    return _phrase([prefix + c for c in _close(word, options)])
+
+
 def unknown_key(key: str, cfg: DictConfig) -> str | None:
     """A message when dotted `key` is not in `cfg` ("policy.max_num_seq: no such key; did you
     mean policy.max_num_seqs?"): the closest keys beside the first missing part, or the keys

@@ -36,7 +36,9 @@ after a later evaluation's row: up to one iteration of it counts as off early).
 With fleet.scale_down: requeue (engine.autoscale_requeue) a scaled-down replica does not drain:
 its waiting and running requests are re-queued to the serving replicas (engine/requeue.py) and
 it goes off once what it finished has left. With spot replicas (engine.autoscale_spot), each
-evaluation first preempts spot replicas at their rate (engine/spot.py).
+evaluation reads the metric, then preempts spot replicas at their rate (engine/spot.py), then
+scales: the metric is the one scraped before the preemption, so a fleet that loses every
+replica at each evaluation still sees its load and grows.
 
 Not modelled: a stall under an autoscaler is still caught per instance (idle with waiting work),
 but the fleet-wide "nothing can move" check never fires, as evaluations always wake an idle
@@ -252,17 +254,20 @@ def _log(fleet: Fleet, t) -> Fleet:
 
 
 def evaluate(fleet: Fleet, clock, entries: Entries, kv_blocks, t, fp: FleetParams, cfg, salt):
-    """(fleet, clock [I], entries [I, A]) after one evaluation at time t (seconds): spot
-    preemptions (engine/spot.py), then recommend, stabilize, limit, scale (re-queuing the
+    """(fleet, clock [I], entries [I, A]) after one evaluation at time t (seconds): the
+    metric read from the serving replicas, spot preemptions (engine/spot.py), then
+    recommend, stabilize, limit, scale (re-queuing the
     requests of the replicas scaled down with fleet.scale_down: requeue), retire the drained;
     logged where the counts or the desired replicas changed. `salt`: the scenario's seed."""
     before = _row(fleet, t)
+    # the metric as scraped before any preemption of this instant: a fleet whose every spot
+    # replica is preempted at each evaluation still sees its load, and scales
+    total = jnp.sum(jnp.where(serving_at(fleet, t), signal(entries, kv_blocks, cfg), 0.0))
     if spot.enabled(cfg):
         warm = serving_at(fleet, t)
         hit = spot.preempted(fleet, warm, t, fp, salt)
         fleet, clock, entries = spot.preempt(fleet, clock, entries, hit, warm & ~hit, t, fp)
     current = jnp.sum(fleet.phase == REPLICA_SERVING).astype(jnp.float64)
-    total = jnp.sum(jnp.where(serving_at(fleet, t), signal(entries, kv_blocks, cfg), 0.0))
     stable, fleet = stabilize(fleet, recommend(total, current, fp), t, current, fp)
     draining = fleet.phase == REPLICA_DRAINING
     # only a spot replacement can be cold and hold requests (engine/spot.py)

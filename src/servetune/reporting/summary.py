@@ -121,8 +121,34 @@ def summary(
         )
     if m.get("stalled"):
         flags.append("STALLED: waiting requests could never be scheduled")
+    backlog = _backlog_note(m)
+    if backlog:
+        flags.append(backlog)
     for f in flags:
         console.print(f"[yellow]note:[/yellow] {f}")
+
+
+OUTSTANDING_NOTE = 0.05  # a share of counted requests left outstanding worth a note
+
+
+def _backlog_note(m: dict) -> str | None:
+    """A note where more than OUTSTANDING_NOTE of the counted requests were still outstanding
+    when the run ended (the engine, or the fleet, did not keep up), naming what would show
+    more and, with spot replicas, what their preemptions did; None otherwise."""
+    n, left = m.get("n_requests") or 0, m.get("n_outstanding") or 0
+    if not n or left <= OUTSTANDING_NOTE * n:
+        return None
+    note = (
+        f"{left:,} of {n:,} requests ({left / n:.0%}) were still outstanding when the run "
+        f"ended: the engine did not keep up (window.drain_s sets how long it drains)"
+    )
+    if m.get("spot_preemptions"):
+        note += (
+            f"; {m['spot_preemptions']:,} spot preemptions re-queued "
+            f"{m.get('requests_requeued', 0):,} requests and kept replicas cold "
+            f"(fleet.spot_preemptions_per_hour, fleet.spot_share)"
+        )
+    return note
 
 
 # why a request was rejected, as a reader would fix it (types.REJECT_REASON_NAMES)

@@ -41,6 +41,7 @@ class FleetSize:
     tried: dict  # replicas -> (mean attainment, interval low, interval high) over the seeds
     gpus_per_replica: int  # hardware.tp
     price_per_gpu_hour: float  # USD
+    notes: tuple[str, ...] = ()  # what the search changed in the config, in words
 
     @property
     def cost_per_hour_usd(self) -> float:
@@ -97,7 +98,20 @@ def smallest_fleet(
 ) -> FleetSize:
     """The smallest `engine.n_instances` whose mean SLO attainment over the configured seeds
     reaches `target` (default tune.objective.slo_target, else 0.99) with the workload of
-    `overrides` at its rate curve's peak (see the module docstring)."""
+    `overrides` at its rate curve's peak (see the module docstring). An autoscaler
+    (fleet.autoscale) is turned off for the search, which sizes a fixed fleet, and `notes`
+    says so."""
+    if isinstance(overrides, (str, bytes)) or not isinstance(overrides, Sequence):
+        raise ConfigError(
+            f"overrides: got {overrides!r}; expected a list of Hydra overrides such as "
+            f"['workload=poisson', 'workload.rate=8']"
+        )
+    bad = [o for o in overrides if not isinstance(o, str)]
+    if bad:
+        raise ConfigError(
+            f"overrides: item {bad[0]!r} is a {type(bad[0]).__name__}; expected each "
+            f"override as text such as 'workload.rate=8'"
+        )
     cfg = api.compose(list(overrides))
     if target is None:
         target = settings.number(cfg, "tune.objective.slo_target", lo=0, hi=1, default=0.99)
@@ -106,6 +120,13 @@ def smallest_fleet(
     if not 1 <= limit <= MAX_REPLICAS:
         raise ConfigError(f"limit: got {limit!r}; expected replicas in [1, {MAX_REPLICAS}]")
     at_peak, peak = peak_overrides(cfg)
+    notes: tuple[str, ...] = ()
+    if settings.flag(cfg, "fleet.autoscale", False):
+        at_peak.append("fleet.autoscale=false")
+        notes = (
+            "fleet.autoscale turned off: the search sizes a fixed fleet (engine.n_instances) "
+            "for the peak; the autoscaler's own numbers are tuned with tune.space.fleet",
+        )
     tried: dict[int, tuple[float, float, float]] = {}
 
     def meets(n: int) -> bool:
@@ -124,4 +145,5 @@ def smallest_fleet(
         tried=dict(sorted(tried.items())),
         gpus_per_replica=settings.number(cfg, "hardware.tp", lo=1, integer=True, default=1),
         price_per_gpu_hour=gpu.price_per_gpu_hour if price is None else price,
+        notes=notes,
     )

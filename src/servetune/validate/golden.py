@@ -351,7 +351,40 @@ def load_fixture(path: Path) -> dict:
         got = fixture.get("format") if isinstance(fixture, dict) else type(fixture).__name__
         raise GoldenError(f"{path}: fixture format {got!r}; expected {FORMAT}")
     _check_sections(path, fixture)
+    _check_case(path, fixture)
     return fixture
+
+
+def case_name(path: Path) -> str:
+    """The case a fixture file is named for: its name without .json.gz."""
+    return Path(path).name.removesuffix(".json.gz")
+
+
+def _check_case(path: Path, fixture: dict) -> None:
+    """GoldenError where the fixture is not the case its file is named for: its "case", or
+    (for a case of CASES) its trace slice or engine settings, differ from the name's, so a
+    replay that comes out "identical" proves that case."""
+    name = case_name(path)
+    if fixture["case"] != name:
+        raise GoldenError(
+            f"{path}: holds case {fixture['case']!r}; expected case {name!r}, as its file is "
+            f"named (rename the file, or rewrite it with `servetune golden --cases {name}`)"
+        )
+    if name not in CASES:
+        return
+    expected = {
+        "trace": CASES[name]["trace"],
+        "engine": {**ENGINE_DEFAULTS, **CASES[name]["engine"]},
+    }
+    for section, want in expected.items():
+        got = fixture[section]
+        if got != want:
+            keys = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+            raise GoldenError(
+                f"{path}: section {section!r} is not case {name!r}'s ({', '.join(keys[:4])} "
+                f"differ: {keys[0]} = {got.get(keys[0])!r}, expected {want.get(keys[0])!r}); "
+                f"rewrite it with `servetune golden --cases {name}`"
+            )
 
 
 def version_note(fixture: dict) -> str | None:
@@ -400,6 +433,7 @@ SECTIONS = {
     "requests": (dict, ("arrival", "prompt", "output")),
     "steps": (list, ()),
     "results": (dict, ("first_token", "finish", "end_state", "generated", "n_preempt")),
+    "vllm_version": (str, ()),  # the release that wrote it (version_note)
 }
 
 
@@ -421,6 +455,33 @@ def _check_sections(path: Path, fixture: dict) -> None:
         missing = [k for k in keys if k not in value]
         if missing:
             raise GoldenError(f"{path}: section {section!r} lacks {', '.join(missing)}")
+    _check_rows(path, fixture)
+
+
+STEP_KEYS = ("t", "dur", "tokens", "preempted")  # what compare reads of each iteration
+
+
+def _check_rows(path: Path, fixture: dict) -> None:
+    """GoldenError naming the first iteration that is not a record of STEP_KEYS, or the first
+    per-request list that does not hold one entry per request."""
+    for k, step in enumerate(fixture["steps"]):
+        if not isinstance(step, dict) or any(key not in step for key in STEP_KEYS):
+            raise GoldenError(
+                f"{path}: steps[{k}] = {str(step)[:60]}; expected a record of "
+                f"{', '.join(STEP_KEYS)}"
+            )
+    n = len(fixture["requests"]["arrival"])
+    for section, keys in (
+        ("requests", SECTIONS["requests"][1]),
+        ("results", SECTIONS["results"][1]),
+    ):
+        for key in keys:
+            got = fixture[section][key]
+            if not isinstance(got, list) or len(got) != n:
+                size = len(got) if isinstance(got, list) else type(got).__name__
+                raise GoldenError(
+                    f"{path}: {section}.{key} holds {size} entries; expected one per request ({n})"
+                )
 
 
 def fixture_paths(directory: Path = FIXTURE_DIR) -> list[Path]:
@@ -562,7 +623,8 @@ def compare(expected: dict, got: dict, rel: float = 1e-9, limit: int = 5) -> lis
     the first that differs, then every request (first token and finish to `rel`, end state,
     output tokens, preemptions). At most `limit` of each kind, empty when identical."""
     out = []
-    for k, (e, g) in enumerate(zip(expected["steps"], got["steps"], strict=True)):
+    # up to the shorter run: a run cut short (or longer) is said below, after them
+    for k, (e, g) in enumerate(zip(expected["steps"], got["steps"], strict=False)):
         same = (
             _close(e["t"], g["t"], rel)
             and _close(e["dur"], g["dur"], rel)

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from servetune.core.errors import ConfigError, TraceError
+from servetune.workload import trace_text
 from servetune.workload.replicas import circular, superpose, take
 from servetune.workload.traces import RequestTrace
 
@@ -123,7 +124,9 @@ def load(value: str) -> RateCurve:
             f"workload.rate_curve.curve: got {value!r}; expected a bundled curve "
             f"({', '.join(BUNDLED)}) or a CSV file of time_s,multiplier rows"
         )
-    return parse(path.read_text(), str(path))
+    return parse(
+        trace_text.read_text(path, "rate curve (a CSV of time_s,multiplier rows)"), str(path)
+    )
 
 
 def tile(trace: RequestTrace, span: float, total_s: float, rng) -> RequestTrace:

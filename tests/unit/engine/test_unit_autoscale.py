@@ -3,6 +3,8 @@ Kubernetes' HPA algorithm as its documentation states it: the AverageValue recom
 its tolerance, the stabilization windows, the Pods/Percent step limits, which replicas a
 scale-down removes, and graceful drain."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -191,6 +193,27 @@ def test_an_evaluation_scales_up_on_waiting_requests_and_logs_it():
     row = np.asarray(new.log[int(new.n_log) - 1])
     # t, provisioned, cold, draining, desired, spot
     assert list(row) == [15.0, 2.0, 1.0, 0.0, 2.0, 0.0]
+
+
+def test_a_fleet_whose_every_replica_is_preempted_still_sees_its_load_and_grows():
+    """(issue 64) The metric is read before the evaluation's preemptions: with every spot
+    replica preempted at each evaluation, reading it after them saw no serving replica, so
+    the fleet never grew past one."""
+    spot_cfg = dataclasses.replace(CFG, autoscale_spot=True, autoscale_requeue=True)
+    fp = fleet_params(target=2.0, spot_share=1.0, spot_preemptions_per_hour=1e6)
+    f = autoscale.init(fp, spot_cfg, jnp.float64(0.0)).replace(
+        phase=jnp.asarray([1, 0, 0, 0, 0], jnp.int32), ready_at=jnp.zeros(5)
+    )
+    e = empty_entries((5, 4), jnp.int32(0))
+    e = e.replace(status=jnp.full((5, 4), EMPTY).at[0, :].set(WAITING))  # 4 waiting
+    clock = jnp.array([15.0] + [jnp.inf] * 4)
+    new, _, _ = autoscale.evaluate(
+        f, clock, e, jnp.full((5,), 100), 15.0, fp, spot_cfg, jnp.uint32(0)
+    )
+    assert int(new.preemptions) == 1  # replica 0, certainly
+    # ceil(4 / 2) = 2 replicas: the preempted one's replacement and one more, both cold
+    np.testing.assert_array_equal(new.phase, [1, 1, 0, 0, 0])
+    assert int(new.scale_ups) == 1
 
 
 def test_whole_rounds_to_what_kubernetes_holds():

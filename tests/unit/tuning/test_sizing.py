@@ -5,6 +5,7 @@ target."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -81,3 +82,46 @@ def test_a_doubled_peak_needs_the_replica_one_instance_cannot_replace(tmp_path):
     assert size.replicas == 2 and size.peak_multiplier == 2.0
     assert size.tried[1][0] < 0.99 <= size.tried[2][0]
     assert size.cost_per_hour_usd == pytest.approx(2 * 2.50)  # two H100s at the catalog price
+
+
+def _fake_simulate(seen: list, needs: int):
+    """api.simulate's stand-in: records each call's overrides; a count of at least `needs`
+    replicas (the last override) meets every SLO, fewer meet half."""
+
+    def simulate(overrides):
+        seen.append(list(overrides))
+        n = int(overrides[-1].removeprefix("engine.n_instances="))
+        return SimpleNamespace(metrics=[{"slo_attainment": 1.0 if n >= needs else 0.5}])
+
+    return simulate
+
+
+def test_an_autoscaled_config_is_sized_as_a_fixed_fleet_and_says_so(monkeypatch):
+    """(issue 64) With fleet.autoscale on, engine.n_instances=1 meant the autoscaler's whole
+    capacity, so the search answered "1 replica"; it turns the autoscaler off, saying so."""
+    seen: list = []
+    monkeypatch.setattr(sizing.api, "simulate", _fake_simulate(seen, needs=3))
+    size = sizing.smallest_fleet(
+        ["workload=poisson", "fleet.autoscale=true", "fleet.max_replicas=4"]
+    )
+    assert size.replicas == 3
+    assert seen and all("fleet.autoscale=false" in overrides for overrides in seen)
+    assert "fleet.autoscale turned off" in size.notes[0]
+    seen.clear()
+    assert sizing.smallest_fleet(["workload=poisson"]).notes == ()
+    assert not any("fleet.autoscale=false" in overrides for overrides in seen)
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        ("workload=poisson", r"^overrides: got 'workload=poisson'; expected a list of Hydra"),
+        (b"seeds=2", r"^overrides: got b'seeds=2'; expected a list"),
+        (["workload=poisson", 3], r"^overrides: item 3 is a int; expected each override as text"),
+        (7, r"^overrides: got 7; expected a list"),
+    ],
+)
+def test_overrides_that_are_not_a_list_of_text_are_refused(overrides, match):
+    """(issue 64) a string was read character by character, one override per letter."""
+    with pytest.raises(ConfigError, match=match):
+        sizing.smallest_fleet(overrides)
