@@ -130,11 +130,28 @@ def files() -> dict[str, bytes]:
     return {k: (v.encode() if isinstance(v, str) else v) for k, v in t.items()}
 
 
+CURVES = Path(__file__).parent / "curves"
+CV = "time_s,multiplier\n"
+
+
+def curve_files() -> dict[str, bytes]:
+    """Rate curves (workload.rate_curve.curve) that are not UTF-8 text, or not a curve."""
+    return {
+        "latin1.csv": (CV + "0,1\n300,1.5 \xe9t\xe9\n600,1\n").encode("latin-1"),
+        "utf16.csv": (CV + "0,1\n600,1\n").encode("utf-16"),
+        "binary.csv": bytes(random.Random(64).randrange(256) for _ in range(2048)),
+        "zeros.csv": bytes(512),
+        "gzip.csv": gzip.compress((CV + "0,1\n600,1\n").encode(), mtime=0),
+        "ok_600s.csv": (CV + "0,1\n300,2\n600,1\n").encode(),
+    }
+
+
 def main() -> None:
-    HERE.mkdir(exist_ok=True)
-    for name, data in files().items():
-        (HERE / name).write_bytes(data)
-    print(f"wrote {len(files())} files to {HERE}")
+    for folder, made in ((HERE, files()), (CURVES, curve_files())):
+        folder.mkdir(exist_ok=True)
+        for name, data in made.items():
+            (folder / name).write_bytes(data)
+        print(f"wrote {len(made)} files to {folder}")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,11 @@ def parse(summary, path: Path) -> dict:
         raise ServetuneError(f"{path}: no 'best' object of policy values; {expected}")
     read = {}
     for key, value in best.items():
+        if key not in DEFAULTS and key != export.NET_KEY and not key.startswith("fleet."):
+            raise ServetuneError(
+                f"{path}: best.{key}: unknown policy parameter; expected one of "
+                f"{sorted(DEFAULTS)}, {export.NET_KEY} or fleet.<key>"
+            )
         try:
             read[key] = _weights(value) if key == export.NET_KEY else json_number(value)
         except ValueError as err:
