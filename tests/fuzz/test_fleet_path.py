@@ -72,7 +72,11 @@ def test_a_tuning_folder_of_an_autoscaled_run_exports(tmp_path, summary):
             r"fleet\.autoscale off",
         ),
         (FLEET, {"fleet.target": "many"}, r"best\.fleet\.target = 'many'; expected a number"),
-        (FLEET, {"max_num_seqs": 64, "order": 1}, r"best\.order: unknown policy parameter; expected one of \[.*\], score_net or fleet"),
+        (
+            FLEET,
+            {"max_num_seqs": 64, "order": 1},
+            r"best\.order: unknown policy parameter; expected one of \[.*\], score_net or fleet",
+        ),
     ],
 )
 def test_a_hand_edited_fleet_summary_is_named_by_its_entry(tmp_path, overrides, best, match):
