@@ -6,10 +6,11 @@ the command then writes nothing."""
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from servetune.core.errors import TraceError
+from servetune.core.errors import CalibrationError, TraceError
 from servetune.validate import calibrate as cal
 
 HEAD = "prefill_tokens,decode_seqs,ctx_tokens,seconds\n"
@@ -85,3 +86,55 @@ def test_the_command_writes_nothing_for_an_implausible_log(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert f"error: {path}:2: column 'seconds' = '1e-300'" in proc.stderr
     assert not (out / "calibrated.yaml").exists() and not (out / "calibration.json").exists()
+
+
+@pytest.mark.parametrize(
+    "header, match",
+    [
+        (HEAD.strip() + ",seconds", r":1: column 'seconds' appears 2 times in the header"),
+        ("prefill_tokens,prefill_tokens,decode_seqs,ctx_tokens,seconds", r"'prefill_tokens' ap"),
+        ("prefill_tokens,decode_seqs,ctx_tokens,seconds,attn_work,attn_work", r"'attn_work' ap"),
+    ],
+)
+def test_a_column_named_twice_is_refused(tmp_path, header, match):
+    """(issue 64) a duplicated seconds column was read, and fitted to infinite errors."""
+    width = len(header.split(","))
+    path = tmp_path / "steps.csv"
+    path.write_text(
+        header + "\n" + "".join(f"{64 * k},{k}" + ",9" * (width - 2) + "\n" for k in (1, 2))
+    )
+    with pytest.raises(TraceError, match=match):
+        cal.load_measurements(path)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [(512, 8, 4000, 0.01)] * 10,  # one batch, measured ten times
+        [(512, 8, 4000, 0.01 + 1e-4 * k) for k in range(10)],  # the same, with noise
+        [(0, 4, 400, 0.004)] * 6,
+    ],
+)
+def test_one_batch_composition_fixes_no_coefficient_and_is_refused(rows):
+    """(issue 64) constant rows wrote a calibration with infinite standard errors."""
+    table = pd.DataFrame(rows, columns=["prefill_tokens", "decode_seqs", "ctx_tokens", "seconds"])
+    with pytest.raises(CalibrationError, match=r"every one of the \d+ rows is the batch"):
+        cal.fit_cost_model(table, "linear", steps=10)
+
+
+def test_an_undetermined_coefficient_is_null_and_named_not_infinite():
+    """(issue 64) decode-only rows leave coefficients undetermined: the summary says so
+    instead of writing an infinite standard error."""
+    table = pd.DataFrame(
+        {
+            "prefill_tokens": 0.0,
+            "decode_seqs": [float(k) for k in range(1, 9)],
+            "ctx_tokens": [900.0 * k * (1 + k % 3) for k in range(1, 9)],
+            "seconds": [0.004 + 1e-4 * k for k in range(1, 9)],
+        }
+    )
+    res = cal.fit_cost_model(table, "linear", steps=50)
+    doc = res.metrics()
+    assert doc["undetermined"] == res.undetermined != [] and doc["determined"] is False
+    assert all(doc["std_errors"][k] is None for k in doc["undetermined"])
+    assert all(v is None or np.isfinite(v) for v in doc["std_errors"].values())

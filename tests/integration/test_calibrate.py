@@ -468,8 +468,9 @@ def test_cli_refusals_exit_2_and_write_nothing(
 
 
 def test_calibration_json_holds_only_finite_numbers(tmp_path):
-    """Collinear columns leave two coefficients undetermined (std. error inf): the file says
-    "inf" as text, never a bare Infinity or NaN that strict JSON readers refuse."""
+    """Collinear columns leave two coefficients undetermined: the file gives their standard
+    errors as null and names them, never a bare Infinity or NaN that strict JSON readers
+    refuse, and the YAML says so."""
     rng = np.random.default_rng(3)
     decode = rng.integers(1, 200, 60)
     rows = pd.DataFrame(
@@ -488,7 +489,10 @@ def test_calibration_json_holds_only_finite_numbers(tmp_path):
         raise AssertionError(f"bare {name} in calibration.json")
 
     doc = json.loads((out / "calibration.json").read_text(), parse_constant=bare)
-    assert "inf" in doc["std_errors"].values()
+    # (issue 64) undefined, and said so: not an infinite standard error
+    assert doc["undetermined"] and doc["determined"] is False
+    assert all(doc["std_errors"][k] is None for k in doc["undetermined"])
+    assert "NOT DETERMINED by the measurements" in (out / "calibrated.yaml").read_text()
 
     def numbers(v):
         if isinstance(v, dict):

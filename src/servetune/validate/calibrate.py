@@ -130,11 +130,24 @@ class CalibrationResult:
     warnings: list = dataclasses.field(default_factory=list)
     labels: dict = dataclasses.field(default_factory=dict)
 
+    @property
+    def undetermined(self) -> list[str]:
+        """The coefficients the measurements do not determine (an infinite standard error):
+        their values are where the fit started, not measured."""
+        return [k for k, err in self.std_errors.items() if math.isinf(err)]
+
     def metrics(self) -> dict:
-        """The fit's JSON-able summary (everything but the per-row predictions)."""
+        """The fit's JSON-able summary (everything but the per-row predictions): a standard
+        error the data leave undefined is null, and `undetermined` names those coefficients
+        (`determined` is false where there are any)."""
         d = dataclasses.asdict(self)
         d.pop("predicted_s")
         d["worst_row"] = _plain(self.worst_row)
+        d["std_errors"] = {
+            k: (None if k in self.undetermined else err) for k, err in self.std_errors.items()
+        }
+        d["undetermined"] = self.undetermined
+        d["determined"] = not self.undetermined
         return d
 
 
@@ -226,6 +239,12 @@ def load_measurements(path: str | Path) -> pd.DataFrame:
             f"{', '.join(REQUIRED)} (and optionally attn_work), then data rows"
         )
     header = [h.strip() for h in header]
+    twice = sorted({h for h in header if h and header.count(h) > 1})
+    if twice:
+        raise TraceError(
+            f"{path}:1: column {twice[0]!r} appears {header.count(twice[0])} times in the "
+            f"header; expected each column once (which one is measured?)"
+        )
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise TraceError(
@@ -595,6 +614,21 @@ def _fit_warnings(form, st, cost, feats, pred, coefficients, std_errors, table):
     return compute_bound, warnings
 
 
+def _check_compositions(table: pd.DataFrame, form: str, where) -> None:
+    """CalibrationError where every row is the same batch composition (prefill tokens,
+    decode sequences, context tokens): the rows then fix one step time and no coefficient,
+    whatever the fit writes."""
+    distinct = table[list(FEATURES)].drop_duplicates()
+    if len(distinct) < 2:
+        row = distinct.iloc[0]
+        raise CalibrationError(
+            f"{where}: every one of the {len(table)} rows is the batch prefill_tokens = "
+            f"{row['prefill_tokens']:g}, decode_seqs = {row['decode_seqs']:g}, ctx_tokens = "
+            f"{row['ctx_tokens']:g}; the {form} fit needs iterations of different batches "
+            f"(measure other batch sizes and prompt lengths)"
+        )
+
+
 def fit_cost_model(
     table: pd.DataFrame,
     form: str,
@@ -634,6 +668,7 @@ def fit_cost_model(
             f"the {form} form's {n_params} coefficients (a few hundred, spread over "
             f"batch compositions, fit well)"
         )
+    _check_compositions(table, form, where)
     feats = tuple(jnp.asarray(table[c].to_numpy(np.float64)) for c in FEATURES)
     y_np = table["seconds"].to_numpy(np.float64)
     y = jnp.asarray(y_np)
@@ -739,7 +774,7 @@ def _print_result(result: CalibrationResult, start: dict, source: str, console) 
         t.add_column("configured", justify="right")
     for k, v in result.coefficients.items():
         err = result.std_errors[k]
-        row = [k, f"{v:.6g}", "-" if not math.isfinite(err) else f"±{err:.2%}"]
+        row = [k, f"{v:.6g}", "undetermined" if not math.isfinite(err) else f"±{err:.2%}"]
         t.add_row(*row, *([f"{start[k]:.6g}"] if start else []))
     console.print(t)
     console.print(
@@ -833,6 +868,11 @@ def run_calibrate(cfg: DictConfig) -> CalibrationResult:
         f"of {path.name}\n# RMS relative error {result.rms_rel_error:.3%}, max "
         f"{result.max_rel_error:.3%}.\n# {hint}\n"
     )
+    if result.undetermined:
+        comment += (
+            f"# NOT DETERMINED by the measurements: {', '.join(result.undetermined)} (their "
+            f"values are where the fit started; calibration.json: determined false).\n"
+        )
     if form == "roofline":
         lb = result.labels
         comment += (
