@@ -190,3 +190,18 @@ def test_vllms_own_client_writes_the_same_file_from_a_fresh_run(simulated, tmp_p
     theirs = json.loads(run(ours_file, tmp_path / "vllm").read_text())
     _same_shape(simulated, theirs)
     _same_values(simulated, theirs)
+
+
+def test_a_run_with_nothing_completed_writes_null_statistics_and_the_readme_says_so(tmp_path):
+    """(issue 64) no completed request: the latency statistics are undefined, written null
+    (vLLM's client writes 0 there), and the README lists them among the undefined values."""
+    from servetune.core.files import write_json
+    from servetune.run import metrics
+
+    stats = metrics._bench_stats("ttft", np.zeros(0)) | metrics._bench_itl(np.zeros(8))
+    assert stats and all(math.isnan(v) for v in stats.values())
+    write_json(tmp_path / "b.json", stats)
+    assert set(json.loads((tmp_path / "b.json").read_text()).values()) == {None}
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    assert "null in metrics.json and in vllm_bench.json's `*_ttft_ms`" in readme
+    assert "vLLM 0.32's client writes 0 there" in readme
