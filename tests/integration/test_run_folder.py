@@ -84,8 +84,8 @@ ORDER = (
 )
 def test_a_failed_write_publishes_no_part_of_the_set(tmp_path, fails, extra):
     """A file-size limit just below one file of the set (measured on the same run) makes that
-    write fail, as a full disk would: the folder then holds the earlier run's set, moved aside
-    whole, and no part of the new one."""
+    write fail, as a full disk would: the folder then holds the earlier run's set, put back
+    whole, and no part of the new one, whose own files (its log) are kept aside."""
     folder = tmp_path / "run"
     assert _cli("simulate", *SIM, *extra, f"hydra.run.dir={folder}").returncode == 0
     sizes = {p.name: p.stat().st_size for p in folder.rglob("*") if p.is_file()}
@@ -101,11 +101,18 @@ def test_a_failed_write_publishes_no_part_of_the_set(tmp_path, fails, extra):
     proc = _cli("simulate", *SIM, *extra, f"hydra.run.dir={folder}", limit_kib=limit_kib)
     assert proc.returncode == 2 and f"{fails}: could not write it (" in proc.stderr
     assert "File too large" in proc.stderr
-    assert not list(folder.glob("metrics.*")) and not list(folder.glob(".staging-*"))
-    assert run_folder.record(folder)["state"] == "running"  # stopped: the lock is released
-    (old,) = (folder / run_folder.SUPERSEDED).iterdir()
-    assert _set_is_whole(old)  # the earlier run, whole
-    # a later run into the folder starts clean and publishes its own set
+    assert not list(folder.glob(".staging-*"))
+    assert "put back the earlier run's outputs" in proc.stderr
+    # (issue 64) the folder held neither set; now it holds the earlier run's, whole
+    assert _set_is_whole(folder)
+    assert {p.name: p.stat().st_size for p in folder.glob("metrics.*")} == {
+        k: v for k, v in sizes.items() if k.startswith("metrics.")
+    }
+    (failed,) = (folder / run_folder.SUPERSEDED).iterdir()
+    assert failed.name.endswith("-failed") and (failed / "cli.log").is_file()
+    assert run_folder.record(failed)["state"] == "failed"
+    assert "could not write it" in run_folder.record(failed)["error"]
+    # a later run into the folder moves the earlier set aside and publishes its own
     assert _cli("simulate", *SIM, f"hydra.run.dir={folder}").returncode == 0
     assert _set_is_whole(folder)
 

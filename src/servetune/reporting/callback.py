@@ -218,8 +218,11 @@ class ServetuneCallback(Callback):
             self._bar.poll()
 
     def on_run_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        folder = Path(str(OmegaConf.select(config, "hydra.run.dir")))
         if getattr(job_return, "status", None) == JobStatus.COMPLETED:
-            run_folder.finish(Path(str(OmegaConf.select(config, "hydra.run.dir"))))
+            run_folder.finish(folder)
+        elif job_return is not None:  # it raised: the record says so, an earlier set is back
+            run_folder.abandon(folder, repr(getattr(job_return, "_return_value", None)))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         run_folder.finish(Path(str(OmegaConf.select(config, "hydra.sweep.dir"))))

@@ -1,6 +1,7 @@
 """How the Hydra commands end on a user error: exit 2 with the message, or, inside a
 multirun, record the failed job and let the others run."""
 
+import contextlib
 import math
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from rich.markup import escape
 
 from servetune.core.errors import ServetuneError
 from servetune.core.files import write_json
+from servetune.run import run_folder
 from servetune.run.joblog import kept_in_log
 
 JOB_ERROR_FILE = "error.json"  # a failed multirun job's record, in its output folder
@@ -37,9 +39,26 @@ def exit_on_user_error(run, cfg):
                 f"[red]error:[/red] {escape(where + str(err))}", highlight=False, soft_wrap=True
             )
             if job is None:
+                _abandon_run_folder(str(err))
                 sys.exit(2)
             write_json(Path(job.pop("output_dir")) / JOB_ERROR_FILE, dict(job, error=str(err)))
             return _worst_value()
+
+
+def _abandon_run_folder(error: str) -> None:
+    """run_folder.abandon on this Hydra run's output folder (the earlier set put back)."""
+    if not HydraConfig.initialized():
+        return
+    folder = Path(str(HydraConfig.get().runtime.output_dir))
+    with contextlib.suppress(OSError):
+        restored = run_folder.abandon(folder, error)
+        if restored is not None:
+            Console(stderr=True).print(
+                f"note: put back the earlier run's outputs in {folder} (this run's files: "
+                f"{folder / run_folder.SUPERSEDED}/*-failed)",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def _worst_value() -> float:

@@ -12,6 +12,10 @@ never mix and nothing is lost; `servetune report` skips `superseded/` when it co
 folder and reads a superseded run when pointed at it. A tuning folder is not moved aside: a
 rerun there resumes from its checkpoint (or, with tune.resume=false, starts over in it).
 
+A run that fails before its set is published (a refused config, a full disk) marks its record
+"failed" with the error, and where it had moved an earlier run's set aside puts that set back,
+keeping its own files (Hydra's, its log) in `superseded/<time>-failed/`.
+
 A simulate run writes its outputs into `<folder>/.staging-<pid>/`, then publishes them: the
 record turns to "publishing" (with the file list), each file is renamed into the folder, and
 the record turns to "complete". Readers require a complete record where one exists: a folder
@@ -37,8 +41,9 @@ from servetune.core.files import write_text
 LOCK = ".servetune.lock"
 SUPERSEDED = "superseded"
 STAGING = ".staging-"
-COMPLETE, PUBLISHING, RUNNING = "complete", "publishing", "running"
+COMPLETE, PUBLISHING, RUNNING, FAILED = "complete", "publishing", "running", "failed"
 _HELD: dict[str, int] = {}  # folder -> the lock file descriptor this process holds
+_MOVED: dict[str, Path] = {}  # folder -> where this process's claim moved an earlier set
 
 
 class FolderInUseError(ServetuneError):
@@ -126,6 +131,8 @@ def claim(folder: Path, command: str, supersede: bool) -> Path | None:
         ) from None
     _HELD[key] = fd
     moved = _move_aside(folder) if supersede else None
+    if moved is not None:
+        _MOVED[key] = moved
     _write_record(
         folder,
         {
@@ -172,9 +179,9 @@ def _is_run_entry(entry: Path, listed: set) -> bool:
     )
 
 
-def _move_aside(folder: Path) -> Path | None:
-    """Move an earlier run's entries in `folder` (_is_run_entry) into superseded/<time>/ (its
-    record goes along); None when there was none."""
+def _move_aside(folder: Path, tag: str = "") -> Path | None:
+    """Move an earlier run's entries in `folder` (_is_run_entry) into superseded/<time><tag>/
+    (its record goes along); None when there was none."""
     old = record(folder)
     listed = set((old or {}).get("files") or ())
     entries = [
@@ -182,7 +189,7 @@ def _move_aside(folder: Path) -> Path | None:
     ]
     if not entries:
         return None
-    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S") + tag
     target = folder / SUPERSEDED / stamp
     n = 1
     while target.exists():
@@ -267,6 +274,35 @@ def claimed_set(folder: Path, command: str):
             yield staged
     finally:
         release(folder)
+
+
+def abandon(folder: Path, error: str) -> Path | None:
+    """After this process's run into `folder` failed before its set was published: its record
+    says failed (with `error`), so no folder claims a run that is gone; where its claim moved
+    an earlier run's set aside, that set is put back (the folder again holds one whole run)
+    and this run's own entries (Hydra's files, its log) go to superseded/<time>-failed/.
+    Returns the folder the earlier set came back from, None when none was moved. A set
+    already published, or being published, is left as it is."""
+    folder = Path(folder)
+    key = str(folder.resolve())
+    doc = record(folder)
+    if doc is None or doc.get("state") in (COMPLETE, PUBLISHING):
+        _MOVED.pop(key, None)
+        return None
+    now = datetime.now().isoformat(timespec="seconds")
+    _write_record(folder, dict(doc, state=FAILED, error=str(error)[:2000], finished=now))
+    moved = _MOVED.pop(key, None)
+    if moved is None or not moved.is_dir():
+        return None
+    _move_aside(folder, tag="-failed")
+    earlier = record(moved)
+    for entry in moved.iterdir():
+        if entry.name != LOCK:
+            entry.rename(folder / entry.name)
+    if earlier is not None:
+        _write_record(folder, earlier)
+    shutil.rmtree(moved, ignore_errors=True)
+    return moved
 
 
 def incomplete(folder: Path) -> str | None:
