@@ -334,7 +334,7 @@ def test_the_best_settings_run_timeline_is_drawn(made):
     _, rep, kept = made
     tl = rep.timeline
     assert (tl.run, tl.scenario, tl.note) == ("2", 0, "")
-    assert tl.why == "the first run of the best setting under workload.rate=5 (max_num_seqs=32)"
+    assert tl.why == "the first run of the best setting under workload.rate=5, max_num_seqs=32"
     assert list(tl.table["instance"]) == [0, 0, 0, 1, 1, 1]
     assert list(tl.table["queue_len"]) == [0, 5, 2, 1, 3, 0]  # sorted by instance, time
     queue = kept["fig_timeline.png"].axes[0]

@@ -439,7 +439,7 @@ def timeline_png(tl) -> Figure | None:
     _timeline_legend(axes[0], instances)
     axes[-1].set_xlabel("simulated time (s)")
     note = f"; maximum per {width:.3g} s bin" if width else ""
-    fig.suptitle(f"Timeline of run {tl.run} (scenario {tl.scenario}; {tl.why}){note}", fontsize=10)
+    fig.suptitle(f"Timeline of run {tl.name}, scenario {tl.scenario} ({tl.why}){note}", fontsize=10)
     return fig
 
 

@@ -412,7 +412,7 @@ def timeline_figure(tl):
         template="plotly_white",
         margin={"t": 80},
         title={
-            "text": f"run {html_lib.escape(tl.run)}, scenario {tl.scenario} "
+            "text": f"Timeline of run {html_lib.escape(tl.name)}, scenario {tl.scenario} "
             f"({html_lib.escape(tl.why)}){note}",
             "font": {"size": 13},
         },
