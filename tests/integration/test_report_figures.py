@@ -654,14 +654,24 @@ def test_identical_series_are_drawn_once_naming_every_setting(monkeypatch, tmp_p
 # --------------------------------------------------------------------------- fleet
 
 
-@pytest.fixture(scope="module")
-def fleet_report(tmp_path_factory):
-    """A hand-made autoscaled run (one replica, then two; one hour at attainment 1.0) at the
-    root of the report, and its report (tables only)."""
-    root = tmp_path_factory.mktemp("fleet_fig") / "autoscaled"
-    root.mkdir()
+def autoscaled(root):
+    """A hand-made autoscaled run in folder `root` (one replica, then two after a cold start;
+    one hour of arrivals, all meeting the SLOs): metrics.csv, fleet.parquet and
+    fleet_hourly.parquet, nothing else."""
+    root.mkdir(parents=True)
     pd.DataFrame(
-        [{"seed": 0, "sim_duration_s": 150.0, "slo_attainment": 1.0, "goodput_rps": 2.0}]
+        [
+            {
+                "seed": 0,
+                "sim_duration_s": 150.0,
+                "slo_attainment": 1.0,
+                "goodput_rps": 2.0,
+                "useful_tokens_per_dollar": 350867.2,
+                "ttft_p99_s": 0.0746,
+                "tpot_p99_s": 0.0097,
+                "e2e_p99_s": 3.38,
+            }
+        ]
     ).to_csv(root / "metrics.csv", index=False)
     pd.DataFrame(
         {
@@ -686,6 +696,13 @@ def fleet_report(tmp_path_factory):
             "scenario": 0,
         }
     ).to_parquet(root / "fleet_hourly.parquet")
+    return root
+
+
+@pytest.fixture(scope="module")
+def fleet_report(tmp_path_factory):
+    """The autoscaled run at the root of the report, and its report (tables only)."""
+    root = autoscaled(tmp_path_factory.mktemp("fleet_fig") / "autoscaled")
     return root, report(root, root.parent / "out", n_boot=0, figures=False, html=False)
 
 

@@ -444,14 +444,17 @@ var el=document.getElementById('servetune-js-errors');if(el){el.textContent=seen
 
 # After everything: draw each figure (with the shared template where its own is left out), then
 # append #servetune-rendered, naming the figures drawn and those with a subplot where nothing was
-# drawn (an empty plot).
+# drawn (an empty plot). An overlaid subplot (a secondary y axis: the fleet's mean replicas) is
+# drawn by plotly into its main subplot's group, so it is judged with that one, not as empty.
 RENDER = """<script>(function(){
 var divs=Array.prototype.slice.call(document.querySelectorAll('div.servetune-figure'));
 var tpl=document.getElementById('servetune-template');tpl=tpl?JSON.parse(tpl.textContent):null;
-function empty(div){var out=[];div.querySelectorAll('g.cartesianlayer > g.subplot')
-.forEach(function(sp){var n=0;sp.querySelectorAll('.scatterlayer path').forEach(function(p){
-var d=p.getAttribute('d');if(d&&d.length>4){n++;}});if(!n){out.push(div.id+':'+
-sp.getAttribute('class').replace('subplot ',''));}});
+function empty(div){var out=[];var plots=(div._fullLayout||{})._plots||{};
+div.querySelectorAll('g.cartesianlayer > g.subplot')
+.forEach(function(sp){var name=sp.getAttribute('class').replace('subplot ','');
+if(plots[name]&&plots[name].mainplot){return;}
+var n=0;sp.querySelectorAll('.scatterlayer path').forEach(function(p){
+var d=p.getAttribute('d');if(d&&d.length>4){n++;}});if(!n){out.push(div.id+':'+name);}});
 if(!div.querySelector('g.cartesianlayer > g.subplot')){out.push(div.id);}return out;}
 var jobs=divs.map(function(div){try{var el=document.getElementById(div.id+'-json');
 var spec=JSON.parse(el.textContent);spec.layout=spec.layout||{};
