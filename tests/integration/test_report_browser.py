@@ -8,6 +8,7 @@ import re
 
 import pytest
 from test_report_choose import _sweep
+from test_report_figures import autoscaled
 
 from servetune.reporting import report
 from servetune.reporting.browser import check_page, find_chromium, read_dom
@@ -96,3 +97,13 @@ def test_reading_a_dom_by_hand():
             "failed, or drawing took longer than the time budget)"
         ),
     ]
+
+
+@needs_chromium
+def test_a_fleet_page_with_a_second_y_axis_is_not_an_empty_plot(tmp_path):
+    """Before: the hourly panel's mean replicas, on a second y axis that plotly draws into the
+    attainment's subplot, read as an empty subplot (fig-fleet:x3y4)."""
+    root = autoscaled(tmp_path / "autoscaled")
+    out = report(root, tmp_path / "out", n_boot=0, figures=False).out_dir
+    result = check_page(out / "report.html")
+    assert result.problems == [] and "fig-fleet" in (out / "report.html").read_text()

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
 from test_report_choose import _sweep
 
@@ -225,10 +226,9 @@ def test_png_log_axes_tick_at_1_2_5_steps_with_plain_labels(made, monkeypatch):
     per_key = kept["fig_policy.max_num_seqs.png"].axes[3]  # P99 TTFT over max_num_seqs
     cases = [
         (fig.axes[0].xaxis, ["1000", "2000", "5000", "10000", "20000"]),  # 0.8-30 s
-        (
-            kept["fig_latency_cdf.png"].axes[0].xaxis,
-            ["100", "200", "500", "1000", "2000", "5000", "10000", "20000"],
-        ),  # 0.1-30 s
+        # 0.1-30 s on a third of the figure's width: its 1-2-5 labels ran into one another
+        # ("1000020000"), so the powers of ten
+        (kept["fig_latency_cdf.png"].axes[0].xaxis, ["100", "1000", "10000"]),
         (per_key.yaxis, ["500", "1000", "2000", "5000", "10000", "20000"]),
     ]  # with CIs
     for f in (fig, kept["fig_latency_cdf.png"], kept["fig_policy.max_num_seqs.png"]):
@@ -237,6 +237,9 @@ def test_png_log_axes_tick_at_1_2_5_steps_with_plain_labels(made, monkeypatch):
         assert axis.get_scale() == "log"
         assert _shown_labels(axis) == want
         assert all(t.get_text() == "" for t in axis.get_minorticklabels())
+        renderer = _drawn(axis.axes.figure).canvas.get_renderer()
+        boxes = [_text_box(t, renderer) for t in axis.get_majorticklabels() if t.get_text() in want]
+        assert all(overlap(a, b) == 0.0 for a, b in itertools.combinations(boxes, 2))
 
 
 def test_page_log_axes_tick_at_1_2_5_steps_and_the_buttons_keep_them(made):
@@ -435,3 +438,298 @@ def test_a_24_run_page_is_the_plotly_bundle_plus_a_little(tmp_path):
     for fid in ("fig-pareto", "fig-cdf", "fig-timeline", "fig-0"):
         assert f"id='{fid}'" in page
     assert len(page) < 1.08 * len(bundle), (len(page) - len(bundle)) / 1e3
+
+
+# --------------------------------------------------------------------------- nothing clipped
+
+
+def _inside(box, frame, margin: float) -> bool:
+    """Whether pixel box (x0, y0, x1, y1) lies inside Bbox `frame`, `margin` pixels clear."""
+    return (
+        box[0] >= frame.x0 + margin
+        and box[1] >= frame.y0 + margin
+        and box[2] <= frame.x1 - margin
+        and box[3] <= frame.y1 - margin
+    )
+
+
+def _drawn(fig):
+    """`fig` rendered (by Agg), as a PNG of it is."""
+    if not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    return fig
+
+
+def _crossing_markers(fig) -> list:
+    """The markers of a rendered figure whose extent crosses their axes' frame: (axes title or
+    y label, x, y) of each line marker and scatter point drawn inside the view."""
+    _drawn(fig)
+    px = fig.dpi / 72.0
+    out = []
+    for ax in fig.axes:
+        drawn = [
+            (line.get_xydata(), line.get_markersize() / 2 * px)
+            for line in ax.lines
+            if line.get_marker() not in (None, "None", "none", "", " ")
+        ] + [
+            (c.get_offsets(), np.sqrt(np.max(c.get_sizes())) / 2 * px)
+            for c in ax.collections
+            if len(c.get_offsets())
+            and len(c.get_sizes())
+            and c.get_offset_transform() == ax.transData
+        ]
+        (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+        for xy, r in drawn:
+            for x, y in np.asarray(xy, np.float64).reshape(-1, 2):
+                if not (x0 <= x <= x1 and y0 <= y <= y1):
+                    continue  # outside the view: not drawn
+                cx, cy = ax.transData.transform((x, y))
+                if not _inside((cx - r, cy - r, cx + r, cy + r), ax.bbox, 0.0):
+                    out.append((ax.get_title() or ax.get_ylabel(), x, y))
+    return out
+
+
+def test_pareto_slo_labels_and_markers_are_inside_their_axes():
+    """Before: the rotated "TTFT SLO 2000 ms" sat on the frame, cut by it."""
+    fig = figures.pareto_png(_tied(), [], [SETTING], BEST)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    slo = [(ax, t) for ax in fig.axes for t in ax.texts if "SLO" in t.get_text()]
+    assert len(slo) == 4  # TTFT (dashed, near the points) and TPOT (named at the edge), twice
+    for ax, t in slo:
+        assert _inside(_text_box(t, renderer), ax.bbox, 1.0), t.get_text()
+    assert _crossing_markers(fig) == []
+
+
+def _cdf_points() -> tuple[pd.DataFrame, dict]:
+    """Four settings' points and CDFs: 16, 64 and 256 one result (the same requests), 4 a
+    slower one; TTFT 8-150 ms, TPOT 8-10 ms, far below their SLO targets (2000 and 100 ms)."""
+    from servetune.reporting.latency import Cdf, ecdf
+
+    rng = np.random.default_rng(5)
+    same = {
+        "ttft": rng.uniform(8, 90, 50),
+        "tpot": rng.uniform(8, 10, 50),
+        "e2e": rng.uniform(200, 3500, 50),
+    }
+    slow = {k: v * (1.6 if k == "ttft" else 1.1) for k, v in same.items()}
+
+    def cdf(values):
+        return {k: Cdf(*ecdf(v), n=len(v)) for k, v in values.items()}
+
+    cdfs = {f"max_num_seqs={m}": cdf(slow if m == 4 else same) for m in (4, 16, 64, 256)}
+    points = pd.DataFrame(
+        {
+            SETTING: [4, 16, 64, 256],
+            "point": list(cdfs),
+            "slo.ttft_s": 2.0,
+            "slo.tpot_s": 0.1,
+        }
+    )
+    return points, cdfs
+
+
+def test_identical_cdfs_are_drawn_once_naming_every_setting(monkeypatch, tmp_path):
+    """Before: three identical CDFs overdrew one another while the legend listed three."""
+    points, cdfs = _cdf_points()
+    best = pd.DataFrame({"point": ["max_num_seqs=16"]})
+    kept = {}
+    monkeypatch.setattr(figures, "_save", lambda f, path: kept.setdefault(path.name, f))
+    figures.draw_cdfs(points, cdfs, best, tmp_path, keys=[SETTING])
+    fig = kept["fig_latency_cdf.png"]
+    want = ["max_num_seqs=16, 64, 256 (n=50)", "max_num_seqs=4 (n=50)"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == want
+    assert all(len(ax.lines) == 2 for ax in fig.axes)
+    page = html_figures.cdf_figure(points, cdfs, best, [SETTING])
+    names = [t.name for t in page.data if t.showlegend]
+    assert names == ["max_num_seqs=16, 64, 256", "max_num_seqs=4"]
+    assert len([t for t in page.data if t.xaxis == "x"]) == 2
+
+
+def test_latency_axes_fit_the_data_and_name_a_far_slo_at_the_edge(monkeypatch, tmp_path):
+    """Before: TTFT (8-150 ms) on an axis stretched to its 2000 ms SLO line, the data in its
+    leftmost tenth (and on the page, log because the target was counted as data)."""
+    points, cdfs = _cdf_points()
+    best = pd.DataFrame({"point": ["max_num_seqs=16"]})
+    kept = {}
+    monkeypatch.setattr(figures, "_save", lambda f, path: kept.__setitem__(path.name, f))
+    figures.draw_cdfs(points, cdfs, best, tmp_path)
+    fig = _drawn(kept["fig_latency_cdf.png"])
+    ttft, tpot, _ = fig.axes
+    for ax, top, name in ((ttft, 160.0, "TTFT SLO 2000 ms"), (tpot, 11.5, "TPOT SLO 100 ms")):
+        assert ax.get_xscale() == "linear" and ax.get_xlim()[1] < top  # fits the data
+        (text,) = [t for t in ax.texts if "SLO" in t.get_text()]
+        assert text.get_text() == f"{name} \u2192"  # named at the edge, pointing at it
+        assert _inside(_text_box(text, fig.canvas.get_renderer()), ax.bbox, 1.0)
+    page = html_figures.cdf_figure(points, cdfs, best)
+    assert page.layout.xaxis.type is None and page.layout.xaxis2.type is None  # linear
+    assert not [t for t in page.data if t.name == "SLO targets"]
+    edge = {a.text: (a.xref, a.x, a.xanchor) for a in page.layout.annotations if "SLO" in a.text}
+    assert edge == {
+        "TTFT SLO 2000 ms \u2192": ("x domain", 1.0, "right"),
+        "TPOT SLO 100 ms \u2192": ("x2 domain", 1.0, "right"),
+    }
+    # a target near the data is drawn on the axis, which widens to show it
+    near = points.assign(**{"slo.ttft_s": 0.2})
+    figures.draw_cdfs(near, cdfs, best, tmp_path / "near")
+    ax = _drawn(kept["fig_latency_cdf.png"]).axes[0]
+    assert ax.get_xlim()[1] >= 200 and any(t.get_text() == "TTFT SLO 200 ms" for t in ax.texts)
+
+
+def _one_point(tpd=738298.7) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "point": ["all"],
+            "n": [1],
+            "goodput_rps_mean": [2.04],
+            "goodput_rps_std": [np.nan],
+            "slo_attainment_mean": [1.0],
+            "slo_attainment_std": [np.nan],
+            "useful_tokens_per_dollar_mean": [tpd],
+            "useful_tokens_per_dollar_std": [np.nan],
+            "ttft_p99_s_mean": [0.0688],
+            "ttft_p99_s_std": [np.nan],
+            "tpot_p99_s_mean": [0.0101],
+            "tpot_p99_s_std": [np.nan],
+            "slo.ttft_s": [2.0],
+            "slo.tpot_s": [0.1],
+        }
+    )
+
+
+def test_a_single_points_axes_span_a_sensible_range():
+    """Before: the page drew one point at 738298.7 tokens per $ on an axis of
+    738,297.7-738,299.7 (plotly's +- 1), its ticks at 738,298 and 738,299.5."""
+    fig = html.figure(_one_point(), [], "point")
+    for axis, value in ((fig.layout.yaxis3, 738298.7), (fig.layout.yaxis, 2.04)):
+        lo, hi = axis.range
+        assert hi - lo >= 0.09 * value and lo < value < hi
+    lo, hi = fig.layout.yaxis2.range  # the attainment: 1.0 in view, nothing above 1.02
+    assert lo < 1.0 < hi <= 1.021
+    pareto = html_figures.pareto_figure(_one_point(), [], [], BEST.assign(point=["all"]))
+    lo, hi = pareto.layout.xaxis.range  # P99 TTFT 68.8 ms: +- 5%, not stretched to 2000
+    assert 60 < lo < 68.8 < hi < 80
+    assert not [t for t in pareto.data if t.name == "SLO targets"]
+    assert {a.text for a in pareto.layout.annotations if "SLO" in a.text} == {
+        "TTFT SLO 2000 ms \u2192",
+        "TPOT SLO 100 ms \u2192",
+    }
+
+
+def test_values_that_agree_are_not_magnified_into_noise(monkeypatch, tmp_path):
+    """Two settings 0.00005% apart: before, the PNG's axis spanned them alone, ticked
+    738298.7, 738298.8, ...; now +- 5% around them, at three significant digits."""
+    points = pd.concat([_one_point(738298.7), _one_point(738299.1)], ignore_index=True)
+    points = points.assign(**{SETTING: [16, 64], "point": ["max_num_seqs=16", "max_num_seqs=64"]})
+    kept = {}
+    monkeypatch.setattr(figures, "_save", lambda f, path: kept.setdefault(path.name, f))
+    figures.draw(points, [SETTING], tmp_path)
+    ax = _drawn(kept["fig_policy.max_num_seqs.png"]).axes[2]  # useful tokens per $
+    lo, hi = ax.get_ylim()
+    assert hi - lo >= 0.09 * 738298.7
+    shown = [t.get_text() for t in ax.get_yticklabels() if lo <= t.get_position()[1] <= hi]
+    assert shown and all(len(s.strip("0")) <= 3 for s in shown), shown
+
+
+def test_identical_series_are_drawn_once_naming_every_setting(monkeypatch, tmp_path):
+    """Two orders that gave the same numbers at every max_num_seqs: one line, 'order=fcfs,
+    sjf', not two overprinted lines listed twice."""
+    rows = []
+    for order in ("fcfs", "sjf"):
+        for mns, tpd in ((16, 3000.0), (64, 4000.0)):
+            row = _one_point(tpd).iloc[0].to_dict()
+            rows.append({**row, "policy.order": order, SETTING: mns, "point": f"{order} {mns}"})
+    points = pd.DataFrame(rows)
+    keys = ["policy.order", SETTING]
+    kept = {}
+    monkeypatch.setattr(figures, "_save", lambda f, path: kept.setdefault(path.name, f))
+    figures.draw(points, keys, tmp_path)
+    ax = kept["fig_policy.max_num_seqs.png"].axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["order=fcfs, sjf"]
+    page = html.figure(points, keys, SETTING)
+    assert [t.name for t in page.data if t.showlegend] == ["order=fcfs, sjf"]
+
+
+# --------------------------------------------------------------------------- fleet
+
+
+def autoscaled(root):
+    """A hand-made autoscaled run in folder `root` (one replica, then two after a cold start;
+    one hour of arrivals, all meeting the SLOs): metrics.csv, fleet.parquet and
+    fleet_hourly.parquet, nothing else."""
+    root.mkdir(parents=True)
+    pd.DataFrame(
+        [
+            {
+                "seed": 0,
+                "sim_duration_s": 150.0,
+                "slo_attainment": 1.0,
+                "goodput_rps": 2.0,
+                "useful_tokens_per_dollar": 350867.2,
+                "ttft_p99_s": 0.0746,
+                "tpot_p99_s": 0.0097,
+                "e2e_p99_s": 3.38,
+            }
+        ]
+    ).to_csv(root / "metrics.csv", index=False)
+    pd.DataFrame(
+        {
+            "t_s": [0.0, 45.0, 65.0],
+            "provisioned": [1, 2, 2],
+            "cold": [0, 1, 0],
+            "serving": [1, 1, 2],
+            "draining": [0, 0, 0],
+            "desired": [1, 2, 2],
+            "spot": [0, 0, 0],
+            "cost_usd": [0.0, 0.03, 0.05],
+            "scenario": 0,
+        }
+    ).to_parquet(root / "fleet.parquet")
+    pd.DataFrame(
+        {
+            "hour": [0.0],
+            "arrivals": [300],
+            "slo_attainment": [1.0],
+            "mean_replicas": [1.7],
+            "cost_usd": [0.18],
+            "scenario": 0,
+        }
+    ).to_parquet(root / "fleet_hourly.parquet")
+    return root
+
+
+@pytest.fixture(scope="module")
+def fleet_report(tmp_path_factory):
+    """The autoscaled run at the root of the report, and its report (tables only)."""
+    root = autoscaled(tmp_path_factory.mktemp("fleet_fig") / "autoscaled")
+    return root, report(root, root.parent / "out", n_boot=0, figures=False, html=False)
+
+
+def test_the_fleet_title_names_the_run_by_its_folder(fleet_report):
+    """Before: 'Fleet of run . (scenario 0; the first run of the best setting (all))'."""
+    root, rep = fleet_report
+    from servetune.reporting import fleet as fleets
+
+    title = fleets.title(rep.fleet)
+    assert title.startswith(f"Fleet of run {root.name}, scenario 0 (the only run): ")
+    assert "run ." not in title and "(all)" not in title
+
+
+def test_an_attainment_of_one_is_drawn_whole(fleet_report):
+    """Before: the page's hourly attainment of 1.0 was a dot cut by the top of a 0-1.02
+    axis, and that range held the mean replicas' axis too (1.7 replicas drawn off it)."""
+    _, rep = fleet_report
+    fig = figures.fleet_png(rep.fleet)
+    assert _crossing_markers(fig) == []
+    page = html_figures.fleet_figure(rep.fleet)
+    (att,) = [t for t in page.data if t.name == "SLO attainment (per hour)"]
+    assert att.cliponaxis is False
+    replicas = page.layout[att.yaxis.replace("y", "yaxis") if att.yaxis != "y" else "yaxis"]
+    assert tuple(replicas.range) == (0, 1.02)
+    right = next(a for a in page.layout if a.startswith("yaxis") and page.layout[a].overlaying)
+    assert page.layout[right].range is None  # autoranged over the mean replicas (1.7)
+    per_key = html.figure(_one_point(), [], "point")
+    assert [t.cliponaxis for t in per_key.data if t.yaxis == "y2" and t.mode == "markers"] == [
+        False
+    ]

@@ -143,7 +143,9 @@ def test_the_png_draws_the_same_steps(made, run_dir):
     assert cost.get_lines()[0].get_ydata()[-1] == pytest.approx(
         fleets.totals(made.fleet)["cost_usd"]
     )
-    assert hourly.get_ylim() == (0.0, 1.02) and len(fig.axes) == 4  # the twin axis of replicas
+    # 0 to 1.02, raised just enough that a dot at 1.0 is not cut by the frame
+    bottom, top = hourly.get_ylim()
+    assert bottom == 0.0 and 1.02 <= top < 1.05 and len(fig.axes) == 4  # the twin: replicas
     assert fig.get_suptitle() == fleets.title(made.fleet)
 
 

@@ -27,10 +27,10 @@ from servetune.config.scenario import build
 from servetune.core import inputs
 from servetune.core.errors import ConfigError, ServetuneError
 from servetune.deploy import export, export_folder, tuned
-from servetune.reporting.choose import condition_groups, rank, setting_label, split_keys
+from servetune.reporting.choose import condition_groups, rank, setting_label, split_keys, tie
 from servetune.reporting.collect import collect
 from servetune.reporting.numbers import fmt
-from servetune.reporting.stats import aggregate
+from servetune.reporting.stats import aggregate, bootstrap
 from servetune.workload.trace_text import DuplicateKeyError, unique_keys
 
 TUNE_SUMMARY = tuned.SUMMARY
@@ -181,7 +181,7 @@ def choose_point(root: Path, points: list[str]) -> Chosen:
     tuner's order choose (module docstring)."""
     col = collect(root)
     col = dataclasses.replace(col, runs=filter_runs(col.runs, points).reset_index(drop=True))
-    table = aggregate(col)
+    table = aggregate(col, bootstrap(col))  # the report's intervals: ties as it has them
     conditions, settings = split_keys(col.keys)
     groups = condition_groups(table, conditions)
     if len(groups) > 1:
@@ -195,16 +195,23 @@ def choose_point(root: Path, points: list[str]) -> Chosen:
     order = rank(g)
     best = g.iloc[order[0]]
     label = setting_label(best, settings, col.keys)
-    why = (
-        "the only point left"
-        if len(g) == 1
-        else (
-            f"the best of {len(g)} settings by the tuner's order (SLO attainment "
-            f"{_pct(best.get('slo_attainment_mean'))}, useful tokens per $ "
-            f"{fmt(best.get('useful_tokens_per_dollar_mean'))}); runner-up "
+    tied = tie(g, settings, col.keys, order)
+    numbers = (
+        f"SLO attainment {_pct(best.get('slo_attainment_mean'))}, useful tokens per $ "
+        f"{fmt(best.get('useful_tokens_per_dollar_mean'))}"
+    )
+    if len(g) == 1:
+        why = "the only point left"
+    elif len(tied.members) > 1:  # as the report says it; the first of the tie, deterministically
+        why = (
+            f"tied: {tied.label} ({tied.reason}; {numbers}); exported the first by the "
+            f"tuner's order, then sweep order; --point picks another"
+        )
+    else:
+        why = (
+            f"the best of {len(g)} settings by the tuner's order ({numbers}); runner-up "
             f"{setting_label(g.iloc[order[1]], settings, col.keys)}; --point picks another"
         )
-    )
     same = col.runs
     for k in col.keys:
         same = same[same[k].astype(str) == str(best[k])]

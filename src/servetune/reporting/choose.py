@@ -14,18 +14,29 @@ that meets the SLO target (mean SLO attainment over seeds >= tune.objective.slo_
 unless the runs say otherwise) beats one that does not; among those that meet it, the most
 useful tokens per dollar wins (or the metric `sweep.objective` names, when it names one);
 when none meets it, the highest attainment wins (useful tokens per dollar breaking ties).
+
+Ties are ties: points whose runs had the same request outcomes (stats.identical_groups) are
+one result, named together ("max_num_seqs=16, 64, 256"), and a best setting whose interval
+on the metric that ranks it against its runner-up (the objective where both meet the
+target, else the attainment) overlaps the runner-up's is not told apart from it (nor from
+the next ones, while theirs overlap too). The best is then "tied: ..." naming every setting
+tied with it; the point drawn and exported for it is the first of them by the tuner's order
+(then by sweep order), so a report and `servetune export` pick the same.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from servetune.reporting.collect import condition_label, point_label
+from servetune.reporting.labels import tied_label
 from servetune.reporting.numbers import fmt
-from servetune.reporting.stats import intervals
+from servetune.reporting.stats import IDENTICAL, identical_groups, intervals
 
 SETTING_GROUPS = ("policy", "grid")  # config groups / key prefixes whose keys are settings
 DEFAULT_SLO_TARGET = 0.99
@@ -58,6 +69,12 @@ def setting_label(row: pd.Series, settings: list, keys: list) -> str:
     """What distinguishes a point within its condition ("max_num_seqs=32"); the whole point
     label when nothing is a setting."""
     return point_label(row, settings) if settings else point_label(row, keys)
+
+
+def settings_label(rows: pd.DataFrame, settings: list, keys: list) -> str:
+    """One label naming the settings of every point of `rows` (labels.tied_label: "max_num_seqs=
+    16, 64, 256"); setting_label's for one row."""
+    return tied_label(rows, list(settings) or list(keys))
 
 
 def _number(value, default: float) -> float:
@@ -126,8 +143,69 @@ def _versus(g: pd.DataFrame, a: int, b: int, metric: str) -> str:
     return "not distinguishable (intervals overlap)"
 
 
+def _judged(meets: np.ndarray, a: int, b: int, metric: str) -> str:
+    """The metric that orders points a and b: the objective where both meet the SLO target,
+    else the attainment (the tuner's order)."""
+    return metric if meets[a] and meets[b] else "slo_attainment"
+
+
+class Tie(NamedTuple):
+    """The settings tied with the best point of one condition: members (positions in the
+    points, the best first, then by the tuner's order), label (naming every member, as
+    settings_label), reason (why they are tied, in words; "" for one member)."""
+
+    members: list
+    label: str
+    reason: str
+
+
+def tie(g: pd.DataFrame, settings: list, keys: list, order: list | None = None) -> Tie:
+    """The Tie of the best of `g` (one condition's points, reset index; `order` as rank
+    gives it): the points with its request outcomes (stats.identical_groups), then, in the
+    tuner's order, each next setting (with its identical twins) while its interval
+    (stats.intervals) on the metric that orders it against the best (_judged) overlaps the
+    best's: the best is told apart from the first one whose interval does not, or that has
+    no interval to judge by, and named alone where that is its runner-up."""
+    order = rank(g) if order is None else order
+    b = order[0]
+    target, metric = slo_target(g), objective_metric(g)
+    att = _col(g, "slo_attainment_mean")
+    meets = np.isfinite(att) & (att >= target)
+    groups = identical_groups(g)
+    of = {i: k for k, members in enumerate(groups) for i in members}
+    members, reasons, seen = list(groups[of[b]]), [], {of[b]}
+    if len(members) > 1:
+        reasons.append(IDENTICAL)
+    for j in order:
+        if of[j] in seen:
+            continue
+        judged = _judged(meets, b, j, metric)
+        if f"{judged}_mean" not in g:
+            break
+        lo, hi, _ = intervals(g, judged)
+        if not np.isfinite([lo[b], hi[b], lo[j], hi[j]]).all() or hi[j] < lo[b] or hi[b] < lo[j]:
+            break  # told apart (or not to be judged): the rest rank after it
+        seen.add(of[j])
+        members += groups[of[j]]
+        why = f"intervals overlap on {judged.replace('_', ' ')}"
+        if why not in reasons:
+            reasons.append(why)
+    return Tie(members, settings_label(g.iloc[members], settings, keys), "; ".join(reasons))
+
+
+def best_points(best: pd.DataFrame) -> set:
+    """The point labels of the best settings of `best` (best_settings), those tied with a
+    best included (its `tied_points`)."""
+    out = set(best["point"]) if "point" in best else set()
+    for text in best.get("tied_points", pd.Series(dtype=object)):
+        if isinstance(text, str) and text:
+            out.update(json.loads(text))
+    return out
+
+
 def _best_row(condition: str, g: pd.DataFrame, settings: list, keys: list) -> dict:
-    """The best setting of one condition's points `g` (reset index), with why."""
+    """The best setting of one condition's points `g` (reset index), with why; "tied: ..."
+    where others are tied with it (tie)."""
     order = rank(g)
     target, metric = slo_target(g), objective_metric(g)
     att = _col(g, "slo_attainment_mean")
@@ -136,39 +214,44 @@ def _best_row(condition: str, g: pd.DataFrame, settings: list, keys: list) -> di
     best = g.iloc[b]
     value = _col(g, f"{metric}_mean")[b]
     name = metric.replace("_", " ")
+    tied = tie(g, settings, keys, order)
+    groups = identical_groups(g)
+    of = {i: members for members in groups for i in members}
+    n_meeting, n_settings = int(meets.sum()), len(g)
     if meets[b]:
         why = f"meets the SLO target ({_pct(att[b])} attainment >= {_pct(target)})"
-        if meets.sum() > 1:
+        if n_meeting > 1:
             why += (
-                f" with the most {name} ({fmt(value)}) of the {int(meets.sum())} of "
-                f"{len(g)} settings that do"
+                f" with the most {name} ({fmt(value)}) of the {n_meeting} of "
+                f"{n_settings} settings that do"
             )
-        elif len(g) > 1:
-            why += f", the only one of the {len(g)} settings that does ({name} {fmt(value)})"
+        elif n_settings > 1:
+            why += f", the only one of the {n_settings} settings that does ({name} {fmt(value)})"
         else:
             why += f" ({name} {fmt(value)}; the only setting)"
-        judged = metric
     else:
         why = (
             f"no setting meets the SLO target ({_pct(target)}); this one comes closest "
             f"({_pct(att[b])} attainment, {name} {fmt(value)})"
         )
-        judged = "slo_attainment"
-    runner = order[1] if len(order) > 1 else None
+    # the runner-up: the best point whose outcomes are not the best's, named with its twins
+    runner = next((i for i in order if i not in of[b]), None)
+    runner_label = None
     if runner is not None:
-        other = g.iloc[runner]
-        if judged == "slo_attainment" or not meets[runner]:
-            shown, what = _pct(att[runner]), "slo_attainment"
+        what = _judged(meets, b, runner, metric)
+        if what == "slo_attainment":
+            shown = f"{_pct(att[runner])} attainment"
         else:
-            shown, what = fmt(_col(g, f"{judged}_mean")[runner]), judged
-        why += (
-            f"; runner-up {setting_label(other, settings, keys)} ({shown}"
-            f"{' attainment' if what == 'slo_attainment' else ''}): "
-            f"{_versus(g, b, runner, what)}"
-        )
+            shown = fmt(_col(g, f"{what}_mean")[runner])
+        runner_label = settings_label(g.iloc[of[runner]], settings, keys)
+        why += f"; runner-up {runner_label} ({shown}): {_versus(g, b, runner, what)}"
+    label = setting_label(best, settings, keys)
+    if len(tied.members) > 1:
+        why = f"tied: {tied.label} ({tied.reason}): {why}; drawn and exported: {label}, the first"
+        label = f"tied: {tied.label}"
     return {
         "condition": condition,
-        "setting": setting_label(best, settings, keys),
+        "setting": label,
         "point": best["point"],
         "run": best.get("run"),
         "meets_target": bool(meets[b]),
@@ -176,10 +259,17 @@ def _best_row(condition: str, g: pd.DataFrame, settings: list, keys: list) -> di
         "slo_attainment": att[b],
         "objective": metric,
         "objective_value": float(value),
-        "n_settings": len(g),
-        "n_meeting": int(meets.sum()),
-        "runner_up": None if runner is None else setting_label(g.iloc[runner], settings, keys),
+        "n_settings": n_settings,
+        "n_meeting": n_meeting,
+        "runner_up": runner_label,
         "why": why,
+        "tied": tied.label if len(tied.members) > 1 else "",
+        "chosen": setting_label(best, settings, keys),
+        "tied_points": (
+            json.dumps([str(g["point"].iloc[i]) for i in tied.members])
+            if len(tied.members) > 1
+            else ""
+        ),
     }
 
 
@@ -197,6 +287,9 @@ BEST_COLUMNS = [
     "n_meeting",
     "runner_up",
     "why",
+    "tied",
+    "chosen",
+    "tied_points",
 ]
 
 
@@ -206,8 +299,12 @@ def best_settings(points: pd.DataFrame, conditions: list, settings: list) -> pd.
     Columns: condition (label), setting (label of the best point's settings), point, run (its
     first seed's run folder), meets_target, slo_target, slo_attainment (mean over seeds),
     objective (the metric ranked), objective_value, n_settings, n_meeting (settings meeting
-    the target), runner_up and why (a sentence: the target, the value, the runner-up and
-    whether the two can be told apart on the ranked metric)."""
+    the target), runner_up (the best setting whose request outcomes differ from the best's),
+    why (a sentence: the target, the value, the runner-up and whether the two can be told
+    apart on the ranked metric), tied (the label naming the settings tied with the best, see
+    `tie`; "" when none is), chosen (the setting of `point`, the one drawn and exported: the
+    best's, the first of a tie) and tied_points (the tie's point labels as a JSON list; "").
+    A tied best's setting reads "tied: <tied>"."""
     keys = list(conditions) + list(settings)
     rows = [
         _best_row(label, g.reset_index(drop=True), settings, keys)

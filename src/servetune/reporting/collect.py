@@ -78,6 +78,11 @@ class Collection:
         """Point keys whose values are all numbers (plotted on a numeric axis)."""
         return [k for k in self.keys if is_numeric(self.runs[k])]
 
+    def run_name(self, run: str) -> str:
+        """A run as a title names it: its folder relative to the root ("3" of a sweep), and
+        the root folder's own name for the root itself (run "."), never "."."""
+        return (self.root.name or str(self.root)) if run in (".", "") else run
+
 
 def is_numeric(col: pd.Series) -> bool:
     """Whether a column holds only numbers (not flags, no gaps): a numeric axis."""

@@ -134,7 +134,7 @@ def print_report(rep, console: Console | None = None) -> None:
     tl = rep.timeline
     if tl is not None:
         text = (
-            f"timeline: run {tl.run} ({tl.why}) in fig_timeline.png and report.html"
+            f"timeline: run {tl.name} ({tl.why}) in fig_timeline.png and report.html"
             if tl.table is not None
             else f"timeline: {tl.note}"
         )
@@ -142,7 +142,7 @@ def print_report(rep, console: Console | None = None) -> None:
     fl = getattr(rep, "fleet", None)
     if fl is not None:  # an autoscaled run (reporting/fleet.py)
         if fl.table is not None:
-            line = f"fleet: run {fl.run} in fig_fleet.png and report.html"
+            line = f"fleet: run {fl.name} in fig_fleet.png and report.html"
             console.print(line, highlight=False, soft_wrap=True, markup=False)
         if fl.note:
             console.print(f"fleet: {fl.note}", highlight=False, soft_wrap=True, markup=False)

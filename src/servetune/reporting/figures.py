@@ -5,7 +5,12 @@ Pareto front of value against P99 latency (fig_pareto.png), the latency CDFs of 
 (fig_latency_cdf.png), one run's timeline (fig_timeline.png) and its autoscaled fleet
 (fig_fleet.png). Latencies are drawn in ms;
 an axis is logarithmic where its positive values span more than 1.5 decades (units.log_scale),
-with ticks at 1-2-5 steps labelled as plain numbers, and no axis has an offset (ticks.py).
+with ticks at 1-2-5 steps labelled as plain numbers, and no axis has an offset (ticks.py); an
+axis over one value spans +- 5% of it (ticks.fit_range). A latency axis fits its data: an SLO
+target within a factor of 2 of it is drawn dashed, one further off is named at the axis' edge
+with an arrow (units.near). Series that are the same (identical points) are drawn once,
+labelled with every setting they stand for. Nothing drawn is cut by an axes' frame: labels are
+placed inside, and a limit is widened where a marker would cross it (fit_markers).
 """
 
 from __future__ import annotations
@@ -22,13 +27,19 @@ from matplotlib.lines import Line2D
 
 from servetune.core.files import write_whole
 from servetune.reporting import fleet as fleets
-from servetune.reporting.choose import FRONT_PANELS, condition_groups, fronts, targets_s
-from servetune.reporting.labels import front_labels, place
+from servetune.reporting.choose import (
+    FRONT_PANELS,
+    best_points,
+    condition_groups,
+    fronts,
+    targets_s,
+)
+from servetune.reporting.labels import front_labels, place, tied_label
 from servetune.reporting.numbers import fmt
-from servetune.reporting.stats import LATENCIES, LEVEL, series
-from servetune.reporting.ticks import no_offsets, set_log
+from servetune.reporting.stats import LATENCIES, LEVEL, group_label, series
+from servetune.reporting.ticks import fit_range, no_offsets, set_log
 from servetune.reporting.timeline import binned
-from servetune.reporting.units import log_scale, scale, title
+from servetune.reporting.units import log_scale, near, scale, title
 
 PANELS = tuple(
     (m, title(m))
@@ -119,9 +130,103 @@ def _x_ticks(ax, points: pd.DataFrame, x: str, numeric: bool, cats: list) -> Non
             ax.minorticks_off()
             ax.set_xticks(ticks, [f"{v:g}" for v in ticks])
         ax.set_xlabel(x)
+        span = fit_range(ticks)
+        if span is not None and ax.get_xscale() != "log":  # one swept value: +- 5% of it
+            ax.set_xlim(*span)
     else:
         ax.set_xticks(range(len(cats)), cats, rotation=20 if len(cats) > 4 else 0, fontsize=8)
         ax.set_xlim(-0.5, len(cats) - 0.5)
+
+
+def panel_values(points: pd.DataFrame, metric: str) -> np.ndarray:
+    """Every value a panel of `metric` draws, in shown units: the means, mean +- std and the
+    bootstrap intervals."""
+    mean = points[f"{metric}_mean"].to_numpy(np.float64)
+    std = points.get(f"{metric}_std", pd.Series(0.0, index=points.index)).to_numpy(np.float64)
+    std = np.nan_to_num(std)
+    parts = [mean, mean - std, mean + std]
+    parts += [
+        points[c].to_numpy(np.float64)
+        for c in (f"{metric}_ci_lo", f"{metric}_ci_hi")
+        if c in points
+    ]
+    return np.concatenate(parts) * scale(metric)
+
+
+def merged_series(points: pd.DataFrame, keys: list, x: str, metrics) -> list:
+    """stats.series's lines over `x`, the lines that draw the same (equal x values and, for
+    each of `metrics`, equal means, spreads and intervals) as one, labelled with every
+    combination of the other keys it stands for (labels.tied_label): [(label, rows)]."""
+    others = [k for k in keys if k != x]
+    cols = [
+        f"{m}_{s}"
+        for m in metrics
+        for s in ("mean", "std", "ci_lo", "ci_hi")
+        if f"{m}_{s}" in points
+    ]
+    merged: list = []  # [(first row of each line it stands for, its rows, what it draws)]
+    for _, g in series(points, keys, x):
+        drawn = (tuple(category(v) for v in g[x]), g[cols].to_numpy(np.float64))
+        home = next((m for m in merged if _same_drawing(m[2], drawn)), None)
+        if home is None:
+            merged.append(([g.iloc[0]], g, drawn))
+        else:
+            home[0].append(g.iloc[0])
+    return [(tied_label(pd.DataFrame(f), others) if others else "", g) for f, g, _ in merged]
+
+
+def _same_drawing(a: tuple, b: tuple) -> bool:
+    return (
+        a[0] == b[0]
+        and a[1].shape == b[1].shape
+        and bool(np.allclose(a[1], b[1], rtol=1e-12, atol=0.0, equal_nan=True))
+    )
+
+
+def _y_range(ax, points: pd.DataFrame, metric: str) -> None:
+    """A linear panel's y range: +- 5% around values that do not spread (ticks.fit_range);
+    an attainment's top at 1.02 (a marker at 1.0 is kept whole by fit_markers)."""
+    span = fit_range(panel_values(points, metric))
+    if span is not None:
+        ax.set_ylim(*span)
+    if metric == "slo_attainment":
+        ax.set_ylim(top=1.02)
+
+
+def key_png(points: pd.DataFrame, keys: list, x: str) -> Figure:
+    """The Figure of fig_<x>.png (see draw)."""
+    numeric, cats = x_axis(points, x)
+    fig = Figure(figsize=(13, 7.2), layout="constrained")
+    axes = fig.subplots(2, 3).ravel()
+    lines = merged_series(points, keys, x, [m for m, _ in PANELS])
+    for k, (label, g) in enumerate(lines):
+        if numeric:
+            xv = g[x].to_numpy(np.float64)
+        else:
+            offset = (k - (len(lines) - 1) / 2) * 0.08
+            xv = np.array([cats.index(category(v)) for v in g[x]], np.float64) + offset
+        for ax, (metric, _) in zip(axes, PANELS, strict=True):
+            if f"{metric}_mean" in g:
+                _panel(ax, g, xv, metric, f"C{k % 10}", numeric, label)
+    for ax, (metric, name) in zip(axes, PANELS, strict=True):
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+        _x_ticks(ax, points, x, numeric, cats)
+        if f"{metric}_mean" not in points:
+            continue
+        if _y_log(points, metric):
+            set_log(ax, "y")
+        else:
+            _y_range(ax, points, metric)
+    if any(label for label, _ in lines):
+        axes[0].legend(fontsize=7, loc="best")
+    n = sorted(set(points["n"])) if "n" in points else [1]
+    seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
+    fig.suptitle(
+        f"{x}: mean over {seeds} seed(s) per point; bars +- std, shaded {LEVEL:.0%} bootstrap CI",
+        fontsize=11,
+    )
+    return finish(fig)
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -132,61 +237,139 @@ def _save(fig: Figure, path: Path) -> Path:
 
 def draw(points: pd.DataFrame, keys: list, out_dir: Path) -> list[Path]:
     """One PNG per point key (or one over the single point when nothing varies): the
-    headline metrics against the key, latencies in ms; returns the paths."""
+    headline metrics against the key, latencies in ms, lines that draw the same drawn once
+    (merged_series); returns the paths."""
     out_dir = Path(out_dir)
-    paths = []
-    for x in keys or ["point"]:
-        numeric, cats = x_axis(points, x)
-        fig = Figure(figsize=(13, 7.2), layout="constrained")
-        axes = fig.subplots(2, 3).ravel()
-        lines = series(points, keys, x)
-        for k, (label, g) in enumerate(lines):
-            if numeric:
-                xv = g[x].to_numpy(np.float64)
-            else:
-                offset = (k - (len(lines) - 1) / 2) * 0.08
-                xv = np.array([cats.index(category(v)) for v in g[x]], np.float64) + offset
-            for ax, (metric, _) in zip(axes, PANELS, strict=True):
-                if f"{metric}_mean" in g:
-                    _panel(ax, g, xv, metric, f"C{k % 10}", numeric, label)
-        for ax, (metric, name) in zip(axes, PANELS, strict=True):
-            ax.set_title(name, fontsize=10)
-            ax.grid(alpha=0.3)
-            _x_ticks(ax, points, x, numeric, cats)
-            if f"{metric}_mean" in points and _y_log(points, metric):
-                set_log(ax, "y")
-            if metric == "slo_attainment":
-                ax.set_ylim(top=1.02)
-        if any(label for label, _ in lines):
-            axes[0].legend(fontsize=7, loc="best")
-        n = sorted(set(points["n"])) if "n" in points else [1]
-        seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
-        fig.suptitle(
-            f"{x}: mean over {seeds} seed(s) per point; bars +- std, shaded "
-            f"{LEVEL:.0%} bootstrap CI",
-            fontsize=11,
-        )
-        paths.append(_save(fig, out_dir / f"fig_{_safe(x)}.png"))
-    return paths
+    return [
+        _save(key_png(points, keys, x), out_dir / f"fig_{_safe(x)}.png") for x in keys or ["point"]
+    ]
 
 
-def _target_line(ax, target_ms: list, label: str) -> None:
-    """Dashed vertical lines at the SLO targets (ms), the axis widened to show them."""
-    for t in target_ms:
-        ax.axvline(t, ls="--", color="crimson", lw=1)
+# --------------------------------------------------------------------------- extents
+
+
+def _markers(ax) -> list[tuple[np.ndarray, float]]:
+    """[(data points [n, 2], marker radius in pixels)] of what Axes `ax` draws with markers:
+    its lines' markers and its scatter points."""
+    px = ax.figure.dpi / 72.0
+    out = []
+    for line in ax.lines:
+        if line.get_visible() and line.get_marker() not in (None, "None", "none", "", " "):
+            r = (line.get_markersize() + line.get_markeredgewidth()) / 2 * px
+            out.append((np.asarray(line.get_xydata(), np.float64), r + 2.0))
+    for coll in ax.collections:
+        if not coll.get_visible() or coll.get_offset_transform() != ax.transData:
+            continue
+        offsets = np.asarray(coll.get_offsets(), np.float64)
+        sizes = np.asarray(coll.get_sizes(), np.float64)
+        if len(offsets) and len(sizes):
+            widths = np.asarray(coll.get_linewidths(), np.float64)
+            edge = float(widths.max()) if len(widths) else 0.0
+            out.append((offsets, (np.sqrt(sizes.max()) + edge) / 2 * px + 2.0))
+    return out
+
+
+def _widen(view: tuple, v: np.ndarray, r: np.ndarray, size_px: float, log: bool) -> tuple:
+    """A view (lo, hi) widened until markers at values `v` of radii `r` (pixels) lie wholly
+    inside an axis of `size_px` pixels; markers outside the view do not count."""
+    lo, hi = view
+    if log:
+        if lo <= 0 or hi <= 0:
+            return view
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = np.log10(v)
+        lo, hi = np.log10(lo), np.log10(hi)
+    keep = np.isfinite(v) & (v >= lo) & (v <= hi)
+    if not keep.any() or hi <= lo or size_px <= 0:
+        return view
+    v, k = v[keep], np.minimum(r[keep] / size_px, 0.25)
+    a, b = lo, hi
+    for _ in range(8):  # the margin needed grows with the span it widens
+        w = b - a
+        a, b = min(a, float(np.min(v - k * w))), max(b, float(np.max(v + k * w)))
+    if (a, b) == (lo, hi):
+        return view
+    return (10.0**a, 10.0**b) if log else (a, b)
+
+
+def fit_markers(fig: Figure) -> None:
+    """Widen each axes' limits just enough that no marker is cut by its frame (an attainment
+    of 1.0 under a top of 1.02); lays the figure out to measure it."""
+    fig.draw_without_rendering()
+    for ax in fig.axes:
+        drawn = _markers(ax)
+        if not drawn:
+            continue
+        xy = np.concatenate([d.reshape(-1, 2) for d, _ in drawn])
+        r = np.concatenate([np.full(len(d), rad) for d, rad in drawn])
+        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+        in_x = (xy[:, 0] >= min(x0, x1)) & (xy[:, 0] <= max(x0, x1))
+        in_y = (xy[:, 1] >= min(y0, y1)) & (xy[:, 1] <= max(y0, y1))
+        log_x, log_y = ax.get_xscale() == "log", ax.get_yscale() == "log"
+        new_x = _widen((x0, x1), xy[in_y, 0], r[in_y], ax.bbox.width, log_x)
+        new_y = _widen((y0, y1), xy[in_x, 1], r[in_x], ax.bbox.height, log_y)
+        if new_x != (x0, x1):
+            ax.set_xlim(*new_x)
+        if new_y != (y0, y1):
+            ax.set_ylim(*new_y)
+
+
+def finish(fig: Figure) -> Figure:
+    """A figure made ready to save: no offset on any axis (ticks.no_offsets) and no marker
+    cut by a frame (fit_markers)."""
+    no_offsets(fig)
+    fit_markers(fig)
+    return fig
+
+
+# --------------------------------------------------------------------------- SLO targets
+
+SLO_COLOR = "crimson"
+EDGE_PT = 4.0  # points between a label and the axes' frame
+
+
+def _target_line(ax, target_ms: list, label: str, data) -> None:
+    """The SLO targets (ms) of a latency x axis over `data` (ms): a target near the data
+    (units.near) as a dashed vertical line, the axis widened to show it and its name beside
+    it inside the frame (on the side of the line with more room); a target far from the data
+    named at the axis' edge with an arrow towards it (right edge, at the bottom, for one above
+    the data; left edge, at the top, for one below), the axis left to fit the data."""
+    close = [t for t in target_ms if near(t, data)]
+    if close:
+        lo, hi = ax.get_xlim()
+        ax.set_xlim(min(lo, min(close) / 1.15), max(hi, max(close) * 1.15))
+    lo, hi = ax.get_xlim()
+    f = np.log10 if ax.get_xscale() == "log" else float
+    for t in close:
+        ax.axvline(t, ls="--", color=SLO_COLOR, lw=1)
+        right_half = (f(t) - f(lo)) / ((f(hi) - f(lo)) or 1.0) > 0.5
         ax.annotate(
             f"{label} SLO {fmt(t)} ms",
             (t, 1.0),
             xycoords=("data", "axes fraction"),
+            xytext=(-2.0 if right_half else 2.0, -EDGE_PT),
+            textcoords="offset points",
             rotation=90,
             va="top",
-            ha="right",
+            ha="right" if right_half else "left",
             fontsize=7,
-            color="crimson",
+            color=SLO_COLOR,
         )
-    if target_ms:
-        lo, hi = ax.get_xlim()
-        ax.set_xlim(min(lo, min(target_ms) / 1.15), max(hi, max(target_ms) * 1.15))
+    values = np.asarray(data, np.float64).ravel()
+    values = values[np.isfinite(values)]
+    for t in (t for t in target_ms if t not in close):
+        above = not len(values) or t > values.max()
+        ax.annotate(
+            f"{label} SLO {fmt(t)} ms \u2192" if above else f"\u2190 {label} SLO {fmt(t)} ms",
+            (1.0, 0.0) if above else (0.0, 1.0),
+            xycoords="axes fraction",
+            xytext=(-EDGE_PT, EDGE_PT) if above else (EDGE_PT, -EDGE_PT),
+            textcoords="offset points",
+            ha="right" if above else "left",
+            va="bottom" if above else "top",
+            fontsize=7,
+            color=SLO_COLOR,
+        )
 
 
 LABEL_GAP_PT = 4.0  # points between a front point and its label
@@ -239,8 +422,10 @@ def _pareto_points(
     ax, points: pd.DataFrame, panel: tuple, best: pd.DataFrame, fronts_of: tuple
 ) -> list:
     """One panel's points per condition, each front as a staircase and the best settings
-    starred; returns the front labels to place [(x ms, y, text, colour)]."""
+    (with those tied with them) starred; returns the front labels to place [(x ms, y, text,
+    colour)]."""
     (lat, val), (groups, masks, label_keys) = panel, fronts_of
+    starred = best_points(best)
     labels = []
     for k, (cond, g) in enumerate(groups):
         color = f"C{k % 10}"
@@ -252,7 +437,7 @@ def _pareto_points(
         order = np.argsort(x[on])
         ax.step(x[on][order], y[on][order], where="post", color=color, lw=1.2)
         labels += [(x[i], y[i], text, color) for i, text in front_labels(g, x, y, on, label_keys)]
-        star = g["point"].isin(set(best["point"])).to_numpy()
+        star = g["point"].isin(starred).to_numpy()
         ax.scatter(
             x[star],
             y[star],
@@ -267,14 +452,17 @@ def _pareto_points(
 
 
 def _pareto_axes(ax, points: pd.DataFrame, lat: str, val: str, legend: bool) -> None:
-    """A front panel's scales (log where the values span 1.5 decades), SLO targets, titles."""
+    """A front panel's scales (log where the values span 1.5 decades; +- 5% around one
+    value), SLO targets (the axis fits the points: units.near), titles."""
     xs = points[f"{lat}_mean"].to_numpy(np.float64) * 1000.0
+    ys = points[f"{val}_mean"].to_numpy(np.float64)
     target = [t * 1000.0 for t in targets_s(points, f"slo.{lat.split('_')[0]}_s")]
-    if log_scale(np.concatenate([xs, target])):
-        set_log(ax, "x")
-    if log_scale(points[f"{val}_mean"]):
-        set_log(ax, "y")
-    _target_line(ax, target, lat.split("_")[0].upper())
+    for which, values in (("x", xs), ("y", ys)):
+        if log_scale(values):
+            set_log(ax, which)
+        elif (span := fit_range(values)) is not None:
+            (ax.set_xlim if which == "x" else ax.set_ylim)(*span)
+    _target_line(ax, target, lat.split("_")[0].upper(), xs)
     ax.set_xlabel(title(lat))
     ax.set_ylabel(title(val))
     ax.grid(alpha=0.3)
@@ -305,10 +493,10 @@ def pareto_png(
     fig.suptitle(
         "Pareto front per condition (lower P99 latency, more value): labelled points "
         "are non-dominated;\n* the best setting (meets the SLO target, then most "
-        "useful tokens per $); dashed: the SLO targets",
+        "useful tokens per $; every setting tied with it); dashed: the SLO targets",
         fontsize=10,
     )
-    fig.draw_without_rendering()  # the layout and limits the labels are placed in
+    finish(fig)  # the layout and limits the labels are placed in
     for ax, labels in placed:
         annotate_apart(ax, labels, fig.canvas.get_renderer())
     return fig
@@ -333,27 +521,62 @@ def cdf_order(points: pd.DataFrame, best: pd.DataFrame, cdfs: dict, limit: int) 
     return (first + rest)[:limit]
 
 
-def draw_cdfs(
-    points: pd.DataFrame, cdfs: dict, best: pd.DataFrame, out_dir: Path, limit: int = 12
-) -> Path | None:
-    """fig_latency_cdf.png: the empirical CDF of TTFT, TPOT and E2E (ms) over each point's
-    requests (all seeds), one line per point (at most `limit`: the best settings first), the
-    SLO targets dashed. None when no point has a readable requests.parquet."""
-    shown = cdf_order(points, best, cdfs, limit)
+def _same_cdfs(a: dict, b: dict) -> bool:
+    """Whether two points' CDFs ({lat: Cdf}) are one: the same requests' latencies."""
+    return a.keys() == b.keys() and all(
+        a[k].n == b[k].n and np.array_equal(a[k].x_ms, b[k].x_ms) and np.array_equal(a[k].p, b[k].p)
+        for k in a
+    )
+
+
+def cdf_groups(
+    points: pd.DataFrame, best: pd.DataFrame, cdfs: dict, limit: int, keys: list | None = None
+) -> list[tuple[str, list, dict]]:
+    """[(label, point labels, {lat: Cdf})] of the CDF lines to draw, in cdf_order (the best
+    settings first): points whose CDFs are the same (identical runs) as one line, labelled
+    with every one of them (stats.group_label over `keys`: "max_num_seqs=16, 64, 256"; their
+    labels joined by "; " without keys); at most `limit` lines."""
+    groups: list = []  # [(point labels, their CDFs)]
+    for p in cdf_order(points, best, cdfs, len(cdfs)):
+        home = next((g for g in groups if _same_cdfs(g[1], cdfs[p])), None)
+        if home is None:
+            groups.append(([p], cdfs[p]))
+        else:
+            home[0].append(p)
+    by_point = points.drop_duplicates("point").set_index("point", drop=False)
+    return [
+        (group_label(by_point.loc[members], keys) if len(members) > 1 else members[0], members, c)
+        for members, c in groups[:limit]
+    ]
+
+
+def cdf_png(
+    points: pd.DataFrame, cdfs: dict, best: pd.DataFrame, limit: int = 12, keys=None
+) -> Figure | None:
+    """The Figure of fig_latency_cdf.png (see draw_cdfs); None without a CDF."""
+    shown = cdf_groups(points, best, cdfs, limit, keys)
     if not shown:
         return None
     fig = Figure(figsize=(14, 5.2 + 0.2 * ((len(shown) + 2) // 3)), layout="constrained")
     for ax, lat in zip(fig.subplots(1, 3), LATENCIES, strict=True):
-        values = [cdfs[p][lat].x_ms for p in shown if cdfs[p][lat].n]
-        for k, p in enumerate(shown):
-            c = cdfs[p][lat]
-            if c.n:
+        values = [c[lat].x_ms for _, _, c in shown if c[lat].n]
+        for k, (label, _, c) in enumerate(shown):
+            if c[lat].n:
                 ax.step(
-                    c.x_ms, c.p, where="post", color=f"C{k % 10}", lw=1.2, label=f"{p} (n={c.n})"
+                    c[lat].x_ms,
+                    c[lat].p,
+                    where="post",
+                    color=f"C{k % 10}",
+                    lw=1.2,
+                    label=f"{label} (n={c[lat].n})",
                 )
-        if values and log_scale(np.concatenate(values)):
+        data = np.concatenate(values) if values else np.array([])
+        if log_scale(data):
             set_log(ax, "x")
-        _target_line(ax, [t * 1000.0 for t in targets_s(points, f"slo.{lat}_s")], lat.upper())
+        elif (span := fit_range(data)) is not None:
+            ax.set_xlim(*span)
+        targets = [t * 1000.0 for t in targets_s(points, f"slo.{lat}_s")]
+        _target_line(ax, targets, lat.upper(), data)
         ax.set_xlabel(f"{lat.upper()} (ms)")
         ax.set_ylabel("fraction of requests at or below")
         ax.set_ylim(0, 1.02)
@@ -364,11 +587,29 @@ def draw_cdfs(
         ncol=min(3, len(shown)),
         fontsize=8,
     )
-    more = f" ({len(shown)} of {len(cdfs)} points)" if len(cdfs) > len(shown) else ""
+    drawn = sum(len(members) for _, members, _ in shown)
+    more = f" ({drawn} of {len(cdfs)} points)" if drawn < len(cdfs) else ""
     fig.suptitle(
         f"Latency CDFs over the counted, completed requests of all seeds{more}", fontsize=10
     )
-    return _save(fig, Path(out_dir) / "fig_latency_cdf.png")
+    return finish(fig)
+
+
+def draw_cdfs(
+    points: pd.DataFrame,
+    cdfs: dict,
+    best: pd.DataFrame,
+    out_dir: Path,
+    limit: int = 12,
+    keys: list | None = None,
+) -> Path | None:
+    """fig_latency_cdf.png: the empirical CDF of TTFT, TPOT and E2E (ms) over each point's
+    requests (all seeds), one line per point (identical ones as one, named together:
+    cdf_groups; at most `limit` lines: the best settings first), the SLO targets dashed (or
+    named at the edge, far from the data). None when no point has a readable
+    requests.parquet."""
+    fig = cdf_png(points, cdfs, best, limit, keys)
+    return None if fig is None else _save(fig, Path(out_dir) / "fig_latency_cdf.png")
 
 
 TIMELINE_PANELS = (
@@ -439,8 +680,8 @@ def timeline_png(tl) -> Figure | None:
     _timeline_legend(axes[0], instances)
     axes[-1].set_xlabel("simulated time (s)")
     note = f"; maximum per {width:.3g} s bin" if width else ""
-    fig.suptitle(f"Timeline of run {tl.run} (scenario {tl.scenario}; {tl.why}){note}", fontsize=10)
-    return fig
+    fig.suptitle(f"Timeline of run {tl.name}, scenario {tl.scenario} ({tl.why}){note}", fontsize=10)
+    return finish(fig)
 
 
 def draw_timeline(tl, out_dir: Path) -> Path | None:
@@ -547,7 +788,7 @@ def fleet_png(fl) -> Figure | None:
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("simulated time (h)")
     fig.suptitle(fleets.title(fl), fontsize=10)
-    return fig
+    return finish(fig)
 
 
 def draw_fleet(fl, out_dir: Path) -> Path | None:

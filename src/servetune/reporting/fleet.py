@@ -43,8 +43,9 @@ class Fleet:
     one drawn), why (how the run was chosen: timeline.choose), table (fleet.parquet's rows
     of the scenario sorted by t_s; None when missing or damaged), hourly (fleet_hourly.parquet's
     rows sorted by hour; None when missing or damaged), end_s (when the last row stops
-    holding: the run's simulated duration, s) and note (what is wrong with the files; "" when
-    both were read)."""
+    holding: the run's simulated duration, s), note (what is wrong with the files; "" when
+    both were read) and name (the run as titles name it: Collection.run_name; `run` where not
+    set)."""
 
     run: str
     scenario: int
@@ -53,6 +54,10 @@ class Fleet:
     hourly: pd.DataFrame | None = None
     end_s: float = math.nan
     note: str = ""
+    name: str = ""
+
+    def __post_init__(self):
+        self.name = self.name or self.run
 
 
 def read(col: Collection, run: str, scenario: int, why: str) -> Fleet | None:
@@ -62,7 +67,7 @@ def read(col: Collection, run: str, scenario: int, why: str) -> Fleet | None:
     paths = (run_dir / FILE, run_dir / HOURLY_FILE)
     if not any(p.exists() for p in paths):
         return None
-    out = Fleet(run=run, scenario=scenario, why=why)
+    out = Fleet(run=run, scenario=scenario, why=why, name=col.run_name(run))
     notes = []
     for path, columns, key, attr in (
         (paths[0], COLUMNS, "t_s", "table"),
@@ -207,9 +212,10 @@ def hour_spans(fleet: Fleet) -> tuple[np.ndarray, np.ndarray]:
 
 
 def title(fleet: Fleet) -> str:
-    """The fleet figure's title: the run, scenario and why, and its totals (replica-hours,
-    cost in USD, cold-start replica-hours) over the span drawn."""
-    head = f"Fleet of run {fleet.run} (scenario {fleet.scenario}; {fleet.why})"
+    """The fleet figure's title: the run by name (Fleet.name: "3" of a sweep, the root
+    folder's name for the root itself, never "."), scenario and why, and its totals
+    (replica-hours, cost in USD, cold-start replica-hours) over the span drawn."""
+    head = f"Fleet of run {fleet.name}, scenario {fleet.scenario} ({fleet.why})"
     if fleet.table is None:
         return head
     tot = totals(fleet)

@@ -13,10 +13,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from servetune.reporting.figures import category, x_axis
+from servetune.reporting.figures import category, merged_series, x_axis
 from servetune.reporting.numbers import fmt
-from servetune.reporting.stats import LEVEL, series
-from servetune.reporting.ticks import axis_type_args, plotly_log_ticks
+from servetune.reporting.stats import LEVEL
+from servetune.reporting.ticks import axis_type_args, fit_range, plotly_log_ticks
 from servetune.reporting.units import PALETTE, log_scale, scale, shown, title
 
 TOP = tuple((m, title(m)) for m in ("goodput_rps", "slo_attainment", "useful_tokens_per_dollar"))
@@ -90,13 +90,21 @@ PANELS = [(m, 1, c + 1, None) for c, (m, _) in enumerate(TOP)] + [
 ]
 
 
+def _drawn_metrics() -> list:
+    """Every metric a per-key figure draws: its panels' and each latency statistic the
+    buttons switch to."""
+    lats = [f"{lat}_{s}_s" for lat, _ in LAT for s in STAT_NAMES]
+    return [m for m, _ in TOP] + lats
+
+
 def _add_lines(fig, points: pd.DataFrame, keys: list, x: str, numeric: bool) -> dict:
-    """Add each line's band and mean traces to every panel; returns {stat: {idx, data}}: the
-    latency traces and what the mean/P50/P90/P99 buttons restyle them with."""
+    """Add each line's band and mean traces to every panel (lines that draw the same as one,
+    named together: figures.merged_series); returns {stat: {idx, data}}: the latency traces
+    and what the mean/P50/P90/P99 buttons restyle them with."""
     import plotly.graph_objects as go
 
     lat_traces: dict = {s: {"idx": [], "data": []} for s in STAT_NAMES}
-    for k, (label, g) in enumerate(series(points, keys, x)):
+    for k, (label, g) in enumerate(merged_series(points, keys, x, _drawn_metrics())):
         name = label or "all points"
         color = PALETTE[k % len(PALETTE)]
         xs = [float(v) for v in g[x]] if numeric else [category(v) for v in g[x]]
@@ -127,6 +135,7 @@ def _add_lines(fig, points: pd.DataFrame, keys: list, x: str, numeric: bool) -> 
                     line={"color": color},
                     marker={"size": 7},
                     hovertemplate=HOVER,
+                    cliponaxis=metric != "slo_attainment",  # a dot at 1.0 stays whole
                 ),
                 row=row,
                 col=colno,
@@ -140,10 +149,14 @@ def _add_lines(fig, points: pd.DataFrame, keys: list, x: str, numeric: bool) -> 
     return lat_traces
 
 
-def _menus(fig, lat_traces: dict, y_axes: list, x_axis: tuple | None) -> list:
-    """The buttons: latency statistic (restyles the latency panels), y and x axis types
-    (x only for a numeric key: x_axis None). y_axes: (starts log, log ticks) of each panel's
-    y axis; x_axis: (starts log, log ticks, linear ticks or None) of the x axes."""
+def _menus(
+    fig, lat_traces: dict, y_axes: list, x_axis: tuple | None, stat_ranges: dict | None = None
+) -> list:
+    """The buttons: latency statistic (restyles the latency panels, and sets their linear
+    ranges `stat_ranges`: {stat: {layout axis: range or None (autorange)}}), y and x axis
+    types (x only for a numeric key: x_axis None). y_axes: (starts log, log ticks, linear
+    range or None) of each panel's y axis; x_axis: (starts log, log ticks, linear ticks or
+    None) of the x axes."""
     buttons = []
     for s, label in STAT_NAMES.items():
         idx, data = lat_traces[s]["idx"], lat_traces[s]["data"]
@@ -151,22 +164,19 @@ def _menus(fig, lat_traces: dict, y_axes: list, x_axis: tuple | None) -> list:
         annotations = [dict(a.to_plotly_json()) for a in fig.layout.annotations]
         for a, (_, t) in zip(annotations[3:], LAT, strict=True):
             a["text"] = f"{label} {t} (ms)"
-        buttons.append(
-            {
-                "label": label,
-                "method": "update",
-                "args": [restyle, {"annotations": annotations}, idx],
-            }
-        )
+        layout: dict = {"annotations": annotations}
+        for axis, span in (stat_ranges or {}).get(s, {}).items():
+            layout.update({f"{axis}.range": list(span)} if span else {f"{axis}.autorange": True})
+        buttons.append({"label": label, "method": "update", "args": [restyle, layout, idx]})
     names = [f"{'' if i == 1 else i}" for i in range(1, 7)]
 
     def relayout(kind: str, axes: list) -> dict:
         out: dict = {}
-        for a, ticks, linear in axes:
-            out.update(axis_type_args(a, kind, ticks, linear))
+        for a, ticks, linear, span in axes:
+            out.update(axis_type_args(a, kind, ticks, linear, span))
         return out
 
-    y_args = [(f"yaxis{n}", t, None) for n, (_, t) in zip(names, y_axes, strict=True)]
+    y_args = [(f"yaxis{n}", t, None, r) for n, (_, t, r) in zip(names, y_axes, strict=True)]
     menus = [
         {
             "buttons": buttons,
@@ -185,14 +195,14 @@ def _menus(fig, lat_traces: dict, y_axes: list, x_axis: tuple | None) -> list:
             ],
             "type": "buttons",
             "direction": "right",
-            "active": -1 if any(log for log, _ in y_axes) else 0,
+            "active": -1 if any(log for log, _, _ in y_axes) else 0,
             "x": 0.42,
             "y": 1.13,
             "xanchor": "left",
         },
     ]
     if x_axis is not None:
-        x_args = [(f"xaxis{n}", *x_axis[1:]) for n in names]
+        x_args = [(f"xaxis{n}", *x_axis[1:], None) for n in names]
         menus.append(
             {
                 "buttons": [
@@ -232,16 +242,25 @@ def figure(points: pd.DataFrame, keys: list, x: str):
     lat_traces = _add_lines(fig, points, keys, x, numeric)
     values = [_panel_values(points, m, lat) for m, _, _, lat in PANELS]
     y_axes = [
-        (_y_log(points, m), plotly_log_ticks(v))
+        (log, plotly_log_ticks(v), None if log else y_range(points, m))
         for (m, _, _, _), v in zip(PANELS, values, strict=True)
+        for log in [_y_log(points, m)]
     ]
+    stat_ranges = {
+        s: {
+            f"yaxis{i + 1}": y_range(points, f"{lat}_{s}_s")
+            for i, (_, _, _, lat) in enumerate(PANELS)
+            if lat is not None and not y_axes[i][0]
+        }
+        for s in STAT_NAMES
+    }
     ticks = sorted({float(v) for v in points[x]}) if numeric else []
     few = numeric and len(ticks) <= 12  # the swept values themselves
     x_log = log_scale(points[x]) if numeric else None
     x_ticks = {"tickmode": "array", "tickvals": ticks} if few else plotly_log_ticks(ticks)
     x_menu = None if x_log is None else (x_log, x_ticks, x_ticks if few else None)
     fig.update_layout(
-        updatemenus=_menus(fig, lat_traces, y_axes, x_menu),
+        updatemenus=_menus(fig, lat_traces, y_axes, x_menu, stat_ranges),
         height=720,
         template="plotly_white",
         legend={"groupclick": "togglegroup", "title": {"text": "series"}},
@@ -260,11 +279,31 @@ def figure(points: pd.DataFrame, keys: list, x: str):
             range=[-0.5, len(cats) - 0.5] if not numeric else None,
             **where,
         )
-        log = y_axes[i - 1][0]
+        log, log_ticks, span = y_axes[i - 1]
         fig.update_yaxes(
-            **({"type": "log", **y_axes[i - 1][1]} if log else {}), exponentformat="none", **where
+            **({"type": "log", **log_ticks} if log else {}),
+            **({"range": list(span)} if span else {}),
+            exponentformat="none",
+            **where,
         )
     return fig
+
+
+def y_range(points: pd.DataFrame, metric: str) -> tuple | None:
+    """A linear panel's explicit y range, None to autorange: +- 5% around values that do
+    not spread (ticks.fit_range: plotly's own would span +- 1 around one value, "738,298 ...
+    738,299.5"); an attainment's up to 1.02 (its markers are not clipped there)."""
+    if f"{metric}_mean" not in points:
+        return None
+    from servetune.reporting.figures import panel_values
+
+    v = panel_values(points, metric)
+    v = v[np.isfinite(v)]
+    span = fit_range(v)
+    if metric != "slo_attainment" or not len(v):
+        return span
+    lo, hi = span or (v.min() - 0.05 * (v.max() - v.min()), v.max())
+    return (float(lo), max(1.02, float(v.max())))
 
 
 def _y_log(points: pd.DataFrame, metric: str) -> bool:
@@ -405,14 +444,17 @@ var el=document.getElementById('servetune-js-errors');if(el){el.textContent=seen
 
 # After everything: draw each figure (with the shared template where its own is left out), then
 # append #servetune-rendered, naming the figures drawn and those with a subplot where nothing was
-# drawn (an empty plot).
+# drawn (an empty plot). An overlaid subplot (a secondary y axis: the fleet's mean replicas) is
+# drawn by plotly into its main subplot's group, so it is judged with that one, not as empty.
 RENDER = """<script>(function(){
 var divs=Array.prototype.slice.call(document.querySelectorAll('div.servetune-figure'));
 var tpl=document.getElementById('servetune-template');tpl=tpl?JSON.parse(tpl.textContent):null;
-function empty(div){var out=[];div.querySelectorAll('g.cartesianlayer > g.subplot')
-.forEach(function(sp){var n=0;sp.querySelectorAll('.scatterlayer path').forEach(function(p){
-var d=p.getAttribute('d');if(d&&d.length>4){n++;}});if(!n){out.push(div.id+':'+
-sp.getAttribute('class').replace('subplot ',''));}});
+function empty(div){var out=[];var plots=(div._fullLayout||{})._plots||{};
+div.querySelectorAll('g.cartesianlayer > g.subplot')
+.forEach(function(sp){var name=sp.getAttribute('class').replace('subplot ','');
+if(plots[name]&&plots[name].mainplot){return;}
+var n=0;sp.querySelectorAll('.scatterlayer path').forEach(function(p){
+var d=p.getAttribute('d');if(d&&d.length>4){n++;}});if(!n){out.push(div.id+':'+name);}});
 if(!div.querySelector('g.cartesianlayer > g.subplot')){out.push(div.id);}return out;}
 var jobs=divs.map(function(div){try{var el=document.getElementById(div.id+'-json');
 var spec=JSON.parse(el.textContent);spec.layout=spec.layout||{};
@@ -474,7 +516,10 @@ def _choice_section(points, best, conditions, settings, cdfs, timeline, fleet=No
         )
         parts.append(embed(fig, "fig-pareto"))
     fig = cdf_figure(
-        points, cdfs or {}, best if best is not None else pd.DataFrame(columns=["point"])
+        points,
+        cdfs or {},
+        best if best is not None else pd.DataFrame(columns=["point"]),
+        list(conditions) + list(settings),
     )
     if fig is not None:
         parts.append(

@@ -11,11 +11,17 @@ import numpy as np
 import pandas as pd
 
 from servetune.reporting import fleet as fleets
-from servetune.reporting.choose import FRONT_PANELS, condition_groups, fronts, targets_s
+from servetune.reporting.choose import (
+    FRONT_PANELS,
+    best_points,
+    condition_groups,
+    fronts,
+    targets_s,
+)
 from servetune.reporting.figures import (
     FLEET_STATES,
     TIMELINE_PANELS,
-    cdf_order,
+    cdf_groups,
     dash,
     fleet_panels,
     style_names,
@@ -24,9 +30,9 @@ from servetune.reporting.labels import PLOTLY_POSITIONS, front_labels, place
 from servetune.reporting.latency import thin
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import LATENCIES
-from servetune.reporting.ticks import axis_type_args, plotly_log_ticks
+from servetune.reporting.ticks import axis_type_args, fit_range, plotly_log_ticks
 from servetune.reporting.timeline import binned, steps
-from servetune.reporting.units import PALETTE, log_scale, title
+from servetune.reporting.units import PALETTE, log_scale, near, title
 
 CDF_LIMIT = 40  # CDF lines on the page (the best settings first)
 CDF_STEPS = 150  # steps per CDF line on the page (latency.thin; the PNG keeps MAX_STEPS)
@@ -42,16 +48,18 @@ def _axis_names(n: int) -> list[tuple[str, str]]:
     return [(f"xaxis{'' if i == 1 else i}", f"yaxis{'' if i == 1 else i}") for i in range(1, n + 1)]
 
 
-def _type_buttons(axis: str, logs: list, ticks: list, x: float) -> dict:
+def _type_buttons(axis: str, logs: list, ticks: list, x: float, ranges: list | None = None) -> dict:
     """Buttons setting the `axis` ("x" or "y") of every subplot linear or log (log with its
-    1-2-5 `ticks`, one dict per subplot: ticks.plotly_log_ticks); the one matching every
-    subplot's starting type (`logs`) is shown active (none when they differ)."""
+    1-2-5 `ticks`, one dict per subplot: ticks.plotly_log_ticks, autoranged); linear with
+    the subplot's range in `ranges` (None: autoranged); the one matching every subplot's
+    starting type (`logs`) is shown active (none when they differ)."""
     names = [a if axis == "x" else b for a, b in _axis_names(len(logs))]
+    ranges = ranges or [None] * len(logs)
 
     def args(kind: str) -> dict:
         out: dict = {}
-        for a, t in zip(names, ticks, strict=True):
-            out.update(axis_type_args(a, kind, t))
+        for a, t, r in zip(names, ticks, ranges, strict=True):
+            out.update(axis_type_args(a, kind, t, linear_range=r))
         return out
 
     return {
@@ -72,10 +80,14 @@ def _type_buttons(axis: str, logs: list, ticks: list, x: float) -> dict:
 
 def axis_style(values, log: bool) -> dict:
     """The plotly axis settings of an axis over `values` (its data, in its unit): plain
-    number labels (no "k" or exponent), and where it starts logarithmic, type log with ticks
-    at 1-2-5 steps (ticks.plotly_log_ticks)."""
+    number labels (no "k" or exponent); where it starts logarithmic, type log with ticks at
+    1-2-5 steps (ticks.plotly_log_ticks); else, where the values do not spread (one point),
+    a range of +- 5% around them (ticks.fit_range) rather than plotly's +- 1."""
     out = {"exponentformat": "none", "type": "log" if log else None}
-    return {**out, **plotly_log_ticks(values)} if log else out
+    if log:
+        return {**out, **plotly_log_ticks(values)}
+    span = fit_range(values)
+    return out if span is None else {**out, "range": list(span)}
 
 
 def _target_trace(x_ms: float, y: list, name: str, show: bool):
@@ -93,6 +105,36 @@ def _target_trace(x_ms: float, y: list, name: str, show: bool):
         hovertemplate=f"{name} SLO {fmt(x_ms)} ms<extra></extra>",
         line={"color": "crimson", "dash": "dash", "width": 1.5},
     )
+
+
+def add_targets(fig, targets: list, data, name: str, where: tuple, y: list, show: bool) -> None:
+    """The SLO targets (ms) of a subplot's latency x axis over `data` (ms), `where` = (its
+    index from 0, row, col): those near the data (units.near) as dashed lines from y[0] to
+    y[1] (the first in the legend when `show`), those far from it named at the axis' edge
+    with an arrow towards them (bottom right for a target above the data, top left below
+    it), so that the axis fits the data."""
+    values = np.asarray(data, np.float64).ravel()
+    values = values[np.isfinite(values)]
+    index, row, col = where
+    ref = "x" if index == 0 else f"x{index + 1}"
+    first = True
+    for t in targets:
+        if near(t, values):
+            fig.add_trace(_target_trace(t, y, name, show and first), row=row, col=col)
+            first = False
+            continue
+        above = not len(values) or t > values.max()
+        fig.add_annotation(
+            text=f"{name} SLO {fmt(t)} ms \u2192" if above else f"\u2190 {name} SLO {fmt(t)} ms",
+            xref=f"{ref} domain",
+            yref=f"{ref.replace('x', 'y')} domain",
+            x=1.0 if above else 0.0,
+            y=0.0 if above else 1.0,
+            xanchor="right" if above else "left",
+            yanchor="bottom" if above else "top",
+            showarrow=False,
+            font={"size": 10, "color": "crimson"},
+        )
 
 
 def _hover(g: pd.DataFrame, lat: str, val: str) -> list[str]:
@@ -203,15 +245,16 @@ def front_places(found: list, axes_values: tuple, logs: tuple) -> list[dict]:
 
 def _front_panel(fig, points: pd.DataFrame, p: int, best: pd.DataFrame, parts: tuple) -> list:
     """Front panel p (FRONT_PANELS[p]): each condition's points and labelled front, the SLO
-    targets; returns [(x values, x log), (y values, y log)] of its axes."""
+    targets (near the points dashed, else named at the edge: add_targets); returns [(values,
+    log, linear range or None)] of its x and y axes."""
     (lat, val), (groups, masks, label_keys) = FRONT_PANELS[p], parts
     where = {"row": p // 2 + 1, "col": p % 2 + 1}
+    xs = points[f"{lat}_mean"].to_numpy(np.float64) * 1000.0
     target = [t * 1000.0 for t in targets_s(points, f"slo.{lat.split('_')[0]}_s")]
-    axes = [
-        np.concatenate([points[f"{lat}_mean"].to_numpy(np.float64) * 1000.0, target]),
-        points[f"{val}_mean"].to_numpy(np.float64),
-    ]
-    logs = (log_scale(axes[0]), log_scale(axes[1]))
+    shown = [t for t in target if near(t, xs)]  # drawn inside the axis: it autoranges over them
+    axes = [np.concatenate([xs, shown]), points[f"{val}_mean"].to_numpy(np.float64)]
+    logs = (log_scale(xs), log_scale(axes[1]))
+    starred = best_points(best)
     found, ons = [], []
     for _, g in groups:
         x = g[f"{lat}_mean"].to_numpy(np.float64) * 1000.0
@@ -230,25 +273,23 @@ def _front_panel(fig, points: pd.DataFrame, p: int, best: pd.DataFrame, parts: t
             "show": p == 0,
             "labels": labels,
         }
-        _pareto_condition(
-            fig, g, ons[k], g["point"].isin(set(best["point"])).to_numpy(), where, style
-        )
+        _pareto_condition(fig, g, ons[k], g["point"].isin(starred).to_numpy(), where, style)
     ys = axes[1][np.isfinite(axes[1])]
     span = [float(ys.min()), float(ys.max())] if len(ys) else [0.0, 1.0]
-    for t in target:
-        fig.add_trace(
-            _target_trace(t, span, lat.split("_")[0].upper(), p == 0 and t == target[0]), **where
-        )
-    fig.update_xaxes(title_text=title(lat), **axis_style(axes[0], logs[0]), **where)
-    fig.update_yaxes(title_text=title(val), **axis_style(axes[1], logs[1]), **where)
-    return list(zip(axes, logs, strict=True))
+    add_targets(fig, target, xs, lat.split("_")[0].upper(), (p, *where.values()), span, p == 0)
+    styles = [axis_style(axes[0], logs[0]), axis_style(axes[1], logs[1])]
+    fig.update_xaxes(title_text=title(lat), **styles[0], **where)
+    fig.update_yaxes(title_text=title(val), **styles[1], **where)
+    return [(v, log, st.get("range")) for v, log, st in zip(axes, logs, styles, strict=True)]
 
 
 def pareto_figure(points: pd.DataFrame, conditions: list, settings: list, best: pd.DataFrame):
     """Useful tokens per $ and goodput against P99 TTFT and TPOT (ms): each condition's
     points, its Pareto front as a staircase labelled by setting (settings whose points
-    coincide share a label; labels placed apart), its best setting starred, and the SLO
-    targets dashed; log axes tick at 1-2-5 steps. None when a metric is missing."""
+    coincide share a label; labels placed apart), its best setting (and those tied with it)
+    starred, and the SLO targets dashed (or, far from the points, named at the axis' edge);
+    log axes tick at 1-2-5 steps; one point's axes span +- 5% of it. None when a metric is
+    missing."""
     from plotly.subplots import make_subplots
 
     if any(f"{m}_mean" not in points for pair in FRONT_PANELS for m in pair):
@@ -269,7 +310,11 @@ def pareto_figure(points: pd.DataFrame, conditions: list, settings: list, best: 
     panels = [_front_panel(fig, points, p, best, parts) for p in range(len(FRONT_PANELS))]
     menus = [
         _type_buttons(
-            a, [pn[i][1] for pn in panels], [plotly_log_ticks(pn[i][0]) for pn in panels], x
+            a,
+            [pn[i][1] for pn in panels],
+            [plotly_log_ticks(pn[i][0]) for pn in panels],
+            x,
+            [pn[i][2] for pn in panels],
         )
         for i, (a, x) in enumerate((("x", 0.0), ("y", 0.25)))
     ]
@@ -283,15 +328,16 @@ def pareto_figure(points: pd.DataFrame, conditions: list, settings: list, best: 
     return fig
 
 
-def cdf_figure(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame):
+def cdf_figure(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame, keys: list | None = None):
     """The empirical CDFs of TTFT, TPOT and E2E (ms) of each point (all seeds pooled; at
-    most CDF_STEPS steps a line), one legend entry per point (the best settings first, at
-    most CDF_LIMIT), SLO targets dashed; log axes tick at 1-2-5 steps. None when no point has
-    a CDF."""
+    most CDF_STEPS steps a line), one legend entry per line (points whose CDFs are the same
+    as one, named together: figures.cdf_groups; the best settings first, at most CDF_LIMIT),
+    SLO targets dashed near the data, named at the axis' edge far from it; an axis fits its
+    data, log where it spans 1.5 decades (1-2-5 ticks). None when no point has a CDF."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    shown = cdf_order(points, best, cdfs, CDF_LIMIT)
+    shown = cdf_groups(points, best, cdfs, CDF_LIMIT, keys)
     if not shown:
         return None
     fig = make_subplots(
@@ -300,10 +346,10 @@ def cdf_figure(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame):
         horizontal_spacing=0.06,
         subplot_titles=[f"{lat.upper()} (ms)" for lat in LATENCIES],
     )
-    logs, ticks = [], []
+    logs, ticks, ranges = [], [], []
     for c, lat in enumerate(LATENCIES, start=1):
-        for k, p in enumerate(shown):
-            cdf = thin(cdfs[p][lat], CDF_STEPS)
+        for k, (label, _, cdf_of) in enumerate(shown):
+            cdf = thin(cdf_of[lat], CDF_STEPS)
             if cdf.n:
                 fig.add_trace(
                     go.Scatter(
@@ -311,25 +357,25 @@ def cdf_figure(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame):
                         y=cdf.p.astype(np.float32),
                         mode="lines",
                         line_shape="hv",
-                        name=p,
-                        legendgroup=p,
+                        name=label,
+                        legendgroup=label,
                         showlegend=c == 1,
                         line={"color": PALETTE[k % len(PALETTE)], "width": 1.5},
-                        hovertemplate=f"{html_lib.escape(p)}<br>%{{x:.4g}} ms: %{{y:.4f}} of "
-                        f"{cdf.n} requests<extra></extra>",
+                        hovertemplate=f"{html_lib.escape(label)}<br>%{{x:.4g}} ms: "
+                        f"%{{y:.4f}} of {cdf.n} requests<extra></extra>",
                     ),
                     row=1,
                     col=c,
                 )
         target = [t * 1000.0 for t in targets_s(points, f"slo.{lat}_s")]
-        for t in target:
-            fig.add_trace(_target_trace(t, [0.0, 1.0], lat.upper(), False), row=1, col=c)
-        values = np.concatenate([cdfs[p][lat].x_ms for p in shown] + [np.asarray(target)])
-        logs.append(log_scale(values))
+        data = np.concatenate([cdf_of[lat].x_ms for _, _, cdf_of in shown])
+        add_targets(fig, target, data, lat.upper(), (c - 1, 1, c), [0.0, 1.0], False)
+        values = np.concatenate([data, [t for t in target if near(t, data)]])
+        logs.append(log_scale(data))
         ticks.append(plotly_log_ticks(values))
-        fig.update_xaxes(
-            title_text=f"{lat.upper()} (ms)", **axis_style(values, logs[-1]), row=1, col=c
-        )
+        style = axis_style(values, logs[-1])
+        ranges.append(style.get("range"))
+        fig.update_xaxes(title_text=f"{lat.upper()} (ms)", **style, row=1, col=c)
         fig.update_yaxes(
             range=[0, 1.02], title_text="fraction at or below" if c == 1 else None, row=1, col=c
         )
@@ -338,7 +384,7 @@ def cdf_figure(points: pd.DataFrame, cdfs: dict, best: pd.DataFrame):
         template="plotly_white",
         margin={"t": 110},
         legend={"title": {"text": "point"}},
-        updatemenus=[_type_buttons("x", logs, ticks, 0.0)],
+        updatemenus=[_type_buttons("x", logs, ticks, 0.0, ranges)],
     )
     return fig
 
@@ -412,7 +458,7 @@ def timeline_figure(tl):
         template="plotly_white",
         margin={"t": 80},
         title={
-            "text": f"run {html_lib.escape(tl.run)}, scenario {tl.scenario} "
+            "text": f"Timeline of run {html_lib.escape(tl.name)}, scenario {tl.scenario} "
             f"({html_lib.escape(tl.why)}){note}",
             "font": {"size": 13},
         },
@@ -524,15 +570,25 @@ def _fleet_hourly(fig, fl, row: int) -> None:
             mode="lines+markers",
             name="SLO attainment (per hour)",
             line={"color": "#17becf", "width": 1.5},
+            cliponaxis=False,  # an attainment of 1.0 under the top of 1.02 stays whole
             hovertemplate="SLO attainment: %{y:.4g} in the hour at %{x:.4g} h<extra></extra>",
         ),
         row=row,
         col=1,
         secondary_y=False,
     )
-    fig.update_yaxes(title_text="SLO attainment", range=[0, 1.02], row=row, col=1)
+    # (secondary_y=False: without it the range would hold the replicas' axis to [0, 1.02] too)
     fig.update_yaxes(
-        title_text="mean replicas", rangemode="tozero", row=row, col=1, secondary_y=True
+        title_text="SLO attainment", range=[0, 1.02], row=row, col=1, secondary_y=False
+    )
+    fig.update_yaxes(
+        title_text="mean replicas",
+        rangemode="tozero",
+        tickmode="auto",  # its own round ticks (1, 1.5), not the left axis' grid (0.35, 0.701)
+        showgrid=False,
+        row=row,
+        col=1,
+        secondary_y=True,
     )
 
 

@@ -154,7 +154,7 @@ def report(
                 path
                 for path in (
                     figs.draw_pareto(points, conditions, setting_keys, best, stage),
-                    figs.draw_cdfs(points, cdfs, best, stage),
+                    figs.draw_cdfs(points, cdfs, best, stage, keys=col.keys),
                     figs.draw_timeline(tl, stage),
                     figs.draw_fleet(fl, stage),
                 )

@@ -5,9 +5,18 @@ The bootstrap resamples a scenario's requests with replacement and recomputes ea
 a point's interval is the 2.5-97.5 percentile range of the mean over its seeds of those
 replicates. Requests in a queue are correlated (one burst delays many), so these intervals are
 optimistic; the spread over seeds (std) is the honest one when there are several.
+
+Identical runs are one result: a scenario's *outcome* is a digest of its request outcomes
+(every request's end state, counting, qualification, latencies and tokens delivered), and its
+resampling is seeded from that digest, so two runs with the same outcomes get the same
+replicates and the same interval wherever they sit in the sweep. Points whose seeds have the
+same outcomes (settings that never changed what the engine did: a max_num_seqs above the most
+requests ever running) are *identical*: compared as one point, under one label naming each.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 import pandas as pd
@@ -30,6 +39,7 @@ QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 CI_METRICS = tuple(f"{m}_{s}_s" for m in LATENCIES for s in STATS) + (
     "slo_attainment",
     "goodput_rps",
+    "useful_tokens_per_dollar",
 )
 # Headline metrics and which way is better (+1 higher, -1 lower).
 HEADLINE = {
@@ -46,6 +56,34 @@ NO_INFO_WIDTH = "no information (an interval of zero width)"
 NO_INTERVAL = "no interval (one seed, no bootstrap)"
 # Columns of requests.parquet the bootstrap reads.
 REQUEST_COLUMNS = ("counted", "end_state", "qualifies") + tuple(f"{lat}_s" for lat in LATENCIES)
+DELIVERED = "output_tokens_delivered"  # read where present: useful tokens per dollar
+OUTCOME = "outcome"  # the key of a scenario's outcome digest among its replicates
+
+
+def outcome_digest(requests: pd.DataFrame) -> str:
+    """A digest (hex) of one scenario's request outcomes: each request's counting, end state,
+    qualification, TTFT, TPOT and E2E and, where the table has them, tokens delivered. Two
+    runs with equal digests had the same outcome for every request, in order."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in (*REQUEST_COLUMNS, DELIVERED):
+        if name not in requests:
+            continue
+        col = requests[name]
+        if name == "end_state":
+            data = "\x1f".join(map(str, col)).encode()
+        else:
+            v = pd.to_numeric(col, errors="coerce").to_numpy(np.float64)
+            data = np.where(np.isnan(v), np.nan, v).tobytes()  # one NaN, whatever its bits
+        h.update(name.encode() + b"=" + data + b";")
+    return h.hexdigest()
+
+
+def outcome_rng(seed: int, digest: str) -> np.random.Generator:
+    """The resampling generator of a scenario: seeded from `seed` and its outcome digest, so
+    the same requests resampled give the same replicates in any run order."""
+    seed = [int(seed), int(digest[:15], 16)]  # (core/streams.py: outside its table)
+    rng = np.random.default_rng(seed)
+    return rng
 
 
 def _resamples(n: int, n_boot: int, rng: np.random.Generator):
@@ -71,10 +109,17 @@ def _replicate_stats(values: np.ndarray, n_boot: int, rng: np.random.Generator) 
 
 
 def bootstrap_scenario(
-    requests: pd.DataFrame, window_s: float, n_boot: int, rng: np.random.Generator
+    requests: pd.DataFrame,
+    window_s: float,
+    n_boot: int,
+    rng: np.random.Generator,
+    tokens_per_dollar: float = np.nan,
 ) -> dict:
     """Replicates [n_boot] of every CI_METRICS entry for one scenario's request table, over the
-    same requests the metrics use (counted; latencies of completed requests)."""
+    same requests the metrics use (counted; latencies of completed requests). Useful tokens
+    per dollar (the scenario's value `tokens_per_dollar`; its cost is fixed) scales with the
+    resampled output tokens of the qualifying requests; NaN without that value or the table's
+    output_tokens_delivered."""
     counted = requests[requests["counted"].to_numpy(bool)]
     done = counted[(counted["end_state"] == "completed").to_numpy()]
     reps = {}
@@ -84,12 +129,23 @@ def bootstrap_scenario(
             reps[f"{lat}_{s}_s"] = r
     q = counted["qualifies"].to_numpy(np.float64)
     n = len(q)
+    useful = np.full(n, np.nan)
+    if DELIVERED in counted and np.isfinite(tokens_per_dollar):
+        useful = q * pd.to_numeric(counted[DELIVERED], errors="coerce").to_numpy(np.float64)
+    att, tpd = np.full(n_boot, np.nan), np.full(n_boot, np.nan)
     if n:
-        att = np.concatenate([q[idx].mean(axis=1) for idx in _resamples(n, n_boot, rng)])
-    else:
-        att = np.full(n_boot, np.nan)
+        parts = [
+            (q[idx].mean(axis=1), useful[idx].sum(axis=1)) for idx in _resamples(n, n_boot, rng)
+        ]
+        att = np.concatenate([a for a, _ in parts])
+        total = useful.sum()
+        if np.isfinite(total) and total > 0:
+            tpd = np.concatenate([u for _, u in parts]) * (tokens_per_dollar / total)
+        elif np.isfinite(total):  # nothing useful: every replicate is the value, 0
+            tpd = np.full(n_boot, float(tokens_per_dollar))
     reps["slo_attainment"] = att
     reps["goodput_rps"] = att * n / window_s if window_s > 0 else np.full(n_boot, np.nan)
+    reps["useful_tokens_per_dollar"] = tpd
     return reps
 
 
@@ -116,11 +172,10 @@ def _read_requests(path, skipped: list) -> pd.DataFrame | None:
 
 
 def bootstrap(col: Collection, n_boot: int = 1000, seed: int = 0) -> dict:
-    """{row index of col.runs: {metric: replicates [n_boot]}} for every scenario whose run has
-    a requests.parquet; deterministic in `seed`."""
-    if n_boot <= 0:
-        return {}
-    rng = np.random.default_rng(seed)
+    """{row index of col.runs: {metric: replicates [n_boot], OUTCOME: digest}} for every
+    scenario whose run has a readable requests.parquet (with n_boot <= 0, the digests alone);
+    each scenario resampled by outcome_rng(seed, its digest): deterministic in `seed`, and the
+    same for runs with the same request outcomes."""
     out = {}
     for run, rows in col.runs.groupby("run", sort=False):
         path = col.run_dirs[run] / "requests.parquet"
@@ -134,8 +189,25 @@ def bootstrap(col: Collection, n_boot: int = 1000, seed: int = 0) -> dict:
             req = by_scenario.get(int(row["scenario"]))
             if req is None:
                 continue
-            out[idx] = bootstrap_scenario(req, float(row.get("window_s", np.nan)), n_boot, rng)
+            digest = outcome_digest(req)
+            reps = {}
+            if n_boot > 0:
+                reps = bootstrap_scenario(
+                    req,
+                    float(row.get("window_s", np.nan)),
+                    n_boot,
+                    outcome_rng(seed, digest),
+                    _float(row.get("useful_tokens_per_dollar", np.nan)),
+                )
+            out[idx] = {**reps, OUTCOME: digest}
     return out
+
+
+def _float(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float(np.nan)
 
 
 def metric_columns(runs: pd.DataFrame, keys: list) -> list:
@@ -155,8 +227,9 @@ def metric_columns(runs: pd.DataFrame, keys: list) -> list:
 def aggregate(col: Collection, replicates: dict | None = None) -> pd.DataFrame:
     """One row per point (rows that agree on col.keys): the key values, `point` (a label),
     `n` (seeds), `run` (the run folder of its first seed), the SLO targets of its runs
-    (TARGET_KEYS, where the runs say), and for each metric M: M_mean, M_std (ddof 1; NaN with
-    one seed) and, where replicates exist for every seed, M_ci_lo and M_ci_hi (a LEVEL
+    (TARGET_KEYS, where the runs say), `outcome` (its seeds' outcome digests, sorted and
+    joined; "" unless every seed has one), and for each metric M: M_mean, M_std (ddof 1; NaN
+    with one seed) and, where replicates exist for every seed, M_ci_lo and M_ci_hi (a LEVEL
     bootstrap interval of the mean over seeds). Seeds that gave one same value of M (a replayed
     trace without replicas) are one sample, not several: the interval is the first seed's."""
     runs = col.runs
@@ -176,6 +249,8 @@ def aggregate(col: Collection, replicates: dict | None = None) -> pd.DataFrame:
         row["seeds"] = " ".join(str(s) for s in g["seed"]) if "seed" in g else ""
         row["run"] = first["run"]
         row.update({k: first[k] for k in TARGET_KEYS if k in g and k not in col.keys})
+        digests = [replicates.get(i, {}).get(OUTCOME) for i in g.index]
+        row[OUTCOME] = " ".join(sorted(digests)) if all(digests) else ""
         for m in metrics:
             v = g[m].to_numpy(np.float64)
             finite = v[np.isfinite(v)]
@@ -191,7 +266,7 @@ def _point_ci(g: pd.DataFrame, metric: str, replicates: dict) -> tuple[float, fl
     """The LEVEL bootstrap interval of the mean over the seeds (rows of `g`) of `metric`;
     NaN unless every seed has replicates. Seeds whose values of `metric` are all the same
     count once (their replicates would average copies of one sample into a narrower one)."""
-    reps = [replicates[i][metric] for i in g.index if i in replicates]
+    reps = [replicates[i][metric] for i in g.index if metric in replicates.get(i, {})]
     if len(reps) != len(g) or not reps:
         return float(np.nan), float(np.nan)
     if len(reps) > 1 and metric in g and identical(g[metric].to_numpy(np.float64)):
@@ -270,6 +345,49 @@ def interval(points: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray]
     return lo, hi
 
 
+IDENTICAL = "identical request outcomes"  # why points are one result
+
+
+def identical_groups(points: pd.DataFrame) -> list[list[int]]:
+    """Positions of `points` grouped where their runs had the same request outcomes (equal
+    `outcome`, see aggregate) and their headline means agree (to TOL relative: a cost that
+    differed with the same requests keeps them apart); a point without an outcome is alone.
+    Groups and members in order of first appearance."""
+    outcome = points.get(OUTCOME, pd.Series("", index=points.index)).fillna("").astype(str)
+    means = [f"{m}_mean" for m in HEADLINE if f"{m}_mean" in points]
+    values = points[means].to_numpy(np.float64) if means else np.zeros((len(points), 0))
+    groups: list[list[int]] = []
+    for i, key in enumerate(outcome):
+        home = None
+        if key:
+            home = next(
+                (g for g in groups if outcome.iloc[g[0]] == key and _same(values[g[0]], values[i])),
+                None,
+            )
+        if home is None:
+            groups.append([i])
+        else:
+            home.append(i)
+    return groups
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two rows of means agree: NaN where the other is NaN, else to TOL relative."""
+    both = np.isnan(a) & np.isnan(b)
+    close = np.abs(a - b) <= TOL * np.maximum(np.abs(a), np.abs(b))
+    return bool(np.all(both | close))
+
+
+def group_label(rows: pd.DataFrame, keys: list | None) -> str:
+    """One label naming every point of `rows` (labels.tied_label over `keys`; their `point`
+    labels joined by "; " when keys is None)."""
+    from servetune.reporting.labels import tied_label
+
+    if keys is None:
+        return "; ".join(dict.fromkeys(str(p) for p in rows["point"]))
+    return tied_label(rows, list(keys))
+
+
 COMPARISON_COLUMNS = [
     "condition",
     "metric",
@@ -279,6 +397,7 @@ COMPARISON_COLUMNS = [
     "other_mean",
     "distinguishable",
     "note",
+    "identical",
 ]
 
 
@@ -290,12 +409,16 @@ def compare(
     point of that condition: columns condition, metric, best, other (points named by their
     `keys` other than the conditions; by their `point` label when keys is None), best_mean,
     other_mean (stored units), distinguishable (True: the intervals do not overlap; False:
-    they overlap, the two cannot be told apart; None: no interval to judge by) and note (why
-    None: see `intervals`)."""
+    they overlap, the two cannot be told apart; None: no interval to judge by), note (why
+    None: see `intervals`) and identical (how many points share the best's request outcomes).
+
+    Identical points (identical_groups) are compared as one, named together
+    ("max_num_seqs=16, 64, 256"); where every point of a condition is one such group, its one
+    row has other "" (nothing else to compare), distinguishable False and note IDENTICAL."""
     rows = []
     conditions = [k for k in conditions if k in points]
-    if keys is not None:
-        rest = [k for k in keys if k not in conditions]
+    rest = None if keys is None else [k for k in keys if k not in conditions]
+    if rest is not None:
         points = points.assign(point=[point_label(r, rest) for _, r in points.iterrows()])
     if conditions:
         groups = [
@@ -308,12 +431,22 @@ def compare(
         groups = [points]
     for g in groups:
         label = condition_label(g.iloc[0], conditions) if conditions else ""
-        rows += _compare_group(g.reset_index(drop=True), metrics, label)
+        rows += _compare_group(_one_per_outcome(g.reset_index(drop=True), rest), metrics, label)
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
+def _one_per_outcome(points: pd.DataFrame, keys: list | None) -> pd.DataFrame:
+    """`points` with each group of identical points as its first row, labelled by the whole
+    group (group_label) and counted in column `identical`."""
+    groups = identical_groups(points)
+    out = points.iloc[[g[0] for g in groups]].copy()
+    out["point"] = [group_label(points.iloc[g], keys) for g in groups]
+    out["identical"] = [len(g) for g in groups]
+    return out.reset_index(drop=True)
+
+
 def _compare_group(points: pd.DataFrame, metrics: dict, condition: str) -> list[dict]:
-    if len(points) < 2:
+    if len(points) < 2 and points["identical"].iloc[0] < 2:
         return []
     rows = []
     for metric, sign in metrics.items():
@@ -324,6 +457,23 @@ def _compare_group(points: pd.DataFrame, metrics: dict, condition: str) -> list[
             continue
         best = int(np.nanargmax(sign * mean))
         lo, hi, notes = intervals(points, metric)
+        common = {
+            "condition": condition,
+            "metric": metric,
+            "best": points["point"].iloc[best],
+            "best_mean": mean[best],
+            "identical": int(points["identical"].iloc[best]),
+        }
+        if len(points) == 1:
+            rows.append(
+                {
+                    **common,
+                    "other": "",
+                    "other_mean": mean[best],
+                    "distinguishable": False,
+                    "note": IDENTICAL,
+                }
+            )
         for j in range(len(points)):
             if j == best:
                 continue
@@ -333,11 +483,8 @@ def _compare_group(points: pd.DataFrame, metrics: dict, condition: str) -> list[
                 dist, note = None, notes[best] or notes[j]
             rows.append(
                 {
-                    "condition": condition,
-                    "metric": metric,
-                    "best": points["point"].iloc[best],
+                    **common,
                     "other": points["point"].iloc[j],
-                    "best_mean": mean[best],
                     "other_mean": mean[j],
                     "distinguishable": dist,
                     "note": note,
@@ -347,14 +494,17 @@ def _compare_group(points: pd.DataFrame, metrics: dict, condition: str) -> list[
 
 
 def verdicts(comparisons: pd.DataFrame) -> list[str]:
-    """One sentence per condition and headline metric: the best point (latencies in ms) and
-    the points it cannot be told from, those it has no information to be told from
-    (identical seeds, zero-width intervals) and those without an interval."""
+    """One sentence per condition and headline metric: the best point (latencies in ms), or
+    "tied:" where it is several identical points or cannot be told from another, then the
+    points it cannot be told from, those it has no information to be told from (identical
+    seeds, zero-width intervals) and those without an interval."""
     lines = []
     if comparisons.empty:
         return lines
     for (condition, metric), g in comparisons.groupby(["condition", "metric"], sort=False):
-        best = g["best"].iloc[0]
+        best, value = g["best"].iloc[0], g["best_mean"].iloc[0]
+        many = "identical" in g and int(g["identical"].iloc[0]) > 1
+        g = g[g["other"] != ""]
         dist = list(g["distinguishable"])
         same = [o for o, d in zip(g["other"], dist, strict=True) if d is not None and not d]
         blind = [
@@ -368,8 +518,10 @@ def verdicts(comparisons: pd.DataFrame) -> list[str]:
             if d is None and not str(note).startswith("no information")
         ]
         where = f"[{condition}] " if condition else ""
-        shown = f"{shown_value(g['best_mean'].iloc[0], metric, 4)} {unit(metric)}".strip()
-        text = f"{where}{title(metric, False)}: best {best} ({shown})"
+        shown = f"{shown_value(value, metric, 4)} {unit(metric)}".strip()
+        tied = many or bool(same)
+        text = f"{where}{title(metric, False)}: {'tied:' if tied else 'best'} {best} ({shown}"
+        text += f", {IDENTICAL})" if many else ")"
         if same and len(same) == len(g):
             text += f"; not distinguishable from any of the {len(g)} other point(s)"
         elif same:
@@ -386,7 +538,7 @@ def verdicts(comparisons: pd.DataFrame) -> list[str]:
             )
         if unknown:
             text += f"; no interval to compare with {len(unknown)} point(s) (one seed, no CI)"
-        if not same and not unknown and not blind:
+        if len(g) and not same and not unknown and not blind:
             text += "; distinguishable from every other point"
         lines.append(text)
     return lines

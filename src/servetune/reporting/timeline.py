@@ -32,14 +32,19 @@ MAX_BINS = 2000  # samples per instance drawn; more are binned in time (max per 
 class Timeline:
     """One run's timeline: run (folder relative to the report's root), scenario (the one
     drawn), why (how the run was chosen), table (samples sorted by instance and t_s; None
-    when there is nothing to draw) and note (what is missing and how to get it; "" when
-    table is there)."""
+    when there is nothing to draw), note (what is missing and how to get it; "" when
+    table is there) and name (the run as titles name it: Collection.run_name; `run` where
+    not set)."""
 
     run: str
     scenario: int
     why: str
     table: pd.DataFrame | None = None
     note: str = ""
+    name: str = ""
+
+    def __post_init__(self):
+        self.name = self.name or self.run
 
 
 def choose(col: Collection, best: pd.DataFrame, requested: str | None) -> tuple[str, int, str]:
@@ -52,9 +57,13 @@ def choose(col: Collection, best: pd.DataFrame, requested: str | None) -> tuple[
         run = _find(col, requested)
         return run, int(runs.loc[runs["run"] == run, "scenario"].iloc[0]), f"--timeline {requested}"
     rows = list(best.itertuples(index=False))
-    if not rows:
+    if not rows or (len(rows) == 1 and rows[0].setting == "all"):  # one point: no choice made
         run = str(runs["run"].iloc[0])
-        return run, int(runs["scenario"].iloc[0]), "the first run"
+        return (
+            run,
+            int(runs["scenario"].iloc[0]),
+            "the only run" if len(runs) == 1 else "the first run",
+        )
     pick = next((r for r in rows if (col.run_dirs[r.run] / FILE).exists()), rows[0])
     mine = runs[runs["run"] == pick.run]
     labels = [point_label(r, col.keys) for _, r in mine.iterrows()]
@@ -64,7 +73,11 @@ def choose(col: Collection, best: pd.DataFrame, requested: str | None) -> tuple[
         else int(mine["scenario"].iloc[0])
     )
     where = f" under {pick.condition}" if len(rows) > 1 else ""
-    return pick.run, scenario, f"the first run of the best setting{where} ({pick.setting})"
+    if getattr(pick, "tied", ""):  # the tie's first setting, the one drawn and exported
+        why = f"the first run of {pick.chosen}, the first of the settings tied best{where}"
+    else:
+        why = f"the first run of the best setting{where}, {pick.setting}"
+    return pick.run, scenario, why
 
 
 def _find(col: Collection, requested: str) -> str:
@@ -103,12 +116,12 @@ def how_to_get(run_dir: Path) -> str:
 def read(col: Collection, run: str, scenario: int, why: str) -> Timeline:
     """The Timeline of `run` (see the module docstring); never raises for a missing or
     damaged file: the note says what is wrong and how to get one."""
-    out = Timeline(run=run, scenario=scenario, why=why)
+    out = Timeline(run=run, scenario=scenario, why=why, name=col.run_name(run))
     run_dir = Path(col.run_dirs[run])
     path = run_dir / FILE
     if not path.exists():
         out.note = (
-            f"run {run} has no {FILE}. To see its queue, batch and KV blocks over "
+            f"run {out.name} has no {FILE}. To see its queue, batch and KV blocks over "
             f"time, simulate it again with {OPTION} (same results, plus the "
             f"timeline) and report again: {how_to_get(run_dir)}"
         )

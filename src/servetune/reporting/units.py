@@ -20,6 +20,7 @@ TITLES = {
 }
 UNITS = {"goodput_rps": "req/s", "throughput_rps": "req/s"}
 LOG_DECADES = 1.5  # a positive quantity spanning more than this many decades is drawn on log axes
+NEAR = 2.0  # an SLO target within this factor of a latency axis' data is drawn on the axis
 # series colours of the page's figures (matplotlib's tab10, which the PNGs use)
 PALETTE = [
     "#1f77b4",
@@ -70,6 +71,18 @@ def log_scale(values, decades: float = LOG_DECADES) -> bool:
     v = np.asarray(values, np.float64).ravel()
     v = v[np.isfinite(v)]
     return len(v) > 1 and bool(np.all(v > 0)) and v.max() / v.min() > 10.0**decades
+
+
+def near(target: float, values, factor: float = NEAR) -> bool:
+    """Whether an SLO `target` is drawn inside a latency axis over `values` (its data, in the
+    same unit): within `factor` of their positive finite range (lo / factor <= target <= hi x
+    factor). A target further off is named at the axis' edge instead, so that the axis fits
+    the data rather than stretching to the target. True where there are no values."""
+    v = np.asarray(values, np.float64).ravel()
+    v = v[np.isfinite(v) & (v > 0)]
+    if not len(v):
+        return True
+    return bool(v.min() / factor <= target <= v.max() * factor)
 
 
 def shown(value, metric: str, digits: int = 3) -> str:
