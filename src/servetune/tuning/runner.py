@@ -147,6 +147,11 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         raise ConfigError("tune: missing; add tune=es (the evolution-strategies tuner)")
     estimator = _choice(t, "estimator", ("es", "pathwise"))
     pathwise_only = estimator == "pathwise"
+    if pathwise_only and "relax" not in t:  # tune.estimator=pathwise over the es group's keys
+        raise ConfigError(
+            "tune.estimator: got 'pathwise' over the es tuner's settings (no tune.relax, "
+            "tune.temperature, tune.slo_tau); select the pathwise tuner with tune=pathwise"
+        )
     family = OmegaConf.select(t, "policy_family", default="linear")
     if family not in ("linear", "neural"):
         raise ConfigError(f"tune.policy_family: got {family!r}; expected linear or neural")
@@ -379,6 +384,7 @@ def checked_config(cfg: DictConfig) -> tuple[Settings, DictConfig]:
     and the evaluation's held-out overrides; the first problem is a ConfigError naming its
     key."""
     st = settings_from_config(cfg)
+    _check_estimator_inputs(cfg, st)
     _check_sizes(cfg, st)
     _check_keys_act(cfg, st.space)
     _check_score_keys_act(cfg, st)
@@ -490,7 +496,6 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str):
     else:
         evaluator = Evaluator(build(cfg), order, st.batch_mode)
     engine = _first_scenario(evaluator).engine
-    _check_fleet_space(st, engine)
     st = dataclasses.replace(
         st,
         space=dataclasses.replace(
@@ -507,11 +512,6 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str):
 
     if st.estimator != "pathwise":
         return st, evaluator, EvolutionStrategies(score, st.seed, st.pairs, st.sigma)
-    if st.workloads:
-        raise ConfigError(
-            "tune.workloads: the pathwise estimator tunes on one workload; "
-            "use tune=es to tune over several"
-        )
     gradient = PathwiseEstimator(
         evaluator,
         space,
@@ -526,14 +526,20 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str):
     return st, evaluator, Pathwise(score, gradient)
 
 
-def _check_fleet_space(st: Settings, engine) -> None:
-    """ConfigError naming tune.space.fleet where the autoscaler's numbers are tuned without an
-    autoscaler, or by the pathwise estimator (its relaxed cost counts the capacity, not the
+def _check_estimator_inputs(cfg: DictConfig, st: Settings) -> None:
+    """ConfigError naming the key where the settings ask what the estimator cannot do: the
+    pathwise estimator over several workloads, or the autoscaler's numbers tuned without an
+    autoscaler or by the pathwise estimator (its relaxed cost counts the capacity, not the
     replicas provisioned)."""
+    if st.estimator == "pathwise" and st.workloads:
+        raise ConfigError(
+            "tune.workloads: the pathwise estimator tunes on one workload; "
+            "use tune=es to tune over several"
+        )
     tuned = [k for k in st.space.keys if k.startswith(fleet_lib.PREFIX)]
     if not tuned:
         return
-    if not engine.autoscale:
+    if not fleet_lib.enabled(cfg):
         raise ConfigError(
             f"tune.space.fleet: tunes {', '.join(tuned)}, but the run has no autoscaler; "
             f"expected fleet.autoscale=true"
