@@ -137,6 +137,48 @@ def test_precisions_map_to_the_database_modes_and_others_are_refused_by_key(monk
         aic.linear_fit(aic.AicTarget("h100", "llama3_8b", max_model_len=4096))
 
 
+@pytest.mark.parametrize(
+    "bits, lacks, blamed",
+    [
+        ({"weight_bits": 8}, ("gemm_quant_mode",), r"model\.weight_bits=8"),
+        ({"kv_bits": 8}, ("kvcache_quant_mode",), r"model\.kv_bits=8"),
+        (
+            {"weight_bits": 8, "kv_bits": 8},
+            ("gemm_quant_mode", "kvcache_quant_mode"),
+            r"model\.weight_bits=8 and model\.kv_bits=8",
+        ),
+        ({"weight_bits": 8, "kv_bits": 8}, ("gemm_quant_mode",), r"model\.weight_bits=8"),
+    ],
+)
+def test_a_precision_the_database_lacks_names_its_key(monkeypatch, bits, lacks, blamed):
+    """(issue 64) FP8 on an A100 said "could not estimate a batch of 16 prefill tokens"
+    instead of naming model.weight_bits: a database without a precision's tables (FP8 on a
+    GPU without FP8 tensor cores) is told by the same batch estimable at 16 bits."""
+    fake = _SyntheticDatabase()
+    fake.config.ModelConfig = lambda **kw: kw
+    modules = (fake.config, fake.models, fake.perf_database, fake.sdk, fake.common)
+    monkeypatch.setattr(aic, "_import", lambda: modules)
+    decode, mixed = fake.decode, fake.mixed
+
+    def refuse(model):
+        missing = [k for k in lacks if model[1][k] == "fp8"]
+        if missing:
+            raise KeyError(f"no fp8 table for {missing[0]}")
+
+    fake.sdk.estimate_decode_step_breakdown_with_rust = lambda m, db, **k: (
+        refuse(m) or decode(m, db, **k)
+    )
+    fake.sdk.estimate_mixed_step_breakdown_with_rust = lambda m, db, **k: (
+        refuse(m) or mixed(m, db, **k)
+    )
+    with pytest.raises(
+        ConfigError, match=rf"^{blamed}: aiconfigurator-core's vllm 9\.9 data"
+    ) as info:
+        aic.linear_fit(aic.AicTarget("a100_80gb", "llama3_8b", max_model_len=4096, **bits))
+    assert "at 16 bits it estimates the same batch: set" in str(info.value)
+    assert len(str(info.value)) < 600
+
+
 def test_without_the_extra_cost_aic_names_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "aiconfigurator_core", None)  # import fails as uninstalled
     with pytest.raises(
@@ -203,7 +245,10 @@ def test_fp8_and_the_other_engines_read_their_own_tables():
         )
         assert fit.backend == backend and fit.version != bf16.version and fit.rel_error_p90 < 0.2
     # the A100 has no FP8 tensor cores: the database says so, by configuration
-    with pytest.raises(ConfigError, match=r"^cost=aic: .* a100_sxm with tp 1, fp8 weights .*fp8"):
+    # and the error names the key that asked for them (issue 64)
+    with pytest.raises(
+        ConfigError, match=r"^model\.weight_bits=8: .* data for a100_sxm has no tables .*fp8"
+    ):
         aic.linear_fit(aic.AicTarget("a100_80gb", "llama3_8b", max_model_len=4096, weight_bits=8))
 
 

@@ -219,6 +219,28 @@ def _model_config(config, common, tp: int, weight_bits: int, kv_bits: int):
     )
 
 
+def _precision_at_fault(target: AicTarget, db, shape, libs) -> tuple[str, ...]:
+    """The precision keys (model.weight_bits, model.kv_bits) whose 8-bit tables the database
+    lacks for a batch it could not estimate: the fewest whose return to 16 bits makes the same
+    batch estimable; () where none does (the batch itself is what it cannot estimate)."""
+    config, models, sdk, common = libs
+    system, model_id = _names(target.gpu, target.model, target.backend)
+    w, kv = target.weight_bits, target.kv_bits
+    lowered = [key for key, bits in (("model.weight_bits", w), ("model.kv_bits", kv)) if bits < 16]
+    candidates = [(key,) for key in lowered] + ([tuple(lowered)] if len(lowered) == 2 else [])
+    for keys in candidates:
+        bits = (16 if "model.weight_bits" in keys else w, 16 if "model.kv_bits" in keys else kv)
+        try:
+            model = models.get_model(
+                model_id, _model_config(config, common, target.tp, *bits), target.backend
+            )
+            _estimate(sdk, model, db, *shape)
+        except Exception:  # noqa: BLE001 -- the database's errors are of many kinds
+            continue
+        return keys
+    return ()
+
+
 def query(target: AicTarget):
     """The database's estimates over the grid for `target`: (work [n, 4] as P, D, C, W;
     seconds [n]; joules [n]; (system, model id, version)). A configuration or batch the
@@ -249,10 +271,23 @@ def query(target: AicTarget):
         try:
             s, j = _estimate(sdk, model, db, *shape)
         except Exception as err:
+            blamed = _precision_at_fault(target, db, shape, (config, models, sdk, common))
+            reason = str(err).splitlines()[0][:160]
+            batch = (
+                f"a batch of {shape[0]} prefill tokens (prompts of {shape[1]}) and {shape[2]} "
+                f"decodes at context {shape[3]}"
+            )
+            if blamed:
+                keys = " and ".join(f"{k}={getattr(target, k.split('.')[1])}" for k in blamed)
+                raise ConfigError(
+                    f"{keys}: aiconfigurator-core's {backend} {version} data for {system} has "
+                    f"no tables for that precision ({batch}: {reason}); at 16 bits it "
+                    f"estimates the same batch: set {' '.join(f'{k}=16' for k in blamed)}, or "
+                    f"choose a GPU it measured at FP8 (hardware=h100, ...)"
+                ) from None
             raise ConfigError(
-                f"cost=aic: aiconfigurator-core could not estimate a batch of {shape[0]} prefill "
-                f"tokens (prompts of {shape[1]}) and {shape[2]} decodes at context {shape[3]} "
-                f"from its {what}: {str(err).splitlines()[0]}"
+                f"cost=aic: aiconfigurator-core could not estimate {batch} from its {what}: "
+                f"{reason}"
             ) from None
         rows.append(_work(*shape))
         seconds.append(s)
