@@ -16,14 +16,34 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from servetune.core.errors import ServetuneError
+from servetune.run.entry import script_status
 from servetune.workload import rate_curve
 
 
-def main() -> None:
+def _read(out: Path) -> tuple[dict, int]:
+    """(compare.json, the static fleet's replicas) of study.py's folder `out`; a
+    ServetuneError naming the file that is missing or damaged."""
+    try:
+        doc = json.loads((out / "compare.json").read_text())
+        replicas = int(json.loads((out / "sizing.json").read_text())["replicas"])
+        for k in range(1, len(doc)):
+            (out / f"fleet_{k}.parquet").stat()
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        name = getattr(err, "filename", None) or "compare.json or sizing.json"
+        raise ServetuneError(
+            f"{out}: cannot read {name} ({type(err).__name__}); expected the folder "
+            f"sweeps/fleet_day/study.py wrote (run it first: python sweeps/fleet_day/study.py "
+            f"--out {out})"
+        ) from None
+    return doc, replicas
+
+
+def main(argv: list[str] | None = None) -> None:
     """Write figure.png beside this script."""
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "outputs/study_fleet_day")
-    doc = json.loads((out / "compare.json").read_text())
-    replicas = json.loads((out / "sizing.json").read_text())["replicas"]
+    argv = sys.argv[1:] if argv is None else argv
+    out = Path(argv[0] if argv else "outputs/study_fleet_day")
+    doc, replicas = _read(out)
     arms = list(doc)
     fig = Figure(figsize=(13, 4.8), layout="constrained")
     left, right = fig.subplots(1, 2, width_ratios=(1, 1.6))
@@ -67,4 +87,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(script_status(main))

@@ -13,20 +13,26 @@ Steps (each kept in --out; a step whose file is there is not run again):
   4. compare.json and fleet_<arm>.parquet: the four arms (static, the autoscaler at its
      starting values, tuned, tuned jointly) simulated on the held-out day;
 then figure.png (figure.py). About 40 minutes on 2 cores (the two tunings run side by side).
+Every step's config is checked before any runs; a step that fails stops the study (and the
+steps still running) with exit status 2 and the step named.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from servetune.core.errors import ServetuneError
 from servetune.engine.autoscale import COUNTS
-from servetune.run.api import simulate
+from servetune.run.api import compose, simulate
+from servetune.run.entry import script_status
 from servetune.tuning import sizing
+from servetune.tuning.runner import checked_config
 
 DAY = [
     "workload.duration_s=null",
@@ -58,6 +64,7 @@ JOINT = [
     "tune.space.queue_cap=null",
 ]
 HELD_OUT = 1000  # the tuner's first held-out seed (tune.eval.seed_offset)
+CHILDREN: list[subprocess.Popen] = []  # the tunings started, stopped when a step fails
 
 
 def _size(out: Path) -> int:
@@ -75,9 +82,23 @@ def _size(out: Path) -> int:
     return int(json.loads(path.read_text())["replicas"])
 
 
+def _tune_overrides(space: list[str], iterations: int) -> list[str]:
+    """The overrides of one tuning arm (steps 2 and 3)."""
+    return [
+        *DAY,
+        *FLEET,
+        *space,
+        f"tune.iterations={iterations}",
+        "tune.pairs=1",
+        "tune.eval.seeds=1",
+        "tune.eval.sensitivity=false",
+    ]
+
+
 def _tune(out: Path, name: str, space: list[str], iterations: int) -> dict:
     """Steps 2 and 3: one `servetune tune` run (a subprocess, so two run side by side);
-    its tuned values (tune_summary.json's best)."""
+    its tuned values (tune_summary.json's best). A tuning that fails is a ServetuneError
+    naming the step, its exit status and its log."""
     run_dir = out / name
     if not (run_dir / "tune_summary.json").exists():
         cmd = [
@@ -85,17 +106,26 @@ def _tune(out: Path, name: str, space: list[str], iterations: int) -> dict:
             "-m",
             "servetune.cli.main",
             "tune",
-            *DAY,
-            *FLEET,
-            *space,
-            f"tune.iterations={iterations}",
-            "tune.pairs=1",
-            "tune.eval.seeds=1",
-            "tune.eval.sensitivity=false",
+            *_tune_overrides(space, iterations),
             f"hydra.run.dir={run_dir}",
         ]
-        subprocess.run(cmd, check=True)
+        proc = subprocess.Popen(cmd)
+        CHILDREN.append(proc)
+        if proc.wait() != 0:
+            raise ServetuneError(
+                f"step {name}: servetune tune exited with {proc.returncode} (its log: "
+                f"{run_dir / 'cli.log'}); the study stops"
+            )
     return json.loads((run_dir / "tune_summary.json").read_text())
+
+
+def _check(iterations: int) -> None:
+    """Every step's config, before any step runs: a refused tuning stops the study in a
+    second, not after the sizing's simulations."""
+    if iterations < 1:
+        raise ServetuneError(f"--iterations: got {iterations}; expected at least 1")
+    for space in ([*NO_ENGINE, AUTOSCALER], [*JOINT, AUTOSCALER]):
+        checked_config(compose(_tune_overrides(space, iterations)))
 
 
 def _overrides(values: dict) -> list[str]:
@@ -150,19 +180,30 @@ KEEP = (
 )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Run the study's steps and print the comparison."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="outputs/study_fleet_day")
     ap.add_argument("--iterations", type=int, default=2)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    _check(args.iterations)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(3) as pool:  # the two tunings and the sizing side by side
-        size = pool.submit(_size, out)
-        auto = pool.submit(_tune, out, "tune_autoscaler", [*NO_ENGINE, AUTOSCALER], args.iterations)
-        joint = pool.submit(_tune, out, "tune_joint", [*JOINT, AUTOSCALER], args.iterations)
-        replicas, auto_doc, joint_doc = size.result(), auto.result(), joint.result()
+    pool = ThreadPoolExecutor(3)  # the two tunings and the sizing side by side
+    size = pool.submit(_size, out)
+    auto = pool.submit(_tune, out, "tune_autoscaler", [*NO_ENGINE, AUTOSCALER], args.iterations)
+    joint = pool.submit(_tune, out, "tune_joint", [*JOINT, AUTOSCALER], args.iterations)
+    done, _ = wait((size, auto, joint), return_when=FIRST_EXCEPTION)
+    failed = [f.exception() for f in done if f.exception() is not None]
+    if failed:  # the first failure ends the study, and the steps still running with it
+        for child in CHILDREN:
+            child.terminate()
+        if not isinstance(failed[0], ServetuneError):
+            raise failed[0]
+        print(f"error: {failed[0]}", file=sys.stderr, flush=True)
+        os._exit(2)  # the sizing's thread cannot be interrupted; the process ends here
+    pool.shutdown()
+    replicas, auto_doc, joint_doc = size.result(), auto.result(), joint.result()
     doc = _compare(out, replicas, auto_doc, joint_doc)
     for arm, m in doc.items():
         print(
@@ -173,4 +214,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(script_status(main))

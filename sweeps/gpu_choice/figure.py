@@ -15,6 +15,7 @@ first, one row of panels per load, and prints the README's tables.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from servetune.config import hardware
+from servetune.core.errors import ServetuneError
+from servetune.run.entry import script_status
 
 SEQS, BUDGET = "policy.max_num_seqs", "policy.max_num_batched_tokens"
 SMALL_DEFAULTS = (256, 2048)  # vLLM's batch defaults under 70 GiB and on the A100
@@ -64,7 +67,7 @@ def per_gpu(table: pd.DataFrame) -> pd.DataFrame:
         seqs, budget = vllm_defaults(group)
         default = g[(g[SEQS] == seqs) & (g[BUDGET] == budget)]
         if default.empty:
-            raise SystemExit(
+            raise ServetuneError(
                 f"{group}: the grid lacks vLLM's defaults there ({SEQS}={seqs}, {BUDGET}="
                 f"{budget}); run the experiment's grid (conf/experiment/gpu_choice.yaml)"
             )
@@ -148,15 +151,27 @@ def draw(loads: dict, out: Path) -> None:
     fig.savefig(out, dpi=130)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Print the tables and write the figure."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("roots", type=Path, nargs="+", help="sweep folders (after servetune report)")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("figure.png"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     loads = {}
     for root in args.roots:
-        runs = pd.read_csv(root / "report" / "runs.csv")
+        path = root / "report" / "runs.csv"
+        if not path.is_file():
+            raise ServetuneError(
+                f"{path}: not found; expected a sweep folder `servetune report {root}` has "
+                f"read (run the report first)"
+            )
+        runs = pd.read_csv(path)
+        missing = [c for c in ("hardware", "seed", "offered_rps", SEQS, BUDGET) if c not in runs]
+        if missing:
+            raise ServetuneError(
+                f"{path}: lacks column(s) {', '.join(missing)}; expected the runs of the "
+                f"gpu_choice experiment (+experiment=gpu_choice, one sweep per load)"
+            )
         # the load, from the recorded slice's offered rate (seed 0 replays it as recorded)
         recorded = runs[runs["seed"] == runs["seed"].min()]
         scale = round(float(recorded["offered_rps"].mean()) / RATE_RPS, 1)
@@ -178,4 +193,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(script_status(main))

@@ -110,3 +110,64 @@ def test_the_fleet_day_study_builds_its_arms_and_search_spaces():
         "fleet.min_replicas=3",
         "policy.max_num_seqs=64.0",
     ]
+
+
+def _script(study: str, name: str):
+    """A study script of sweeps/ as a module (its main takes argv)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "sweeps" / study / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{study}_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "study, name, argv, message",
+    [
+        ("fleet_day", "study", ["--iterations", "0"], "--iterations: got 0; expected at least 1"),
+        ("fleet_day", "figure", ["{tmp}/none"], "cannot read {tmp}/none/compare.json"),
+        ("gpu_choice", "figure", ["{tmp}"], "{tmp}/report/runs.csv: not found"),
+    ],
+)
+def test_a_study_script_s_bad_input_is_an_error_with_exit_2(
+    tmp_path, capsys, study, name, argv, message
+):
+    """(issue 64) these ended in tracebacks (FileNotFoundError, ConfigError), one after
+    running on past both of its refused tunings."""
+    from servetune.run.entry import script_status
+
+    module = _script(study, name)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert script_status(module.main, argv) == 2
+    err = capsys.readouterr().err
+    assert message.replace("{tmp}", str(tmp_path)) in " ".join(err.split())
+    assert "Traceback" not in err
+
+
+def test_the_fleet_day_study_checks_every_tuning_before_any_step_runs(tmp_path, monkeypatch):
+    study = _script("fleet_day", "study")
+    started = []
+    monkeypatch.setattr(study, "_size", lambda out: started.append("sizing"))
+    monkeypatch.setattr(study, "AUTOSCALER", "tune.space.fleet={target: {low: 0, high: 24}}")
+    from servetune.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"tune\.space\.fleet\.target"):
+        study.main(["--out", str(tmp_path / "out")])
+    assert started == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--rates", "abc"], "--rates: got 'abc'; expected workload.rate_scale values"),
+        (["--rates", "4,-1"], "--rates: got '4,-1'; expected positive rate scales"),
+        (["--seeds", "0"], "--seeds: got '0'; expected a whole number of seeds >= 1"),
+    ],
+)
+def test_the_gpu_fleet_table_refuses_bad_arguments_by_name(capsys, argv, message):
+    with pytest.raises(SystemExit) as info:
+        _script("gpu_choice", "fleet").main(argv)
+    assert info.value.code == 2 and message in capsys.readouterr().err

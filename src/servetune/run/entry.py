@@ -77,3 +77,17 @@ def _multirun_job() -> dict | None:
         "overrides": list(hc.overrides.task),
         "output_dir": hc.runtime.output_dir,
     }
+
+
+def script_status(main, argv: list[str] | None = None) -> int:
+    """The exit status of a study script's `main(argv)` (sweeps/*/*.py): its own (0 when it
+    returns None), or 2 with the message and no traceback on a user error (a ServetuneError:
+    a refused config, a missing extra, a failed step the script names)."""
+    try:
+        status = main(argv)
+    except ServetuneError as err:
+        Console(stderr=True).print(
+            f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True
+        )
+        return 2
+    return 0 if status is None else int(status)
