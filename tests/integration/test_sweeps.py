@@ -170,7 +170,7 @@ def _bad_paths(tmp_path):
         ),
         (
             lambda tmp: ["workload.path={},{}".format(*_bad_paths(tmp))],
-            ["missing.csv: file not found", "binary.csv:2: not UTF-8 text"],
+            ["missing.csv'; no such file in", "binary.csv:2: not UTF-8 text"],
         ),
     ],
     ids=["unknown gpus", "missing and binary traces"],

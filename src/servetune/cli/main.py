@@ -120,6 +120,10 @@ def main() -> None:
         and not any(a in ("-h", "--help") for a in sys.argv[1:])
     ):
         problem = check_overrides(sys.argv[1:])
+        if not problem:  # values and input files, before JAX and Hydra's app start
+            from servetune.config.preflight import problem as preflight_problem
+
+            problem = preflight_problem(sys.argv[1:])
     if problem:
         from rich.console import Console
         from rich.markup import escape

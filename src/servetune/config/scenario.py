@@ -180,10 +180,8 @@ def _trace_path(cfg: DictConfig) -> Path:
                 "workload=file workload.path=my_trace.csv"
             )
         return workload.bundled_path(bundled)
-    path = inputs.expand(path, "workload.path")
-    if not path.is_absolute():
-        path = Path(settings.string(cfg, "paths.root", allow_none=True) or ".") / path
-    return path
+    root = settings.string(cfg, "paths.root", allow_none=True)
+    return inputs.existing_file(path, "workload.path", Path(root) if root else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,10 +298,9 @@ def rate_curve_spec(cfg: DictConfig) -> tuple[rate_curve_lib.RateCurve, float | 
             f"({', '.join(rate_curve_lib.BUNDLED)}) or a CSV path"
         )
     path = name
-    if name not in rate_curve_lib.BUNDLED:
-        path = inputs.expand(name, "workload.rate_curve.curve")
-        if not path.is_absolute():  # relative to paths.root, as workload.path
-            path = Path(settings.string(cfg, "paths.root", allow_none=True) or ".") / path
+    if name not in rate_curve_lib.BUNDLED:  # relative to paths.root, as workload.path
+        root = settings.string(cfg, "paths.root", allow_none=True)
+        path = inputs.existing_file(name, "workload.rate_curve.curve", Path(root) if root else None)
     return rate_curve_lib.load(str(path)), span
 
 

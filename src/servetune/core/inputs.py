@@ -8,6 +8,7 @@ through `expand`, so each of these is an error naming the file or the key instea
 
 from __future__ import annotations
 
+import difflib
 import os
 import stat
 from pathlib import Path
@@ -87,3 +88,28 @@ def read_bytes(path: Path, what: str, error: type[ServetuneError] = TraceError) 
         raise error(
             f"{path}: cannot be read ({err.strerror or err}); expected a readable {what}"
         ) from None
+
+
+def existing_file(value: str, key: str, root: Path | None = None) -> Path:
+    """The file config key `key` names (`value`, relative to `root`, default the current
+    folder); ConfigError naming the key, the folder it looked in and the closest file there
+    (or what the folder holds) where there is no such file."""
+    path = expand(value, key)
+    if not path.is_absolute():
+        path = (root or Path(".")) / path
+    if path.exists():
+        return path
+    folder = path.parent
+    where = folder.resolve() if folder.is_dir() else folder
+    if not folder.is_dir():
+        raise ConfigError(f"{key}: got {value!r}; {where} is not a folder, so no such file")
+    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    close = difflib.get_close_matches(path.name, names, n=2, cutoff=0.6)
+    hint = (
+        f"did you mean {' or '.join(str(folder / c) for c in close)}?"
+        if close
+        else f"it holds {', '.join(names[:6])}{', ...' if len(names) > 6 else ''}"
+        if names
+        else "it is empty"
+    )
+    raise ConfigError(f"{key}: got {value!r}; no such file in {where}; {hint}")
