@@ -6,6 +6,7 @@ says why the exported point is not the line's last one, and draws no value on a 
 Inputs are built by hand; nothing is simulated."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -158,3 +159,8 @@ def test_the_console_tables_and_the_objective_line_say_what_they_show(monkeypatc
     )
     line = objective_line(compose(["sweep.objective=goodput_rps"]), 2.0)
     assert line.startswith("objective (goodput_rps, the mean over the scenarios;")
+
+
+def test_the_readme_says_the_three_names_of_a_knob_are_one():
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert "`policy.X`, `grid.X` and `tune.space.X` name the same knob" in readme
