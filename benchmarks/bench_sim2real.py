@@ -225,6 +225,7 @@ def tune_policy(train_meta: dict, cost: dict, start: dict, args) -> dict:
             f"tune.objective.slo_target={args.slo_target}",
             "tune.eval.seeds=0",
             "tune.resume=false",
+            "tune.export_policy=tuned",  # the tuned point is what the observed run deploys
             "tune.export_on_regression=true",
         ]
     )

@@ -411,6 +411,7 @@ def test_the_tuner_moves_the_autoscaler_with_the_engine_and_exports_it(tmp_path)
             "tune.eval.seeds=0",
             "tune.eval.sensitivity=false",
             "tune.iterations=1",
+            "tune.export_policy=tuned",  # the tuned point's export, whatever the verdict
             "fleet.autoscale=true",
             "fleet.max_replicas=3",
             "fleet.cold_start_s=10",
@@ -422,14 +423,14 @@ def test_the_tuner_moves_the_autoscaler_with_the_engine_and_exports_it(tmp_path)
         out_dir=tmp_path,
         log=lambda _: None,
     )
-    assert {"max_num_seqs", "fleet.target", "fleet.max_replicas"} <= set(res.best)
+    assert {"max_num_seqs", "fleet.target", "fleet.max_replicas"} <= set(res.tuned)
     hpa = yaml.safe_load((tmp_path / "export" / "hpa.yaml").read_text())
-    assert hpa["spec"]["maxReplicas"] == int(np.floor(res.best["fleet.max_replicas"] + 0.5))
+    assert hpa["spec"]["maxReplicas"] == int(np.floor(res.tuned["fleet.max_replicas"] + 0.5))
     target = autoscaler_export.quantity_number(
         hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
     )
-    assert target == pytest.approx(res.best["fleet.target"], rel=1e-3)
-    shown = export.as_deployed(res.best)  # what the CLI prints: as simulated, counts whole
+    assert target == pytest.approx(res.tuned["fleet.target"], rel=1e-3)
+    shown = export.as_deployed(res.tuned)  # what the CLI prints: as simulated, counts whole
     assert shown["fleet.max_replicas"] == hpa["spec"]["maxReplicas"]
     policy = yaml.safe_load((tmp_path / "export" / "tuned_policy.yaml").read_text())
     assert not any(k.startswith("fleet") for k in policy)

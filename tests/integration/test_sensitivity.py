@@ -213,7 +213,7 @@ def test_a_derivative_matches_an_independent_finite_difference(tuned):
     row = pd.read_csv(tuned.out_dir / "sensitivity.csv").set_index("knob").loc["max_num_seqs"]
     assert row["d_log_tokens_per_usd"] != 0  # the knob binds here
     tuned_knobs = {
-        k: tuned.best[k]
+        k: tuned.tuned[k]
         for k in ("max_num_seqs", "max_num_batched_tokens", "watermark", "queue_cap")
     }
     lo = _log_tokens_per_usd({**tuned_knobs, "max_num_seqs": row["minus"]})

@@ -144,6 +144,87 @@ def test_interrupted_run_resumes_to_the_same_result(straight, tmp_path):
     assert "on this machine" in lines[0]
     pd.testing.assert_frame_equal(resumed.history, straight.history)
     assert resumed.best == straight.best
+    assert resumed.tuned == straight.tuned  # the points visited resume with the checkpoint
+
+
+def test_an_improvement_exports_the_tuned_point_off_a_bound_unless_the_gain_needs_it(straight):
+    """Where the tuner can improve (an overloaded engine), the tuned point is exported: of the
+    points the training scenarios cannot tell from the best found, the one nearest the start,
+    and a knob it holds at a bound of its range is one every such point holds there."""
+    from servetune.run.api import compose
+    from servetune.tuning import checkpoint
+    from servetune.tuning.recommend import close_to_best
+    from servetune.tuning.runner import settings_from_config
+
+    assert straight.exported == "tuned" and straight.improvement
+    assert straight.recommendation.startswith("improvement: the tuned point is better")
+    summary = json.loads((straight.out_dir / "tune_summary.json").read_text())
+    extra = json.loads((straight.out_dir / "export" / "vllm_args.json").read_text())["extra"]
+    assert extra["exported"] == summary["exported"] == "tuned"
+    assert extra["point"] == "the tuned point" and extra["chosen"] == straight.recommendation
+    assert extra["tuned_at_bound"] == summary["tuned_at_bound"] == straight.bounds
+    assert extra["improvement"] is True
+    # the choice, redone from the points the checkpoint kept
+    visited = checkpoint.read(straight.out_dir)["visited"]
+    space = settings_from_config(compose(SMALL)).space
+    near = [v for v in visited if close_to_best(visited[0], v, 0.99, 1e-3)]
+    origin = space.point(straight.start)
+    nearest = min(near, key=lambda v: np.linalg.norm(np.asarray(v["z"]) - origin))
+    chosen = {k: float(v) for k, v in space.values(np.asarray(nearest["z"])).items()}
+    assert {k: straight.tuned[k] for k in chosen} == chosen
+    assert set(straight.bounds) == {"max_num_seqs"}  # its range ends below the start's 1024
+    for key, flag in straight.bounds.items():  # at a bound only where the gain needs it
+        dim = next(d for d in space.dims if d.key == key)
+        for v in near:  # every point as good holds the knob at that end of its range
+            value = float(space.values(np.asarray(v["z"]))[key])
+            u = (
+                math.log(value / dim.low) / math.log(dim.high / dim.low)
+                if dim.scale == "log"
+                else (value - dim.low) / (dim.high - dim.low)
+            )
+            assert (u <= 0.05) if "low bound" in flag else (u >= 0.95), (key, value)
+    # tuning.html opens with the start-vs-tuned tables
+    page = (straight.out_dir / "tuning.html").read_text()
+    assert page.index("<h2>Start vs tuned</h2>") < page.index("<h2>Tuning history</h2>")
+
+
+def test_a_tie_on_held_out_data_keeps_your_settings(tmp_path, monkeypatch):
+    """The user's case (issue 57): the tuned point is +0.003% useful tokens per dollar on the
+    held-out seeds, no interval: no significant improvement, so the start is exported and
+    said so, in the log, the summary, the export's extra and `servetune export` of the
+    folder; the tuned point is exported only when asked (tune.export_policy)."""
+    from servetune.tuning import runner
+
+    tie = _evaluation(
+        [
+            ("start", "heldout_seeds", math.log(718_573.0), 1.0, True),
+            ("tuned", "heldout_seeds", math.log(718_595.0), 1.0, True),
+        ]
+    )
+    monkeypatch.setattr(runner, "evaluate_policies", lambda *a, **k: tie.copy())
+    lines = []
+    res = tune(SMALL + ["tune.iterations=1"], out_dir=tmp_path, log=lines.append)
+    assert (res.exported, res.improvement, res.regression) == ("start", False, False)
+    said = (
+        "recommendation: no significant improvement: keep your settings (exported the start; "
+        "tune.export_policy=tuned exports the tuned point): a tie on held-out heldout_seeds"
+    )
+    assert said in lines
+    assert any(
+        line.startswith("held-out heldout_seeds: useful tokens per USD better by 0.00306%")
+        and line.endswith(": a tie")
+        for line in lines
+    )
+    summary = json.loads((tmp_path / "tune_summary.json").read_text())
+    assert summary["exported"] == "start" and summary["recommendation"] == said[16:]
+    assert summary["evaluation"][0]["tie"] and not summary["evaluation"][0]["improvement"]
+    doc = json.loads((tmp_path / "export" / "vllm_args.json").read_text())
+    start = {k: int(res.start[k]) for k in ("max_num_seqs", "max_num_batched_tokens")}
+    assert {k: doc["args"][k] for k in start} == start  # vLLM's defaults, as configured
+    assert doc["extra"]["exported"] == "start" and doc["extra"]["chosen"] == said[16:]
+    assert_export_round_trips(tmp_path, tmp_path / "again")  # `servetune export` agrees
+    with pytest.raises(ConfigError, match=r"^tune\.export_policy: got 'best'; expected"):
+        tune(SMALL + ["tune.export_policy=best"], out_dir=tmp_path / "bad")
 
 
 def test_resuming_under_a_different_problem_is_refused(straight):
@@ -171,13 +252,14 @@ def test_tuning_over_several_workloads_aggregates_them(tmp_path):
     ev = res.evaluation.set_index(["policy", "split"])
     assert {"train[0]", "train[1]"} <= set(ev.index.get_level_values("split"))
     # CVaR at alpha 0.5 over two workloads is the worse one: the heavier load scores lower
+    # (the tuned point's own training summary, as the search scored it)
     worst = min(
         ev.loc[("tuned", "train[0]"), "objective"], ev.loc[("tuned", "train[1]"), "objective"]
     )
-    assert res.best_summary["objective"] <= max(
+    assert res.tuned_summary["objective"] <= max(
         ev.loc[("tuned", "train[0]"), "objective"], ev.loc[("tuned", "train[1]"), "objective"]
     )
-    assert math.isclose(res.best_summary["objective"], worst, rel_tol=1e-12)
+    assert math.isclose(res.tuned_summary["objective"], worst, rel_tol=1e-12)
 
 
 def test_the_tuner_searches_only_settings_vllm_accepts(tmp_path):
@@ -187,12 +269,15 @@ def test_the_tuner_searches_only_settings_vllm_accepts(tmp_path):
         "tune.space.max_num_batched_tokens={low: 8, high: 64, scale: log}",
         "tune.iterations=1",
         "tune.eval.seeds=0",
+        "tune.export_policy=tuned",  # the search's point, whatever the verdict
     ]
     res = tune(SMALL + low_budget, out_dir=tmp_path, log=lambda _: None)
     h = res.history
     assert (h["policy.max_num_batched_tokens"] >= h["policy.max_num_seqs"]).all()
     assert h["policy.max_num_seqs"].min() > 8  # the start's seqs, above the budget's range
-    assert res.best["max_num_batched_tokens"] >= res.best["max_num_seqs"]
+    for point in (res.best, res.tuned):
+        assert point["max_num_batched_tokens"] >= point["max_num_seqs"]
+    assert res.exported == "tuned"
     doc = json.loads((tmp_path / "export" / "vllm_args.json").read_text())
     assert doc["args"]["max_num_batched_tokens"] >= doc["args"]["max_num_seqs"]
     # the budget vLLM needs lies above the configured range: exported, and said
@@ -240,6 +325,7 @@ def test_cli_tune_writes_exports(tmp_path):
         "tune.iterations=1",
         "tune.eval.seeds=0",
         holdout,
+        "tune.export_policy=tuned",  # the tuned point's export, whatever the verdict
         "tune.export_on_regression=true",
         f"hydra.run.dir={tmp_path}",
     ]
@@ -253,6 +339,10 @@ def test_cli_tune_writes_exports(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "start vs tuned" in proc.stdout and "holdout_workload[1]" in proc.stdout
+    # the tables open the summary: each split's metrics, then the tuned knobs, then the verdict
+    tables = proc.stdout.index("start vs tuned")
+    knobs = proc.stdout.index("tuned knobs")
+    assert tables < knobs < proc.stdout.index("exported the tuned point (integer limits floored)")
     assert (tmp_path / "export" / "sglang_args.json").exists()
     for path in tmp_path.rglob("*.json"):
         _strict_json(path)
@@ -272,9 +362,9 @@ def test_cli_tune_writes_exports(tmp_path):
     assert ("regression: the tuned policy is worse" in proc.stdout) == bool(regressed)
     # exported from its folder: the same files, and the tuning's own export kept as it was
     assert_export_round_trips(tmp_path, tmp_path / "again")
-    _, beside = export_point(tmp_path)
-    assert beside["vllm_args.json"].parent == tmp_path / "export-2"
-    assert _strict_json(beside["vllm_args.json"])["extra"]["evaluation"] == summary
+    chosen, again = export_point(tmp_path)  # into export/, which holds these files already
+    assert chosen.kept and again["vllm_args.json"].parent == tmp_path / "export"
+    assert _strict_json(again["vllm_args.json"])["extra"]["evaluation"] == summary
 
 
 FREE = [
@@ -407,18 +497,28 @@ def test_a_regressed_run_says_so_and_exports_only_when_asked(tmp_path, monkeypat
     monkeypatch.setattr(runner, "evaluate_policies", lambda *a, **k: regressed.copy())
     lines = []
     res = tune(SMALL + ["tune.iterations=1"], out_dir=tmp_path / "a", log=lines.append)
-    assert res.regression
-    assert any(line.startswith("regression: ") and "export/ not written" in line for line in lines)
-    assert json.loads((tmp_path / "a" / "tune_summary.json").read_text())["regression"] is True
+    assert res.regression and res.exported == "start"
+    assert any(line.startswith("regression: the tuned policy is worse") for line in lines)
+    # by default the start is exported: keep your settings
+    (said,) = [line for line in lines if line.startswith("recommendation: ")]
+    assert "no significant improvement: keep your settings (exported the start" in said
+    assert "worse beyond chance on held-out heldout_seeds" in said
+    summary = json.loads((tmp_path / "a" / "tune_summary.json").read_text())
+    assert summary["regression"] is True and summary["exported"] == "start"
     assert pd.read_csv(tmp_path / "a" / "evaluation.csv")["regression"].all()
-    assert not (tmp_path / "a" / "export").exists()
+    args = json.loads((tmp_path / "a" / "export" / "vllm_args.json").read_text())
+    assert args["args"]["max_num_seqs"] == 1024  # the start's, vLLM's default
+    assert args["extra"]["point"] == "the start (your settings)" and args["warnings"] == []
+    # the tuned point, asked for, regressed: written only with tune.export_on_regression
     res = tune(
-        SMALL + ["tune.iterations=1", "tune.export_on_regression=true"],
+        SMALL + ["tune.iterations=1", "tune.export_policy=tuned", "tune.export_on_regression=true"],
         out_dir=tmp_path / "b",
         log=lambda _: None,
     )
+    assert res.exported == "tuned"
     extra = json.loads((tmp_path / "b" / "export" / "vllm_args.json").read_text())["extra"]
     assert extra["regression"] is True and extra["regressed_splits"] == ["heldout_seeds"]
+    assert extra["exported"] == "tuned" and extra["point"] == "the tuned point"
 
 
 def test_resuming_after_the_trace_file_changed_is_refused(tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
+from rich.markup import escape
 
 from servetune.config.scenario import build
 from servetune.core.errors import ConfigError, ServetuneError
@@ -17,6 +18,7 @@ from servetune.core.files import write_json, write_text, write_whole
 from servetune.deploy.export import as_deployed, model_id
 from servetune.reporting.numbers import fmt
 from servetune.reporting.summary import grid_summary, summary
+from servetune.reporting.tuning_page import OBJECTIVE_NOTE, comparison_rows, knob_rows
 from servetune.run import bench_file, estimate, run_folder
 from servetune.run.api import simulate_batch
 from servetune.run.progress import console as progress_console
@@ -80,9 +82,7 @@ def simulate_job(cfg: DictConfig):
         summary(result.metrics[0], scenario.labels, console=con)
     else:
         grid_summary(result.table, console=con)
-    con.print(
-        f"objective ({OmegaConf.select(cfg, 'sweep.objective')}): {objective:.6g}", highlight=False
-    )
+    con.print(objective_line(cfg, objective), highlight=False, markup=False)
     con.print(
         f"wrote {out}/metrics.json, metrics.csv, objective.json, vllm_bench.json"
         + (", requests.parquet" if cfg.output.request_table else "")
@@ -91,6 +91,22 @@ def simulate_job(cfg: DictConfig):
         + f"  ({result.wall_s:.1f} s wall)"
     )
     return result, objective
+
+
+def objective_line(cfg: DictConfig, objective: float) -> str:
+    """The line that prints the number a sweeper maximizes (objective.json), with what it is
+    (tuning/sweeper.py): the penalized objective, or the metric sweep.objective names."""
+    name, penalty = check_config(cfg)
+    if name == "penalized":
+        target = OmegaConf.select(cfg, "tune.objective.slo_target", default=0.99)
+        aggregate = OmegaConf.select(cfg, "tune.objective.aggregate", default="mean")
+        what = (
+            f"penalized: log(useful tokens / USD) - {penalty:g} x the SLO attainment's "
+            f"shortfall below {target:g}, {aggregate} over the scenarios"
+        )
+    else:
+        what = f"{name}, the mean over the scenarios"
+    return f"objective ({what}; what a sweeper maximizes): {objective:.6g}"
 
 
 def _write_outputs(stage: Path, cfg: DictConfig, scenario, result) -> None:
@@ -173,7 +189,9 @@ def run_simulate(cfg: DictConfig) -> dict:
 
 def run_tune(cfg: DictConfig):
     """Tune the policy (tune.* settings) and write history.csv, evaluation.csv, convergence.png,
-    checkpoint.json and export/ into the Hydra run directory. Returns the TuneResult."""
+    checkpoint.json and export/ into the Hydra run directory; print the start-vs-tuned tables
+    (each split's metrics, then the tuned knobs), then which policy was exported and why.
+    Returns the TuneResult."""
     from rich.table import Table
 
     _quiet_jax_logs()
@@ -182,20 +200,27 @@ def run_tune(cfg: DictConfig):
     result = tune(
         cfg, out_dir=out, log=lambda line: console.print(line, highlight=False, markup=False)
     )
-    console.print(_start_vs_tuned(result, Table))
+    for table in _start_vs_tuned(result, Table):
+        console.print(table)
+    console.print(OBJECTIVE_NOTE, highlight=False, markup=False)
     shown = lambda k, v: (
         f"{k}=[{len(v)} weights, export/score_net.json]" if k == "score_net" else f"{k}={fmt(v)}"
     )
+    values = result.start if result.exported == "start" else result.tuned
     console.print(
-        "tuned policy (as exported: integer limits floored): "
-        + ", ".join(shown(k, v) for k, v in as_deployed(result.best).items())
+        f"exported {'the start' if result.exported == 'start' else 'the tuned point'} "
+        "(integer limits floored): "
+        + ", ".join(shown(k, v) for k, v in as_deployed(values).items()),
+        highlight=False,
+        markup=False,
     )
     if result.regression:
         console.print(
-            "[bold red]regression:[/] the tuned policy is worse than the start on "
+            "[bold red]regression:[/] the tuned point is worse than the start on "
             "held-out data beyond chance; see the regression_verdict column of "
             "evaluation.csv"
         )
+    console.print(f"[bold]{escape(result.recommendation)}[/]", highlight=False)
     exported = (out / "export").is_dir()
     views = ", tuning.html (history and sensitivity)" if (out / "tuning.html").is_file() else ""
     console.print(
@@ -205,47 +230,40 @@ def run_tune(cfg: DictConfig):
     return result
 
 
-def _start_vs_tuned(result, table_class):
-    """The evaluation as a rich table, three rows per split (training, then held out): each
-    metric's start and tuned value and the tuned one's 95% interval over the split's scenarios
-    ("no information" where they all came out the same)."""
-    table = table_class(
+def _start_vs_tuned(result, table_class) -> list:
+    """The run's result as two rich tables: per split (training, then held out) each metric's
+    start and tuned value, the tuned one's 95% interval over the split's scenarios ("no
+    information" where they all came out the same), the objective's paired gain with its
+    interval and the split's verdict (tuning_page.comparison_rows); then each tuned knob's
+    start, tuned and exported value, range and bound flag in two words (tuning_page.knob_rows;
+    the run's log lines say them whole)."""
+    metrics = table_class(
         title=f"start vs tuned ({result.scenarios_simulated} scenarios "
         f"simulated, {result.wall_s:.0f} s)"
     )
-    for head in ("split", "metric", "start", "tuned", "tuned: 95% interval", "regression"):
-        table.add_column(head, justify="left" if head in ("split", "metric") else "right")
-    heads = {
-        "slo_attainment": "SLO attainment",
-        "useful_tokens_per_dollar": "useful tok/$",
-        "goodput_rps": "goodput req/s",
-    }
-    for rec in side_by_side(result.evaluation):
-        for k, (key, head) in enumerate(heads.items()):
-            m = rec[key]
-            ci = (
-                f"{fmt(m['tuned_interval'][0])} - {fmt(m['tuned_interval'][1])}"
-                if m["tuned_interval"]
-                else "no information"
-            )
-            first = k == 0
-            regression = (
-                "yes"
-                if rec["regression"]
-                else "trained on"
-                if not rec["held_out"]
-                else "tie"
-                if rec["tie"]
-                else "no"
-            )
-            split = f"{rec['split']}" if first else f"({rec['scenarios']} scenarios)" * (k == 1)
-            table.add_row(
-                split,
-                head,
-                fmt(m["start"]),
-                fmt(m["tuned"]),
-                ci,
-                regression if first else "",
-                end_section=k == len(heads) - 1,
-            )
-    return table
+    heads = ("split", "metric", "start", "tuned", "tuned: 95% interval", "tuned - start")
+    for head in heads + ("verdict",):
+        metrics.add_column(head, justify="left" if head in ("split", "metric") else "right")
+    rows = comparison_rows(side_by_side(result.evaluation))
+    for k, row in enumerate(rows):
+        last = k + 1 == len(rows) or rows[k + 1]["split"] != ""
+        # the scenario count under the split's name, on its second row
+        split = row["split"] or (f"({rows[k - 1]['scenarios']})" if rows[k - 1]["split"] else "")
+        metrics.add_row(
+            split,
+            row["metric"],
+            row["start"],
+            row["tuned"],
+            row["interval"],
+            row["gain"],
+            row["verdict"],
+            end_section=last,
+        )
+    knobs = table_class(title="tuned knobs")
+    for head in ("knob", "start", "tuned", "exported", "range (tune.space)", "bound"):
+        knobs.add_column(head, justify="left" if head in ("knob", "bound") else "right")
+    for row in knob_rows(result.start, result.tuned, result.exported, result.ranges, result.bounds):
+        knobs.add_row(
+            row["knob"], row["start"], row["tuned"], row["exported"], row["range"], row["at"]
+        )
+    return [metrics, knobs]

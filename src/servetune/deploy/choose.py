@@ -118,7 +118,7 @@ def choose_tuned(run_dir: Path) -> Chosen:
         cfg,
         values,
         order,
-        tuned.POINT,
+        tuned.point(summary),
         tuned.why(summary),
         ranges=tuned.ranges(summary, cfg, run_dir),
         summary=summary,

@@ -5,12 +5,18 @@ exporting a tuning folder gives the files the tuning itself wrote.
 Both read the policy, its order, the search space's ranges and the records the export carries
 from the run's summary (the dict written as tune_summary.json), and the engine from the run's
 config (config_resolved.yaml) and its scenario:
-  - `policy_values(summary)`: the policy to export, policy keys and the autoscaler's
+  - `exported(summary)`: which of the summary's policies the tuning exports, its "exported"
+    entry: "start" (no significant improvement: keep your settings), "tuned" (the tuned point,
+    tuning/recommend.py), or, in a summary without the entry (written before it, or by hand),
+    "best";
+  - `policy_values(summary, cfg)`: that policy, policy keys and the autoscaler's
     "fleet.<key>" values (config/fleet.py's PREFIX) side by side, as the tuner simulated them;
   - `summary["order"]` (policy.order; a summary without it names the neural order by its
     weights, else the config's order), `summary["ranges"]` (tuned key -> [low, high], in the
-    key's units; read from the config's tune.space where a summary lacks it);
-  - `RECORDS`: the summary's entries each exported file carries under "extra".
+    key's units; read from the config's tune.space where a summary lacks it; not passed to
+    the export of the start, whose values the search did not choose);
+  - `RECORDS`: the summary's entries each exported file carries under "extra", with which
+    policy it is (`point`) and why (`why`: the tuner's recommendation in words).
 """
 
 from __future__ import annotations
@@ -28,33 +34,47 @@ from servetune.core.files import json_number, jsonable
 from servetune.deploy import export
 
 # the summary's records each exported file carries (under "extra", and as YAML comments)
-RECORDS = ("scenarios_simulated", "regression", "regressed_splits", "evaluation")
-POINT = "the tuned policy"
+RECORDS = (
+    "exported",
+    "recommendation",
+    "improvement",
+    "tuned_at_bound",
+    "scenarios_simulated",
+    "regression",
+    "regressed_splits",
+    "evaluation",
+)
+POINT = "the tuned policy"  # what a summary without an "exported" entry exports
+POINTS = {"start": "the start (your settings)", "tuned": "the tuned point", "best": POINT}
 SUMMARY = "tune_summary.json"  # the summary's file in a tuning folder (written last)
 RESOLVED = "config_resolved.yaml"  # the run's config in a tuning folder (written first)
 
 
+def exported(summary: Mapping) -> str:
+    """Which of the summary's policies the tuning exports: its "exported" entry ("start" or
+    "tuned"), "best" where it has none."""
+    return str(summary.get("exported", "best"))
+
+
 def parse(summary, path: Path) -> dict:
-    """A summary as read from its JSON (`path`, named in errors): its best policy's values as
-    numbers ("inf" an unlimited cap, a network's weights a list), its regression flag and
-    order checked; ServetuneError naming the entry and what was expected."""
+    """A summary as read from its JSON (`path`, named in errors): its exported policy's values
+    (`exported`; the best's too, where given) as numbers ("inf" an unlimited cap, a network's
+    weights a list), its regression flag and order checked; ServetuneError naming the entry
+    and what was expected."""
     expected = "expected the tune_summary.json servetune tune writes"
-    best = summary.get("best") if isinstance(summary, dict) else None
-    if not isinstance(best, dict) or not best:
-        raise ServetuneError(f"{path}: no 'best' object of policy values; {expected}")
+    which = summary.get("exported", "best") if isinstance(summary, dict) else "best"
+    if which not in POINTS:
+        raise ServetuneError(
+            f"{path}: exported = {str(which)[:40]!r}; expected one of {sorted(POINTS)}"
+        )
     read = {}
-    for key, value in best.items():
-        if key not in DEFAULTS and key != export.NET_KEY and not key.startswith("fleet."):
-            raise ServetuneError(
-                f"{path}: best.{key}: unknown policy parameter; expected one of "
-                f"{sorted(DEFAULTS)}, {export.NET_KEY} or fleet.<key>"
-            )
-        try:
-            read[key] = _weights(value) if key == export.NET_KEY else json_number(value)
-        except ValueError as err:
-            raise ServetuneError(
-                f"{path}: best.{key} = {str(value)[:40]!r}; expected a number ({err})"
-            ) from None
+    for name in dict.fromkeys([which, "best"]):
+        values = summary.get(name) if isinstance(summary, dict) else None
+        if values is None and name != which:
+            continue
+        if not isinstance(values, dict) or not values:
+            raise ServetuneError(f"{path}: no {name!r} object of policy values; {expected}")
+        read[name] = _values(values, name, path)
     regression = summary.get("regression", False)
     if not isinstance(regression, bool):
         raise ServetuneError(f"{path}: regression = {regression!r}; expected true or false")
@@ -62,7 +82,26 @@ def parse(summary, path: Path) -> dict:
         raise ServetuneError(
             f"{path}: order = {summary['order']!r}; expected one of {sorted(ORDERS)}"
         )
-    return {**summary, "best": read}
+    return {**summary, **read}
+
+
+def _values(values: Mapping, name: str, path: Path) -> dict:
+    """A summary's policy values (its entry `name`) as numbers; ServetuneError naming
+    name.key otherwise."""
+    read = {}
+    for key, value in values.items():
+        if key not in DEFAULTS and key != export.NET_KEY and not key.startswith("fleet."):
+            raise ServetuneError(
+                f"{path}: {name}.{key}: unknown policy parameter; expected one of "
+                f"{sorted(DEFAULTS)}, {export.NET_KEY} or fleet.<key>"
+            )
+        try:
+            read[key] = _weights(value) if key == export.NET_KEY else json_number(value)
+        except ValueError as err:
+            raise ServetuneError(
+                f"{path}: {name}.{key} = {str(value)[:40]!r}; expected a number ({err})"
+            ) from None
+    return read
 
 
 def as_read(summary: Mapping, path: Path) -> dict:
@@ -80,14 +119,14 @@ def _weights(value) -> list[float]:
 
 
 def policy_values(summary: Mapping, cfg: DictConfig) -> dict:
-    """The policy a tuning run exports: the config's policy section (its policy keys and a
-    network's weights) with the best point's values ("best": policy keys and "fleet.<key>"
-    autoscaler values) over it. The tuner's best holds every policy key; a summary written
-    by hand may name only the tuned ones."""
+    """The policy a tuning run exports (`exported`: the start, the tuned point, or a summary's
+    best): the config's policy section (its policy keys and a network's weights) with that
+    policy's values (policy keys and "fleet.<key>" autoscaler values) over it. The tuner's
+    policies hold every policy key; a summary written by hand may name only the tuned ones."""
     section = OmegaConf.select(cfg, "policy")
     section = OmegaConf.to_container(section, resolve=True) if section is not None else {}
     values = {k: v for k, v in section.items() if k in DEFAULTS or k == export.NET_KEY}
-    values.update(summary["best"])
+    values.update(summary[exported(summary)])
     return values
 
 
@@ -96,13 +135,21 @@ def order(summary: Mapping, cfg: DictConfig) -> str:
     network's weights, else the config's policy.order (fcfs by default)."""
     if isinstance(summary.get("order"), str):
         return summary["order"]
-    if summary["best"].get(export.NET_KEY) is not None:
+    if summary[exported(summary)].get(export.NET_KEY) is not None:
         return "neural"
     return str(OmegaConf.select(cfg, "policy.order") or "fcfs")
 
 
+def point(summary: Mapping) -> str:
+    """Which policy is exported, in words: "the start (your settings)", "the tuned point"."""
+    return POINTS[exported(summary)]
+
+
 def why(summary: Mapping) -> str:
-    """Why this policy is the one exported, in words."""
+    """Why this policy is the one exported, in words: the tuner's recommendation (a summary
+    without one: the best policy found)."""
+    if isinstance(summary.get("recommendation"), str):
+        return summary["recommendation"]
     regressed = " (it regressed on held-out data: see evaluation.csv)" * bool(
         summary.get("regression")
     )
@@ -111,8 +158,10 @@ def why(summary: Mapping) -> str:
 
 def extra(summary: Mapping, source: Path) -> dict:
     """What each exported file records under "extra": the tuning folder it came from, which
-    point and why, and the summary's RECORDS (held-out evaluation, regression verdicts)."""
-    out = {"source": str(source), "point": POINT, "chosen": why(summary)}
+    policy (`point`) and why (`chosen`), and the summary's RECORDS (which was exported and
+    the recommendation, the tuned knobs at a bound of their range, the held-out evaluation,
+    regression verdicts)."""
+    out = {"source": str(source), "point": point(summary), "chosen": why(summary)}
     out.update({key: summary[key] for key in RECORDS if key in summary})
     return out
 
@@ -174,6 +223,6 @@ def write(target: Path, summary: Mapping, cfg: DictConfig, scenario, folder: Pat
         cfg_engine,
         extra=extra(summary, folder),
         deploy=export.deployment(cfg, scenario),
-        ranges=ranges(summary, cfg, folder),
+        ranges=ranges(summary, cfg, folder) if exported(summary) != "start" else None,
         fleet=export.fleet_values(scenario),
     )

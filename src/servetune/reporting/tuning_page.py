@@ -1,15 +1,22 @@
-"""What `servetune tune` shows after its last iteration, beside convergence.png: the tuning
-history (history.png: the objective, SLO attainment and each tuned knob's value over the
-iterations) and the sensitivity of the tuned point (sensitivity.png, sensitivity.csv: each
-knob's finite-difference derivative of log(useful tokens / USD) and of SLO attainment with a
-95% interval over the training scenarios, servetune.tuning.sensitivity), and both on one
-self-contained page (tuning.html: plotly.js inlined once, as report.html has it)."""
+"""What `servetune tune` shows after its last iteration, beside convergence.png: the start
+against the tuned point (the run's result: per split, the objective, SLO attainment, useful
+tokens per USD and goodput with their intervals, and each tuned knob's start, tuned and
+exported value, range and bound flag; `comparison_rows`, `knob_rows`, shared with the
+console), the tuning history (history.png: the objective, SLO attainment and each tuned
+knob's value over the iterations, the tuned and the exported point marked, and why they are
+not the path's last point) and the sensitivity of the tuned point (sensitivity.png,
+sensitivity.csv: each knob's finite-difference derivative of log(useful tokens / USD) and of
+SLO attainment with a 95% interval over the training scenarios,
+servetune.tuning.sensitivity), all on one self-contained page (tuning.html: plotly.js inlined
+once, as report.html has it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import html as html_lib
 import json
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from servetune.core.files import write_whole
-from servetune.reporting.convergence import MIN_SPAN, y_range
+from servetune.reporting.convergence import MIN_RELATIVE_SPAN, MIN_SPAN, y_range
 from servetune.reporting.html import CATCH, CSS, RENDER, TEMPLATE, embed
 from servetune.reporting.numbers import fmt
 from servetune.reporting.stats import LEVEL
@@ -29,6 +36,122 @@ DERIVATIVES = (
     ("d_attainment", "d SLO attainment"),
 )
 NO_INFO = "no information"  # a derivative whose scenarios give no interval
+# a knob panel's values stay this far (a fraction of the axis) inside its frame
+KNOB_MARGIN = 0.1
+OBJECTIVE_NOTE = (
+    "objective: log(useful tokens / USD) over the split's scenarios (tune.objective.aggregate), "
+    "the tuner's; tuned - start: the paired per-scenario gain (0.01 is about 1% more useful "
+    "tokens per dollar) with its 95% interval"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What the tuning recommends, as the page and history.png show it: which policy was
+    exported ("start" or "tuned") and why (`recommendation`), why the exported point is not
+    the history's last point (`path_note`), the tuned knobs' start and tuned values, the
+    iteration that scored the tuned point with its training objective and SLO attainment (None
+    and NaN where unknown), the ranges (knob -> (low, high)), the knobs at a bound (knob ->
+    words) and the evaluation's side-by-side records (tuning.evaluation.side_by_side)."""
+
+    exported: str
+    recommendation: str
+    path_note: str
+    start: dict
+    tuned: dict
+    tuned_iteration: int | None = None
+    tuned_objective: float = math.nan
+    tuned_attainment: float = math.nan
+    ranges: dict = dataclasses.field(default_factory=dict)
+    bounds: dict = dataclasses.field(default_factory=dict)
+    evaluation: list = dataclasses.field(default_factory=list)
+
+    @property
+    def exported_values(self) -> dict:
+        """The exported policy's tuned knobs."""
+        return self.start if self.exported == "start" else self.tuned
+
+
+METRIC_HEADS = (  # side_by_side's metrics: (key, head)
+    ("objective", "objective"),
+    ("slo_attainment", "SLO attainment"),
+    ("useful_tokens_per_dollar", "useful tokens / USD"),
+    ("goodput_rps", "goodput (req/s)"),
+)
+
+
+def _verdict_word(record: dict) -> str:
+    """A split's verdict in one word (side_by_side's record)."""
+    if not record["held_out"]:
+        return "trained on"
+    if record.get("regression"):
+        return "regression"
+    return "improvement" if record.get("improvement") else "tie"
+
+
+def _span(pair, fmt_one=fmt) -> str:
+    return f"[{fmt_one(pair[0])}, {fmt_one(pair[1])}]" if pair else NO_INFO
+
+
+def _signed_pct(x: float) -> str:
+    if not math.isfinite(x):
+        return "-"
+    return "0%" if abs(x) < 5e-16 else f"{100 * x:+.3g}%"
+
+
+def comparison_rows(records: list[dict]) -> list[dict]:
+    """The start-vs-tuned table's rows from side_by_side's records: per split and metric, the
+    start's and the tuned point's values (`start`, `tuned`: text), the tuned one's 95% interval
+    over the split's scenarios (`interval`), the paired gain with its interval for the
+    objective (`gain`), and on the split's first row its name, scenario count and verdict."""
+    rows = []
+    for rec in records:
+        for k, (key, head) in enumerate(METRIC_HEADS):
+            m = rec.get(key)
+            if m is None:
+                continue
+            objective = key == "objective"
+            rows.append(
+                {
+                    "split": rec["split"] if k == 0 else "",
+                    "scenarios": f"{rec['scenarios']} scenario(s)" if k == 0 else "",
+                    "metric": head,
+                    "start": fmt(m["start"]),
+                    "tuned": fmt(m["tuned"]),
+                    "interval": "" if objective else _span(m["tuned_interval"]),
+                    "gain": (
+                        f"{_signed_pct(m['gain'])} {_span(m['gain_interval'], _signed_pct)}"
+                        if objective
+                        else ""
+                    ),
+                    "verdict": _verdict_word(rec) if k == 0 else "",
+                }
+            )
+    return rows
+
+
+BOUND_WORDS = ("low bound", "high bound", "below the range", "above the range")  # bound flags
+
+
+def knob_rows(start: dict, tuned: dict, exported: str, ranges: dict, bounds: dict) -> list[dict]:
+    """The start-vs-tuned table's knob rows: per tuned knob (`ranges`: knob -> (low, high),
+    tune.space) its start, tuned and exported value, its range and its bound flag (`bound`:
+    words, or ""; `at`: the flag's BOUND_WORDS)."""
+    rows = []
+    for key, (low, high) in ranges.items():
+        value = (start if exported == "start" else tuned).get(key)
+        rows.append(
+            {
+                "knob": key,
+                "start": fmt(start.get(key)),
+                "tuned": fmt(tuned.get(key)),
+                "exported": fmt(value),
+                "range": f"[{low:g}, {high:g}]",
+                "bound": bounds.get(key, ""),
+                "at": next((w for w in BOUND_WORDS if w in bounds.get(key, "")), ""),
+            }
+        )
+    return rows
 
 
 def _label(row) -> str:
@@ -49,17 +172,48 @@ def _errors(sens: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
     return np.nan_to_num(mean - lo), np.nan_to_num(hi - mean)
 
 
+def _marks(outcome: Outcome | None, key: str) -> dict:
+    """What a knob's panel marks (knob -> value, None where not drawn): the tuned point at its
+    iteration, the exported value, and the bound of its range it sits at."""
+    if outcome is None:
+        return {}
+    finite = lambda v: v if v is not None and math.isfinite(float(v)) else None
+    flag = outcome.bounds.get(key, "")
+    low, high = outcome.ranges.get(key, (None, None))
+    value = outcome.exported_values.get(key)
+    return {
+        "tuned": finite(outcome.tuned.get(key)),
+        "exported": finite(value),
+        "unlimited": value is not None and math.isinf(float(value)),
+        "bound": low if "low bound" in flag else high if "high bound" in flag else None,
+    }
+
+
+def _exported_label(outcome: Outcome) -> str:
+    return "exported: the start" if outcome.exported == "start" else "exported: the tuned point"
+
+
 def history_figure(
-    history: pd.DataFrame, scales: dict[str, str], target: float, tuned: dict | None = None
+    history: pd.DataFrame,
+    scales: dict[str, str],
+    target: float,
+    tuned: dict | None = None,
+    outcome: Outcome | None = None,
 ) -> Figure:
     """history.png's figure from the tuner's history (history.csv): against the iteration,
     log(useful tokens / USD) and SLO attainment (a fraction; the target dotted) of the current
     and the best policy, then each tuned knob's value (`scales`: knob -> log | linear, a log
-    knob on a log axis with 1-2-5 ticks) with its tuned value dotted (`tuned`)."""
+    knob on a log axis with 1-2-5 ticks; every value KNOB_MARGIN inside the frame). With an
+    `outcome`: the tuned point as a star at its iteration, the exported value dotted, a bound
+    the tuned knob sits at dashed, and, under the title, why the exported point is not the
+    line's last point; else the `tuned` values dotted."""
     knobs = [k for k in scales if f"policy.{k}" in history]
-    fig = Figure(figsize=(7, 2.0 * (2 + len(knobs)) + 0.4), layout="constrained")
+    note = textwrap.fill(outcome.path_note, 100) if outcome is not None else ""
+    lines = note.count("\n") + 1 if note else 0
+    fig = Figure(figsize=(7, 2.0 * (2 + len(knobs)) + 0.4 + 0.18 * lines), layout="constrained")
     axes = np.atleast_1d(fig.subplots(2 + len(knobs), 1, sharex=True))
     x = history["iteration"]
+    star = outcome is not None and outcome.tuned_iteration is not None
     for ax, what, name in (
         (axes[0], "objective", "log(useful tokens / USD)"),
         (axes[1], "slo_attainment", "SLO attainment"),
@@ -67,6 +221,10 @@ def history_figure(
         ax.plot(x, history[f"center_{what}"], "o-", label="current policy")
         ax.plot(x, history[f"best_{what}"], "s--", label="best so far")
         extra = [target] if what == "slo_attainment" else []
+        if star:
+            value = outcome.tuned_objective if what == "objective" else outcome.tuned_attainment
+            ax.plot([outcome.tuned_iteration], [value], "*", ms=13, color="C3", label="tuned point")
+            extra.append(value)
         values = np.concatenate([history[f"center_{what}"], history[f"best_{what}"], extra])
         ax.set_ylim(
             *y_range(values, MIN_SPAN["objective" if what == "objective" else "attainment"])
@@ -76,43 +234,87 @@ def history_figure(
     axes[0].legend(fontsize=8)
     axes[1].legend(fontsize=8)
     for i, (ax, k) in enumerate(zip(axes[2:], knobs, strict=True)):
+        marks = _marks(outcome, k) or {"exported": (tuned or {}).get(k)}
         _knob_panel(
             ax,
             x,
             history[f"policy.{k}"].to_numpy(float),
             k,
             scales[k],
-            (tuned or {}).get(k),
-            legend=i == 0,
+            marks,
+            outcome.tuned_iteration if star else None,
+            _exported_label(outcome) if outcome is not None else "tuned",
+            legend=i == 0 or bool(_marks(outcome, k).get("bound")),
         )
     for ax in axes:
         ax.grid(alpha=0.3)
     axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[-1].set_xlabel("iteration")
-    fig.suptitle("tuning history", fontsize=11)
+    fig.suptitle("tuning history" + (f"\n{note}" if note else ""), fontsize=9 if note else 11)
     no_offsets(fig)
     return fig
 
 
-def knob_limits(values, scale: str) -> tuple[float, float, bool]:
-    """(low, high, log) of the y axis of a knob's panel over its `values`: a log knob with
-    positive values on a log axis spanning at least a factor 1.5 each way of them (padded
-    10%), any other knob linear over y_range."""
+def knob_limits(values, scale: str, margin: float = KNOB_MARGIN) -> tuple[float, float, bool]:
+    """(low, high, log) of the y axis of a knob's panel over its `values`: a log knob whose
+    positive values span a factor 3 or more on a log axis, any other knob on a linear one at
+    least y_range's smallest span wide; either way the values kept `margin` of the axis
+    inside its ends, so that none is drawn on the frame."""
     v = np.asarray(values, np.float64)
     v = v[np.isfinite(v)]
     if not len(v):
         return 0.0, 1.0, False
-    if scale == "log" and v.min() > 0:
-        return min(v.min(), v.max() / 1.5) / 1.1, max(v.max(), v.min() * 1.5) * 1.1, True
-    return (*y_range(v, 1e-3 * max(1.0, float(np.abs(v).max()))), False)
+    # a log axis where the values span a factor 3 at least (a narrower one has one tick)
+    log = scale == "log" and v.min() > 0 and v.max() >= 3 * v.min()
+    if log:
+        lo, hi = math.log(v.min()), math.log(v.max())
+        span = hi - lo
+    else:  # at least y_range's smallest span
+        lo, hi, top = float(v.min()), float(v.max()), float(np.abs(v).max())
+        span = max(hi - lo, 1e-3 * max(1.0, top), MIN_RELATIVE_SPAN * top)
+    mid = 0.5 * (lo + hi)
+    half = 0.5 * span / (1 - 2 * margin)  # the values' span is (1 - 2 margin) of the axis
+    lo, hi = mid - half, mid + half
+    return (math.exp(lo), math.exp(hi), True) if log else (lo, hi, False)
 
 
-def _knob_panel(ax, x, values: np.ndarray, key: str, scale: str, tuned, legend: bool) -> None:
-    """One knob's values over the iterations on `ax`, the tuned value dotted (knob_limits)."""
+def _knob_panel(
+    ax,
+    x,
+    values: np.ndarray,
+    key: str,
+    scale: str,
+    marks: dict,
+    at: int | None,
+    exported_label: str,
+    legend: bool,
+) -> None:
+    """One knob's values over the iterations on `ax` (knob_limits), with `marks` (_marks:
+    the tuned point as a star at iteration `at`, the exported value dotted, a bound the
+    tuned point sits at dashed)."""
     ax.plot(x, values, "o-", color="C2", label="current policy")
-    if tuned is not None:
-        ax.axhline(tuned, color="C3", lw=1, ls=":", label="tuned")
-    lo, hi, log = knob_limits(np.append(values, [] if tuned is None else tuned), scale)
+    shown = [values]
+    if marks.get("exported") is not None:
+        ax.axhline(marks["exported"], color="C3", lw=1.5, ls=":", label=exported_label, zorder=3)
+        shown.append([marks["exported"]])
+    elif marks.get("unlimited"):  # an unlimited cap: no line to draw, said in words
+        ax.text(
+            0.99,
+            0.95,
+            f"{exported_label}: inf",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=8,
+            color="C3",
+        )
+    if marks.get("tuned") is not None and at is not None:
+        ax.plot([at], [marks["tuned"]], "*", ms=13, color="C3", label="tuned point")
+        shown.append([marks["tuned"]])
+    if marks.get("bound") is not None:
+        ax.axhline(marks["bound"], color="gray", lw=1, ls="--", label="bound of tune.space")
+        shown.append([marks["bound"]])
+    lo, hi, log = knob_limits(np.concatenate([np.asarray(v, float) for v in shown]), scale)
     if log:
         set_log(ax, "y")
     ax.set_ylim(lo, hi)
@@ -158,9 +360,14 @@ def sensitivity_figure(sens: pd.DataFrame) -> Figure:
 
 
 def history_plotly(
-    history: pd.DataFrame, scales: dict[str, str], target: float, tuned: dict | None = None
+    history: pd.DataFrame,
+    scales: dict[str, str],
+    target: float,
+    tuned: dict | None = None,
+    outcome: Outcome | None = None,
 ):
-    """The page's history figure: history_figure's panels, one plotly subplot each."""
+    """The page's history figure: history_figure's panels and marks, one plotly subplot
+    each."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -193,13 +400,30 @@ def history_plotly(
                 col=1,
             )
     fig.add_hline(y=target, line={"dash": "dot", "color": "gray"}, row=2, col=1)
+    at = None if outcome is None else outcome.tuned_iteration
+    star = lambda row, y, first: fig.add_trace(
+        go.Scatter(
+            x=[at],
+            y=_none([y]),
+            name="tuned point",
+            legendgroup="tuned",
+            showlegend=first,
+            mode="markers",
+            marker={"symbol": "star", "size": 14, "color": "#d62728"},
+        ),
+        row=row,
+        col=1,
+    )
     for row, what, span in (
         (1, "objective", MIN_SPAN["objective"]),
         (2, "slo_attainment", MIN_SPAN["attainment"]),
     ):
-        values = np.concatenate(
-            [history[f"center_{what}"], history[f"best_{what}"]] + ([[target]] if row == 2 else [])
-        )
+        extra = [target] if row == 2 else []
+        if outcome is not None and at is not None:
+            value = outcome.tuned_objective if row == 1 else outcome.tuned_attainment
+            star(row, value, row == 1)
+            extra.append(value)
+        values = np.concatenate([history[f"center_{what}"], history[f"best_{what}"], extra])
         fig.update_yaxes(range=list(y_range(values, span)), row=row, col=1)
     for i, k in enumerate(knobs, start=3):
         values = history[f"policy.{k}"].to_numpy(float)
@@ -215,9 +439,18 @@ def history_plotly(
             row=i,
             col=1,
         )
-        if tuned and k in tuned:
-            fig.add_hline(y=tuned[k], line={"dash": "dot", "color": "#d62728"}, row=i, col=1)
-            values = np.append(values, tuned[k])
+        marks = _marks(outcome, k) or {"exported": (tuned or {}).get(k)}
+        if marks.get("exported") is not None:
+            fig.add_hline(
+                y=marks["exported"], line={"dash": "dot", "color": "#d62728"}, row=i, col=1
+            )
+            values = np.append(values, marks["exported"])
+        if marks.get("tuned") is not None and at is not None:
+            star(i, marks["tuned"], False)
+            values = np.append(values, marks["tuned"])
+        if marks.get("bound") is not None:
+            fig.add_hline(y=marks["bound"], line={"dash": "dash", "color": "gray"}, row=i, col=1)
+            values = np.append(values, marks["bound"])
         _plotly_knob_axis(fig, i, values, scales[k])
     fig.update_xaxes(title_text="iteration", row=rows, col=1)
     fig.update_xaxes(tickformat="d", dtick=max(1, math.ceil(len(x) / 10)))
@@ -349,23 +582,83 @@ def _head(title: str) -> str:
 
 HISTORY_NOTE = (
     "The current policy's and the best policy's objective and SLO attainment (the "
-    "target dotted), and each tuned knob's value, over the iterations; the tuned "
-    "value dotted."
+    "target dotted), and each tuned knob's value, over the iterations; the exported "
+    "value dotted, the tuned point a star, a bound of tune.space the tuned point sits at "
+    "dashed."
 )
 
 
+def _html_table(heads: list[str], rows: list[list[str]], left: int = 0) -> str:
+    """An HTML table of text cells, escaped; the first `left` columns left-aligned."""
+    style = lambda k: " style='text-align:left'" if k < left else ""
+    head = "".join(f"<th{style(k)}>{html_lib.escape(h)}</th>" for k, h in enumerate(heads))
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td{style(k)}>{html_lib.escape(str(c))}</td>" for k, c in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def outcome_section(outcome: Outcome) -> str:
+    """The page's first section: the recommendation in words, the start-vs-tuned table per
+    split (comparison_rows) and the tuned knobs (knob_rows)."""
+    rows = comparison_rows(outcome.evaluation)
+    metrics = _html_table(
+        ["split", "", "metric", "start", "tuned", "tuned: 95% interval", "tuned - start"]
+        + ["verdict"],
+        [
+            [r["split"], r["scenarios"], r["metric"], r["start"], r["tuned"], r["interval"]]
+            + [r["gain"], r["verdict"]]
+            for r in rows
+        ],
+        left=3,
+    )
+    knobs = knob_rows(
+        outcome.start, outcome.tuned, outcome.exported, outcome.ranges, outcome.bounds
+    )
+    knob_table = _html_table(
+        ["knob", "start", "tuned", "exported", "range (tune.space)", "bound"],
+        [[r["knob"], r["start"], r["tuned"], r["exported"], r["range"], r["bound"]] for r in knobs],
+        left=1,
+    )
+    verdicts = "".join(
+        f"<li>{html_lib.escape(r['split'])}: {html_lib.escape(r['verdict'])}</li>"
+        for r in outcome.evaluation
+        if r.get("verdict")
+    )
+    return (
+        "<h2>Start vs tuned</h2>"
+        f"<p><b>{html_lib.escape(outcome.recommendation)}</b></p>"
+        + (f"<ul class='note'>{verdicts}</ul>" if verdicts else "")
+        + metrics
+        + f"<p class='note'>{html_lib.escape(OBJECTIVE_NOTE)}</p>"
+        + knob_table
+    )
+
+
 def page(
-    history: pd.DataFrame, sens: pd.DataFrame, target: float, caption: str, title: str = ""
+    history: pd.DataFrame,
+    sens: pd.DataFrame,
+    target: float,
+    caption: str,
+    title: str = "",
+    outcome: Outcome | None = None,
 ) -> str:
-    """tuning.html: one self-contained document (plotly.js inlined once; nothing fetched) with
-    the tuning history, the sensitivity figure, its `caption` (HTML) and table, and both
-    tables as JSON (elements servetune-history, servetune-sensitivity)."""
+    """tuning.html: one self-contained document (plotly.js inlined once; nothing fetched)
+    opening with the start-vs-tuned section (`outcome`: outcome_section), then the tuning
+    history (with why the exported point is not its last point), the sensitivity figure, its
+    `caption` (HTML) and table, and both tables as JSON (elements servetune-history,
+    servetune-sensitivity)."""
     tuned = dict(zip(sens["knob"], sens["value"], strict=True))
     scales = dict(zip(sens["knob"], sens["scale"], strict=True))
+    path = f" {html_lib.escape(outcome.path_note)}" if outcome is not None else ""
     parts = [
         _head(title),
-        f"<h2>Tuning history</h2><p class='note'>{HISTORY_NOTE}</p>",
-        embed(history_plotly(history, scales, target, tuned), "fig-history"),
+        outcome_section(outcome) if outcome is not None else "",
+        f"<h2>Tuning history</h2><p class='note'>{HISTORY_NOTE}{path}</p>",
+        embed(history_plotly(history, scales, target, tuned, outcome), "fig-history"),
         "<h2>Sensitivity at the tuned point</h2>",
         f"<p class='note'>{caption}</p>",
         embed(sensitivity_plotly(sens), "fig-sensitivity"),
@@ -380,24 +673,30 @@ def page(
 
 
 def write_views(
-    out_dir: Path, history: pd.DataFrame, sens: pd.DataFrame, target: float, caption: str
+    out_dir: Path,
+    history: pd.DataFrame,
+    sens: pd.DataFrame,
+    target: float,
+    caption: str,
+    outcome: Outcome | None = None,
 ) -> list[Path]:
     """Write sensitivity.csv, history.png, sensitivity.png and tuning.html into `out_dir`
-    (each whole or not at all) from the tuner's history (history.csv's rows) and the
+    (each whole or not at all) from the tuner's history (history.csv's rows), the
     sensitivity table (servetune.tuning.sensitivity.derivatives: its knobs, their scales and
-    tuned values), with `target` the SLO attainment target (a fraction) and `caption` the
+    tuned values) and the recommendation (`outcome`: the page's first section and the marks
+    of history.png), with `target` the SLO attainment target (a fraction) and `caption` the
     page's description of the method (HTML). Returns the paths written."""
     out_dir = Path(out_dir)
     scales = dict(zip(sens["knob"], sens["scale"], strict=True))
     tuned = dict(zip(sens["knob"], sens["value"], strict=True))
     figures = {
-        "history.png": history_figure(history, scales, target, tuned),
+        "history.png": history_figure(history, scales, target, tuned, outcome),
         "sensitivity.png": sensitivity_figure(sens),
     }
     written = [write_whole(out_dir / "sensitivity.csv", lambda tmp: sens.to_csv(tmp, index=False))]
     for name, fig in figures.items():
         written.append(write_whole(out_dir / name, lambda tmp, f=fig: f.savefig(tmp, dpi=120)))
-    doc = page(history, sens, target, caption, str(out_dir))
+    doc = page(history, sens, target, caption, str(out_dir), outcome)
     written.append(
         write_whole(
             out_dir / "tuning.html", lambda tmp: Path(tmp).write_text(doc, encoding="utf-8")

@@ -62,6 +62,8 @@ def _from_json(doc: dict) -> dict:
     if isinstance(doc.get("best"), dict):
         doc["best"] = from_jsonable(doc["best"], null=math.nan)
     doc["best_values"] = from_jsonable(doc.get("best_values"))
+    if isinstance(doc.get("visited"), list):
+        doc["visited"] = from_jsonable(doc["visited"], null=math.nan)
     return doc
 
 
@@ -155,6 +157,28 @@ FIELDS = {  # key -> (check of its value, what is expected)
 }
 
 
+def _visit(v) -> bool:
+    """A point the tuner scored (tuning/recommend.visits): its coordinates, summary and
+    per-scenario objective and shortfall."""
+    return (
+        isinstance(v, dict)
+        and isinstance(v.get("iteration"), int)
+        and isinstance(v.get("z"), list)
+        and all(_finite(x) for x in v["z"])
+        and all(_number(v.get(k)) for k in ("objective", "violation", "slo_attainment"))
+        and all(isinstance(v.get(k), list) and all(map(_number, v[k])) for k in ("f", "v"))
+    )
+
+
+# fields a checkpoint may lack (written before they were recorded): key -> (check, expected)
+OPTIONAL = {
+    "visited": (
+        lambda v: isinstance(v, list) and all(_visit(x) for x in v),
+        "a list of scored points {iteration, z, objective, violation, slo_attainment, f, v}",
+    ),
+}
+
+
 def _shown(value) -> str:
     """`value` for a message: its JSON-like repr, or its type and length when long."""
     text = repr(value)
@@ -167,8 +191,8 @@ def _shown(value) -> str:
 def _check_fields(path: Path, doc: dict) -> None:
     """CheckpointError naming the first field of the wrong type or range (FIELDS), or a
     history or best policy that does not match the iteration count."""
-    for key, (ok, expected) in FIELDS.items():
-        if not ok(doc[key]):
+    for key, (ok, expected) in {**FIELDS, **OPTIONAL}.items():
+        if key in doc and not ok(doc[key]):
             raise _refuse(path, f"field {key!r} is {_shown(doc[key])}; expected {expected}")
     done, rows = doc["iteration"], len(doc["history"])
     if rows != done:
@@ -289,6 +313,14 @@ def unpack(doc: dict, opt_state_like, out_dir: Path, shapes: dict[str, tuple], v
             f"{len(like)} {expected}",
         )
     arrays = _arrays(path, doc, shapes)
+    size = tuple(shapes.get("theta", ()))
+    for visit in doc.get("visited", []):
+        if size and (len(visit["z"]),) != size:
+            raise _refuse(
+                path,
+                f"field 'visited' holds a point of {len(visit['z'])} coordinates; this run's "
+                f"search space has {size[0]}",
+            )
     _finite_arrays(path, {**arrays, **{f"opt_state[{i}]": x for i, x in enumerate(leaves)}})
     _check_values(path, doc["best_values"], value_keys)
     doc.update(arrays)

@@ -125,25 +125,35 @@ def _row(name: str, split: str, column: list[dict], objective) -> dict:
     return row
 
 
-def _paired_losses(start: list[dict], tuned: list[dict], objective) -> dict:
-    """How much worse the tuned policy did than the start on the same scenarios, as means
-    with 95% intervals over the paired per-scenario differences (`interval`; NaN bounds where
-    the differences give none): `objective_loss` in log useful tokens per USD (a relative
-    loss: 0.01 is about 1% fewer tokens per dollar) and `shortfall_loss`, the growth of the
-    shortfall below the SLO target as a fraction of the target. Positive is worse."""
-    f_start = np.array([objective.value(m) for m in start])
-    f_tuned = np.array([objective.value(m) for m in tuned])
-    v_start = np.array([objective.violation(m) for m in start])
-    v_tuned = np.array([objective.violation(m) for m in tuned])
-    target = max(objective.slo_target, 1e-12)
+def paired_losses(f_ref, v_ref, f_other, v_other, slo_target: float) -> dict:
+    """How much worse policy "other" did than the reference on the same scenarios, from their
+    per-scenario objectives f [S] (log useful tokens per USD) and SLO shortfalls v [S]
+    (Objective.violation), as means with 95% intervals over the paired differences
+    (`interval`; NaN bounds where the differences give none): `objective_loss` in log useful
+    tokens per USD (a relative loss: 0.01 is about 1% fewer tokens per dollar) and
+    `shortfall_loss`, the growth of the shortfall below the SLO target as a fraction of the
+    target. Positive is worse."""
+    target = max(slo_target, 1e-12)
     out = {}
     for name, loss in (
-        ("objective_loss", f_start - f_tuned),
-        ("shortfall_loss", (v_tuned - v_start) / target),
+        ("objective_loss", np.asarray(f_ref, np.float64) - np.asarray(f_other, np.float64)),
+        ("shortfall_loss", (np.asarray(v_other, np.float64) - np.asarray(v_ref)) / target),
     ):
         mean, low, high, _ = interval(loss)
         out.update({name: mean, f"{name}_low": low, f"{name}_high": high})
     return out
+
+
+def _paired_losses(start: list[dict], tuned: list[dict], objective) -> dict:
+    """paired_losses of the tuned policy's metrics against the start's (one dict per scenario,
+    the same scenarios in the same order)."""
+    return paired_losses(
+        [objective.value(m) for m in start],
+        [objective.violation(m) for m in start],
+        [objective.value(m) for m in tuned],
+        [objective.violation(m) for m in tuned],
+        objective.slo_target,
+    )
 
 
 def evaluate_policies(cfg: DictConfig, policies: dict[str, dict], st, order: str) -> pd.DataFrame:
@@ -172,57 +182,74 @@ REGRESSION_TOLERANCE = 1e-3  # tune.eval.regression_tolerance's default: 0.1%
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """Whether the tuned policy regressed on one held-out split, whether it was worse only
-    within chance (a tie), and why, in words."""
+    """How the tuned policy compares with the start on one split, by the tuner's order and
+    beyond chance: worse (`regression`), better (`improvement`), or neither (`tie`: the
+    difference is within its interval or the tolerance, or there is none), and why, in
+    words."""
 
     regression: bool
     why: str
     tie: bool = False
+    improvement: bool = False
 
 
-def _judge(start, tuned, tolerance: float) -> Verdict:
-    """The verdict on one split's start and tuned rows: worse by the tuner's order (runner.
-    _better: meeting the SLO target beats missing it; where both meet it the objective
-    decides, where both miss it the shortfall), and by more than chance: the paired loss's
-    95% interval lies above 0, or, where the scenarios give no interval, the loss exceeds
-    `tolerance` (relative). A difference within either is a tie."""
-    if bool(start["meets_target"]) != bool(tuned["meets_target"]):
-        worse, kind = bool(start["meets_target"]), "shortfall"
-    elif start["meets_target"]:
-        worse, kind = tuned["objective"] < start["objective"] - 1e-9, "objective"
+# what a difference of each kind is measured in, in a verdict's words
+_WHAT = {"objective": "useful tokens per USD", "shortfall": "shortfall below the SLO target"}
+
+
+def _direction(ref, other) -> tuple[int, str]:
+    """(+1 better, -1 worse, 0 alike; the kind of difference that decides) of row `other`
+    against row `ref` by the tuner's order (runner._better): meeting the SLO target beats
+    missing it; where both meet it the objective decides, where both miss it the
+    shortfall."""
+    if bool(ref["meets_target"]) != bool(other["meets_target"]):
+        return (1 if other["meets_target"] else -1), "shortfall"
+    if ref["meets_target"]:
+        diff, kind = float(other["objective"]) - float(ref["objective"]), "objective"
     else:
-        worse, kind = tuned["violation"] > start["violation"] + 1e-9, "shortfall"
-    if not worse:
-        return Verdict(False, "not worse by the tuner's order")
-    what = "useful tokens per USD" if kind == "objective" else "shortfall below the SLO target"
-    mean = float(tuned.get(f"{kind}_loss", math.nan))
-    low = float(tuned.get(f"{kind}_loss_low", math.nan))
-    high = float(tuned.get(f"{kind}_loss_high", math.nan))
+        diff, kind = float(ref["violation"]) - float(other["violation"]), "shortfall"
+    return (0 if abs(diff) <= 1e-9 else 1 if diff > 0 else -1), kind
+
+
+def compare(ref, other, tolerance: float) -> Verdict:
+    """The verdict on row `other` against row `ref` (evaluation rows, or any mapping with
+    meets_target, objective, violation, slo_target; `other` with its paired losses against
+    `ref`, paired_losses): better or worse by the tuner's order (`_direction`), and beyond
+    chance when the paired difference's 95% interval excludes 0, or, where the scenarios
+    give no interval, when the difference exceeds `tolerance` (relative). Symmetric: a
+    regression and an improvement need the same evidence; a difference within either is a
+    tie, and so is no difference."""
+    sign, kind = _direction(ref, other)
+    if sign == 0:
+        return Verdict(False, "alike by the tuner's order (no difference): a tie", tie=True)
+    mean = float(other.get(f"{kind}_loss", math.nan))
+    low = float(other.get(f"{kind}_loss_low", math.nan))
+    high = float(other.get(f"{kind}_loss_high", math.nan))
     if math.isnan(mean):  # no paired losses: the summaries' difference
-        target = max(float(start.get("slo_target", 1.0)), 1e-12)
+        target = max(float(ref.get("slo_target", 1.0)), 1e-12)
         mean = float(
-            start["objective"] - tuned["objective"]
+            ref["objective"] - other["objective"]
             if kind == "objective"
-            else (tuned["violation"] - start["violation"]) / target
+            else (other["violation"] - ref["violation"]) / target
         )
-    if math.isfinite(low) and math.isfinite(high):
-        regression = low > 0
-        return Verdict(
-            regression,
-            f"{what} worse by {_pct(mean)}, 95% interval of the paired "
-            f"difference [{_pct(low)}, {_pct(high)}] "
-            + ("above 0: a regression" if regression else "includes 0: a tie"),
-            tie=not regression,
+    # as a difference in the direction found: a loss when worse, a gain when better
+    size, lo, hi = (mean, low, high) if sign < 0 else (-mean, -high, -low)
+    word, found = ("worse", "a regression") if sign < 0 else ("better", "an improvement")
+    if math.isfinite(lo) and math.isfinite(hi):
+        beyond = lo > 0
+        why = (
+            f"{_WHAT[kind]} {word} by {_pct(size)}, 95% interval of the paired "
+            f"difference [{_pct(lo)}, {_pct(hi)}] "
+            + (f"above 0: {found}" if beyond else "includes 0: a tie")
         )
-    regression = mean > tolerance
-    return Verdict(
-        regression,
-        f"{what} worse by {_pct(mean)}, no interval (the scenarios "
-        f"give none), {'beyond' if regression else 'within'} the tolerance "
-        f"{_pct(tolerance)} (tune.eval.regression_tolerance)"
-        + (": a regression" if regression else ": a tie"),
-        tie=not regression,
-    )
+    else:
+        beyond = size > tolerance
+        why = (
+            f"{_WHAT[kind]} {word} by {_pct(size)}, no interval (the scenarios "
+            f"give none), {'beyond' if beyond else 'within'} the tolerance "
+            f"{_pct(tolerance)} (tune.eval.regression_tolerance): " + (found if beyond else "a tie")
+        )
+    return Verdict(beyond and sign < 0, why, tie=not beyond, improvement=beyond and sign > 0)
 
 
 def _pct(x: float) -> str:
@@ -230,15 +257,16 @@ def _pct(x: float) -> str:
 
 
 def verdicts(
-    evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANCE
+    evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANCE, held_out_only: bool = True
 ) -> dict[str, Verdict]:
-    """{held-out split: Verdict} of `evaluation` (evaluate_policies' table), for the splits
-    that have both a start and a tuned row (`_judge`)."""
+    """{split: Verdict} of `evaluation` (evaluate_policies' table): the tuned policy against
+    the start (`compare`) on each held-out split (every split with `held_out_only` false)
+    that has both rows."""
     out = {}
     for split in dict.fromkeys(evaluation["split"]):
         rows = evaluation[evaluation["split"] == split].set_index("policy")
-        if held_out(split) and {"start", "tuned"} <= set(rows.index):
-            out[split] = _judge(rows.loc["start"], rows.loc["tuned"], tolerance)
+        if (held_out(split) or not held_out_only) and {"start", "tuned"} <= set(rows.index):
+            out[split] = compare(rows.loc["start"], rows.loc["tuned"], tolerance)
     return out
 
 
@@ -247,37 +275,63 @@ def regressions(evaluation: pd.DataFrame, tolerance: float = REGRESSION_TOLERANC
     return [s for s, v in verdicts(evaluation, tolerance).items() if v.regression]
 
 
+VERDICT_COLUMNS = (  # evaluation.csv's column, the Verdict's field, its value off held-out splits
+    ("regression", "regression", False),
+    ("regression_tie", "tie", False),
+    ("improvement", "improvement", False),
+    ("regression_verdict", "why", ""),
+)
+
+
 def mark_verdicts(evaluation: pd.DataFrame, judged: dict[str, Verdict]) -> None:
     """Write `judged` into the evaluation table, in place: per row its split's `regression`,
-    `regression_tie` and `regression_verdict` (empty for the splits tuning saw)."""
-    for column, field, empty in (
-        ("regression", "regression", False),
-        ("regression_tie", "tie", False),
-        ("regression_verdict", "why", ""),
-    ):
+    `regression_tie` (a tie: within chance either way), `improvement` and
+    `regression_verdict` (the verdict in words; empty for the splits tuning saw)."""
+    for column, field, empty in VERDICT_COLUMNS:
         values = {split: getattr(v, field) for split, v in judged.items()}
         evaluation[column] = [values.get(split, empty) for split in evaluation["split"]]
 
 
 def _written_verdicts(evaluation: pd.DataFrame) -> dict[str, Verdict]:
-    """The verdicts mark_verdicts wrote into an evaluation table."""
+    """The verdicts mark_verdicts wrote into an evaluation table (one without an
+    `improvement` column, written before it existed, as no improvement)."""
+    first = lambda rows, column: rows[column].iloc[0] if column in rows else False
     return {
         split: Verdict(
             bool(rows["regression"].iloc[0]),
             str(rows["regression_verdict"].iloc[0]),
             bool(rows["regression_tie"].iloc[0]),
+            bool(first(rows, "improvement")),
         )
         for split, rows in evaluation.groupby("split", sort=False)
         if held_out(split) and rows["regression_verdict"].iloc[0]
     }
 
 
+def _gain(start, tuned) -> dict:
+    """The tuned policy's objective against the start's: both values, the paired gain in log
+    useful tokens per USD (about the relative gain: 0.01 is 1% more tokens per dollar) and its
+    95% interval over the scenarios (None where they give none)."""
+    loss = float(tuned.get("objective_loss", math.nan))
+    low = float(tuned.get("objective_loss_low", math.nan))
+    high = float(tuned.get("objective_loss_high", math.nan))
+    gain = float(tuned["objective"] - start["objective"]) if math.isnan(loss) else -loss
+    return {
+        "start": float(start["objective"]),
+        "tuned": float(tuned["objective"]),
+        "gain": gain,
+        "gain_interval": [-high, -low] if math.isfinite(low) and math.isfinite(high) else None,
+    }
+
+
 def side_by_side(evaluation: pd.DataFrame) -> list[dict]:
     """One record per split: its scenarios, whether tuning saw it, the start's and the tuned
-    policy's SLO attainment, useful tokens per USD and goodput (req/s) with the tuned one's 95%
-    interval ([low, high], None where the scenarios give none), `regression` and, on held-out
-    splits, `verdict` (why: the table's regression_verdict column where the tuner wrote one,
-    under its tune.eval.regression_tolerance, else `verdicts` at the default tolerance)."""
+    policy's objective (log useful tokens per USD, with the paired gain and its 95% interval:
+    `_gain`), SLO attainment, useful tokens per USD and goodput (req/s) with the tuned one's
+    95% interval ([low, high], None where the scenarios give none), `regression`, `tie`,
+    `improvement` and, on held-out splits, `verdict` (why: the table's regression_verdict
+    column where the tuner wrote one, under its tune.eval.regression_tolerance, else
+    `verdicts` at the default tolerance)."""
     judged = (
         _written_verdicts(evaluation)
         if "regression_verdict" in evaluation.columns
@@ -294,6 +348,7 @@ def side_by_side(evaluation: pd.DataFrame) -> list[dict]:
             "held_out": held_out(split),
             "scenarios": int(tuned["scenarios"]),
             "distinct_scenarios": int(tuned["distinct_scenarios"]),
+            "objective": _gain(start, tuned),
         }
         for key in INTERVAL_METRICS:
             low, high = float(tuned[f"{key}_low"]), float(tuned[f"{key}_high"])
@@ -302,9 +357,11 @@ def side_by_side(evaluation: pd.DataFrame) -> list[dict]:
                 "tuned": float(tuned[key]),
                 "tuned_interval": None if math.isnan(low) else [low, high],
             }
-        record["regression"] = split in judged and judged[split].regression
-        record["tie"] = split in judged and judged[split].tie
-        if split in judged:
-            record["verdict"] = judged[split].why
+        verdict = judged.get(split)
+        record["regression"] = verdict is not None and verdict.regression
+        record["tie"] = verdict is not None and verdict.tie
+        record["improvement"] = verdict is not None and verdict.improvement
+        if verdict is not None:
+            record["verdict"] = verdict.why
         out.append(record)
     return out

@@ -30,10 +30,10 @@ from servetune.deploy import export
 from servetune.deploy import tuned as tuned_export
 from servetune.engine import memory, neural
 from servetune.reporting.convergence import write_convergence
-from servetune.reporting.tuning_page import write_views
+from servetune.reporting.tuning_page import Outcome, write_views
 from servetune.run import estimate
 from servetune.run.api import compose
-from servetune.tuning import checkpoint
+from servetune.tuning import checkpoint, recommend
 from servetune.tuning.estimators.es import EvolutionStrategies
 from servetune.tuning.estimators.pathwise import Pathwise, PathwiseEstimator
 from servetune.tuning.evaluation import (
@@ -105,7 +105,8 @@ class Settings:
     holdout: list  # held-out workloads: a list of override lists
     workloads: list  # training workloads: a list of override lists
     export: bool
-    export_on_regression: bool = False  # export even when tuned is worse than start held out
+    export_on_regression: bool = False  # export_policy=tuned: export a regressed tuned point too
+    export_policy: str = "recommended"  # recommended | tuned (tuning/recommend.py)
     regression_tolerance: float = REGRESSION_TOLERANCE  # relative loss, without an interval
     sensitivity: bool = True  # the tuned point's finite differences, history.png, tuning.html
     policy_family: str = "linear"
@@ -188,6 +189,13 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         workloads=workload_lists(OmegaConf.select(t, "workloads")),
         export=_flag(t, "export", True),
         export_on_regression=_flag(t, "export_on_regression", False),
+        export_policy=settings.choice(
+            t,
+            "export_policy",
+            recommend.EXPORT_POLICIES,
+            default="recommended",
+            where="tune.export_policy",
+        ),
         regression_tolerance=(
             _num(t, "eval.regression_tolerance", float, 0, 1)
             if OmegaConf.select(t, "eval.regression_tolerance") is not None
@@ -214,10 +222,14 @@ def settings_from_config(cfg: DictConfig) -> Settings:
 
 @dataclasses.dataclass
 class TuneResult:
-    """What a tuning run found: values (policy key -> float) of the start and the best policy,
-    the per-iteration history, the held-out evaluation table, scenarios simulated, wall seconds,
-    the output directory (checkpoint, history.csv, evaluation.csv, convergence.png, export/),
-    and whether the tuned policy is worse than the start on held-out data (evaluation.verdicts)."""
+    """What a tuning run found: values (policy key -> float) of the start and of the best point
+    found on the training scenarios (with its summary), the per-iteration history, the
+    held-out evaluation table of the start and the tuned point, scenarios simulated, wall
+    seconds, the output directory (checkpoint, history.csv, evaluation.csv, convergence.png,
+    export/), whether the tuned point is worse than the start on held-out data
+    (evaluation.verdicts), and the recommendation (tuning/recommend.py): the tuned point's
+    values, which policy was exported and why, whether the tuned point is better beyond
+    chance, its knobs at a bound of their range and the ranges."""
 
     start: dict
     best: dict
@@ -228,6 +240,13 @@ class TuneResult:
     wall_s: float
     out_dir: Path
     regression: bool = False
+    tuned: dict = dataclasses.field(default_factory=dict)  # the tuned point (recommend.py)
+    tuned_summary: dict = dataclasses.field(default_factory=dict)  # its training summary
+    exported: str = "tuned"  # what export/ holds: "start" or "tuned" (recommend.recommend)
+    recommendation: str = ""  # why, in words
+    improvement: bool = False  # tuned better than the start beyond chance
+    bounds: dict = dataclasses.field(default_factory=dict)  # tuned knobs at a bound: words
+    ranges: dict = dataclasses.field(default_factory=dict)  # tuned key -> (low, high)
 
 
 def _order(cfg: DictConfig) -> str:
@@ -405,6 +424,7 @@ def _problem(cfg: DictConfig) -> dict[str, str]:
         "eval",
         "export",
         "export_on_regression",
+        "export_policy",
         "resume",
         "checkpoint_every",
         "batch_mode",
@@ -478,10 +498,12 @@ def _plain(values: dict) -> dict:
     }
 
 
-def _evaluators(cfg: DictConfig, st: Settings, order: str):
+def _evaluators(cfg: DictConfig, st: Settings, order: str, on_scored=None):
     """(the settings with the space constrained to what the scenario's vLLM accepts, the exact
     simulator scoring policy points: one workload or several, the gradient estimator the
-    settings name: estimators/es.py or estimators/pathwise.py)."""
+    settings name: estimators/es.py or estimators/pathwise.py). `on_scored(points,
+    columns)`, if given, sees every batch of points [M, d] the estimator scores with their
+    metrics columns [M][S] (the tuner records them: recommend.visits)."""
     if st.workloads:  # tune over several workloads at once
         evaluator = MultiEvaluator(
             [
@@ -508,7 +530,10 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str):
     space, objective = st.space, st.objective
 
     def score(points, lam):
-        return [objective.summarize(col, lam) for col in evaluator(space.values(points))]
+        columns = evaluator(space.values(points))
+        if on_scored is not None:
+            on_scored(points, columns)
+        return [objective.summarize(col, lam) for col in columns]
 
     if st.estimator != "pathwise":
         return st, evaluator, EvolutionStrategies(score, st.seed, st.pairs, st.sigma)
@@ -705,7 +730,10 @@ def tune(
     composed = cfg
     st, cfg = checked_config(cfg)
     order = "neural" if st.policy_family == "neural" else _order(cfg)
-    st, evaluator, estimator = _evaluators(cfg, st, order)
+    scored: list = []  # this iteration's (points, metrics columns): recommend.visits
+    st, evaluator, estimator = _evaluators(
+        cfg, st, order, on_scored=lambda points, columns: scored.append((points, columns))
+    )
     space = st.space
     _check_population_fits(st, evaluator)
     log(_plan_line(st, evaluator))
@@ -730,7 +758,12 @@ def tune(
     while state.iteration < st.iterations:
         it = state.iteration
         theta, lam = np.asarray(state.theta), float(state.lam)
+        scored.clear()
         points, summaries, grad, soft = estimator(theta, lam, it)
+        state.visited = recommend.keep(
+            state.visited,
+            [v for pts, cols in scored for v in recommend.visits(pts, cols, st.objective, it)],
+        )
         updates, opt_state = opt.update(jnp.asarray(-grad), opt_state, jnp.asarray(theta))
         new_theta = np.asarray(optax.apply_updates(jnp.asarray(theta), updates))
         # dual ascent: raise lambda while the center misses the target, lower it with slack
@@ -781,16 +814,19 @@ def _finish(
     log,
     start_time: float,
 ) -> TuneResult:
-    """After the last iteration: history.csv, the held-out evaluation of the start and the
-    tuned policy (evaluation.csv, with regressions flagged; side by side per split in
-    tune_summary.json and the export's "extra"), convergence.png, the export
-    (unless the tuned policy regressed, or tune.export_on_regression) and tune_summary.json;
-    each file written whole, tune_summary.json last: it marks the folder's files as one
-    finished run (an earlier finish's FINAL_OUTPUTS are removed first, so a run stopped while
-    writing them leaves no summary, `servetune export` refuses the folder instead of mixing
-    the two, and no file of the earlier finish stays beside the new summary).
-    `start_time` (time.perf_counter()) began the run: its wall time includes the evaluation
-    and the export."""
+    """After the last iteration: history.csv; the tuned point (recommend.choose_tuned: of the
+    points as good as the best found on the training scenarios, the one nearest the start);
+    the held-out evaluation of the start and the tuned point (evaluation.csv, with the
+    verdicts; side by side per split in tune_summary.json and the export's "extra"); the
+    recommendation (recommend.recommend: the tuned point where it is better beyond chance,
+    else the start); convergence.png, the sensitivity views, the export of the recommended
+    policy (unless it is a regressed tuned point without tune.export_on_regression) and
+    tune_summary.json; each file written whole, tune_summary.json last: it marks the folder's
+    files as one finished run (an earlier finish's FINAL_OUTPUTS are removed first, so a run
+    stopped while writing them leaves no summary, `servetune export` refuses the folder
+    instead of mixing the two, and no file of the earlier finish stays beside the new
+    summary). `start_time` (time.perf_counter()) began the run: its wall time includes the
+    evaluation and the export."""
     for name in FINAL_OUTPUTS:  # the summary first: the folder is unfinished from here on
         path = out_dir / name
         if path.is_dir() and not path.is_symlink():
@@ -799,49 +835,67 @@ def _finish(
             path.unlink(missing_ok=True)
     history = pd.DataFrame(state.history)
     write_whole(out_dir / "history.csv", lambda tmp: history.to_csv(tmp, index=False))
-    best = state.best_values
-    evaluation = evaluate_policies(cfg, {"start": start_values, "tuned": best}, st, order)
+    choice = recommend.choose_tuned(
+        state.visited,
+        state.best,
+        state.best_values,
+        st.space,
+        start_values,
+        st.objective,
+        st.regression_tolerance,
+    )
+    tuned = _plain(choice.values)
+    tuned_summary = _visit_summary(choice.visit) or dict(state.best or {})
+    evaluation = evaluate_policies(cfg, {"start": start_values, "tuned": tuned}, st, order)
     judged = verdicts(evaluation, st.regression_tolerance)
-    regressed = [split for split, v in judged.items() if v.regression]
     mark_verdicts(evaluation, judged)
+    training = {} if judged else verdicts(evaluation, st.regression_tolerance, False)
+    rec = recommend.recommend(judged, training, st.export_policy, st.export_on_regression)
     write_whole(out_dir / "evaluation.csv", lambda tmp: evaluation.to_csv(tmp, index=False))
     compared = side_by_side(evaluation)  # the verdicts just written
+    bounds = recommend.bound_flags(st.space, tuned, start_values)
     _plot(history, out_dir / "convergence.png", st.objective.slo_target)
     if st.sensitivity:  # 2 x knobs more policies on the training scenarios, one batch
         write_views(
             out_dir,
             history,
-            measure(evaluator, st.space, best, st.objective),
+            measure(evaluator, st.space, tuned, st.objective),
             st.objective.slo_target,
             CAPTION,
+            _outcome(st, start_values, tuned, choice, rec, bounds, compared),
         )
-    for split, verdict in judged.items():
-        log(f"held-out {split}: {verdict.why}")
-    if regressed:
+    log(f"tuned point: {choice.why}")
+    for split, verdict in {**judged, **training}.items():
+        log(f"{'held-out' if split in judged else 'training'} {split}: {verdict.why}")
+    for flag in bounds.values():
+        log(f"bound: the tuned point's {flag}")
+    if rec.regressed:
         log(
             f"regression: the tuned policy is worse than the start on held-out "
-            f"{', '.join(regressed)} (evaluation.csv); "
-            + (
-                "exporting it anyway (tune.export_on_regression=true)"
-                if st.export and st.export_on_regression
-                else "export/ not written (tune.export_on_regression=true writes it)"
-                if st.export
-                else "tune.export is off"
-            )
+            f"{', '.join(rec.regressed)} (evaluation.csv)"
         )
+    log(("recommendation: " if st.export else "recommendation (tune.export=false): ") + rec.why)
     summary = {
         "start": start_values,
-        "best": best,
+        "tuned": tuned,
+        "best": state.best_values,
         "best_summary": state.best,
+        "tuned_summary": tuned_summary,
+        "tuned_choice": choice.why,
+        "exported": rec.exported,
+        "recommendation": rec.why,
+        "improvement": rec.improvement,
+        "improved_splits": list(rec.improved),
+        "tuned_at_bound": bounds,
         "order": order,
         "ranges": {k: list(v) for k, v in st.space.ranges.items()},
-        "regression": bool(regressed),
-        "regressed_splits": regressed,
+        "regression": bool(rec.regressed),
+        "regressed_splits": list(rec.regressed),
         "regression_verdicts": {split: v.why for split, v in judged.items()},
         "evaluation": compared,
         "scenarios_simulated": int(state.scenarios),
     }
-    if st.export and (st.export_on_regression or not regressed):
+    if st.export and rec.written:
         # the convention `servetune export <this folder>` reads it back by (deploy/tuned.py)
         tuned_export.write(
             out_dir / "export",
@@ -863,14 +917,60 @@ def _finish(
     write_json(out_dir / SUMMARY, summary)  # last: the finished run's mark
     return TuneResult(
         start_values,
-        best,
+        state.best_values,
         state.best,
         history,
         evaluation,
         int(state.scenarios),
         elapsed_s,
         out_dir,
-        bool(regressed),
+        bool(rec.regressed),
+        tuned=tuned,
+        tuned_summary=tuned_summary,
+        exported=rec.exported,
+        recommendation=rec.why,
+        improvement=rec.improvement,
+        bounds=bounds,
+        ranges=dict(st.space.ranges),
+    )
+
+
+def _visit_summary(visit: dict | None) -> dict | None:
+    """The training summary of a visit (recommend.visits), as state.best holds the best's."""
+    if visit is None:
+        return None
+    return {k: visit[k] for k in ("objective", "violation", "slo_attainment")}
+
+
+def _outcome(st: Settings, start: dict, tuned: dict, choice, rec, bounds: dict, compared):
+    """The recommendation as tuning.html and history.png show it (tuning_page.Outcome), with
+    the words that say why the exported point is not the path's last point."""
+    visit = choice.visit
+    where = f" (iteration {visit['iteration']})" if visit is not None else ""
+    path = (
+        "the points an iteration scores around it (the tuned point is one of them)"
+        if st.estimator == "es"
+        else "the points the tuner scored"
+    )
+    if rec.exported == "start":
+        note = (
+            f"Exported: the start, kept ({recommend.NO_GAIN}); the star marks the tuned "
+            f"point{where}, which the held-out data could not tell apart from the start."
+        )
+    else:
+        note = f"Exported: the tuned point{where}, the star: {choice.why}."
+    return Outcome(
+        exported=rec.exported,
+        recommendation=rec.why,
+        path_note=f"The line is the current policy, the center of {path}. {note}",
+        start={k: start.get(k) for k in st.space.keys},
+        tuned={k: tuned.get(k) for k in st.space.keys},
+        tuned_iteration=None if visit is None else int(visit["iteration"]),
+        tuned_objective=math.nan if visit is None else float(visit["objective"]),
+        tuned_attainment=math.nan if visit is None else float(visit["slo_attainment"]),
+        ranges=dict(st.space.ranges),
+        bounds=dict(bounds),
+        evaluation=compared,
     )
 
 

@@ -14,7 +14,9 @@ class TunerState:
 
     theta: the current point [d] in the search space's coordinates; lam: the SLO constraint's
     multiplier (>= 0); history: one history.csv row per iteration so far; best / best_values:
-    the best point's summary and policy values (None before the first iteration); scenarios:
+    the best point's summary and policy values (None before the first iteration); visited:
+    the points scored so far that the choice of the tuned point reads (recommend.keep's, best
+    first; a checkpoint written before they were recorded resumes with none); scenarios:
     simulations run so far; problem / fingerprint: what the run tunes (config and data digest)
     and its hash, which a resume must match."""
 
@@ -24,6 +26,7 @@ class TunerState:
     history: list[dict] = dataclasses.field(default_factory=list)
     best: dict | None = None
     best_values: dict | None = None
+    visited: list[dict] = dataclasses.field(default_factory=list)
     scenarios: int = 0
     problem: dict = dataclasses.field(default_factory=dict)
     fingerprint: str = ""

@@ -192,3 +192,76 @@ def test_paired_losses_are_per_scenario_differences():
     assert out["objective_loss"] == pytest.approx(loss.mean())
     assert out["objective_loss_low"] == pytest.approx(loss.mean() - half)
     assert out["shortfall_loss"] == pytest.approx(np.mean([0, 0.05, 0.04]) / 0.9)
+
+
+def test_a_tiny_gain_is_a_tie_said_as_such_not_an_improvement():
+    """The user's case (issue 57): +0.003% useful tokens per dollar on held-out seeds that
+    gave no interval: better by the tuner's order, but within the tolerance, so a tie (and
+    `regression_tie`, which means "within chance either way", is true), said in numbers."""
+    start, tuned = math.log(718_573.0), math.log(718_595.0)
+    table = _table(
+        [
+            ("start", "heldout_seeds", start, 1.0, True, None),
+            ("tuned", "heldout_seeds", tuned, 1.0, True, None),
+        ]
+    )
+    verdict = verdicts(table)["heldout_seeds"]
+    assert verdict.tie and not verdict.improvement and not verdict.regression
+    assert verdict.why == (
+        "useful tokens per USD better by 0.00306%, no interval (the scenarios give none), "
+        "within the tolerance 0.1% (tune.eval.regression_tolerance): a tie"
+    )
+    mark_verdicts(table, {"heldout_seeds": verdict})
+    assert list(table["regression_tie"]) == [True, True]
+    assert list(table["improvement"]) == [False, False]
+    record = side_by_side(table)[0]
+    assert record["tie"] and not record["improvement"]
+    assert record["objective"]["gain"] == pytest.approx(tuned - start)
+    assert record["objective"]["gain_interval"] is None
+    # the same results alike: a tie too
+    same = _table(
+        [
+            ("start", "heldout_seeds", start, 1.0, True, None),
+            ("tuned", "heldout_seeds", start, 1.0, True, None),
+        ]
+    )
+    alike = verdicts(same)["heldout_seeds"]
+    assert alike.tie and alike.why == "alike by the tuner's order (no difference): a tie"
+
+
+@pytest.mark.parametrize(
+    "loss,low,high,improved",
+    [(-0.03, -0.05, -0.01, True), (-0.03, -0.05, 0.01, False)],
+)
+def test_an_improvement_needs_the_evidence_a_regression_needs(loss, low, high, improved):
+    """Symmetric with the regression verdict: a 3% gain is an improvement when the paired
+    gain's 95% interval lies above 0, a tie when it includes 0; without an interval, a gain
+    above the tolerance is one."""
+    table = _table(
+        [
+            ("start", "heldout_seeds", 11.0, 0.995, True, None),
+            ("tuned", "heldout_seeds", 11.03, 0.995, True, None),
+        ]
+    )
+    table.loc[1, ["objective_loss", "objective_loss_low", "objective_loss_high"]] = [
+        loss,
+        low,
+        high,
+    ]
+    verdict = verdicts(table)["heldout_seeds"]
+    assert (verdict.improvement, verdict.tie, verdict.regression) == (improved, not improved, False)
+    assert verdict.why.startswith("useful tokens per USD better by 3%, 95% interval of the paired")
+    assert ("[1%, 5%] above 0: an improvement" if improved else "[-1%, 5%] includes 0: a tie") in (
+        verdict.why
+    )
+    # meeting the SLO target where the start missed it: better by the shortfall
+    table = _table(
+        [
+            ("start", "heldout_seeds", 12.0, 0.90, False, None),
+            ("tuned", "heldout_seeds", 11.0, 0.995, True, None),
+        ]
+    )
+    verdict = verdicts(table)["heldout_seeds"]
+    assert verdict.improvement and verdict.why.startswith(
+        "shortfall below the SLO target better by 9%"
+    )
