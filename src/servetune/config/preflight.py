@@ -20,10 +20,14 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from servetune.core import inputs
 from servetune.core.errors import ServetuneError
 from servetune.core.suggest import group_choices
-from servetune.workload.rate_curve import BUNDLED as BUNDLED_CURVES
+from servetune.workload import rate_curve
 
-# the keys naming an input file (relative to paths.root), and names that are not files there
-FILE_KEYS = {"workload.path": (), "workload.rate_curve.curve": tuple(BUNDLED_CURVES)}
+# the keys naming an input file (relative to paths.root): (names there that are not files,
+# what the key expects where it takes more than a file)
+FILE_KEYS = {
+    "workload.path": ((), None),
+    "workload.rate_curve.curve": (tuple(rate_curve.BUNDLED), rate_curve.EXPECTED),
+}
 
 
 def problem(overrides: list[str]) -> str | None:
@@ -92,12 +96,14 @@ def file_problem(cfg: DictConfig) -> str | None:
     """The first input file key (FILE_KEYS) naming a file that does not exist, with the
     closest file beside it (inputs.existing_file's message)."""
     root = OmegaConf.select(cfg, "paths.root")
-    for key, names in FILE_KEYS.items():
+    for key, (names, expected) in FILE_KEYS.items():
         value = OmegaConf.select(cfg, key)
         if not isinstance(value, str) or not value.strip() or value in names:
             continue
         try:
-            inputs.existing_file(value, key, Path(root) if isinstance(root, str) else None)
+            inputs.existing_file(
+                value, key, Path(root) if isinstance(root, str) else None, expected
+            )
         except ServetuneError as err:
             return str(err)
     return None

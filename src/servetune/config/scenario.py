@@ -300,7 +300,9 @@ def rate_curve_spec(cfg: DictConfig) -> tuple[rate_curve_lib.RateCurve, float | 
     path = name
     if name not in rate_curve_lib.BUNDLED:  # relative to paths.root, as workload.path
         root = settings.string(cfg, "paths.root", allow_none=True)
-        path = inputs.existing_file(name, "workload.rate_curve.curve", Path(root) if root else None)
+        path = inputs.existing_file(
+            name, "workload.rate_curve.curve", Path(root) if root else None, rate_curve_lib.EXPECTED
+        )
     return rate_curve_lib.load(str(path)), span
 
 

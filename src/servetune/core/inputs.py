@@ -90,10 +90,13 @@ def read_bytes(path: Path, what: str, error: type[ServetuneError] = TraceError) 
         ) from None
 
 
-def existing_file(value: str, key: str, root: Path | None = None) -> Path:
+def existing_file(
+    value: str, key: str, root: Path | None = None, expected: str | None = None
+) -> Path:
     """The file config key `key` names (`value`, relative to `root`, default the current
-    folder); ConfigError naming the key, the folder it looked in and the closest file there
-    (or what the folder holds) where there is no such file."""
+    folder); ConfigError naming the key, what it `expected` (where it takes more than a file),
+    the folder it looked in and the closest file there (or what the folder holds) where there
+    is no such file."""
     path = expand(value, key)
     if not path.is_absolute():
         path = (root or Path(".")) / path
@@ -101,8 +104,9 @@ def existing_file(value: str, key: str, root: Path | None = None) -> Path:
         return path
     folder = path.parent
     where = folder.resolve() if folder.is_dir() else folder
+    said = f"{key}: got {value!r}; " + (f"expected {expected}; " if expected else "")
     if not folder.is_dir():
-        raise ConfigError(f"{key}: got {value!r}; {where} is not a folder, so no such file")
+        raise ConfigError(f"{said}{where} is not a folder, so no such file")
     names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
     close = difflib.get_close_matches(path.name, names, n=2, cutoff=0.6)
     hint = (
@@ -112,4 +116,4 @@ def existing_file(value: str, key: str, root: Path | None = None) -> Path:
         if names
         else "it is empty"
     )
-    raise ConfigError(f"{key}: got {value!r}; no such file in {where}; {hint}")
+    raise ConfigError(f"{said}no such file in {where}; {hint}")

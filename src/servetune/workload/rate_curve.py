@@ -37,6 +37,8 @@ from servetune.workload.replicas import circular, superpose, take
 from servetune.workload.traces import RequestTrace
 
 BUNDLED = {"azure_llm_2024_weekday": "azure_llm_2024_weekday_curve.csv"}
+# what workload.rate_curve.curve takes, as its errors say it
+EXPECTED = f"a bundled curve ({', '.join(BUNDLED)}) or a CSV file of time_s,multiplier rows"
 MAX_MULTIPLIER = 1000.0  # copies superposed at most (C = ceil(max m))
 MAX_DRAWN = 1 << 26  # requests x copies drawn before thinning (memory bound)
 
