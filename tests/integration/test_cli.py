@@ -181,6 +181,8 @@ def test_each_hydra_command_has_its_own_help(command):
     assert f"usage: servetune {command}" in proc.stdout
     assert "powered by Hydra" not in proc.stdout
     assert "== Configuration groups ==" in proc.stdout  # Hydra's reference stays
+    # (issue 57) a page, not the whole config (291 lines): the config is one flag away
+    assert len(proc.stdout.splitlines()) < 80 and f"servetune {command} --cfg job" in proc.stdout
     if command == "simulate":  # what cost=aic covers, and every file a run writes, is named
         assert "cost=aic (NVIDIA aiconfigurator-core" in proc.stdout
         assert "hardware.gpu: a100_80gb (a100_sxm), h100 (h100_sxm)" in proc.stdout

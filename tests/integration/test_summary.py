@@ -111,3 +111,15 @@ def test_a_run_that_left_many_requests_outstanding_says_so(labels):
     assert "31 spot preemptions re-queued 2,746 requests" in _text(summary, m, labels)
     m.update(n_completed=390, n_outstanding=10)  # 2.5%: a drain cut short, no note
     assert "still outstanding" not in _text(summary, m, labels)
+
+
+def test_the_header_says_what_kind_of_engine_and_step_times_it_simulated():
+    """(issue 57) `engine=static cost=linear` printed a header that said neither."""
+    static = build(api.compose(BASE + ["engine=static", "cost=linear"])).labels
+    text = _text(summary, _metrics(), static)
+    assert "static batching (a batch runs until all of it finishes" in text
+    assert "contiguous KV" in text and "step times: linear (5 ms + 0.1 ms per prefill token" in text
+    default = build(api.compose(BASE)).labels
+    text = _text(summary, _metrics(), default)
+    assert "vLLM 0.32 scheduler: continuous batching, paged KV cache, chunked prefill" in text
+    assert "step times: roofline (flops efficiency" in text

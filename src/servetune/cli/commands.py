@@ -19,7 +19,7 @@ from servetune.deploy.export import as_deployed, model_id
 from servetune.reporting.numbers import fmt
 from servetune.reporting.summary import grid_summary, summary
 from servetune.reporting.tuning_page import OBJECTIVE_NOTE, comparison_rows, knob_rows
-from servetune.run import bench_file, estimate, run_folder
+from servetune.run import bench_file, clock, estimate, run_folder
 from servetune.run.api import simulate_batch
 from servetune.run.progress import console as progress_console
 from servetune.run.progress import simulation_progress
@@ -28,8 +28,10 @@ from servetune.tuning.evaluation import side_by_side
 from servetune.tuning.sweeper import check_config, sweep_objective
 
 
-def _quiet_jax_logs() -> None:
-    for name in ("jax", "jax._src.xla_bridge", "absl"):
+def _quiet_library_logs() -> None:
+    """Keep libraries' INFO lines out of a run's output (Hydra logs INFO to the console): JAX's
+    backend search, and matplotlib's font cache, built on a fresh machine's first figure."""
+    for name in ("jax", "jax._src.xla_bridge", "absl", "matplotlib"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
@@ -39,7 +41,7 @@ def simulate_job(cfg: DictConfig):
     output.timeline) into the Hydra run directory. Returns (SimulationResult, objective), the
     objective being the float a sweeper maximizes (servetune/tuning/sweeper.py, `sweep.*` keys)."""
 
-    _quiet_jax_logs()
+    _quiet_library_logs()
     console = progress_console(stderr=True)
     out = Path(HydraConfig.get().runtime.output_dir)
     check_config(cfg)
@@ -52,6 +54,7 @@ def simulate_job(cfg: DictConfig):
     console.print(
         estimate.plan_line(n, len(first), span, instances=instances) + " ...", highlight=False
     )
+    watch = clock.Stopwatch()  # the config and the trace are read: the work begins
     with simulation_progress(bool(cfg.output.progress), console=console) as progress:
         result = simulate_batch(scenario, progress)
     estimate.record(
@@ -88,7 +91,7 @@ def simulate_job(cfg: DictConfig):
         + (", requests.parquet" if cfg.output.request_table else "")
         + (", timeline.parquet" if result.timelines else "")
         + (", fleet.parquet, fleet_hourly.parquet" if result.fleets else "")
-        + f"  ({result.wall_s:.1f} s wall)"
+        + f"  ({watch.wall().text()})"
     )
     return result, objective
 
@@ -194,9 +197,10 @@ def run_tune(cfg: DictConfig):
     Returns the TuneResult."""
     from rich.table import Table
 
-    _quiet_jax_logs()
+    _quiet_library_logs()
     console = Console()
     out = Path(HydraConfig.get().runtime.output_dir)
+    watch = clock.Stopwatch()
     result = tune(
         cfg, out_dir=out, log=lambda line: console.print(line, highlight=False, markup=False)
     )
@@ -226,6 +230,7 @@ def run_tune(cfg: DictConfig):
     console.print(
         f"wrote {out}/history.csv, evaluation.csv, convergence.png{views}"
         + (", export/" if exported else " (no export/)")
+        + f"  ({watch.wall().text()})"
     )
     return result
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from servetune.config import aic, hardware, quality, settings
+from servetune.config import aic, engine_words, hardware, quality, settings
 from servetune.config import cascade as cascade_lib
 from servetune.config import fleet as fleet_lib
 from servetune.config.metrics_spec import MetricsSpec
@@ -825,6 +825,9 @@ COST_KEYS = {
 }
 
 
+LINEAR = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_ctx_token_s")  # CostParams
+
+
 def _check_cost_keys(cfg: DictConfig, form: str) -> None:
     """ConfigError naming a `cost.*` key that cost.form=`form` does not read (a typo, or a
     key of another form), with the closest key it reads or the keys it does."""
@@ -1478,6 +1481,11 @@ def build(cfg: DictConfig) -> Scenario:
         {"weight_bits": hw.weight_bits, "kv_bits": hw.kv_bits},
     )
     cost, draft_cost, gpu_figures, kv_blocks, fit = _cost_section(cfg, hw)
+    step_times = engine_words.step_time_line(
+        hw.form,
+        gpu_figures,
+        {k: float(np.asarray(getattr(cost, k)).reshape(-1)[0]) for k in LINEAR},
+    )
     pol, points, order = _policy_section(cfg)
     engine = _engine_section(cfg, pol, hw, kv_blocks)
     if fleet_lib.enabled(cfg):  # the autoscaler's replicas are the engine's instances
@@ -1552,6 +1560,8 @@ def build(cfg: DictConfig) -> Scenario:
             "draft": None if hw.draft is None else hw.draft.draft.name,
             "cascade_small_model": None if casc is None else casc.small_model,
             "policy": _headline_policy(pol),
+            "engine": engine_words.engine_line(engine),
+            "step_times": step_times,
             "price_per_gpu_hour": price,
             "slo": {"ttft_s": spec.slo_ttft_s, "tpot_s": spec.slo_tpot_s, "e2e_s": spec.slo_e2e_s},
             **_aic_labels(fit, pol),

@@ -17,6 +17,10 @@ def summary(
     console = console or Console()
     console.print(f"[bold]{title}[/bold]")
     lines = [_hardware_line(labels), _policy_line(labels), _slo_line(labels)]
+    if labels.get("step_times"):  # what kind of engine, its step times (config/engine_words.py)
+        lines.insert(1, f"step times: {labels['step_times']}")
+    if labels.get("engine"):
+        lines.insert(1, labels["engine"])
     if labels.get("simulated"):
         lines.insert(1, f"simulates {labels['simulated']}")
     lines += _cost_lines(labels)

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import pandas as pd
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from servetune.config.overrides import to_overrides
 from servetune.config.scenario import Scenario, build
@@ -16,6 +16,7 @@ from servetune.core.suggest import addition_problem, override_problem
 from servetune.run import fleet_metrics
 from servetune.run import metrics as metrics_lib
 from servetune.run.driver import rollout
+from servetune.run.progress import simulation_progress
 
 REPR_METRICS = (
     "goodput_rps",
@@ -208,11 +209,15 @@ def _fleet_tables(scenario: Scenario, res, columns) -> dict:
 
 
 def simulate(
-    overrides: Sequence[str] | DictConfig = (), progress=None, **settings
+    overrides: Sequence[str] | DictConfig = (), progress=True, **settings
 ) -> SimulationResult:
     """Compose the config from Hydra `overrides` and keyword `settings` (or take a composed
     DictConfig), build the scenarios and simulate them, e.g.
-    `simulate(workload="poisson", policy={"max_num_seqs": 64}, seeds=2)`."""
+    `simulate(workload="poisson", policy={"max_num_seqs": 64}, seeds=2)`.
+
+    progress: True shows it as the command line does (run/progress.py: a bar on a terminal, a
+    line every 10 s in a log or a notebook; output.progress=false turns it off); False or None
+    shows none; a callable is called as progress(requests taken, of all) after each chunk."""
     if isinstance(overrides, DictConfig):
         if settings:
             raise ConfigError(
@@ -222,4 +227,9 @@ def simulate(
         cfg = overrides
     else:
         cfg = compose(overrides, **settings)
-    return simulate_batch(build(cfg), progress)
+    scenario = build(cfg)
+    if progress is not True:
+        return simulate_batch(scenario, progress or None)
+    shown = OmegaConf.select(cfg, "output.progress", default=True)
+    with simulation_progress(shown is not False) as callback:
+        return simulate_batch(scenario, callback)

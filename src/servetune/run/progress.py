@@ -9,10 +9,11 @@
   the simulation out of all, after each compiled chunk) and shows it as a bar: a line under
   the sweep's bar when a multirun runs its jobs in this process, a bar of its own otherwise.
 
-On a terminal the bars are live (rich). Elsewhere (a log file, CI, a SLURM job) nothing is
-redrawn: a simulation shows no bar, and the sweep prints one plain line at most every
-`every_s` seconds plus one when the last job ends, so logs stay short. A worker process of a
-parallel launcher never draws its own bar (the sweep's process does).
+On a terminal the bars are live (rich). Elsewhere (a log file, CI, a SLURM job, a notebook)
+nothing is redrawn: a simulation prints a plain line at most every 10 s (none for a short
+run), and a sweep one at most every `every_s` seconds plus one when the last job ends (its
+jobs' simulations then print none), so logs stay short. A worker process of a parallel
+launcher never draws its own bar (the sweep's process does).
 """
 
 from __future__ import annotations
@@ -175,11 +176,39 @@ def console(stderr: bool = False) -> Console:
     return con if con.is_terminal else Console(stderr=stderr, width=LOG_WIDTH)
 
 
+class PlainProgress:
+    """A simulation's progress as a plain line at most every `every_s` seconds (a log, a
+    notebook, a pipe: nothing is redrawn there): requests taken of all, elapsed, ETA. The first
+    line comes once `every_s` have passed, so a short run prints none."""
+
+    def __init__(self, console: Console, label: str, every_s: float = 10.0) -> None:
+        self.console, self.label, self.every_s = console, label, float(every_s)
+        self._t0 = time.time()
+        self._last = self._t0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.time()
+        if now - self._last < self.every_s:
+            return
+        self._last = now
+        elapsed = now - self._t0
+        text = f"simulating: {done:,} of {total:,} {self.label}, {_fmt(elapsed)} elapsed"
+        if 0 < done < total:
+            text += f", ETA {_fmt(elapsed / done * (total - done))} (requests are uneven)"
+        self.console.print(text, highlight=False, soft_wrap=True)
+
+
 @contextmanager
 def simulation_progress(
-    enabled: bool = True, label: str = "requests taken", console: Console | None = None
+    enabled: bool = True,
+    label: str = "requests taken",
+    console: Console | None = None,
+    every_s: float = 10.0,
 ) -> Iterator[Callable[[int, int], None] | None]:
-    """The progress callback for `api.simulate_batch` (None: no display), as a context."""
+    """The progress callback for `api.simulate_batch` (None: no display), as a context: a live
+    bar on a terminal, a plain line at most every `every_s` seconds elsewhere (a log file, a
+    notebook, a pipe), nothing in a parallel launcher's worker (its sweep's process shows the
+    jobs) or when not `enabled` (output.progress=false)."""
     if not enabled:
         yield None
         return
@@ -193,8 +222,11 @@ def simulation_progress(
         return
     owner = os.environ.get(PID_ENV)
     console = console or Console(stderr=True)
-    if (owner and owner != str(os.getpid())) or not console.is_terminal:
-        yield None  # a parallel launcher's worker, or no terminal: no bar
+    if owner and owner != str(os.getpid()):
+        yield None  # a parallel launcher's worker: the sweep's process shows the jobs
+        return
+    if owner or not console.is_terminal:  # a sweep's job in a log, or a log, notebook, pipe
+        yield None if owner else PlainProgress(console, label, every_s)
         return
     with _bar(console, transient=True) as bar:
         task = bar.add_task(label, total=None)
