@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from servetune.config import scenario
 from servetune.core.errors import ServetuneError
+from servetune.deploy import autoscaler_export
 from servetune.deploy.choose import export_point
 from servetune.run.api import compose
 
@@ -54,7 +55,8 @@ def test_a_tuning_folder_of_an_autoscaled_run_exports(tmp_path, summary):
     _, paths = export_point(folder)
     hpa = yaml.safe_load(paths["hpa"].read_text())
     assert hpa["spec"]["maxReplicas"] == 3  # 2.6 rounded, as the simulator rounds it
-    assert "6500m" in json.dumps(hpa) or "6.5" in json.dumps(hpa)
+    target = hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
+    assert autoscaler_export.quantity_number(target) == pytest.approx(6.5)
     args = json.loads(paths["vllm_args.json"].read_text())
     assert args["args"]["max_num_seqs"] == 64
     policy = yaml.safe_load(paths["tuned_policy.yaml"].read_text())
@@ -64,7 +66,7 @@ def test_a_tuning_folder_of_an_autoscaled_run_exports(tmp_path, summary):
 @pytest.mark.parametrize(
     "overrides, best, match",
     [
-        (FLEET, {"fleet.taget": 6.0}, r"fleet\.taget: unknown autoscaler setting"),
+        (FLEET, {"fleet.taget": 6.0}, r"best\.fleet\.taget: unknown autoscaler setting"),
         (
             FLEET[:3],
             {"fleet.target": 6.0},
@@ -90,6 +92,9 @@ def test_a_hand_edited_fleet_summary_is_named_by_its_entry(tmp_path, overrides, 
     "summary, match",
     [
         ({"order": "random"}, r"order = 'random'; expected one of"),
+        ({"order": ["fcfs"]}, r"order = \['fcfs'\]; expected one of"),
+        ({"exported": ["start"]}, r"exported = \"\['start'\]\"; expected one of"),
+        ({"ranges": {"max_num_seqs": {"low": 1}}}, r"ranges = .*; expected \{key: \[low"),
         ({"ranges": {"max_num_seqs": 8}}, r"ranges = .*; expected \{key: \[low, high\]\}"),
         ({"ranges": {"max_num_seqs": ["a", 2]}}, r"ranges = .*; expected"),
     ],

@@ -56,6 +56,8 @@ def test_a_fixture_missing_a_section_is_named(tmp_path, change, message):
             r"results\.finish holds \d+ entries; expected one",
         ),
         (lambda d: d["requests"].update(output=5), r"requests\.output holds int entries"),
+        (lambda d: d["requests"].update(arrival=5), r"requests\.arrival is a int; expected"),
+        (lambda d: d["engine"].update(extra=None), r"section 'engine' is not case .*\(extra"),
     ],
 )
 def test_a_fixture_that_is_not_its_case_or_lacks_rows_is_named(tmp_path, change, message):

@@ -262,6 +262,56 @@ def test_an_export_is_never_written_over_another_unasked(grid, tmp_path, capsys)
     assert not (run / "export-4").exists() and not list(run.glob(".export*"))
 
 
+def test_a_forced_export_leaves_only_its_own_set(grid, tmp_path):
+    """An --out that held another kind of export (a fleet's manifests, a network's files)
+    keeps none of them beside the new set: a deploy would apply a stale HPA."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for stale in ("hpa.yaml", "keda_scaledobject.yaml", "score_net.json", "vllm_args.json"):
+        (out / stale).write_text("stale\n")
+    (out / "notes.txt").write_text("mine\n")  # not an export file: the user's, kept
+    _, paths = export_point(grid, ["max_num_seqs=64"], out, force=True)
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [*(p.name for p in paths.values()), "notes.txt"]
+    )
+    assert "stale" not in (out / "vllm_args.json").read_text()
+
+
+def test_exporting_the_same_point_again_finds_it_beside_export(grid, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(grid, run, ignore=shutil.ignore_patterns("export*"))
+    export_point(run, ["max_num_seqs=64"])
+    _, second = export_point(run, ["max_num_seqs=2"])
+    again, paths = export_point(run, ["max_num_seqs=2"])  # the same as export-2 holds
+    assert again.kept and paths["vllm_args.json"].parent == run / "export-2"
+    assert second["vllm_args.json"] == paths["vllm_args.json"]
+    assert not (run / "export-3").exists()
+
+
+def test_an_export_that_cannot_be_written_is_named_not_a_traceback(grid, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("a file, not a folder\n")
+    with pytest.raises(ServetuneError, match=r"--out .*file/x: cannot write an export there"):
+        export_point(grid, ["max_num_seqs=64"], blocked / "x")
+
+
+def test_a_neural_tuning_that_keeps_your_settings_exports_them_without_its_network(
+    grid, tmp_path
+):
+    """A neural tuning starts from your (fcfs) policy plus a network that adds nothing;
+    exporting the start ("keep your settings") writes your order and no gateway files."""
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    shutil.copy(grid / "config_resolved.yaml", tuned)
+    start = {"max_num_seqs": 64.0, "score_net": [0.1] * 16 + [0.0] * 5}
+    summary = {"exported": "start", "order": "neural", "start": start, "best": start}
+    (tuned / "tune_summary.json").write_text(json.dumps(summary))
+    _, paths = export_point(tuned, out=tmp_path / "out")
+    assert "score_net.json" not in {p.name for p in paths.values()}
+    assert OmegaConf.load(paths["tuned_policy.yaml"]).order == "fcfs"
+    assert _vllm(paths)["scheduling_policy"] == "fcfs"
+
+
 # ---- found by an adversarial pass (2026-12-05)
 
 

@@ -103,16 +103,18 @@ def choose_tuned(run_dir: Path) -> Chosen:
     cfg = _resolved(run_dir)
     order = tuned.order(summary, cfg)
     values = tuned.policy_values(summary, cfg)
+    entry = tuned.exported(summary)  # the summary's entry the values come from
     try:
         policy, fleet = export.split_fleet(values)
         export.policy_to_config(policy, order)
-        if fleet and not OmegaConf.select(cfg, "fleet.autoscale"):
-            raise ConfigError(
-                f"best.fleet.{next(iter(fleet))}: an autoscaler setting, but "
-                f"{RESOLVED} has fleet.autoscale off"
-            )
     except ConfigError as err:
-        raise ServetuneError(f"{path}: {err}") from None
+        named = f"{entry}.{err}" if str(err).startswith("fleet.") else str(err)
+        raise ServetuneError(f"{path}: {named}") from None
+    if fleet and not OmegaConf.select(cfg, "fleet.autoscale"):
+        raise ServetuneError(
+            f"{path}: {entry}.fleet.{next(iter(fleet))}: an autoscaler setting, but "
+            f"{RESOLVED} has fleet.autoscale off"
+        )
     return Chosen(
         run_dir,
         cfg,

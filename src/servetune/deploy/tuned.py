@@ -63,7 +63,7 @@ def parse(summary, path: Path) -> dict:
     and what was expected."""
     expected = "expected the tune_summary.json servetune tune writes"
     which = summary.get("exported", "best") if isinstance(summary, dict) else "best"
-    if which not in POINTS:
+    if not isinstance(which, str) or which not in POINTS:
         raise ServetuneError(
             f"{path}: exported = {str(which)[:40]!r}; expected one of {sorted(POINTS)}"
         )
@@ -78,7 +78,9 @@ def parse(summary, path: Path) -> dict:
     regression = summary.get("regression", False)
     if not isinstance(regression, bool):
         raise ServetuneError(f"{path}: regression = {regression!r}; expected true or false")
-    if "order" in summary and summary["order"] not in ORDERS:
+    if "order" in summary and not (
+        isinstance(summary["order"], str) and summary["order"] in ORDERS
+    ):
         raise ServetuneError(
             f"{path}: order = {summary['order']!r}; expected one of {sorted(ORDERS)}"
         )
@@ -127,17 +129,23 @@ def policy_values(summary: Mapping, cfg: DictConfig) -> dict:
     section = OmegaConf.to_container(section, resolve=True) if section is not None else {}
     values = {k: v for k, v in section.items() if k in DEFAULTS or k == export.NET_KEY}
     values.update(summary[exported(summary)])
+    if exported(summary) == "start" and export.NET_KEY not in section:
+        values.pop(export.NET_KEY, None)  # the network a neural tuning started from adds nothing
     return values
 
 
 def order(summary: Mapping, cfg: DictConfig) -> str:
-    """The exported policy's order: the summary's, else neural where the values hold a
-    network's weights, else the config's policy.order (fcfs by default)."""
+    """The exported policy's order: the config's policy.order for the start (your settings,
+    not the family a tuning searched), else the summary's, else neural where the values hold
+    a network's weights, else the config's (fcfs by default)."""
+    configured = str(OmegaConf.select(cfg, "policy.order") or "fcfs")
+    if exported(summary) == "start":
+        return configured
     if isinstance(summary.get("order"), str):
         return summary["order"]
     if summary[exported(summary)].get(export.NET_KEY) is not None:
         return "neural"
-    return str(OmegaConf.select(cfg, "policy.order") or "fcfs")
+    return configured
 
 
 def point(summary: Mapping) -> str:
@@ -175,7 +183,7 @@ def ranges(summary: Mapping, cfg: DictConfig, folder: Path) -> dict[str, tuple[f
     if isinstance(own, Mapping):
         try:
             return {str(k): (float(v[0]), float(v[1])) for k, v in own.items()}
-        except (TypeError, IndexError, ValueError):
+        except (TypeError, IndexError, KeyError, ValueError):
             raise ServetuneError(
                 f"{folder / SUMMARY}: ranges = {str(own)[:80]}; expected {{key: [low, high]}} "
                 f"as servetune tune writes it"

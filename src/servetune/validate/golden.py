@@ -379,7 +379,11 @@ def _check_case(path: Path, fixture: dict) -> None:
     for section, want in expected.items():
         got = fixture[section]
         if got != want:
-            keys = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+            keys = sorted(
+                k
+                for k in set(got) | set(want)
+                if k not in got or k not in want or got[k] != want[k]
+            )
             raise GoldenError(
                 f"{path}: section {section!r} is not case {name!r}'s ({', '.join(keys[:4])} "
                 f"differ: {keys[0]} = {got.get(keys[0])!r}, expected {want.get(keys[0])!r}); "
@@ -470,7 +474,13 @@ def _check_rows(path: Path, fixture: dict) -> None:
                 f"{path}: steps[{k}] = {str(step)[:60]}; expected a record of "
                 f"{', '.join(STEP_KEYS)}"
             )
-    n = len(fixture["requests"]["arrival"])
+    arrival = fixture["requests"]["arrival"]
+    if not isinstance(arrival, list):
+        raise GoldenError(
+            f"{path}: requests.arrival is a {type(arrival).__name__}; expected a list, one "
+            f"arrival time (s) per request"
+        )
+    n = len(arrival)
     for section, keys in (
         ("requests", SECTIONS["requests"][1]),
         ("results", SECTIONS["results"][1]),
