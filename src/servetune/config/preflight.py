@@ -35,13 +35,26 @@ def problem(overrides: list[str]) -> str | None:
     config composed with them, against the one composed with their group choices alone);
     None when there is none, or the overrides do not compose (Hydra says why) or sweep
     (a multirun's values are checked per job)."""
-    if any("," in o.partition("=")[2] or o.startswith("-") for o in overrides):
+    if any(o.startswith("-") for o in overrides) or _sweeps(overrides):
         return None
     chosen = [o for o in overrides if not o.startswith(("hydra", "~"))]
     given, reference = _compose(chosen), _compose(group_choices(chosen))
     if given is None or reference is None:
         return None
     return type_problem(given, reference) or file_problem(given)
+
+
+def _sweeps(overrides: list[str]) -> bool:
+    """Whether an override sweeps (a,b or a range: a multirun), by Hydra's own parser (a
+    mapping or list value holds commas too); True where it cannot parse them (Hydra says
+    why)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # noqa: BLE001 -- Hydra's own run reports it, in its words
+        return True
+    return any(o.is_sweep_override() for o in parsed)
 
 
 def _compose(overrides: list[str]) -> DictConfig | None:

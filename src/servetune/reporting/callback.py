@@ -17,6 +17,7 @@ a multirun.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -222,7 +223,8 @@ class ServetuneCallback(Callback):
         if getattr(job_return, "status", None) == JobStatus.COMPLETED:
             run_folder.finish(folder)
         elif job_return is not None:  # it raised: the record says so, an earlier set is back
-            run_folder.abandon(folder, repr(getattr(job_return, "_return_value", None)))
+            with contextlib.suppress(OSError):
+                run_folder.abandon(folder, repr(getattr(job_return, "_return_value", None)))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         run_folder.finish(Path(str(OmegaConf.select(config, "hydra.sweep.dir"))))

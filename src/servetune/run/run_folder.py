@@ -44,6 +44,7 @@ STAGING = ".staging-"
 COMPLETE, PUBLISHING, RUNNING, FAILED = "complete", "publishing", "running", "failed"
 _HELD: dict[str, int] = {}  # folder -> the lock file descriptor this process holds
 _MOVED: dict[str, Path] = {}  # folder -> where this process's claim moved an earlier set
+_KEPT: dict[str, dict] = {}  # folder -> the finished run's record a claim kept in place
 
 
 class FolderInUseError(ServetuneError):
@@ -130,9 +131,12 @@ def claim(folder: Path, command: str, supersede: bool) -> Path | None:
             f"hydra.sweep.dir=... for a multirun)"
         ) from None
     _HELD[key] = fd
+    earlier = record(folder)
     moved = _move_aside(folder) if supersede else None
     if moved is not None:
         _MOVED[key] = moved
+    elif not supersede and earlier is not None and earlier.get("state") == COMPLETE:
+        _KEPT[key] = earlier  # a finished tuning folder, rerun in place (it resumes)
     _write_record(
         folder,
         {
@@ -281,24 +285,34 @@ def abandon(folder: Path, error: str) -> Path | None:
     says failed (with `error`), so no folder claims a run that is gone; where its claim moved
     an earlier run's set aside, that set is put back (the folder again holds one whole run)
     and this run's own entries (Hydra's files, its log) go to superseded/<time>-failed/.
-    Returns the folder the earlier set came back from, None when none was moved. A set
-    already published, or being published, is left as it is."""
+    Returns the folder the earlier set came back from, None when none was moved (or an entry
+    of this run's that _is_run_entry does not know holds one of its names: both sets then stay
+    whole, the earlier one in superseded/). A set already published, or being published, is
+    left as it is; a finished tuning folder that a refused rerun claimed keeps its record,
+    with the failure under `last_failed`."""
     folder = Path(folder)
     key = str(folder.resolve())
     doc = record(folder)
+    kept = _KEPT.pop(key, None)
     if doc is None or doc.get("state") in (COMPLETE, PUBLISHING):
         _MOVED.pop(key, None)
         return None
     now = datetime.now().isoformat(timespec="seconds")
-    _write_record(folder, dict(doc, state=FAILED, error=str(error)[:2000], finished=now))
+    failed = {"error": str(error)[:2000], "at": now}
+    if kept is not None:  # a finished tuning stays one; the failed rerun is noted in its record
+        _write_record(folder, dict(kept, last_failed=dict(failed, command=doc.get("command"))))
+        return None
+    _write_record(folder, dict(doc, state=FAILED, error=failed["error"], finished=now))
     moved = _MOVED.pop(key, None)
     if moved is None or not moved.is_dir():
         return None
+    back = [e for e in moved.iterdir() if e.name != LOCK]
     _move_aside(folder, tag="-failed")
+    if any((folder / e.name).exists() for e in back):  # this run left an entry of that name
+        return None  # both sets stay whole: the earlier one in superseded/
     earlier = record(moved)
-    for entry in moved.iterdir():
-        if entry.name != LOCK:
-            entry.rename(folder / entry.name)
+    for entry in back:
+        entry.rename(folder / entry.name)
     if earlier is not None:
         _write_record(folder, earlier)
     shutil.rmtree(moved, ignore_errors=True)
@@ -329,6 +343,7 @@ def _has_outputs(folder: Path) -> bool:
 def finish(folder: Path) -> None:
     """Mark a run whose files are not published as a set (a tuning folder, a sweep's folder)
     complete once its command ended normally."""
+    _KEPT.pop(str(Path(folder).resolve()), None)
     doc = record(folder)
     if doc is not None and doc.get("state") == RUNNING:
         _write_record(

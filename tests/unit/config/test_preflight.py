@@ -26,6 +26,11 @@ from servetune.config import preflight
             ["workload=poisson", "workload.rate=fast"],
             "workload.rate: got 'fast'; expected a number",
         ),
+        (  # a mapping's commas do not make a sweep
+            ["policy.max_num_seqs=abc", "tune.space.max_num_seqs={low: 8, high: 64}"],
+            "policy.max_num_seqs: got 'abc'; expected a number",
+        ),
+        (["seed=x", "grid.max_num_seqs=[64,128]"], "seed: got 'x'; expected a number"),
     ],
 )
 def test_a_value_of_another_type_than_its_default_is_named(overrides, message):

@@ -90,3 +90,43 @@ def test_a_set_already_published_is_left_as_it_is(finished):
     assert json.loads((folder / "metrics.json").read_text()) == {"run": "new"}
     (earlier,) = (folder / run_folder.SUPERSEDED).iterdir()  # the earlier set stays aside
     assert json.loads((earlier / "metrics.json").read_text())["run"] == "earlier"
+
+
+def test_a_refused_rerun_of_a_finished_tuning_keeps_it_finished(tmp_path):
+    """A tuning folder is not moved aside (a rerun resumes there): a rerun refused at once
+    (a different problem's checkpoint) must not mark the finished tuning failed."""
+    folder = tmp_path / "tuned"
+    folder.mkdir()
+    (folder / "tune_summary.json").write_text("{}")
+    done = {"command": "servetune tune", "pid": 1, "state": "complete"}
+    (folder / run_folder.LOCK).write_text(json.dumps(done))
+    run_folder.claim(folder, "servetune tune", supersede=False)
+    try:
+        assert run_folder.abandon(folder, "checkpoint.json: written by a run with ...") is None
+    finally:
+        run_folder.release(folder)
+    doc = run_folder.record(folder)
+    assert doc["state"] == "complete" and doc["pid"] == 1
+    assert doc["last_failed"]["error"].startswith("checkpoint.json")
+    assert (folder / "tune_summary.json").is_file()
+
+
+def test_an_entry_of_the_failed_run_in_the_way_keeps_both_sets_whole(tmp_path):
+    """The earlier set listed a file of its own name (extra.csv); the failed run left a file
+    of that name, which is not one of a run's entries: nothing is overwritten."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in ("metrics.json", "extra.csv"):
+        (folder / name).write_text("earlier")
+    record = {"state": "complete", "files": ["metrics.json", "extra.csv"]}
+    (folder / run_folder.LOCK).write_text(json.dumps(record))
+    moved = run_folder.claim(folder, "servetune simulate", supersede=True)
+    try:
+        (folder / "extra.csv").write_text("the failed run's")
+        assert run_folder.abandon(folder, "refused") is None
+    finally:
+        run_folder.release(folder)
+    assert (moved / "extra.csv").read_text() == "earlier"  # the earlier set, whole, aside
+    assert (moved / "metrics.json").read_text() == "earlier"
+    assert (folder / "extra.csv").read_text() == "the failed run's"
+    assert run_folder.record(folder)["state"] == "failed"
