@@ -24,6 +24,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import traceback
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -65,6 +67,8 @@ JOINT = [
 ]
 HELD_OUT = 1000  # the tuner's first held-out seed (tune.eval.seed_offset)
 CHILDREN: list[subprocess.Popen] = []  # the tunings started, stopped when a step fails
+_STARTING = threading.Lock()  # a tuning starts, or the study stops: not both at once
+_STOPPING = threading.Event()
 
 
 def _size(out: Path) -> int:
@@ -97,7 +101,7 @@ def _tune_overrides(space: list[str], iterations: int) -> list[str]:
 
 def _tune(out: Path, name: str, space: list[str], iterations: int) -> dict:
     """Steps 2 and 3: one `servetune tune` run (a subprocess, so two run side by side);
-    its tuned values (tune_summary.json's best). A tuning that fails is a ServetuneError
+    its summary (tune_summary.json). A tuning that fails is a ServetuneError
     naming the step, its exit status and its log."""
     run_dir = out / name
     if not (run_dir / "tune_summary.json").exists():
@@ -109,8 +113,11 @@ def _tune(out: Path, name: str, space: list[str], iterations: int) -> dict:
             *_tune_overrides(space, iterations),
             f"hydra.run.dir={run_dir}",
         ]
-        proc = subprocess.Popen(cmd)
-        CHILDREN.append(proc)
+        with _STARTING:
+            if _STOPPING.is_set():  # another step failed: this one does not start
+                raise ServetuneError(f"step {name}: not started (another step failed)")
+            proc = subprocess.Popen(cmd)
+            CHILDREN.append(proc)
         if proc.wait() != 0:
             raise ServetuneError(
                 f"step {name}: servetune tune exited with {proc.returncode} (its log: "
@@ -126,6 +133,12 @@ def _check(iterations: int) -> None:
         raise ServetuneError(f"--iterations: got {iterations}; expected at least 1")
     for space in ([*NO_ENGINE, AUTOSCALER], [*JOINT, AUTOSCALER]):
         checked_config(compose(_tune_overrides(space, iterations)))
+
+
+def _tuned(summary: dict) -> dict:
+    """A tuning's tuned point (tune_summary.json's "tuned": the point nearest the start of those
+    as good as the best found, tuning/recommend.py; "best" in a summary written before it)."""
+    return summary.get("tuned") or summary["best"]
 
 
 def _overrides(values: dict) -> list[str]:
@@ -148,8 +161,8 @@ def _compare(out: Path, replicas: int, auto: dict, joint: dict) -> dict:
     arms = {
         "static peak sizing": [f"engine.n_instances={replicas}"],
         "autoscaler, HPA defaults": FLEET,
-        "tuned autoscaler": FLEET + _overrides(auto["best"]),
-        "tuned autoscaler + engine": FLEET + _overrides(joint["best"]),
+        "tuned autoscaler": FLEET + _overrides(_tuned(auto)),
+        "tuned autoscaler + engine": FLEET + _overrides(_tuned(joint)),
     }
     doc = {}
     for k, (arm, extra) in enumerate(arms.items()):
@@ -193,14 +206,19 @@ def main(argv: list[str] | None = None) -> None:
     size = pool.submit(_size, out)
     auto = pool.submit(_tune, out, "tune_autoscaler", [*NO_ENGINE, AUTOSCALER], args.iterations)
     joint = pool.submit(_tune, out, "tune_joint", [*JOINT, AUTOSCALER], args.iterations)
-    done, _ = wait((size, auto, joint), return_when=FIRST_EXCEPTION)
-    failed = [f.exception() for f in done if f.exception() is not None]
-    if failed:  # the first failure ends the study, and the steps still running with it
-        for child in CHILDREN:
-            child.terminate()
-        if not isinstance(failed[0], ServetuneError):
-            raise failed[0]
-        print(f"error: {failed[0]}", file=sys.stderr, flush=True)
+    steps = (size, auto, joint)
+    wait(steps, return_when=FIRST_EXCEPTION)
+    failed = [f.exception() for f in steps if f.done() and f.exception() is not None]
+    if failed:  # the first failure (in step order) ends the study, and the steps still running
+        with _STARTING:
+            _STOPPING.set()
+            for child in CHILDREN:
+                child.terminate()
+        if isinstance(failed[0], ServetuneError):
+            print(f"error: {failed[0]}", file=sys.stderr, flush=True)
+        else:
+            traceback.print_exception(failed[0])
+        sys.stderr.flush()
         os._exit(2)  # the sizing's thread cannot be interrupted; the process ends here
     pool.shutdown()
     replicas, auto_doc, joint_doc = size.result(), auto.result(), joint.result()

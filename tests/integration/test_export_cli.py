@@ -295,9 +295,7 @@ def test_an_export_that_cannot_be_written_is_named_not_a_traceback(grid, tmp_pat
         export_point(grid, ["max_num_seqs=64"], blocked / "x")
 
 
-def test_a_neural_tuning_that_keeps_your_settings_exports_them_without_its_network(
-    grid, tmp_path
-):
+def test_a_neural_tuning_that_keeps_your_settings_exports_them_without_its_network(grid, tmp_path):
     """A neural tuning starts from your (fcfs) policy plus a network that adds nothing;
     exporting the start ("keep your settings") writes your order and no gateway files."""
     tuned = tmp_path / "tuned"

@@ -167,7 +167,7 @@ def test_an_improvement_exports_the_tuned_point_off_a_bound_unless_the_gain_need
     # the choice, redone from the points the checkpoint kept
     visited = checkpoint.read(straight.out_dir)["visited"]
     space = settings_from_config(compose(SMALL)).space
-    near = [v for v in visited if close_to_best(visited[0], v, 0.99, 1e-3)]
+    near = [v for v in visited if close_to_best(visited[0], v, Objective(0.99), 1e-3)]
     origin = space.point(straight.start)
     nearest = min(near, key=lambda v: np.linalg.norm(np.asarray(v["z"]) - origin))
     chosen = {k: float(v) for k, v in space.values(np.asarray(nearest["z"])).items()}
@@ -339,6 +339,7 @@ def test_cli_tune_writes_exports(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "start vs tuned" in proc.stdout and "holdout_workload[1]" in proc.stdout
+
     # the tables open the summary: each split's metrics, then the tuned knobs, then the verdict
     tables = proc.stdout.index("start vs tuned")
     knobs = proc.stdout.index("tuned knobs")
@@ -610,5 +611,19 @@ def test_a_rerun_leaves_no_file_of_the_earlier_finish_it_did_not_write(tmp_path)
         log=lambda _: None,
     )
     assert (tmp_path / runner.SUMMARY).is_file() and (tmp_path / "evaluation.csv").is_file()
-    for stale in ("sensitivity.csv", "sensitivity.png", "tuning.html", "export"):
+    for stale in ("sensitivity.csv", "sensitivity.png", "export"):
         assert not (tmp_path / stale).exists(), stale
+    assert "not measured" in (tmp_path / "tuning.html").read_text()  # this run's page
+
+
+def test_export_on_regression_without_export_policy_tuned_is_said_to_do_nothing():
+    """(a review's finding) it used to export the tuned point; now the recommended export is
+    the start when that regresses, and the run says so instead of changing silently."""
+    from servetune.run.api import compose
+    from servetune.tuning.runner import export_notes, settings_from_config
+
+    asked = settings_from_config(compose(SMALL + ["tune.export_on_regression=true"]))
+    (note,) = export_notes(asked)
+    assert note.startswith("note: tune.export_on_regression=true applies to tune.export_policy")
+    both = ["tune.export_on_regression=true", "tune.export_policy=tuned"]
+    assert export_notes(settings_from_config(compose(SMALL + both))) == []

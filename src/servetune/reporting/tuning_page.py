@@ -645,12 +645,13 @@ def page(
     caption: str,
     title: str = "",
     outcome: Outcome | None = None,
+    measured: bool = True,
 ) -> str:
     """tuning.html: one self-contained document (plotly.js inlined once; nothing fetched)
     opening with the start-vs-tuned section (`outcome`: outcome_section), then the tuning
     history (with why the exported point is not its last point), the sensitivity figure, its
-    `caption` (HTML) and table, and both tables as JSON (elements servetune-history,
-    servetune-sensitivity)."""
+    `caption` (HTML) and table where `measured` (tune.eval.sensitivity), and the tables as JSON
+    (elements servetune-history, servetune-sensitivity)."""
     tuned = dict(zip(sens["knob"], sens["value"], strict=True))
     scales = dict(zip(sens["knob"], sens["scale"], strict=True))
     path = f" {html_lib.escape(outcome.path_note)}" if outcome is not None else ""
@@ -659,11 +660,17 @@ def page(
         outcome_section(outcome) if outcome is not None else "",
         f"<h2>Tuning history</h2><p class='note'>{HISTORY_NOTE}{path}</p>",
         embed(history_plotly(history, scales, target, tuned, outcome), "fig-history"),
-        "<h2>Sensitivity at the tuned point</h2>",
-        f"<p class='note'>{caption}</p>",
-        embed(sensitivity_plotly(sens), "fig-sensitivity"),
-        _table(sens),
     ]
+    parts += (
+        [
+            "<h2>Sensitivity at the tuned point</h2>",
+            f"<p class='note'>{caption}</p>",
+            embed(sensitivity_plotly(sens), "fig-sensitivity"),
+            _table(sens),
+        ]
+        if measured
+        else ["<p class='note'>Sensitivity: not measured (tune.eval.sensitivity=false).</p>"]
+    )
     for name, frame in (("history", history), ("sensitivity", sens)):
         data = frame.to_json(orient="records", double_precision=10).replace("</", "<\\/")
         parts.append(f"<script type='application/json' id='servetune-{name}'>{data}</script>")
@@ -679,24 +686,28 @@ def write_views(
     target: float,
     caption: str,
     outcome: Outcome | None = None,
+    measured: bool = True,
 ) -> list[Path]:
-    """Write sensitivity.csv, history.png, sensitivity.png and tuning.html into `out_dir`
-    (each whole or not at all) from the tuner's history (history.csv's rows), the
-    sensitivity table (servetune.tuning.sensitivity.derivatives: its knobs, their scales and
-    tuned values) and the recommendation (`outcome`: the page's first section and the marks
-    of history.png), with `target` the SLO attainment target (a fraction) and `caption` the
+    """Write history.png and tuning.html, and where `measured` (tune.eval.sensitivity)
+    sensitivity.csv and sensitivity.png, into `out_dir` (each whole or not at all) from the
+    tuner's history (history.csv's rows), the sensitivity table (servetune.tuning.sensitivity:
+    its knobs, their scales and tuned values; sensitivity.unmeasured's where not measured)
+    and the recommendation (`outcome`: the page's first section and the marks of
+    history.png), with `target` the SLO attainment target (a fraction) and `caption` the
     page's description of the method (HTML). Returns the paths written."""
     out_dir = Path(out_dir)
     scales = dict(zip(sens["knob"], sens["scale"], strict=True))
     tuned = dict(zip(sens["knob"], sens["value"], strict=True))
-    figures = {
-        "history.png": history_figure(history, scales, target, tuned, outcome),
-        "sensitivity.png": sensitivity_figure(sens),
-    }
-    written = [write_whole(out_dir / "sensitivity.csv", lambda tmp: sens.to_csv(tmp, index=False))]
+    figures = {"history.png": history_figure(history, scales, target, tuned, outcome)}
+    written = []
+    if measured:
+        figures["sensitivity.png"] = sensitivity_figure(sens)
+        written.append(
+            write_whole(out_dir / "sensitivity.csv", lambda tmp: sens.to_csv(tmp, index=False))
+        )
     for name, fig in figures.items():
         written.append(write_whole(out_dir / name, lambda tmp, f=fig: f.savefig(tmp, dpi=120)))
-    doc = page(history, sens, target, caption, str(out_dir), outcome)
+    doc = page(history, sens, target, caption, str(out_dir), outcome, measured)
     written.append(
         write_whole(
             out_dir / "tuning.html", lambda tmp: Path(tmp).write_text(doc, encoding="utf-8")

@@ -125,23 +125,48 @@ def _row(name: str, split: str, column: list[dict], objective) -> dict:
     return row
 
 
-def paired_losses(f_ref, v_ref, f_other, v_other, slo_target: float) -> dict:
+def paired_losses(f_ref, v_ref, f_other, v_other, slo_target: float, combine=None) -> dict:
     """How much worse policy "other" did than the reference on the same scenarios, from their
     per-scenario objectives f [S] (log useful tokens per USD) and SLO shortfalls v [S]
     (Objective.violation), as means with 95% intervals over the paired differences
     (`interval`; NaN bounds where the differences give none): `objective_loss` in log useful
     tokens per USD (a relative loss: 0.01 is about 1% fewer tokens per dollar) and
     `shortfall_loss`, the growth of the shortfall below the SLO target as a fraction of the
-    target. Positive is worse."""
+    target. Positive is worse. `combine` (Objective.combine under tune.objective.aggregate=
+    cvar) aggregates the objective instead of the mean: its loss is combine(f_ref) -
+    combine(f_other), with a paired bootstrap interval (`paired_bootstrap`), so a point that
+    keeps the mean and loses the tail is worse as the tuner judged it."""
     target = max(slo_target, 1e-12)
+    f_ref, f_other = np.asarray(f_ref, np.float64), np.asarray(f_other, np.float64)
     out = {}
     for name, loss in (
-        ("objective_loss", np.asarray(f_ref, np.float64) - np.asarray(f_other, np.float64)),
+        ("objective_loss", f_ref - f_other),
         ("shortfall_loss", (np.asarray(v_other, np.float64) - np.asarray(v_ref)) / target),
     ):
         mean, low, high, _ = interval(loss)
+        if combine is not None and name == "objective_loss":
+            mean = combine(f_ref) - combine(f_other)
+            low, high = paired_bootstrap(f_ref, f_other, combine)
         out.update({name: mean, f"{name}_low": low, f"{name}_high": high})
     return out
+
+
+BOOTSTRAP = 2000  # resamples of the scenarios for a CVaR difference's interval
+
+
+def paired_bootstrap(f_ref: np.ndarray, f_other: np.ndarray, combine) -> tuple[float, float]:
+    """The 95% percentile interval of combine(f_ref) - combine(f_other) over BOOTSTRAP
+    resamples of the scenarios, each taking both policies' values of the same scenarios
+    (seeded: the same data give the same interval); NaN where fewer than 3 scenarios or no
+    spread give none."""
+    n = len(f_ref)
+    diff = f_ref - f_other
+    if n < 3 or not np.any(np.abs(diff - diff[0]) > 0):
+        return math.nan, math.nan
+    rng = np.random.default_rng(n)
+    idx = rng.integers(0, n, (BOOTSTRAP, n))
+    draws = np.array([combine(f_ref[k]) - combine(f_other[k]) for k in idx])
+    return float(np.quantile(draws, 0.025)), float(np.quantile(draws, 0.975))
 
 
 def _paired_losses(start: list[dict], tuned: list[dict], objective) -> dict:
@@ -153,6 +178,7 @@ def _paired_losses(start: list[dict], tuned: list[dict], objective) -> dict:
         [objective.value(m) for m in tuned],
         [objective.violation(m) for m in tuned],
         objective.slo_target,
+        combine=objective.combine if objective.aggregate == "cvar" else None,
     )
 
 

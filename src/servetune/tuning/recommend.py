@@ -8,9 +8,10 @@ knobs that sit on a bound of their range.
    one nearest the start in the search space's coordinates (space.point): the best found
    often lies on the flat part of a sigmoid, at a bound of a range, for a difference no
    scenario can see, and a deployment should move from its settings only as far as the gain
-   needs. "Cannot tell" is evaluation.compare's tie: meeting the SLO target where the best
-   meets it, and not worse by the paired per-scenario difference's 95% interval (or, where
-   the scenarios give none, by more than tune.eval.regression_tolerance). The choice
+   needs. "Cannot tell" is close_to_best: meeting the SLO target where the best meets it,
+   not worse by the paired per-scenario difference's 95% interval (or, where the scenarios
+   give none, by more than tune.eval.regression_tolerance), and not worse on average by more
+   than that tolerance (with few scenarios an interval is wide). The choice
    simulates nothing: the tuned point is then evaluated held out in place of the best found.
 2. The export (`recommend`). The tuned point is exported when it is better than the start
    beyond chance (evaluation.compare's improvement) on a held-out split and worse beyond
@@ -89,13 +90,20 @@ def _row(visit: Mapping, target: float) -> dict:
     }
 
 
-def close_to_best(best: Mapping, other: Mapping, target: float, tolerance: float) -> bool:
-    """Can the training scenarios not tell visit `other` from visit `best` (the best found):
-    it meets the SLO target where the best does, and is not worse beyond chance
-    (evaluation.compare on their paired per-scenario differences)."""
+def close_to_best(best: Mapping, other: Mapping, objective: Objective, tolerance: float) -> bool:
+    """Is visit `other` as good as visit `best` (the best found) on the training scenarios:
+    it meets the SLO target where the best does, is not worse beyond chance (evaluation.compare
+    on their paired per-scenario differences, the objective aggregated as the tuner does) and
+    is not worse on average by more than `tolerance` (a wide interval of few scenarios does not
+    make a clearly worse point an equal)."""
     if best["violation"] <= 0 < other["violation"]:
         return False
-    losses = paired_losses(best["f"], best["v"], other["f"], other["v"], target)
+    target = objective.slo_target
+    combine = objective.combine if objective.aggregate == "cvar" else None
+    losses = paired_losses(best["f"], best["v"], other["f"], other["v"], target, combine)
+    kind = "objective" if best["violation"] <= 0 else "shortfall"
+    if not losses[f"{kind}_loss"] <= tolerance:
+        return False
     return not compare(_row(best, target), {**_row(other, target), **losses}, tolerance).regression
 
 
@@ -140,8 +148,8 @@ def choose_tuned(
             "the best point found (the points visited before this run resumed were not "
             "recorded, so no nearer one could be chosen)",
         )
-    target, top = objective.slo_target, visited[0]
-    near = [v for v in visited if close_to_best(top, v, target, tolerance)]
+    top = visited[0]
+    near = [v for v in visited if close_to_best(top, v, objective, tolerance)]
     origin = space.point(dict(start_values))
     distance = lambda v: float(np.linalg.norm(np.asarray(v["z"]) - origin))
     chosen = min(near, key=distance)  # min keeps the first of equals: the best-ranked

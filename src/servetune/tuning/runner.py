@@ -46,7 +46,7 @@ from servetune.tuning.evaluation import (
 )
 from servetune.tuning.evaluator import Evaluator, MultiEvaluator
 from servetune.tuning.objective import Objective, include_energy
-from servetune.tuning.sensitivity import CAPTION, measure
+from servetune.tuning.sensitivity import CAPTION, measure, unmeasured
 from servetune.tuning.space import SearchSpace, constraints_for, space_from_config
 from servetune.tuning.split_overrides import (
     TRAINING_GROUPS,
@@ -366,6 +366,18 @@ def _prepare(cfg: DictConfig, space: SearchSpace) -> DictConfig:
         for k in cfg.grid:
             cfg.grid[k] = None
     return cfg
+
+
+def export_notes(st: Settings) -> list[str]:
+    """Notes on export settings that do not do what they may seem to: tune.export_on_regression
+    without tune.export_policy=tuned (the recommended export is then the start)."""
+    if st.export_on_regression and st.export_policy != "tuned":
+        return [
+            "note: tune.export_on_regression=true applies to tune.export_policy=tuned only: "
+            "the recommended export is the start when the tuned point regresses (set "
+            "tune.export_policy=tuned to export the tuned point whatever the verdict)"
+        ]
+    return []
 
 
 def population(st: Settings) -> int:
@@ -737,6 +749,8 @@ def tune(
     space = st.space
     _check_population_fits(st, evaluator)
     log(_plan_line(st, evaluator))
+    for note in export_notes(st):
+        log(note)
     start_values = dict(evaluator.base)
     if space.net_size and "score_net" not in start_values:
         # the configured (linear) policy plus a network that adds nothing yet (out scale 0)
@@ -855,15 +869,19 @@ def _finish(
     compared = side_by_side(evaluation)  # the verdicts just written
     bounds = recommend.bound_flags(st.space, tuned, start_values)
     _plot(history, out_dir / "convergence.png", st.objective.slo_target)
-    if st.sensitivity:  # 2 x knobs more policies on the training scenarios, one batch
-        write_views(
-            out_dir,
-            history,
-            measure(evaluator, st.space, tuned, st.objective),
-            st.objective.slo_target,
-            CAPTION,
-            _outcome(st, start_values, tuned, choice, rec, bounds, compared),
-        )
+    # the views always (the start-vs-tuned table first); the sensitivity where asked: 2 x
+    # knobs more policies on the training scenarios, one batch
+    write_views(
+        out_dir,
+        history,
+        measure(evaluator, st.space, tuned, st.objective)
+        if st.sensitivity
+        else unmeasured(st.space, tuned),
+        st.objective.slo_target,
+        CAPTION,
+        _outcome(st, start_values, tuned, choice, rec, bounds, compared),
+        measured=st.sensitivity,
+    )
     log(f"tuned point: {choice.why}")
     for split, verdict in {**judged, **training}.items():
         log(f"{'held-out' if split in judged else 'training'} {split}: {verdict.why}")

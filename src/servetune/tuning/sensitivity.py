@@ -243,6 +243,17 @@ def measure(
     return derivatives(evaluator(policy), found, objective)
 
 
+def unmeasured(space: SearchSpace, values: Mapping[str, object]) -> pd.DataFrame:
+    """The sensitivity table's knob, scale and value columns of the tuned policy `values`
+    without its derivatives (tune.eval.sensitivity=false: nothing simulated), for the views
+    that show the knobs (tuning_page.write_views with measured=False)."""
+    rows = [
+        {"knob": d.key, "scale": d.scale, "value": float(np.asarray(values[d.key]))}
+        for d in space.dims
+    ]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
 def simulations(space: SearchSpace, scenarios: int) -> int:
     """Scenarios `measure` simulates: 2 x tuned knobs x `scenarios` (per policy)."""
     return 2 * len(space.dims) * scenarios
