@@ -1,4 +1,5 @@
-"""Regenerate the malformed trace files of the fuzz corpus (tests/fuzz/traces/).
+"""Regenerate the malformed trace files of the fuzz corpus (tests/fuzz/traces/) and its rate
+curves too large to draw (tests/fuzz/curves/).
 
 The files are checked in; this script documents how each was made (several are not text, so
 they cannot be written by hand) and rewrites them byte for byte: `python tests/fuzz/generate.py`.
@@ -130,11 +131,31 @@ def files() -> dict[str, bytes]:
     return {k: (v.encode() if isinstance(v, str) else v) for k, v in t.items()}
 
 
+CURVES = Path(__file__).parent / "curves"
+
+
+def curves() -> dict[str, str]:
+    """Rate curves (workload.rate_curve.curve) whose tiles or copies would not fit in memory."""
+    head = "time_s,multiplier\n"
+    return {
+        # a curve of 1e9 s: the hour tiled to it is 5.5e9 requests
+        "flat_1e9_s.csv": head + "0,1\n1000000000,1\n",
+        # a day at a peak of 1000: 1000 copies of the tiled day superposed
+        "peak_1000_day.csv": head + "0,1\n43200,1000\n86400,1\n",
+        # a week at 1: the tiled week superposed once, then simulated (fits; a size to guard)
+        "flat_week.csv": head + "0,1\n604800,1\n",
+    }
+
+
 def main() -> None:
     HERE.mkdir(exist_ok=True)
     for name, data in files().items():
         (HERE / name).write_bytes(data)
     print(f"wrote {len(files())} files to {HERE}")
+    CURVES.mkdir(exist_ok=True)
+    for name, text in curves().items():
+        (CURVES / name).write_text(text)
+    print(f"wrote {len(curves())} curves to {CURVES}")
 
 
 if __name__ == "__main__":

@@ -133,13 +133,14 @@ def test_interrupted_run_resumes_to_the_same_result(straight, tmp_path):
     lines = []
     resumed = tune(SMALL + ["tune.iterations=3"], out_dir=tmp_path, log=lines.append)
     assert any("resuming" in line for line in lines)
-    # the first line says what the run simulates and about how long it takes here (estimate.py)
+    # the first line says what the run simulates and about how long it takes here (estimate.py):
+    # a resumed run, only what is left of it (2 of 3 iterations), not the whole run again
     assert lines[0].startswith(
         "tuning max_num_seqs, max_num_batched_tokens, watermark, "
-        "queue_cap: 3 iteration(s) x 5 policies x 1 scenario(s) = 15 "
+        "queue_cap: 2 iteration(s) left of 3 x 5 policies x 1 scenario(s) = 10 "
         "simulations of "
     )
-    assert "on this machine" in lines[0]
+    assert "on this machine" in lines[0] and "of memory" in lines[0]
     pd.testing.assert_frame_equal(resumed.history, straight.history)
     assert resumed.best == straight.best
 

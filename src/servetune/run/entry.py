@@ -11,8 +11,9 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.markup import escape
 
-from servetune.core.errors import ServetuneError
+from servetune.core.errors import ResourceLimitError, ServetuneError
 from servetune.core.files import write_json
+from servetune.run import run_folder
 from servetune.run.joblog import kept_in_log
 
 JOB_ERROR_FILE = "error.json"  # a failed multirun job's record, in its output folder
@@ -37,6 +38,8 @@ def exit_on_user_error(run, cfg):
                 f"[red]error:[/red] {escape(where + str(err))}", highlight=False, soft_wrap=True
             )
             if job is None:
+                if isinstance(err, ResourceLimitError):  # nothing ran: the folder says so
+                    run_folder.refused(Path(HydraConfig.get().runtime.output_dir), str(err))
                 sys.exit(2)
             write_json(Path(job.pop("output_dir")) / JOB_ERROR_FILE, dict(job, error=str(err)))
             return _worst_value()

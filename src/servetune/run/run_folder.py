@@ -38,6 +38,7 @@ LOCK = ".servetune.lock"
 SUPERSEDED = "superseded"
 STAGING = ".staging-"
 COMPLETE, PUBLISHING, RUNNING = "complete", "publishing", "running"
+REFUSED = "refused"  # stopped before it ran (the resource guard): nothing of it was written
 _HELD: dict[str, int] = {}  # folder -> the lock file descriptor this process holds
 
 
@@ -278,7 +279,7 @@ def incomplete(folder: Path) -> str | None:
         return None
     if held_by_live_run(folder):
         return f"still being written by {_holder(doc)}"
-    if doc.get("state") == RUNNING and not doc.get("files"):
+    if doc.get("state") in (RUNNING, REFUSED) and not doc.get("files"):
         return None if not _has_outputs(folder) else "its run stopped before recording them"
     return (
         f"incomplete: its run ({_holder(doc)}) stopped before all its outputs were "
@@ -297,6 +298,22 @@ def finish(folder: Path) -> None:
     if doc is not None and doc.get("state") == RUNNING:
         _write_record(
             folder, dict(doc, state=COMPLETE, finished=datetime.now().isoformat(timespec="seconds"))
+        )
+
+
+def refused(folder: Path, why: str) -> None:
+    """Mark a run this process claimed as refused before it ran (its record says why), so the
+    folder does not claim a run that never started."""
+    doc = record(folder)
+    if doc is not None and doc.get("state") == RUNNING:
+        _write_record(
+            folder,
+            dict(
+                doc,
+                state=REFUSED,
+                why=why,
+                finished=datetime.now().isoformat(timespec="seconds"),
+            ),
         )
 
 

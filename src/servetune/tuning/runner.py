@@ -30,7 +30,7 @@ from servetune.deploy import export
 from servetune.engine import memory, neural
 from servetune.reporting.convergence import write_convergence
 from servetune.reporting.tuning_page import write_views
-from servetune.run import estimate
+from servetune.run import estimate, guard
 from servetune.run.api import compose
 from servetune.tuning import checkpoint
 from servetune.tuning.estimators.es import EvolutionStrategies
@@ -470,15 +470,16 @@ def _plain(values: dict) -> dict:
     }
 
 
-def _evaluators(cfg: DictConfig, st: Settings, order: str):
+def _evaluators(cfg: DictConfig, st: Settings, order: str, plan=None):
     """(the settings with the space constrained to what the scenario's vLLM accepts, the exact
     simulator scoring policy points: one workload or several, the gradient estimator the
-    settings name: estimators/es.py or estimators/pathwise.py)."""
+    settings name: estimators/es.py or estimators/pathwise.py). `plan`: scenario.build's, for
+    each training workload (the guard's: _guarded)."""
     if st.workloads:  # tune over several workloads at once
         evaluator = MultiEvaluator(
             [
                 Evaluator(
-                    build(with_overrides(cfg, w, "tune.workloads", TRAINING_GROUPS)),
+                    build(with_overrides(cfg, w, "tune.workloads", TRAINING_GROUPS), plan),
                     order,
                     st.batch_mode,
                 )
@@ -486,7 +487,7 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str):
             ]
         )
     else:
-        evaluator = Evaluator(build(cfg), order, st.batch_mode)
+        evaluator = Evaluator(build(cfg, plan), order, st.batch_mode)
     engine = _first_scenario(evaluator).engine
     _check_fleet_space(st, engine)
     st = dataclasses.replace(
@@ -548,19 +549,73 @@ def _evaluator_list(evaluator) -> list[Evaluator]:
     return getattr(evaluator, "evaluators", [evaluator])
 
 
-def _plan_line(st: Settings, evaluator) -> str:
-    """The run's first line: the knobs tuned, the simulations ahead (iterations x policies x
-    scenarios) and their requests, and about how long they take here (estimate.py)."""
+def _plan_line(st: Settings, evaluator, left: int, est: estimate.Estimate) -> str:
+    """The run's first line: the knobs tuned, the simulations ahead (iterations left x
+    policies x scenarios) and their requests, and about how long they and the evaluation
+    take here, with the memory (run/estimate.py; a resumed run counts only what is left)."""
     space, per_policy = st.space, _scenario_count(evaluator)
     tuned = space.keys + (["score_net"] if space.net_size else [])
     per_scenario = _requests_per_scenario(evaluator)
-    total = st.iterations * population(st) * per_policy
-    return (
-        f"tuning {', '.join(tuned)}: {st.iterations} iteration(s) x {population(st)} "
-        f"policies x {per_policy} scenario(s) = {total} simulations of "
-        f"{per_scenario:,.0f} requests on average, then the evaluation; "
-        + estimate.guess_text(int(total * per_scenario), kind="tune")
+    total = left * population(st) * per_policy
+    iterations = f"{left} iteration(s)" + (
+        f" left of {st.iterations}" if left < st.iterations else ""
     )
+    return (
+        f"tuning {', '.join(tuned)}: {iterations} x {population(st)} "
+        f"policies x {per_policy} scenario(s) = {total} simulations of "
+        f"{per_scenario:,.0f} requests on average, then the evaluation; {est.text()}"
+    )
+
+
+TUNE_KEYS = ("tune.iterations", "tune.pairs", "seeds", "tune.eval.seeds")
+
+
+def _iterations_left(out_dir: Path, st: Settings) -> int:
+    """Iterations this call will run: tune.iterations, less those a checkpoint in out_dir
+    holds when resuming (checked as _restore reads it; that it fits this run is _restore's)."""
+    doc = checkpoint.read(out_dir) if st.resume else None
+    done = int(doc["iteration"]) if doc is not None else 0
+    return max(0, st.iterations - done)
+
+
+def _batched(st: Settings) -> bool:
+    """Whether the tuner simulates a population in one vmapped call (Evaluator's modes)."""
+    mode = st.batch_mode
+    if mode == "auto":
+        mode = "loop" if jax.default_backend() == "cpu" else "vmap"
+    return mode == "vmap"
+
+
+def _guarded(cfg: DictConfig, st: Settings, left: int) -> tuple[guard.Tally, object]:
+    """(the tuning run's resource guard, the `plan` each training workload is built with):
+    each workload counts left x population simulations of its scenarios (one vmapped call
+    per iteration under tune.batch_mode=vmap), refused as soon as the total passes the
+    guard's limit (run/guard.py)."""
+    tally = guard.Tally(
+        cfg, f"the tuning run ({left} iteration(s) x {population(st)} policies)", TUNE_KEYS
+    )
+    batched = _batched(st)
+
+    def plan(outline):
+        if batched:
+            tally.add(dataclasses.replace(outline, points=population(st)), left, True, "tune")
+        else:
+            tally.add(outline, left * population(st) * outline.seeds, False, "tune")
+
+    return tally, plan
+
+
+def _count_evaluation(tally: guard.Tally, st: Settings, evaluator) -> None:
+    """Add the final evaluation (start and tuned on every split: training, held-out seeds and
+    workloads) and the sensitivity probes (2 x knobs on the training scenarios) to `tally`,
+    each simulation at the first training workload's estimate."""
+    outline = _first_scenario(evaluator).outline
+    assert outline is not None
+    training = _scenario_count(evaluator)
+    per_split = len(_first_scenario(evaluator).traces)
+    splits = training + st.eval_seeds + len(st.holdout) * per_split
+    probes = 2 * len(st.space.dims) * training if st.sensitivity else 0
+    tally.add(outline, 2 * splits + probes, False, "tune")
 
 
 def _requests_per_scenario(evaluator) -> float:
@@ -669,6 +724,46 @@ def _history_row(
     }
 
 
+def _planned(cfg, out_dir):
+    """What a tuning run starts from, checked and guarded, before any simulation: (out_dir,
+    the prepared config, settings, order, iterations left, the guard's tally with the whole
+    run's estimate, the evaluator, the gradient estimator). A ResourceLimitError as soon as
+    the estimate passes the guard's limit (run/guard.py), before the other workloads are
+    built."""
+    if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir).strip():
+        raise ConfigError(
+            f"out_dir: got {out_dir!r}; expected a folder path (a str or a pathlib.Path)"
+        )
+    if not isinstance(cfg, DictConfig):
+        if isinstance(cfg, str) or not isinstance(cfg, Sequence):
+            raise ConfigError(
+                f"cfg: got {cfg!r}; expected a composed config or a list of "
+                f"overrides such as ['workload=poisson']"
+            )
+        cfg = compose(list(cfg))
+    out_dir = Path(out_dir)
+    st, cfg = checked_config(cfg)
+    order = "neural" if st.policy_family == "neural" else _order(cfg)
+    left = _iterations_left(out_dir, st)
+    tally, plan = _guarded(cfg, st, left)  # refused while building, before any simulation
+    st, evaluator, estimator = _evaluators(cfg, st, order, plan)
+    _check_population_fits(st, evaluator)
+    _count_evaluation(tally, st, evaluator)
+    return out_dir, cfg, st, order, left, tally, evaluator, estimator
+
+
+def estimate_tuning(
+    cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune"
+) -> estimate.Estimate:
+    """How long `tune(cfg, out_dir)` would take on this machine and how much memory it would
+    hold (the iterations left after a checkpoint in out_dir, the evaluation), without
+    simulating: its training scenarios are built, and a ResourceLimitError raised where tune
+    would refuse the run."""
+    tally = _planned(cfg, out_dir)[5]
+    assert tally.total is not None
+    return tally.total
+
+
 def tune(
     cfg: DictConfig | Sequence[str],
     out_dir: Path | str = "outputs/tune",
@@ -681,25 +776,11 @@ def tune(
     exports go to out_dir; a checkpoint there is resumed from when tune.resume is true.
     stop_after: stop (as if killed) after that many iterations of this call, for tests.
     """
-    if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir).strip():
-        raise ConfigError(
-            f"out_dir: got {out_dir!r}; expected a folder path (a str or a pathlib.Path)"
-        )
-    if not isinstance(cfg, DictConfig):
-        if isinstance(cfg, str) or not isinstance(cfg, Sequence):
-            raise ConfigError(
-                f"cfg: got {cfg!r}; expected a composed config or a list of "
-                f"overrides such as ['workload=poisson']"
-            )
-        cfg = compose(list(cfg))
     start_time = time.perf_counter()
-    out_dir = Path(out_dir)
-    st, cfg = checked_config(cfg)
-    order = "neural" if st.policy_family == "neural" else _order(cfg)
-    st, evaluator, estimator = _evaluators(cfg, st, order)
+    out_dir, cfg, st, order, left, tally, evaluator, estimator = _planned(cfg, out_dir)
     space = st.space
-    _check_population_fits(st, evaluator)
-    log(_plan_line(st, evaluator))
+    assert tally.total is not None
+    log(_plan_line(st, evaluator, left, tally.total))
     start_values = dict(evaluator.base)
     if space.net_size and "score_net" not in start_values:
         # the configured (linear) policy plus a network that adds nothing yet (out scale 0)
@@ -713,7 +794,6 @@ def tune(
     state = TunerState(0, theta, st.lambda_init, problem=problem, fingerprint=_fingerprint(problem))
     state, opt_state = _restore(out_dir, st, state, opt.init(jnp.asarray(theta)), log, start_values)
     evaluator.scenarios_simulated = state.scenarios
-    resumed_at = state.scenarios  # this call's pace counts only what it simulates
 
     done_here = 0
     while state.iteration < st.iterations:
@@ -751,11 +831,7 @@ def tune(
     result = _finish(
         cfg, st, state, _plain(start_values), order, evaluator, out_dir, log, start_time
     )
-    estimate.record(
-        int((state.scenarios - resumed_at) * _requests_per_scenario(evaluator)),
-        time.perf_counter() - start_time,
-        kind="tune",
-    )
+    estimate.record(tally.total, time.perf_counter() - start_time)
     return result
 
 
