@@ -90,14 +90,20 @@ def test_tune_config_corpus(entry):
     _expect_error(lambda: checked_config(compose(_overrides(entry))), entry)
 
 
+@pytest.fixture
+def fresh_record(tmp_path, monkeypatch):
+    """The guard's estimates from the model alone: no record of this machine's runs."""
+    monkeypatch.setenv("SERVETUNE_PACE_FILE", str(tmp_path / "record.json"))
+
+
 @pytest.mark.parametrize("entry", _cases("guard"))
-def test_guard_corpus(entry):
+def test_guard_corpus(entry, fresh_record):
     """Runs the resource guard refuses (run/guard.py): estimated, never simulated."""
     _expect_error(lambda: estimate(compose(_overrides(entry))), entry)
 
 
 @pytest.mark.parametrize("entry", _cases("guard_tune"))
-def test_guard_tune_corpus(entry, tmp_path):
+def test_guard_tune_corpus(entry, fresh_record, tmp_path):
     """Tuning runs the resource guard refuses before their first simulation."""
     _expect_error(lambda: estimate_tuning(compose(_overrides(entry)), out_dir=tmp_path), entry)
 

@@ -38,6 +38,12 @@ TINY = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def fresh_record(tmp_path, monkeypatch):
+    """Each test's own record of this machine's runs: the model's figures, no correction."""
+    monkeypatch.setenv("SERVETUNE_PACE_FILE", str(tmp_path / "record.json"))
+
+
 def outline_of(overrides):
     return scenario.outline(api.compose(overrides))
 
@@ -250,3 +256,21 @@ def test_a_refusal_names_the_instances_first_where_idle_ones_dominate():
     o = outline_of(["workload.max_requests=191", "engine.n_instances=256"])
     assert guard.keys_for(o)[0] == "engine.n_instances"
     assert guard.keys_for(outline_of(DAY))[0] == "workload.rate_curve.span_s"
+
+
+@pytest.mark.slow  # two processes, one compiling a tiny run (~20 s on 2 cores)
+def test_yes_lets_a_tiny_run_past_a_lowered_limit(tmp_path):
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "servetune.cli.main", "simulate", *TINY, "guard.max_wall_s=1"]
+    refused = subprocess.run(
+        [*base, f"hydra.run.dir={tmp_path / 'refused'}"], capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "more than guard.max_wall_s = 1 s" in refused.stderr
+    ran = subprocess.run(
+        [*base, "--yes", f"hydra.run.dir={tmp_path / 'ran'}"], capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert (tmp_path / "ran" / "metrics.json").is_file()
+    assert "simulating 1 scenario(s) of" in ran.stderr and "of memory" in ran.stderr

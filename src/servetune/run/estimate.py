@@ -67,7 +67,7 @@ VERSION = 2
 # Coefficients: benchmarks/README.md, "Run estimates" (the 2-core VM, JAX on CPU, measured with
 # `python benchmarks/bench_estimate.py --fit`)
 COMPILE_S = {"single": 7.0, "multi": 8.0}  # one program's compilation, by path
-COMPILE_VMAP_S = 4.0  # added for a vmapped batch of scenarios
+COMPILE_VMAP_S = 5.0  # added for a vmapped batch of scenarios
 CACHED_S = 1.5  # a program read back from the persistent compilation cache
 BODY_S = {"single": 15e-6, "multi": 45e-6}  # one loop body's fixed cost, by path
 ENTRY_S = 0.36e-6  # per entry of the stepped instance's active set, per body
