@@ -5,6 +5,7 @@ shown with their estimate and the guard's refusal (run/guard.py).
 
     python benchmarks/bench_estimate.py                  # every case (~20 min on 2 cores)
     python benchmarks/bench_estimate.py --cases default,hour --json out.json
+    python benchmarks/bench_estimate.py --calibrate      # the runs behind the coefficients
 
 Each case runs in a fresh process (its compilation counted, JAX's persistent cache off, as the
 estimate of a first run assumes); measured is simulate_batch's wall time (the compiled rollout,
@@ -45,16 +46,16 @@ TUNE = [
     "tune.iterations=3",
     "tune.pairs=2",
     "tune.eval.seeds=2",
-    "tune.sensitivity=false",
+    "tune.eval.sensitivity=false",
 ]
 # name -> (overrides, "simulate" | "tune", whether it is run or only estimated)
 CASES = {
     "default": ([], "simulate", True),
     "hour": (["workload.duration_s=null"], "simulate", True),
     "grid 4 seeds x 3": (["seeds=4", "grid.max_num_seqs=[64,128,256]"], "simulate", True),
-    "day, one instance": (DAY, "simulate", True),
+    "day on one instance": (DAY, "simulate", True),
     "README fleet day": (DAY + FLEET, "simulate", True),
-    "256 instances, 191 requests": (
+    "256 instances for 191 requests": (
         ["workload.max_requests=191", "engine.n_instances=256"],
         "simulate",
         True,
@@ -66,7 +67,7 @@ CASES = {
         False,
     ),
     "a day at 50x (24 M requests)": (DAY + ["workload.rate_scale=50"], "simulate", False),
-    "README fleet day, tuned 8 x 9": (
+    "README fleet day tuned 8 x 9": (
         DAY + FLEET + ["tune.iterations=8", "tune.pairs=4", "tune.eval.seeds=2"],
         "tune",
         False,
@@ -136,6 +137,59 @@ def run_case(name: str, overrides: list, command: str, run: bool) -> dict:
     return out
 
 
+# the runs the coefficients of run/estimate.py were read from (--calibrate): name -> overrides
+CALIBRATION = {
+    "default": [],
+    "hour": ["workload.duration_s=null"],
+    "4 instances, hour": ["workload.duration_s=null", "engine.n_instances=4", "engine.routing=jsq"],
+    "4 instances, 191 requests": ["workload.max_requests=191", "engine.n_instances=4"],
+    "4 x 191, width 256": [
+        "workload.max_requests=191",
+        "engine.n_instances=4",
+        "engine.start_width=256",
+    ],
+    "4 x 191, width 1024": [
+        "workload.max_requests=191",
+        "engine.n_instances=4",
+        "engine.start_width=1024",
+    ],
+    "8 instances, 191 requests": ["workload.max_requests=191", "engine.n_instances=8"],
+    "16 instances, 191 requests": ["workload.max_requests=191", "engine.n_instances=16"],
+    "64 instances, 191 requests": ["workload.max_requests=191", "engine.n_instances=64"],
+    "fleet hour": ["workload.duration_s=null"] + FLEET,
+    "overloaded 4x": ["workload.rate_scale=4"],
+    "grid 4 seeds x 3": ["seeds=4", "grid.max_num_seqs=[64,128,256]"],
+}
+
+
+def calibrate(reps: int = 2) -> None:
+    """Per run: the first call (compilation in), the best compiled one, the iterations and
+    loop bodies (iterations not leaped) from its metrics, the width, and the seconds per body
+    that the coefficients were fitted to."""
+    from servetune.config.scenario import build
+    from servetune.run.api import compose, simulate_batch
+
+    print(
+        "| run | first (s) | compiled (s) | compilation (s) | iterations | bodies | width | "
+        "us per body |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, overrides in CALIBRATION.items():
+        sc = build(compose(QUIET + overrides))
+        times = []
+        for _ in range(reps + 1):
+            start = time.perf_counter()
+            m = simulate_batch(sc).metrics[0]
+            times.append(time.perf_counter() - start)
+        bodies = m["iterations"] - m["leaped_iterations"]
+        best = min(times[1:])
+        print(
+            f"| {name} | {times[0]:.2f} | {best:.2f} | {times[0] - best:.1f} | "
+            f"{m['iterations']:,} | {bodies:,} | {m['entry_width']} | {1e6 * best / bodies:.0f} |",
+            flush=True,
+        )
+
+
 def _time(s: float | None) -> str:
     if s is None:
         return ""
@@ -153,7 +207,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", help="comma-separated case names (default: all)")
     ap.add_argument("--json", help="write the raw figures here")
+    ap.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="time the runs the model's coefficients were read from instead (in this process)",
+    )
     args = ap.parse_args()
+    if args.calibrate:
+        calibrate()
+        return
     names = args.cases.split(",") if args.cases else list(CASES)
     rows = []
     for name in names:

@@ -56,18 +56,36 @@ def model(overrides, tmp_path, batched=True):
 @pytest.mark.parametrize(
     "overrides, measured_s",
     [
-        # benchmarks/README.md (bench_day.py, bench_estimate.py): first runs, compilation in
-        ([], 7.0),  # the default 600 s slice: mostly compilation
-        (["workload.duration_s=null"], 6.6),  # the Azure hour
-        (DAY, 17.4),  # a day of it on one instance
-        (DAY + FLEET, 319.0),  # the README's fleet day, 2 to 8 replicas of Llama-3-70B
-        (["workload.max_requests=191", "engine.n_instances=64"], 16.5),  # few requests, many
+        # benchmarks/README.md, "Run estimates" (bench_estimate.py: first runs, compilation in)
+        ([], 4.5),  # the default 600 s slice: mostly compilation
+        (["workload.duration_s=null"], 5.1),  # the Azure hour
+        (["seeds=4", "grid.max_num_seqs=[64,128,256]"], 9.9),  # a vmapped batch of 12
+        (DAY, 13.9),  # a day of it on one instance
+        (DAY + FLEET, 107.8),  # the README's fleet day, 2 to 8 replicas of Llama-3-70B
+        (["workload.max_requests=191", "engine.n_instances=256"], 71.5),  # few requests, many
     ],
-    ids=["default", "hour", "day", "readme fleet day", "64 instances, 191 requests"],
+    ids=["default", "hour", "grid", "day", "readme fleet day", "256 instances, 191 requests"],
 )
 def test_the_estimate_is_within_2x_of_the_measured_time(overrides, measured_s, tmp_path):
     est = model(overrides, tmp_path)
     assert measured_s / 2 <= est.wall_s <= 2 * measured_s, est
+
+
+def test_a_tuning_run_is_estimated_within_2x(tmp_path):
+    """bench_estimate.py's small tuning run: 3 iterations x 5 policies on a minute of Poisson
+    arrivals, then the evaluation (10.2 s measured)."""
+    est = estimate_tuning(
+        [
+            "workload=poisson",
+            "workload.rate=4",
+            "workload.duration_s=60",
+            "tune.iterations=3",
+            "tune.eval.seeds=2",
+            "tune.eval.sensitivity=false",
+        ],
+        out_dir=tmp_path,
+    )
+    assert 10.2 / 2 <= est.wall_s <= 2 * 10.2, est
 
 
 def test_the_estimate_follows_the_load_not_only_the_request_count(tmp_path):

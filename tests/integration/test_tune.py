@@ -145,6 +145,16 @@ def test_interrupted_run_resumes_to_the_same_result(straight, tmp_path):
     assert resumed.best == straight.best
 
 
+def test_a_finished_run_resumed_is_estimated_at_its_evaluation_only(straight, tmp_path):
+    """A resumed tuning with only its evaluation left is estimated at that, not at the whole
+    run again (its checkpoint holds all 3 iterations)."""
+    from servetune.tuning.runner import estimate_tuning
+
+    whole = estimate_tuning(SMALL + ["tune.iterations=3"], out_dir=tmp_path)
+    left = estimate_tuning(SMALL + ["tune.iterations=3"], out_dir=straight.out_dir)
+    assert left.loop_s < whole.loop_s / 2
+
+
 def test_resuming_under_a_different_problem_is_refused(straight):
     with pytest.raises(
         CheckpointError,

@@ -66,12 +66,15 @@ VERSION = 2
 
 # Coefficients: benchmarks/README.md, "Run estimates" (the 2-core VM, JAX on CPU, measured with
 # `python benchmarks/bench_estimate.py --fit`)
-COMPILE_S = {"single": 7.0, "multi": 8.0}  # one program's compilation, by path
+COMPILE_S = {"single": 5.5, "multi": 5.0, "fleet": 6.0}  # a program's compilation, by path
 COMPILE_VMAP_S = 5.0  # added for a vmapped batch of scenarios
-CACHED_S = 1.5  # a program read back from the persistent compilation cache
-BODY_S = {"single": 15e-6, "multi": 45e-6}  # one loop body's fixed cost, by path
+CACHED_S = 1.0  # a program read back from the persistent compilation cache
+# one loop body's fixed cost, by path (an autoscaler's adds its evaluation, cold and
+# serving masks to every body)
+BODY_S = {"single": 15e-6, "multi": 15e-6, "fleet": 30e-6}
 ENTRY_S = 0.36e-6  # per entry of the stepped instance's active set, per body
-IDLE_S = 1.3e-6  # per (replica x idle replica), per body
+IDLE_S = 3.2e-6  # per (replica x idle replica) ** IDLE_POWER, per body
+IDLE_POWER = 0.85  # measured: a body on I mostly idle replicas costs ~ I^1.7 (16 to 256)
 BODIES_PER_ARRIVAL = 0.35  # one instance: bodies that end a leap, per arrival
 VMAP = 0.7  # a vmapped batch's body per scenario, against one scenario's
 REQUEST_S = 4e-6  # host: a request's records, per-request columns and metrics, per scenario
@@ -109,7 +112,7 @@ class Estimate:
     memory_bytes: int  # host arrays (the simulator's state added once it is sized)
     correction: float  # this machine's measured / estimated (1 without a record)
     runs: int  # recorded runs behind the correction
-    path: str  # the record the run's ratio goes to: "single", "multi" (path_of) or "tune"
+    path: str  # the record the run's ratio goes to: path_of's, or "tune"
     load: Load | None = None
     state_bytes: int = 0  # the simulator's state and temporaries (engine/memory.py), once known
 
@@ -285,8 +288,8 @@ def load(o: Outline) -> Load:
     bodies = iterations / per_body + events
     drain_bodies = drain_iterations / (1.0 if overflow.size and overflow[-1] else per_body[-1])
     w, widenings = _width(o, _peak(n, t, o), bool(np.any(saturated)))
-    path = "single" if single else "multi"
-    idle = replicas * replicas * (1.0 - busy) if not single else 0.0
+    path = path_of(o)
+    idle = (replicas * replicas * (1.0 - busy)) ** IDLE_POWER if not single else 0.0
     cost = BODY_S[path] + ENTRY_S * w + IDLE_S * idle
     loop_s = float(np.sum(bodies * cost)) + drain_bodies * (BODY_S[path] + ENTRY_S * w)
     span = max(float(o.counts.size) * o.bin_s, 1e-9)
@@ -305,7 +308,10 @@ def load(o: Outline) -> Load:
 
 
 def path_of(o: Outline) -> str:
-    """The record a run's ratio goes to: "single" (one instance) or "multi"."""
+    """The engine's path, and the record a run's ratio goes to: "single" (one instance),
+    "multi" (several) or "fleet" (an autoscaler over them)."""
+    if o.fleet is not None:
+        return "fleet"
     return "single" if o.engine.n_instances == 1 else "multi"
 
 
@@ -331,7 +337,9 @@ def simulation(
     host = lanes * o.requests * REQUEST_S + calls * CALL_S
     kind = kind or path_of(o)
     each = COMPILE_S[path_of(o)] + (COMPILE_VMAP_S if batched and lanes > 1 else 0.0)
-    compile_s = _compile_s(signature(o, batched), each, path) + one.widenings * each
+    first = _compile_s(signature(o, batched), each, path)
+    compile_s = first + one.widenings * each
+    compiles = first == each or one.widenings > 0  # (a program read back takes no XLA memory)
     correction, runs = correction_of(kind, path)
     raw = compile_s + loop + host
     return Estimate(
@@ -339,7 +347,7 @@ def simulation(
         compile_s=compile_s * correction,
         loop_s=loop * correction,
         host_s=host * correction,
-        memory_bytes=host_bytes(o) + (COMPILE_BYTES if compile_s > 0 else 0),
+        memory_bytes=host_bytes(o) + (COMPILE_BYTES if compiles else 0),
         correction=correction,
         runs=runs,
         path=kind,

@@ -63,10 +63,13 @@ def _shown_s(seconds: float) -> str:
     return estimate_lib.duration_shown(seconds)
 
 
-def check(est: Estimate, lim: Limits, what: str, keys: Sequence[str]) -> None:
+def check(
+    est: Estimate, lim: Limits, what: str, keys: Sequence[str], partial: bool = False
+) -> None:
     """ResourceLimitError when `est` passes `lim` (unless lim.confirmed): its message starts with
     `keys` (what would shorten it, most effective first), then says `what` runs, the estimate
-    and the limit, and how to run it anyway."""
+    ("or more" where it is `partial`: a sum refused before all its parts were counted) and the
+    limit, and how to run it anyway."""
     if lim.confirmed:
         return
     shorten = " / ".join(keys)
@@ -83,8 +86,9 @@ def check(est: Estimate, lim: Limits, what: str, keys: Sequence[str]) -> None:
         )
     if lim.max_wall_s is not None and est.wall_s > lim.max_wall_s:
         limit = f" ({_shown_s(lim.max_wall_s)})" if lim.max_wall_s >= 60 else ""
+        more = " or more" if partial else ""
         raise ResourceLimitError(
-            f"{shorten}: {what} is estimated at ~{_shown_s(est.wall_s)} on this machine "
+            f"{shorten}: {what} is estimated at ~{_shown_s(est.wall_s)}{more} on this machine "
             f"({_parts(est)}), more than guard.max_wall_s = {lim.max_wall_s:g} s{limit}; "
             f"expected a shorter run: lower {_first(keys)}, or run it anyway with {GO}"
         )
@@ -181,5 +185,5 @@ class Tally:
         first = dataclasses.replace(est, wall_s=est.compile_s, loop_s=0.0, host_s=0.0)
         total = first if self.total is None else self.total.plus(first)
         self.total = dataclasses.replace(total.plus(again, times), load=None)  # many loads
-        check(self.total, self.limits, self.what, self.keys)
+        check(self.total, self.limits, self.what, self.keys, partial=True)
         return est
