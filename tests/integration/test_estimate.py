@@ -88,6 +88,27 @@ def test_a_tuning_run_is_estimated_within_2x(tmp_path):
     assert 10.2 / 2 <= est.wall_s <= 2 * 10.2, est
 
 
+def test_a_week_long_run_is_estimated_from_its_load(tmp_path):
+    """A week of Poisson arrivals at 5/s (3 M requests) was estimated at 16.9 hours from the
+    recorded rates of small runs; a day of it runs in 13.7 s compiled (8.8 M iterations), so a
+    week in about seven times that: under the hour, it runs. The README's fleet over a week
+    (a week-long curve) is seven of its days, and past a 10-minute limit it is refused."""
+    week = model(["workload=poisson", "workload.duration_s=604800"], tmp_path)
+    assert 7 * 13.7 / 2 <= week.wall_s - week.compile_s <= 7 * 13.7 * 2
+    curve = tmp_path / "week.csv"
+    curve.write_text("time_s,multiplier\n0,1\n604800,1\n")
+    fleet_week = [
+        "workload.duration_s=null",
+        f"workload.rate_curve.curve={curve}",
+        "workload.rate_curve.span_s=604800",
+        *FLEET,
+    ]
+    days = model(fleet_week, tmp_path).loop_s / model(DAY + FLEET, tmp_path).loop_s
+    assert 5 < days < 9
+    with pytest.raises(ResourceLimitError, match=r"more than guard\.max_wall_s = 600 s"):
+        api.estimate([*fleet_week, "guard.max_wall_s=600"])
+
+
 def test_the_estimate_follows_the_load_not_only_the_request_count(tmp_path):
     """A day's requests on one instance cost what the day's iterations cost; the same requests
     on 512 mostly idle replicas cost each idle replica's wake at every other's iteration."""
@@ -220,6 +241,8 @@ def test_a_day_long_fleet_tuning_is_refused_before_simulating(no_tiling, tmp_pat
 def test_the_limit_is_a_key_and_yes_goes_past_it(tmp_path):
     with pytest.raises(ResourceLimitError, match=r"more than guard\.max_wall_s = 1 s"):
         api.estimate(TINY + ["guard.max_wall_s=1"])  # its compilation alone takes longer
+    with pytest.raises(ResourceLimitError, match=r"more than guard\.max_wall_s = 1 s"):
+        api.simulate(TINY + ["guard.max_wall_s=1"])  # refused before it compiles
     assert api.estimate(TINY + ["guard.max_wall_s=1", "guard.confirmed=true"]).wall_s > 1
     assert api.estimate(TINY + ["guard.max_wall_s=null"]).wall_s > 0
     with pytest.raises(ConfigError, match=r"^guard\.max_wall_s: got 0; expected within"):
