@@ -17,21 +17,24 @@ measures it against runs):
 - **Loop bodies**: the leap (engine/leap.py) runs up to engine.leap_max uniform iterations in
   one body, so bodies = iterations / leap_max plus the events that end a leap: per arrival
   about BODIES_PER_ARRIVAL on one instance (the simple step takes arrivals in), and, with
-  several instances, one per busy replica (each stops at every routed arrival).
-- **A body's cost**: a constant for the path (one instance; several), plus each entry of the
-  stepped instance's active set (the run's width, which widens as the live requests need:
-  engine/width.py), plus each pair of (replica, idle replica): an idle one wakes at every
-  other's iteration (engine/step.py, _wake_time), so few requests on many instances cost as
-  the instances squared. A vmapped batch costs VMAP x the scenarios' bodies.
+  several instances, one per busy replica (each stops at every routed arrival); an
+  autoscaler's evaluations; and every iteration while a replica's queue overflows
+  engine.queue_window (an arrival is always due: no leap runs).
+- **A body's cost**: a constant for the path (one instance, several, an autoscaler over them),
+  plus each entry of the stepped instance's active set (the run's width, which widens as the
+  live requests need: engine/width.py), plus the pairs of (replica, idle replica): an idle one
+  wakes at every other's iteration (engine/step.py, _wake_time), so few requests on many
+  instances cost about as the instances^1.7 (IDLE_POWER). A vmapped batch costs VMAP x the
+  scenarios' bodies.
 - **Compilation**: one program per width, COMPILE_S; a program this machine compiled before
   (its signature in the record below) is read back from the persistent cache, CACHED_S.
 - **This machine**: each finished run records its measured over estimated wall time per path;
   the estimate is multiplied by the geometric mean of the last RECENT ratios (at most 4x either
   way), so a slower machine, or a model that misses a path here, is corrected by its own runs.
 
-Peak memory: the host's arrays (the traces as drawn, the workload arrays, the results and
-metrics of every scenario, the fleet's log) from the request count, plus the simulator's state
-from engine/memory.py (exactly, once the scenario is built).
+Peak memory: the host's arrays (the traces, the workload arrays, the results and metrics of
+every scenario) from the request count, XLA's while it compiles, plus the simulator's state
+from engine/memory.py (exactly, an autoscaler's log included, once the scenario is built).
 
 The record is a small JSON file, `$SERVETUNE_PACE_FILE`, else
 `$XDG_CACHE_HOME/servetune/pace.json` (XDG_CACHE_HOME defaulting to ~/.cache): {"version": 2,
@@ -85,7 +88,6 @@ CALL_S = 0.02  # one rollout's fixed host cost (a tuner simulates scenarios one 
 # and the runtime) and the request table's frame (~240 where it is written)
 HOST_BYTES = 640
 COMPILE_BYTES = 512 << 20  # XLA compiling a program: the host memory it takes meanwhile
-HOUR = 3600.0
 
 
 @dataclasses.dataclass(frozen=True)
