@@ -11,11 +11,14 @@ The public API (no public name is also a module's name):
   policy points [P], engine config, metrics spec);
 - `simulate(overrides or cfg, **settings)` and `simulate_batch(scenario)` -> a
   `SimulationResult` (metrics, request tables, one summary table, `requests_table()`);
+- `estimate(overrides or cfg, **settings)` -> an `Estimate` of the run's wall time and memory on
+  this machine, without simulating it (a `ResourceLimitError` where the resource guard,
+  `guard.*`, would refuse it: `simulate` refuses the same way unless `guard.confirmed`);
 - `rollout(workloads, params, engine, n_real)` -> [S][P] `ScenarioResult` per-request arrays,
   the device loop without the metrics;
 - `tune(cfg or overrides, out_dir)` -> a `TuneResult`;
 - the device-side types `Workload`, `Params`, `EngineConfig`, `SimState`, and the user-error
-  types `ServetuneError`, `ConfigError`, `TraceError`.
+  types `ServetuneError`, `ConfigError`, `TraceError`, `ResourceLimitError`.
 """
 
 import importlib
@@ -34,6 +37,9 @@ _PUBLIC = {  # name -> the module that defines it, imported when the name is fir
     "compose": "servetune.run.api",
     "simulate": "servetune.run.api",
     "simulate_batch": "servetune.run.api",
+    "estimate": "servetune.run.api",
+    "Estimate": "servetune.run.estimate",
+    "ResourceLimitError": "servetune.core.errors",
     "ScenarioResult": "servetune.run.driver",
     "rollout": "servetune.run.driver",
     "ConfigError": "servetune.core.errors",
@@ -51,7 +57,9 @@ _PUBLIC = {  # name -> the module that defines it, imported when the name is fir
 __all__ = [
     "ConfigError",
     "EngineConfig",
+    "Estimate",
     "Params",
+    "ResourceLimitError",
     "Scenario",
     "ScenarioResult",
     "ServetuneError",
@@ -62,6 +70,7 @@ __all__ = [
     "Workload",
     "build",
     "compose",
+    "estimate",
     "rollout",
     "simulate",
     "simulate_batch",

@@ -1,4 +1,5 @@
-"""Regenerate the malformed trace files of the fuzz corpus (tests/fuzz/traces/).
+"""Regenerate the malformed trace files of the fuzz corpus (tests/fuzz/traces/) and its rate
+curves too large to draw (tests/fuzz/curves/).
 
 The files are checked in; this script documents how each was made (several are not text, so
 they cannot be written by hand) and rewrites them byte for byte: `python tests/fuzz/generate.py`.
@@ -135,7 +136,8 @@ CV = "time_s,multiplier\n"
 
 
 def curve_files() -> dict[str, bytes]:
-    """Rate curves (workload.rate_curve.curve) that are not UTF-8 text, or not a curve."""
+    """Rate curves (workload.rate_curve.curve) that are not UTF-8 text or not a curve, and
+    ones whose tiles or copies would not fit in memory."""
     return {
         "latin1.csv": (CV + "0,1\n300,1.5 \xe9t\xe9\n600,1\n").encode("latin-1"),
         "utf16.csv": (CV + "0,1\n600,1\n").encode("utf-16"),
@@ -143,6 +145,12 @@ def curve_files() -> dict[str, bytes]:
         "zeros.csv": bytes(512),
         "gzip.csv": gzip.compress((CV + "0,1\n600,1\n").encode(), mtime=0),
         "ok_600s.csv": (CV + "0,1\n300,2\n600,1\n").encode(),
+        # a curve of 1e9 s: the hour tiled to it is 5.5e9 requests
+        "flat_1e9_s.csv": (CV + "0,1\n1000000000,1\n").encode(),
+        # a day at a peak of 1000: 1000 copies of the tiled day superposed
+        "peak_1000_day.csv": (CV + "0,1\n43200,1000\n86400,1\n").encode(),
+        # a week at 1: the tiled week superposed once, then simulated (fits; a size to guard)
+        "flat_week.csv": (CV + "0,1\n604800,1\n").encode(),
     }
 
 

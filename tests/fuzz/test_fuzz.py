@@ -14,8 +14,8 @@ import yaml
 
 from servetune.config.scenario import build
 from servetune.core import errors
-from servetune.run.api import compose
-from servetune.tuning.runner import checked_config
+from servetune.run.api import compose, estimate
+from servetune.tuning.runner import checked_config, estimate_tuning
 from servetune.workload.traces import load_trace
 
 FUZZ = Path(__file__).parent
@@ -24,6 +24,7 @@ CLASSES = {
     "ServetuneError": errors.ServetuneError,
     "ConfigError": errors.ConfigError,
     "TraceError": errors.TraceError,
+    "ResourceLimitError": errors.ResourceLimitError,
 }
 
 
@@ -89,13 +90,34 @@ def test_tune_config_corpus(entry):
     _expect_error(lambda: checked_config(compose(_overrides(entry))), entry)
 
 
+@pytest.fixture
+def fresh_record(tmp_path, monkeypatch):
+    """The guard's estimates from the model alone: no record of this machine's runs."""
+    monkeypatch.setenv("SERVETUNE_PACE_FILE", str(tmp_path / "record.json"))
+
+
+@pytest.mark.parametrize("entry", _cases("guard"))
+def test_guard_corpus(entry, fresh_record):
+    """Runs the resource guard refuses (run/guard.py): estimated, never simulated."""
+    _expect_error(lambda: estimate(compose(_overrides(entry))), entry)
+
+
+@pytest.mark.parametrize("entry", _cases("guard_tune"))
+def test_guard_tune_corpus(entry, fresh_record, tmp_path):
+    """Tuning runs the resource guard refuses before their first simulation."""
+    _expect_error(lambda: estimate_tuning(compose(_overrides(entry)), out_dir=tmp_path), entry)
+
+
 def test_corpus_is_complete():
     files = {p.relative_to(FUZZ).as_posix() for p in (FUZZ / "traces").iterdir()}
     listed = [e["file"] for e in MANIFEST["traces"]]
     assert len(listed) == len(set(listed)), "a trace is listed twice"
     assert files == set(listed), f"unlisted: {files - set(listed)}; missing: {set(listed) - files}"
     errors_expected = [
-        e for s in ("traces", "configs", "tune") for e in MANIFEST[s] if "error" in e
+        e
+        for s in ("traces", "configs", "tune", "guard", "guard_tune")
+        for e in MANIFEST[s]
+        if "error" in e
     ]
     assert len(errors_expected) >= 50
     for e in errors_expected:

@@ -4,6 +4,7 @@ are refused before anything is allocated, with the estimate, the limit and the k
 import re
 
 import jax
+import numpy as np
 import pytest
 
 from servetune.config.scenario import build
@@ -246,3 +247,37 @@ def test_a_leap_table_too_large_is_refused_naming_engine_leap_max():
         memory.check_fits(narrow.workloads, narrow.params, narrow.engine, available=4 * memory.GIB)
         < 0.8 * 4 * memory.GIB
     )
+
+
+def test_a_fleet_log_too_large_is_refused_naming_fleet_log_rows():
+    """The autoscaler's log is part of the state: where it is what does not fit, the message
+    names fleet.log_rows, not the engine's entries."""
+    sc = build(api.compose(SMALL + ["fleet.autoscale=true", "fleet.log_rows=4194304", "seeds=4"]))
+    assert memory.fleet_log_bytes(sc.engine, 4) == 4 * 4194304 * 6 * 8
+    with pytest.raises(
+        ConfigError,
+        match=r"^fleet\.log_rows / fleet\.interval_s / seeds / grid: the fleet's log of "
+        r"4,194,304 rows per scenario \(4 workload\(s\) x 1 policy point\(s\)\) would take "
+        r"~\d+\.\d GiB",
+    ):
+        memory.check_fits(sc.workloads, sc.params, sc.engine, available=2 * memory.GIB)
+
+
+def test_tiles_and_copies_are_counted_before_they_are_drawn(monkeypatch):
+    """workload.rate_curve.span_s and workload.replicas.rate: refused by key, with the largest
+    value that fits, before any copy is drawn (a machine with 64 MiB available)."""
+    from helpers import trace_of
+
+    from servetune.workload import rate_curve, replicas
+
+    monkeypatch.setattr(replicas, "host_available_bytes", lambda: 64 << 20)
+    trace = trace_of([(0.1 * k, 20, 5) for k in range(10_000)])
+    with pytest.raises(
+        ConfigError,
+        match=r"^workload\.rate_curve\.span_s: got 1e\+06; repeating test's 10,000 requests "
+        r"over 1,000 s 1,000 times draws 10,000,000 requests .*expected a span of at most "
+        r"37,000 s",
+    ):
+        rate_curve.tile(trace, 1000.0, 1e6, None)
+    with pytest.raises(ConfigError, match=r"^workload\.replicas\.rate: 100 superposes 100"):
+        replicas.scale_rate(trace, 1000.0, 100.0, np.random.default_rng(0))

@@ -135,13 +135,14 @@ def test_interrupted_run_resumes_to_the_same_result(straight, tmp_path):
     lines = []
     resumed = tune(SMALL + ["tune.iterations=3"], out_dir=tmp_path, log=lines.append)
     assert any("resuming" in line for line in lines)
-    # the first line says what the run simulates and about how long it takes here (estimate.py)
+    # the first line says what the run simulates and about how long it takes here (estimate.py):
+    # a resumed run, only what is left of it (2 of 3 iterations), not the whole run again
     assert lines[0].startswith(
         "tuning max_num_seqs, max_num_batched_tokens, watermark, "
-        "queue_cap: 3 iteration(s) x 5 policies x 1 scenario(s) = 15 "
+        "queue_cap: 2 iteration(s) left of 3 x 5 policies x 1 scenario(s) = 10 "
         "simulations of "
     )
-    assert "on this machine" in lines[0]
+    assert "on this machine" in lines[0] and "of memory" in lines[0]
     pd.testing.assert_frame_equal(resumed.history, straight.history)
     assert resumed.best == straight.best
     assert resumed.tuned == straight.tuned  # the points visited resume with the checkpoint
@@ -225,6 +226,16 @@ def test_a_tie_on_held_out_data_keeps_your_settings(tmp_path, monkeypatch):
     assert_export_round_trips(tmp_path, tmp_path / "again")  # `servetune export` agrees
     with pytest.raises(ConfigError, match=r"^tune\.export_policy: got 'best'; expected"):
         tune(SMALL + ["tune.export_policy=best"], out_dir=tmp_path / "bad")
+
+
+def test_a_finished_run_resumed_is_estimated_at_its_evaluation_only(straight, tmp_path):
+    """A resumed tuning with only its evaluation left is estimated at that, not at the whole
+    run again (its checkpoint holds all 3 iterations)."""
+    from servetune.tuning.runner import estimate_tuning
+
+    whole = estimate_tuning(SMALL + ["tune.iterations=3"], out_dir=tmp_path)
+    left = estimate_tuning(SMALL + ["tune.iterations=3"], out_dir=straight.out_dir)
+    assert left.loop_s < whole.loop_s / 2
 
 
 def test_resuming_under_a_different_problem_is_refused(straight):

@@ -12,7 +12,6 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.markup import escape
 
-from servetune.config.scenario import build
 from servetune.core.errors import ConfigError, ServetuneError
 from servetune.core.files import write_json, write_text, write_whole
 from servetune.deploy.export import as_deployed, model_id
@@ -20,7 +19,7 @@ from servetune.reporting.numbers import fmt
 from servetune.reporting.summary import grid_summary, summary
 from servetune.reporting.tuning_page import OBJECTIVE_NOTE, comparison_rows, knob_rows
 from servetune.run import bench_file, clock, estimate, run_folder
-from servetune.run.api import simulate_batch
+from servetune.run.api import planned, simulate_recorded
 from servetune.run.progress import console as progress_console
 from servetune.run.progress import simulation_progress
 from servetune.tuning import tune
@@ -46,22 +45,14 @@ def simulate_job(cfg: DictConfig):
     out = Path(HydraConfig.get().runtime.output_dir)
     check_config(cfg)
     save_detailed(cfg)  # refused before the simulation, not after it
-    scenario = build(cfg)
+    scenario, est = planned(cfg)  # the resource guard: refused here, before drawing or compiling
     n = len(scenario.seeds) * len(scenario.grid_points)
     first = scenario.traces[0]
     span = float(first.arrival.max()) if len(first) else 0.0
-    instances = scenario.engine.n_instances
-    console.print(
-        estimate.plan_line(n, len(first), span, instances=instances) + " ...", highlight=False
-    )
+    console.print(estimate.plan_line(n, len(first), span, est) + " ...", highlight=False)
     watch = clock.Stopwatch()  # the config and the trace are read: the work begins
     with simulation_progress(bool(cfg.output.progress), console=console) as progress:
-        result = simulate_batch(scenario, progress)
-    estimate.record(
-        sum(len(t) for t in scenario.traces) * len(scenario.grid_points),
-        result.wall_s,
-        kind=estimate.simulate_kind(instances),
-    )
+        result = simulate_recorded(scenario, est, progress)
     failure = None
     with run_folder.outputs_as_a_set(out, "servetune simulate") as stage:
         _write_outputs(stage, cfg, scenario, result)

@@ -55,6 +55,7 @@ def usage() -> str:
 
 
 OUTPUT_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
+YES = "--yes"  # simulate and tune: run even what the resource guard would refuse (guard.confirmed)
 
 
 def _cannot_create_in(folder: Path) -> str | None:
@@ -100,6 +101,14 @@ def output_dir_problem(overrides: list[str]) -> str | None:
     return None
 
 
+def with_yes(argv: list[str]) -> list[str]:
+    """`argv` with `--yes` (run past the resource guard, servetune/run/guard.py) turned into
+    its override, guard.confirmed=true, for Hydra to read."""
+    if YES not in argv[1:]:
+        return argv
+    return [a for a in argv if a != YES] + ["guard.confirmed=true"]
+
+
 def main() -> None:
     """Dispatch `servetune <command> [arguments]` to the command's Hydra or argparse app;
     `servetune`, `servetune --help` and `servetune help` print the commands and exit 0."""
@@ -110,6 +119,8 @@ def main() -> None:
         print(f"servetune: unknown command {sys.argv[1]!r}\n\n{usage()}", file=sys.stderr)
         sys.exit(2)
     command = sys.argv.pop(1)
+    if command in ("simulate", "tune"):
+        sys.argv = with_yes(sys.argv)
     if command in ARGPARSE_APPS:
         module, name = ARGPARSE_APPS[command].split(":")
         sys.exit(getattr(importlib.import_module(module), name)(sys.argv[1:]))

@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import itertools
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from servetune.config import aic, engine_words, hardware, quality, settings
 from servetune.config import cascade as cascade_lib
 from servetune.config import fleet as fleet_lib
+from servetune.config import outline as outline_lib
 from servetune.config.metrics_spec import MetricsSpec
 from servetune.config.policy import DEFAULTS, UNLIMITED, make_policy
 from servetune.core import inputs, streams, suggest
@@ -43,6 +45,7 @@ class Scenario:
     engine: EngineConfig
     metrics: MetricsSpec
     labels: dict  # human-readable names (gpu, model, ...)
+    outline: outline_lib.Outline | None = None  # what an estimate sees (config/outline.py)
 
 
 # Upper bounds that keep every array allocation and every simulated time finite and sane.
@@ -226,6 +229,17 @@ def load_workload(
 ) -> workload.RequestTrace:
     """The request trace of `workload.*` for one seed (trace replay or synthetic); `replay`
     is the trace file's window already read (trace_slice), read here when not given."""
+    trace, span, resample = _unshaped_workload(cfg, seed, replay)
+    curve = rate_curve_spec(cfg)
+    if curve is not None:
+        synthetic = settings.get(cfg, "workload.kind") != "trace"
+        trace = _with_rate_curve(trace, span, curve, seed, resample, synthetic)
+    return trace
+
+
+def _unshaped_workload(cfg: DictConfig, seed: int, replay: TraceSlice | None):
+    """(seed `seed`'s trace before its rate curve, the span it covers (s), whether the seed
+    resamples the slice: load_workload without workload.rate_curve)."""
     kind = settings.get(cfg, "workload.kind")
     if kind == "trace":
         replay = replay or trace_slice(cfg)
@@ -266,11 +280,7 @@ def load_workload(
             cfg, "workload.duration_s", lo=0, hi=workload.MAX_SPAN_S, allow_none=True
         )
         span = drawn_over or _slice_span(trace, math.inf, 0.0, None, 1.0)
-    curve = rate_curve_spec(cfg)
-    if curve is not None:
-        resample = kind == "trace" and spec.resamples(seed)
-        trace = _with_rate_curve(trace, span, curve, seed, resample, synthetic=kind != "trace")
-    return trace
+    return trace, span, kind == "trace" and spec.resamples(seed)
 
 
 def rate_curve_spec(cfg: DictConfig) -> tuple[rate_curve_lib.RateCurve, float | None] | None:
@@ -309,19 +319,20 @@ def rate_curve_spec(cfg: DictConfig) -> tuple[rate_curve_lib.RateCurve, float | 
 CURVE_SLACK = 1.1  # a curve may reach this factor past the trace it modulates (not further)
 
 
-def _with_rate_curve(
-    trace, span: float, curve_spec, seed: int, resample: bool, synthetic: bool = False
-):
-    """The slice tiled to workload.rate_curve.span_s (if set) and its rate modulated by the
-    curve (workload/rate_curve.py); ConfigError where the curve does not reach the end, or
-    reaches more than 10% past it (only its start would apply, silently). A `synthetic`
-    workload is drawn over workload.duration_s, which the error names instead."""
+def _check_curve_span(curve_spec, span: float, synthetic: bool = False) -> None:
+    """ConfigError naming workload.rate_curve.curve where the curve does not reach the end of
+    the trace it modulates (the slice spanning `span` s, or its tiles), or reaches more than
+    10% past it (only its start would apply, silently): checked before anything is tiled. A
+    `synthetic` workload is drawn over workload.duration_s, which the error names instead."""
     curve, total = curve_spec
-    if total is not None:
-        rng = streams.rng(seed, streams.RATE_CURVE_TILES) if resample else None
-        trace = rate_curve_lib.tile(trace, span, total, rng)
-        span = total
-    if not span <= curve.span_s <= span * CURVE_SLACK:
+    shaped = span if total is None else total
+    if total is not None and not shaped <= curve.span_s <= shaped * CURVE_SLACK:
+        raise ConfigError(
+            f"workload.rate_curve.span_s: got {total:g}; {curve.name} spans {curve.span_s:,g} "
+            f"s, and the slice is tiled to the curve's length (expected span_s within "
+            f"{CURVE_SLACK - 1:.0%} below it: workload.rate_curve.span_s={curve.span_s:g})"
+        )
+    if not shaped <= curve.span_s <= shaped * CURVE_SLACK:
         fix = (
             f"workload.duration_s={curve.span_s:g} draws it over the whole curve"
             if synthetic
@@ -330,9 +341,24 @@ def _with_rate_curve(
         )
         raise ConfigError(
             f"workload.rate_curve.curve: {curve.name} spans {curve.span_s:,g} s; the trace it "
-            f"modulates spans {span:,g} s (expected a curve as long, within "
+            f"modulates spans {shaped:,g} s (expected a curve as long, within "
             f"{CURVE_SLACK - 1:.0%}; {fix})"
         )
+
+
+def _with_rate_curve(
+    trace, span: float, curve_spec, seed: int, resample: bool, synthetic: bool = False
+):
+    """The slice tiled to workload.rate_curve.span_s (if set) and its rate modulated by the
+    curve (workload/rate_curve.py); ConfigError where the curve does not reach the end, or
+    reaches more than 10% past it (only its start would apply, silently). A `synthetic`
+    workload is drawn over workload.duration_s, which the error names instead."""
+    curve, total = curve_spec
+    _check_curve_span(curve_spec, span, synthetic)
+    if total is not None:
+        rng = streams.rng(seed, streams.RATE_CURVE_TILES) if resample else None
+        trace = rate_curve_lib.tile(trace, span, total, rng)
+        span = total
     out = rate_curve_lib.modulate(trace, span, curve, streams.rng(seed, streams.RATE_CURVE))
     if len(out) == 0:
         raise ConfigError(
@@ -1237,11 +1263,13 @@ def _widen(tree, n_params: int):
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (n_params,) + jnp.shape(x)), tree)
 
 
-def _traces_section(cfg: DictConfig, engine: EngineConfig, qspec, casc):
-    """(seeds [S], request traces [S] with every per-seed draw, predicted outputs [S] (tokens))
-    from `seed`, `seeds`, `workload.*`: a replayed trace is one scenario for every seed unless
-    replicas resample it per seed; patience, compression, quality and cascade draws are per
-    seed."""
+def _traces_section(cfg: DictConfig, hw: _Hardware, built: dict, qspec, casc, plan):
+    """(seeds [S], request traces [S] with every per-seed draw, predicted outputs [S] (tokens),
+    what is simulated (a line), the batch's Outline) from `seed`, `seeds`, `workload.*`: a
+    replayed trace is one scenario for every seed unless replicas resample it per seed;
+    patience, compression, quality and cascade draws are per seed. `plan(outline)` is called
+    before any seed's trace is shaped by its rate curve (tiled, superposed) or drawn."""
+    engine = built["engine"]
     seed0 = settings.number(cfg, "seed", lo=0, hi=2**63 - 1, integer=True, default=0)
     n_seeds = settings.number(cfg, "seeds", lo=1, hi=MAX_SEEDS, integer=True, default=1)
     seeds = [seed0 + k for k in range(n_seeds)]
@@ -1251,6 +1279,9 @@ def _traces_section(cfg: DictConfig, engine: EngineConfig, qspec, casc):
     kind = settings.get(cfg, "workload.kind")
     per_seed = kind == "synthetic" or any(replica_spec(cfg).resamples(s) for s in seeds)
     replay = trace_slice(cfg) if kind == "trace" else None
+    outline = _outline(cfg, hw, built, replay, seeds)
+    if plan is not None:
+        plan(outline)
     replayed = None if per_seed else load_workload(cfg, seeds[0], replay)
     for s in seeds:
         tr = load_workload(cfg, s, replay) if per_seed else replayed
@@ -1277,7 +1308,7 @@ def _traces_section(cfg: DictConfig, engine: EngineConfig, qspec, casc):
         traces = [
             cascade_lib.with_draws(tr, qspec, casc, s) for tr, s in zip(traces, seeds, strict=True)
         ]
-    return seeds, traces, preds, _what_is_simulated(cfg, replay, traces[0], seeds)
+    return seeds, traces, preds, _what_is_simulated(cfg, replay, traces[0], seeds), outline
 
 
 def _what_is_simulated(cfg: DictConfig, replay: TraceSlice | None, first, seeds) -> str:
@@ -1410,15 +1441,92 @@ def _metrics_section(
     return spec, drain
 
 
-def _fleet_section(cfg: DictConfig, hw: _Hardware, traces) -> fleet_lib.FleetSetup | None:
+def _fleet_section(cfg: DictConfig, hw: _Hardware, last_arrival_s: float):
     """`fleet.*` (config/fleet.py), its cold start from one GPU's share of the weights and its
-    evaluations over the longest simulated span (last arrival plus window.drain_s)."""
+    evaluations over the longest simulated span (the last arrival, `last_arrival_s`, plus
+    window.drain_s): a FleetSetup, or None without an autoscaler."""
     if not fleet_lib.enabled(cfg):
         return fleet_lib.read(cfg, 0.0, 0.0)  # None, after refusing unknown fleet.* keys
     drain = settings.number(cfg, "window.drain_s", lo=0, hi=MAX_SECONDS)
-    span = max(float(tr.arrival[-1]) for tr in traces) + drain
     per_gpu = hardware.weight_bytes(hw.model, hw.weight_bits) / hw.tp
-    return fleet_lib.read(cfg, per_gpu, span)
+    return fleet_lib.read(cfg, per_gpu, last_arrival_s + drain)
+
+
+def _outline(cfg: DictConfig, hw: _Hardware, built: dict, replay, seeds) -> outline_lib.Outline:
+    """The batch's Outline (config/outline.py) from the first seed's trace before its rate
+    curve: a slice to be tiled over workload.rate_curve.span_s is counted per bin, not drawn.
+    `built`: what build() has decided so far (engine, cost, pol, points, kv_blocks)."""
+    engine, pol = built["engine"], built["pol"]
+    trace, span, _ = _unshaped_workload(cfg, seeds[0], replay)
+    curve = rate_curve_spec(cfg)
+    if curve is not None:
+        _check_curve_span(curve, span, settings.get(cfg, "workload.kind") != "trace")
+    total = span if curve is None or curve[1] is None else curve[1]
+    fleet = _fleet_section(cfg, hw, total)
+    interval = None if fleet is None else float(fleet.params.interval_s)
+    if curve is None:
+        n_bins, width = outline_lib.bins_for(span, interval)
+        per_bin = outline_lib.counts(trace.arrival, span, n_bins)
+    else:
+        per_bin, width, total = outline_lib.tiled_counts(
+            trace.arrival, span, curve[1], curve[0], interval
+        )
+    drain = settings.number(cfg, "window.drain_s", lo=0, hi=MAX_SECONDS)
+    return outline_lib.Outline(
+        seeds=len(seeds),
+        points=len(built["points"]),
+        requests=int(round(float(per_bin.sum()))),
+        span_s=float(total),
+        bin_s=float(width),
+        counts=per_bin,
+        prompt_tokens=float(np.mean(trace.prompt)),
+        output_tokens=float(np.mean(trace.output)),
+        engine=engine,
+        cost=outline_lib.first(built["cost"]),
+        max_num_seqs=float(outline_lib.first(pol.max_num_seqs)),
+        max_num_batched_tokens=float(outline_lib.first(pol.max_num_batched_tokens)),
+        kv_tokens=float(built["kv_blocks"] * engine.block_size),
+        drain_s=drain,
+        fleet=None if fleet is None else _fleet_outline(fleet),
+        sized_by=_sizing_keys(cfg, curve, len(seeds), len(built["points"]), engine),
+    )
+
+
+def _fleet_outline(fleet: fleet_lib.FleetSetup) -> outline_lib.FleetOutline:
+    """The autoscaler's numbers as an Outline holds them (floats)."""
+    num = lambda k: float(np.asarray(getattr(fleet.params, k)).reshape(-1)[0])
+    return outline_lib.FleetOutline(
+        metric=fleet.metric,
+        **{
+            k: num(k)
+            for k in (
+                "min_replicas",
+                "max_replicas",
+                "target",
+                "interval_s",
+                "scale_down_window_s",
+                "cold_start_s",
+            )
+        },
+    )
+
+
+def _sizing_keys(cfg: DictConfig, curve, n_seeds: int, n_points: int, engine) -> tuple:
+    """The keys that make the batch as long as it is, in the order a refusal suggests them:
+    the span (or the request count), the rate, the scenarios, the instances."""
+    synthetic = settings.get(cfg, "workload.kind") == "synthetic"
+    keys = ["workload.rate_curve.span_s"] if curve is not None and curve[1] else []
+    keys.append("workload.duration_s")
+    if synthetic:
+        keys += ["workload.n_requests", "workload.rate"]
+    elif settings.get(cfg, "workload.max_requests") is None:
+        keys.append("workload.max_requests")
+    if settings.get(cfg, "workload.rate_scale", 1.0) not in (None, 1, 1.0):
+        keys.append("workload.rate_scale")
+    keys += ["seeds"] * (n_seeds > 1) + ["grid"] * (n_points > 1)
+    if engine.n_instances > 1:
+        keys.append("fleet.max_replicas" if fleet_lib.enabled(cfg) else "engine.n_instances")
+    return tuple(keys)
 
 
 def _instance_work(hw: _Hardware, engine: EngineConfig, casc) -> tuple:
@@ -1461,8 +1569,35 @@ def _headline_policy(pol) -> dict:
     return {k: float(np.asarray(getattr(pol, k)).reshape(-1)[0]) for k in HEADLINE_POLICY}
 
 
-def build(cfg: DictConfig) -> Scenario:
+class _OutlinedError(Exception):
+    """Stops build() once its outline is known (outline())."""
+
+    def __init__(self, found: outline_lib.Outline):
+        super().__init__("outlined")
+        self.found = found
+
+
+def outline(cfg: DictConfig) -> outline_lib.Outline:
+    """The batch's Outline (config/outline.py) without building it: build()'s checks up to
+    the outline run, and nothing of the traces beyond the first seed's slice is drawn."""
+
+    def stop(found: outline_lib.Outline) -> None:
+        raise _OutlinedError(found)
+
+    try:
+        build(cfg, plan=stop)
+    except _OutlinedError as done:
+        return done.found
+    raise AssertionError("build() returned without its outline")  # pragma: no cover
+
+
+def build(cfg: DictConfig, plan: Callable[[outline_lib.Outline], None] | None = None) -> Scenario:
     """Validate `cfg` and build the scenario batch (seeds x grid points).
+
+    `plan(outline)`, when given, sees the batch's Outline (config/outline.py) once every key
+    that sizes it is checked and before its requests are drawn in full (a rate curve's tiles
+    and copies, the other seeds): a guard raises there to stop a run the machine cannot
+    finish (run/guard.py). The Outline is kept as `Scenario.outline`.
 
     Every key is checked before anything is compiled or allocated on device; a bad value raises
     ConfigError naming the key, the value and what was expected (TraceError for a bad trace).
@@ -1503,8 +1638,9 @@ def build(cfg: DictConfig) -> Scenario:
     )
     decided["scheduling_policy"] = _scheduling_policy(order, engine, casc is not None)
     cost = _with_links(cfg, cost, len(points))
-    seeds, traces, preds, simulated = _traces_section(cfg, engine, qspec, casc)
-    fleet = _fleet_section(cfg, hw, traces)
+    built = {"engine": engine, "cost": cost, "pol": pol, "points": points, "kv_blocks": kv_blocks}
+    seeds, traces, preds, simulated, outline = _traces_section(cfg, hw, built, qspec, casc, plan)
+    fleet = _fleet_section(cfg, hw, max(float(tr.arrival[-1]) for tr in traces))
     if fleet is not None:
         decided.update(
             autoscale=True,
@@ -1566,4 +1702,5 @@ def build(cfg: DictConfig) -> Scenario:
             "slo": {"ttft_s": spec.slo_ttft_s, "tpot_s": spec.slo_tpot_s, "e2e_s": spec.slo_e2e_s},
             **_aic_labels(fit, pol),
         },
+        outline=dataclasses.replace(outline, engine=engine),
     )

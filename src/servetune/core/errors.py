@@ -26,6 +26,11 @@ class TraceError(ServetuneError, ValueError):
     """A trace file is malformed; the message names the file, the line and what was expected."""
 
 
+class ResourceLimitError(ServetuneError):
+    """A run is estimated past the resource guard's limits (time or memory, `guard.*`:
+    run/guard.py); the message states the estimate and the keys that would shorten it."""
+
+
 class SimulationError(ServetuneError):
     """The simulator broke one of its own invariants (INVARIANTS, below): a bug to report, not
     a user error; the message names the scenario and the invariant."""

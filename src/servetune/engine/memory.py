@@ -19,7 +19,7 @@ import jax
 
 from servetune.core import ops
 from servetune.core.errors import ConfigError
-from servetune.core.types import EngineConfig, Params, Workload
+from servetune.core.types import FLEET_LOG_COLUMNS, EngineConfig, Params, Workload
 from servetune.engine.loop import init_grid
 
 STATE_COPIES = 2  # the donated loop state and the one its compiled chunk writes
@@ -91,6 +91,14 @@ def temporary_bytes(state: int, lanes: int, cfg: EngineConfig) -> int:
     return TEMPORARIES_PER_STATE * state + lanes * leap_bytes(cfg) + shared_leap_bytes(cfg)
 
 
+def fleet_log_bytes(cfg: EngineConfig, lanes: int) -> int:
+    """Bytes of the autoscaler's log in the state of `lanes` scenarios (engine/autoscale.py:
+    [fleet.log_rows, 6] f64 each), 0 without an autoscaler."""
+    if not cfg.autoscale:
+        return 0
+    return lanes * max(cfg.autoscale_log, 1) * len(FLEET_LOG_COLUMNS) * 8
+
+
 def available_bytes(device=None) -> int | None:
     """Memory a rollout on `device` (default: the first) can use: the accelerator's free memory
     as its runtime reports it, or on CPU the host's MemAvailable; None when unknown."""
@@ -100,6 +108,12 @@ def available_bytes(device=None) -> int | None:
         if "bytes_limit" in stats:
             return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
         return None
+    return host_available_bytes()
+
+
+def host_available_bytes() -> int | None:
+    """The host's available memory (MemAvailable of /proc/meminfo), None when unknown: what
+    the host-side arrays of a run (its traces, results and metrics) can take."""
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
@@ -138,6 +152,16 @@ def check_fits(
         need = -(-need // max(n_devices, 1))
     if available is None or need <= USABLE * available:
         return need
+    log = fleet_log_bytes(cfg, n_s * n_p) * (STATE_COPIES + TEMPORARIES_PER_STATE)
+    if log > need / 2:  # the autoscaler's log, not the engine's entries, is what is large
+        raise ConfigError(
+            f"fleet.log_rows / fleet.interval_s / seeds / grid: the fleet's log of "
+            f"{cfg.autoscale_log:,} rows per scenario ({n_s} workload(s) x {n_p} policy "
+            f"point(s)) would take ~{log / GIB:.1f} GiB of the simulator's ~{need / GIB:.1f} "
+            f"GiB, more than {USABLE:.0%} of the {available / GIB:.1f} GiB available; expected "
+            f"fewer rows: lower fleet.log_rows (null: sized to the run, about three per "
+            f"evaluation), raise fleet.interval_s, or run fewer seeds or grid points per call"
+        )
     held = (
         f", {cfg.n_entries} of them held as the live requests need"
         if cfg.n_entries < cfg.full_width

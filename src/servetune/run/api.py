@@ -13,9 +13,12 @@ from servetune.config.overrides import to_overrides
 from servetune.config.scenario import Scenario, build
 from servetune.core.errors import ConfigError, SimulationError, breaches
 from servetune.core.suggest import addition_problem, override_problem
+from servetune.run import estimate as estimate_lib
 from servetune.run import fleet_metrics
 from servetune.run import metrics as metrics_lib
 from servetune.run.driver import rollout
+from servetune.run.estimate import Estimate
+from servetune.run.guard import Guard
 from servetune.run.progress import simulation_progress
 
 REPR_METRICS = (
@@ -208,28 +211,65 @@ def _fleet_tables(scenario: Scenario, res, columns) -> dict:
     }
 
 
-def simulate(
-    overrides: Sequence[str] | DictConfig = (), progress=True, **settings
-) -> SimulationResult:
-    """Compose the config from Hydra `overrides` and keyword `settings` (or take a composed
-    DictConfig), build the scenarios and simulate them, e.g.
-    `simulate(workload="poisson", policy={"max_num_seqs": 64}, seeds=2)`.
-
-    progress: True shows it as the command line does (run/progress.py: a bar on a terminal, a
-    line every 10 s in a log or a notebook; output.progress=false turns it off); False or None
-    shows none; a callable is called as progress(requests taken, of all) after each chunk."""
+def _config(overrides, settings: dict) -> DictConfig:
+    """A composed config: `overrides` as given (a DictConfig, without `settings`), or
+    composed from overrides and keyword settings."""
     if isinstance(overrides, DictConfig):
         if settings:
             raise ConfigError(
                 f"{next(iter(settings))}: keyword settings apply to overrides, not "
                 f"to a composed config; pass them to compose()"
             )
-        cfg = overrides
-    else:
-        cfg = compose(overrides, **settings)
-    scenario = build(cfg)
+        return overrides
+    return compose(overrides, **settings)
+
+
+def planned(cfg: DictConfig) -> tuple[Scenario, Estimate]:
+    """(the scenario of `cfg`, its estimate), built under the resource guard (run/guard.py):
+    a ResourceLimitError, before the traces are drawn in full, where the estimate passes
+    guard.max_wall_s or guard.max_memory_fraction (unless guard.confirmed)."""
+    guard = Guard(cfg)
+    scenario = build(cfg, plan=guard)
+    return scenario, guard.built(scenario)
+
+
+def estimate(overrides: Sequence[str] | DictConfig = (), **settings) -> Estimate:
+    """How long simulating the config of `overrides` and `settings` would take on this
+    machine and how much memory it would hold (run/estimate.py), without simulating it;
+    a ResourceLimitError where that passes the guard's limits (guard.*), as simulate would
+    stop."""
+    return planned(_config(overrides, settings))[1]
+
+
+def simulate(
+    overrides: Sequence[str] | DictConfig = (), progress=True, **settings
+) -> SimulationResult:
+    """Compose the config from Hydra `overrides` and keyword `settings` (or take a composed
+    DictConfig), build the scenarios and simulate them, e.g.
+    `simulate(workload="poisson", policy={"max_num_seqs": 64}, seeds=2)`. A run estimated
+    beyond the guard's limits (an hour, the memory available: `guard.*`) is refused with
+    its estimate before anything is drawn or compiled (ResourceLimitError) unless
+    `guard={"confirmed": True}`.
+
+    progress: True shows it as the command line does (run/progress.py: a bar on a terminal, a
+    line every 10 s in a log or a notebook; output.progress=false turns it off); False or None
+    shows none; a callable is called as progress(requests taken, of all) after each chunk."""
+    cfg = _config(overrides, settings)
+    scenario, est = planned(cfg)
     if progress is not True:
-        return simulate_batch(scenario, progress or None)
+        return simulate_recorded(scenario, est, progress or None)
     shown = OmegaConf.select(cfg, "output.progress", default=True)
     with simulation_progress(shown is not False) as callback:
-        return simulate_batch(scenario, callback)
+        return simulate_recorded(scenario, est, callback)
+
+
+def simulate_recorded(scenario: Scenario, est: Estimate, progress=None) -> SimulationResult:
+    """simulate_batch, then this machine's record of how the run compared with its estimate
+    `est` (run/estimate.record)."""
+    start = time.perf_counter()
+    result = simulate_batch(scenario, progress)
+    assert scenario.outline is not None
+    estimate_lib.record(
+        est, time.perf_counter() - start, [estimate_lib.signature(scenario.outline)]
+    )
+    return result

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.markup import escape
 
-from servetune.core.errors import ServetuneError
+from servetune.core.errors import ResourceLimitError, ServetuneError
 from servetune.core.files import write_json
 from servetune.run import run_folder
 from servetune.run.joblog import kept_in_log
@@ -39,19 +39,21 @@ def exit_on_user_error(run, cfg):
                 f"[red]error:[/red] {escape(where + str(err))}", highlight=False, soft_wrap=True
             )
             if job is None:
-                _abandon_run_folder(str(err))
+                _abandon_run_folder(str(err), isinstance(err, ResourceLimitError))
                 sys.exit(2)
             write_json(Path(job.pop("output_dir")) / JOB_ERROR_FILE, dict(job, error=str(err)))
             return _worst_value()
 
 
-def _abandon_run_folder(error: str) -> None:
-    """run_folder.abandon on this Hydra run's output folder (the earlier set put back)."""
+def _abandon_run_folder(error: str, refused: bool) -> None:
+    """run_folder.abandon on this Hydra run's output folder (the earlier set put back), its
+    record "refused" where the resource guard stopped it before it ran, else "failed"."""
     if not HydraConfig.initialized():
         return
     folder = Path(str(HydraConfig.get().runtime.output_dir))
+    state = run_folder.REFUSED if refused else run_folder.FAILED
     with contextlib.suppress(OSError):
-        restored = run_folder.abandon(folder, error)
+        restored = run_folder.abandon(folder, error, state)
         if restored is not None:
             Console(stderr=True).print(
                 f"note: put back the earlier run's outputs in {folder} (this run's files: "

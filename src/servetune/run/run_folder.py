@@ -42,6 +42,7 @@ LOCK = ".servetune.lock"
 SUPERSEDED = "superseded"
 STAGING = ".staging-"
 COMPLETE, PUBLISHING, RUNNING, FAILED = "complete", "publishing", "running", "failed"
+REFUSED = "refused"  # stopped before it ran (the resource guard): nothing of it was written
 _HELD: dict[str, int] = {}  # folder -> the lock file descriptor this process holds
 _MOVED: dict[str, Path] = {}  # folder -> where this process's claim moved an earlier set
 _KEPT: dict[str, dict] = {}  # folder -> the finished run's record a claim kept in place
@@ -280,9 +281,10 @@ def claimed_set(folder: Path, command: str):
         release(folder)
 
 
-def abandon(folder: Path, error: str) -> Path | None:
+def abandon(folder: Path, error: str, state: str = FAILED) -> Path | None:
     """After this process's run into `folder` failed before its set was published: its record
-    says failed (with `error`), so no folder claims a run that is gone; where its claim moved
+    says `state` (failed; refused: stopped by the resource guard before it ran) with `error`,
+    so no folder claims a run that is gone; where its claim moved
     an earlier run's set aside, that set is put back (the folder again holds one whole run)
     and this run's own entries (Hydra's files, its log) go to superseded/<time>-failed/.
     Returns the folder the earlier set came back from, None when none was moved (or an entry
@@ -302,7 +304,7 @@ def abandon(folder: Path, error: str) -> Path | None:
     if kept is not None:  # a finished tuning stays one; the failed rerun is noted in its record
         _write_record(folder, dict(kept, last_failed=dict(failed, command=doc.get("command"))))
         return None
-    _write_record(folder, dict(doc, state=FAILED, error=failed["error"], finished=now))
+    _write_record(folder, dict(doc, state=state, error=failed["error"], finished=now))
     moved = _MOVED.pop(key, None)
     if moved is None or not moved.is_dir():
         return None
@@ -328,7 +330,7 @@ def incomplete(folder: Path) -> str | None:
         return None
     if held_by_live_run(folder):
         return f"still being written by {_holder(doc)}"
-    if doc.get("state") == RUNNING and not doc.get("files"):
+    if doc.get("state") in (RUNNING, REFUSED, FAILED) and not doc.get("files"):
         return None if not _has_outputs(folder) else "its run stopped before recording them"
     return (
         f"incomplete: its run ({_holder(doc)}) stopped before all its outputs were "

@@ -31,7 +31,7 @@ from servetune.deploy import tuned as tuned_export
 from servetune.engine import memory, neural
 from servetune.reporting.convergence import write_convergence
 from servetune.reporting.tuning_page import Outcome, write_views
-from servetune.run import estimate
+from servetune.run import estimate, guard
 from servetune.run.api import compose
 from servetune.tuning import checkpoint, recommend
 from servetune.tuning.estimators.es import EvolutionStrategies
@@ -510,17 +510,18 @@ def _plain(values: dict) -> dict:
     }
 
 
-def _evaluators(cfg: DictConfig, st: Settings, order: str, on_scored=None):
+def _evaluators(cfg: DictConfig, st: Settings, order: str, plan=None, on_scored=None):
     """(the settings with the space constrained to what the scenario's vLLM accepts, the exact
     simulator scoring policy points: one workload or several, the gradient estimator the
-    settings name: estimators/es.py or estimators/pathwise.py). `on_scored(points,
-    columns)`, if given, sees every batch of points [M, d] the estimator scores with their
-    metrics columns [M][S] (the tuner records them: recommend.visits)."""
+    settings name: estimators/es.py or estimators/pathwise.py). `plan`: scenario.build's, for
+    each training workload (the guard's: _guarded). `on_scored(points, columns)`, if given,
+    sees every batch of points [M, d] the estimator scores with their metrics columns [M][S]
+    (the tuner records them: recommend.visits)."""
     if st.workloads:  # tune over several workloads at once
         evaluator = MultiEvaluator(
             [
                 Evaluator(
-                    build(with_overrides(cfg, w, "tune.workloads", TRAINING_GROUPS)),
+                    build(with_overrides(cfg, w, "tune.workloads", TRAINING_GROUPS), plan),
                     order,
                     st.batch_mode,
                 )
@@ -528,7 +529,7 @@ def _evaluators(cfg: DictConfig, st: Settings, order: str, on_scored=None):
             ]
         )
     else:
-        evaluator = Evaluator(build(cfg), order, st.batch_mode)
+        evaluator = Evaluator(build(cfg, plan), order, st.batch_mode)
     engine = _first_scenario(evaluator).engine
     st = dataclasses.replace(
         st,
@@ -593,19 +594,73 @@ def _evaluator_list(evaluator) -> list[Evaluator]:
     return getattr(evaluator, "evaluators", [evaluator])
 
 
-def _plan_line(st: Settings, evaluator) -> str:
-    """The run's first line: the knobs tuned, the simulations ahead (iterations x policies x
-    scenarios) and their requests, and about how long they take here (estimate.py)."""
+def _plan_line(st: Settings, evaluator, left: int, est: estimate.Estimate) -> str:
+    """The run's first line: the knobs tuned, the simulations ahead (iterations left x
+    policies x scenarios) and their requests, and about how long they and the evaluation
+    take here, with the memory (run/estimate.py; a resumed run counts only what is left)."""
     space, per_policy = st.space, _scenario_count(evaluator)
     tuned = space.keys + (["score_net"] if space.net_size else [])
     per_scenario = _requests_per_scenario(evaluator)
-    total = st.iterations * population(st) * per_policy
-    return (
-        f"tuning {', '.join(tuned)}: {st.iterations} iteration(s) x {population(st)} "
-        f"policies x {per_policy} scenario(s) = {total} simulations of "
-        f"{per_scenario:,.0f} requests on average, then the evaluation; "
-        + estimate.guess_text(int(total * per_scenario), kind="tune")
+    total = left * population(st) * per_policy
+    iterations = f"{left} iteration(s)" + (
+        f" left of {st.iterations}" if left < st.iterations else ""
     )
+    return (
+        f"tuning {', '.join(tuned)}: {iterations} x {population(st)} "
+        f"policies x {per_policy} scenario(s) = {total} simulations of "
+        f"{per_scenario:,.0f} requests on average, then the evaluation; {est.text()}"
+    )
+
+
+TUNE_KEYS = ("tune.iterations", "tune.pairs", "seeds", "tune.eval.seeds")
+
+
+def _iterations_left(out_dir: Path, st: Settings) -> int:
+    """Iterations this call will run: tune.iterations, less those a checkpoint in out_dir
+    holds when resuming (checked as _restore reads it; that it fits this run is _restore's)."""
+    doc = checkpoint.read(out_dir) if st.resume else None
+    done = int(doc["iteration"]) if doc is not None else 0
+    return max(0, st.iterations - done)
+
+
+def _batched(st: Settings) -> bool:
+    """Whether the tuner simulates a population in one vmapped call (Evaluator's modes)."""
+    mode = st.batch_mode
+    if mode == "auto":
+        mode = "loop" if jax.default_backend() == "cpu" else "vmap"
+    return mode == "vmap"
+
+
+def _guarded(cfg: DictConfig, st: Settings, left: int) -> tuple[guard.Tally, object]:
+    """(the tuning run's resource guard, the `plan` each training workload is built with):
+    each workload counts left x population simulations of its scenarios (one vmapped call
+    per iteration under tune.batch_mode=vmap), refused as soon as the total passes the
+    guard's limit (run/guard.py)."""
+    tally = guard.Tally(
+        cfg, f"the tuning run ({left} iteration(s) x {population(st)} policies)", TUNE_KEYS
+    )
+    batched = _batched(st)
+
+    def plan(outline):
+        if batched:
+            tally.add(dataclasses.replace(outline, points=population(st)), left, True, "tune")
+        else:
+            tally.add(outline, left * population(st) * outline.seeds, False, "tune")
+
+    return tally, plan
+
+
+def _count_evaluation(tally: guard.Tally, st: Settings, evaluator) -> None:
+    """Add the final evaluation (start and tuned on every split: training, held-out seeds and
+    workloads) and the sensitivity probes (2 x knobs on the training scenarios) to `tally`,
+    each simulation at the first training workload's estimate."""
+    outline = _first_scenario(evaluator).outline
+    assert outline is not None
+    training = _scenario_count(evaluator)
+    per_split = len(_first_scenario(evaluator).traces)
+    splits = training + st.eval_seeds + len(st.holdout) * per_split
+    probes = 2 * len(st.space.dims) * training if st.sensitivity else 0
+    tally.add(outline, 2 * splits + probes, False, "tune")
 
 
 def _requests_per_scenario(evaluator) -> float:
@@ -714,6 +769,62 @@ def _history_row(
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What a tuning run starts from (_planned): its folder, the config as given (`composed`,
+    written as config_resolved.yaml) and as simulated (`cfg`, prepared), the settings and the
+    order, the iterations left after a checkpoint, the guard's tally with the whole run's
+    estimate, the evaluator and the gradient estimator."""
+
+    out_dir: Path
+    composed: DictConfig
+    cfg: DictConfig
+    st: Settings
+    order: str
+    left: int
+    tally: object
+    evaluator: object
+    estimator: object
+
+
+def _planned(cfg, out_dir, on_scored=None) -> _Plan:
+    """What a tuning run starts from (_Plan), checked and guarded, before any simulation. A
+    ResourceLimitError as soon as the estimate passes the guard's limit (run/guard.py),
+    before the other workloads are built. `on_scored`: _evaluators'."""
+    if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir).strip():
+        raise ConfigError(
+            f"out_dir: got {out_dir!r}; expected a folder path (a str or a pathlib.Path)"
+        )
+    if not isinstance(cfg, DictConfig):
+        if isinstance(cfg, str) or not isinstance(cfg, Sequence):
+            raise ConfigError(
+                f"cfg: got {cfg!r}; expected a composed config or a list of "
+                f"overrides such as ['workload=poisson']"
+            )
+        cfg = compose(list(cfg))
+    out_dir, composed = Path(out_dir), cfg
+    st, cfg = checked_config(cfg)
+    order = "neural" if st.policy_family == "neural" else _order(cfg)
+    left = _iterations_left(out_dir, st)
+    tally, plan = _guarded(cfg, st, left)  # refused while building, before any simulation
+    st, evaluator, estimator = _evaluators(cfg, st, order, plan, on_scored)
+    _check_population_fits(st, evaluator)
+    _count_evaluation(tally, st, evaluator)
+    return _Plan(out_dir, composed, cfg, st, order, left, tally, evaluator, estimator)
+
+
+def estimate_tuning(
+    cfg: DictConfig | Sequence[str], out_dir: Path | str = "outputs/tune"
+) -> estimate.Estimate:
+    """How long `tune(cfg, out_dir)` would take on this machine and how much memory it would
+    hold (the iterations left after a checkpoint in out_dir, the evaluation), without
+    simulating: its training scenarios are built, and a ResourceLimitError raised where tune
+    would refuse the run."""
+    total = _planned(cfg, out_dir).tally.total
+    assert total is not None
+    return total
+
+
 def tune(
     cfg: DictConfig | Sequence[str],
     out_dir: Path | str = "outputs/tune",
@@ -726,29 +837,22 @@ def tune(
     exports go to out_dir; a checkpoint there is resumed from when tune.resume is true.
     stop_after: stop (as if killed) after that many iterations of this call, for tests.
     """
-    if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir).strip():
-        raise ConfigError(
-            f"out_dir: got {out_dir!r}; expected a folder path (a str or a pathlib.Path)"
-        )
-    if not isinstance(cfg, DictConfig):
-        if isinstance(cfg, str) or not isinstance(cfg, Sequence):
-            raise ConfigError(
-                f"cfg: got {cfg!r}; expected a composed config or a list of "
-                f"overrides such as ['workload=poisson']"
-            )
-        cfg = compose(list(cfg))
     start_time = time.perf_counter()
-    out_dir = Path(out_dir)
-    composed = cfg
-    st, cfg = checked_config(cfg)
-    order = "neural" if st.policy_family == "neural" else _order(cfg)
     scored: list = []  # this iteration's (points, metrics columns): recommend.visits
-    st, evaluator, estimator = _evaluators(
-        cfg, st, order, on_scored=lambda points, columns: scored.append((points, columns))
+    plan = _planned(
+        cfg, out_dir, on_scored=lambda points, columns: scored.append((points, columns))
+    )
+    out_dir, cfg, st, order, evaluator, estimator = (
+        plan.out_dir,
+        plan.cfg,
+        plan.st,
+        plan.order,
+        plan.evaluator,
+        plan.estimator,
     )
     space = st.space
-    _check_population_fits(st, evaluator)
-    log(_plan_line(st, evaluator))
+    assert plan.tally.total is not None
+    log(_plan_line(st, evaluator, plan.left, plan.tally.total))
     for note in export_notes(st):
         log(note)
     start_values = dict(evaluator.base)
@@ -764,9 +868,8 @@ def tune(
     state = TunerState(0, theta, st.lambda_init, problem=problem, fingerprint=_fingerprint(problem))
     state, opt_state = _restore(out_dir, st, state, opt.init(jnp.asarray(theta)), log, start_values)
     evaluator.scenarios_simulated = state.scenarios
-    resumed_at = state.scenarios  # this call's pace counts only what it simulates
     # the config as given: `servetune export <out_dir>` rebuilds the run's engine from it
-    write_text(ensure_dir(out_dir) / RESOLVED, OmegaConf.to_yaml(composed, resolve=True))
+    write_text(ensure_dir(out_dir) / RESOLVED, OmegaConf.to_yaml(plan.composed, resolve=True))
 
     done_here = 0
     while state.iteration < st.iterations:
@@ -809,11 +912,7 @@ def tune(
     result = _finish(
         cfg, st, state, _plain(start_values), order, evaluator, out_dir, log, start_time
     )
-    estimate.record(
-        int((state.scenarios - resumed_at) * _requests_per_scenario(evaluator)),
-        time.perf_counter() - start_time,
-        kind="tune",
-    )
+    estimate.record(plan.tally.total, time.perf_counter() - start_time)
     return result
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from servetune.config import hardware, scenario, settings
 from servetune.core.errors import ConfigError
-from servetune.run import api
+from servetune.run import api, estimate, guard
 from servetune.tuning.evaluation import interval
 
 MAX_REPLICAS = 1024  # engine.n_instances' own bound (config/scenario.MAX_INSTANCES)
@@ -93,6 +93,43 @@ def peak_overrides(cfg) -> tuple[list[str], float]:
     return out, peak
 
 
+def expected_counts(outline, limit: int) -> list[int]:
+    """The counts `search` simulates where the smallest count that meets the target is the
+    first power of two whose replicas keep up with the load (the fluid model of
+    run/estimate.py: no replica saturated), or `limit`: the doubling up to it, then the
+    bisection below it."""
+    fits = limit
+    n = 1
+    while n < limit:
+        if estimate.load(outline.with_instances(n)).saturated == 0:
+            fits = n
+            break
+        n *= 2
+    counts, n = [], 1
+    while n < fits:
+        counts.append(n)
+        n *= 2
+    counts.append(min(fits, limit))
+    low, high = fits // 2, fits
+    while high - low > 1:  # the bisection, taken to its upper half each time
+        mid = (low + high) // 2
+        counts.append(mid)
+        low = mid
+    return counts
+
+
+def check_search(cfg, limit: int) -> None:
+    """The resource guard over the search (run/guard.py): the counts it is expected to
+    simulate (expected_counts), each at its estimate, refused by the guard's limit before
+    the first; each count's simulation is guarded again by api.simulate."""
+    found = scenario.outline(cfg)
+    counts = expected_counts(found, limit)
+    what = f"the fleet-sizing search (about {len(counts)} replica counts up to {max(counts)})"
+    tally = guard.Tally(cfg, what, ("limit", "workload.duration_s", "seeds"))
+    for n in counts:
+        tally.add(found.with_instances(n), 1.0, True)
+
+
 def smallest_fleet(
     overrides: Sequence[str] = (), target: float | None = None, limit: int = 64
 ) -> FleetSize:
@@ -127,6 +164,7 @@ def smallest_fleet(
             "fleet.autoscale turned off: the search sizes a fixed fleet (engine.n_instances) "
             "for the peak; the autoscaler's own numbers are tuned with tune.space.fleet",
         )
+    check_search(api.compose([*overrides, *at_peak]), limit)
     tried: dict[int, tuple[float, float, float]] = {}
 
     def meets(n: int) -> bool:

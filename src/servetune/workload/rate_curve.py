@@ -33,14 +33,13 @@ import numpy as np
 
 from servetune.core.errors import ConfigError, TraceError
 from servetune.workload import trace_text
-from servetune.workload.replicas import circular, superpose, take
+from servetune.workload.replicas import check_drawn, circular, room_for, superpose, take
 from servetune.workload.traces import RequestTrace
 
 BUNDLED = {"azure_llm_2024_weekday": "azure_llm_2024_weekday_curve.csv"}
 # what workload.rate_curve.curve takes, as its errors say it
 EXPECTED = f"a bundled curve ({', '.join(BUNDLED)}) or a CSV file of time_s,multiplier rows"
 MAX_MULTIPLIER = 1000.0  # copies superposed at most (C = ceil(max m))
-MAX_DRAWN = 1 << 26  # requests x copies drawn before thinning (memory bound)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,9 +133,19 @@ def load(value: str) -> RateCurve:
 def tile(trace: RequestTrace, span: float, total_s: float, rng) -> RequestTrace:
     """The slice `trace` (arrivals in [0, span) s) repeated back to back over [0, total_s):
     repeat k starts at k x span, read from a circular offset drawn by `rng` (None: offset 0,
-    the slice as recorded)."""
+    the slice as recorded). ConfigError naming workload.rate_curve.span_s, before anything is
+    drawn, where the repeats would not fit in memory (replicas.check_drawn)."""
+    tiles = math.ceil(total_s / span)
+    check_drawn(
+        tiles * len(trace),
+        "workload.rate_curve.span_s",
+        f"got {total_s:g}; repeating {trace.name}'s {len(trace):,} requests over {span:,.6g} s "
+        f"{tiles:,} times",
+        f"a span of at most {max(span, math.floor(room_for(len(trace))) * span):,.0f} s for "
+        f"this slice",
+    )
     idx, times = [], []
-    for k in range(math.ceil(total_s / span)):
+    for k in range(tiles):
         offset = 0.0 if rng is None else rng.uniform(0.0, span)
         arrival = k * span + circular(trace, offset, span)
         kept = np.flatnonzero(arrival < total_s)
@@ -152,10 +161,10 @@ def modulate(trace: RequestTrace, span: float, curve: RateCurve, rng) -> Request
     knots = curve.times_s[curve.times_s < span]
     peak = float(max(curve.at(np.append(knots, span)).max(), 1e-12))
     copies = max(1, math.ceil(peak))
-    if copies * len(trace) > MAX_DRAWN:
-        raise ConfigError(
-            f"workload.rate_curve.curve: {curve.name}'s peak {peak:g} superposes {copies} "
-            f"copies of {len(trace):,} requests, more than {MAX_DRAWN:,}; expected a lower "
-            f"peak or a shorter trace"
-        )
+    check_drawn(
+        copies * len(trace),
+        "workload.rate_curve.curve",
+        f"{curve.name}'s peak {peak:g} superposes {copies:,} copies of {len(trace):,} requests: it",
+        "a lower peak or a shorter trace (workload.rate_curve.span_s, workload.duration_s)",
+    )
     return superpose(trace, span, copies, lambda arrival: curve.at(arrival) / copies, rng)

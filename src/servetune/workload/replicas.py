@@ -33,9 +33,41 @@ import math
 import numpy as np
 
 from servetune.core import streams
+from servetune.core.errors import ConfigError
+from servetune.engine.memory import GIB, USABLE, host_available_bytes
 from servetune.workload.traces import RequestTrace, flush_subnormal
 
 MAX_BLOCKS = 100_000  # blocks per replica: span / block_s
+MAX_DRAWN = 1 << 26  # requests drawn at once by tiling or superposing copies (before thinning)
+# host bytes per request drawn, at the peak of a tiling or a superposition: its index and time
+# in each copy (16), their concatenation (16), take()'s sort order and gathers (24), the
+# request's fields gathered (arrival, cancel_after, deadline f64; prompt, output, class i32:
+# 36) and the trace it is drawn from (36), rounded up
+DRAWN_BYTES = 144
+
+
+def check_drawn(requests: int, key: str, what: str, most: str) -> None:
+    """ConfigError starting with `key` when drawing `requests` requests (`what` draws them;
+    `most`: what the key may be at most, given the figures) would pass MAX_DRAWN or USABLE of
+    the host's available memory at DRAWN_BYTES each: checked before anything is allocated."""
+    available = host_available_bytes()
+    room = MAX_DRAWN if available is None else min(MAX_DRAWN, USABLE * available / DRAWN_BYTES)
+    if requests <= room:
+        return
+    memory = (
+        "" if available is None else f" ({USABLE:.0%} of the {available / GIB:.1f} GiB available)"
+    )
+    raise ConfigError(
+        f"{key}: {what} draws {requests:,.0f} requests (~{requests * DRAWN_BYTES / GIB:,.1f} GiB "
+        f"of host memory), more than the {int(room):,} that fit{memory}; expected {most}"
+    )
+
+
+def room_for(requests_each: float) -> float:
+    """How many copies (or tiles) of `requests_each` requests check_drawn lets through."""
+    available = host_available_bytes()
+    room = MAX_DRAWN if available is None else min(MAX_DRAWN, USABLE * available / DRAWN_BYTES)
+    return room / max(requests_each, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +151,12 @@ def scale_rate(
     """ceil(rate) circularly shifted copies (the first unshifted), each request kept with
     probability rate / ceil(rate)."""
     copies = max(1, math.ceil(rate))
+    check_drawn(
+        copies * len(trace),
+        "workload.replicas.rate",
+        f"{rate:g} superposes {copies:,} copies of {trace.name}'s {len(trace):,} requests: it",
+        f"a rate of at most {max(1, math.floor(room_for(len(trace)))):,} for this slice",
+    )
     return superpose(trace, span, copies, lambda arrival: rate / copies, rng)
 
 
