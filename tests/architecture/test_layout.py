@@ -179,6 +179,7 @@ def test_random_streams_are_distinct_and_only_in_their_table():
             ("return np.random.default_rng([seed, iteration]).standard_normal((pairs, dim))"),
         ),
         ("stats.py", "rng = np.random.default_rng(seed)"),
+        ("evaluation.py", "rng = np.random.default_rng(n)"),
         ("oracle.py", "rng = np.random.default_rng([domain, int(key) & _MASK64])"),
         ("observe.py", "rng = np.random.default_rng(es.seed)"),
     }

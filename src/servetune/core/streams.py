@@ -8,8 +8,9 @@ per (request, seed) whatever the policy (paired comparisons). The engine's own d
 Four generators are outside the table on purpose (tests/architecture/test_layout.py lists them): the
 synthetic arrival process, `default_rng(seed)` (workload/traces.py: every synthetic trace and
 golden was drawn from it), the ES perturbations, `default_rng([seed, iteration])`
-(tuning/estimators/es.py), and two that are not part of a scenario: the report's bootstrap
-(reporting/stats.py) and the made-up token ids sent to a real vLLM (validate/oracle.py,
+(tuning/estimators/es.py), and three that are not part of a scenario: the report's bootstrap
+(reporting/stats.py), the tuner's bootstrap of a CVaR difference (tuning/evaluation.py, seeded
+by the scenario count) and the made-up token ids sent to a real vLLM (validate/oracle.py,
 validate/observe.py)."""
 
 from __future__ import annotations

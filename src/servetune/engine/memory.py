@@ -19,12 +19,11 @@ import jax
 
 from servetune.core import ops
 from servetune.core.errors import ConfigError
+from servetune.core.host import GIB, USABLE, host_available_bytes
 from servetune.core.types import FLEET_LOG_COLUMNS, EngineConfig, Params, Workload
 from servetune.engine.loop import init_grid
 
 STATE_COPIES = 2  # the donated loop state and the one its compiled chunk writes
-USABLE = 0.8  # of the memory available, the most a rollout may plan to take
-GIB = 1 << 30
 
 
 def tree_bytes(tree) -> int:
@@ -109,19 +108,6 @@ def available_bytes(device=None) -> int | None:
             return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
         return None
     return host_available_bytes()
-
-
-def host_available_bytes() -> int | None:
-    """The host's available memory (MemAvailable of /proc/meminfo), None when unknown: what
-    the host-side arrays of a run (its traces, results and metrics) can take."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def rollout_bytes(wl: Workload, params: Params, cfg: EngineConfig) -> int:

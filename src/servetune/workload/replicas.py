@@ -34,7 +34,7 @@ import numpy as np
 
 from servetune.core import streams
 from servetune.core.errors import ConfigError
-from servetune.engine.memory import GIB, USABLE, host_available_bytes
+from servetune.core.host import GIB, USABLE, host_available_bytes
 from servetune.workload.traces import RequestTrace, flush_subnormal
 
 MAX_BLOCKS = 100_000  # blocks per replica: span / block_s
