@@ -180,7 +180,10 @@ def test_a_precision_the_database_lacks_names_its_key(monkeypatch, bits, lacks, 
 
 
 def test_without_the_extra_cost_aic_names_it(monkeypatch):
-    monkeypatch.setitem(sys.modules, "aiconfigurator_core", None)  # import fails as uninstalled
+    # the import fails as uninstalled, even where an earlier test of this process imported it
+    for name in [m for m in sys.modules if m.split(".")[0] == "aiconfigurator_core"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "aiconfigurator_core", None)
     with pytest.raises(
         ConfigError, match=r"cost=aic needs the optional extra: pip install 'servetune\[aic\]'"
     ):

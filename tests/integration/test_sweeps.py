@@ -380,9 +380,9 @@ def test_sweep_progress_plain_lines(tmp_path):
     assert lines[0].startswith("sweep: 1/3 job(s) done, 0:00:0") and "ETA" in lines[0]
     assert lines[1].startswith("sweep: 3/3 job(s) done")
     assert progress_lib.PID_ENV not in os.environ
-    # a simulation shows no bar without a terminal
+    # a simulation without a terminal prints plain lines (run/progress.PlainProgress)
     with progress_lib.simulation_progress(True, console=Console(file=io.StringIO())) as cb:
-        assert cb is None
+        assert isinstance(cb, progress_lib.PlainProgress)
 
 
 def test_sweep_progress_live_bar_hosts_the_simulation_bar(tmp_path, monkeypatch):
