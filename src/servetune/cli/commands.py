@@ -202,9 +202,11 @@ def run_tune(cfg: DictConfig):
         f"{k}=[{len(v)} weights, export/score_net.json]" if k == "score_net" else f"{k}={fmt(v)}"
     )
     values = result.start if result.exported == "start" else result.tuned
+    which = "the start" if result.exported == "start" else "the tuned point"
+    exported = (out / "export").is_dir()
     console.print(
-        f"exported {'the start' if result.exported == 'start' else 'the tuned point'} "
-        "(integer limits floored): "
+        (f"exported {which}" if exported else f"recommended {which} (no export/ written)")
+        + " (integer limits floored): "
         + ", ".join(shown(k, v) for k, v in as_deployed(values).items()),
         highlight=False,
         markup=False,
@@ -258,7 +260,12 @@ def _start_vs_tuned(result, table_class) -> list:
     knobs = table_class(title="tuned knobs")
     for head in ("knob", "start", "tuned", "exported", "range (tune.space)", "bound"):
         knobs.add_column(head, justify="left" if head in ("knob", "bound") else "right")
-    for row in knob_rows(result.start, result.tuned, result.exported, result.ranges, result.bounds):
+    values = result.start if result.exported == "start" else result.tuned
+    deployed = as_deployed({k: values[k] for k in result.ranges if k in values})
+    rows = knob_rows(
+        result.start, result.tuned, result.exported, result.ranges, result.bounds, deployed
+    )
+    for row in rows:
         knobs.add_row(
             row["knob"], row["start"], row["tuned"], row["exported"], row["range"], row["at"]
         )

@@ -37,9 +37,12 @@ def step_time_line(form: str, gpu_figures: dict | None, coefficients: dict | Non
         )
     if form == "linear" and coefficients:
         c = coefficients
+        attn = c.get("per_attn_work_s", 0.0)
         return (
             f"linear ({c['base_s'] * 1e3:g} ms + {c['per_prefill_token_s'] * 1e3:g} ms per "
             f"prefill token + {c['per_decode_seq_s'] * 1e3:g} ms per decode sequence + "
-            f"{c['per_ctx_token_s'] * 1e3:g} ms per context token; cost.*)"
+            f"{c['per_ctx_token_s'] * 1e3:g} ms per context token"
+            + (f" + {attn * 1e6:g} us per unit of attention work" if attn else "")
+            + "; cost.*)"
         )
     return None

@@ -304,8 +304,7 @@ def rate_curve_spec(cfg: DictConfig) -> tuple[rate_curve_lib.RateCurve, float | 
         )
     if not isinstance(name, str):
         raise ConfigError(
-            f"workload.rate_curve.curve: got {name!r}; expected a bundled curve "
-            f"({', '.join(rate_curve_lib.BUNDLED)}) or a CSV path"
+            f"workload.rate_curve.curve: got {name!r}; expected {rate_curve_lib.EXPECTED}"
         )
     path = name
     if name not in rate_curve_lib.BUNDLED:  # relative to paths.root, as workload.path
@@ -851,7 +850,7 @@ COST_KEYS = {
 }
 
 
-LINEAR = ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_ctx_token_s")  # CostParams
+LINEAR = tuple(k for k in COST_KEYS["linear"] if k not in ("form", "kv_blocks"))  # CostParams
 
 
 def _check_cost_keys(cfg: DictConfig, form: str) -> None:

@@ -107,7 +107,12 @@ def existing_file(
     said = f"{key}: got {value!r}; " + (f"expected {expected}; " if expected else "")
     if not folder.is_dir():
         raise ConfigError(f"{said}{where} is not a folder, so no such file")
-    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    try:
+        names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    except OSError as err:  # a folder it may not list
+        raise ConfigError(
+            f"{said}no such file in {where} (which cannot be listed: {err.strerror or err})"
+        ) from None
     close = difflib.get_close_matches(path.name, names, n=2, cutoff=0.6)
     hint = (
         f"did you mean {' or '.join(str(folder / c) for c in close)}?"

@@ -65,6 +65,7 @@ class Outcome:
     ranges: dict = dataclasses.field(default_factory=dict)
     bounds: dict = dataclasses.field(default_factory=dict)
     evaluation: list = dataclasses.field(default_factory=list)
+    deployed: dict = dataclasses.field(default_factory=dict)  # the export's values (floored)
 
     @property
     def exported_values(self) -> dict:
@@ -133,13 +134,22 @@ def comparison_rows(records: list[dict]) -> list[dict]:
 BOUND_WORDS = ("low bound", "high bound", "below the range", "above the range")  # bound flags
 
 
-def knob_rows(start: dict, tuned: dict, exported: str, ranges: dict, bounds: dict) -> list[dict]:
+def knob_rows(
+    start: dict,
+    tuned: dict,
+    exported: str,
+    ranges: dict,
+    bounds: dict,
+    deployed: dict | None = None,
+) -> list[dict]:
     """The start-vs-tuned table's knob rows: per tuned knob (`ranges`: knob -> (low, high),
-    tune.space) its start, tuned and exported value, its range and its bound flag (`bound`:
-    words, or ""; `at`: the flag's BOUND_WORDS)."""
+    tune.space) its start, tuned and exported value (`deployed`'s where given: as the export
+    writes it, integer limits floored), its range and its bound flag (`bound`: words, or "";
+    `at`: the flag's BOUND_WORDS)."""
     rows = []
     for key, (low, high) in ranges.items():
         value = (start if exported == "start" else tuned).get(key)
+        value = (deployed or {}).get(key, value)
         rows.append(
             {
                 "knob": key,
@@ -616,7 +626,12 @@ def outcome_section(outcome: Outcome) -> str:
         left=3,
     )
     knobs = knob_rows(
-        outcome.start, outcome.tuned, outcome.exported, outcome.ranges, outcome.bounds
+        outcome.start,
+        outcome.tuned,
+        outcome.exported,
+        outcome.ranges,
+        outcome.bounds,
+        outcome.deployed,
     )
     knob_table = _html_table(
         ["knob", "start", "tuned", "exported", "range (tune.space)", "bound"],

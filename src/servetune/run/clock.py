@@ -1,7 +1,7 @@
 """Where a command's wall time went, as it prints it: seconds since the process started (what
-the user waited), of which start-up (the interpreter, imports, Hydra, reading the config and
-the trace), XLA compilation (summed from JAX's own compile events) and the rest (simulating,
-writing).
+the user waited; for a later job of a multirun in one process, since the job before it ended),
+of which start-up (the interpreter, imports, Hydra, reading the config and the trace), XLA
+compilation (summed from JAX's own compile events) and the rest (simulating, writing).
 
 The process's start is read from /proc (Linux); elsewhere it is when this module was first
 imported, which servetune.cli.main does first thing.
@@ -68,21 +68,26 @@ class WallTime:
         )
 
 
+_last_end = [0.0]  # when the previous command of this process ended (a multirun's jobs)
+
+
 class Stopwatch:
     """Started where a command's work begins (after the config and trace are read); `wall()`
-    then splits the time since the process started."""
+    then splits the time since the command started: the process's start, or, for a later
+    job of a multirun in the same process, the previous job's end."""
 
     def __init__(self) -> None:
         count_compilation()
         self.began = time.time()
+        self.started = max(process_started(), _last_end[0])
         self.compiled_at_start = compiled_s()
 
     def wall(self) -> WallTime:
-        """The split so far."""
-        started = process_started()
+        """The split so far (and the command's end, for the next one in this process)."""
         now = time.time()
+        _last_end[0] = now
         return WallTime(
-            total=now - started,
-            startup=max(self.began - started, 0.0),
+            total=now - self.started,
+            startup=max(self.began - self.started, 0.0),
             compiling=compiled_s() - self.compiled_at_start,
         )

@@ -1088,6 +1088,9 @@ def _outcome(st: Settings, start: dict, tuned: dict, choice, rec, bounds: dict, 
         ranges=dict(st.space.ranges),
         bounds=dict(bounds),
         evaluation=compared,
+        deployed=export.as_deployed(
+            {k: (start if rec.exported == "start" else tuned).get(k) for k in st.space.keys}
+        ),
     )
 
 

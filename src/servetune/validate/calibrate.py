@@ -134,7 +134,7 @@ class CalibrationResult:
     def undetermined(self) -> list[str]:
         """The coefficients the measurements do not determine (an infinite standard error):
         their values are where the fit started, not measured."""
-        return [k for k, err in self.std_errors.items() if math.isinf(err)]
+        return [k for k, err in self.std_errors.items() if not math.isfinite(err)]
 
     def metrics(self) -> dict:
         """The fit's JSON-able summary (everything but the per-row predictions): a standard

@@ -121,10 +121,7 @@ def load(value: str) -> RateCurve:
         return dataclasses.replace(curve, name=value)
     path = Path(value).expanduser()
     if not path.is_file():
-        raise ConfigError(
-            f"workload.rate_curve.curve: got {value!r}; expected a bundled curve "
-            f"({', '.join(BUNDLED)}) or a CSV file of time_s,multiplier rows"
-        )
+        raise ConfigError(f"workload.rate_curve.curve: got {value!r}; expected {EXPECTED}")
     return parse(
         trace_text.read_text(path, "rate curve (a CSV of time_s,multiplier rows)"), str(path)
     )

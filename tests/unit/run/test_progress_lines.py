@@ -72,3 +72,19 @@ def test_the_wall_time_counts_from_the_process_start_and_splits_it():
     assert wall.total >= wall.startup
     text = clock.WallTime(41.6, 4.1, 6.3).text()
     assert text == "41.6 s wall: 4.1 s start-up, 6.3 s compiling, 31.2 s simulating and writing"
+
+
+def test_a_later_job_of_a_multirun_counts_from_the_job_before_it(monkeypatch):
+    """(a review's finding) job k of a multirun in one process said "890 s start-up"."""
+    now = [5000.0]
+    monkeypatch.setattr(clock.time, "time", lambda: now[0])
+    monkeypatch.setattr(clock, "process_started", lambda: 4000.0)
+    monkeypatch.setattr(clock, "_last_end", [0.0])
+    first = clock.Stopwatch()
+    now[0] += 10.0
+    assert first.wall().total == 1010.0  # the first job: since the process started
+    now[0] += 2.0
+    second = clock.Stopwatch()
+    now[0] += 5.0
+    wall = second.wall()
+    assert wall.total == 7.0 and wall.startup == 2.0
