@@ -189,3 +189,16 @@ def test_best_is_named_only_beyond_its_runner_ups_interval():
         _points([2950.0, 3000.0, 1000.0], [np.nan] * 3, [np.nan] * 3), [], keys
     ).iloc[0]
     assert blind["setting"] == "max_num_seqs=64" and "no interval" in blind["why"]
+
+
+def test_without_request_tables_identical_metrics_are_one_result():
+    """(a review's finding) with output.request_table=false no run has an outcome digest:
+    points whose every metric mean is equal are still one result; a differing one is not."""
+    from servetune.reporting.stats import identical_groups
+
+    rng = np.random.default_rng(0)
+    same = {f"metric{k}_mean": float(rng.random()) for k in range(12)}
+    points = pd.DataFrame([same, same, {**same, "metric3_mean": 0.5}, same])
+    assert identical_groups(points) == [[0, 1, 3], [2]]
+    few = pd.DataFrame([{"a_mean": 1.0}, {"a_mean": 1.0}])  # too few metrics to key by
+    assert identical_groups(few) == [[0], [1]]

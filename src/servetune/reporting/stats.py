@@ -354,6 +354,7 @@ def identical_groups(points: pd.DataFrame) -> list[list[int]]:
     differed with the same requests keeps them apart); a point without an outcome is alone.
     Groups and members in order of first appearance."""
     outcome = points.get(OUTCOME, pd.Series("", index=points.index)).fillna("").astype(str)
+    outcome = outcome.where(outcome != "", _metrics_keys(points))
     means = [f"{m}_mean" for m in HEADLINE if f"{m}_mean" in points]
     values = points[means].to_numpy(np.float64) if means else np.zeros((len(points), 0))
     groups: list[list[int]] = []
@@ -369,6 +370,21 @@ def identical_groups(points: pd.DataFrame) -> list[list[int]]:
         else:
             home.append(i)
     return groups
+
+
+def _metrics_keys(points: pd.DataFrame) -> pd.Series:
+    """Where runs kept no request table (output.request_table=false), a key of each point's
+    every metric mean ("metrics:" and their values): points whose dozens of metrics are all
+    equal to the last digit had the same outcomes for every purpose of a report; "" where a
+    point has fewer than MIN_METRICS of them."""
+    cols = [c for c in points.columns if c.endswith("_mean")]
+    if len(cols) < MIN_METRICS:
+        return pd.Series("", index=points.index)
+    values = points[cols].to_numpy(np.float64)
+    return pd.Series(["metrics:" + row.tobytes().hex() for row in values], index=points.index)
+
+
+MIN_METRICS = 10  # metric means a point needs to be keyed by them (_metrics_keys)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
