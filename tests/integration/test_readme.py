@@ -308,7 +308,7 @@ def _check(cmd: str, proc: subprocess.CompletedProcess, tmp_path: Path, exact: b
         assert "--max-num-seqs" in (folder / "export" / "vllm_args.json").read_text()
     if cmd == "servetune golden --check":
         checked = 2 if not exact else len(list(FIXTURES.glob("*.json.gz")))
-        assert proc.stdout.count(": identical") == checked, proc.stdout
+        assert proc.stdout.count(": servetune identical") == checked, proc.stdout
     if cmd.endswith("servetune golden"):  # vLLM rewrites the committed fixtures byte for byte
         for fixture in FIXTURES.glob("*.json.gz"):
             made = tmp_path / "tests" / "golden" / "fixtures" / fixture.name
